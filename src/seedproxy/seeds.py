@@ -1,0 +1,39 @@
+"""Seed derivation: pure functions of (identity, index).
+
+Invariant: ``derive_seed(identity, index)`` depends on nothing but its two arguments.
+No clock, no randomness, no process state. It matches AReaL's rule, so a rollout
+replayed through seedproxy or through AReaL's proxy samples with the same seeds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+__all__ = ["MAX_SEED", "choice_seeds", "derive_seed"]
+
+MAX_SEED = 0x7FFFFFFF
+
+
+def derive_seed(identity: str, index: int) -> int:
+    """Return the 31-bit sampling seed of request ``index`` in rollout ``identity``.
+
+    Raises ``ValueError`` for a negative index and ``TypeError`` for a non-int one.
+    """
+    if isinstance(index, bool) or not isinstance(index, int):
+        raise TypeError(f"index must be an int, not {type(index).__name__}")
+    if index < 0:
+        raise ValueError(f"index must be non-negative, got {index}")
+    digest = hashlib.sha256(f"{identity}:{index}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & MAX_SEED
+
+
+def choice_seeds(identity: str, index: int, n: int) -> list[int]:
+    """Return one seed per choice of an ``n``-choice request.
+
+    Choice 0 keeps ``derive_seed(identity, index)``, so ``n=1`` and ``n>1`` agree on
+    their first sample; choice ``i >= 1`` uses ``derive_seed(f"{identity}:{index}", i)``.
+    """
+    if n < 1:
+        raise ValueError(f"n must be at least 1, got {n}")
+    first = derive_seed(identity, index)
+    return [first] + [derive_seed(f"{identity}:{index}", i) for i in range(1, n)]
