@@ -1,0 +1,87 @@
+"""The interface every upstream dialect implements.
+
+A backend is a pure translator: it rewrites a client's body for its upstream (seed
+placement, token-id capture flags) and rewrites the upstream's answer back into what
+the client asked for, keeping the captured token ids aside. It does no I/O; sending
+is ``UpstreamPool``'s job. Adding a dialect means adding one module and one entry
+in ``BACKENDS``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, ClassVar, Protocol
+
+from ..sessions import ChoiceRecord
+
+__all__ = ["Backend", "Captured", "Endpoint", "StreamCapture", "UpstreamRequest"]
+
+
+class Endpoint(StrEnum):
+    CHAT = "/v1/chat/completions"
+    COMPLETIONS = "/v1/completions"
+    RESPONSES = "/v1/responses"
+    GENERATE = "/generate"
+
+
+@dataclass(slots=True)
+class UpstreamRequest:
+    path: str
+    body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Captured:
+    """Token-level data the proxy keeps for training, per choice in choice order."""
+
+    prompt_token_ids: list[int] = field(default_factory=list)
+    choices: list[ChoiceRecord] = field(default_factory=list)
+
+
+class StreamCapture(Protocol):
+    def feed(self, event: dict[str, Any]) -> dict[str, Any] | None:
+        """Take one parsed SSE event; return it as the client should see it (the same
+        object when unchanged) or None to drop it."""
+
+    def result(self) -> Captured:
+        """Return what the events carried, once the stream has ended."""
+
+
+class Backend:
+    """Base dialect: forwards OpenAI's ``seed`` and captures nothing."""
+
+    name: ClassVar[str] = "base"
+    seeds_responses: ClassVar[bool] = False
+    """Whether the upstream's own /v1/responses honours ``seed``. When False the proxy
+    serves Responses by translating to a chat completion."""
+
+    def __init__(self, *, api_key: str | None = None) -> None:
+        self._auth = {"authorization": f"Bearer {api_key}"} if api_key else {}
+
+    def prepare(
+        self, endpoint: Endpoint, body: dict[str, Any], seed: int | None, *, capture: bool
+    ) -> UpstreamRequest:
+        """Return the upstream request for ``body`` (already a private copy) with
+        ``seed`` placed where this upstream honours it (None: leave the body's own)."""
+        if seed is not None:
+            body["seed"] = seed
+        return UpstreamRequest(endpoint.value, body, dict(self._auth))
+
+    def finish(
+        self, endpoint: Endpoint, client_body: dict[str, Any], answer: dict[str, Any]
+    ) -> tuple[dict[str, Any], Captured]:
+        """Split a non-streaming answer into (what the client sees, what is captured)."""
+        return answer, Captured()
+
+    def stream_capture(self, endpoint: Endpoint, client_body: dict[str, Any]) -> StreamCapture:
+        return _PassThrough()
+
+
+class _PassThrough:
+    def feed(self, event: dict[str, Any]) -> dict[str, Any] | None:
+        return event
+
+    def result(self) -> Captured:
+        return Captured()

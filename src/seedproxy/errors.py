@@ -1,0 +1,124 @@
+"""seedproxy's exceptions, and their mapping to OpenAI-shaped HTTP errors.
+
+Hierarchy::
+
+    SeedProxyError            (500, never raised for a client's mistake)
+    ├── ConfigError           bad settings or command line (CLI exit 2)
+    ├── BadRequest            400: bad JSON, bad field
+    │   └── PayloadTooLarge   413
+    ├── AuthError             401: no or unknown key
+    │   └── Forbidden         403: a key that does not reach this session
+    ├── SessionNotFound       404
+    ├── OverCapacity          429
+    ├── StoreError            503: the session store failed
+    └── UpstreamError         502 (or the upstream's own status)
+        ├── UpstreamUnavailable  503: every upstream failed
+        └── UpstreamTimeout      504
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "AuthError",
+    "BadRequest",
+    "ConfigError",
+    "Forbidden",
+    "OverCapacity",
+    "PayloadTooLarge",
+    "SeedProxyError",
+    "SessionNotFound",
+    "StoreError",
+    "UpstreamError",
+    "UpstreamTimeout",
+    "UpstreamUnavailable",
+    "error_body",
+]
+
+
+class SeedProxyError(Exception):
+    """Root of seedproxy's errors; ``status_code`` and ``error_type`` shape the reply."""
+
+    status_code = 500
+    error_type = "internal_error"
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.message, self.error_type, param=self.param, code=self.code)
+
+
+class ConfigError(SeedProxyError):
+    """Invalid settings, flags or config file."""
+
+
+class BadRequest(SeedProxyError):
+    status_code = 400
+    error_type = "invalid_request_error"
+
+
+class PayloadTooLarge(BadRequest):
+    status_code = 413
+
+
+class AuthError(SeedProxyError):
+    status_code = 401
+    error_type = "authentication_error"
+
+
+class Forbidden(AuthError):
+    status_code = 403
+    error_type = "permission_error"
+
+
+class SessionNotFound(SeedProxyError):
+    status_code = 404
+    error_type = "not_found_error"
+
+
+class OverCapacity(SeedProxyError):
+    status_code = 429
+    error_type = "rate_limit_error"
+
+    def __init__(self, message: str, *, retry_after_s: int = 1):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class StoreError(SeedProxyError):
+    """The session store failed; the request is not acknowledged."""
+
+    status_code = 503
+    error_type = "store_error"
+
+
+class UpstreamError(SeedProxyError):
+    """The upstream failed before answering; ``status_code`` is 502 unless set."""
+
+    status_code = 502
+    error_type = "upstream_error"
+
+    def __init__(self, message: str, *, status_code: int | None = None):
+        super().__init__(message)
+        if status_code is not None:
+            self.status_code = status_code
+
+
+class UpstreamUnavailable(UpstreamError):
+    status_code = 503
+
+
+class UpstreamTimeout(UpstreamError):
+    status_code = 504
+
+
+def error_body(
+    message: str, error_type: str, *, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
+    """Return OpenAI's error object: ``{"error": {message, type, param, code}}``."""
+    return {"error": {"message": message, "type": error_type, "param": param, "code": code}}

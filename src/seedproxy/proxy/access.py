@@ -1,0 +1,72 @@
+"""Who may do what: admin key, session keys, and which session a request is in.
+
+With no admin key (loopback only) everything is open. With one, admin routes need
+it, and OpenAI routes need it or a session key, which reaches only its own session.
+Keys are compared in constant time and never logged.
+"""
+
+from __future__ import annotations
+
+import hmac
+
+from starlette.requests import Request
+
+from ..errors import AuthError, Forbidden
+from ..sessions import SessionManager, SessionRecord
+from .headers import bearer_token
+
+__all__ = ["Access"]
+
+
+class Access:
+    def __init__(self, sessions: SessionManager, admin_key: str | None) -> None:
+        self.sessions = sessions
+        self.admin_key = admin_key
+
+    def is_admin(self, request: Request) -> bool:
+        token = bearer_token(request.headers)
+        return bool(self.admin_key and token and hmac.compare_digest(token, self.admin_key))
+
+    def require_admin(self, request: Request) -> None:
+        if self.admin_key is None or self.is_admin(request):
+            return
+        if bearer_token(request.headers) is None:
+            raise AuthError("this route needs the admin key as a bearer token")
+        raise Forbidden("this route needs the admin key")
+
+    async def require_session_reader(self, request: Request, session_id: str) -> SessionRecord:
+        """For admin reads of one session: the admin key, or that session's own key."""
+        record = await self.sessions.require(session_id) if self.admin_key is None else None
+        if record is not None:
+            return record
+        if self.is_admin(request):
+            return await self.sessions.require(session_id)
+        return await self._own_session(request, session_id)
+
+    async def session_for(self, request: Request, path_session: str | None) -> SessionRecord | None:
+        """The session an OpenAI-route request belongs to: by path, then bearer session
+        key, then ``X-Session-Id``; None when it names none."""
+        token = bearer_token(request.headers)
+        named = path_session or request.headers.get("x-session-id") or None
+        if path_session is None and token is not None:
+            owner = await self.sessions.store.find_by_key(token)
+            if owner is not None and hmac.compare_digest(owner.api_key, token):
+                return owner
+        if self.admin_key is None or self.is_admin(request):
+            return await self.sessions.get_or_create(named) if named else None
+        if token is None:
+            raise AuthError("a session key or the admin key is required")
+        if named is None:
+            raise AuthError("unknown key")
+        return await self._own_session(request, named)
+
+    async def _own_session(self, request: Request, session_id: str) -> SessionRecord:
+        token = bearer_token(request.headers)
+        if token is None:
+            raise AuthError("a session key or the admin key is required")
+        owner = await self.sessions.store.find_by_key(token)
+        if owner is None or not hmac.compare_digest(owner.api_key, token):
+            raise AuthError("unknown key")
+        if owner.session_id != session_id:
+            raise Forbidden("this key does not reach that session")
+        return owner

@@ -1,0 +1,137 @@
+"""The application factory. No module state: everything an app uses is built here
+(or passed in) and closed by its lifespan."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException
+
+from ..backends import BACKENDS, Backend
+from ..backends.pool import UpstreamPool
+from ..errors import (
+    ConfigError,
+    OverCapacity,
+    SeedProxyError,
+    StoreError,
+    UpstreamError,
+    error_body,
+)
+from ..sessions import SessionManager, SessionStore, open_store
+from ..settings import Settings
+from .access import Access
+from .admin import admin_router
+from .forward import Forwarder
+from .metrics import Metrics
+from .routes import openai_router
+
+__all__ = ["create_app"]
+
+log = logging.getLogger("seedproxy")
+
+
+def create_app(
+    settings: Settings,
+    *,
+    upstreams: list[str] | None = None,
+    store: SessionStore | None = None,
+    client: httpx.AsyncClient | None = None,
+    backend: Backend | None = None,
+) -> FastAPI:
+    """Build the proxy. ``upstreams`` overrides ``settings.upstream`` (the CLI passes
+    the embedded engine's URL); injected ``store`` and ``client`` are not closed."""
+    urls = upstreams if upstreams is not None else settings.upstream
+    if not urls:
+        raise ConfigError("no upstream: pass --upstream URL, or run `seedproxy serve` for the engine")
+    own_store = store is None
+    store = store if store is not None else open_store(settings.store)
+    own_client = client is None
+    client = client or httpx.AsyncClient(
+        timeout=httpx.Timeout(settings.read_timeout_s, connect=settings.connect_timeout_s),
+        limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256),
+    )
+    backend = backend or BACKENDS[settings.backend](api_key=settings.upstream_api_key)
+    sessions = SessionManager(store, max_open_sessions=settings.max_open_sessions)
+    pool = UpstreamPool(urls, client, max_failover=settings.max_failover)
+    metrics = Metrics()
+    access = Access(sessions, settings.admin_key)
+    forwarder = Forwarder(
+        settings=settings, sessions=sessions, backend=backend, pool=pool, metrics=metrics
+    )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        prober = None
+        if len(pool.upstreams) > 1:
+            prober = asyncio.create_task(pool.probe_forever(settings.health_interval_s))
+        try:
+            yield
+        finally:
+            if prober is not None:
+                prober.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await prober
+            if own_client:
+                await client.aclose()
+            if own_store:
+                await store.close()
+
+    app = FastAPI(title="seedproxy", version="0.1.0", lifespan=lifespan)
+    app.state.settings = settings
+    app.state.sessions = sessions
+    app.state.pool = pool
+    app.state.metrics = metrics
+    app.include_router(openai_router(forwarder, access, pool))
+    app.include_router(admin_router(sessions, access, deterministic=settings.deterministic))
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/metrics")
+    async def metrics_route() -> Response:
+        metrics.open_sessions.set(await store.count_open())
+        return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    _install_error_handlers(app)
+    return app
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(SeedProxyError)
+    async def on_seedproxy_error(request: Request, exc: SeedProxyError) -> JSONResponse:
+        headers = {}
+        if isinstance(exc, OverCapacity):
+            headers["retry-after"] = str(exc.retry_after_s)
+        if exc.status_code >= 500 and not isinstance(exc, UpstreamError | StoreError):
+            log.error("internal error on %s: %s", request.url.path, exc.message)
+        return JSONResponse(exc.body(), status_code=exc.status_code, headers=headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def on_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or None
+        message = str(first.get("msg", "invalid request"))
+        text = f"{where}: {message}" if where else message
+        return JSONResponse(
+            error_body(text, "invalid_request_error", param=where), status_code=400
+        )
+
+    @app.exception_handler(HTTPException)
+    async def on_http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return JSONResponse(
+            error_body(str(exc.detail), kind), status_code=exc.status_code, headers=exc.headers
+        )
+
+    @app.exception_handler(Exception)
+    async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error on %s", request.url.path)
+        return JSONResponse(error_body("internal error", "internal_error"), status_code=500)

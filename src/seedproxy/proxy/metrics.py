@@ -1,0 +1,54 @@
+"""Prometheus metrics, on a registry owned by one app (never the global one)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+__all__ = ["Metrics"]
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+_OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "seedproxy_requests",
+            "Proxied requests by route, status and upstream.",
+            ["route", "status", "upstream"],
+            registry=self.registry,
+        )
+        self.overhead = Histogram(
+            "seedproxy_overhead_seconds",
+            "Time spent in the proxy itself, upstream waits excluded.",
+            buckets=_OVERHEAD_BUCKETS,
+            registry=self.registry,
+        )
+        self.upstream_latency = Histogram(
+            "seedproxy_upstream_latency_seconds",
+            "Time waiting on the upstream, by upstream.",
+            ["upstream"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.open_sessions = Gauge(
+            "seedproxy_open_sessions", "Sessions not yet ended.", registry=self.registry
+        )
+        self.recorded_tokens = Counter(
+            "seedproxy_recorded_tokens", "Token ids recorded in interactions.", registry=self.registry
+        )
+        self.failovers = Counter(
+            "seedproxy_failovers", "Requests retried on another upstream.", registry=self.registry
+        )
+
+    def observe(
+        self, route: str, status: int, upstream: str | None, overhead_s: float, upstream_s: float
+    ) -> None:
+        self.requests.labels(route, str(status), upstream or "").inc()
+        self.overhead.observe(overhead_s)
+        if upstream:
+            self.upstream_latency.labels(upstream).observe(upstream_s)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

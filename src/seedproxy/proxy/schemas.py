@@ -1,0 +1,36 @@
+"""Bodies of the admin routes. OpenAI-route bodies are not modelled: they are read
+as bytes and checked only where the proxy relies on them (see ``request.py``)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["CreateSessions", "ExportRequest", "RewardRequest"]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CreateSessions(_Body):
+    session_id: str | None = Field(default=None, min_length=1, max_length=256)
+    identity: str | None = Field(default=None, min_length=1, max_length=256)
+    group_size: int = Field(default=1, ge=1, le=4096)
+    metadata: dict[str, Any] | None = None
+    seed: int | None = Field(default=None, ge=-(2**63), lt=2**63)
+
+
+class RewardRequest(_Body):
+    reward: float = Field(allow_inf_nan=False)
+    interaction_id: str | None = None
+
+
+class ExportRequest(_Body):
+    session_ids: list[str] | None = None
+    group_id: str | None = None
+    count: int | None = Field(default=None, ge=1)
+    timeout_s: float = Field(default=0.0, ge=0, le=3600)
+    remove: bool = False
+    style: Literal["individual", "concat"] = "individual"

@@ -1,0 +1,84 @@
+"""Choosing which sessions an export takes, and in which order.
+
+Deterministic mode takes sessions in creation order and never skips an earlier
+session for one that ended first (AReaL's ``_select_results``): the batch is the
+first ``count`` unexported sessions, and the export waits for all of them. Without
+determinism the batch is the first ``count`` sessions to end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from .record import SessionRecord
+from .store.base import SessionStore
+
+__all__ = ["select_sessions", "trajectory"]
+
+_POLL_S = 0.05
+
+
+async def select_sessions(
+    store: SessionStore,
+    *,
+    session_ids: list[str] | None = None,
+    group_id: str | None = None,
+    count: int | None = None,
+    timeout_s: float = 0.0,
+    deterministic: bool = True,
+) -> list[SessionRecord]:
+    """Return the sessions to export, waiting up to ``timeout_s`` for ``count`` of them.
+
+    Named ``session_ids`` are taken whatever their state; otherwise only ended,
+    unexported sessions (of ``group_id``, if given) are candidates. On timeout the
+    result is what is ready: in deterministic mode the ended prefix of the batch.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        chosen, complete = await _select_once(store, session_ids, group_id, count, deterministic)
+        if complete or time.monotonic() >= deadline:
+            return chosen
+        await asyncio.sleep(_POLL_S)
+
+
+async def _select_once(
+    store: SessionStore,
+    session_ids: list[str] | None,
+    group_id: str | None,
+    count: int | None,
+    deterministic: bool,
+) -> tuple[list[SessionRecord], bool]:
+    if session_ids is not None:
+        found = [r for r in [await store.get(s) for s in session_ids] if r is not None]
+        return sorted(found, key=lambda r: r.created_seq), True
+    pending = [r for r in await store.list(group_id) if not r.exported]
+    if deterministic:
+        batch = pending if count is None else pending[:count]
+        if count is None:
+            batch = [r for r in batch if r.ended]
+            return batch, True
+        ready: list[SessionRecord] = []
+        for record in batch:
+            if not record.ended:
+                break
+            ready.append(record)
+        return ready, len(ready) == count
+    ended = sorted((r for r in pending if r.ended), key=lambda r: r.ended_seq or 0)
+    if count is None:
+        return ended, True
+    return ended[:count], len(ended) >= count
+
+
+async def trajectory(store: SessionStore, record: SessionRecord) -> dict[str, Any]:
+    """The contract's trajectory object, interactions ordered by request index."""
+    interactions = await store.interactions(record.session_id)
+    return {
+        "session_id": record.session_id,
+        "identity": record.identity,
+        "group_id": record.group_id,
+        "reward": record.reward,
+        "metadata": record.metadata,
+        "interactions": [i.to_dict() for i in interactions],
+    }

@@ -1,0 +1,112 @@
+"""Session lifecycle on top of a store: naming, groups, keys and the open-session cap."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import BadRequest, OverCapacity, SessionNotFound
+from .record import SessionRecord
+from .store.base import SessionStore
+
+__all__ = ["SessionGroup", "SessionManager"]
+
+_MAX_SUFFIX = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class SessionGroup:
+    group_id: str
+    sessions: list[SessionRecord]
+
+
+class SessionManager:
+    """Creates and finds sessions. Physical ids are ``identity``, then ``identity-1``,
+    ``identity-2``, ...: a rerun of a rollout gets a fresh session with the same seeds."""
+
+    def __init__(self, store: SessionStore, *, max_open_sessions: int | None = None) -> None:
+        self.store = store
+        self._max_open = max_open_sessions
+
+    async def require(self, session_id: str) -> SessionRecord:
+        record = await self.store.get(session_id)
+        if record is None:
+            raise SessionNotFound(f"session {session_id!r} not found")
+        return record
+
+    async def get_or_create(self, session_id: str) -> SessionRecord:
+        """Return the named session, creating it with identity = its id if new."""
+        record = await self.store.get(session_id)
+        if record is not None:
+            return record
+        await self._check_capacity()
+        fresh = SessionRecord(session_id, session_id, _new_key())
+        if not await self.store.create(fresh):  # another request created it first
+            return await self.require(session_id)
+        return fresh
+
+    async def create_group(
+        self,
+        *,
+        identity: str | None = None,
+        session_id: str | None = None,
+        group_size: int = 1,
+        metadata: dict[str, Any] | None = None,
+        seed: int | None = None,
+    ) -> SessionGroup:
+        """Create ``group_size`` sessions; identities ``{identity}:{i}`` when > 1."""
+        if group_size < 1:
+            raise BadRequest("group_size must be at least 1", param="group_size")
+        if seed is not None and group_size > 1:
+            raise BadRequest(
+                "a shared seed for a group makes every sample identical; "
+                "drop `seed` and let seedproxy derive one per session",
+                param="seed",
+            )
+        if session_id is not None and group_size > 1:
+            raise BadRequest("session_id names one session; use identity for groups", param="session_id")
+        await self._check_capacity(group_size)
+        base = identity or session_id or secrets.token_hex(6)
+        identities = [base] if group_size == 1 else [f"{base}:{i}" for i in range(group_size)]
+        extra = dict(metadata or {})
+        if session_id is not None:
+            record = SessionRecord(session_id, base, _new_key(), session_id, extra, seed=seed)
+            if not await self.store.create(record):
+                raise BadRequest(f"session {session_id!r} already exists", param="session_id")
+            return SessionGroup(session_id, [record])
+        # The first member's suffix names the group, so a rerun gets a new group id.
+        first = SessionRecord(identities[0], identities[0], _new_key(), None, extra, seed=seed)
+        suffix = await self._create_with_suffix(first, lambda n: _suffixed(base, n))
+        created = [first]
+        for ident in identities[1:]:
+            record = SessionRecord(ident, ident, _new_key(), first.group_id, dict(extra), seed=seed)
+            await self._create_with_suffix(record, lambda _n: first.group_id, start=suffix)
+            created.append(record)
+        return SessionGroup(first.group_id or base, created)
+
+    async def _create_with_suffix(
+        self, record: SessionRecord, group_for: Callable[[int], str | None], start: int = 0
+    ) -> int:
+        """Create ``record`` under the first free ``identity[-n]``; return that n."""
+        for n in range(start, start + _MAX_SUFFIX):
+            record.session_id = _suffixed(record.identity, n)
+            record.group_id = group_for(n)
+            if await self.store.create(record):
+                return n
+        raise BadRequest(f"too many sessions for identity {record.identity!r}", param="identity")
+
+    async def _check_capacity(self, adding: int = 1) -> None:
+        if self._max_open is None:
+            return
+        if await self.store.count_open() + adding > self._max_open:
+            raise OverCapacity(f"at most {self._max_open} open sessions; end or delete some first")
+
+
+def _new_key() -> str:
+    return "sk-sp-" + secrets.token_urlsafe(24)
+
+
+def _suffixed(name: str, n: int) -> str:
+    return name if n == 0 else f"{name}-{n}"

@@ -1,0 +1,49 @@
+"""The persistent description of one physical session."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["SessionRecord", "Slot"]
+
+
+@dataclass(slots=True)
+class SessionRecord:
+    """A physical session (``session_id``) replaying a logical rollout (``identity``).
+
+    ``created_seq`` orders sessions by creation and ``ended_seq`` by the moment they
+    ended; both come from store-wide counters, never from clocks, so that exports are
+    ordered the same way on every replica.
+    """
+
+    session_id: str
+    identity: str
+    api_key: str
+    group_id: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    created_seq: int = 0
+    created_at: float = 0.0
+    last_active_at: float = 0.0
+    next_index: int = 0
+    ended: bool = False
+    ended_seq: int | None = None
+    reward: float | None = None
+    exported: bool = False
+    seed: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SessionRecord:
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """A request's place in its session: its index, and the interaction it writes."""
+
+    index: int
+    interaction_id: str
+    reused: bool = False

@@ -1,0 +1,112 @@
+"""A thread-safe, in-process session: the memory store's unit of state."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+
+from .interaction import Interaction
+from .record import SessionRecord, Slot
+
+__all__ = ["Session"]
+
+
+class Session:
+    """One rollout's live state. Every method is atomic under the session's lock,
+    so threads and asyncio tasks may share a ``Session`` freely."""
+
+    def __init__(self, record: SessionRecord, *, retry_memory: int = 64) -> None:
+        self._record = record
+        self._lock = threading.Lock()
+        self._interactions: dict[str, Interaction] = {}
+        self._recent: OrderedDict[bytes, Slot] = OrderedDict()
+        self._retry_memory = retry_memory
+        self._pins: dict[int, int] = {}
+
+    @property
+    def session_id(self) -> str:
+        return self._record.session_id
+
+    @property
+    def identity(self) -> str:
+        return self._record.identity
+
+    @property
+    def api_key(self) -> str:
+        return self._record.api_key
+
+    def snapshot(self) -> SessionRecord:
+        """Return a copy of the record, safe to read without the lock."""
+        with self._lock:
+            return SessionRecord.from_dict(self._record.to_dict())
+
+    def next_request_index(self) -> int:
+        """Take the next index: 0, 1, 2, ... with no gaps and no repeats."""
+        with self._lock:
+            return self._take_index()
+
+    def _take_index(self) -> int:
+        index = self._record.next_index
+        self._record.next_index = index + 1
+        self._record.last_active_at = time.time()
+        return index
+
+    def allocate(self, *, digest: bytes, retry: bool, pinned: int | None) -> Slot:
+        """See ``SessionStore.allocate``."""
+        with self._lock:
+            if retry and digest in self._recent:
+                self._recent.move_to_end(digest)
+                kept = self._recent[digest]
+                return Slot(kept.index, kept.interaction_id, reused=True)
+            if pinned is not None:
+                extra = self._pins.get(pinned, 0)
+                self._pins[pinned] = extra + 1
+                slot = Slot(pinned, f"i{pinned}.p{extra}")
+                self._record.last_active_at = time.time()
+            else:
+                index = self._take_index()
+                slot = Slot(index, f"i{index}")
+            self._recent[digest] = slot
+            if len(self._recent) > self._retry_memory:
+                self._recent.popitem(last=False)
+            return slot
+
+    def record(self, interaction: Interaction) -> None:
+        with self._lock:
+            self._interactions[interaction.interaction_id] = interaction
+            self._record.last_active_at = time.time()
+
+    def interactions(self) -> list[Interaction]:
+        with self._lock:
+            items = list(self._interactions.values())
+        return sorted(items, key=lambda i: (i.request_index, i.interaction_id))
+
+    def set_reward(self, reward: float, interaction_id: str | None) -> str | None:
+        with self._lock:
+            self._record.reward = reward
+            if interaction_id is None:
+                if not self._interactions:
+                    return None
+                target = max(
+                    self._interactions.values(), key=lambda i: (i.request_index, i.interaction_id)
+                )
+            else:
+                target = self._interactions[interaction_id]
+            target.reward = reward
+            return target.interaction_id
+
+    def has_interaction(self, interaction_id: str) -> bool:
+        with self._lock:
+            return interaction_id in self._interactions
+
+    def end(self, ended_seq: int) -> SessionRecord:
+        with self._lock:
+            if not self._record.ended:
+                self._record.ended = True
+                self._record.ended_seq = ended_seq
+            return SessionRecord.from_dict(self._record.to_dict())
+
+    def mark_exported(self) -> None:
+        with self._lock:
+            self._record.exported = True

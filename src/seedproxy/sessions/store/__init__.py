@@ -1,0 +1,18 @@
+"""Session stores, chosen by URL: ``memory://`` (default), ``sqlite:///path.db``,
+``redis://host:port/db``. Durable stores are imported lazily."""
+
+from __future__ import annotations
+
+from ...errors import ConfigError
+from .base import RETRY_MEMORY, SessionStore
+from .memory import MemoryStore
+
+__all__ = ["RETRY_MEMORY", "MemoryStore", "SessionStore", "open_store"]
+
+
+def open_store(url: str) -> SessionStore:
+    """Return the store ``url`` names; ``ConfigError`` for an unknown scheme."""
+    scheme = url.split("://", 1)[0] if "://" in url else ""
+    if scheme == "memory":
+        return MemoryStore()
+    raise ConfigError(f"unsupported store URL {url!r}: use memory://, sqlite:///PATH or redis://HOST:PORT/DB")

@@ -1,0 +1,70 @@
+"""The session store interface. Every store (memory, SQLite, Redis) passes one suite.
+
+Atomicity is the store's job: ``allocate`` must hand out each counter index exactly
+once across threads, tasks and (for shared stores) processes. Methods that name a
+session that does not exist raise ``SessionNotFound``, except where noted.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from ..interaction import Interaction
+from ..record import SessionRecord, Slot
+
+__all__ = ["RETRY_MEMORY", "SessionStore"]
+
+RETRY_MEMORY = 64
+"""How many recent request digests a session remembers for SDK-retry matching."""
+
+
+class SessionStore(Protocol):
+    async def create(self, record: SessionRecord) -> bool:
+        """Insert ``record``, setting its ``created_seq``; False if the id is taken."""
+
+    async def get(self, session_id: str) -> SessionRecord | None:
+        """Return the session, or None when unknown."""
+
+    async def find_by_key(self, api_key: str) -> SessionRecord | None:
+        """Return the session owning ``api_key``, or None."""
+
+    async def list(self, group_id: str | None = None) -> list[SessionRecord]:
+        """Return sessions (of one group, if given) in creation order."""
+
+    async def allocate(
+        self, session_id: str, *, digest: bytes, retry: bool, pinned: int | None
+    ) -> Slot:
+        """Atomically give a request its slot.
+
+        ``pinned`` uses that index and leaves the counter alone. Otherwise, when
+        ``retry`` is set and ``digest`` matches a recent request, that request's slot
+        comes back with ``reused=True``; else the counter's next index.
+        """
+
+    async def record(self, session_id: str, interaction: Interaction) -> None:
+        """Store ``interaction``, replacing one with the same ``interaction_id``.
+        Durable stores return only once it is durable."""
+
+    async def interactions(self, session_id: str) -> list[Interaction]:
+        """Return the session's interactions ordered by (request_index, interaction_id)."""
+
+    async def set_reward(
+        self, session_id: str, reward: float, interaction_id: str | None
+    ) -> str | None:
+        """Set an interaction's reward (the last one's when None) and the session's.
+        Returns the interaction id rewarded, or None if the session has none."""
+
+    async def end(self, session_id: str) -> SessionRecord:
+        """Mark the session ended (idempotent) and return it."""
+
+    async def mark_exported(self, session_ids: list[str]) -> None:
+        """Flag sessions as taken by an export; unknown ids are ignored."""
+
+    async def delete(self, session_id: str) -> bool:
+        """Forget the session; False when it was unknown."""
+
+    async def count_open(self) -> int:
+        """Return how many sessions are not ended."""
+
+    async def close(self) -> None:
+        """Release connections."""

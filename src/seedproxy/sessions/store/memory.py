@@ -1,0 +1,107 @@
+"""The in-process store: fast, single-process, lost on restart."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+
+from ...errors import SessionNotFound
+from ..interaction import Interaction
+from ..record import SessionRecord, Slot
+from ..session import Session
+from .base import RETRY_MEMORY
+
+__all__ = ["MemoryStore"]
+
+
+class MemoryStore:
+    """``SessionStore`` over a dict of ``Session`` objects. Safe across threads;
+    not shared across processes (use Redis for several workers or replicas)."""
+
+    def __init__(self, *, retry_memory: int = RETRY_MEMORY) -> None:
+        self._sessions: dict[str, Session] = {}
+        self._by_key: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._created = itertools.count()
+        self._ended = itertools.count()
+        self._retry_memory = retry_memory
+
+    def _session(self, session_id: str) -> Session:
+        try:
+            return self._sessions[session_id]
+        except KeyError:
+            raise SessionNotFound(f"session {session_id!r} not found") from None
+
+    async def create(self, record: SessionRecord) -> bool:
+        with self._lock:
+            if record.session_id in self._sessions:
+                return False
+            record.created_seq = next(self._created)
+            record.created_at = record.last_active_at = time.time()
+            self._sessions[record.session_id] = Session(record, retry_memory=self._retry_memory)
+            self._by_key[record.api_key] = record.session_id
+            return True
+
+    async def get(self, session_id: str) -> SessionRecord | None:
+        session = self._sessions.get(session_id)
+        return session.snapshot() if session else None
+
+    async def find_by_key(self, api_key: str) -> SessionRecord | None:
+        session_id = self._by_key.get(api_key)
+        return await self.get(session_id) if session_id else None
+
+    async def list(self, group_id: str | None = None) -> list[SessionRecord]:
+        with self._lock:
+            sessions = list(self._sessions.values())
+        records = [s.snapshot() for s in sessions]
+        if group_id is not None:
+            records = [r for r in records if r.group_id == group_id]
+        return sorted(records, key=lambda r: r.created_seq)
+
+    async def allocate(
+        self, session_id: str, *, digest: bytes, retry: bool, pinned: int | None
+    ) -> Slot:
+        return self._session(session_id).allocate(digest=digest, retry=retry, pinned=pinned)
+
+    async def record(self, session_id: str, interaction: Interaction) -> None:
+        self._session(session_id).record(interaction)
+
+    async def interactions(self, session_id: str) -> list[Interaction]:
+        return self._session(session_id).interactions()
+
+    async def set_reward(
+        self, session_id: str, reward: float, interaction_id: str | None
+    ) -> str | None:
+        session = self._session(session_id)
+        if interaction_id is not None and not session.has_interaction(interaction_id):
+            raise SessionNotFound(f"interaction {interaction_id!r} not found in {session_id!r}")
+        return session.set_reward(reward, interaction_id)
+
+    async def end(self, session_id: str) -> SessionRecord:
+        session = self._session(session_id)
+        with self._lock:
+            seq = next(self._ended)
+        return session.end(seq)
+
+    async def mark_exported(self, session_ids: list[str]) -> None:
+        for session_id in session_ids:
+            session = self._sessions.get(session_id)
+            if session is not None:
+                session.mark_exported()
+
+    async def delete(self, session_id: str) -> bool:
+        with self._lock:
+            session = self._sessions.pop(session_id, None)
+            if session is None:
+                return False
+            self._by_key.pop(session.api_key, None)
+            return True
+
+    async def count_open(self) -> int:
+        with self._lock:
+            sessions = list(self._sessions.values())
+        return sum(1 for s in sessions if not s.snapshot().ended)
+
+    async def close(self) -> None:
+        return None

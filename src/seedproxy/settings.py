@@ -1,0 +1,134 @@
+"""Configuration: flags > ``SEEDPROXY_*`` environment > TOML config file > defaults."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+from .errors import ConfigError
+
+__all__ = ["Settings", "is_loopback", "load_settings"]
+
+
+class Settings(BaseSettings):
+    """Everything ``seedproxy serve`` needs. Immutable once built."""
+
+    model_config = SettingsConfigDict(env_prefix="SEEDPROXY_", frozen=True, extra="forbid")
+
+    upstream: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    backend: Literal["sglang", "vllm", "openai"] = "sglang"
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    deterministic: bool = True
+    admin_key: str | None = None
+    store: str = "memory://"
+    model: str | None = None
+    workers: int = Field(default=1, ge=1)
+    seed: int | None = None
+    """A default seed for requests that bring none; refused with groups or n > 1."""
+    upstream_api_key: str | None = None
+    max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
+    max_open_sessions: int | None = Field(default=None, ge=1)
+    connect_timeout_s: float = Field(default=5.0, gt=0)
+    read_timeout_s: float = Field(default=600.0, gt=0)
+    max_failover: int = Field(default=2, ge=0)
+    health_interval_s: float = Field(default=5.0, gt=0)
+    session_ttl_s: float | None = Field(default=None, gt=0)
+    log_requests: bool = True
+
+    @field_validator("upstream", mode="before")
+    @classmethod
+    def _split_upstreams(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [u.strip() for u in value.split(",") if u.strip()]
+        return value
+
+    @field_validator("upstream")
+    @classmethod
+    def _check_urls(cls, value: list[str]) -> list[str]:
+        for url in value:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"upstream {url!r} must start with http:// or https://")
+        return [url.rstrip("/") for url in value]
+
+    @model_validator(mode="after")
+    def _check_safety(self) -> Settings:
+        if not is_loopback(self.host) and not self.admin_key:
+            raise ValueError(
+                f"refusing to bind {self.host} without an admin key: "
+                "set --admin-key (or SEEDPROXY_ADMIN_KEY), or bind 127.0.0.1"
+            )
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def load_settings(flags: dict[str, Any], config_file: str | None = None) -> Settings:
+    """Build settings from explicit flags over the environment over a TOML file.
+
+    Raises ``ConfigError`` with one readable line for any invalid value.
+    """
+    file_values = _read_toml(config_file) if config_file else {}
+    explicit = {k: v for k, v in flags.items() if v is not None}
+    try:
+        return _from_env_over_file(file_values, explicit)
+    except ValidationError as exc:
+        raise ConfigError(_first_error(exc)) from None
+
+
+def _from_env_over_file(file_values: dict[str, Any], explicit: dict[str, Any]) -> Settings:
+    # pydantic-settings ranks init kwargs over env; the file must rank below env,
+    # so file values are passed only for keys the environment does not set.
+    env_keys = {k[len("SEEDPROXY_") :].lower() for k in os.environ if k.startswith("SEEDPROXY_")}
+    values = {k: v for k, v in file_values.items() if k not in env_keys}
+    values.update(explicit)
+    return Settings(**values)
+
+
+def _read_toml(path: str) -> dict[str, Any]:
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} not found") from None
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"config file {path}: {exc}") from None
+    section = data.get("seedproxy", data)
+    if not isinstance(section, dict):
+        raise ConfigError(f"config file {path}: [seedproxy] must be a table")
+    return {k.replace("-", "_"): v for k, v in section.items()}
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err.get("loc", ())) or "settings"
+    message = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
+    return f"{where}: {message}" if where != "settings" else message

@@ -1,0 +1,294 @@
+"""A test upstream that behaves like an SGLang server in deterministic mode, as
+``shared/notes/domain.md`` describes, with switches for injecting failures.
+
+- The seed acts only through ``seed`` (OpenAI routes) or
+  ``sampling_params.sampling_seed`` (/generate); no seed means 42.
+- ``n`` copies the seed to every choice, so the choices are identical.
+- An unknown ``sampling_params`` key is a 400, as is a non-int ``sampling_seed``.
+- ``temperature == 0`` is greedy: the seed changes nothing.
+- Token ids come back per SGLang's flags: chat ``return_prompt_token_ids`` /
+  ``return_token_ids`` (non-stream only; 400 with stream), the ``x-sglext-*``
+  headers for streamed chat, completions ``return_token_ids``, /generate
+  ``output_ids`` and ``meta_info``.
+
+Tokens: the prompt is tokenised one id per character; output token ``i`` is word
+``WORDS[h % 26]`` with ``h`` a hash of (seed, prompt ids, position), so the same
+prompt and seed always give the same words, and continuing a prefix continues it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+WORDS = [
+    "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india",
+    "juliet", "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo",
+    "sierra", "tango", "uniform", "victor", "whiskey", "xray", "yankee", "zulu",
+]
+VOCAB_BASE = 100_000
+SAMPLING_KEYS = {
+    "max_new_tokens", "temperature", "top_p", "top_k", "min_p", "stop", "stop_token_ids",
+    "n", "sampling_seed", "ignore_eos", "skip_special_tokens", "frequency_penalty",
+    "presence_penalty", "repetition_penalty", "min_new_tokens", "regex", "ebnf",
+    "json_schema", "no_stop_trim", "spaces_between_special_tokens", "logit_bias",
+    "custom_params", "stop_regex",
+}
+
+
+@dataclass
+class Switches:
+    """Knobs a test turns: fail the next requests, slow down, record what came in."""
+
+    fail_next: int = 0
+    fail_status: int = 503
+    token_delay_s: float = 0.0
+    break_stream_after: int | None = None
+    received: list[dict[str, Any]] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)
+    name: str = "fake-sglang"
+
+
+def tokens_for(prompt_ids: list[int], seed: int | None, temperature: float, count: int) -> list[int]:
+    greedy = temperature is not None and temperature <= 1e-5
+    out: list[int] = []
+    for position in range(len(prompt_ids), len(prompt_ids) + count):
+        key = f"{'greedy' if greedy else seed}|{position}|{_tail(prompt_ids + out)}"
+        h = int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big")
+        out.append(VOCAB_BASE + h % len(WORDS))
+    return out
+
+
+def _tail(ids: list[int]) -> str:
+    return ",".join(map(str, ids[-8:]))
+
+
+def logprob_of(token: int) -> float:
+    return -((token * 7919) % 97) / 31.0
+
+
+def detok(ids: list[int]) -> str:
+    return "".join(" " + WORDS[i - VOCAB_BASE] if i >= VOCAB_BASE else chr(i) for i in ids)
+
+
+def tokenize(text: str) -> list[int]:
+    return [ord(c) for c in text]
+
+
+def chat_prompt(messages: list[dict[str, Any]]) -> str:
+    parts = []
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, list):
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        parts.append(f"<{m.get('role')}>{content or ''}")
+        for call in m.get("tool_calls") or []:
+            parts.append(f"<call>{orjson.dumps(call).decode()}")
+    return "".join(parts) + "<assistant>"
+
+
+def error(message: str, status: int = 400) -> JSONResponse:
+    kind = "BadRequestError" if status == 400 else "ServiceUnavailableError"
+    return JSONResponse(
+        {"object": "error", "message": message, "type": kind, "param": None, "code": status},
+        status_code=status,
+    )
+
+
+def create_fake_sglang(switches: Switches | None = None) -> Starlette:
+    sw = switches or Switches()
+
+    async def gate(request: Request) -> tuple[dict[str, Any] | None, Response | None]:
+        try:
+            body = orjson.loads(await request.body())
+        except orjson.JSONDecodeError:
+            return None, error("invalid JSON")
+        sw.received.append(body)
+        sw.headers.append({k.lower(): v for k, v in request.headers.items()})
+        if sw.fail_next > 0:
+            sw.fail_next -= 1
+            return None, error("injected failure", sw.fail_status)
+        return body, None
+
+    async def generate(request: Request) -> Response:
+        body, failed = await gate(request)
+        if failed:
+            return failed
+        assert body is not None
+        params = body.get("sampling_params") or {}
+        unknown = set(params) - SAMPLING_KEYS
+        if unknown:
+            return error(f"unknown sampling_params: {sorted(unknown)}")
+        seed = params.get("sampling_seed", 42)
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            return error("sampling_seed must be an integer")
+        prompt = body.get("input_ids") or tokenize(body.get("text") or "")
+        count = int(params.get("max_new_tokens", 16))
+        temperature = params.get("temperature", 1.0)
+        n = int(params.get("n", 1))
+        ids = tokens_for(prompt, seed, temperature, count)
+
+        def item(sofar: list[int], done: bool, index: int = 0) -> dict[str, Any]:
+            meta: dict[str, Any] = {
+                "id": "gen-1",
+                "finish_reason": {"type": "length", "length": count} if done else None,
+                "prompt_tokens": len(prompt),
+                "completion_tokens": len(sofar),
+                "cached_tokens": 0,
+                "e2e_latency": 0.001,
+                "weight_version": "default",
+            }
+            if body.get("return_logprob"):
+                meta["output_token_logprobs"] = [[logprob_of(t), t, None] for t in sofar]
+            out = {"text": detok(sofar), "output_ids": list(sofar), "meta_info": meta}
+            if n > 1:
+                out["index"] = index
+            return out
+
+        if body.get("stream"):
+            async def events():  # cumulative chunks, SGLang's default
+                for index in range(n):
+                    for k in range(1, count + 1):
+                        await asyncio.sleep(sw.token_delay_s)
+                        yield b"data: " + orjson.dumps(item(ids[:k], k == count, index)) + b"\n\n"
+                yield b"data: [DONE]\n\n"
+
+            return StreamingResponse(events(), media_type="text/event-stream")
+        if n > 1:
+            return JSONResponse([item(ids, True, i) for i in range(n)])
+        return JSONResponse(item(ids, True))
+
+    async def openai_route(request: Request, chat: bool) -> Response:
+        body, failed = await gate(request)
+        if failed:
+            return failed
+        assert body is not None
+        seed = body.get("seed", 42) if body.get("seed") is not None else 42
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            return error("seed must be an integer")
+        stream = body.get("stream") is True
+        if chat and stream and (body.get("return_token_ids") or body.get("return_prompt_token_ids")):
+            return error("return_token_ids is not supported with streaming")
+        if chat:
+            prompt = tokenize(chat_prompt(body.get("messages") or []))
+            count = body.get("max_completion_tokens") or body.get("max_tokens") or 8
+        else:
+            raw = body.get("prompt")
+            prompt = raw if isinstance(raw, list) and all(isinstance(x, int) for x in raw) else tokenize(str(raw))
+            count = body.get("max_tokens") or 8
+        temperature = body.get("temperature", 1.0)
+        n = int(body.get("n") or 1)
+        ids = tokens_for(prompt, seed, temperature if temperature is not None else 1.0, int(count))
+        want_lp = bool(body.get("logprobs")) if chat else body.get("logprobs") is not None
+        obj = "chat.completion" if chat else "text_completion"
+
+        def logprobs(tokens: list[int]) -> Any:
+            if not want_lp:
+                return None
+            if chat:
+                return {"content": [
+                    {"token": WORDS[t - VOCAB_BASE], "logprob": logprob_of(t), "bytes": None, "top_logprobs": []}
+                    for t in tokens
+                ]}
+            return {
+                "tokens": [WORDS[t - VOCAB_BASE] for t in tokens],
+                "token_logprobs": [logprob_of(t) for t in tokens],
+                "top_logprobs": [{} for _ in tokens],
+                "text_offset": [0 for _ in tokens],
+            }
+
+        usage = {"prompt_tokens": len(prompt), "completion_tokens": len(ids) * n,
+                 "total_tokens": len(prompt) + len(ids) * n}
+        if not stream:
+            choices = []
+            for i in range(n):
+                choice: dict[str, Any] = {"index": i, "logprobs": logprobs(ids), "finish_reason": "length"}
+                if chat:
+                    choice["message"] = {"role": "assistant", "content": detok(ids).strip()}
+                    if body.get("return_prompt_token_ids") or body.get("return_token_ids"):
+                        choice["prompt_token_ids"] = prompt
+                    if body.get("return_token_ids"):
+                        choice["response_token_ids"] = ids
+                else:
+                    choice["text"] = detok(ids)
+                    if body.get("return_token_ids"):
+                        choice["token_ids"] = ids
+                        choice["prompt_token_ids"] = prompt
+                choices.append(choice)
+            return JSONResponse({"id": "cmpl-1", "object": obj, "created": 1, "model": sw.name,
+                                 "choices": choices, "usage": usage})
+
+        headers = {k.lower(): v for k, v in request.headers.items()}
+
+        async def events():
+            sent = 0
+            for i in range(n):
+                for k, token in enumerate(ids):
+                    await asyncio.sleep(sw.token_delay_s)
+                    if sw.break_stream_after is not None and sent >= sw.break_stream_after:
+                        raise ConnectionResetError("injected stream break")
+                    sent += 1
+                    text = detok([token])
+                    if chat:
+                        delta = {"content": text.strip() if k == 0 else text}
+                        if k == 0:
+                            delta["role"] = "assistant"
+                        choice = {"index": i, "delta": delta, "logprobs": logprobs([token]), "finish_reason": None}
+                    else:
+                        choice = {"index": i, "text": text, "logprobs": logprobs([token]), "finish_reason": None}
+                        if body.get("return_token_ids"):
+                            choice["token_ids"] = [token]
+                            if k == 0:
+                                choice["prompt_token_ids"] = prompt
+                    chunk = {"id": "cmpl-1", "object": obj + ".chunk" if chat else obj, "created": 1,
+                             "model": sw.name, "choices": [choice]}
+                    yield b"data: " + orjson.dumps(chunk) + b"\n\n"
+                end = {"index": i, "logprobs": None, "finish_reason": "length"}
+                end.update({"delta": {}} if chat else {"text": ""})
+                yield b"data: " + orjson.dumps({"id": "cmpl-1", "object": obj, "created": 1,
+                                                 "model": sw.name, "choices": [end]}) + b"\n\n"
+            sglext: dict[str, Any] = {}
+            if chat and headers.get("x-sglext-return-input-ids") == "1":
+                sglext["input_ids"] = prompt
+            if chat and headers.get("x-sglext-return-output-ids") == "1":
+                sglext["output_ids"] = [ids for _ in range(n)]
+            if sglext:
+                yield b"data: " + orjson.dumps({"id": "cmpl-1", "object": obj, "created": 1,
+                                                 "model": sw.name, "choices": [], "sglext": sglext}) + b"\n\n"
+            if (body.get("stream_options") or {}).get("include_usage"):
+                yield b"data: " + orjson.dumps({"id": "cmpl-1", "object": obj, "created": 1,
+                                                 "model": sw.name, "choices": [], "usage": usage}) + b"\n\n"
+            yield b"data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    async def chat(request: Request) -> Response:
+        return await openai_route(request, chat=True)
+
+    async def completions(request: Request) -> Response:
+        return await openai_route(request, chat=False)
+
+    async def models(request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [
+            {"id": sw.name, "object": "model", "created": int(time.time()), "owned_by": "sglang"}
+        ]})
+
+    async def health(request: Request) -> Response:
+        return Response(status_code=200)
+
+    return Starlette(routes=[
+        Route("/generate", generate, methods=["POST"]),
+        Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
+    ])

@@ -1,0 +1,40 @@
+import pytest
+
+from seedproxy import choice_seeds, derive_seed
+from seedproxy.proxy.cli import main
+
+
+@pytest.mark.parametrize(
+    ("identity", "index", "expected"),
+    [("17:3", 0, 1152644103), ("17:3", 1, 817236710), ("17:4", 0, 1165872017), ("17", 0, 422241094)],
+)
+def test_known_values_match_areal(identity: str, index: int, expected: int) -> None:
+    assert derive_seed(identity, index) == expected
+
+
+def test_negative_index_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="non-negative"):
+        derive_seed("17:3", -1)
+
+
+def test_choice_zero_keeps_the_plain_seed_and_others_hash_the_slot() -> None:
+    seeds = choice_seeds("17:3", 0, 4)
+    assert seeds[0] == 1152644103
+    assert seeds[1:] == [derive_seed("17:3:0", i) for i in (1, 2, 3)]
+    assert len(set(seeds)) == 4
+    assert seeds == [1152644103, 1700040817, 1810570516, 1143252661]
+
+
+def test_seed_command_prints_the_seed(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["seed", "17:3", "1"]) == 0
+    assert capsys.readouterr().out.strip() == "817236710"
+
+
+@pytest.mark.parametrize("argv", [["seed", "17:3", "-1"], ["seed", "17:3", "x"], ["seed", "17:3"]])
+def test_seed_command_rejects_bad_arguments(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        raise SystemExit(main(argv))
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("seedproxy: error:") and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
