@@ -28,17 +28,30 @@ from seedproxy.sessions import Interaction, MemoryStore, SessionRecord  # noqa: 
 def answer(prompt: int, completion: int, k: int) -> dict:
     ids = [100_000 + (k * 31 + i * 7) % 50_000 for i in range(completion)]
     return {
-        "id": f"c{k}", "object": "chat.completion", "created": 1, "model": "m",
-        "choices": [{
-            "index": 0, "finish_reason": "length",
-            "message": {"role": "assistant", "content": " w" * completion},
-            "logprobs": {"content": [
-                {"token": "w", "logprob": -0.01 * (i % 300), "bytes": None, "top_logprobs": []}
-                for i in range(completion)
-            ]},
-            "prompt_token_ids": list(range(k, k + prompt)),
-            "response_token_ids": ids,
-        }],
+        "id": f"c{k}",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "length",
+                "message": {"role": "assistant", "content": " w" * completion},
+                "logprobs": {
+                    "content": [
+                        {
+                            "token": "w",
+                            "logprob": -0.01 * (i % 300),
+                            "bytes": None,
+                            "top_logprobs": [],
+                        }
+                        for i in range(completion)
+                    ]
+                },
+                "prompt_token_ids": list(range(k, k + prompt)),
+                "response_token_ids": ids,
+            }
+        ],
         "usage": {"prompt_tokens": prompt, "completion_tokens": completion},
     }
 
@@ -56,12 +69,18 @@ async def measure(interactions: int, prompt: int, completion: int) -> tuple[floa
     for k, raw in enumerate(answers):
         shown, captured = backend.finish(Endpoint.CHAT, body, raw)
         record = Interaction(
-            interaction_id=f"i{k}", request_index=k, seeds=[k], endpoint=Endpoint.CHAT.value,
-            request=body, response=shown, prompt_token_ids=array("i", captured.prompt_token_ids),
+            interaction_id=f"i{k}",
+            request_index=k,
+            seeds=[k],
+            endpoint=Endpoint.CHAT.value,
+            request=body,
+            response=shown,
+            prompt_token_ids=array("i", captured.prompt_token_ids),
             choices=captured.choices,
         )
         arrays += sys.getsizeof(record.prompt_token_ids) + sum(
-            sys.getsizeof(c.token_ids) + sys.getsizeof(c.logprobs) for c in record.choices)
+            sys.getsizeof(c.token_ids) + sys.getsizeof(c.logprobs) for c in record.choices
+        )
         await store.record("bench", record)
     answers.clear()  # what the store keeps is all that remains
     gc.collect()
@@ -72,7 +91,9 @@ async def measure(interactions: int, prompt: int, completion: int) -> tuple[floa
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--interactions", type=int, default=200)
     parser.add_argument("--prompt", type=int, default=1024)
     parser.add_argument("--completion", type=int, default=512)

@@ -32,9 +32,13 @@ def score(text: str) -> float:
     return round(sum("a" in w for w in words) / len(words), 6) if words else 0.0
 
 
-async def rollout(admin: httpx.AsyncClient, session: dict[str, Any], task: int, jitter: random.Random) -> None:
+async def rollout(
+    admin: httpx.AsyncClient, session: dict[str, Any], task: int, jitter: random.Random
+) -> None:
     """One sample: a multi-turn chat through the session's own base_url."""
-    client = openai.AsyncOpenAI(base_url=session["base_url"], api_key=session["api_key"], max_retries=2)
+    client = openai.AsyncOpenAI(
+        base_url=session["base_url"], api_key=session["api_key"], max_retries=2
+    )
     messages: list[Any] = [{"role": "system", "content": "You are a careful solver."}]
     reply = ""
     async with client:
@@ -51,20 +55,35 @@ async def rollout(admin: httpx.AsyncClient, session: dict[str, Any], task: int, 
     (await admin.post(f"/sessions/{sid}/end")).raise_for_status()
 
 
-async def run(url: str, tasks: int, group_size: int, out: str, style: str, admin_key: str | None) -> int:
+async def run(
+    url: str, tasks: int, group_size: int, out: str, style: str, admin_key: str | None
+) -> int:
     headers = {"authorization": f"Bearer {admin_key}"} if admin_key else {}
     jitter = random.Random()  # deliberately unseeded: timing must not matter
     written = 0
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=120) as admin:
         with open(out, "wb") as handle:
             for task in range(tasks):
-                made = await admin.post("/sessions", json={
-                    "identity": f"task{task}", "group_size": group_size, "metadata": {"task": task}})
+                made = await admin.post(
+                    "/sessions",
+                    json={
+                        "identity": f"task{task}",
+                        "group_size": group_size,
+                        "metadata": {"task": task},
+                    },
+                )
                 made.raise_for_status()
                 group = made.json()
                 await asyncio.gather(*(rollout(admin, s, task, jitter) for s in group["sessions"]))
-                exported = await admin.post("/trajectories/export", json={
-                    "group_id": group["group_id"], "count": group_size, "timeout_s": 60, "style": style})
+                exported = await admin.post(
+                    "/trajectories/export",
+                    json={
+                        "group_id": group["group_id"],
+                        "count": group_size,
+                        "timeout_s": 60,
+                        "style": style,
+                    },
+                )
                 exported.raise_for_status()
                 for trajectory in exported.json()["trajectories"]:
                     handle.write(orjson.dumps(trajectory, option=orjson.OPT_SORT_KEYS) + b"\n")
@@ -73,7 +92,9 @@ async def run(url: str, tasks: int, group_size: int, out: str, style: str, admin
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--url", default="http://127.0.0.1:8000", help="the proxy's root URL")
     parser.add_argument("--tasks", type=int, default=2)
     parser.add_argument("--group-size", type=int, default=4)
@@ -81,7 +102,9 @@ def main() -> None:
     parser.add_argument("--admin-key")
     parser.add_argument("--out", default="rollouts.jsonl")
     args = parser.parse_args()
-    written = asyncio.run(run(args.url, args.tasks, args.group_size, args.out, args.style, args.admin_key))
+    written = asyncio.run(
+        run(args.url, args.tasks, args.group_size, args.out, args.style, args.admin_key)
+    )
     print(f"wrote {written} trajectories to {args.out}")
 
 

@@ -36,24 +36,32 @@ def assert_captured(record: dict[str, Any], prompt: list[int], count: int) -> No
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_chat_capture_without_the_client_asking(proxy: str, http: httpx.Client, stream: bool) -> None:
+def test_chat_capture_without_the_client_asking(
+    proxy: str, http: httpx.Client, stream: bool
+) -> None:
     r = http.post("/sessions/cc/v1/chat/completions", json={"messages": MSG, "stream": stream})
     assert r.status_code == 200
-    for word in ("token_ids", "logprob\":{", "sglext", "input_ids"):
+    for word in ("token_ids", 'logprob":{', "sglext", "input_ids"):
         assert word not in r.text
     assert_captured(last(http, "cc"), CHAT_PROMPT, 8)
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_completions_capture_without_the_client_asking(proxy: str, http: httpx.Client, stream: bool) -> None:
-    r = http.post("/sessions/cp/v1/completions", json={"prompt": "abc", "stream": stream, "max_tokens": 5})
+def test_completions_capture_without_the_client_asking(
+    proxy: str, http: httpx.Client, stream: bool
+) -> None:
+    r = http.post(
+        "/sessions/cp/v1/completions", json={"prompt": "abc", "stream": stream, "max_tokens": 5}
+    )
     assert r.status_code == 200
     assert "token_ids" not in r.text and "token_logprobs" not in r.text
     assert_captured(last(http, "cp"), tokenize("abc"), 5)
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_generate_capture_without_the_client_asking(proxy: str, http: httpx.Client, stream: bool) -> None:
+def test_generate_capture_without_the_client_asking(
+    proxy: str, http: httpx.Client, stream: bool
+) -> None:
     body = {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 4}, "stream": stream}
     r = http.post("/sessions/cg/generate", json=body)
     assert r.status_code == 200
@@ -65,36 +73,60 @@ def direct(fake: Fake, path: str, body: dict[str, Any]) -> Any:
     return httpx.post(fake.url + path, json=body, timeout=10).json()
 
 
-def test_chat_logprobs_asked_for_are_exactly_the_upstreams(proxy: str, fake: Fake, http: httpx.Client) -> None:
+def test_chat_logprobs_asked_for_are_exactly_the_upstreams(
+    proxy: str, fake: Fake, http: httpx.Client
+) -> None:
     raw = sdk(proxy, "lp").chat.completions.with_raw_response.create(
-        model="m", messages=MSG, logprobs=True, top_logprobs=2)
-    expected = direct(fake, "/v1/chat/completions", {
-        "messages": MSG, "logprobs": True, "top_logprobs": 2, "seed": derive_seed("lp", 0)})
+        model="m", messages=MSG, logprobs=True, top_logprobs=2
+    )
+    expected = direct(
+        fake,
+        "/v1/chat/completions",
+        {"messages": MSG, "logprobs": True, "top_logprobs": 2, "seed": derive_seed("lp", 0)},
+    )
     assert raw.parse().choices[0].logprobs is not None
     assert orjson.loads(raw.content)["choices"] == expected["choices"]
     assert_captured(last(http, "lp"), CHAT_PROMPT, 8)
 
 
-def test_completion_logprobs_and_token_ids_asked_for_come_back(proxy: str, fake: Fake, http: httpx.Client) -> None:
-    r = http.post("/sessions/lpc/v1/completions", json={"prompt": "abc", "logprobs": 0, "return_token_ids": True})
-    expected = direct(fake, "/v1/completions", {
-        "prompt": "abc", "logprobs": 0, "return_token_ids": True, "seed": derive_seed("lpc", 0)})
+def test_completion_logprobs_and_token_ids_asked_for_come_back(
+    proxy: str, fake: Fake, http: httpx.Client
+) -> None:
+    r = http.post(
+        "/sessions/lpc/v1/completions",
+        json={"prompt": "abc", "logprobs": 0, "return_token_ids": True},
+    )
+    expected = direct(
+        fake,
+        "/v1/completions",
+        {"prompt": "abc", "logprobs": 0, "return_token_ids": True, "seed": derive_seed("lpc", 0)},
+    )
     assert r.json()["choices"] == expected["choices"]
 
 
-def test_streamed_chat_logprobs_asked_for_are_kept_per_chunk(proxy: str, fake: Fake, http: httpx.Client) -> None:
-    r = http.post("/sessions/lps/v1/chat/completions", json={"messages": MSG, "stream": True, "logprobs": True})
+def test_streamed_chat_logprobs_asked_for_are_kept_per_chunk(
+    proxy: str, fake: Fake, http: httpx.Client
+) -> None:
+    r = http.post(
+        "/sessions/lps/v1/chat/completions",
+        json={"messages": MSG, "stream": True, "logprobs": True},
+    )
     chunks = [orjson.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: {")]
-    shown = [c["choices"][0]["logprobs"]["content"][0]["logprob"]
-             for c in chunks if c["choices"] and c["choices"][0]["logprobs"]]
+    shown = [
+        c["choices"][0]["logprobs"]["content"][0]["logprob"]
+        for c in chunks
+        if c["choices"] and c["choices"][0]["logprobs"]
+    ]
     record = last(http, "lps")
     assert shown == pytest.approx(record["logprobs"], abs=1e-6) and len(shown) == 8
     assert "sglext" not in r.text
 
 
 def test_generate_return_logprob_asked_for_is_kept(proxy: str, http: httpx.Client) -> None:
-    r = http.post("/sessions/lpg/generate", json={"text": "hi", "return_logprob": True,
-                                                 "sampling_params": {"max_new_tokens": 3}})
+    r = http.post(
+        "/sessions/lpg/generate",
+        json={"text": "hi", "return_logprob": True, "sampling_params": {"max_new_tokens": 3}},
+    )
     meta = r.json()["meta_info"]
     assert [e[1] for e in meta["output_token_logprobs"]] == r.json()["output_ids"]
 

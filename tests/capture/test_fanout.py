@@ -37,13 +37,18 @@ def test_chat_n4_gives_four_distinct_choices_with_the_contract_seeds(
     single = sdk(proxy, "other").chat.completions.create(model="m", messages=MSG, seed=SEEDS[2])
     assert texts[2] == single.choices[0].message.content
     assert answer.usage is not None
-    assert (answer.usage.prompt_tokens, answer.usage.completion_tokens) == (len("<user>hello<assistant>"), 32)
+    assert (answer.usage.prompt_tokens, answer.usage.completion_tokens) == (
+        len("<user>hello<assistant>"),
+        32,
+    )
     assert answer.usage.total_tokens == answer.usage.prompt_tokens + 32
     trajectory = http.get("/sessions/17:3/trajectory").json()["interactions"]
     assert len(trajectory) == 1
     record = trajectory[0]
     assert record["seed"] == SEEDS
-    assert len(record["completion_token_ids"]) == 4 and all(len(t) == 8 for t in record["completion_token_ids"])
+    assert len(record["completion_token_ids"]) == 4 and all(
+        len(t) == 8 for t in record["completion_token_ids"]
+    )
     assert len({tuple(t) for t in record["completion_token_ids"]}) == 4
     assert [len(lp) for lp in record["logprobs"]] == [8] * 4
     assert record["finish_reason"] == ["length"] * 4
@@ -51,7 +56,9 @@ def test_chat_n4_gives_four_distinct_choices_with_the_contract_seeds(
     assert http.get("/sessions/17:3").json()["next_index"] == 1
 
 
-def test_chat_n4_streaming_interleaves_choices_with_their_index(proxy: str, fake: Fake, http: httpx.Client) -> None:
+def test_chat_n4_streaming_interleaves_choices_with_their_index(
+    proxy: str, fake: Fake, http: httpx.Client
+) -> None:
     fake.switches.token_delay_s = 0.01
     whole = sdk(proxy).chat.completions.create(model="m", messages=MSG, n=4)
     http.post("/sessions", json={"session_id": "17:3-s", "identity": "17:3"})
@@ -72,12 +79,16 @@ def test_chat_n4_streaming_interleaves_choices_with_their_index(proxy: str, fake
     assert usage is not None and usage.completion_tokens == 32
     record = http.get("/sessions/17:3-s/trajectory").json()["interactions"][0]
     assert record["seed"] == SEEDS
-    assert [c["text"].strip() for c in record["response"]["choices"]] == [texts[i] for i in range(4)]
+    assert [c["text"].strip() for c in record["response"]["choices"]] == [
+        texts[i] for i in range(4)
+    ]
     assert len({tuple(t) for t in record["completion_token_ids"]}) == 4
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_completions_n3_on_the_second_request(proxy: str, fake: Fake, http: httpx.Client, stream: bool) -> None:
+def test_completions_n3_on_the_second_request(
+    proxy: str, fake: Fake, http: httpx.Client, stream: bool
+) -> None:
     c = sdk(proxy)
     c.completions.create(model="m", prompt="abc")
     raw = c.completions.with_raw_response.create(model="m", prompt="abc", n=3, stream=stream)
@@ -96,7 +107,9 @@ def test_completions_n3_on_the_second_request(proxy: str, fake: Fake, http: http
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_generate_n2_fans_out_with_sampling_seeds(proxy: str, fake: Fake, http: httpx.Client, stream: bool) -> None:
+def test_generate_n2_fans_out_with_sampling_seeds(
+    proxy: str, fake: Fake, http: httpx.Client, stream: bool
+) -> None:
     body = {"text": "hi", "sampling_params": {"max_new_tokens": 4, "n": 2}, "stream": stream}
     r = http.post("/sessions/17:3/generate", json=body)
     assert r.status_code == 200, r.text
@@ -120,7 +133,9 @@ def test_generate_n2_fans_out_with_sampling_seeds(proxy: str, fake: Fake, http: 
     assert [len(lp) for lp in record["logprobs"]] == [4, 4]
 
 
-def test_one_failing_choice_fails_the_request_and_keeps_its_index(proxy: str, fake: Fake, http: httpx.Client) -> None:
+def test_one_failing_choice_fails_the_request_and_keeps_its_index(
+    proxy: str, fake: Fake, http: httpx.Client
+) -> None:
     fake.switches.fail_next = 1
     with pytest.raises(openai.InternalServerError):
         sdk(proxy, "fan-fail").chat.completions.create(model="m", messages=MSG, n=3)

@@ -13,29 +13,39 @@ import pytest
 from seedproxy import derive_seed
 from tests.conftest import Fake
 
-TOOLS: list[Any] = [{
-    "type": "function",
-    "name": "search",
-    "description": "look something up",
-    "parameters": {"type": "object", "properties": {"query": {"type": "string"}}},
-}]
+TOOLS: list[Any] = [
+    {
+        "type": "function",
+        "name": "search",
+        "description": "look something up",
+        "parameters": {"type": "object", "properties": {"query": {"type": "string"}}},
+    }
+]
 
 
 def sdk(proxy: str, session: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{proxy}/sessions/{session}/v1", api_key="x", max_retries=0)
 
 
-def test_create_carries_the_seed_upstream_and_parses(proxy: str, fake: Fake, http: httpx.Client) -> None:
+def test_create_carries_the_seed_upstream_and_parses(
+    proxy: str, fake: Fake, http: httpx.Client
+) -> None:
     c = sdk(proxy, "r1")
     raw = c.responses.with_raw_response.create(
-        model="m", input="hello", instructions="be brief", max_output_tokens=5,
-        temperature=0.7, top_p=0.9,
+        model="m",
+        input="hello",
+        instructions="be brief",
+        max_output_tokens=5,
+        temperature=0.7,
+        top_p=0.9,
     )
     response = raw.parse()
     sent = fake.received[0]
     assert sent["seed"] == derive_seed("r1", 0) == int(raw.headers["x-seedproxy-seed"])
-    assert sent["messages"] == [{"role": "system", "content": "be brief"},
-                                {"role": "user", "content": "hello"}]
+    assert sent["messages"] == [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "hello"},
+    ]
     assert (sent["max_tokens"], sent["temperature"], sent["top_p"]) == (5, 0.7, 0.9)
     assert response.object == "response"
     assert len(response.output_text.split()) == 5
@@ -51,7 +61,9 @@ def test_create_carries_the_seed_upstream_and_parses(proxy: str, fake: Fake, htt
     assert record["prompt_token_ids"]
 
 
-def test_stream_matches_create_and_the_sdk_accumulates_it(proxy: str, fake: Fake, http: httpx.Client) -> None:
+def test_stream_matches_create_and_the_sdk_accumulates_it(
+    proxy: str, fake: Fake, http: httpx.Client
+) -> None:
     whole = sdk(proxy, "twin").responses.create(model="m", input="hi")
     http.post("/sessions", json={"session_id": "twin-s", "identity": "twin"})
     deltas = []
@@ -81,10 +93,20 @@ def test_a_function_tool_round_trip(proxy: str, fake: Fake, stream: bool) -> Non
     calls = [item for item in first.output if item.type == "function_call"]
     assert len(calls) == 1 and calls[0].name == "search"
     query = json.loads(calls[0].arguments)["query"]
-    assert fake.received[0]["tools"] == [{"type": "function", "function": {
-        "name": "search", "description": "look something up", "parameters": TOOLS[0]["parameters"]}}]
-    history += [calls[0].model_dump(exclude_none=True),
-                {"type": "function_call_output", "call_id": calls[0].call_id, "output": "3 cats"}]
+    assert fake.received[0]["tools"] == [
+        {
+            "type": "function",
+            "function": {
+                "name": "search",
+                "description": "look something up",
+                "parameters": TOOLS[0]["parameters"],
+            },
+        }
+    ]
+    history += [
+        calls[0].model_dump(exclude_none=True),
+        {"type": "function_call_output", "call_id": calls[0].call_id, "output": "3 cats"},
+    ]
     second = c.responses.create(model="m", input=history, tools=TOOLS)
     assert second.output_text and not [i for i in second.output if i.type == "function_call"]
     sent = fake.received[1]["messages"]
@@ -95,7 +117,9 @@ def test_a_function_tool_round_trip(proxy: str, fake: Fake, stream: bool) -> Non
     assert fake.received[1]["seed"] == derive_seed(f"tools-{stream}", 1)
 
 
-def test_an_untranslatable_request_is_a_400_using_no_index(proxy: str, fake: Fake, http: httpx.Client) -> None:
+def test_an_untranslatable_request_is_a_400_using_no_index(
+    proxy: str, fake: Fake, http: httpx.Client
+) -> None:
     with pytest.raises(openai.BadRequestError):
         sdk(proxy, "bad-r").responses.create(model="m", input="x", tools=[{"type": "web_search"}])
     assert fake.received == []

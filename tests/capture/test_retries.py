@@ -13,7 +13,9 @@ MSG = [{"role": "user", "content": "hello"}]
 
 
 def sdk(proxy: str, session: str, retries: int = 2) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{proxy}/sessions/{session}/v1", api_key="x", max_retries=retries)
+    return openai.OpenAI(
+        base_url=f"{proxy}/sessions/{session}/v1", api_key="x", max_retries=retries
+    )
 
 
 def test_an_sdk_retry_after_a_503_keeps_the_index_and_leaves_no_orphan(
@@ -26,9 +28,16 @@ def test_an_sdk_retry_after_a_503_keeps_the_index_and_leaves_no_orphan(
     assert [b["seed"] for b in fake.received] == [derive_seed("retry", 0)] * 2
     assert raw.headers["x-seedproxy-request-index"] == "0"
     trajectory = http.get("/sessions/retry/trajectory").json()["interactions"]
-    assert [(i["interaction_id"], i["request_index"], i["status"]) for i in trajectory] == [("i0", 0, 200)]
-    assert trajectory[0]["response"]["choices"][0]["message"]["content"] == raw.parse().choices[0].message.content
-    following = sdk(proxy, "retry").chat.completions.with_raw_response.create(model="m", messages=MSG)
+    assert [(i["interaction_id"], i["request_index"], i["status"]) for i in trajectory] == [
+        ("i0", 0, 200)
+    ]
+    assert (
+        trajectory[0]["response"]["choices"][0]["message"]["content"]
+        == raw.parse().choices[0].message.content
+    )
+    following = sdk(proxy, "retry").chat.completions.with_raw_response.create(
+        model="m", messages=MSG
+    )
     assert following.headers["x-seedproxy-request-index"] == "1"
     state = http.get("/sessions/retry").json()
     assert (state["next_index"], state["interactions"]) == (2, 2)
@@ -41,19 +50,28 @@ def test_a_retried_stream_and_a_retried_fanout_replace_their_interaction(
     fake.switches.fail_next = 1
     text = "".join(
         ch.choices[0].delta.content or ""
-        for ch in c.chat.completions.create(model="m", messages=MSG, stream=True) if ch.choices
+        for ch in c.chat.completions.create(model="m", messages=MSG, stream=True)
+        if ch.choices
     )
     fake.switches.fail_next = 2
     many = c.chat.completions.create(model="m", messages=MSG, n=3)
     assert text and len(many.choices) == 3
     interactions = http.get("/sessions/retry-2/trajectory").json()["interactions"]
     assert [(i["request_index"], i["status"]) for i in interactions] == [(0, 200), (1, 200)]
-    assert interactions[1]["seed"] == [derive_seed("retry-2", 1), derive_seed("retry-2:1", 1),
-                                       derive_seed("retry-2:1", 2)]
+    assert interactions[1]["seed"] == [
+        derive_seed("retry-2", 1),
+        derive_seed("retry-2:1", 1),
+        derive_seed("retry-2:1", 2),
+    ]
 
 
-def test_the_same_body_without_the_retry_header_takes_a_new_index(proxy: str, http: httpx.Client) -> None:
+def test_the_same_body_without_the_retry_header_takes_a_new_index(
+    proxy: str, http: httpx.Client
+) -> None:
     c = sdk(proxy, "no-retry", retries=0)
     first = c.chat.completions.with_raw_response.create(model="m", messages=MSG)
     second = c.chat.completions.with_raw_response.create(model="m", messages=MSG)
-    assert [first.headers["x-seedproxy-request-index"], second.headers["x-seedproxy-request-index"]] == ["0", "1"]
+    assert [
+        first.headers["x-seedproxy-request-index"],
+        second.headers["x-seedproxy-request-index"],
+    ] == ["0", "1"]

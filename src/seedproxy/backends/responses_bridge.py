@@ -156,7 +156,9 @@ def chat_usage_to_responses(usage: Any) -> dict[str, Any] | None:
     }
 
 
-def message_item(item_id: str, text: str, logprobs: list[Any] | None, status: str) -> dict[str, Any]:
+def message_item(
+    item_id: str, text: str, logprobs: list[Any] | None, status: str
+) -> dict[str, Any]:
     part: dict[str, Any] = {"type": "output_text", "text": text, "annotations": []}
     if logprobs is not None:
         part["logprobs"] = logprobs
@@ -251,4 +253,5 @@ def to_response(body: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
 
 def dumps(payload: Any) -> bytes:
     """One Responses SSE event: ``event: TYPE`` then its JSON data."""
-    return b"event: " + str(payload.get("type", "")).encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
+    kind = str(payload.get("type", "")).encode()
+    return b"event: " + kind + b"\ndata: " + orjson.dumps(payload) + b"\n\n"

@@ -60,7 +60,9 @@ class ResponsesEvents:
             self._created = chunk.get("created", 0)
             self._model = chunk.get("model")
             events.append(self._event("response.created", response=self._envelope("in_progress")))
-            events.append(self._event("response.in_progress", response=self._envelope("in_progress")))
+            events.append(
+                self._event("response.in_progress", response=self._envelope("in_progress"))
+            )
         if chunk.get("usage") is not None:
             self._usage = chat_usage_to_responses(chunk["usage"])
         for choice in chunk.get("choices") or []:
@@ -142,7 +144,9 @@ class ResponsesEvents:
                 events.append(self._event("response.function_call_arguments.done",
                                           item_id=item["id"], output_index=position,
                                           name=item["name"], arguments=item["arguments"]))
-            events.append(self._event("response.output_item.done", output_index=position, item=item))
+            events.append(
+                self._event("response.output_item.done", output_index=position, item=item)
+            )
         self._final = self._envelope("completed")
         events.append(self._event("response.completed", response=self._final))
         return events

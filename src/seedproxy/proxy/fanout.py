@@ -148,11 +148,15 @@ def merge_captured(parts: list[Captured]) -> Captured:
     """Per-choice records in final index order (``p * n + j``)."""
     n = len(parts)
     prompt = next((c.prompt_token_ids for c in parts if c.prompt_token_ids), [])
-    ranked = [(p * n + j, choice) for j, c in enumerate(parts) for p, choice in enumerate(c.choices)]
+    ranked = [
+        (p * n + j, choice) for j, part in enumerate(parts) for p, choice in enumerate(part.choices)
+    ]
     return Captured(prompt, [choice for _, choice in sorted(ranked, key=lambda r: r[0])])
 
 
-async def _merged(fwd: Forwarder, plan: Plan, replies: list[UpstreamReply]) -> AsyncIterator[bytes]:
+async def _merged(
+    fwd: Forwarder, plan: Plan, replies: list[UpstreamReply]
+) -> AsyncIterator[bytes]:
     """Interleave n upstream streams as their events arrive; record before [DONE]."""
     client = plan.client
     n = len(replies)
@@ -197,7 +201,7 @@ async def _merged(fwd: Forwarder, plan: Plan, replies: list[UpstreamReply]) -> A
                 yield encode_event(UpstreamError("an upstream broke off the stream").body())
                 return
             payload = event_json(item)
-            if not isinstance(payload, dict) and not (generate and isinstance(payload, list)):
+            if not isinstance(payload, dict):
                 continue  # [DONE] and comments: one [DONE] ends the merged stream
             tracker = trackers[j]
             shown = tracker.feed(payload) if tracker is not None else payload

@@ -29,11 +29,11 @@ from ..errors import BadRequest, UpstreamError
 from ..seeds import choice_seeds
 from ..sessions import Interaction, SessionManager, SessionRecord, Slot
 from ..settings import Settings
-from .headers import is_sdk_retry, pinned_index, seedproxy_headers
 from .fanout import exchange_fanout
+from .headers import is_sdk_retry, pinned_index, seedproxy_headers
 from .metrics import Metrics
-from .responses import exchange_responses
 from .request import ClientRequest, parse_body, read_body, request_digest
+from .responses import exchange_responses
 from .sse import DONE, encode_event, event_json, split_events
 from .transcript import StreamTranscript
 

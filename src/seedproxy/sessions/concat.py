@@ -34,7 +34,8 @@ def concat_record(interactions: list[Interaction]) -> dict[str, Any]:
     for turn, interaction in enumerate(turns):
         prompt = interaction.prompt_token_ids.tolist()
         if len(interaction.choices) != 1:
-            return _broken(turns, turn, f"{len(interaction.choices)} choices (concat needs one)", None)
+            reason = f"{len(interaction.choices)} choices (concat needs one)"
+            return _broken(turns, turn, reason, None)
         choice = interaction.choices[0]
         completion = choice.token_ids.tolist()
         if not prompt or not completion:
@@ -71,7 +72,9 @@ def _first_difference(previous: list[int], prompt: list[int]) -> int | None:
     return None
 
 
-def _broken(turns: list[Interaction], turn: int, reason: str, position: int | None) -> dict[str, Any]:
+def _broken(
+    turns: list[Interaction], turn: int, reason: str, position: int | None
+) -> dict[str, Any]:
     at = turns[turn]
     return {
         "token_ids": None,

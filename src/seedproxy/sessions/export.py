@@ -46,7 +46,9 @@ async def select_sessions(
     deadline = time.monotonic() + timeout_s
     while True:
         async with lock if lock is not None else contextlib.nullcontext():
-            chosen, complete = await _select_once(store, session_ids, group_id, count, deterministic)
+            chosen, complete = await _select_once(
+                store, session_ids, group_id, count, deterministic
+            )
             if complete or time.monotonic() >= deadline:
                 await store.mark_exported([r.session_id for r in chosen])
                 return chosen
