@@ -6,6 +6,8 @@
 - ``n`` copies the seed to every choice, so the choices are identical.
 - An unknown ``sampling_params`` key is a 400, as is a non-int ``sampling_seed``.
 - ``temperature == 0`` is greedy: the seed changes nothing.
+- A chat request with ``tools`` whose last message is the user's is answered with
+  one call of the first tool (``finish_reason: tool_calls``), streamed or not.
 - Token ids come back per SGLang's flags: chat ``return_prompt_token_ids`` /
   ``return_token_ids`` (non-stream only; 400 with stream), the ``x-sglext-*``
   headers for streamed chat, completions ``return_token_ids``, /generate
@@ -94,6 +96,27 @@ def chat_prompt(messages: list[dict[str, Any]]) -> str:
         for call in m.get("tool_calls") or []:
             parts.append(f"<call>{orjson.dumps(call).decode()}")
     return "".join(parts) + "<assistant>"
+
+
+def _tool_call(body: dict[str, Any], ids: list[int]) -> dict[str, Any] | None:
+    messages = body.get("messages") or []
+    tools = body.get("tools") or []
+    if not tools or not messages or messages[-1].get("role") != "user":
+        return None
+    name = (tools[0].get("function") or {}).get("name", "tool")
+    arguments = orjson.dumps({"query": detok(ids).strip()}).decode()
+    return {"id": f"call_{ids[0]}", "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def _call_piece(call: dict[str, Any], k: int, count: int) -> dict[str, Any]:
+    """Streamed tool call: id and name first, the arguments in ``count`` pieces."""
+    arguments = call["function"]["arguments"]
+    size = len(arguments)
+    piece = arguments[k * size // count:(k + 1) * size // count]
+    if k == 0:
+        return {"index": 0, "id": call["id"], "type": "function",
+                "function": {"name": call["function"]["name"], "arguments": piece}}
+    return {"index": 0, "function": {"arguments": piece}}
 
 
 def error(message: str, status: int = 400) -> JSONResponse:
@@ -206,6 +229,7 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
                 "text_offset": [0 for _ in tokens],
             }
 
+        call = _tool_call(body, ids) if chat else None
         usage = {"prompt_tokens": len(prompt), "completion_tokens": len(ids) * n,
                  "total_tokens": len(prompt) + len(ids) * n}
         if not stream:
@@ -214,6 +238,9 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
                 choice: dict[str, Any] = {"index": i, "logprobs": logprobs(ids), "finish_reason": "length"}
                 if chat:
                     choice["message"] = {"role": "assistant", "content": detok(ids).strip()}
+                    if call is not None:
+                        choice["message"] = {"role": "assistant", "content": None, "tool_calls": [call]}
+                        choice["finish_reason"] = "tool_calls"
                     if body.get("return_prompt_token_ids") or body.get("return_token_ids"):
                         choice["prompt_token_ids"] = prompt
                     if body.get("return_token_ids"):
@@ -240,6 +267,8 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
                     text = detok([token])
                     if chat:
                         delta = {"content": text.strip() if k == 0 else text}
+                        if call is not None:
+                            delta = {"tool_calls": [_call_piece(call, k, len(ids))]}
                         if k == 0:
                             delta["role"] = "assistant"
                         choice = {"index": i, "delta": delta, "logprobs": logprobs([token]), "finish_reason": None}
@@ -252,7 +281,7 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
                     chunk = {"id": "cmpl-1", "object": obj + ".chunk" if chat else obj, "created": 1,
                              "model": sw.name, "choices": [choice]}
                     yield b"data: " + orjson.dumps(chunk) + b"\n\n"
-                end = {"index": i, "logprobs": None, "finish_reason": "length"}
+                end = {"index": i, "logprobs": None, "finish_reason": "length" if call is None else "tool_calls"}
                 end.update({"delta": {}} if chat else {"text": ""})
                 yield b"data: " + orjson.dumps({"id": "cmpl-1", "object": obj, "created": 1,
                                                  "model": sw.name, "choices": [end]}) + b"\n\n"

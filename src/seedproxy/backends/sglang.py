@@ -42,7 +42,8 @@ class SGLangBackend(Backend):
             if seed is not None:
                 body["seed"] = seed
             if capture and endpoint is Endpoint.CHAT:
-                body.setdefault("logprobs", True)
+                if not body.get("logprobs"):  # also over an explicit false; stripped again
+                    body["logprobs"] = True
                 if stream:
                     headers.update(_SGLEXT_IDS)
                 else:

@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse, Response
 
 from ..errors import SessionNotFound
 from ..sessions import SessionManager
-from ..sessions.export import select_sessions, trajectory
+from ..sessions.export import Style, select_sessions, trajectory
 from .access import Access
 from .schemas import CreateSessions, ExportRequest, RewardRequest
 
@@ -20,6 +20,7 @@ __all__ = ["admin_router"]
 def admin_router(sessions: SessionManager, access: Access, *, deterministic: bool) -> APIRouter:
     router = APIRouter()
     store = sessions.store
+    exporting = asyncio.Lock()  # select + mark exported, atomically per app
 
     @router.post("/sessions", status_code=201)
     async def create_sessions(body: CreateSessions, request: Request) -> JSONResponse:
@@ -74,8 +75,14 @@ def admin_router(sessions: SessionManager, access: Access, *, deterministic: boo
 
     @router.get("/sessions/{session_id}/trajectory")
     async def get_trajectory(
-        session_id: str, request: Request, wait: bool = False, timeout_s: float = 60.0
+        session_id: str,
+        request: Request,
+        wait: bool = False,
+        timeout_s: float = 60.0,
+        style: Style = "individual",
     ) -> dict[str, Any]:
+        """``wait=true`` waits for the session to end and takes it out of later
+        batch exports."""
         record = await access.require_session_reader(request, session_id)
         if wait:
             loop = asyncio.get_running_loop()
@@ -83,8 +90,9 @@ def admin_router(sessions: SessionManager, access: Access, *, deterministic: boo
             while not record.ended and loop.time() < deadline:
                 await asyncio.sleep(0.05)
                 record = await sessions.require(session_id)
-            await store.mark_exported([session_id])
-        return await trajectory(store, record)
+            async with exporting:
+                await store.mark_exported([session_id])
+        return await trajectory(store, record, style)
 
     @router.post("/trajectories/export")
     async def export(body: ExportRequest, request: Request) -> dict[str, Any]:
@@ -96,14 +104,12 @@ def admin_router(sessions: SessionManager, access: Access, *, deterministic: boo
             count=body.count,
             timeout_s=body.timeout_s,
             deterministic=deterministic,
+            lock=exporting,
         )
-        trajectories = [await trajectory(store, r) for r in chosen]
-        ids = [r.session_id for r in chosen]
+        trajectories = [await trajectory(store, r, body.style) for r in chosen]
         if body.remove:
-            for session_id in ids:
-                await store.delete(session_id)
-        else:
-            await store.mark_exported(ids)
+            for record in chosen:
+                await store.delete(record.session_id)
         return {"trajectories": trajectories}
 
     @router.delete("/sessions/{session_id}")

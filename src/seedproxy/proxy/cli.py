@@ -52,6 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--count", type=int)
     export.add_argument("--timeout", type=float, default=60.0)
     export.add_argument("--admin-key")
+    export.add_argument("--style", choices=["individual", "concat"], default="individual",
+                        help="one record per interaction, or one token sequence per trajectory")
     export.add_argument("--out", required=True)
     return parser
 
@@ -104,7 +106,7 @@ def _export(args: argparse.Namespace) -> int:
 
     return export_to_file(
         args.url, out=args.out, group=args.group, count=args.count,
-        timeout_s=args.timeout, admin_key=args.admin_key,
+        timeout_s=args.timeout, admin_key=args.admin_key, style=args.style,
     )
 
 

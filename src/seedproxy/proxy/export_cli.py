@@ -19,9 +19,11 @@ def export_to_file(
     count: int | None,
     timeout_s: float,
     admin_key: str | None,
+    style: str = "individual",
 ) -> int:
-    """Export ended sessions (``count`` of them, waiting up to ``timeout_s``) to ``out``."""
-    body: dict[str, object] = {"timeout_s": timeout_s}
+    """Export ended sessions (``count`` of them, waiting up to ``timeout_s``) to ``out``,
+    one trajectory per line."""
+    body: dict[str, object] = {"timeout_s": timeout_s, "style": style}
     if group:
         body["group_id"] = group
     if count is not None:

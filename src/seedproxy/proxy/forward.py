@@ -24,13 +24,16 @@ from starlette.responses import Response, StreamingResponse
 
 from ..backends import Backend, Captured, Endpoint
 from ..backends.pool import UpstreamPool, UpstreamReply
+from ..backends.responses_bridge import to_chat
 from ..errors import BadRequest, UpstreamError
 from ..seeds import choice_seeds
 from ..sessions import Interaction, SessionManager, SessionRecord, Slot
 from ..settings import Settings
+from .fanout import exchange_fanout
 from .headers import is_sdk_retry, pinned_index, seedproxy_headers
 from .metrics import Metrics
 from .request import ClientRequest, parse_body, read_body, request_digest
+from .responses import exchange_responses
 from .sse import DONE, encode_event, event_json, split_events
 from .transcript import StreamTranscript
 
@@ -51,6 +54,8 @@ class Plan:
     upstream_s: float = 0.0
     upstream: str | None = None
     extra_headers: dict[str, str] = field(default_factory=dict)
+    chat: dict[str, Any] | None = None
+    """A Responses request's chat translation, when the upstream serves it as chat."""
 
     @property
     def capture(self) -> bool:
@@ -91,8 +96,14 @@ class Forwarder:
         raw = await read_body(request, self.settings.max_body_bytes)
         client = parse_body(endpoint, raw)
         pinned = pinned_index(request.headers)
+        # Translated before the slot is taken: an untranslatable body is a 400 using no index.
+        chat = to_chat(client.body) if self._bridges_responses(endpoint) else None
         plan = await self.plan(client, session, pinned, is_sdk_retry(request.headers), arrived)
+        plan.chat = chat
         return await self.exchange(plan)
+
+    def _bridges_responses(self, endpoint: Endpoint) -> bool:
+        return endpoint is Endpoint.RESPONSES and not self.backend.seeds_responses
 
     async def plan(
         self,
@@ -129,6 +140,10 @@ class Forwarder:
 
     async def exchange(self, plan: Plan) -> Response:
         """Call the upstream for ``plan`` and answer the client."""
+        if plan.chat is not None:
+            return await exchange_responses(self, plan, plan.chat)
+        if len(plan.seeds) > 1:
+            return await exchange_fanout(self, plan)
         client = plan.client
         inject = plan.seeds[0] if plan.seeds and self.settings.deterministic else None
         upstream_request = self.backend.prepare(
@@ -139,14 +154,14 @@ class Forwarder:
             reply = await self.pool.send(upstream_request, key=key, stream=client.stream)
         except UpstreamError as exc:
             plan.upstream_s = time.perf_counter() - plan.arrived
-            await self._record(plan, exc.status_code, exc.body(), Captured())
+            await self.record(plan, exc.status_code, exc.body(), Captured())
             raise
         plan.upstream = reply.upstream
         plan.upstream_s = reply.waited_s
         if reply.failovers:
             self.metrics.failovers.inc(reply.failovers)
         if reply.response.status_code >= 400:
-            return await self._upstream_error(plan, reply)
+            return await self.upstream_error(plan, reply)
         if client.stream:
             return self._relay(plan, reply)
         return await self._answer(plan, reply)
@@ -157,17 +172,17 @@ class Forwarder:
             answer = orjson.loads(reply.response.content)
         except orjson.JSONDecodeError:
             error = UpstreamError(f"upstream {reply.upstream} returned invalid JSON")
-            await self._record(plan, error.status_code, error.body(), Captured())
+            await self.record(plan, error.status_code, error.body(), Captured())
             raise error from None
         if plan.capture:
             answer, captured = self.backend.finish(client.endpoint, client.body, answer)
             content = orjson.dumps(answer)
         else:
             captured, content = Captured(), reply.response.content
-        await self._record(plan, reply.response.status_code, answer, captured)
+        await self.record(plan, reply.response.status_code, answer, captured)
         headers = plan.headers()
         headers["x-seedproxy-overhead-ms"] = f"{plan.overhead_ms():.3f}"
-        self._observe(plan, reply.response.status_code)
+        self.observe(plan, reply.response.status_code)
         return Response(
             content,
             status_code=reply.response.status_code,
@@ -195,7 +210,7 @@ class Forwarder:
         recorded = False
         chunks = reply.response.aiter_raw()
         try:
-            async for event in split_events(self._timed(plan, chunks)):
+            async for event in split_events(self.timed(plan, chunks)):
                 payload = event_json(event) if plan.capture else None
                 if payload is None:
                     if event.strip() == DONE.strip() and plan.capture:
@@ -217,9 +232,9 @@ class Forwarder:
             await reply.aclose()
             if plan.capture and not recorded:
                 await self._record_stream(plan, status, transcript, tracker)
-            self._observe(plan, status)
+            self.observe(plan, status)
 
-    async def _timed(self, plan: Plan, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    async def timed(self, plan: Plan, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         """Yield upstream chunks, adding the time spent waiting for them to the plan."""
         iterator = chunks.__aiter__()
         while True:
@@ -236,22 +251,22 @@ class Forwarder:
         self, plan: Plan, status: int, transcript: StreamTranscript, tracker: Any
     ) -> None:
         captured = tracker.result() if tracker is not None else Captured()
-        await self._record(plan, status, transcript.result(), captured)
+        await self.record(plan, status, transcript.result(), captured)
 
-    async def _upstream_error(self, plan: Plan, reply: UpstreamReply) -> Response:
+    async def upstream_error(self, plan: Plan, reply: UpstreamReply) -> Response:
         status = reply.response.status_code
         try:
             await reply.response.aread()
         finally:
             await reply.aclose()
         body = upstream_error_body(status, reply.response.content)
-        await self._record(plan, status, body, Captured())
+        await self.record(plan, status, body, Captured())
         headers = plan.headers()
         headers["x-seedproxy-overhead-ms"] = f"{plan.overhead_ms():.3f}"
-        self._observe(plan, status)
+        self.observe(plan, status)
         return Response(orjson.dumps(body), status, headers=headers, media_type="application/json")
 
-    async def _record(self, plan: Plan, status: int, response: Any, captured: Captured) -> None:
+    async def record(self, plan: Plan, status: int, response: Any, captured: Captured) -> None:
         if plan.session is None or plan.slot is None:
             return
         interaction = Interaction(
@@ -270,7 +285,7 @@ class Forwarder:
         await self.sessions.store.record(plan.session.session_id, interaction)
         self.metrics.recorded_tokens.inc(interaction.token_count)
 
-    def _observe(self, plan: Plan, status: int) -> None:
+    def observe(self, plan: Plan, status: int) -> None:
         overhead_s = plan.overhead_ms() / 1000
         self.metrics.observe(plan.client.endpoint.value, status, plan.upstream, overhead_s, plan.upstream_s)
         if self.settings.log_requests:

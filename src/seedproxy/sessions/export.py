@@ -2,20 +2,26 @@
 
 Deterministic mode takes sessions in creation order and never skips an earlier
 session for one that ended first (AReaL's ``_select_results``): the batch is the
-first ``count`` unexported sessions, and the export waits for all of them. Without
-determinism the batch is the first ``count`` sessions to end.
+first ``count`` unexported sessions (all of them without ``count``), and only its
+ended prefix is ever taken. Without determinism the batch is the first ``count``
+sessions to end, in the order they ended. Selecting and marking as exported happen
+under one lock, so two concurrent exports never take the same session.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from typing import Any
+from typing import Any, Literal
 
+from .concat import concat_record
 from .record import SessionRecord
 from .store.base import SessionStore
 
-__all__ = ["select_sessions", "trajectory"]
+__all__ = ["Style", "select_sessions", "trajectory"]
+
+Style = Literal["individual", "concat"]
 
 _POLL_S = 0.05
 
@@ -28,8 +34,10 @@ async def select_sessions(
     count: int | None = None,
     timeout_s: float = 0.0,
     deterministic: bool = True,
+    lock: asyncio.Lock | None = None,
 ) -> list[SessionRecord]:
-    """Return the sessions to export, waiting up to ``timeout_s`` for ``count`` of them.
+    """Return the sessions to export, marked exported, waiting up to ``timeout_s``
+    for ``count`` of them.
 
     Named ``session_ids`` are taken whatever their state; otherwise only ended,
     unexported sessions (of ``group_id``, if given) are candidates. On timeout the
@@ -37,9 +45,13 @@ async def select_sessions(
     """
     deadline = time.monotonic() + timeout_s
     while True:
-        chosen, complete = await _select_once(store, session_ids, group_id, count, deterministic)
-        if complete or time.monotonic() >= deadline:
-            return chosen
+        async with lock if lock is not None else contextlib.nullcontext():
+            chosen, complete = await _select_once(
+                store, session_ids, group_id, count, deterministic
+            )
+            if complete or time.monotonic() >= deadline:
+                await store.mark_exported([r.session_id for r in chosen])
+                return chosen
         await asyncio.sleep(_POLL_S)
 
 
@@ -56,29 +68,38 @@ async def _select_once(
     pending = [r for r in await store.list(group_id) if not r.exported]
     if deterministic:
         batch = pending if count is None else pending[:count]
-        if count is None:
-            batch = [r for r in batch if r.ended]
-            return batch, True
         ready: list[SessionRecord] = []
         for record in batch:
             if not record.ended:
                 break
             ready.append(record)
-        return ready, len(ready) == count
+        return ready, count is None or len(ready) == count
     ended = sorted((r for r in pending if r.ended), key=lambda r: r.ended_seq or 0)
     if count is None:
         return ended, True
     return ended[:count], len(ended) >= count
 
 
-async def trajectory(store: SessionStore, record: SessionRecord) -> dict[str, Any]:
-    """The contract's trajectory object, interactions ordered by request index."""
+async def trajectory(
+    store: SessionStore, record: SessionRecord, style: Style = "individual"
+) -> dict[str, Any]:
+    """The contract's trajectory object, interactions ordered by request index.
+
+    ``individual``: one record per interaction under ``interactions``. ``concat``:
+    one token sequence (see ``concat.py``); when it cannot be built the
+    per-interaction records come along so nothing is lost.
+    """
     interactions = await store.interactions(record.session_id)
-    return {
+    head: dict[str, Any] = {
         "session_id": record.session_id,
         "identity": record.identity,
         "group_id": record.group_id,
         "reward": record.reward,
         "metadata": record.metadata,
-        "interactions": [i.to_dict() for i in interactions],
     }
+    if style == "individual":
+        return {**head, "interactions": [i.to_dict() for i in interactions]}
+    joined = concat_record(interactions)
+    if joined["concat_error"] is not None:
+        joined["interactions"] = [i.to_dict() for i in interactions]
+    return {**head, "style": "concat", **joined}

@@ -1,0 +1,257 @@
+"""Responses API <-> chat completions, for upstreams whose /v1/responses drops ``seed``.
+
+Pure translation, no I/O. ``to_chat`` turns a Responses request into the chat request
+that carries the same conversation (instructions, messages, function calls and their
+outputs, function tools, sampling fields); ``to_response`` turns the chat answer back
+into a Responses object. Ids are derived from the upstream's own ids, never from a
+clock or randomness, so a replayed rollout records byte-identical objects.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from ..errors import BadRequest
+
+__all__ = ["chat_usage_to_responses", "output_items", "to_chat", "to_response"]
+
+_PASS_THROUGH = ("model", "temperature", "top_p", "parallel_tool_calls", "user", "seed", "stream")
+_TEXT_PARTS = ("input_text", "output_text", "text", "refusal", "summary_text")
+
+
+def to_chat(body: dict[str, Any]) -> dict[str, Any]:
+    """Return the chat completion request for Responses ``body``; ``BadRequest`` names
+    the first field or input item the translation cannot carry."""
+    if body.get("previous_response_id") is not None:
+        raise BadRequest(
+            "previous_response_id is not supported: send the whole conversation as input",
+            param="previous_response_id",
+        )
+    messages: list[dict[str, Any]] = []
+    instructions = body.get("instructions")
+    if isinstance(instructions, str) and instructions:
+        messages.append({"role": "system", "content": instructions})
+    elif isinstance(instructions, list):
+        messages.extend(_input_messages(instructions))
+    source = body.get("input")
+    if isinstance(source, str):
+        messages.append({"role": "user", "content": source})
+    else:
+        messages.extend(_input_messages(source or []))
+    if not messages:
+        raise BadRequest("input must hold at least one message", param="input")
+    chat: dict[str, Any] = {k: body[k] for k in _PASS_THROUGH if body.get(k) is not None}
+    chat["messages"] = messages
+    if body.get("max_output_tokens") is not None:
+        chat["max_tokens"] = body["max_output_tokens"]
+    if body.get("tools"):
+        chat["tools"] = [_tool(t) for t in body["tools"]]
+    choice = body.get("tool_choice")
+    if isinstance(choice, str):
+        chat["tool_choice"] = choice
+    elif isinstance(choice, dict) and choice.get("type") == "function":
+        chat["tool_choice"] = {"type": "function", "function": {"name": choice.get("name")}}
+    fmt = (body.get("text") or {}).get("format") if isinstance(body.get("text"), dict) else None
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+        schema = {k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}
+        chat["response_format"] = {"type": "json_schema", "json_schema": schema}
+    elif isinstance(fmt, dict) and fmt.get("type") == "json_object":
+        chat["response_format"] = {"type": "json_object"}
+    if wants_logprobs(body):
+        chat["logprobs"] = True
+        if isinstance(body.get("top_logprobs"), int):
+            chat["top_logprobs"] = body["top_logprobs"]
+    if chat.get("stream"):
+        chat["stream_options"] = {"include_usage": True}
+    return chat
+
+
+def wants_logprobs(body: dict[str, Any]) -> bool:
+    include = body.get("include") or []
+    return "message.output_text.logprobs" in include or isinstance(body.get("top_logprobs"), int)
+
+
+def _input_messages(items: Any) -> list[dict[str, Any]]:
+    if not isinstance(items, list):
+        raise BadRequest("input must be a string or a list of items", param="input")
+    messages: list[dict[str, Any]] = []
+    for item in items:
+        if not isinstance(item, dict):
+            raise BadRequest("each input item must be an object", param="input")
+        kind = item.get("type", "message")
+        if kind == "message":
+            role = item.get("role")
+            if role not in ("user", "assistant", "system", "developer"):
+                raise BadRequest(f"unsupported message role {role!r}", param="input")
+            messages.append({"role": "system" if role == "developer" else role,
+                             "content": _content(item.get("content"))})
+        elif kind == "function_call":
+            call = {
+                "id": item.get("call_id"),
+                "type": "function",
+                "function": {"name": item.get("name"), "arguments": item.get("arguments", "")},
+            }
+            last = messages[-1] if messages else None
+            if last is not None and last["role"] == "assistant":
+                last.setdefault("tool_calls", []).append(call)  # one turn: text + calls
+            else:
+                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif kind == "function_call_output":
+            output = item.get("output")
+            text = output if isinstance(output, str) else _text_of(output)
+            messages.append({"role": "tool", "tool_call_id": item.get("call_id"), "content": text})
+        elif kind == "reasoning":
+            continue
+        else:
+            raise BadRequest(f"unsupported input item type {kind!r}", param="input")
+    return messages
+
+
+def _content(content: Any) -> Any:
+    if isinstance(content, str) or content is None:
+        return content or ""
+    if not isinstance(content, list):
+        raise BadRequest("message content must be a string or a list of parts", param="input")
+    parts: list[dict[str, Any]] = []
+    for part in content:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in _TEXT_PARTS:
+            parts.append({"type": "text", "text": part.get("text", "")})
+        elif kind == "input_image" and part.get("image_url"):
+            parts.append({"type": "image_url", "image_url": {"url": part["image_url"]}})
+        else:
+            raise BadRequest(f"unsupported content part {kind!r}", param="input")
+    if all(p["type"] == "text" for p in parts):
+        return "".join(p["text"] for p in parts)
+    return parts
+
+
+def _text_of(parts: Any) -> str:
+    if not isinstance(parts, list):
+        return "" if parts is None else str(parts)
+    return "".join(p.get("text", "") for p in parts if isinstance(p, dict))
+
+
+def _tool(tool: Any) -> dict[str, Any]:
+    if not isinstance(tool, dict) or tool.get("type") != "function":
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        raise BadRequest(f"only function tools are supported, not {kind!r}", param="tools")
+    function = {k: tool[k] for k in ("name", "description", "parameters", "strict") if k in tool}
+    return {"type": "function", "function": function}
+
+
+def chat_usage_to_responses(usage: Any) -> dict[str, Any] | None:
+    if not isinstance(usage, dict):
+        return None
+    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+    reasoning = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0
+    return {
+        "input_tokens": usage.get("prompt_tokens", 0),
+        "input_tokens_details": {"cached_tokens": cached},
+        "output_tokens": usage.get("completion_tokens", 0),
+        "output_tokens_details": {"reasoning_tokens": reasoning},
+        "total_tokens": usage.get("total_tokens", 0),
+    }
+
+
+def message_item(
+    item_id: str, text: str, logprobs: list[Any] | None, status: str
+) -> dict[str, Any]:
+    part: dict[str, Any] = {"type": "output_text", "text": text, "annotations": []}
+    if logprobs is not None:
+        part["logprobs"] = logprobs
+    return {"id": item_id, "type": "message", "role": "assistant", "status": status,
+            "content": [part]}
+
+
+def call_item(call_id: str, name: str, arguments: str, status: str) -> dict[str, Any]:
+    return {"id": f"fc_{call_id}", "type": "function_call", "call_id": call_id, "name": name,
+            "arguments": arguments, "status": status}
+
+
+def output_items(
+    response_id: str, text: str | None, calls: list[dict[str, Any]], logprobs: list[Any] | None
+) -> list[dict[str, Any]]:
+    """The Responses ``output`` of one chat message: its text, then its tool calls."""
+    items: list[dict[str, Any]] = []
+    if text:
+        items.append(message_item(f"msg_{response_id}", text, logprobs, "completed"))
+    for k, call in enumerate(calls):
+        function = call.get("function") or {}
+        call_id = call.get("id") or f"call_{response_id}_{k}"
+        items.append(call_item(call_id, function.get("name") or "", function.get("arguments") or "",
+                               "completed"))
+    return items
+
+
+def response_logprobs(choice: dict[str, Any]) -> list[dict[str, Any]]:
+    """Chat ``logprobs.content`` entries in the Responses ``output_text.logprobs`` shape."""
+    block = choice.get("logprobs")
+    content = block.get("content") if isinstance(block, dict) else None
+    out = []
+    for entry in content or []:
+        if isinstance(entry, dict):
+            out.append({
+                "token": entry.get("token", ""),
+                "bytes": entry.get("bytes") or [],
+                "logprob": entry.get("logprob", 0.0),
+                "top_logprobs": [
+                    {"token": t.get("token", ""), "bytes": t.get("bytes") or [],
+                     "logprob": t.get("logprob", 0.0)}
+                    for t in entry.get("top_logprobs") or [] if isinstance(t, dict)
+                ],
+            })
+    return out
+
+
+def envelope(
+    body: dict[str, Any], response_id: str, created: Any, model: Any, *, status: str,
+    output: list[dict[str, Any]], usage: dict[str, Any] | None, finish_reason: Any = None,
+) -> dict[str, Any]:
+    """A Responses object echoing the request's settings, as OpenAI's server does."""
+    incomplete = status == "completed" and finish_reason == "length"
+    return {
+        "id": response_id,
+        "object": "response",
+        "created_at": created if isinstance(created, int | float) else 0,
+        "status": "incomplete" if incomplete else status,
+        "error": None,
+        "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
+        "instructions": body.get("instructions"),
+        "max_output_tokens": body.get("max_output_tokens"),
+        "model": model if isinstance(model, str) else body.get("model", ""),
+        "output": output,
+        "parallel_tool_calls": body.get("parallel_tool_calls", True),
+        "previous_response_id": None,
+        "temperature": body.get("temperature"),
+        "top_p": body.get("top_p"),
+        "tool_choice": body.get("tool_choice", "auto"),
+        "tools": body.get("tools") or [],
+        "text": body.get("text") or {"format": {"type": "text"}},
+        "metadata": body.get("metadata") or {},
+        "usage": usage,
+    }
+
+
+def to_response(body: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
+    """The Responses object for a (non-streaming) chat ``answer`` to ``to_chat(body)``."""
+    choices = answer.get("choices") or [{}]
+    choice = choices[0] if isinstance(choices[0], dict) else {}
+    message = choice.get("message") or {}
+    response_id = "resp_" + str(answer.get("id") or "0")
+    logprobs = response_logprobs(choice) if wants_logprobs(body) else None
+    text = message.get("content")
+    output = output_items(response_id, text if isinstance(text, str) else None,
+                          message.get("tool_calls") or [], logprobs)
+    return envelope(body, response_id, answer.get("created"), answer.get("model"),
+                    status="completed", output=output,
+                    usage=chat_usage_to_responses(answer.get("usage")),
+                    finish_reason=choice.get("finish_reason"))
+
+
+def dumps(payload: Any) -> bytes:
+    """One Responses SSE event: ``event: TYPE`` then its JSON data."""
+    kind = str(payload.get("type", "")).encode()
+    return b"event: " + kind + b"\ndata: " + orjson.dumps(payload) + b"\n\n"

@@ -1,0 +1,119 @@
+"""Serving /v1/responses through the upstream's chat route, with the derived seed.
+
+Used when the backend's own Responses API drops ``seed`` (SGLang). The client's
+Responses body is translated to a chat request, sent through the backend's usual
+capture path (so token ids and logprobs are recorded), and the answer is translated
+back. The interaction records the Responses request and the Responses object the
+client received.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import orjson
+from starlette.responses import Response, StreamingResponse
+
+from ..backends import Captured, Endpoint
+from ..backends.pool import UpstreamReply
+from ..backends.responses_bridge import dumps, to_response
+from ..backends.responses_events import ResponsesEvents
+from ..errors import UpstreamError
+from .sse import DONE, event_json, split_events
+
+if TYPE_CHECKING:
+    from .forward import Forwarder, Plan
+
+__all__ = ["exchange_responses"]
+
+log = logging.getLogger("seedproxy.request")
+
+
+async def exchange_responses(fwd: Forwarder, plan: Plan, chat: dict[str, Any]) -> Response:
+    """Answer a Responses request by way of ``chat`` (its translation), sent upstream."""
+    client = plan.client
+    inject = plan.seeds[0] if plan.seeds and fwd.settings.deterministic else None
+    upstream_request = fwd.backend.prepare(Endpoint.CHAT, dict(chat), inject, capture=plan.capture)
+    key = plan.session.session_id if plan.session else None
+    try:
+        reply = await fwd.pool.send(upstream_request, key=key, stream=client.stream)
+    except UpstreamError as exc:
+        plan.upstream_s = time.perf_counter() - plan.arrived
+        await fwd.record(plan, exc.status_code, exc.body(), Captured())
+        raise
+    plan.upstream = reply.upstream
+    plan.upstream_s = reply.waited_s
+    if reply.failovers:
+        fwd.metrics.failovers.inc(reply.failovers)
+    if reply.response.status_code >= 400:
+        return await fwd.upstream_error(plan, reply)
+    if client.stream:
+        headers = plan.headers()
+        headers["x-seedproxy-overhead-ms"] = f"{plan.overhead_ms():.3f}"
+        headers["cache-control"] = "no-cache"
+        return StreamingResponse(
+            _events(fwd, plan, chat, reply), headers=headers, media_type="text/event-stream"
+        )
+    try:
+        answer = orjson.loads(reply.response.content)
+    except orjson.JSONDecodeError:
+        error = UpstreamError(f"upstream {reply.upstream} returned invalid JSON")
+        await fwd.record(plan, error.status_code, error.body(), Captured())
+        raise error from None
+    captured = Captured()
+    if plan.capture:
+        answer, captured = fwd.backend.finish(Endpoint.CHAT, chat, answer)
+    result = to_response(client.body, answer)
+    await fwd.record(plan, 200, result, captured)
+    headers = plan.headers()
+    headers["x-seedproxy-overhead-ms"] = f"{plan.overhead_ms():.3f}"
+    fwd.observe(plan, 200)
+    return Response(orjson.dumps(result), headers=headers, media_type="application/json")
+
+
+async def _events(
+    fwd: Forwarder, plan: Plan, chat: dict[str, Any], reply: UpstreamReply
+) -> AsyncIterator[bytes]:
+    tracker = fwd.backend.stream_capture(Endpoint.CHAT, chat) if plan.capture else None
+    writer = ResponsesEvents(plan.client.body)
+    status = 200
+    finished = False
+    try:
+        async for event in split_events(fwd.timed(plan, reply.response.aiter_raw())):
+            if event.strip() == DONE.strip():
+                break
+            payload = event_json(event)
+            if not isinstance(payload, dict):
+                continue
+            shown = tracker.feed(payload) if tracker is not None else payload
+            if shown is not None:
+                for out in writer.feed(shown):
+                    yield dumps(out)
+        closing = writer.finish()
+        finished = True
+        if plan.capture:  # recorded before the client sees the end
+            await _record(fwd, plan, status, writer, tracker)
+        for out in closing:
+            yield dumps(out)
+    except httpx.HTTPError as exc:
+        status = 502
+        log.warning("upstream %s broke off a stream: %s", reply.upstream, type(exc).__name__)
+        yield b"event: error\ndata: " + orjson.dumps(
+            UpstreamError(f"upstream {reply.upstream} broke off the stream").body()
+        ) + b"\n\n"
+    finally:
+        await reply.aclose()
+        if plan.capture and not finished:
+            await _record(fwd, plan, status, writer, tracker)
+        fwd.observe(plan, status)
+
+
+async def _record(
+    fwd: Forwarder, plan: Plan, status: int, writer: ResponsesEvents, tracker: Any
+) -> None:
+    captured = tracker.result() if tracker is not None else Captured()
+    await fwd.record(plan, status, writer.result(), captured)

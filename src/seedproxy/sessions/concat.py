@@ -1,0 +1,91 @@
+"""A multi-turn trajectory as one token sequence (export ``style: concat``).
+
+Valid only where every turn's prompt ids start with the previous turn's prompt ids
+plus completion ids: then the sequence is the first prompt, each completion (loss
+mask 1, its logprobs) and each turn's new prompt tokens in between (mask 0, logprob
+0.0). Where a turn breaks that (chat-template drift: the template re-rendered an
+earlier turn differently, a frequent RL bug) the record says so, naming the turn
+and the first differing position, and carries no sequence: nothing is guessed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .interaction import Interaction
+
+__all__ = ["concat_record"]
+
+
+def concat_record(interactions: list[Interaction]) -> dict[str, Any]:
+    """Return ``{token_ids, loss_mask, logprobs, interaction_ids, concat_error}``.
+
+    Failed requests (status >= 400) are left out: they produced no tokens. On a
+    break, ``token_ids``, ``loss_mask`` and ``logprobs`` are None and
+    ``concat_error`` is ``{turn, interaction_id, request_index, reason, position}``.
+    ``logprobs`` is None as well when some turn came without them.
+    """
+    turns = [i for i in interactions if i.status < 400]
+    tokens: list[int] = []
+    mask: list[int] = []
+    logprobs: list[float] = []
+    have_logprobs = True
+    previous: list[int] | None = None
+    for turn, interaction in enumerate(turns):
+        prompt = interaction.prompt_token_ids.tolist()
+        if len(interaction.choices) != 1:
+            reason = f"{len(interaction.choices)} choices (concat needs one)"
+            return _broken(turns, turn, reason, None)
+        choice = interaction.choices[0]
+        completion = choice.token_ids.tolist()
+        if not prompt or not completion:
+            return _broken(turns, turn, "no captured token ids", None)
+        if previous is None:
+            new = prompt
+        else:
+            position = _first_difference(previous, prompt)
+            if position is not None:
+                return _broken(turns, turn, "prompt does not extend the previous turn", position)
+            new = prompt[len(previous):]
+        tokens += new + completion
+        mask += [0] * len(new) + [1] * len(completion)
+        if len(choice.logprobs) == len(completion):
+            logprobs += [0.0] * len(new) + choice.logprobs.tolist()
+        else:
+            have_logprobs = False
+        previous = prompt + completion
+    return {
+        "token_ids": tokens,
+        "loss_mask": mask,
+        "logprobs": logprobs if have_logprobs else None,
+        "interaction_ids": [i.interaction_id for i in turns],
+        "concat_error": None,
+    }
+
+
+def _first_difference(previous: list[int], prompt: list[int]) -> int | None:
+    """The first position where ``prompt`` stops repeating ``previous``; None if it
+    starts with all of it."""
+    for position, token in enumerate(previous):
+        if position >= len(prompt) or prompt[position] != token:
+            return position
+    return None
+
+
+def _broken(
+    turns: list[Interaction], turn: int, reason: str, position: int | None
+) -> dict[str, Any]:
+    at = turns[turn]
+    return {
+        "token_ids": None,
+        "loss_mask": None,
+        "logprobs": None,
+        "interaction_ids": [i.interaction_id for i in turns],
+        "concat_error": {
+            "turn": turn,
+            "interaction_id": at.interaction_id,
+            "request_index": at.request_index,
+            "reason": reason,
+            "position": position,
+        },
+    }
