@@ -200,7 +200,9 @@ class UpstreamPool:
     async def _probe_one(self, upstream: Upstream) -> None:
         try:
             response = await self.client.get(upstream.url + "/health", timeout=self.probe_timeout_s)
-            ok = response.status_code == 200
+            # Any answer below 500 means the server is up: an OpenAI-compatible
+            # server may have no /health route at all (404), SGLang answers 503 while sick.
+            ok = response.status_code < 500
         except httpx.HTTPError:
             ok = False
         if ok:

@@ -27,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser("serve", help="run the proxy (with the embedded engine if no --upstream)")
     serve.add_argument("--upstream", action="append", help="an upstream's root URL; repeatable")
-    serve.add_argument("--backend", choices=["sglang", "vllm", "openai"])
+    serve.add_argument("--backend", help="sglang (default), vllm, openai")
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
     serve.add_argument("--deterministic", action=argparse.BooleanOptionalAction, default=None)
