@@ -3,6 +3,7 @@ the same seed, recovery, all-down, and no retry once a stream has started."""
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -27,7 +28,9 @@ def fleet() -> Iterator[Fleet]:
     fleet.close()
 
 
+@functools.cache
 def sdk(proxy: str, session: str) -> openai.OpenAI:
+    """One client per (proxy, session), reused: building a client costs more than a request."""
     return openai.OpenAI(base_url=f"{proxy}/sessions/{session}/v1", api_key="x", max_retries=0)
 
 
