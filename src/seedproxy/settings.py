@@ -6,7 +6,7 @@ import ipaddress
 import os
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
@@ -27,7 +27,8 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SEEDPROXY_", frozen=True, extra="forbid")
 
     upstream: Annotated[list[str], NoDecode] = Field(default_factory=list)
-    backend: Literal["sglang", "vllm", "openai"] = "sglang"
+    backend: str = "sglang"
+    """A name in ``backends.BACKENDS``."""
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     deterministic: bool = True
@@ -52,6 +53,16 @@ class Settings(BaseSettings):
     def _split_upstreams(cls, value: Any) -> Any:
         if isinstance(value, str):
             return [u.strip() for u in value.split(",") if u.strip()]
+        return value
+
+    @field_validator("backend")
+    @classmethod
+    def _check_backend(cls, value: str) -> str:
+        from .backends import BACKENDS  # the registry is the one list of names
+
+        if value not in BACKENDS:
+            names = ", ".join(sorted(BACKENDS))
+            raise ValueError(f"unknown backend {value!r}; choose one of {names}")
         return value
 
     @field_validator("upstream")

@@ -1,18 +1,25 @@
-"""Upstream dialects. ``BACKENDS`` maps ``--backend`` names to classes."""
+"""Upstream dialects. ``BACKENDS`` maps ``--backend`` names to classes; a new dialect
+is one module here and one entry below."""
 
 from __future__ import annotations
 
 from .base import Backend, Captured, Endpoint, StreamCapture, UpstreamRequest
+from .openai import OpenAIBackend
 from .sglang import SGLangBackend
+from .vllm import VLLMBackend
 
 __all__ = [
     "BACKENDS",
     "Backend",
     "Captured",
     "Endpoint",
+    "OpenAIBackend",
     "SGLangBackend",
     "StreamCapture",
     "UpstreamRequest",
+    "VLLMBackend",
 ]
 
-BACKENDS: dict[str, type[Backend]] = {SGLangBackend.name: SGLangBackend}
+BACKENDS: dict[str, type[Backend]] = {
+    backend.name: backend for backend in (SGLangBackend, VLLMBackend, OpenAIBackend)
+}

@@ -3,9 +3,12 @@
 Routing is rendezvous hashing on the session id, so a session keeps its server (and
 SGLang's prefix cache) while that server is healthy, and adding a server moves only
 the sessions that now rank it first. Requests with no session go to the server with
-the fewest requests in flight. A request is retried on the next candidate only
-before any byte of its answer has reached the client: the body it resends carries
-the same seed, so deterministic servers give the same tokens.
+the fewest requests in flight (ties taken in turn). A request is retried on the next
+candidate only before any byte of its answer has reached the client: a streamed
+answer's first chunk is read here, before the reply is handed on, so a server that
+accepts a request and dies before its first token is failed over too. The body it
+resends is the same bytes, with the same seed, so deterministic servers give the
+same tokens.
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ import asyncio
 import hashlib
 import logging
 import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import httpx
 import orjson
@@ -22,12 +27,13 @@ import orjson
 from ..errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from .base import UpstreamRequest
 
-__all__ = ["Upstream", "UpstreamPool", "UpstreamReply"]
+__all__ = ["Upstream", "UpstreamPool", "UpstreamReply", "rendezvous_order"]
 
 log = logging.getLogger("seedproxy.upstream")
 
 _RETRYABLE_STATUS = frozenset({502, 503})
-_FAILS_BEFORE_DOWN = 3
+
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -55,32 +61,54 @@ class UpstreamReply:
 
 
 class UpstreamPool:
-    """Owns the upstream list and its health; thread-unsafe, event-loop-bound."""
+    """Owns the upstream list and its health; thread-unsafe, event-loop-bound.
+
+    A server is taken out after ``fails_before_down`` consecutive failures (requests
+    or probes) and put back by the first success (a probe answering 200, or a request
+    that fell through to it). Down servers stay at the end of every candidate list,
+    so a request still reaches one when nothing else answers.
+    """
 
     def __init__(
-        self, urls: list[str], client: httpx.AsyncClient, *, max_failover: int = 2
+        self,
+        urls: list[str],
+        client: httpx.AsyncClient,
+        *,
+        max_failover: int = 2,
+        fails_before_down: int = 3,
+        probe_timeout_s: float = 2.0,
     ) -> None:
         if not urls:
             raise ValueError("at least one upstream URL is required")
         self.upstreams = [Upstream(url.rstrip("/")) for url in urls]
         self.client = client
         self.max_failover = max_failover
+        self.fails_before_down = fails_before_down
+        self.probe_timeout_s = probe_timeout_s
         self.failovers = 0
+        self._turn = 0
 
     def candidates(self, key: str | None) -> list[Upstream]:
         """Servers to try, in order: healthy ones first, then the rest."""
         if key is None:
-            ranked = sorted(self.upstreams, key=lambda u: u.inflight)
+            count = len(self.upstreams)
+            turn = self._turn
+            self._turn = (turn + 1) % count
+            order = {id(u): (i - turn) % count for i, u in enumerate(self.upstreams)}
+            ranked = sorted(self.upstreams, key=lambda u: (u.inflight, order[id(u)]))
         else:
-            ranked = sorted(self.upstreams, key=lambda u: _rank(key, u.url), reverse=True)
+            ranked = rendezvous_order(key, self.upstreams, lambda u: u.url)
         return [u for u in ranked if u.healthy] + [u for u in ranked if not u.healthy]
 
-    async def send(self, request: UpstreamRequest, *, key: str | None, stream: bool) -> UpstreamReply:
+    async def send(
+        self, request: UpstreamRequest, *, key: str | None, stream: bool
+    ) -> UpstreamReply:
         """Send ``request``, failing over on connection errors, timeouts, 502 and 503.
 
-        Returns the first other answer (any status) with its body unread when
-        ``stream``; raises ``UpstreamTimeout``, ``UpstreamUnavailable`` or
-        ``UpstreamError`` when no server answered.
+        Returns the first other answer (any status); when ``stream`` its first chunk
+        has been read and the rest is unread. Raises ``UpstreamUnavailable`` (503)
+        when every server tried failed, or the single server's ``UpstreamTimeout`` /
+        ``UpstreamError``.
         """
         content = orjson.dumps(request.body)
         headers = {"content-type": "application/json", **request.headers}
@@ -89,66 +117,81 @@ class UpstreamPool:
         waited = 0.0
         for attempt, upstream in enumerate(tried):
             started = time.perf_counter()
-            upstream.inflight += 1
+            final = attempt == len(tried) - 1
             try:
                 reply = await self._attempt(upstream, request.path, content, headers, stream)
             except UpstreamError as exc:
                 last = exc
             else:
-                if reply.response.status_code not in _RETRYABLE_STATUS or attempt == len(tried) - 1:
-                    self._succeeded(upstream)
+                status = reply.response.status_code
+                if status not in _RETRYABLE_STATUS or (final and len(tried) == 1):
+                    if status not in _RETRYABLE_STATUS:
+                        self._succeeded(upstream)
+                    else:
+                        self._failed(upstream)
                     reply.waited_s = waited + time.perf_counter() - started
                     reply.failovers = attempt
                     return reply
                 await reply.aclose()
                 last = UpstreamError(
-                    f"upstream {upstream.url} answered {reply.response.status_code}",
-                    status_code=reply.response.status_code,
+                    f"upstream {upstream.url} answered {status}", status_code=status
                 )
-            finally:
-                upstream.inflight -= 1
             waited += time.perf_counter() - started
             self._failed(upstream)
-            if attempt < len(tried) - 1:
+            if not final:
                 self.failovers += 1
                 log.warning("failing over from %s: %s", upstream.url, last)
         assert last is not None
-        if len(tried) > 1 and not isinstance(last, UpstreamTimeout):
-            raise UpstreamUnavailable(f"all {len(tried)} upstreams failed; last: {last}") from last
+        if len(tried) > 1:
+            raise UpstreamUnavailable(
+                f"all {len(tried)} upstreams failed; last: {last.message}"
+            ) from last
         raise last
 
     async def _attempt(
         self, upstream: Upstream, path: str, content: bytes, headers: dict[str, str], stream: bool
     ) -> UpstreamReply:
+        """One try on one server. ``inflight`` counts it until its body is done."""
+        upstream.inflight += 1
+        release = _Release(self, upstream)
         try:
-            built = self.client.build_request("POST", upstream.url + path, content=content, headers=headers)
+            built = self.client.build_request(
+                "POST", upstream.url + path, content=content, headers=headers
+            )
             response = await self.client.send(built, stream=True)
-        except httpx.TimeoutException as exc:
-            raise UpstreamTimeout(f"upstream {upstream.url} timed out: {type(exc).__name__}") from exc
         except httpx.HTTPError as exc:
-            raise UpstreamError(f"upstream {upstream.url} unreachable: {type(exc).__name__}") from exc
+            release(broken=False)
+            raise _as_upstream_error(upstream.url, "unreachable", exc) from exc
         reply = UpstreamReply(upstream.url, response)
-        if not stream:
-            try:
-                await response.aread()
-            except httpx.TimeoutException as exc:
-                await reply.aclose()
-                raise UpstreamTimeout(f"upstream {upstream.url} timed out while answering") from exc
-            except httpx.HTTPError as exc:
-                await reply.aclose()
-                raise UpstreamError(f"upstream {upstream.url} failed while answering") from exc
+        try:
+            if stream and response.status_code < 400:
+                await _prime(response, release)
+                return reply
+            await response.aread()
+        except httpx.HTTPError as exc:
+            await reply.aclose()
+            raise _as_upstream_error(upstream.url, "failed while answering", exc) from exc
+        finally:
+            if not isinstance(response.stream, _PrimedStream):
+                release(broken=False)
         return reply
 
     async def get(self, path: str) -> httpx.Response:
-        """GET ``path`` from the first healthy server (for /v1/models)."""
+        """GET ``path`` from the first healthy server that answers (for /v1/models)."""
         last: Exception | None = None
+        response: httpx.Response | None = None
         for upstream in self.candidates(None):
             try:
-                return await self.client.get(upstream.url + path)
+                response = await self.client.get(upstream.url + path)
             except httpx.HTTPError as exc:
                 last = exc
                 self._failed(upstream)
-        raise UpstreamUnavailable(f"no upstream answered GET {path}: {last}")
+                continue
+            if response.status_code not in _RETRYABLE_STATUS:
+                return response
+        if response is not None:
+            return response
+        raise UpstreamUnavailable(f"no upstream answered GET {path}: {type(last).__name__}")
 
     async def probe(self) -> None:
         """Check every server's /health once; mark it up or down."""
@@ -156,32 +199,116 @@ class UpstreamPool:
 
     async def _probe_one(self, upstream: Upstream) -> None:
         try:
-            response = await self.client.get(upstream.url + "/health", timeout=2.0)
-            ok = response.status_code == 200
+            response = await self.client.get(upstream.url + "/health", timeout=self.probe_timeout_s)
+            # Any answer below 500 means the server is up: an OpenAI-compatible
+            # server may have no /health route at all (404), SGLang answers 503 while sick.
+            ok = response.status_code < 500
         except httpx.HTTPError:
             ok = False
         if ok:
-            if not upstream.healthy:
-                log.info("upstream %s is back", upstream.url)
             self._succeeded(upstream)
         else:
             self._failed(upstream)
 
     async def probe_forever(self, interval_s: float) -> None:
+        """Probe every ``interval_s`` until cancelled; a probe's own bug is logged,
+        never allowed to end the loop (a dead loop would keep servers down for good)."""
         while True:
             await asyncio.sleep(interval_s)
-            await self.probe()
+            try:
+                await self.probe()
+            except Exception:
+                log.exception("health probe failed")
 
     def _succeeded(self, upstream: Upstream) -> None:
+        if not upstream.healthy:
+            log.info("upstream %s is back", upstream.url)
         upstream.failures = 0
         upstream.healthy = True
 
     def _failed(self, upstream: Upstream) -> None:
         upstream.failures += 1
-        if upstream.healthy and upstream.failures >= _FAILS_BEFORE_DOWN:
+        if upstream.healthy and upstream.failures >= self.fails_before_down:
             upstream.healthy = False
-            log.warning("upstream %s marked down after %d failures", upstream.url, upstream.failures)
+            log.warning(
+                "upstream %s marked down after %d failures", upstream.url, upstream.failures
+            )
 
 
-def _rank(key: str, url: str) -> int:
+def rendezvous_order(key: str, items: list[T], url: Callable[[T], str]) -> list[T]:
+    """``items`` by descending rendezvous score of (key, url): stable across processes
+    and runs, and adding an item moves only the keys that now rank it first."""
+    return sorted(items, key=lambda item: _score(key, url(item)), reverse=True)
+
+
+def _score(key: str, url: str) -> int:
     return int.from_bytes(hashlib.blake2b(f"{key}|{url}".encode(), digest_size=8).digest(), "big")
+
+
+def _as_upstream_error(url: str, what: str, exc: httpx.HTTPError) -> UpstreamError:
+    if isinstance(exc, httpx.TimeoutException):
+        return UpstreamTimeout(f"upstream {url} timed out: {type(exc).__name__}")
+    return UpstreamError(f"upstream {url} {what}: {type(exc).__name__}")
+
+
+class _Release:
+    """Ends one attempt's ``inflight`` count exactly once; a broken stream counts
+    as a failure of its server."""
+
+    def __init__(self, pool: UpstreamPool, upstream: Upstream) -> None:
+        self._pool = pool
+        self._upstream = upstream
+        self._done = False
+
+    def __call__(self, *, broken: bool) -> None:
+        if self._done:
+            return
+        self._done = True
+        self._upstream.inflight -= 1
+        if broken:
+            self._pool._failed(self._upstream)
+
+
+async def _prime(response: httpx.Response, release: _Release) -> None:
+    """Read the first chunk of a streamed body and put it back in front of the rest,
+    so ``response.aiter_raw()`` still yields everything. Raises httpx errors."""
+    inner = response.stream
+    assert isinstance(inner, httpx.AsyncByteStream)
+    rest = inner.__aiter__()
+    try:
+        first: bytes | None = await rest.__anext__()
+    except StopAsyncIteration:
+        first = None
+    response.stream = _PrimedStream(first, rest, inner, release)
+
+
+class _PrimedStream(httpx.AsyncByteStream):
+    def __init__(
+        self,
+        first: bytes | None,
+        rest: AsyncIterator[bytes],
+        inner: httpx.AsyncByteStream,
+        release: _Release,
+    ) -> None:
+        self._first = first
+        self._rest = rest
+        self._inner = inner
+        self._release = release
+        self._broken = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        if self._first is not None:
+            first, self._first = self._first, None
+            yield first
+        try:
+            async for chunk in self._rest:
+                yield chunk
+        except httpx.HTTPError:
+            self._broken = True
+            raise
+
+    async def aclose(self) -> None:
+        try:
+            await self._inner.aclose()
+        finally:
+            self._release(broken=self._broken)

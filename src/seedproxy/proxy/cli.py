@@ -27,15 +27,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser("serve", help="run the proxy (with the embedded engine if no --upstream)")
     serve.add_argument("--upstream", action="append", help="an upstream's root URL; repeatable")
-    serve.add_argument("--backend", choices=["sglang", "vllm", "openai"])
-    serve.add_argument("--host")
-    serve.add_argument("--port", type=int)
-    serve.add_argument("--deterministic", action=argparse.BooleanOptionalAction, default=None)
-    serve.add_argument("--admin-key")
-    serve.add_argument("--store", help="memory:// | sqlite:///PATH | redis://HOST:PORT/DB")
+    serve.add_argument("--backend", help="sglang (default), vllm, openai")
+    _add_proxy_options(serve)
     serve.add_argument("--model", help="engine model: a Hugging Face folder or a .gguf file")
-    serve.add_argument("--workers", type=int)
-    serve.add_argument("--config", help="a TOML config file")
+
+    sglang = commands.add_parser(
+        "sglang-command", help="print the SGLang command line for deterministic inference"
+    )
+    _add_sglang_options(sglang)
+    sglang.add_argument("--port", type=int)
+
+    launch = commands.add_parser(
+        "launch", help="start a deterministic SGLang server per GPU (or TP group), then the proxy"
+    )
+    _add_sglang_options(launch)
+    launch.add_argument("--gpus", required=True, help="comma-separated GPU ids, e.g. 0,1,2,3")
+    launch.add_argument("--base-port", type=int, default=30000, help="first SGLang port (0: free ports)")
+    launch.add_argument("--health-timeout", type=float, default=1800.0, help="seconds to wait for /health")
+    launch.add_argument("--python", default=sys.executable, help="a Python that has sglang installed")
+    _add_proxy_options(launch)
 
     engine = commands.add_parser("engine", help="run the embedded CPU engine as an SGLang-compatible server")
     engine.add_argument("--host", default="127.0.0.1")
@@ -56,6 +66,23 @@ def build_parser() -> argparse.ArgumentParser:
                         help="one record per interaction, or one token sequence per trajectory")
     export.add_argument("--out", required=True)
     return parser
+
+
+def _add_proxy_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host")
+    parser.add_argument("--port", type=int)
+    parser.add_argument("--deterministic", action=argparse.BooleanOptionalAction, default=None)
+    parser.add_argument("--admin-key")
+    parser.add_argument("--store", help="memory:// | sqlite:///PATH | redis://HOST:PORT/DB")
+    parser.add_argument("--workers", type=int)
+    parser.add_argument("--config", help="a TOML config file")
+
+
+def _add_sglang_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model-path", required=True)
+    parser.add_argument("--attention-backend")
+    parser.add_argument("--tp", type=int)
+    parser.add_argument("extra", nargs="*", metavar="-- EXTRA", help="passed to SGLang verbatim")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -95,6 +122,46 @@ def _serve(args: argparse.Namespace) -> int:
     return serve(flags, args.config)
 
 
+def _sglang_command(args: argparse.Namespace) -> int:
+    from .launch import warn_attention_backend
+    from .sglang_command import render, sglang_args
+
+    line = render(sglang_args(
+        args.model_path, attention_backend=args.attention_backend, tp=args.tp,
+        port=args.port, extra=args.extra,
+    ))
+    warn_attention_backend(args.attention_backend)
+    print(line)
+    return 0
+
+
+def _launch(args: argparse.Namespace) -> int:
+    from ..settings import load_settings
+    from .launch import launch, parse_gpus, plan_servers, warn_attention_backend
+    from .serve import serve
+
+    plan = plan_servers(
+        args.model_path, parse_gpus(args.gpus), tp=args.tp or 1,
+        attention_backend=args.attention_backend, base_port=args.base_port,
+        extra=args.extra, python=args.python,
+    )
+    warn_attention_backend(args.attention_backend)
+    flags = {
+        "backend": "sglang",
+        "host": args.host,
+        "port": args.port,
+        "deterministic": args.deterministic,
+        "admin_key": args.admin_key,
+        "store": args.store,
+        "workers": args.workers,
+    }
+    load_settings({**flags, "upstream": plan.urls}, args.config)  # fail before starting anything
+    return launch(
+        plan, lambda urls: serve({**flags, "upstream": urls}, args.config),
+        health_timeout_s=args.health_timeout,
+    )
+
+
 def _engine(args: argparse.Namespace) -> int:
     from .serve import run_engine_only
 
@@ -110,4 +177,11 @@ def _export(args: argparse.Namespace) -> int:
     )
 
 
-_COMMANDS = {"serve": _serve, "engine": _engine, "seed": _seed, "export": _export}
+_COMMANDS = {
+    "serve": _serve,
+    "engine": _engine,
+    "seed": _seed,
+    "export": _export,
+    "sglang-command": _sglang_command,
+    "launch": _launch,
+}

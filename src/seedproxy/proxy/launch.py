@@ -1,0 +1,233 @@
+"""``seedproxy launch``: one deterministic SGLang server per GPU (or per TP group),
+then the proxy in front of them, in this process.
+
+Each server runs ``PYTHON -m sglang.launch_server ...`` in its own process group
+(so a terminal's Ctrl-C reaches only the launcher, which then stops them in order)
+with ``CUDA_VISIBLE_DEVICES`` set to its group of GPUs. The proxy starts only once
+every server's ``/health`` answers 200; if one exits first, the others are stopped
+and the launch fails. SIGINT and SIGTERM stop the proxy, then every server (SIGTERM
+to its group, SIGKILL after a grace period).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from ..errors import ConfigError
+from .sglang_command import check_attention_backend, sglang_args
+
+__all__ = ["LaunchPlan", "ServerSpec", "SGLangFleet", "launch", "parse_gpus", "plan_servers"]
+
+log = logging.getLogger("seedproxy.launch")
+
+SERVER_HOST = "127.0.0.1"
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSpec:
+    """One SGLang server: its GPUs, its port and its full command line."""
+
+    gpus: tuple[str, ...]
+    port: int
+    argv: tuple[str, ...]
+
+    @property
+    def url(self) -> str:
+        return f"http://{SERVER_HOST}:{self.port}"
+
+    def env(self, base: dict[str, str]) -> dict[str, str]:
+        return {**base, "CUDA_VISIBLE_DEVICES": ",".join(self.gpus)}
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchPlan:
+    servers: tuple[ServerSpec, ...]
+
+    @property
+    def urls(self) -> list[str]:
+        return [s.url for s in self.servers]
+
+
+def parse_gpus(text: str) -> list[str]:
+    """``"0,1,2,3"`` -> ["0", "1", "2", "3"]; ids or UUIDs, no blanks, no repeats."""
+    gpus = [g.strip() for g in text.split(",")]
+    if not text.strip() or any(not g or " " in g for g in gpus):
+        raise ConfigError(f"--gpus must be a comma-separated list of GPU ids, got {text!r}")
+    repeated = sorted({g for g in gpus if gpus.count(g) > 1})
+    if repeated:
+        raise ConfigError(f"--gpus lists GPU {repeated[0]} more than once")
+    return gpus
+
+
+def plan_servers(
+    model_path: str,
+    gpus: Sequence[str],
+    *,
+    tp: int = 1,
+    attention_backend: str | None = None,
+    base_port: int = 30000,
+    extra: Sequence[str] = (),
+    python: str = sys.executable,
+    free_port: Callable[[], int] | None = None,
+) -> LaunchPlan:
+    """Group ``gpus`` in runs of ``tp`` (in order) and give each group a server on
+    ``base_port + i`` (or a free port each when ``base_port`` is 0)."""
+    if tp < 1:
+        raise ConfigError(f"--tp must be at least 1, got {tp}")
+    if not gpus or len(gpus) % tp:
+        raise ConfigError(f"--gpus lists {len(gpus)} GPUs, which is not a multiple of --tp {tp}")
+    if not 0 <= base_port < 65536:
+        raise ConfigError(f"--base-port must be between 0 and 65535, got {base_port}")
+    pick = free_port or _free_port
+    servers = []
+    for i in range(len(gpus) // tp):
+        port = pick() if base_port == 0 else base_port + i
+        if port > 65535:
+            raise ConfigError(f"--base-port {base_port} leaves no port for server {i}")
+        args = sglang_args(
+            model_path,
+            attention_backend=attention_backend,
+            tp=tp,
+            host=SERVER_HOST,
+            port=port,
+            extra=extra,
+        )
+        group = tuple(gpus[i * tp : (i + 1) * tp])
+        servers.append(ServerSpec(group, port, (python, "-m", "sglang.launch_server", *args)))
+    return LaunchPlan(tuple(servers))
+
+
+class SGLangFleet:
+    """The running servers of a plan. ``start`` -> ``wait_healthy`` -> ``stop``."""
+
+    def __init__(self, plan: LaunchPlan, *, env: dict[str, str] | None = None) -> None:
+        self.plan = plan
+        self._env = dict(os.environ if env is None else env)
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self) -> None:
+        for spec in self.plan.servers:
+            log.info("starting SGLang on GPUs %s: %s", ",".join(spec.gpus), " ".join(spec.argv))
+            self.procs.append(
+                subprocess.Popen(
+                    list(spec.argv),
+                    env=spec.env(self._env),
+                    start_new_session=True,
+                    preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+                )
+            )
+
+    def wait_healthy(self, timeout_s: float, *, poll_s: float = 0.5) -> None:
+        """Return once every server's /health answers 200; raise ``ConfigError`` if
+        one exits first or ``timeout_s`` passes."""
+        deadline = time.monotonic() + timeout_s
+        waiting = dict(zip(self.plan.servers, self.procs, strict=True))
+        with httpx.Client(timeout=2.0) as client:
+            while waiting:
+                for spec, proc in list(waiting.items()):
+                    code = proc.poll()
+                    if code is not None:
+                        raise ConfigError(
+                            f"SGLang server on GPUs {','.join(spec.gpus)} exited with code "
+                            f"{code} before {spec.url}/health answered"
+                        )
+                    if _healthy(client, spec.url):
+                        log.info("SGLang on GPUs %s is ready at %s", ",".join(spec.gpus), spec.url)
+                        del waiting[spec]
+                if waiting and time.monotonic() > deadline:
+                    names = ", ".join(s.url for s in waiting)
+                    raise ConfigError(f"SGLang servers not healthy after {timeout_s:g}s: {names}")
+                if waiting:
+                    time.sleep(poll_s)
+
+    def stop(self, grace_s: float = 30.0) -> None:
+        """SIGTERM every server's process group, wait, then SIGKILL what is left."""
+        for proc in self.procs:
+            _signal_group(proc, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _signal_group(proc, signal.SIGKILL)
+                proc.wait()
+
+
+def launch(
+    plan: LaunchPlan,
+    serve: Callable[[list[str]], int],
+    *,
+    health_timeout_s: float,
+    env: dict[str, str] | None = None,
+) -> int:
+    """Start ``plan``'s servers, wait for them, run ``serve(urls)`` (blocking), and
+    stop the servers however it ends."""
+    fleet = SGLangFleet(plan, env=env)
+    with _sigterm_as_interrupt():
+        try:
+            fleet.start()
+            fleet.wait_healthy(health_timeout_s)
+            return serve(plan.urls)
+        finally:
+            fleet.stop()
+
+
+def warn_attention_backend(backend: str | None) -> None:
+    for warning in check_attention_backend(backend):
+        print(f"seedproxy: warning: {warning}", file=sys.stderr)
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt while launching, so ``finally`` blocks (which
+    stop the servers) run; uvicorn re-raises it this way after a graceful shutdown."""
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _healthy(client: httpx.Client, url: str) -> bool:
+    try:
+        return client.get(url + "/health").status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):  # exited since poll(): nothing to stop
+        os.killpg(proc.pid, sig)
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: get SIGTERM when the launcher dies, even by SIGKILL
+    (which leaves it no chance to stop its servers)."""
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((SERVER_HOST, 0))
+        return int(sock.getsockname()[1])
