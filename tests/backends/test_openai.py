@@ -73,10 +73,14 @@ def test_token_ids_are_read_from_token_id_spelled_logprobs(
     assert only_interaction(proxy, "o-2")["completion_token_ids"] == expected
 
 
-def test_responses_carry_no_seed_field(proxy: str, upstream: tuple[str, CompatSwitches]) -> None:
+def test_responses_are_seeded_through_the_chat_route(
+    proxy: str, upstream: tuple[str, CompatSwitches]
+) -> None:
     reply = sdk(proxy, "o-3").responses.create(model="m", input="hi", max_output_tokens=3)
     assert reply.output_text
-    assert "seed" not in upstream[1].received[0]
+    sent = upstream[1].received[0]
+    assert sent["messages"] == [{"role": "user", "content": "hi"}]
+    assert sent["seed"] == derive_seed("o-3", 0)
 
 
 def test_an_unknown_backend_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
