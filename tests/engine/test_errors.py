@@ -80,3 +80,20 @@ def test_stop_strings_and_tokens(client: httpx.Client) -> None:
         "max_new_tokens": 12, "sampling_seed": 4, "stop": [word]}}).json()
     assert r["meta_info"]["finish_reason"] == {"type": "stop", "matched": word}
     assert word not in r["text"] and full["text"].startswith(r["text"])
+
+
+def test_tools_accepted(oai: object) -> None:
+    tools = [{"type": "function", "function": {
+        "name": "get_weather", "description": "Weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+    r = oai.chat.completions.create(  # type: ignore[attr-defined]
+        model="x", messages=[{"role": "user", "content": "Weather in Paris?"}],
+        tools=tools, max_tokens=4, seed=1)
+    assert r.choices[0].finish_reason == "length"
+
+
+def test_generate_n_and_batch(client: httpx.Client) -> None:
+    r = client.post("/generate", json={"text": ["a", "b"], "sampling_params": {
+        "max_new_tokens": 3, "n": 2}}).json()
+    assert isinstance(r, list) and len(r) == 4
+    assert r[0]["output_ids"] == r[1]["output_ids"]
