@@ -1,0 +1,23 @@
+"""seedproxy's embedded CPU inference engine: an SGLang-compatible server whose sampling
+follows SGLang's deterministic mode (seeded Gumbel-max, no cross-request batching).
+
+Importing this package imports torch and transformers; nothing outside it does.
+"""
+
+from __future__ import annotations
+
+from .errors import EngineError, RequestError
+from .model import EngineModel, load_model
+from .runner import RunningEngine, run_engine, start_engine_thread
+from .server import create_engine_app
+
+__all__ = [
+    "EngineError",
+    "EngineModel",
+    "RequestError",
+    "RunningEngine",
+    "create_engine_app",
+    "load_model",
+    "run_engine",
+    "start_engine_thread",
+]

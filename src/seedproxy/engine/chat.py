@@ -1,0 +1,209 @@
+"""``/v1/chat/completions``: chat template in, SGLang-shaped OpenAI answers out.
+
+Invariants (SGLang's, checked against its ``serving_chat.py``):
+- ``return_prompt_token_ids``/``return_token_ids`` put ``prompt_token_ids`` /
+  ``response_token_ids`` on each non-streaming choice; with ``stream`` they are a 400.
+- Headers ``x-sglext-return-input-ids: 1`` / ``x-sglext-return-output-ids: 1`` add a
+  response-level ``sglext`` with ``input_ids`` (the prompt) and ``output_ids`` (one list
+  per choice); when streaming it comes in a chunk with ``choices: []`` after the finish
+  chunks and before the usage chunk.
+- All ``n`` choices use the same seed, so they are identical.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from .errors import RequestError
+from .generator import GenRequest, Update
+from .openai_common import openai_sampling_params, token_text, usage, want_bool, want_int
+from .state import EngineState, new_id
+
+__all__ = ["ChatJob", "chat_response", "chat_stream", "parse_chat", "render_messages"]
+
+
+@dataclass(frozen=True)
+class ChatJob:
+    reqs: list[GenRequest]
+    model: str
+    logprobs: bool
+    top_logprobs: int
+    return_prompt_ids: bool
+    return_token_ids: bool
+    sglext_input: bool
+    sglext_output: bool
+    include_usage: bool
+
+
+def _content_text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, dict) and part.get("type") == "text":
+                parts.append(str(part.get("text", "")))
+            elif isinstance(part, str):
+                parts.append(part)
+            else:
+                raise RequestError("only text content parts are supported", param="messages")
+        return "".join(parts)
+    raise RequestError("message content must be a string or a list of parts",
+                       param="messages")
+
+
+def render_messages(state: EngineState, messages: Any, tools: Any = None) -> list[int]:
+    """Apply the tokenizer's chat template (with tools when given) and tokenize."""
+    if not isinstance(messages, list) or not messages:
+        raise RequestError("messages must be a non-empty list", param="messages")
+    msgs = []
+    for m in messages:
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise RequestError("each message needs a string role", param="messages")
+        msg = dict(m)
+        msg["content"] = _content_text(m.get("content"))
+        msgs.append(msg)
+    if tools is not None and not isinstance(tools, list):
+        raise RequestError("tools must be a list", param="tools")
+    tok = state.model.tokenizer
+    try:
+        text = tok.apply_chat_template(msgs, tools=tools or None, add_generation_prompt=True,
+                                       tokenize=False)
+    except Exception as exc:  # jinja errors: the template refused these messages
+        raise RequestError(f"cannot apply the chat template: {exc}", param="messages") from exc
+    return state.check_prompt(list(tok.encode(text, add_special_tokens=False)))
+
+
+def parse_chat(state: EngineState, body: dict[str, Any], headers: Any) -> ChatJob:
+    stream = want_bool(body, "stream")
+    ret_prompt = want_bool(body, "return_prompt_token_ids")
+    ret_tokens = want_bool(body, "return_token_ids")
+    if stream and ret_prompt:
+        raise RequestError(
+            "return_prompt_token_ids is not supported with streaming. "
+            "Please set stream=false when using return_prompt_token_ids=true.")
+    if stream and ret_tokens:
+        raise RequestError(
+            "return_token_ids is not supported with streaming on /v1/chat/completions. "
+            "Please set stream=false when using return_token_ids=true.")
+    prompt = render_messages(state, body.get("messages"), body.get("tools"))
+    params = openai_sampling_params(body, state.model.vocab_size, None)
+    logprobs = want_bool(body, "logprobs")
+    top = want_int(body, "top_logprobs", 0) or 0
+    if top < 0 or top > 20:
+        raise RequestError("top_logprobs must be between 0 and 20", param="top_logprobs")
+    opts = body.get("stream_options") or {}
+    include_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
+    rid = new_id()
+    reqs = [GenRequest(f"{rid}-{i}" if params.n > 1 else rid, prompt, params, logprobs,
+                       top if logprobs else 0) for i in range(params.n)]
+    model = body.get("model")
+    return ChatJob(
+        reqs=reqs, model=model if isinstance(model, str) else state.model.name,
+        logprobs=logprobs, top_logprobs=top, return_prompt_ids=ret_prompt or ret_tokens,
+        return_token_ids=ret_tokens,
+        sglext_input=headers.get("x-sglext-return-input-ids") == "1",
+        sglext_output=headers.get("x-sglext-return-output-ids") == "1",
+        include_usage=include_usage,
+    )
+
+
+def _logprob_content(state: EngineState, upd: Update, start: int, stop: int
+                     ) -> list[dict[str, Any]]:
+    tok = state.model.tokenizer
+    out = []
+    for i in range(start, stop):
+        text = token_text(tok, upd.output_ids[i])
+        tops = []
+        if i < len(upd.top_logprobs):
+            for tid, lp in upd.top_logprobs[i]:
+                t = token_text(tok, tid)
+                tops.append({"token": t, "bytes": list(t.encode()), "logprob": lp})
+        out.append({"token": text, "bytes": list(text.encode()), "logprob": upd.logprobs[i],
+                    "top_logprobs": tops})
+    return out
+
+
+def _sglext(job: ChatJob, finals: list[Update]) -> dict[str, Any] | None:
+    ext: dict[str, Any] = {}
+    if job.sglext_input:
+        ext["input_ids"] = list(job.reqs[0].prompt_ids)
+    if job.sglext_output:
+        ext["output_ids"] = [list(u.output_ids) for u in finals]
+    return ext or None
+
+
+async def chat_response(state: EngineState, job: ChatJob) -> dict[str, Any]:
+    finals = [await state.worker.complete(r) for r in job.reqs]
+    choices = []
+    for idx, upd in enumerate(finals):
+        fin = upd.finish or {}
+        choice: dict[str, Any] = {
+            "index": idx,
+            "message": {"role": "assistant", "content": upd.text, "reasoning_content": None,
+                        "tool_calls": None},
+            "logprobs": {"content": _logprob_content(state, upd, 0, len(upd.output_ids))}
+            if job.logprobs else None,
+            "finish_reason": fin.get("type"),
+            "matched_stop": fin.get("matched"),
+        }
+        if job.return_prompt_ids:
+            choice["prompt_token_ids"] = list(job.reqs[idx].prompt_ids)
+        if job.return_token_ids:
+            choice["response_token_ids"] = list(upd.output_ids)
+        choices.append(choice)
+    resp: dict[str, Any] = {
+        "id": job.reqs[0].rid, "object": "chat.completion", "created": int(time.time()),
+        "model": job.model, "choices": choices,
+        "usage": usage(finals[0].prompt_tokens, finals),
+        "metadata": {"weight_version": "default"},
+    }
+    ext = _sglext(job, finals)
+    if ext is not None:
+        resp["sglext"] = ext
+    return resp
+
+
+def _chunk(job: ChatJob, choices: list[dict[str, Any]], **extra: Any) -> bytes:
+    body = {"id": job.reqs[0].rid, "object": "chat.completion.chunk",
+            "created": int(time.time()), "model": job.model, "choices": choices, **extra}
+    return b"data: " + orjson.dumps(body) + b"\n\n"
+
+
+def _delta(idx: int, delta: dict[str, Any], logprobs: Any = None, finish: Any = None,
+           matched: Any = None) -> dict[str, Any]:
+    return {"index": idx, "delta": delta, "logprobs": logprobs, "finish_reason": finish,
+            "matched_stop": matched}
+
+
+async def chat_stream(state: EngineState, job: ChatJob) -> AsyncIterator[bytes]:
+    finals: list[Update] = []
+    for idx, req in enumerate(job.reqs):
+        yield _chunk(job, [_delta(idx, {"role": "assistant", "content": ""})])
+        sent_text, sent_tokens = 0, 0
+        async for upd in state.worker.stream(req):
+            delta = upd.text[sent_text:]
+            n_tok = len(upd.logprobs) if job.logprobs else sent_tokens
+            if delta or n_tok > sent_tokens:
+                lp = ({"content": _logprob_content(state, upd, sent_tokens, n_tok)}
+                      if job.logprobs else None)
+                yield _chunk(job, [_delta(idx, {"content": delta}, lp)])
+                sent_text, sent_tokens = len(upd.text), n_tok
+            if upd.finish is not None:
+                finals.append(upd)
+    for idx, upd in enumerate(finals):
+        fin = upd.finish or {}
+        yield _chunk(job, [_delta(idx, {}, None, fin.get("type"), fin.get("matched"))])
+    ext = _sglext(job, finals)
+    if ext is not None:
+        yield _chunk(job, [], sglext=ext)
+    if job.include_usage:
+        yield _chunk(job, [], usage=usage(finals[0].prompt_tokens, finals))
+    yield b"data: [DONE]\n\n"

@@ -1,0 +1,24 @@
+"""Engine exceptions.
+
+``EngineError`` is a start-up failure (bad model path, unreadable weights): its message is
+one line naming the path, fit for a CLI to print before exiting with code 2.
+``RequestError`` is a client error: the server turns it into SGLang's 400 ``ErrorResponse``.
+"""
+
+from __future__ import annotations
+
+__all__ = ["EngineError", "RequestError"]
+
+
+class EngineError(Exception):
+    """The engine could not start (for example the model path is missing or invalid)."""
+
+
+class RequestError(ValueError):
+    """A request the engine refuses; always answered with HTTP ``status`` (400 by default)."""
+
+    def __init__(self, message: str, status: int = 400, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.param = param

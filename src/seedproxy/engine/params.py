@@ -1,0 +1,178 @@
+"""SGLang sampling parameters: parsing and validation.
+
+Invariants:
+- The accepted keys are exactly SGLang's ``SamplingParams`` API fields; any other key is a
+  ``RequestError`` (400), as in SGLang, where ``SamplingParams(**d)`` rejects it.
+- ``sampling_seed`` must be an int (a bool or string is a 400); ``None`` means 42.
+- ``temperature < 1e-5`` is greedy: the seed then changes nothing.
+- Grammar, penalty and logit-bias fields are accepted and validated but not applied.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import RequestError
+
+__all__ = ["DEFAULT_SEED", "GREEDY_EPS", "SAMPLING_KEYS", "SamplingParams", "parse_sampling_params"]
+
+DEFAULT_SEED = 42
+GREEDY_EPS = 1e-5
+
+SAMPLING_KEYS = frozenset({
+    "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p",
+    "top_k", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty",
+    "min_new_tokens", "n", "json_schema", "regex", "ebnf", "structural_tag", "ignore_eos",
+    "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim", "custom_params",
+    "stream_interval", "logit_bias", "sampling_seed",
+})
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Validated, normalised parameters of one generation (one choice)."""
+
+    max_new_tokens: int | None = 128
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    min_p: float = 0.0
+    stop: tuple[str, ...] = ()
+    stop_token_ids: frozenset[int] = frozenset()
+    ignore_eos: bool = False
+    min_new_tokens: int = 0
+    skip_special_tokens: bool = True
+    no_stop_trim: bool = False
+    seed: int = DEFAULT_SEED
+    n: int = 1
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature < GREEDY_EPS or self.top_k == 1
+
+
+def _num(d: dict[str, Any], key: str, default: float) -> float:
+    v = d.get(key)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise RequestError(f"{key} must be a number, got {v!r}", param=key)
+    return float(v)
+
+
+def _int(d: dict[str, Any], key: str, default: int | None) -> int | None:
+    v = d.get(key)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, int):
+        if isinstance(v, float) and v.is_integer():
+            return int(v)
+        raise RequestError(f"{key} must be an integer, got {v!r}", param=key)
+    return v
+
+
+def _bool(d: dict[str, Any], key: str, default: bool) -> bool:
+    v = d.get(key)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise RequestError(f"{key} must be a boolean, got {v!r}", param=key)
+    return v
+
+
+def _stops(v: Any) -> tuple[str, ...]:
+    if v is None:
+        return ()
+    if isinstance(v, str):
+        return (v,) if v else ()
+    if isinstance(v, list) and all(isinstance(s, str) for s in v):
+        return tuple(s for s in v if s)
+    raise RequestError(f"stop must be a string or a list of strings, got {v!r}", param="stop")
+
+
+def parse_sampling_params(raw: Any, vocab_size: int) -> SamplingParams:
+    """Validate a ``sampling_params`` object the way SGLang does; raise ``RequestError``."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise RequestError("sampling_params must be an object", param="sampling_params")
+    unknown = sorted(set(raw) - SAMPLING_KEYS)
+    if unknown:
+        raise RequestError(
+            f"SamplingParams.__init__() got an unexpected keyword argument '{unknown[0]}'",
+            param=unknown[0],
+        )
+    seed_raw = raw.get("sampling_seed")
+    if seed_raw is not None and (isinstance(seed_raw, bool) or not isinstance(seed_raw, int)):
+        raise RequestError(
+            f"sampling_seed must be an integer, got {seed_raw!r}", param="sampling_seed"
+        )
+    if seed_raw is not None and not -(2**63) <= seed_raw < 2**63:
+        raise RequestError("sampling_seed must fit in 64 bits", param="sampling_seed")
+    temperature = _num(raw, "temperature", 1.0)
+    top_p = _num(raw, "top_p", 1.0)
+    top_k = _int(raw, "top_k", -1)
+    min_p = _num(raw, "min_p", 0.0)
+    max_new = _int(raw, "max_new_tokens", 128)
+    min_new = _int(raw, "min_new_tokens", 0)
+    n = _int(raw, "n", 1)
+    assert top_k is not None and min_new is not None and n is not None
+    if not math.isfinite(temperature) or temperature < 0:
+        raise RequestError(
+            f"temperature must be a non-negative finite number, got {temperature}.")
+    if not 0.0 < top_p <= 1.0:
+        raise RequestError(f"top_p must be in (0, 1], got {top_p}.")
+    if not 0.0 <= min_p <= 1.0:
+        raise RequestError(f"min_p must be in [0, 1], got {min_p}.")
+    if top_k < 1 and top_k != -1:
+        raise RequestError(f"top_k must be -1 (disable) or at least 1, got {top_k}.")
+    for key, lo, hi in (("frequency_penalty", -2.0, 2.0), ("presence_penalty", -2.0, 2.0)):
+        val = _num(raw, key, 0.0)
+        if not lo <= val <= hi:
+            raise RequestError(f"{key} must be in [-2, 2], got {val}.")
+    rep = _num(raw, "repetition_penalty", 1.0)
+    if not 0.0 < rep <= 2.0:
+        raise RequestError(f"repetition_penalty must be in (0, 2], got {rep}.")
+    if max_new is not None and max_new < 0:
+        raise RequestError(f"max_new_tokens must be at least 0, got {max_new}.")
+    if min_new < 0 or (max_new is not None and min_new > max_new):
+        raise RequestError(f"min_new_tokens must be in [0, max_new_tokens], got {min_new}.")
+    if n < 1:
+        raise RequestError(f"n must be at least 1, got {n}.")
+    stop_ids_raw = raw.get("stop_token_ids") or []
+    if not isinstance(stop_ids_raw, list) or not all(
+        isinstance(t, int) and not isinstance(t, bool) for t in stop_ids_raw
+    ):
+        raise RequestError("stop_token_ids must be a list of integers", param="stop_token_ids")
+    logit_bias = raw.get("logit_bias")
+    if logit_bias is not None:
+        if not isinstance(logit_bias, dict):
+            raise RequestError("logit_bias must be an object", param="logit_bias")
+        for key in logit_bias:
+            try:
+                ok = 0 <= int(key) < vocab_size
+            except (TypeError, ValueError):
+                ok = False
+            if not ok:
+                raise RequestError(
+                    f"logit_bias must has keys in [0, {vocab_size - 1}], got {key}.")
+    grammars = [raw.get("json_schema"), raw.get("regex"), raw.get("ebnf")]
+    if sum(g is not None for g in grammars) > 1:
+        raise RequestError("Only one of regex, json_schema, or ebnf can be set.")
+    return SamplingParams(
+        max_new_tokens=max_new,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        min_p=min_p,
+        stop=_stops(raw.get("stop")),
+        stop_token_ids=frozenset(stop_ids_raw),
+        ignore_eos=_bool(raw, "ignore_eos", False),
+        min_new_tokens=min_new,
+        skip_special_tokens=_bool(raw, "skip_special_tokens", True),
+        no_stop_trim=_bool(raw, "no_stop_trim", False),
+        seed=DEFAULT_SEED if seed_raw is None else seed_raw,
+        n=n,
+    )

@@ -1,0 +1,148 @@
+"""The engine's ASGI app: SGLang's HTTP surface over one ``Worker``.
+
+Invariants:
+- Every request body is parsed and validated before anything is queued; bad input is a
+  400 and never a 500 (an unexpected exception is logged and answered as a 400 too).
+- OpenAI routes answer errors with SGLang's ``ErrorResponse``
+  (``{object: "error", message, type, param, code}``); ``/generate`` with SGLang's
+  ``{"error": {"message": ...}}``.
+- The app's lifespan starts the worker thread and stops it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.responses import Response, StreamingResponse
+
+from .chat import chat_response, chat_stream, parse_chat
+from .completions import completion_response, completion_stream, parse_completion
+from .errors import RequestError
+from .model import EngineModel
+from .native import generate_response, generate_stream, parse_generate
+from .openai_common import error_body
+from .state import EngineState
+from .worker import Worker
+
+__all__ = ["create_engine_app"]
+
+logger = logging.getLogger("seedproxy.engine")
+
+_SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def _json(body: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise RequestError(f"Invalid JSON body: {exc}") from exc
+    if not isinstance(body, dict):
+        raise RequestError("The request body must be a JSON object.")
+    return body
+
+
+async def _guard(native: bool, handler: Callable[[], Awaitable[Response]]) -> Response:
+    """Run ``handler``; turn any error into a 4xx in the route's error shape."""
+    try:
+        return await handler()
+    except RequestError as exc:
+        status, msg, param = exc.status, exc.message, exc.param
+    except Exception as exc:  # defensive: no input may produce a 500
+        logger.exception("request failed")
+        status, msg, param = 400, f"{type(exc).__name__}: {exc}", None
+    if native:
+        return _json({"error": {"message": msg}}, status)
+    return _json(error_body(msg, status, param=param), status)
+
+
+def _sse(gen: AsyncIterator[bytes]) -> StreamingResponse:
+    return StreamingResponse(gen, media_type="text/event-stream", headers=_SSE_HEADERS)
+
+
+def create_engine_app(model: EngineModel) -> FastAPI:
+    """Build the SGLang-compatible app serving ``model``; its lifespan runs the worker."""
+    state = EngineState(model, Worker(model))
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        state.worker.start()
+        try:
+            yield
+        finally:
+            state.worker.stop()
+
+    app = FastAPI(title="seedproxy engine", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  openapi_url=None)
+    app.state.engine = state
+
+    @app.get("/health")
+    @app.get("/health_generate")
+    async def health() -> Response:
+        return Response(status_code=200)
+
+    @app.get("/v1/models")
+    async def models() -> Response:
+        card = {"id": model.name, "object": "model", "created": 0, "owned_by": "sglang",
+                "root": model.name, "parent": None, "max_model_len": model.context_length}
+        return _json({"object": "list", "data": [card]})
+
+    @app.get("/get_model_info")
+    async def model_info() -> Response:
+        return _json({
+            "model_path": model.model_path, "tokenizer_path": model.model_path,
+            "is_generation": True, "preferred_sampling_params": None,
+            "weight_version": "default", "has_image_understanding": False,
+            "has_audio_understanding": False, "model_type": "llama",
+            "architectures": ["LlamaForCausalLM"],
+        })
+
+    @app.get("/get_server_info")
+    async def server_info() -> Response:
+        return _json({"model_path": model.model_path, "enable_deterministic_inference": True,
+                      "sampling_backend": "pytorch", "context_length": model.context_length,
+                      "threads": state.worker.threads, "version": "seedproxy-engine"})
+
+    @app.post("/generate")
+    async def generate(request: Request) -> Response:
+        async def run() -> Response:
+            body = await _body(request)
+            reqs = parse_generate(state, body)
+            if body.get("stream") is True:
+                return _sse(generate_stream(state, reqs))
+            batched = isinstance(body.get("text"), list) or (
+                isinstance(body.get("input_ids"), list) and bool(body["input_ids"])
+                and isinstance(body["input_ids"][0], list))
+            return _json(await generate_response(state, reqs, batched))
+        return await _guard(True, run)
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> Response:
+        async def run() -> Response:
+            body = await _body(request)
+            job = parse_chat(state, body, request.headers)
+            if body.get("stream") is True:
+                return _sse(chat_stream(state, job))
+            return _json(await chat_response(state, job))
+        return await _guard(False, run)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        async def run() -> Response:
+            body = await _body(request)
+            job = parse_completion(state, body)
+            if body.get("stream") is True:
+                return _sse(completion_stream(state, job))
+            return _json(await completion_response(state, job))
+        return await _guard(False, run)
+
+    return app
