@@ -1,0 +1,157 @@
+"""The product on a laptop: openai SDK -> seedproxy -> the embedded engine (tiny model)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from seedproxy import derive_seed
+from seedproxy.engine import RunningEngine
+from tests.helpers.procs import free_port, seedproxy_env, start_seedproxy, wait_http
+
+MSG = [{"role": "user", "content": "Write a short poem about the sea."}]
+
+
+@pytest.fixture
+def proxy(engine: RunningEngine, start_proxy: Callable[..., str]) -> str:
+    return start_proxy([engine.url])
+
+
+@pytest.fixture
+def admin(proxy: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=proxy, timeout=60) as client:
+        yield client
+
+
+def session(admin: httpx.Client, identity: str) -> openai.OpenAI:
+    made = admin.post("/sessions", json={"identity": identity}).json()["sessions"][0]
+    return openai.OpenAI(base_url=made["base_url"], api_key="x", max_retries=0, timeout=60)
+
+
+def turn(admin: httpx.Client, session_id: str, index: int = 0) -> dict[str, Any]:
+    return admin.get(f"/sessions/{session_id}/trajectory").json()["interactions"][index]
+
+
+def ask(c: openai.OpenAI, **kw: Any) -> str:
+    reply = c.chat.completions.create(model="m", messages=MSG, max_tokens=12, **kw)
+    return reply.choices[0].message.content or ""
+
+
+def test_the_same_identity_replays_text_token_ids_and_logprobs_bit_for_bit(admin: httpx.Client) -> None:
+    texts = [ask(session(admin, "poem")), ask(session(admin, "poem"))]
+    first, second = turn(admin, "poem"), turn(admin, "poem-1")
+    assert texts[0] == texts[1]
+    assert first["seed"] == second["seed"] == derive_seed("poem", 0)
+    assert first["completion_token_ids"] == second["completion_token_ids"]
+    assert len(first["completion_token_ids"]) == 12
+    assert first["logprobs"] == second["logprobs"]
+    assert first["prompt_token_ids"] == second["prompt_token_ids"] != []
+
+
+def test_different_identities_sample_differently(admin: httpx.Client) -> None:
+    for identity in ("a", "b", "c"):
+        ask(session(admin, f"diff-{identity}"))
+    samples = {tuple(turn(admin, f"diff-{i}")["completion_token_ids"]) for i in "abc"}
+    assert len(samples) == 3
+
+
+async def test_concurrent_requests_each_get_what_they_get_alone(admin: httpx.Client, proxy: str) -> None:
+    def client(sid: str) -> openai.AsyncOpenAI:
+        return openai.AsyncOpenAI(base_url=f"{proxy}/sessions/{sid}/v1", api_key="x", max_retries=0, timeout=120)
+
+    async def one(sid: str) -> str:
+        async with client(sid) as c:
+            reply = await c.chat.completions.create(model="m", messages=MSG, max_tokens=8)
+            return reply.choices[0].message.content or ""
+
+    together = await asyncio.gather(*(one(f"crowd-{i}") for i in range(8)))
+    alone = []
+    for i in range(8):  # the same identities again, one request at a time
+        admin.post("/sessions", json={"identity": f"crowd-{i}"})
+        alone.append(await one(f"crowd-{i}-1"))
+    assert alone == together
+    assert len(set(together)) == 8
+
+
+def test_resubmitting_a_prefix_with_the_same_seed_continues_identically(admin: httpx.Client) -> None:
+    prompt = [1, 504, 3100, 28, 253, 1789]
+    whole = admin.post(
+        "/sessions/prefix/generate",
+        json={"input_ids": prompt, "sampling_params": {"max_new_tokens": 10}, "return_logprob": True},
+    ).json()
+    out = whole["output_ids"]
+    resumed = admin.post(
+        "/sessions/prefix/generate",
+        json={"input_ids": prompt + out[:4], "sampling_params": {"max_new_tokens": 6}, "return_logprob": True},
+        headers={"X-Request-Index": "0"},
+    ).json()
+    assert resumed["output_ids"] == out[4:]
+    lps = [entry[0] for entry in whole["meta_info"]["output_token_logprobs"]]
+    assert [entry[0] for entry in resumed["meta_info"]["output_token_logprobs"]] == lps[4:]
+
+
+def test_stream_and_non_stream_give_the_same_tokens(admin: httpx.Client) -> None:
+    whole = ask(session(admin, "twin"))
+    streamed = session(admin, "twin").chat.completions.create(model="m", messages=MSG, max_tokens=12, stream=True)
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in streamed if chunk.choices)
+    assert text == whole
+    assert turn(admin, "twin")["completion_token_ids"] == turn(admin, "twin-1")["completion_token_ids"]
+
+
+def test_temperature_zero_ignores_the_seed(admin: httpx.Client) -> None:
+    greedy = [ask(session(admin, f"greedy-{i}"), temperature=0) for i in range(3)]
+    assert len(set(greedy)) == 1
+    seeds = {turn(admin, f"greedy-{i}")["seed"] for i in range(3)}
+    assert len(seeds) == 3
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from seedproxy.engine.model import default_gguf_path, gguf_tokenizer_dir
+
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf_tokenizer_dir(default_gguf_path())))
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+        tie_word_embeddings=False,
+    )
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_serve_without_upstream_runs_the_engine_in_process(tiny_model_dir: Path) -> None:
+    port = free_port()
+    proc = start_seedproxy("serve", "--port", str(port), "--model", str(tiny_model_dir), stderr=subprocess.PIPE)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/healthz", 120, proc)
+        c = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/sessions/ep-1/v1", api_key="x", max_retries=0)
+        assert [m.id for m in c.models.list()] == [tiny_model_dir.name]
+        raw = c.chat.completions.with_raw_response.create(model="m", messages=MSG, max_tokens=5)
+        assert raw.headers["x-seedproxy-seed"] == str(derive_seed("ep-1", 0))
+        assert raw.parse().usage.completion_tokens == 5
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+
+
+def test_a_missing_model_path_is_a_one_line_error() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "seedproxy", "serve", "--model", "/nope/model.gguf", "--port", "0"],
+        env=seedproxy_env(), capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().startswith("seedproxy: error:") and "/nope/model.gguf" in done.stderr
+    assert "Traceback" not in done.stderr
