@@ -35,6 +35,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--store", help="memory:// | sqlite:///PATH | redis://HOST:PORT/DB")
     serve.add_argument("--model", help="engine model: a Hugging Face folder or a .gguf file")
     serve.add_argument("--workers", type=int)
+    serve.add_argument("--max-body-bytes", type=int, help="larger request bodies get 413")
+    serve.add_argument("--max-open-sessions", type=int, help="more open sessions get 429")
+    serve.add_argument("--connect-timeout", type=float, help="seconds to connect upstream (504)")
+    serve.add_argument("--read-timeout", type=float, help="seconds to wait on upstream reads (504)")
+    serve.add_argument("--session-ttl", type=float, help="evict sessions idle or ended this long (s)")
+    serve.add_argument("--graceful-shutdown", type=float, help="seconds to drain on SIGTERM")
     serve.add_argument("--config", help="a TOML config file")
 
     engine = commands.add_parser("engine", help="run the embedded CPU engine as an SGLang-compatible server")
@@ -89,6 +95,12 @@ def _serve(args: argparse.Namespace) -> int:
         "store": args.store,
         "model": args.model,
         "workers": args.workers,
+        "max_body_bytes": args.max_body_bytes,
+        "max_open_sessions": args.max_open_sessions,
+        "connect_timeout_s": args.connect_timeout,
+        "read_timeout_s": args.read_timeout,
+        "session_ttl_s": args.session_ttl,
+        "graceful_shutdown_s": args.graceful_shutdown,
     }
     return serve(flags, args.config)
 

@@ -24,7 +24,7 @@ from starlette.responses import Response, StreamingResponse
 
 from ..backends import Backend, Captured, Endpoint
 from ..backends.pool import UpstreamPool, UpstreamReply
-from ..errors import BadRequest, UpstreamError
+from ..errors import BadRequest, SeedProxyError, UpstreamError
 from ..seeds import choice_seeds
 from ..sessions import Interaction, SessionManager, SessionRecord, Slot
 from ..settings import Settings
@@ -88,11 +88,17 @@ class Forwarder:
         self, request: Request, endpoint: Endpoint, session: SessionRecord | None
     ) -> Response:
         arrived = time.perf_counter()
+        request.state.seedproxy_arrived = arrived  # for the error handler's headers
         raw = await read_body(request, self.settings.max_body_bytes)
         client = parse_body(endpoint, raw)
         pinned = pinned_index(request.headers)
         plan = await self.plan(client, session, pinned, is_sdk_retry(request.headers), arrived)
-        return await self.exchange(plan)
+        request.state.seedproxy_plan = plan
+        try:
+            return await self.exchange(plan)
+        except SeedProxyError as exc:
+            self._observe(plan, exc.status_code)
+            raise
 
     async def plan(
         self,
