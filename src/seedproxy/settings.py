@@ -119,7 +119,8 @@ def load_settings(flags: dict[str, Any], config_file: str | None = None) -> Sett
 def _from_env_over_file(file_values: dict[str, Any], explicit: dict[str, Any]) -> Settings:
     # pydantic-settings ranks init kwargs over env; the file must rank below env,
     # so file values are passed only for keys the environment does not set.
-    env = {k[len("SEEDPROXY_") :].lower(): v for k, v in os.environ.items() if k.startswith("SEEDPROXY_")}
+    prefix = "SEEDPROXY_"
+    env = {k[len(prefix) :].lower(): v for k, v in os.environ.items() if k.startswith(prefix)}
     env_keys = {_ALIASES.get(k, k) for k in env}
     values = {_ALIASES.get(k, k): v for k, v in file_values.items()}
     values = {k: v for k, v in values.items() if k not in env_keys}

@@ -112,7 +112,7 @@ def _proxied_headers(request: Request) -> dict[str, str]:
     """The ``x-seedproxy-*`` headers for an error the proxy raised while forwarding."""
     plan = getattr(request.state, "seedproxy_plan", None)
     if plan is not None:
-        headers = plan.headers()
+        headers: dict[str, str] = plan.headers()
         headers["x-seedproxy-overhead-ms"] = f"{plan.overhead_ms():.3f}"
         return headers
     arrived = getattr(request.state, "seedproxy_arrived", None)

@@ -17,6 +17,7 @@ dropping un-exported work is the evictor's job, which logs it).
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import time
 from typing import Any
@@ -139,7 +140,7 @@ class RedisStore:
     def _k(self, kind: str, session_id: str) -> str:
         return f"{self._p}{kind}:{session_id}"
 
-    def _session_keys(self, session_id: str) -> list[str]:
+    def _session_keys(self, session_id: str) -> builtins.list[str]:
         return [self._k(kind, session_id) for kind in ("s", "i", "r", "rz", "p")]
 
     def _key_of(self, api_key: str) -> str:
@@ -178,7 +179,9 @@ class RedisStore:
         ]
         if record.group_id is not None:
             keys.append(self._k("g", record.group_id))
-        args = [record.session_id, orjson.dumps(fixed), repr(now), "1" if record.group_id else "0"]
+        args: builtins.list[bytes | str] = [
+            record.session_id, orjson.dumps(fixed), repr(now), "1" if record.group_id else "0"
+        ]
         seq = await self._call(self._create(keys=keys, args=args))
         if int(seq) < 0:
             return False
@@ -196,7 +199,7 @@ class RedisStore:
         record = await self.get(session_id.decode())
         return record if record is not None and record.api_key == api_key else None
 
-    async def list(self, group_id: str | None = None) -> list[SessionRecord]:
+    async def list(self, group_id: str | None = None) -> builtins.list[SessionRecord]:
         index = self._p + "all" if group_id is None else self._k("g", group_id)
         ids = await self._call(self._redis.zrange(index, 0, -1))
         if not ids:
@@ -215,7 +218,7 @@ class RedisStore:
         self, session_id: str, *, digest: bytes, retry: bool, pinned: int | None
     ) -> Slot:
         keys = [self._k(kind, session_id) for kind in ("s", "r", "rz", "p")]
-        args = [
+        args: builtins.list[bytes | str | int] = [
             digest,
             "1" if retry else "0",
             "" if pinned is None else str(pinned),
@@ -231,11 +234,11 @@ class RedisStore:
     async def record(self, session_id: str, interaction: Interaction) -> None:
         keys = [self._k("s", session_id), self._k("i", session_id)]
         data = orjson.dumps(interaction.to_storage())
-        args = [interaction.interaction_id, data, repr(time.time())]
+        args: builtins.list[bytes | str] = [interaction.interaction_id, data, repr(time.time())]
         if not int(await self._call(self._record(keys=keys, args=args))):
             raise SessionNotFound(f"session {session_id!r} not found")
 
-    async def _raw_interactions(self, session_id: str) -> list[Interaction]:
+    async def _raw_interactions(self, session_id: str) -> builtins.list[Interaction]:
         pipe = self._redis.pipeline(transaction=True)
         pipe.exists(self._k("s", session_id))
         pipe.hvals(self._k("i", session_id))
@@ -245,7 +248,7 @@ class RedisStore:
         items = [Interaction.from_storage(orjson.loads(v)) for v in values]
         return sorted(items, key=lambda i: (i.request_index, i.interaction_id))
 
-    async def interactions(self, session_id: str) -> list[Interaction]:
+    async def interactions(self, session_id: str) -> builtins.list[Interaction]:
         return await self._raw_interactions(session_id)
 
     async def set_reward(
@@ -294,7 +297,7 @@ class RedisStore:
             pipe.pexpire(self._key_of(record.api_key), ttl_ms)
         await self._call(pipe.execute())
 
-    async def mark_exported(self, session_ids: list[str]) -> None:
+    async def mark_exported(self, session_ids: builtins.list[str]) -> None:
         for session_id in session_ids:
             key = self._k("s", session_id)
             pipe = self._redis.pipeline(transaction=True)

@@ -12,6 +12,7 @@ dedicated thread: the event loop never waits on disk.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import sqlite3
 import time
 from collections.abc import Callable
@@ -118,7 +119,9 @@ class SqliteStore:
 
     @staticmethod
     def _load(db: sqlite3.Connection, session_id: str) -> SessionRecord | None:
-        row = db.execute("SELECT record FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
+        row = db.execute(
+            "SELECT record FROM sessions WHERE session_id = ?", (session_id,)
+        ).fetchone()
         return SessionRecord.from_dict(orjson.loads(row[0])) if row else None
 
     def _require(self, db: sqlite3.Connection, session_id: str) -> SessionRecord:
@@ -177,13 +180,14 @@ class SqliteStore:
 
         return await self._run(work)
 
-    async def list(self, group_id: str | None = None) -> list[SessionRecord]:
-        def work(db: sqlite3.Connection) -> list[SessionRecord]:
+    async def list(self, group_id: str | None = None) -> builtins.list[SessionRecord]:
+        def work(db: sqlite3.Connection) -> builtins.list[SessionRecord]:
             if group_id is None:
                 rows = db.execute("SELECT record FROM sessions ORDER BY created_seq").fetchall()
             else:
                 rows = db.execute(
-                    "SELECT record FROM sessions WHERE group_id = ? ORDER BY created_seq", (group_id,)
+                    "SELECT record FROM sessions WHERE group_id = ? ORDER BY created_seq",
+                    (group_id,),
                 ).fetchall()
             return [SessionRecord.from_dict(orjson.loads(r[0])) for r in rows]
 
@@ -195,7 +199,12 @@ class SqliteStore:
         return await self._run(self._allocate, session_id, digest, retry, pinned)
 
     def _allocate(
-        self, db: sqlite3.Connection, session_id: str, digest: bytes, retry: bool, pinned: int | None
+        self,
+        db: sqlite3.Connection,
+        session_id: str,
+        digest: bytes,
+        retry: bool,
+        pinned: int | None,
     ) -> Slot:
         record = self._require(db, session_id)
         clock = db.execute(
@@ -203,7 +212,8 @@ class SqliteStore:
         ).fetchone()[0]
         if retry:
             kept = db.execute(
-                "SELECT request_index, interaction_id FROM recent WHERE session_id = ? AND digest = ?",
+                "SELECT request_index, interaction_id FROM recent "
+                "WHERE session_id = ? AND digest = ?",
                 (session_id, digest),
             ).fetchone()
             if kept is not None:
@@ -233,7 +243,8 @@ class SqliteStore:
         )
         db.execute(
             "DELETE FROM recent WHERE session_id = ? AND clock <= ("
-            " SELECT clock FROM recent WHERE session_id = ? ORDER BY clock DESC LIMIT 1 OFFSET ?)",
+            " SELECT clock FROM recent WHERE session_id = ?"
+            " ORDER BY clock DESC LIMIT 1 OFFSET ?)",
             (session_id, session_id, self._retry_memory),
         )
         return slot
@@ -244,8 +255,8 @@ class SqliteStore:
         def work(db: sqlite3.Connection) -> None:
             record = self._require(db, session_id)
             db.execute(
-                "INSERT OR REPLACE INTO interactions (session_id, interaction_id, request_index, data) "
-                "VALUES (?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO interactions "
+                "(session_id, interaction_id, request_index, data) VALUES (?, ?, ?, ?)",
                 (session_id, interaction.interaction_id, interaction.request_index, data),
             )
             record.last_active_at = time.time()
@@ -253,8 +264,8 @@ class SqliteStore:
 
         await self._run(work)
 
-    async def interactions(self, session_id: str) -> list[Interaction]:
-        def work(db: sqlite3.Connection) -> list[Interaction]:
+    async def interactions(self, session_id: str) -> builtins.list[Interaction]:
+        def work(db: sqlite3.Connection) -> builtins.list[Interaction]:
             self._require(db, session_id)
             rows = db.execute(
                 "SELECT data FROM interactions WHERE session_id = ? "
@@ -311,7 +322,7 @@ class SqliteStore:
 
         return await self._run(work)
 
-    async def mark_exported(self, session_ids: list[str]) -> None:
+    async def mark_exported(self, session_ids: builtins.list[str]) -> None:
         def work(db: sqlite3.Connection) -> None:
             for session_id in session_ids:
                 record = self._load(db, session_id)
