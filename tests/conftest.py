@@ -3,6 +3,7 @@ uvicorn), and real clients."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 from seedproxy.proxy import create_app
 from seedproxy.settings import Settings
 from tests.helpers.fake_sglang import Switches, create_fake_sglang
+from tests.helpers.redis_server import RedisServer, redis_or_skip
 from tests.helpers.servers import ServerThread
 
 
@@ -62,3 +64,17 @@ def proxy(fake: Fake, start_proxy: Callable[..., str]) -> str:
 def http(proxy: str) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=proxy, timeout=30) as client:
         yield client
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """A real redis-server on a free loopback port (fails under CI=true if missing)."""
+    server = RedisServer(redis_or_skip())
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    """A store URL with a key prefix of its own, so tests never see each other's keys."""
+    return f"{redis_server.url}?prefix=t{uuid.uuid4().hex[:12]}:"

@@ -46,6 +46,8 @@ class Settings(BaseSettings):
     max_failover: int = Field(default=2, ge=0)
     health_interval_s: float = Field(default=5.0, gt=0)
     session_ttl_s: float | None = Field(default=None, gt=0)
+    """Evict sessions idle (or ended) this long; un-exported ones are logged as lost."""
+    graceful_shutdown_s: float = Field(default=30.0, ge=0)
     log_requests: bool = True
 
     @field_validator("upstream", mode="before")
@@ -103,6 +105,15 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+_ALIASES = {
+    "session_ttl": "session_ttl_s",
+    "connect_timeout": "connect_timeout_s",
+    "read_timeout": "read_timeout_s",
+    "graceful_shutdown": "graceful_shutdown_s",
+}
+"""Option names as the flags spell them (``--session-ttl``), for env and file too."""
+
+
 def load_settings(flags: dict[str, Any], config_file: str | None = None) -> Settings:
     """Build settings from explicit flags over the environment over a TOML file.
 
@@ -119,8 +130,16 @@ def load_settings(flags: dict[str, Any], config_file: str | None = None) -> Sett
 def _from_env_over_file(file_values: dict[str, Any], explicit: dict[str, Any]) -> Settings:
     # pydantic-settings ranks init kwargs over env; the file must rank below env,
     # so file values are passed only for keys the environment does not set.
-    env_keys = {k[len("SEEDPROXY_") :].lower() for k in os.environ if k.startswith("SEEDPROXY_")}
-    values = {k: v for k, v in file_values.items() if k not in env_keys}
+    prefix = "SEEDPROXY_"
+    env = {k[len(prefix) :].lower(): v for k, v in os.environ.items() if k.startswith(prefix)}
+    env_keys = {_ALIASES.get(k, k) for k in env}
+    values = {_ALIASES.get(k, k): v for k, v in file_values.items()}
+    values = {k: v for k, v in values.items() if k not in env_keys}
+    # Aliased env names (SEEDPROXY_SESSION_TTL) are passed on like init values, since
+    # pydantic-settings only reads the field's own name from the environment.
+    for alias, name in _ALIASES.items():
+        if alias in env and name not in env:
+            values[name] = env[alias]
     values.update(explicit)
     return Settings(**values)
 

@@ -233,6 +233,7 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
         usage = {"prompt_tokens": len(prompt), "completion_tokens": len(ids) * n,
                  "total_tokens": len(prompt) + len(ids) * n}
         if not stream:
+            await asyncio.sleep(sw.token_delay_s * len(ids))  # a non-streamed answer takes as long
             choices = []
             for i in range(n):
                 choice: dict[str, Any] = {"index": i, "logprobs": logprobs(ids), "finish_reason": "length"}

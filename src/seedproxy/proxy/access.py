@@ -25,7 +25,7 @@ class Access:
 
     def is_admin(self, request: Request) -> bool:
         token = bearer_token(request.headers)
-        return bool(self.admin_key and token and hmac.compare_digest(token, self.admin_key))
+        return bool(self.admin_key and token and _same(token, self.admin_key))
 
     def require_admin(self, request: Request) -> None:
         if self.admin_key is None or self.is_admin(request):
@@ -50,7 +50,7 @@ class Access:
         named = path_session or request.headers.get("x-session-id") or None
         if path_session is None and token is not None:
             owner = await self.sessions.store.find_by_key(token)
-            if owner is not None and hmac.compare_digest(owner.api_key, token):
+            if owner is not None and _same(owner.api_key, token):
                 return owner
         if self.admin_key is None or self.is_admin(request):
             return await self.sessions.get_or_create(named) if named else None
@@ -65,8 +65,15 @@ class Access:
         if token is None:
             raise AuthError("a session key or the admin key is required")
         owner = await self.sessions.store.find_by_key(token)
-        if owner is None or not hmac.compare_digest(owner.api_key, token):
+        if owner is None or not _same(owner.api_key, token):
             raise AuthError("unknown key")
         if owner.session_id != session_id:
             raise Forbidden("this key does not reach that session")
         return owner
+
+
+def _same(given: str, expected: str) -> bool:
+    """Constant-time equality; bytes, since ``compare_digest`` refuses non-ASCII str."""
+    return hmac.compare_digest(
+        given.encode("utf-8", "surrogateescape"), expected.encode("utf-8", "surrogateescape")
+    )

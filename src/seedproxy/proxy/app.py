@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 
 import httpx
@@ -25,6 +26,7 @@ from ..errors import (
     error_body,
 )
 from ..sessions import SessionManager, SessionStore, open_store
+from ..sessions.eviction import Evictor
 from ..settings import Settings
 from .access import Access
 from .admin import admin_router
@@ -68,16 +70,18 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        prober = None
+        tasks = []
         if len(pool.upstreams) > 1:
-            prober = asyncio.create_task(pool.probe_forever(settings.health_interval_s))
+            tasks.append(asyncio.create_task(pool.probe_forever(settings.health_interval_s)))
+        if settings.session_ttl_s is not None:
+            tasks.append(asyncio.create_task(Evictor(store, settings.session_ttl_s).run()))
         try:
             yield
         finally:
-            if prober is not None:
-                prober.cancel()
+            for task in tasks:
+                task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
-                    await prober
+                    await task
             if own_client:
                 await client.aclose()
             if own_store:
@@ -104,10 +108,23 @@ def create_app(
     return app
 
 
+def _proxied_headers(request: Request) -> dict[str, str]:
+    """The ``x-seedproxy-*`` headers for an error the proxy raised while forwarding."""
+    plan = getattr(request.state, "seedproxy_plan", None)
+    if plan is not None:
+        headers: dict[str, str] = plan.headers()
+        headers["x-seedproxy-overhead-ms"] = f"{plan.overhead_ms():.3f}"
+        return headers
+    arrived = getattr(request.state, "seedproxy_arrived", None)
+    if arrived is None:
+        return {}
+    return {"x-seedproxy-overhead-ms": f"{(time.perf_counter() - arrived) * 1000:.3f}"}
+
+
 def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(SeedProxyError)
     async def on_seedproxy_error(request: Request, exc: SeedProxyError) -> JSONResponse:
-        headers = {}
+        headers = _proxied_headers(request)
         if isinstance(exc, OverCapacity):
             headers["retry-after"] = str(exc.retry_after_s)
         if exc.status_code >= 500 and not isinstance(exc, UpstreamError | StoreError):

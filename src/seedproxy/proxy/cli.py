@@ -75,6 +75,12 @@ def _add_proxy_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--admin-key")
     parser.add_argument("--store", help="memory:// | sqlite:///PATH | redis://HOST:PORT/DB")
     parser.add_argument("--workers", type=int)
+    parser.add_argument("--max-body-bytes", type=int, help="larger request bodies get 413")
+    parser.add_argument("--max-open-sessions", type=int, help="more open sessions get 429")
+    parser.add_argument("--connect-timeout", type=float, help="seconds to connect upstream (504)")
+    parser.add_argument("--read-timeout", type=float, help="seconds to wait on upstream reads (504)")
+    parser.add_argument("--session-ttl", type=float, help="evict sessions idle or ended this long (s)")
+    parser.add_argument("--graceful-shutdown", type=float, help="seconds to drain on SIGTERM")
     parser.add_argument("--config", help="a TOML config file")
 
 
@@ -108,18 +114,26 @@ def _seed(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from .serve import serve
 
-    flags = {
-        "upstream": args.upstream,
-        "backend": args.backend,
+    flags = {"upstream": args.upstream, "backend": args.backend, "model": args.model}
+    return serve({**flags, **_proxy_flags(args)}, args.config)
+
+
+def _proxy_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings that ``_add_proxy_options`` adds, keyed as ``Settings`` names them."""
+    return {
         "host": args.host,
         "port": args.port,
         "deterministic": args.deterministic,
         "admin_key": args.admin_key,
         "store": args.store,
-        "model": args.model,
         "workers": args.workers,
+        "max_body_bytes": args.max_body_bytes,
+        "max_open_sessions": args.max_open_sessions,
+        "connect_timeout_s": args.connect_timeout,
+        "read_timeout_s": args.read_timeout,
+        "session_ttl_s": args.session_ttl,
+        "graceful_shutdown_s": args.graceful_shutdown,
     }
-    return serve(flags, args.config)
 
 
 def _sglang_command(args: argparse.Namespace) -> int:
@@ -146,15 +160,7 @@ def _launch(args: argparse.Namespace) -> int:
         extra=args.extra, python=args.python,
     )
     warn_attention_backend(args.attention_backend)
-    flags = {
-        "backend": "sglang",
-        "host": args.host,
-        "port": args.port,
-        "deterministic": args.deterministic,
-        "admin_key": args.admin_key,
-        "store": args.store,
-        "workers": args.workers,
-    }
+    flags = {"backend": "sglang", **_proxy_flags(args)}
     load_settings({**flags, "upstream": plan.urls}, args.config)  # fail before starting anything
     return launch(
         plan, lambda urls: serve({**flags, "upstream": urls}, args.config),

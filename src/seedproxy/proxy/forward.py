@@ -25,7 +25,7 @@ from starlette.responses import Response, StreamingResponse
 from ..backends import Backend, Captured, Endpoint
 from ..backends.pool import UpstreamPool, UpstreamReply
 from ..backends.responses_bridge import to_chat
-from ..errors import BadRequest, UpstreamError
+from ..errors import BadRequest, SeedProxyError, UpstreamError
 from ..seeds import choice_seeds
 from ..sessions import Interaction, SessionManager, SessionRecord, Slot
 from ..settings import Settings
@@ -93,6 +93,7 @@ class Forwarder:
         self, request: Request, endpoint: Endpoint, session: SessionRecord | None
     ) -> Response:
         arrived = time.perf_counter()
+        request.state.seedproxy_arrived = arrived  # for the error handler's headers
         raw = await read_body(request, self.settings.max_body_bytes)
         client = parse_body(endpoint, raw)
         pinned = pinned_index(request.headers)
@@ -100,7 +101,12 @@ class Forwarder:
         chat = to_chat(client.body) if self._bridges_responses(endpoint) else None
         plan = await self.plan(client, session, pinned, is_sdk_retry(request.headers), arrived)
         plan.chat = chat
-        return await self.exchange(plan)
+        request.state.seedproxy_plan = plan
+        try:
+            return await self.exchange(plan)
+        except SeedProxyError as exc:
+            self.observe(plan, exc.status_code)
+            raise
 
     def _bridges_responses(self, endpoint: Endpoint) -> bool:
         return endpoint is Endpoint.RESPONSES and not self.backend.seeds_responses

@@ -16,7 +16,10 @@ from starlette.requests import Request
 from ..backends import Endpoint
 from ..errors import BadRequest, PayloadTooLarge
 
-__all__ = ["ClientRequest", "parse_body", "read_body", "request_digest"]
+__all__ = ["MAX_CHOICES", "ClientRequest", "parse_body", "read_body", "request_digest"]
+
+MAX_CHOICES = 128
+"""The largest ``n``: each choice is its own upstream request and seed."""
 
 
 @dataclass(slots=True)
@@ -52,6 +55,7 @@ def parse_body(endpoint: Endpoint, raw: bytes) -> ClientRequest:
         raise BadRequest(f"request body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object")
+    _check_depth(raw, body)
     _check_prompt(endpoint, body)
     params = body.get("sampling_params") if endpoint is Endpoint.GENERATE else body
     if endpoint is Endpoint.GENERATE and params is not None and not isinstance(params, dict):
@@ -60,8 +64,8 @@ def parse_body(endpoint: Endpoint, raw: bytes) -> ClientRequest:
     seed_key = "sampling_seed" if endpoint is Endpoint.GENERATE else "seed"
     seed = _optional_int(params, seed_key)
     n = _optional_int(params, "n")
-    if n is not None and n < 1:
-        raise BadRequest("n must be at least 1", param="n")
+    if n is not None and not 1 <= n <= MAX_CHOICES:
+        raise BadRequest(f"n must be between 1 and {MAX_CHOICES}", param="n")
     stream = body.get("stream", False)
     if stream is None:
         stream = False
@@ -94,6 +98,24 @@ def _check_prompt(endpoint: Endpoint, body: dict[str, Any]) -> None:
         ids = body.get("input_ids")
         if ids is not None and not isinstance(ids, list):
             raise BadRequest("input_ids must be a list", param="input_ids")
+
+
+_DEPTH_MARGIN = 8
+"""Levels kept free under orjson's nesting limit (254) for the records that wrap a body."""
+
+
+def _check_depth(raw: bytes, body: dict[str, Any]) -> None:
+    """Refuse bodies nested too deeply to be forwarded, stored and exported (400).
+    Counting brackets is cheap, so only bodies that could be that deep are re-encoded."""
+    if raw.count(b"[") + raw.count(b"{") < 254 - _DEPTH_MARGIN:
+        return
+    wrapped: Any = body
+    for _ in range(_DEPTH_MARGIN):
+        wrapped = [wrapped]
+    try:
+        orjson.dumps(wrapped)
+    except orjson.JSONEncodeError:
+        raise BadRequest("request body is nested too deeply") from None
 
 
 def _optional_int(body: dict[str, Any], key: str) -> int | None:

@@ -37,7 +37,7 @@ def serve(flags: dict[str, Any], config_file: str | None) -> int:
             host=settings.host,
             port=settings.port,
             log_level="warning",
-            timeout_graceful_shutdown=30,
+            timeout_graceful_shutdown=settings.graceful_shutdown_s,
         )
     finally:
         if engine is not None:

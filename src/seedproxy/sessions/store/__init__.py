@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from ...errors import ConfigError
+from ...errors import ConfigError, StoreError
 from .base import RETRY_MEMORY, SessionStore
 from .memory import MemoryStore
 
@@ -15,4 +15,22 @@ def open_store(url: str) -> SessionStore:
     scheme = url.split("://", 1)[0] if "://" in url else ""
     if scheme == "memory":
         return MemoryStore()
+    if scheme == "sqlite":
+        from .sqlite import SqliteStore, path_of
+
+        try:
+            path = path_of(url)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        try:
+            return SqliteStore(path)
+        except StoreError as exc:
+            raise ConfigError(exc.message) from None
+    if scheme in ("redis", "rediss", "unix"):
+        from .redis import RedisStore
+
+        try:
+            return RedisStore(url)
+        except ValueError as exc:
+            raise ConfigError(f"bad redis store URL {url!r}: {exc}") from None
     raise ConfigError(f"unsupported store URL {url!r}: use memory://, sqlite:///PATH or redis://HOST:PORT/DB")

@@ -7,6 +7,7 @@ session that does not exist raise ``SessionNotFound``, except where noted.
 
 from __future__ import annotations
 
+import builtins
 from typing import Protocol
 
 from ..interaction import Interaction
@@ -28,7 +29,7 @@ class SessionStore(Protocol):
     async def find_by_key(self, api_key: str) -> SessionRecord | None:
         """Return the session owning ``api_key``, or None."""
 
-    async def list(self, group_id: str | None = None) -> list[SessionRecord]:
+    async def list(self, group_id: str | None = None) -> builtins.list[SessionRecord]:
         """Return sessions (of one group, if given) in creation order."""
 
     async def allocate(
@@ -45,7 +46,7 @@ class SessionStore(Protocol):
         """Store ``interaction``, replacing one with the same ``interaction_id``.
         Durable stores return only once it is durable."""
 
-    async def interactions(self, session_id: str) -> list[Interaction]:
+    async def interactions(self, session_id: str) -> builtins.list[Interaction]:
         """Return the session's interactions ordered by (request_index, interaction_id)."""
 
     async def set_reward(
@@ -57,7 +58,7 @@ class SessionStore(Protocol):
     async def end(self, session_id: str) -> SessionRecord:
         """Mark the session ended (idempotent) and return it."""
 
-    async def mark_exported(self, session_ids: list[str]) -> None:
+    async def mark_exported(self, session_ids: builtins.list[str]) -> None:
         """Flag sessions as taken by an export; unknown ids are ignored."""
 
     async def delete(self, session_id: str) -> bool:

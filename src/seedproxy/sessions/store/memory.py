@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import itertools
 import threading
 import time
@@ -51,7 +52,7 @@ class MemoryStore:
         session_id = self._by_key.get(api_key)
         return await self.get(session_id) if session_id else None
 
-    async def list(self, group_id: str | None = None) -> list[SessionRecord]:
+    async def list(self, group_id: str | None = None) -> builtins.list[SessionRecord]:
         with self._lock:
             sessions = list(self._sessions.values())
         records = [s.snapshot() for s in sessions]
@@ -67,7 +68,7 @@ class MemoryStore:
     async def record(self, session_id: str, interaction: Interaction) -> None:
         self._session(session_id).record(interaction)
 
-    async def interactions(self, session_id: str) -> list[Interaction]:
+    async def interactions(self, session_id: str) -> builtins.list[Interaction]:
         return self._session(session_id).interactions()
 
     async def set_reward(
@@ -84,7 +85,7 @@ class MemoryStore:
             seq = next(self._ended)
         return session.end(seq)
 
-    async def mark_exported(self, session_ids: list[str]) -> None:
+    async def mark_exported(self, session_ids: builtins.list[str]) -> None:
         for session_id in session_ids:
             session = self._sessions.get(session_id)
             if session is not None:

@@ -1,0 +1,355 @@
+"""The SQLite store: one durable proxy. ``sqlite:///path.db``.
+
+Invariants: the database runs in WAL mode with ``synchronous=FULL``, so a method
+returns only after its transaction is committed to disk; ``allocate`` reads and
+bumps the counter in one ``BEGIN IMMEDIATE`` transaction, so an index is handed out
+once even by several processes on one file; the store-wide ``created``/``ended``
+counters and every session's ``next_index`` live in the file, so a restart goes on
+from where it stopped and never reuses an index. All SQLite work runs on one
+dedicated thread: the event loop never waits on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import sqlite3
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import orjson
+
+from ...errors import SessionNotFound, StoreError
+from ..interaction import Interaction
+from ..record import SessionRecord, Slot
+from .base import RETRY_MEMORY
+
+__all__ = ["SqliteStore"]
+
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS sessions (
+    session_id TEXT PRIMARY KEY,
+    api_key TEXT NOT NULL,
+    group_id TEXT,
+    created_seq INTEGER NOT NULL,
+    ended INTEGER NOT NULL DEFAULT 0,
+    record BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS sessions_key ON sessions (api_key);
+CREATE INDEX IF NOT EXISTS sessions_group ON sessions (group_id, created_seq);
+CREATE INDEX IF NOT EXISTS sessions_created ON sessions (created_seq);
+CREATE TABLE IF NOT EXISTS recent (
+    session_id TEXT NOT NULL,
+    digest BLOB NOT NULL,
+    request_index INTEGER NOT NULL,
+    interaction_id TEXT NOT NULL,
+    clock INTEGER NOT NULL,
+    PRIMARY KEY (session_id, digest)
+);
+CREATE TABLE IF NOT EXISTS pins (
+    session_id TEXT NOT NULL,
+    request_index INTEGER NOT NULL,
+    used INTEGER NOT NULL,
+    PRIMARY KEY (session_id, request_index)
+);
+CREATE TABLE IF NOT EXISTS interactions (
+    session_id TEXT NOT NULL,
+    interaction_id TEXT NOT NULL,
+    request_index INTEGER NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY (session_id, interaction_id)
+);
+"""
+
+
+def path_of(url: str) -> str:
+    """``sqlite:///rel.db`` -> ``rel.db``; ``sqlite:////abs/x.db`` -> ``/abs/x.db``."""
+    path = url.split("://", 1)[1]
+    path = path[1:] if path.startswith("/") else path
+    if not path:
+        raise ValueError("sqlite URL needs a path: sqlite:///PATH.db")
+    return path
+
+
+class SqliteStore:
+    """``SessionStore`` over one SQLite file. Safe across threads and tasks; several
+    processes may share the file (``BEGIN IMMEDIATE`` serialises their writes)."""
+
+    def __init__(self, path: str, *, retry_memory: int = RETRY_MEMORY) -> None:
+        self._retry_memory = retry_memory
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="seedproxy-sqlite")
+        self._db = self._executor.submit(self._connect, path).result()
+
+    @staticmethod
+    def _connect(path: str) -> sqlite3.Connection:
+        try:
+            db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
+            db.executescript(_SCHEMA)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open SQLite store {path}: {exc}") from exc
+        return db
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._guarded, fn, args)
+
+    def _guarded(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+        """Run ``fn`` in one ``BEGIN IMMEDIATE`` transaction on the store's thread."""
+        db = self._db
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                result = fn(db, *args)
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+            return result
+        except sqlite3.Error as exc:
+            raise StoreError(f"SQLite store failed: {exc}") from exc
+
+    # -- helpers (store thread, inside a transaction) --------------------------------
+
+    @staticmethod
+    def _load(db: sqlite3.Connection, session_id: str) -> SessionRecord | None:
+        row = db.execute(
+            "SELECT record FROM sessions WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        return SessionRecord.from_dict(orjson.loads(row[0])) if row else None
+
+    def _require(self, db: sqlite3.Connection, session_id: str) -> SessionRecord:
+        record = self._load(db, session_id)
+        if record is None:
+            raise SessionNotFound(f"session {session_id!r} not found")
+        return record
+
+    @staticmethod
+    def _save(db: sqlite3.Connection, record: SessionRecord) -> None:
+        db.execute(
+            "UPDATE sessions SET ended = ?, record = ? WHERE session_id = ?",
+            (int(record.ended), orjson.dumps(record.to_dict()), record.session_id),
+        )
+
+    @staticmethod
+    def _next(db: sqlite3.Connection, counter: str) -> int:
+        row = db.execute(
+            "INSERT INTO counters (name, value) VALUES (?, 0) "
+            "ON CONFLICT (name) DO UPDATE SET value = value + 1 RETURNING value",
+            (counter,),
+        ).fetchone()
+        return int(row[0])
+
+    # -- SessionStore ------------------------------------------------------------------
+
+    async def create(self, record: SessionRecord) -> bool:
+        def work(db: sqlite3.Connection) -> bool:
+            if self._load(db, record.session_id) is not None:
+                return False
+            record.created_seq = self._next(db, "created")
+            record.created_at = record.last_active_at = time.time()
+            db.execute(
+                "INSERT INTO sessions (session_id, api_key, group_id, created_seq, ended, record) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    record.session_id,
+                    record.api_key,
+                    record.group_id,
+                    record.created_seq,
+                    int(record.ended),
+                    orjson.dumps(record.to_dict()),
+                ),
+            )
+            return True
+
+        return await self._run(work)
+
+    async def get(self, session_id: str) -> SessionRecord | None:
+        return await self._run(self._load, session_id)
+
+    async def find_by_key(self, api_key: str) -> SessionRecord | None:
+        def work(db: sqlite3.Connection) -> SessionRecord | None:
+            row = db.execute("SELECT record FROM sessions WHERE api_key = ?", (api_key,)).fetchone()
+            return SessionRecord.from_dict(orjson.loads(row[0])) if row else None
+
+        return await self._run(work)
+
+    async def list(self, group_id: str | None = None) -> builtins.list[SessionRecord]:
+        def work(db: sqlite3.Connection) -> builtins.list[SessionRecord]:
+            if group_id is None:
+                rows = db.execute("SELECT record FROM sessions ORDER BY created_seq").fetchall()
+            else:
+                rows = db.execute(
+                    "SELECT record FROM sessions WHERE group_id = ? ORDER BY created_seq",
+                    (group_id,),
+                ).fetchall()
+            return [SessionRecord.from_dict(orjson.loads(r[0])) for r in rows]
+
+        return await self._run(work)
+
+    async def allocate(
+        self, session_id: str, *, digest: bytes, retry: bool, pinned: int | None
+    ) -> Slot:
+        return await self._run(self._allocate, session_id, digest, retry, pinned)
+
+    def _allocate(
+        self,
+        db: sqlite3.Connection,
+        session_id: str,
+        digest: bytes,
+        retry: bool,
+        pinned: int | None,
+    ) -> Slot:
+        record = self._require(db, session_id)
+        clock = db.execute(
+            "SELECT coalesce(max(clock), 0) + 1 FROM recent WHERE session_id = ?", (session_id,)
+        ).fetchone()[0]
+        if retry:
+            kept = db.execute(
+                "SELECT request_index, interaction_id FROM recent "
+                "WHERE session_id = ? AND digest = ?",
+                (session_id, digest),
+            ).fetchone()
+            if kept is not None:
+                db.execute(
+                    "UPDATE recent SET clock = ? WHERE session_id = ? AND digest = ?",
+                    (clock, session_id, digest),
+                )
+                return Slot(int(kept[0]), str(kept[1]), reused=True)
+        if pinned is not None:
+            used = db.execute(
+                "INSERT INTO pins (session_id, request_index, used) VALUES (?, ?, 1) "
+                "ON CONFLICT DO UPDATE SET used = used + 1 RETURNING used",
+                (session_id, pinned),
+            ).fetchone()[0]
+            slot = Slot(pinned, f"i{pinned}.p{int(used) - 1}")
+        else:
+            slot = Slot(record.next_index, f"i{record.next_index}")
+            record.next_index += 1
+        record.last_active_at = time.time()
+        self._save(db, record)
+        # A digest seen before keeps its place in the retry memory (as a dict does).
+        db.execute(
+            "INSERT INTO recent (session_id, digest, request_index, interaction_id, clock) "
+            "VALUES (?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET "
+            "request_index = excluded.request_index, interaction_id = excluded.interaction_id",
+            (session_id, digest, slot.index, slot.interaction_id, clock),
+        )
+        db.execute(
+            "DELETE FROM recent WHERE session_id = ? AND clock <= ("
+            " SELECT clock FROM recent WHERE session_id = ?"
+            " ORDER BY clock DESC LIMIT 1 OFFSET ?)",
+            (session_id, session_id, self._retry_memory),
+        )
+        return slot
+
+    async def record(self, session_id: str, interaction: Interaction) -> None:
+        data = orjson.dumps(interaction.to_storage())
+
+        def work(db: sqlite3.Connection) -> None:
+            record = self._require(db, session_id)
+            db.execute(
+                "INSERT OR REPLACE INTO interactions "
+                "(session_id, interaction_id, request_index, data) VALUES (?, ?, ?, ?)",
+                (session_id, interaction.interaction_id, interaction.request_index, data),
+            )
+            record.last_active_at = time.time()
+            self._save(db, record)
+
+        await self._run(work)
+
+    async def interactions(self, session_id: str) -> builtins.list[Interaction]:
+        def work(db: sqlite3.Connection) -> builtins.list[Interaction]:
+            self._require(db, session_id)
+            rows = db.execute(
+                "SELECT data FROM interactions WHERE session_id = ? "
+                "ORDER BY request_index, interaction_id",
+                (session_id,),
+            ).fetchall()
+            return [Interaction.from_storage(orjson.loads(r[0])) for r in rows]
+
+        return await self._run(work)
+
+    async def set_reward(
+        self, session_id: str, reward: float, interaction_id: str | None
+    ) -> str | None:
+        def work(db: sqlite3.Connection) -> str | None:
+            record = self._require(db, session_id)
+            if interaction_id is None:
+                row = db.execute(
+                    "SELECT interaction_id, data FROM interactions WHERE session_id = ? "
+                    "ORDER BY request_index DESC, interaction_id DESC LIMIT 1",
+                    (session_id,),
+                ).fetchone()
+            else:
+                row = db.execute(
+                    "SELECT interaction_id, data FROM interactions "
+                    "WHERE session_id = ? AND interaction_id = ?",
+                    (session_id, interaction_id),
+                ).fetchone()
+                if row is None:
+                    raise SessionNotFound(
+                        f"interaction {interaction_id!r} not found in {session_id!r}"
+                    )
+            record.reward = reward
+            self._save(db, record)
+            if row is None:
+                return None
+            data = orjson.loads(row[1])
+            data["reward"] = reward
+            db.execute(
+                "UPDATE interactions SET data = ? WHERE session_id = ? AND interaction_id = ?",
+                (orjson.dumps(data), session_id, row[0]),
+            )
+            return str(row[0])
+
+        return await self._run(work)
+
+    async def end(self, session_id: str) -> SessionRecord:
+        def work(db: sqlite3.Connection) -> SessionRecord:
+            record = self._require(db, session_id)
+            if not record.ended:
+                record.ended = True
+                record.ended_seq = self._next(db, "ended")
+                self._save(db, record)
+            return record
+
+        return await self._run(work)
+
+    async def mark_exported(self, session_ids: builtins.list[str]) -> None:
+        def work(db: sqlite3.Connection) -> None:
+            for session_id in session_ids:
+                record = self._load(db, session_id)
+                if record is not None and not record.exported:
+                    record.exported = True
+                    self._save(db, record)
+
+        await self._run(work)
+
+    async def delete(self, session_id: str) -> bool:
+        def work(db: sqlite3.Connection) -> bool:
+            gone = db.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,)).rowcount
+            for table in ("recent", "pins", "interactions"):
+                db.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
+            return bool(gone)
+
+        return await self._run(work)
+
+    async def count_open(self) -> int:
+        def work(db: sqlite3.Connection) -> int:
+            return int(db.execute("SELECT count(*) FROM sessions WHERE ended = 0").fetchone()[0])
+
+        return await self._run(work)
+
+    async def close(self) -> None:
+        def shut() -> None:
+            self._db.close()
+
+        await asyncio.get_running_loop().run_in_executor(self._executor, shut)
+        self._executor.shutdown(wait=True)

@@ -1,0 +1,86 @@
+"""A throwaway ``redis-server`` on a free loopback port, for the Redis store's tests.
+
+The system binary comes first (CI installs Debian's ``redis-server``). With no binary,
+tests skip loudly on a developer's machine and fail under ``CI=true``: CI must never
+pass without having run the Redis suite.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.procs import free_port
+
+__all__ = ["RedisServer", "find_redis_server", "redis_or_skip"]
+
+_CANDIDATES = ("/usr/bin/redis-server", "/usr/local/bin/redis-server")
+
+
+def find_redis_server() -> str | None:
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    return next((c for c in _CANDIDATES if Path(c).exists()), None)
+
+
+class RedisServer:
+    def __init__(self, binary: str) -> None:
+        self.port = free_port()
+        self._dir = tempfile.TemporaryDirectory(prefix="seedproxy-redis-")
+        self.proc = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", self._dir.name],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self._wait()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def _wait(self) -> None:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"redis-server exited with {self.proc.returncode}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
+                    sock.sendall(b"PING\r\n")
+                    if sock.recv(16).startswith(b"+PONG"):
+                        return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError("redis-server did not answer PING within 15s")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._dir.cleanup()
+
+
+def redis_or_skip() -> str:
+    """The redis-server binary; else fail (under CI) or skip with a loud reason."""
+    binary = find_redis_server()
+    if binary is not None:
+        return binary
+    message = (
+        "redis-server NOT FOUND: the Redis store tests did not run. "
+        "Install it (apt-get install redis-server) to run them."
+    )
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(message + " CI=true requires it.", pytrace=False)
+    pytest.skip(message)

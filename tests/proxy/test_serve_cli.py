@@ -1,0 +1,66 @@
+"""``seedproxy serve`` refuses unsafe or bad settings with one line and exit 2; the
+limit flags read from flags, ``SEEDPROXY_*`` and the config file."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from seedproxy.proxy.cli import main
+from seedproxy.settings import load_settings
+from tests.helpers.procs import start_seedproxy
+
+
+def test_serve_on_a_public_host_without_an_admin_key_refuses_with_one_line() -> None:
+    proc = start_seedproxy(
+        "serve", "--host", "0.0.0.0", "--upstream", "http://127.0.0.1:9",
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    lines = err.decode().strip().splitlines()
+    assert len(lines) == 1 and "admin key" in lines[0] and "0.0.0.0" in lines[0]
+    assert out == b""
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--store", "mongodb://x"], "unsupported store URL"),
+        (["--store", "sqlite:///"], "sqlite URL needs a path"),
+        (["--store", "sqlite:////nonexistent-dir/x/y.db"], "cannot open SQLite store"),
+        (["--session-ttl", "0"], "session_ttl_s"),
+        (["--max-body-bytes", "10"], "max_body_bytes"),
+        (["--read-timeout", "-1"], "read_timeout_s"),
+    ],
+)
+def test_bad_serve_flags_are_one_line_and_exit_2(
+    argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["serve", "--upstream", "http://127.0.0.1:9", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+
+
+def test_limit_options_rank_flags_over_env_over_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "seedproxy.toml"
+    config.write_text(
+        "[seedproxy]\nsession-ttl = 11\nread-timeout = 12\nconnect_timeout_s = 13\n"
+        "max-open-sessions = 14\nmax-body-bytes = 15000\n"
+    )
+    from_file = load_settings({}, str(config))
+    assert (from_file.session_ttl_s, from_file.read_timeout_s, from_file.connect_timeout_s) == (11, 12, 13)
+    assert (from_file.max_open_sessions, from_file.max_body_bytes) == (14, 15000)
+    monkeypatch.setenv("SEEDPROXY_SESSION_TTL", "21")
+    monkeypatch.setenv("SEEDPROXY_READ_TIMEOUT_S", "22")
+    monkeypatch.setenv("SEEDPROXY_MAX_OPEN_SESSIONS", "24")
+    from_env = load_settings({}, str(config))
+    assert (from_env.session_ttl_s, from_env.read_timeout_s, from_env.max_open_sessions) == (21, 22, 24)
+    assert from_env.connect_timeout_s == 13
+    flagged = load_settings({"session_ttl_s": 31, "max_open_sessions": 34}, str(config))
+    assert (flagged.session_ttl_s, flagged.max_open_sessions) == (31, 34)
+
