@@ -10,6 +10,7 @@ Invariants:
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import logging
@@ -78,8 +79,12 @@ def default_gguf_path() -> Path:
 
 
 def _gguf_key(path: Path) -> str:
-    st = path.stat()
-    return f"{path.stem}-{st.st_size}-{st.st_mtime_ns}"
+    """Name the cache by the file's content, so a reinstall (new mtime) still hits it."""
+    digest = hashlib.blake2b(digest_size=8)
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return f"{path.stem}-{digest.hexdigest()}"
 
 
 def _atomic_dir(final: Path, build: Any) -> Path:
