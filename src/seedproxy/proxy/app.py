@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException
 
 from ..backends import BACKENDS, Backend
 from ..backends.pool import UpstreamPool
+from ..backends.transport import FastTransport
 from ..errors import (
     ConfigError,
     OverCapacity,
@@ -55,7 +56,7 @@ def create_app(
     own_client = client is None
     client = client or httpx.AsyncClient(
         timeout=httpx.Timeout(settings.read_timeout_s, connect=settings.connect_timeout_s),
-        limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256),
+        transport=FastTransport(max_connections=1024, max_idle=256),
     )
     backend = backend or BACKENDS[settings.backend](api_key=settings.upstream_api_key)
     sessions = SessionManager(store, max_open_sessions=settings.max_open_sessions)
