@@ -3,7 +3,8 @@ answers chat completions at once from pre-encoded bytes.
 
 Non-streaming answers carry token ids and logprobs when asked (SGLang's
 ``return_token_ids`` / ``logprobs``), so a capturing proxy does its real work;
-streaming answers are 32 content chunks (each its own write), SGLang's ``sglext``
+streaming answers are 32 content chunks (each its own write, the first at once,
+the rest ``BENCH_CHUNK_GAP_MS`` apart, 0.5 by default), SGLang's ``sglext``
 chunk when the ``x-sglext-return-*`` headers ask, and ``[DONE]``.
 
     python bench/fake_upstream.py --port P [--cpu N]
@@ -12,6 +13,7 @@ chunk when the ``x-sglext-return-*`` headers ask, and ``[DONE]``.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 from typing import Any
 
@@ -70,6 +72,7 @@ ANSWERS = {(lp, ids): _answer(lp, ids) for lp in (False, True) for ids in (False
 STREAMS = {(lp, ext): _events(lp, ext) for lp in (False, True) for ext in (False, True)}
 MODELS = orjson.dumps({"object": "list", "data": [
     {"id": "bench-model", "object": "model", "created": 1, "owned_by": "bench"}]})
+GAP_S = float(os.environ.get("BENCH_CHUNK_GAP_MS", "0.5")) / 1000
 JSON = [(b"content-type", b"application/json")]
 SSE = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 
@@ -103,7 +106,9 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         headers = dict(scope["headers"])
         sglext = headers.get(b"x-sglext-return-output-ids") == b"1"
         await send({"type": "http.response.start", "status": 200, "headers": SSE})
-        for event in STREAMS[(logprobs, sglext)]:
+        for i, event in enumerate(STREAMS[(logprobs, sglext)]):
+            if i and GAP_S:
+                await asyncio.sleep(GAP_S)  # tokens come paced, as from a real server
             await send({"type": "http.response.body", "body": event, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         return

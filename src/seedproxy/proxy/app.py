@@ -16,7 +16,7 @@ from starlette.exceptions import HTTPException
 
 from ..backends import BACKENDS, Backend
 from ..backends.pool import UpstreamPool
-from ..backends.transport import FastTransport
+from ..backends.client import upstream_client
 from ..errors import (
     ConfigError,
     OverCapacity,
@@ -30,6 +30,7 @@ from ..settings import Settings
 from .access import Access
 from .admin import admin_router
 from .forward import Forwarder
+from .hot import HotRoutes, ProxyApp
 from .metrics import Metrics
 from .routes import openai_router
 
@@ -54,9 +55,8 @@ def create_app(
     own_store = store is None
     store = store if store is not None else open_store(settings.store)
     own_client = client is None
-    client = client or httpx.AsyncClient(
-        timeout=httpx.Timeout(settings.read_timeout_s, connect=settings.connect_timeout_s),
-        transport=FastTransport(max_connections=1024, max_idle=256),
+    client = client or upstream_client(
+        read_timeout_s=settings.read_timeout_s, connect_timeout_s=settings.connect_timeout_s
     )
     backend = backend or BACKENDS[settings.backend](api_key=settings.upstream_api_key)
     sessions = SessionManager(store, max_open_sessions=settings.max_open_sessions)
@@ -84,7 +84,7 @@ def create_app(
             if own_store:
                 await store.close()
 
-    app = FastAPI(title="seedproxy", version="0.1.0", lifespan=lifespan)
+    app = ProxyApp(title="seedproxy", version="0.1.0", lifespan=lifespan)
     app.state.settings = settings
     app.state.sessions = sessions
     app.state.pool = pool
@@ -102,18 +102,21 @@ def create_app(
         return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     _install_error_handlers(app)
+    app.hot = HotRoutes(forwarder, access, on_seedproxy_error)
     return app
 
 
+async def on_seedproxy_error(request: Request, exc: SeedProxyError) -> JSONResponse:
+    headers = {}
+    if isinstance(exc, OverCapacity):
+        headers["retry-after"] = str(exc.retry_after_s)
+    if exc.status_code >= 500 and not isinstance(exc, UpstreamError | StoreError):
+        log.error("internal error on %s: %s", request.url.path, exc.message)
+    return JSONResponse(exc.body(), status_code=exc.status_code, headers=headers)
+
+
 def _install_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(SeedProxyError)
-    async def on_seedproxy_error(request: Request, exc: SeedProxyError) -> JSONResponse:
-        headers = {}
-        if isinstance(exc, OverCapacity):
-            headers["retry-after"] = str(exc.retry_after_s)
-        if exc.status_code >= 500 and not isinstance(exc, UpstreamError | StoreError):
-            log.error("internal error on %s: %s", request.url.path, exc.message)
-        return JSONResponse(exc.body(), status_code=exc.status_code, headers=headers)
+    app.add_exception_handler(SeedProxyError, on_seedproxy_error)  # type: ignore[arg-type]
 
     @app.exception_handler(RequestValidationError)
     async def on_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:

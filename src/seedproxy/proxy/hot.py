@@ -1,0 +1,85 @@
+"""The hot OpenAI routes, dispatched in front of FastAPI.
+
+FastAPI's per-request machinery (telemetry check, middleware stack, a scan of every
+route, dependency wrappers) cost about as much as the proxy's own work, so POSTs to
+the OpenAI routes (also under ``/sessions/{id}``) go straight to the forwarder.
+Everything else, and the OpenAPI schema of these same routes, stays with FastAPI.
+Errors are rendered exactly as the FastAPI handlers render them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+from fastapi import FastAPI
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.types import Receive, Scope, Send
+
+from ..backends import Endpoint
+from ..errors import SeedProxyError, error_body
+from .access import Access
+from .forward import Forwarder
+
+__all__ = ["HotRoutes", "ProxyApp"]
+
+log = logging.getLogger("seedproxy")
+
+_SESSIONS = "/sessions/"
+
+
+class HotRoutes:
+    def __init__(
+        self,
+        forwarder: Forwarder,
+        access: Access,
+        on_error: Callable[[Request, SeedProxyError], Awaitable[Response]],
+    ) -> None:
+        self._forwarder = forwarder
+        self._access = access
+        self._on_error = on_error
+        self._endpoints = {endpoint.value: endpoint for endpoint in Endpoint}
+
+    def match(self, scope: Scope) -> tuple[Endpoint, str | None] | None:
+        """The endpoint and path session of a hot request; None for anything else."""
+        if scope["method"] != "POST":
+            return None
+        path: str = scope["path"]
+        endpoint = self._endpoints.get(path)
+        if endpoint is not None:
+            return endpoint, None
+        if path.startswith(_SESSIONS):
+            session_id, slash, rest = path[len(_SESSIONS) :].partition("/")
+            endpoint = self._endpoints.get("/" + rest) if session_id and slash else None
+            if endpoint is not None:
+                return endpoint, session_id
+        return None
+
+    async def handle(
+        self, scope: Scope, receive: Receive, send: Send, endpoint: Endpoint, session_id: str | None
+    ) -> None:
+        request = Request(scope, receive)
+        try:
+            session = await self._access.session_for(request, session_id)
+            response = await self._forwarder.forward(request, endpoint, session)
+        except SeedProxyError as exc:
+            response = await self._on_error(request, exc)
+        except Exception:
+            log.exception("unexpected error on %s", scope["path"])
+            response = JSONResponse(error_body("internal error", "internal_error"), status_code=500)
+        await response(scope, receive, send)
+
+
+class ProxyApp(FastAPI):
+    """FastAPI, with ``hot`` routes answered before FastAPI's own dispatch."""
+
+    hot: HotRoutes | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and self.hot is not None:
+            matched = self.hot.match(scope)
+            if matched is not None:
+                await self.hot.handle(scope, receive, send, *matched)
+                return
+        await super().__call__(scope, receive, send)
