@@ -4,7 +4,7 @@ answers chat completions at once from pre-encoded bytes.
 Non-streaming answers carry token ids and logprobs when asked (SGLang's
 ``return_token_ids`` / ``logprobs``), so a capturing proxy does its real work;
 streaming answers are 32 content chunks (each its own write, the first at once,
-the rest ``BENCH_CHUNK_GAP_MS`` apart, 0.5 by default), SGLang's ``sglext``
+the rest ``BENCH_CHUNK_GAP_MS`` apart, 1 by default), SGLang's ``sglext``
 chunk when the ``x-sglext-return-*`` headers ask, and ``[DONE]``.
 
     python bench/fake_upstream.py --port P [--cpu N]
@@ -72,7 +72,7 @@ ANSWERS = {(lp, ids): _answer(lp, ids) for lp in (False, True) for ids in (False
 STREAMS = {(lp, ext): _events(lp, ext) for lp in (False, True) for ext in (False, True)}
 MODELS = orjson.dumps({"object": "list", "data": [
     {"id": "bench-model", "object": "model", "created": 1, "owned_by": "bench"}]})
-GAP_S = float(os.environ.get("BENCH_CHUNK_GAP_MS", "0.5")) / 1000
+GAP_S = float(os.environ.get("BENCH_CHUNK_GAP_MS", "1")) / 1000
 JSON = [(b"content-type", b"application/json")]
 SSE = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 

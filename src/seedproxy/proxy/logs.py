@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any
+import threading
+import time
+from typing import Any, TextIO
 
 import orjson
 
@@ -21,6 +23,54 @@ class _RequestFormatter(logging.Formatter):
         return orjson.dumps(line).decode()
 
 
+class _BatchedHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes request lines in batches: one write per ``batch`` lines or per
+    ``interval_s``, whichever comes first (a write per line cost more than the rest
+    of logging put together). A daemon thread flushes a quiet tail; ``close()``
+    and interpreter exit flush everything."""
+
+    def __init__(self, stream: TextIO, *, batch: int = 64, interval_s: float = 0.1) -> None:
+        super().__init__(stream)
+        self._lines: list[str] = []
+        self._batch = batch
+        self._interval_s = interval_s
+        self._last = time.monotonic()
+        self._stop = threading.Event()
+        threading.Thread(target=self._flush_quiet_tail, name="seedproxy-log", daemon=True).start()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record)
+        except Exception:  # noqa: BLE001 - logging must never break a request
+            self.handleError(record)
+            return
+        with self.lock:  # type: ignore[union-attr]
+            self._lines.append(line)
+            if len(self._lines) >= self._batch or time.monotonic() - self._last >= self._interval_s:
+                self._write()
+
+    def flush(self) -> None:
+        with self.lock:  # type: ignore[union-attr]
+            self._write()
+
+    def _write(self) -> None:
+        self._last = time.monotonic()
+        if self._lines:
+            text = "\n".join(self._lines) + "\n"
+            self._lines.clear()
+            self.stream.write(text)
+            self.stream.flush()
+
+    def _flush_quiet_tail(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            self.flush()
+
+    def close(self) -> None:
+        self._stop.set()
+        self.flush()
+        super().close()
+
+
 def configure_logging(level: str = "INFO") -> None:
     """Send seedproxy's logs to stderr. Idempotent."""
     root = logging.getLogger("seedproxy")
@@ -30,7 +80,7 @@ def configure_logging(level: str = "INFO") -> None:
     plain = logging.StreamHandler(sys.stderr)
     plain.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     plain.addFilter(lambda r: r.name != "seedproxy.request")
-    structured = logging.StreamHandler(sys.stderr)
+    structured = _BatchedHandler(sys.stderr)
     structured.setFormatter(_RequestFormatter())
     structured.addFilter(lambda r: r.name == "seedproxy.request")
     root.addHandler(plain)
