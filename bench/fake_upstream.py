@@ -26,7 +26,9 @@ WORDS = [f" w{i}" for i in range(CHUNKS)]
 
 
 def _logprobs() -> dict[str, Any]:
-    return {"content": [{"token": w, "logprob": -0.5, "bytes": None, "top_logprobs": []} for w in WORDS]}
+    return {
+        "content": [{"token": w, "logprob": -0.5, "bytes": None, "top_logprobs": []} for w in WORDS]
+    }
 
 
 def _answer(logprobs: bool, ids: bool) -> bytes:
@@ -39,39 +41,75 @@ def _answer(logprobs: bool, ids: bool) -> bytes:
     if ids:
         choice["prompt_token_ids"] = PROMPT_IDS
         choice["token_ids"] = OUTPUT_IDS
-    return orjson.dumps({
-        "id": "chatcmpl-bench", "object": "chat.completion", "created": 1, "model": "bench-model",
-        "choices": [choice],
-        "usage": {"prompt_tokens": len(PROMPT_IDS), "completion_tokens": CHUNKS,
-                  "total_tokens": len(PROMPT_IDS) + CHUNKS},
-    })
+    return orjson.dumps(
+        {
+            "id": "chatcmpl-bench",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "bench-model",
+            "choices": [choice],
+            "usage": {
+                "prompt_tokens": len(PROMPT_IDS),
+                "completion_tokens": CHUNKS,
+                "total_tokens": len(PROMPT_IDS) + CHUNKS,
+            },
+        }
+    )
 
 
 def _events(logprobs: bool, sglext: bool) -> list[bytes]:
     events = []
     for i, word in enumerate(WORDS):
         lp = {"content": [{"token": word, "logprob": -0.5, "bytes": None, "top_logprobs": []}]}
-        events.append(b"data: " + orjson.dumps({
-            "id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 1,
-            "model": "bench-model",
-            "choices": [{"index": 0, "delta": {"content": word} if i else {"role": "assistant", "content": word},
-                         "logprobs": lp if logprobs else None,
-                         "finish_reason": "stop" if i == CHUNKS - 1 else None}],
-        }) + b"\n\n")
+        events.append(
+            b"data: "
+            + orjson.dumps(
+                {
+                    "id": "chatcmpl-bench",
+                    "object": "chat.completion.chunk",
+                    "created": 1,
+                    "model": "bench-model",
+                    "choices": [
+                        {
+                            "index": 0,
+                            "delta": {"content": word}
+                            if i
+                            else {"role": "assistant", "content": word},
+                            "logprobs": lp if logprobs else None,
+                            "finish_reason": "stop" if i == CHUNKS - 1 else None,
+                        }
+                    ],
+                }
+            )
+            + b"\n\n"
+        )
     if sglext:
-        events.append(b"data: " + orjson.dumps({
-            "id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 1,
-            "model": "bench-model", "choices": [],
-            "sglext": {"input_ids": PROMPT_IDS, "output_ids": [OUTPUT_IDS]},
-        }) + b"\n\n")
+        events.append(
+            b"data: "
+            + orjson.dumps(
+                {
+                    "id": "chatcmpl-bench",
+                    "object": "chat.completion.chunk",
+                    "created": 1,
+                    "model": "bench-model",
+                    "choices": [],
+                    "sglext": {"input_ids": PROMPT_IDS, "output_ids": [OUTPUT_IDS]},
+                }
+            )
+            + b"\n\n"
+        )
     events.append(b"data: [DONE]\n\n")
     return events
 
 
 ANSWERS = {(lp, ids): _answer(lp, ids) for lp in (False, True) for ids in (False, True)}
 STREAMS = {(lp, ext): _events(lp, ext) for lp in (False, True) for ext in (False, True)}
-MODELS = orjson.dumps({"object": "list", "data": [
-    {"id": "bench-model", "object": "model", "created": 1, "owned_by": "bench"}]})
+MODELS = orjson.dumps(
+    {
+        "object": "list",
+        "data": [{"id": "bench-model", "object": "model", "created": 1, "owned_by": "bench"}],
+    }
+)
 GAP_S = float(os.environ.get("BENCH_CHUNK_GAP_MS", "1")) / 1000
 JSON = [(b"content-type", b"application/json")]
 SSE = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
@@ -117,8 +155,13 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
 
 
 async def _send(send: Any, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [*headers, (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [*headers, (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -131,8 +174,17 @@ def main() -> None:
         os.sched_setaffinity(0, {args.cpu})
     import uvicorn
 
-    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False,
-                loop="uvloop", http="httptools", lifespan="on", backlog=4096)
+    uvicorn.run(
+        app,
+        host="127.0.0.1",
+        port=args.port,
+        log_level="warning",
+        access_log=False,
+        loop="uvloop",
+        http="httptools",
+        lifespan="on",
+        backlog=4096,
+    )
 
 
 if __name__ == "__main__":

@@ -74,12 +74,18 @@ class Target:
         return "/v1/chat/completions"
 
     def request(self, conn: int, *, stream: bool) -> bytes:
-        body = json.dumps({
-            "model": MODEL,
-            "messages": [{"role": "system", "content": "You are a benchmark."},
-                         {"role": "user", "content": "Say something short."}],
-            "max_tokens": 32, "temperature": 1.0, "stream": stream,
-        }).encode()
+        body = json.dumps(
+            {
+                "model": MODEL,
+                "messages": [
+                    {"role": "system", "content": "You are a benchmark."},
+                    {"role": "user", "content": "Say something short."},
+                ],
+                "max_tokens": 32,
+                "temperature": 1.0,
+                "stream": stream,
+            }
+        ).encode()
         return build_request("127.0.0.1", self.port, "POST", self.path(conn), body, self.headers)
 
     def add(self, key: str, value: float) -> None:
@@ -88,13 +94,16 @@ class Target:
 
 # ---------------------------------------------------------------- processes
 
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
 
-def wait_http(url: str, proc: subprocess.Popen[bytes], timeout_s: float, headers: dict[str, str] | None = None) -> None:
+def wait_http(
+    url: str, proc: subprocess.Popen[bytes], timeout_s: float, headers: dict[str, str] | None = None
+) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -128,7 +137,9 @@ def start_upstream(workdir: Path, cpu: int | None) -> Target:
     cmd = [sys.executable, str(BENCH / "fake_upstream.py"), "--port", str(port)]
     if cpu is not None:
         cmd += ["--cpu", str(cpu)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(workdir / "upstream.log", "wb"))
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=open(workdir / "upstream.log", "wb")
+    )
     wait_http(f"http://127.0.0.1:{port}/health", proc, 30)
     return Target("direct", port, proc)
 
@@ -136,12 +147,29 @@ def start_upstream(workdir: Path, cpu: int | None) -> Target:
 def start_seedproxy(upstream: Target, workdir: Path, extra: list[str], cpu: int | None) -> Target:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SEEDPROXY_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    cmd = [sys.executable, "-m", "seedproxy", "serve", "--upstream", f"http://127.0.0.1:{upstream.port}",
-           "--port", str(port), "--deterministic", *extra]
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")]).rstrip(
+        os.pathsep
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "seedproxy",
+        "serve",
+        "--upstream",
+        f"http://127.0.0.1:{upstream.port}",
+        "--port",
+        str(port),
+        "--deterministic",
+        *extra,
+    ]
     # The per-request JSON log line goes to a file, as a deployment would keep it.
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
-                            stderr=open(workdir / "seedproxy.log", "wb"), preexec_fn=_affinity(cpu))
+    proc = subprocess.Popen(
+        cmd,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(workdir / "seedproxy.log", "wb"),
+        preexec_fn=_affinity(cpu),
+    )
     wait_http(f"http://127.0.0.1:{port}/healthz", proc, 60)
     target = Target("seedproxy", port, proc, sessions=True)
     _check_seedproxy(target)
@@ -172,8 +200,11 @@ def ensure_litellm() -> Path | None:
     python = shutil.which("python3") or sys.executable
     try:
         subprocess.run([python, "-m", "venv", str(LITELLM_VENV)], check=True)
-        subprocess.run([str(LITELLM_VENV / "bin" / "pip"), "install", "-q", "litellm[proxy]"],
-                       check=True, timeout=1200)
+        subprocess.run(
+            [str(LITELLM_VENV / "bin" / "pip"), "install", "-q", "litellm[proxy]"],
+            check=True,
+            timeout=1200,
+        )
     except (subprocess.SubprocessError, OSError) as exc:
         print(f"SKIP litellm: could not install litellm[proxy] ({exc})", flush=True)
         return None
@@ -200,16 +231,40 @@ def start_litellm(upstream: Target, workdir: Path, cpu: int | None) -> Target | 
         f"  master_key: {MASTER_KEY}\n"
     )
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "PYTHONPATH")}
-    env.update(LITELLM_MASTER_KEY=MASTER_KEY, LITELLM_LOCAL_MODEL_COST_MAP="True",
-               LITELLM_LOG="ERROR", LITELLM_TELEMETRY="False", DISABLE_SCHEMA_UPDATE="True")
-    cmd = [str(exe), "--config", str(config), "--host", "127.0.0.1", "--port", str(port), "--num_workers", "1"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
-                            stderr=open(workdir / "litellm.log", "wb"), preexec_fn=_affinity(cpu))
+    env.update(
+        LITELLM_MASTER_KEY=MASTER_KEY,
+        LITELLM_LOCAL_MODEL_COST_MAP="True",
+        LITELLM_LOG="ERROR",
+        LITELLM_TELEMETRY="False",
+        DISABLE_SCHEMA_UPDATE="True",
+    )
+    cmd = [
+        str(exe),
+        "--config",
+        str(config),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--num_workers",
+        "1",
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(workdir / "litellm.log", "wb"),
+        preexec_fn=_affinity(cpu),
+    )
     auth = {"authorization": f"Bearer {MASTER_KEY}"}
     try:
         wait_http(f"http://127.0.0.1:{port}/health/liveliness", proc, 180, auth)
-        probe = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", headers=auth, timeout=30,
-                           json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}]})
+        probe = httpx.post(
+            f"http://127.0.0.1:{port}/v1/chat/completions",
+            headers=auth,
+            timeout=30,
+            json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}]},
+        )
         probe.raise_for_status()
     except (RuntimeError, TimeoutError, httpx.HTTPError) as exc:
         tail = (workdir / "litellm.log").read_text(errors="replace")[-600:]
@@ -242,7 +297,10 @@ def cpu_seconds(pid: int) -> float:
 
 # ---------------------------------------------------------------- workloads
 
-async def sequential(target: Target, count: int, *, stream: bool) -> tuple[list[float], list[float], int]:
+
+async def sequential(
+    target: Target, count: int, *, stream: bool
+) -> tuple[list[float], list[float], int]:
     """``count`` requests one after another on one connection: (latencies, ttfbs, errors)."""
     conn = await RawConnection("127.0.0.1", target.port).open()
     data = target.request(0, stream=stream)
@@ -296,7 +354,9 @@ async def httpx_sequential(target: Target, count: int) -> list[float]:
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{target.port}") as client:
         for _ in range(count):
             started = time.perf_counter()
-            (await client.post(target.path(0), json=data, headers=target.headers)).raise_for_status()
+            (
+                await client.post(target.path(0), json=data, headers=target.headers)
+            ).raise_for_status()
             out.append(time.perf_counter() - started)
     return out
 
@@ -321,7 +381,9 @@ async def run_round(targets: list[Target], profile: Profile, warm: bool) -> None
             target.cpu_per_req_us.append(cpu / seq * 1e6)
     for target in targets:  # sequential streaming
         target.runs += 1
-        total, ttfb, errors = await sequential(target, profile.stream // (3 if warm else 1), stream=True)
+        total, ttfb, errors = await sequential(
+            target, profile.stream // (3 if warm else 1), stream=True
+        )
         if not warm:
             target.add("ttfb_p50_ms", pct(ttfb, 0.5) * 1e3)
             target.add("stream_total_p50_ms", pct(total, 0.5) * 1e3)
@@ -337,6 +399,7 @@ async def run_round(targets: list[Target], profile: Profile, warm: bool) -> None
 
 # ---------------------------------------------------------------- report
 
+
 def summarise(targets: list[Target], client_cost: dict[str, float]) -> dict[str, Any]:
     med = {t.name: {k: statistics.median(v) for k, v in t.results.items()} for t in targets}
     direct = targets[0]
@@ -347,7 +410,9 @@ def summarise(targets: list[Target], client_cost: dict[str, float]) -> dict[str,
         if target is not direct:
             # (proxied - direct) per round, then the median over rounds.
             for key in ("p50_ms", "p99_ms", "ttfb_p50_ms"):
-                diffs = [a - b for a, b in zip(target.results[key], direct.results[key], strict=True)]
+                diffs = [
+                    a - b for a, b in zip(target.results[key], direct.results[key], strict=True)
+                ]
                 row[f"added_{key}"] = statistics.median(diffs)
             for c in CONCURRENCY:
                 row[f"rps_c{c}_vs_direct"] = m[f"rps_c{c}"] / med["direct"][f"rps_c{c}"]
@@ -371,13 +436,17 @@ def summarise(targets: list[Target], client_cost: dict[str, float]) -> dict[str,
 def table(summary: dict[str, Any]) -> str:
     names = list(summary["targets"])
     rows: list[tuple[str, str]] = [
-        ("latency p50 (ms)", "p50_ms"), ("latency p99 (ms)", "p99_ms"),
-        ("added p50 (ms)", "added_p50_ms"), ("added p99 (ms)", "added_p99_ms"),
+        ("latency p50 (ms)", "p50_ms"),
+        ("latency p99 (ms)", "p99_ms"),
+        ("added p50 (ms)", "added_p50_ms"),
+        ("added p99 (ms)", "added_p99_ms"),
         *[(f"req/s, concurrency {c}", f"rps_c{c}") for c in CONCURRENCY],
         *[(f"req/s c={c} vs direct", f"rps_c{c}_vs_direct") for c in CONCURRENCY],
-        ("stream TTFB p50 (ms)", "ttfb_p50_ms"), ("added stream TTFB (ms)", "added_ttfb_p50_ms"),
+        ("stream TTFB p50 (ms)", "ttfb_p50_ms"),
+        ("added stream TTFB (ms)", "added_ttfb_p50_ms"),
         ("stream total p50 (ms)", "stream_total_p50_ms"),
-        ("server CPU per request (us)", "cpu_us_per_request"), ("server RSS after run (MB)", "rss_mb"),
+        ("server CPU per request (us)", "cpu_us_per_request"),
+        ("server RSS after run (MB)", "rss_mb"),
     ]
     lines = ["| figure | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
     for label, key in rows:
@@ -407,6 +476,7 @@ def _fmt(key: str, value: float) -> str:
 
 # ---------------------------------------------------------------- main
 
+
 @contextlib.contextmanager
 def processes(targets: list[Target]) -> Iterator[None]:
     try:
@@ -418,11 +488,19 @@ def processes(targets: list[Target]) -> Iterator[None]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer rounds and requests (about a minute)")
+    parser.add_argument(
+        "--quick", action="store_true", help="fewer rounds and requests (about a minute)"
+    )
     parser.add_argument("--out", default=str(BENCH / "results" / "overhead.json"))
     parser.add_argument("--no-litellm", action="store_true", help="skip LiteLLM")
-    parser.add_argument("--pin", action="store_true", help="pin the upstream to core 1 and proxies to core 0")
-    parser.add_argument("--seedproxy-args", default="", help="extra `seedproxy serve` flags, e.g. '--workers 2 --store redis://...'")
+    parser.add_argument(
+        "--pin", action="store_true", help="pin the upstream to core 1 and proxies to core 0"
+    )
+    parser.add_argument(
+        "--seedproxy-args",
+        default="",
+        help="extra `seedproxy serve` flags, e.g. '--workers 2 --store redis://...'",
+    )
     args = parser.parse_args()
     profile = QUICK if args.quick else FULL
     with contextlib.suppress(ImportError):
@@ -434,7 +512,9 @@ def main() -> int:
     with processes(targets):
         up_cpu, proxy_cpu = (1, 0) if args.pin else (None, None)
         targets.append(start_upstream(workdir, up_cpu))
-        targets.append(start_seedproxy(targets[0], workdir, shlex.split(args.seedproxy_args), proxy_cpu))
+        targets.append(
+            start_seedproxy(targets[0], workdir, shlex.split(args.seedproxy_args), proxy_cpu)
+        )
         litellm = None if args.no_litellm else start_litellm(targets[0], workdir, proxy_cpu)
         if litellm is not None:
             targets.append(litellm)
@@ -445,14 +525,20 @@ def main() -> int:
         started = time.monotonic()
         for index in range(profile.rounds):
             asyncio.run(run_round(targets, profile, warm=False))
-            print(f"round {index + 1}/{profile.rounds} done ({time.monotonic() - started:.0f}s)", flush=True)
+            print(
+                f"round {index + 1}/{profile.rounds} done ({time.monotonic() - started:.0f}s)",
+                flush=True,
+            )
         raw = asyncio.run(sequential(targets[0], profile.seq, stream=False))[0]
         via_httpx = asyncio.run(httpx_sequential(targets[0], profile.seq))
         client_cost = {"raw_p50_ms": pct(raw, 0.5) * 1e3, "httpx_p50_ms": pct(via_httpx, 0.5) * 1e3}
         summary = summarise(targets, client_cost)
     summary["machine"] = {
-        "cpus": os.cpu_count(), "cpu": _cpu_model(), "python": platform.python_version(),
-        "platform": platform.platform(), "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "cpus": os.cpu_count(),
+        "cpu": _cpu_model(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
     summary["command"] = " ".join(["python", "bench/overhead.py", *sys.argv[1:]])
     summary["profile"] = profile.__dict__
@@ -461,8 +547,10 @@ def main() -> int:
     out.write_text(json.dumps(summary, indent=2))
     print()
     print(table(summary))
-    print(f"\nclient cost (direct, sequential p50): raw sockets {client_cost['raw_p50_ms']:.3f} ms, "
-          f"httpx {client_cost['httpx_p50_ms']:.3f} ms")
+    print(
+        f"\nclient cost (direct, sequential p50): raw sockets {client_cost['raw_p50_ms']:.3f} ms, "
+        f"httpx {client_cost['httpx_p50_ms']:.3f} ms"
+    )
     print(f"wrote {out}")
     return 0
 

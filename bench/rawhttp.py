@@ -19,7 +19,9 @@ class RawConnection:
         self.writer: asyncio.StreamWriter | None = None
 
     async def open(self) -> RawConnection:
-        self.reader, self.writer = await asyncio.open_connection(self.host, self.port, limit=1 << 20)
+        self.reader, self.writer = await asyncio.open_connection(
+            self.host, self.port, limit=1 << 20
+        )
         sock = self.writer.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -83,9 +85,14 @@ class RawConnection:
         return status, first, body
 
 
-def build_request(host: str, port: int, method: str, path: str, body: bytes,
-                  headers: dict[str, str] | None = None) -> bytes:
-    lines = [f"{method} {path} HTTP/1.1", f"host: {host}:{port}",
-             "content-type: application/json", f"content-length: {len(body)}"]
+def build_request(
+    host: str, port: int, method: str, path: str, body: bytes, headers: dict[str, str] | None = None
+) -> bytes:
+    lines = [
+        f"{method} {path} HTTP/1.1",
+        f"host: {host}:{port}",
+        "content-type: application/json",
+        f"content-length: {len(body)}",
+    ]
     lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + body

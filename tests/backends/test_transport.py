@@ -24,8 +24,14 @@ from tests.helpers.servers import ServerThread
 def _app() -> Starlette:
     async def echo(request: Request) -> Response:
         body = await request.body()
-        return JSONResponse({"body": body.decode(), "peer": request.client.port if request.client else None,
-                             "headers": dict(request.headers)}, headers={"set-cookie": "sid=secret"})
+        return JSONResponse(
+            {
+                "body": body.decode(),
+                "peer": request.client.port if request.client else None,
+                "headers": dict(request.headers),
+            },
+            headers={"set-cookie": "sid=secret"},
+        )
 
     async def slow_stream(request: Request) -> Response:
         async def events() -> AsyncIterator[bytes]:
@@ -39,8 +45,13 @@ def _app() -> Starlette:
         await asyncio.sleep(5)
         return Response("late")
 
-    return Starlette(routes=[Route("/echo", echo, methods=["POST", "GET"]),
-                             Route("/stream", slow_stream), Route("/stall", stall)])
+    return Starlette(
+        routes=[
+            Route("/echo", echo, methods=["POST", "GET"]),
+            Route("/stream", slow_stream),
+            Route("/stall", stall),
+        ]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +64,9 @@ async def test_keeps_connections_alive_and_sends_body_and_headers(server: Server
     async with upstream_client(read_timeout_s=10, connect_timeout_s=2) as client:
         peers = set()
         for i in range(5):
-            request = client.build_request("POST", server.url + "/echo", content=b"x" * i,
-                                           headers={"x-test": str(i)})
+            request = client.build_request(
+                "POST", server.url + "/echo", content=b"x" * i, headers={"x-test": str(i)}
+            )
             answer = await client.send(request)
             assert answer.status_code == 200
             data = answer.json()
@@ -72,7 +84,9 @@ async def test_never_sends_an_upstreams_cookies_back(server: ServerThread) -> No
 
 async def test_streams_chunks_as_they_arrive(server: ServerThread) -> None:
     async with upstream_client(read_timeout_s=10, connect_timeout_s=2) as client:
-        response = await client.send(client.build_request("GET", server.url + "/stream"), stream=True)
+        response = await client.send(
+            client.build_request("GET", server.url + "/stream"), stream=True
+        )
         started = time.monotonic()
         arrivals = []
         async for chunk in response.aiter_raw():
@@ -91,7 +105,9 @@ async def test_read_timeout_is_an_httpx_timeout(server: ServerThread) -> None:
 async def test_refused_connection_is_a_connect_error() -> None:
     async with upstream_client(read_timeout_s=2, connect_timeout_s=2) as client:
         with pytest.raises(httpx.ConnectError):
-            await client.send(client.build_request("POST", f"http://127.0.0.1:{free_port()}/echo", content=b""))
+            await client.send(
+                client.build_request("POST", f"http://127.0.0.1:{free_port()}/echo", content=b"")
+            )
 
 
 async def test_an_idle_connection_the_server_closed_is_replaced() -> None:
@@ -101,7 +117,9 @@ async def test_an_idle_connection_the_server_closed_is_replaced() -> None:
             # the same client survives a restart of its upstream between requests
             if attempt == 0:
                 client = LeanClient(timeout=httpx.Timeout(5), transport=FastTransport())
-            answer = await client.send(client.build_request("POST", server.url + "/echo", content=b"a"))
+            answer = await client.send(
+                client.build_request("POST", server.url + "/echo", content=b"a")
+            )
             assert answer.json()["body"] == "a"
         await asyncio.sleep(0.1)
     await client.aclose()
@@ -128,5 +146,7 @@ async def test_the_connection_limit_queues_then_times_out(server: ServerThread) 
             await client.send(client.build_request("POST", server.url + "/echo", content=b""))
         with contextlib.suppress(httpx.HTTPError):
             await held.aclose()
-        answer = await client.send(client.build_request("POST", server.url + "/echo", content=b"ok"))
+        answer = await client.send(
+            client.build_request("POST", server.url + "/echo", content=b"ok")
+        )
         assert answer.json()["body"] == "ok"

@@ -41,8 +41,13 @@ class LeanClient(httpx.AsyncClient):
     ) -> httpx.Request:
         if not isinstance(url, str) or any(v is not None for v in other.values()):
             return super().build_request(
-                method, url, content=content, headers=headers, timeout=timeout,
-                extensions=extensions, **other,
+                method,
+                url,
+                content=content,
+                headers=headers,
+                timeout=timeout,
+                extensions=extensions,
+                **other,
             )
         parsed = self._urls.get(url)
         if parsed is None:
@@ -58,7 +63,9 @@ class LeanClient(httpx.AsyncClient):
             )
         return httpx.Request(method, parsed, content=content, headers=headers, extensions=ext)
 
-    async def send(self, request: httpx.Request, *, stream: bool = False, **_: Any) -> httpx.Response:  # type: ignore[override]
+    async def send(
+        self, request: httpx.Request, *, stream: bool = False, **_: Any
+    ) -> httpx.Response:
         """Send ``request`` as is; with ``stream=False`` the body is read and the
         connection returned before this returns."""
         response = await self._lean_transport.handle_async_request(request)

@@ -148,8 +148,14 @@ def _expire(waiter: asyncio.Future[None]) -> None:
 
 
 class _Body(httpx.AsyncByteStream):
-    def __init__(self, transport: FastTransport, key: tuple[str, int], conn: _Connection,
-                 request: httpx.Request, timeout: float | None) -> None:
+    def __init__(
+        self,
+        transport: FastTransport,
+        key: tuple[str, int],
+        conn: _Connection,
+        request: httpx.Request,
+        timeout: float | None,
+    ) -> None:
         self._transport, self._key, self._conn = transport, key, conn
         self._request, self._timeout = request, timeout
         self._done = False
@@ -161,7 +167,9 @@ class _Body(httpx.AsyncByteStream):
                 yield conn.take()
                 continue
             if conn.error is not None:
-                raise httpx.ReadError(str(conn.error) or "upstream connection lost", request=self._request)
+                raise httpx.ReadError(
+                    str(conn.error) or "upstream connection lost", request=self._request
+                )
             if conn.complete:
                 return
             try:
@@ -181,8 +189,13 @@ class FastTransport(httpx.AsyncBaseTransport):
     """``httpx.AsyncClient(transport=FastTransport())``. Event-loop bound; keeps at most
     ``max_idle`` idle connections per upstream and opens at most ``max_connections``."""
 
-    def __init__(self, *, max_connections: int = 1024, max_idle: int = 256,
-                 fallback: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        max_connections: int = 1024,
+        max_idle: int = 256,
+        fallback: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
         self._max_idle = max_idle
         self._limit = asyncio.Semaphore(max_connections)
@@ -216,8 +229,14 @@ class FastTransport(httpx.AsyncBaseTransport):
             self._limit.release()
             raise
 
-    async def _exchange(self, key: tuple[str, int], conn: _Connection, data: bytes,
-                        request: httpx.Request, timeouts: dict[str, Any]) -> httpx.Response:
+    async def _exchange(
+        self,
+        key: tuple[str, int],
+        conn: _Connection,
+        data: bytes,
+        request: httpx.Request,
+        timeouts: dict[str, Any],
+    ) -> httpx.Response:
         assert conn.transport is not None
         conn.transport.write(data)
         read_timeout = timeouts.get("read")
@@ -243,16 +262,21 @@ class FastTransport(httpx.AsyncBaseTransport):
             extensions={"http_version": b"HTTP/1.1"},
         )
 
-    async def _connect(self, key: tuple[str, int], timeout: float | None,
-                       request: httpx.Request) -> _Connection:
+    async def _connect(
+        self, key: tuple[str, int], timeout: float | None, request: httpx.Request
+    ) -> _Connection:
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(timeout):
                 _, conn = await loop.create_connection(lambda: _Connection(loop), key[0], key[1])
         except TimeoutError:
-            raise httpx.ConnectTimeout(f"connecting to {key[0]}:{key[1]} timed out", request=request) from None
+            raise httpx.ConnectTimeout(
+                f"connecting to {key[0]}:{key[1]} timed out", request=request
+            ) from None
         except OSError as exc:
-            raise httpx.ConnectError(f"cannot connect to {key[0]}:{key[1]}: {exc}", request=request) from None
+            raise httpx.ConnectError(
+                f"cannot connect to {key[0]}:{key[1]}: {exc}", request=request
+            ) from None
         return conn
 
     def _take_idle(self, key: tuple[str, int]) -> _Connection | None:
@@ -300,8 +324,10 @@ class FastTransport(httpx.AsyncBaseTransport):
 
 def _head(request: httpx.Request, url: httpx.URL, length: int) -> bytes:
     port = f":{url.port}" if url.port else ""
-    lines = [b"%s %s HTTP/1.1\r\nhost: %s%s\r\n" % (
-        request.method.encode(), url.raw_path, url.raw_host, port.encode())]
+    lines = [
+        b"%s %s HTTP/1.1\r\nhost: %s%s\r\n"
+        % (request.method.encode(), url.raw_path, url.raw_host, port.encode())
+    ]
     for name, value in request.headers.raw:
         if name.lower() not in _SKIP_HEADERS:
             lines.append(name + b": " + value + b"\r\n")

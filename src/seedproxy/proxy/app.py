@@ -15,8 +15,8 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from ..backends import BACKENDS, Backend
-from ..backends.pool import UpstreamPool
 from ..backends.client import upstream_client
+from ..backends.pool import UpstreamPool
 from ..errors import (
     ConfigError,
     OverCapacity,

@@ -43,7 +43,8 @@ class Session:
         with self._lock:
             record = self._record
             # replace() + a metadata copy: same result as a to_dict round trip, 6x cheaper.
-            return replace(record, metadata=copy.deepcopy(record.metadata) if record.metadata else {})
+            metadata = copy.deepcopy(record.metadata) if record.metadata else {}
+            return replace(record, metadata=metadata)
 
     def next_request_index(self) -> int:
         """Take the next index: 0, 1, 2, ... with no gaps and no repeats."""
