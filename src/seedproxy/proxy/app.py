@@ -30,7 +30,7 @@ from ..settings import Settings
 from .access import Access
 from .admin import admin_router
 from .forward import Forwarder
-from .hot import HotRoutes, ProxyApp
+from .hot import HotRoutes
 from .metrics import Metrics
 from .routes import openai_router
 
@@ -84,7 +84,11 @@ def create_app(
             if own_store:
                 await store.close()
 
-    app = ProxyApp(title="seedproxy", version="0.1.0", lifespan=lifespan)
+    app = FastAPI(title="seedproxy", version="0.1.0", lifespan=lifespan)
+    # First, so it is the innermost middleware: anything added later still wraps it.
+    app.add_middleware(
+        HotRoutes, forwarder=forwarder, access=access, on_error=on_seedproxy_error
+    )
     app.state.settings = settings
     app.state.sessions = sessions
     app.state.pool = pool
@@ -102,7 +106,6 @@ def create_app(
         return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     _install_error_handlers(app)
-    app.hot = HotRoutes(forwarder, access, on_seedproxy_error)
     return app
 
 

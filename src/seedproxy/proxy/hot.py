@@ -1,10 +1,11 @@
-"""The hot OpenAI routes, dispatched in front of FastAPI.
+"""The hot OpenAI routes, answered by a pure-ASGI middleware ahead of FastAPI's router.
 
-FastAPI's per-request machinery (telemetry check, middleware stack, a scan of every
-route, dependency wrappers) cost about as much as the proxy's own work, so POSTs to
-the OpenAI routes (also under ``/sessions/{id}``) go straight to the forwarder.
-Everything else, and the OpenAPI schema of these same routes, stays with FastAPI.
-Errors are rendered exactly as the FastAPI handlers render them.
+FastAPI's per-request routing (a scan of every route, the request/response and
+dependency wrappers) cost about as much as the proxy's own work, so POSTs to the
+OpenAI routes (also under ``/sessions/{id}``) go straight to the forwarder. It is
+installed as the innermost middleware, so middleware added after it still wraps
+every request; everything else, and the OpenAPI schema of these same routes, stays
+with FastAPI. Errors are rendered exactly as the FastAPI handlers render them.
 """
 
 from __future__ import annotations
@@ -12,17 +13,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
-from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..backends import Endpoint
 from ..errors import SeedProxyError, error_body
 from .access import Access
 from .forward import Forwarder
 
-__all__ = ["HotRoutes", "ProxyApp"]
+__all__ = ["HotRoutes"]
 
 log = logging.getLogger("seedproxy")
 
@@ -32,14 +32,24 @@ _SESSIONS = "/sessions/"
 class HotRoutes:
     def __init__(
         self,
+        app: ASGIApp,
+        *,
         forwarder: Forwarder,
         access: Access,
         on_error: Callable[[Request, SeedProxyError], Awaitable[Response]],
     ) -> None:
+        self._app = app
         self._forwarder = forwarder
         self._access = access
         self._on_error = on_error
         self._endpoints = {endpoint.value: endpoint for endpoint in Endpoint}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        matched = self.match(scope) if scope["type"] == "http" else None
+        if matched is None:
+            await self._app(scope, receive, send)
+        else:
+            await self.handle(scope, receive, send, *matched)
 
     def match(self, scope: Scope) -> tuple[Endpoint, str | None] | None:
         """The endpoint and path session of a hot request; None for anything else."""
@@ -69,17 +79,3 @@ class HotRoutes:
             log.exception("unexpected error on %s", scope["path"])
             response = JSONResponse(error_body("internal error", "internal_error"), status_code=500)
         await response(scope, receive, send)
-
-
-class ProxyApp(FastAPI):
-    """FastAPI, with ``hot`` routes answered before FastAPI's own dispatch."""
-
-    hot: HotRoutes | None = None
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and self.hot is not None:
-            matched = self.hot.match(scope)
-            if matched is not None:
-                await self.hot.handle(scope, receive, send, *matched)
-                return
-        await super().__call__(scope, receive, send)
