@@ -91,7 +91,8 @@ def main() -> int:
         asyncio.run(one_round(proxies, results, warm=True))
         for _ in range(args.rounds):
             asyncio.run(one_round(proxies, results, warm=False))
-    print("| revision | proxy CPU/request (us) | seq p50 (ms) | stream TTFB p50 (ms) | req/s c=16 |")
+    print("| revision | proxy CPU/request (us) | seq p50 (ms) | stream TTFB p50 (ms) "
+          "| req/s c=16 |")
     print("|---|---|---|---|---|")
     for name, figures in results.items():
         m = {k: statistics.median(v) for k, v in figures.items()}
