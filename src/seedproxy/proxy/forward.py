@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import orjson
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from ..backends import Backend, Captured, Endpoint
 from ..backends.pool import UpstreamPool, UpstreamReply
@@ -30,6 +30,7 @@ from ..sessions import Interaction, SessionManager, SessionRecord, Slot
 from ..settings import Settings
 from .headers import is_sdk_retry, pinned_index, seedproxy_headers
 from .metrics import Metrics
+from .relay import RelayResponse
 from .request import ClientRequest, parse_body, read_body, request_digest
 from .sse import DONE, encode_event, event_json, split_events
 from .transcript import StreamTranscript
@@ -179,7 +180,7 @@ class Forwarder:
         headers = plan.headers()
         headers["x-seedproxy-overhead-ms"] = f"{plan.overhead_ms():.3f}"
         headers["cache-control"] = "no-cache"
-        return StreamingResponse(
+        return RelayResponse(
             self._events(plan, reply),
             status_code=reply.response.status_code,
             headers=headers,
