@@ -67,6 +67,8 @@ class Target:
     runs: int = 0
     results: dict[str, list[float]] = field(default_factory=dict)
     cpu_per_req_us: list[float] = field(default_factory=list)
+    rss_start_mb: float | None = None
+    served: int = 0
 
     def path(self, conn: int) -> str:
         if self.sessions:
@@ -310,6 +312,7 @@ async def sequential(
             started = time.perf_counter()
             status, first, body = await conn.request(data)
             latencies.append(time.perf_counter() - started)
+            target.served += 1
             ttfbs.append(first)
             if status != 200 or (stream and body.count(b"data:") < 33):
                 errors += 1
@@ -342,6 +345,7 @@ async def throughput(target: Target, concurrency: int, seconds: float) -> tuple[
     started = time.perf_counter()
     await asyncio.gather(*(worker(i, c) for i, c in enumerate(conns)))
     elapsed = time.perf_counter() - started
+    target.served += done[0] + errors[0]
     for conn in conns:
         conn.close()
     return done[0] / elapsed, errors[0]
@@ -418,6 +422,8 @@ def summarise(targets: list[Target], client_cost: dict[str, float]) -> dict[str,
                 row[f"rps_c{c}_vs_direct"] = m[f"rps_c{c}"] / med["direct"][f"rps_c{c}"]
         if target.proc is not None:
             row["rss_mb"] = rss_bytes(target.proc.pid) / 2**20
+            row["rss_start_mb"] = target.rss_start_mb
+            row["requests_served"] = target.served
             row["cpu_us_per_request"] = statistics.median(target.cpu_per_req_us)
         row["rounds"] = {k: v for k, v in target.results.items()}
         summary["targets"][target.name] = row
@@ -446,7 +452,9 @@ def table(summary: dict[str, Any]) -> str:
         ("added stream TTFB (ms)", "added_ttfb_p50_ms"),
         ("stream total p50 (ms)", "stream_total_p50_ms"),
         ("server CPU per request (us)", "cpu_us_per_request"),
+        ("server RSS at start (MB)", "rss_start_mb"),
         ("server RSS after run (MB)", "rss_mb"),
+        ("requests served in the run", "requests_served"),
     ]
     lines = ["| figure | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
     for label, key in rows:
@@ -469,7 +477,7 @@ def _fmt(key: str, value: float) -> str:
         return f"{value:,.0f}"
     if "vs_direct" in key:
         return f"{value:.0%}"
-    if key in ("rss_mb", "cpu_us_per_request"):
+    if key in ("rss_mb", "rss_start_mb", "cpu_us_per_request", "requests_served"):
         return f"{value:,.0f}"
     return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
 
@@ -521,6 +529,9 @@ def main() -> int:
         elif not args.no_litellm:
             print("continuing without litellm", flush=True)
         print(f"targets: {', '.join(t.name for t in targets)}; logs in {workdir}", flush=True)
+        for target in targets:
+            if target.proc is not None:
+                target.rss_start_mb = rss_bytes(target.proc.pid) / 2**20
         asyncio.run(run_round(targets, profile, warm=True))
         started = time.monotonic()
         for index in range(profile.rounds):
