@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from ..backends import BACKENDS, Backend
+from ..backends.client import upstream_client
 from ..backends.pool import UpstreamPool
 from ..errors import (
     ConfigError,
@@ -31,6 +32,8 @@ from ..settings import Settings
 from .access import Access
 from .admin import admin_router
 from .forward import Forwarder
+from .hot import HotRoutes
+from .logs import flush_logs
 from .metrics import Metrics
 from .routes import openai_router
 
@@ -55,9 +58,8 @@ def create_app(
     own_store = store is None
     store = store if store is not None else open_store(settings.store)
     own_client = client is None
-    client = client or httpx.AsyncClient(
-        timeout=httpx.Timeout(settings.read_timeout_s, connect=settings.connect_timeout_s),
-        limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256),
+    client = client or upstream_client(
+        read_timeout_s=settings.read_timeout_s, connect_timeout_s=settings.connect_timeout_s
     )
     backend = backend or BACKENDS[settings.backend](api_key=settings.upstream_api_key)
     sessions = SessionManager(store, max_open_sessions=settings.max_open_sessions)
@@ -86,8 +88,13 @@ def create_app(
                 await client.aclose()
             if own_store:
                 await store.close()
+            flush_logs()
 
     app = FastAPI(title="seedproxy", version="0.1.0", lifespan=lifespan)
+    # First, so it is the innermost middleware: anything added later still wraps it.
+    app.add_middleware(
+        HotRoutes, forwarder=forwarder, access=access, on_error=on_seedproxy_error
+    )
     app.state.settings = settings
     app.state.sessions = sessions
     app.state.pool = pool
@@ -121,15 +128,17 @@ def _proxied_headers(request: Request) -> dict[str, str]:
     return {"x-seedproxy-overhead-ms": f"{(time.perf_counter() - arrived) * 1000:.3f}"}
 
 
+async def on_seedproxy_error(request: Request, exc: SeedProxyError) -> JSONResponse:
+    headers = _proxied_headers(request)
+    if isinstance(exc, OverCapacity):
+        headers["retry-after"] = str(exc.retry_after_s)
+    if exc.status_code >= 500 and not isinstance(exc, UpstreamError | StoreError):
+        log.error("internal error on %s: %s", request.url.path, exc.message)
+    return JSONResponse(exc.body(), status_code=exc.status_code, headers=headers)
+
+
 def _install_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(SeedProxyError)
-    async def on_seedproxy_error(request: Request, exc: SeedProxyError) -> JSONResponse:
-        headers = _proxied_headers(request)
-        if isinstance(exc, OverCapacity):
-            headers["retry-after"] = str(exc.retry_after_s)
-        if exc.status_code >= 500 and not isinstance(exc, UpstreamError | StoreError):
-            log.error("internal error on %s: %s", request.url.path, exc.message)
-        return JSONResponse(exc.body(), status_code=exc.status_code, headers=headers)
+    app.add_exception_handler(SeedProxyError, on_seedproxy_error)  # type: ignore[arg-type]
 
     @app.exception_handler(RequestValidationError)
     async def on_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:

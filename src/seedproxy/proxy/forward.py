@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import orjson
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from ..backends import Backend, Captured, Endpoint
 from ..backends.pool import UpstreamPool, UpstreamReply
@@ -32,6 +32,7 @@ from ..settings import Settings
 from .fanout import exchange_fanout
 from .headers import is_sdk_retry, pinned_index, seedproxy_headers
 from .metrics import Metrics
+from .relay import RelayResponse
 from .request import ClientRequest, parse_body, read_body, request_digest
 from .responses import exchange_responses
 from .sse import DONE, encode_event, event_json, split_events
@@ -200,7 +201,7 @@ class Forwarder:
         headers = plan.headers()
         headers["x-seedproxy-overhead-ms"] = f"{plan.overhead_ms():.3f}"
         headers["cache-control"] = "no-cache"
-        return StreamingResponse(
+        return RelayResponse(
             self._events(plan, reply),
             status_code=reply.response.status_code,
             headers=headers,

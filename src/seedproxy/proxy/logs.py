@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any
+import threading
+import time
+from typing import Any, TextIO
 
 import orjson
 
-__all__ = ["configure_logging"]
+__all__ = ["configure_logging", "flush_logs"]
 
 _REQUEST_FIELDS = ("session", "index", "seed", "upstream", "status", "proxy_ms", "upstream_ms")
 
@@ -21,6 +23,56 @@ class _RequestFormatter(logging.Formatter):
         return orjson.dumps(line).decode()
 
 
+class _BatchedHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes request lines in batches: one write per ``batch`` lines or per
+    ``interval_s``, whichever comes first (a write per line cost more than the rest
+    of logging put together). A daemon thread flushes a quiet tail; ``close()``
+    and interpreter exit flush everything."""
+
+    def __init__(self, stream: TextIO, *, batch: int = 64, interval_s: float = 0.1) -> None:
+        super().__init__(stream)
+        self._lines: list[str] = []
+        self._batch = batch
+        self._interval_s = interval_s
+        self._last = time.monotonic()
+        self._stop = threading.Event()
+        threading.Thread(target=self._flush_quiet_tail, name="seedproxy-log", daemon=True).start()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:  # logging must never break a request
+            line = self.format(record)
+            with self.lock:  # type: ignore[union-attr]
+                self._lines.append(line)
+                if len(self._lines) >= self._batch or time.monotonic() - self._last >= self._interval_s:
+                    self._write()
+        except Exception:  # noqa: BLE001
+            self.handleError(record)
+
+    def flush(self) -> None:
+        with self.lock:  # type: ignore[union-attr]
+            try:
+                self._write()
+            except (OSError, ValueError):  # the stream is gone (closed at exit, or by a test)
+                self._lines.clear()
+
+    def _write(self) -> None:
+        self._last = time.monotonic()
+        if self._lines:
+            text = "\n".join(self._lines) + "\n"
+            self._lines.clear()
+            self.stream.write(text)
+            self.stream.flush()
+
+    def _flush_quiet_tail(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            self.flush()
+
+    def close(self) -> None:
+        self._stop.set()
+        self.flush()
+        super().close()
+
+
 def configure_logging(level: str = "INFO") -> None:
     """Send seedproxy's logs to stderr. Idempotent."""
     root = logging.getLogger("seedproxy")
@@ -30,10 +82,17 @@ def configure_logging(level: str = "INFO") -> None:
     plain = logging.StreamHandler(sys.stderr)
     plain.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     plain.addFilter(lambda r: r.name != "seedproxy.request")
-    structured = logging.StreamHandler(sys.stderr)
+    structured = _BatchedHandler(sys.stderr)
     structured.setFormatter(_RequestFormatter())
     structured.addFilter(lambda r: r.name == "seedproxy.request")
     root.addHandler(plain)
     root.addHandler(structured)
     root.propagate = False
     root._seedproxy_configured = True  # type: ignore[attr-defined]
+
+
+def flush_logs() -> None:
+    """Write out batched request lines now (an app's shutdown calls this: a process
+    that dies by re-raised SIGTERM runs no exit hooks)."""
+    for handler in logging.getLogger("seedproxy").handlers:
+        handler.flush()

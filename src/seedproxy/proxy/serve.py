@@ -11,6 +11,7 @@ import uvicorn
 from ..errors import ConfigError
 from ..settings import load_settings
 from .app import create_app
+from .factory import APP_FACTORY, export_settings
 from .logs import configure_logging
 
 __all__ = ["run_engine_only", "serve"]
@@ -22,6 +23,11 @@ _ENGINE_EXTRA = "the embedded engine needs torch and transformers: pip install '
 
 def serve(flags: dict[str, Any], config_file: str | None) -> int:
     settings = load_settings(flags, config_file)
+    if settings.workers > 1 and settings.store.startswith("memory:"):
+        raise ConfigError(
+            f"--workers {settings.workers} needs a shared store (--store redis://...): "
+            "the memory store is single-process"
+        )
     configure_logging()
     engine = None
     upstreams = settings.upstream
@@ -30,8 +36,21 @@ def serve(flags: dict[str, Any], config_file: str | None) -> int:
         upstreams = [engine.url]
         log.info("embedded engine serving %s at %s", engine.model_name, engine.url)
     try:
-        app = create_app(settings, upstreams=upstreams)
+        app = create_app(settings, upstreams=upstreams)  # also checks the store URL
         log.info("seedproxy listening on http://%s:%d", settings.host, settings.port)
+        if settings.workers > 1:
+            # Each worker imports the factory and rebuilds these settings from the env.
+            export_settings(settings.model_copy(update={"upstream": upstreams}))
+            uvicorn.run(
+                APP_FACTORY,
+                factory=True,
+                workers=settings.workers,
+                host=settings.host,
+                port=settings.port,
+                log_level="warning",
+                timeout_graceful_shutdown=settings.graceful_shutdown_s,
+            )
+            return 0
         uvicorn.run(
             app,
             host=settings.host,

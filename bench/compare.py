@@ -1,0 +1,105 @@
+"""Compare seedproxy at several git revisions, interleaved in one run, against the
+benchmark's fake upstream: proxy CPU per request, sequential p50, streaming TTFB
+and requests per second at concurrency 16.
+
+    python bench/compare.py REV [REV...] [--rounds 4]
+
+Each revision's ``src/`` is exported with ``git archive`` to a temporary folder;
+the working tree is used for the revision ``WORKTREE``. This is how the effect of
+each optimisation in docs/performance.md was measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import overhead as ov  # noqa: E402
+
+
+def export(rev: str, into: Path) -> Path:
+    if rev == "WORKTREE":
+        return ov.ROOT / "src"
+    into.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(ov.ROOT), "archive", rev, "src"], check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into / "src"
+
+
+def start(src: Path, upstream: ov.Target, workdir: Path, name: str) -> ov.Target:
+    port = ov.free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SEEDPROXY_")}
+    env["PYTHONPATH"] = str(src)
+    cmd = [sys.executable, "-m", "seedproxy", "serve", "--upstream",
+           f"http://127.0.0.1:{upstream.port}", "--port", str(port)]
+    log = open(workdir / f"{name}.log", "wb")  # noqa: SIM115 - lives as long as the process
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log)
+    ov.wait_http(f"http://127.0.0.1:{port}/healthz", proc, 60)
+    return ov.Target(name, port, proc, sessions=True)
+
+
+async def one_round(targets: list[ov.Target], results: dict[str, dict[str, list[float]]],
+                    warm: bool) -> None:
+    for t in targets:
+        t.runs += 1
+        cpu0 = ov.cpu_seconds(t.proc.pid)  # type: ignore[union-attr]
+        lat, _, _ = await ov.sequential(t, 300, stream=False)
+        cpu = ov.cpu_seconds(t.proc.pid) - cpu0  # type: ignore[union-attr]
+        if not warm:
+            results[t.name]["cpu_us"].append(cpu / 300 * 1e6)
+            results[t.name]["p50_ms"].append(ov.pct(lat, 0.5) * 1e3)
+    for t in targets:
+        t.runs += 1
+        _, ttfb, _ = await ov.sequential(t, 30, stream=True)
+        if not warm:
+            results[t.name]["ttfb_ms"].append(ov.pct(ttfb, 0.5) * 1e3)
+    for t in targets:
+        t.runs += 1
+        rps, _ = await ov.throughput(t, 16, 1.5)
+        if not warm:
+            results[t.name]["rps_c16"].append(rps)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("revs", nargs="+")
+    parser.add_argument("--rounds", type=int, default=4)
+    args = parser.parse_args()
+    with contextlib.suppress(ImportError):
+        import uvloop
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    workdir = Path(tempfile.mkdtemp(prefix="seedproxy-compare-"))
+    targets: list[ov.Target] = []
+    with ov.processes(targets):
+        upstream = ov.start_upstream(workdir, None)
+        targets.append(upstream)
+        proxies = [start(export(rev, workdir / f"rev{i}"), upstream, workdir, rev)
+                   for i, rev in enumerate(args.revs)]
+        targets.extend(proxies)
+        results = {p.name: {"cpu_us": [], "p50_ms": [], "ttfb_ms": [], "rps_c16": []}
+                   for p in proxies}
+        asyncio.run(one_round(proxies, results, warm=True))
+        for _ in range(args.rounds):
+            asyncio.run(one_round(proxies, results, warm=False))
+    print("| revision | proxy CPU/request (us) | seq p50 (ms) | stream TTFB p50 (ms) "
+          "| req/s c=16 |")
+    print("|---|---|---|---|---|")
+    for name, figures in results.items():
+        m = {k: statistics.median(v) for k, v in figures.items()}
+        print(f"| {name} | {m['cpu_us']:,.0f} | {m['p50_ms']:.3f} | {m['ttfb_ms']:.3f} | "
+              f"{m['rps_c16']:,.0f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""The HTTP client the proxy talks to its upstreams with.
+
+``LeanClient`` is an ``httpx.AsyncClient`` cut down to what a proxy needs: a request
+goes straight to the transport, with no cookie jar (an upstream's cookies must never
+reach another client's request), no redirects, auth, event hooks or default headers,
+and upstream URLs parsed once. Anything it does not cover (params, json, files,
+non-string URLs) takes httpx's ordinary path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+from httpx._client import USE_CLIENT_DEFAULT, UseClientDefault
+
+from .transport import FastTransport
+
+__all__ = ["LeanClient", "upstream_client"]
+
+_URL_CACHE = 4096
+
+
+class LeanClient(httpx.AsyncClient):
+    def __init__(self, *, timeout: httpx.Timeout, transport: httpx.AsyncBaseTransport) -> None:
+        super().__init__(timeout=timeout, transport=transport, follow_redirects=False)
+        self._lean_transport = transport
+        self._default_timeout = self.timeout.as_dict()
+        self._urls: dict[str, httpx.URL] = {}
+
+    def build_request(  # type: ignore[override]
+        self,
+        method: str,
+        url: httpx.URL | str,
+        *,
+        content: bytes | None = None,
+        headers: dict[str, str] | None = None,
+        timeout: Any = USE_CLIENT_DEFAULT,
+        extensions: dict[str, Any] | None = None,
+        **other: Any,
+    ) -> httpx.Request:
+        if not isinstance(url, str) or any(v is not None for v in other.values()):
+            return super().build_request(
+                method,
+                url,
+                content=content,
+                headers=headers,
+                timeout=timeout,
+                extensions=extensions,
+                **other,
+            )
+        parsed = self._urls.get(url)
+        if parsed is None:
+            if len(self._urls) >= _URL_CACHE:
+                self._urls.clear()
+            parsed = self._urls[url] = httpx.URL(url)
+        ext = dict(extensions or {})
+        if "timeout" not in ext:
+            ext["timeout"] = (
+                self._default_timeout
+                if isinstance(timeout, UseClientDefault)
+                else httpx.Timeout(timeout).as_dict()
+            )
+        return httpx.Request(method, parsed, content=content, headers=headers, extensions=ext)
+
+    async def send(
+        self, request: httpx.Request, *, stream: bool = False, **_: Any
+    ) -> httpx.Response:
+        """Send ``request`` as is; with ``stream=False`` the body is read and the
+        connection returned before this returns."""
+        response = await self._lean_transport.handle_async_request(request)
+        response.request = request
+        if not stream:
+            try:
+                await response.aread()
+            finally:
+                await response.aclose()
+        return response
+
+
+def upstream_client(*, read_timeout_s: float, connect_timeout_s: float) -> LeanClient:
+    """The default upstream client: ``LeanClient`` over ``FastTransport``."""
+    return LeanClient(
+        timeout=httpx.Timeout(read_timeout_s, connect=connect_timeout_s),
+        transport=FastTransport(max_connections=1024, max_idle=256),
+    )

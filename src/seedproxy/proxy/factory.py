@@ -1,0 +1,47 @@
+"""The app factory that ``uvicorn --workers N`` imports in every worker process.
+
+The parent process parses flags, the environment and the config file once, then
+hands the result to its workers as ``SEEDPROXY_*`` variables (``settings_env``);
+each worker rebuilds the same ``Settings`` from them (``app_from_env``).
+"""
+
+from __future__ import annotations
+
+import os
+
+from fastapi import FastAPI
+
+from ..settings import Settings, load_settings
+from .app import create_app
+from .logs import configure_logging
+
+__all__ = ["APP_FACTORY", "app_from_env", "export_settings", "settings_env"]
+
+APP_FACTORY = "seedproxy.proxy.factory:app_from_env"
+_PREFIX = "SEEDPROXY_"
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """``SEEDPROXY_*`` variables that rebuild exactly ``settings`` (None: unset)."""
+    env: dict[str, str] = {}
+    for name, value in settings.model_dump().items():
+        if value is None:
+            continue
+        if isinstance(value, list):
+            value = ",".join(value)
+        elif isinstance(value, bool):
+            value = "true" if value else "false"
+        env[_PREFIX + name.upper()] = str(value)
+    return env
+
+
+def export_settings(settings: Settings) -> None:
+    """Put ``settings`` in this process's environment for its workers to inherit."""
+    for key in [k for k in os.environ if k.startswith(_PREFIX)]:
+        del os.environ[key]
+    os.environ.update(settings_env(settings))
+
+
+def app_from_env() -> FastAPI:
+    configure_logging()
+    return create_app(load_settings({}))

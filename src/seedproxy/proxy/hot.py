@@ -1,0 +1,81 @@
+"""The hot OpenAI routes, answered by a pure-ASGI middleware ahead of FastAPI's router.
+
+FastAPI's per-request routing (a scan of every route, the request/response and
+dependency wrappers) cost about as much as the proxy's own work, so POSTs to the
+OpenAI routes (also under ``/sessions/{id}``) go straight to the forwarder. It is
+installed as the innermost middleware, so middleware added after it still wraps
+every request; everything else, and the OpenAPI schema of these same routes, stays
+with FastAPI. Errors are rendered exactly as the FastAPI handlers render them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ..backends import Endpoint
+from ..errors import SeedProxyError, error_body
+from .access import Access
+from .forward import Forwarder
+
+__all__ = ["HotRoutes"]
+
+log = logging.getLogger("seedproxy")
+
+_SESSIONS = "/sessions/"
+
+
+class HotRoutes:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        forwarder: Forwarder,
+        access: Access,
+        on_error: Callable[[Request, SeedProxyError], Awaitable[Response]],
+    ) -> None:
+        self._app = app
+        self._forwarder = forwarder
+        self._access = access
+        self._on_error = on_error
+        self._endpoints = {endpoint.value: endpoint for endpoint in Endpoint}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        matched = self.match(scope) if scope["type"] == "http" else None
+        if matched is None:
+            await self._app(scope, receive, send)
+        else:
+            await self.handle(scope, receive, send, *matched)
+
+    def match(self, scope: Scope) -> tuple[Endpoint, str | None] | None:
+        """The endpoint and path session of a hot request; None for anything else."""
+        if scope["method"] != "POST":
+            return None
+        path: str = scope["path"]
+        endpoint = self._endpoints.get(path)
+        if endpoint is not None:
+            return endpoint, None
+        if path.startswith(_SESSIONS):
+            session_id, slash, rest = path[len(_SESSIONS) :].partition("/")
+            endpoint = self._endpoints.get("/" + rest) if session_id and slash else None
+            if endpoint is not None:
+                return endpoint, session_id
+        return None
+
+    async def handle(
+        self, scope: Scope, receive: Receive, send: Send, endpoint: Endpoint, session_id: str | None
+    ) -> None:
+        request = Request(scope, receive)
+        try:
+            session = await self._access.session_for(request, session_id)
+            response = await self._forwarder.forward(request, endpoint, session)
+        except SeedProxyError as exc:
+            response = await self._on_error(request, exc)
+        except Exception:
+            log.exception("unexpected error on %s", scope["path"])
+            response = JSONResponse(error_body("internal error", "internal_error"), status_code=500)
+        await response(scope, receive, send)

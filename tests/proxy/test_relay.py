@@ -1,0 +1,48 @@
+"""SSE pass-through: events reach the client as the upstream produces them, and a
+client that leaves stops the upstream call and keeps its interaction."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+
+from tests.conftest import Fake
+
+BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+
+
+def test_events_arrive_while_the_upstream_is_still_generating(proxy: str, fake: Fake) -> None:
+    fake.switches.token_delay_s = 0.1
+    with httpx.Client(base_url=proxy, timeout=30) as http:
+        started = time.monotonic()
+        with http.stream(
+            "POST", "/sessions/live/v1/chat/completions", json={**BODY, "max_tokens": 20}
+        ) as answer:
+            lines = (line for line in answer.iter_lines() if line.startswith("data:"))
+            first = next(lines)
+            first_at = time.monotonic() - started
+            rest = list(lines)
+        total = time.monotonic() - started
+    assert first.startswith("data: {") and rest[-1] == "data: [DONE]"
+    assert first_at < total / 2  # not buffered until the end (20 tokens take ~2 s)
+
+
+def test_a_client_that_leaves_stops_the_stream_and_keeps_its_interaction(
+    proxy: str, fake: Fake
+) -> None:
+    fake.switches.token_delay_s = 0.1
+    with httpx.Client(base_url=proxy, timeout=30) as http:
+        started = time.monotonic()
+        with http.stream(
+            "POST", "/sessions/gone/v1/chat/completions", json={**BODY, "max_tokens": 200}
+        ) as answer:
+            next(line for line in answer.iter_lines() if line.startswith("data: {"))
+        # 200 tokens would take 20 s: the interaction must be recorded long before.
+        interactions: list[object] = []
+        while time.monotonic() - started < 10 and not interactions:
+            interactions = http.get("/sessions/gone/trajectory").json()["interactions"]
+            time.sleep(0.05)
+        assert len(interactions) == 1 and time.monotonic() - started < 10
+        after = http.post("/sessions/gone/v1/chat/completions", json={**BODY, "stream": False})
+        assert after.status_code == 200 and after.headers["x-seedproxy-request-index"] == "1"

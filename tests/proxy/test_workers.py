@@ -1,0 +1,112 @@
+"""``serve --workers N``: settings travel to the workers through the environment;
+the single-process memory store refuses several workers."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from typing import Any
+
+import httpx
+import pytest
+
+from seedproxy.errors import ConfigError
+from seedproxy.proxy.factory import settings_env
+from seedproxy.seeds import derive_seed
+from seedproxy.sessions import open_store
+from seedproxy.settings import Settings, load_settings
+from tests.helpers.procs import free_port, seedproxy_env, start_seedproxy, wait_http
+
+
+def test_settings_survive_the_trip_to_a_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = Settings(
+        upstream=["http://127.0.0.1:9001", "http://127.0.0.1:9002"],
+        backend="vllm",
+        port=1234,
+        deterministic=False,
+        admin_key="k",
+        store="redis://127.0.0.1:6379/0",
+        workers=3,
+        seed=7,
+        read_timeout_s=12.5,
+        max_open_sessions=10,
+        log_requests=False,
+    )
+    for key in list(__import__("os").environ):
+        if key.startswith("SEEDPROXY_"):
+            monkeypatch.delenv(key)
+    for key, value in settings_env(settings).items():
+        monkeypatch.setenv(key, value)
+    assert load_settings({}) == settings
+
+
+def test_several_workers_with_the_memory_store_is_a_one_line_error() -> None:
+    proc = start_seedproxy(
+        "serve", "--upstream", "http://127.0.0.1:9", "--workers", "2", stderr=subprocess.PIPE
+    )
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    lines = err.decode().strip().splitlines()
+    assert len(lines) == 1 and "memory store is single-process" in lines[0]
+
+
+def _redis_store_available() -> bool:
+    try:
+        open_store("redis://127.0.0.1:1/0")
+    except ConfigError:
+        return False
+    except Exception:  # noqa: BLE001 - any other failure means the scheme is known
+        return True
+    return True
+
+
+@pytest.mark.skipif(
+    shutil.which("redis-server") is None or not _redis_store_available(),
+    reason="needs redis-server and the Redis store",
+)
+def test_two_workers_share_one_session_through_redis(fake: Any) -> None:
+    redis_port = free_port()
+    redis = subprocess.Popen(
+        ["redis-server", "--port", str(redis_port), "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+    )
+    port = free_port()
+    proc = start_seedproxy(
+        "serve",
+        "--upstream",
+        fake.url,
+        "--port",
+        str(port),
+        "--workers",
+        "2",
+        "--store",
+        f"redis://127.0.0.1:{redis_port}/0",
+        env=seedproxy_env(),
+    )
+    try:
+        wait_http(f"http://127.0.0.1:{port}/healthz", proc=proc)
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        seeds = []
+        for _ in range(6):  # new connections, so both workers take requests
+            answer = httpx.post(
+                f"http://127.0.0.1:{port}/sessions/w-1/v1/chat/completions",
+                json=body,
+                headers={"connection": "close"},
+                timeout=30,
+            )
+            assert answer.status_code == 200
+            seeds.append(int(answer.headers["x-seedproxy-seed"]))
+        assert seeds == [derive_seed("w-1", i) for i in range(6)]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        redis.terminate()
+        redis.wait(timeout=10)
+
+
+def test_hot_routes_keep_their_schema_and_other_methods(proxy: str) -> None:
+    schema = httpx.get(f"{proxy}/openapi.json").json()
+    assert "/v1/chat/completions" in schema["paths"]
+    assert "/sessions/{session_id}/v1/chat/completions" in schema["paths"]
+    assert httpx.get(f"{proxy}/v1/chat/completions").status_code == 405
+    assert httpx.post(f"{proxy}/sessions/s/v1/nothing", json={}).status_code == 404
