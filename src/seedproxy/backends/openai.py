@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 from ..sessions import ChoiceRecord
 from .base import Backend, Captured, Endpoint, StreamCapture, UpstreamRequest
-from .shapes import chat_logprobs, completion_logprobs, wants
+from .shapes import chat_logprobs, completion_logprobs, ints, wants
 
 __all__ = ["OpenAIBackend"]
 
@@ -91,7 +91,7 @@ class _Tracker:
             record = self._choices[index]
             matches = [_TOKEN_ID.fullmatch(t) for t in self._tokens.get(index, [])]
             if matches and all(matches):
-                record.token_ids.extend(int(m.group(1)) for m in matches if m)
+                record.token_ids.extend(ints([int(m.group(1)) for m in matches if m]))
             choices.append(record)
         return Captured([], choices)
 

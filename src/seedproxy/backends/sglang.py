@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 from ..sessions import ChoiceRecord
 from .base import Backend, Captured, Endpoint, UpstreamRequest
-from .shapes import chat_logprobs, completion_logprobs, ints, wants
+from .shapes import chat_logprobs, completion_logprobs, floats, ints, wants
 
 __all__ = ["SGLangBackend"]
 
@@ -105,12 +105,14 @@ def _finish_generate(
 
 
 def _generate_choice(item: dict[str, Any]) -> ChoiceRecord:
-    meta = item.get("meta_info") or {}
-    logprobs = [
-        float(entry[0])
-        for entry in meta.get("output_token_logprobs") or []
-        if isinstance(entry, list) and entry and entry[0] is not None
-    ]
+    meta = item.get("meta_info")
+    meta = meta if isinstance(meta, dict) else {}
+    entries = meta.get("output_token_logprobs")
+    logprobs = floats(
+        [e[0] for e in entries if isinstance(e, list) and e and e[0] is not None]
+        if isinstance(entries, list)
+        else []
+    )
     finish = meta.get("finish_reason")
     reason = finish.get("type") if isinstance(finish, dict) else finish
     return ChoiceRecord.of(ints(item.get("output_ids")), logprobs, reason)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["chat_logprobs", "completion_logprobs", "ints", "wants"]
+__all__ = ["chat_logprobs", "completion_logprobs", "floats", "ints", "wants"]
 
 
 def wants(body: dict[str, Any], *keys: str) -> bool:
@@ -16,23 +16,41 @@ def wants(body: dict[str, Any], *keys: str) -> bool:
     return False
 
 
+_MAX_TOKEN_ID = 2**31 - 1
+
+
 def ints(value: Any) -> list[int]:
-    if isinstance(value, list):
-        return [v for v in value if isinstance(v, int)]
+    """Token ids as sent, or [] when any entry is not one (a recorded sequence is
+    either whole or absent, never silently shortened)."""
+    if not isinstance(value, list):
+        return []
+    if all(type(v) is int and 0 <= v <= _MAX_TOKEN_ID for v in value):
+        return value
+    return []
+
+
+def floats(values: Any) -> list[float]:
+    """Logprobs as sent, or [] when any entry is not a number."""
+    if not isinstance(values, list):
+        return []
+    if all(type(v) is float or type(v) is int for v in values):
+        return [float(v) for v in values]
     return []
 
 
 def chat_logprobs(choice: dict[str, Any]) -> list[float]:
     """The sampled tokens' logprobs of a chat choice (or delta), [] when absent."""
     block = choice.get("logprobs")
-    if not isinstance(block, dict):
+    if not isinstance(block, dict) or not isinstance(block.get("content"), list):
         return []
-    content = block.get("content") or []
-    return [float(t.get("logprob", 0.0)) for t in content if isinstance(t, dict)]
+    content = block["content"]
+    if not all(isinstance(t, dict) for t in content):
+        return []
+    return floats([t.get("logprob", 0.0) for t in content])
 
 
 def completion_logprobs(choice: dict[str, Any]) -> list[float]:
     block = choice.get("logprobs")
     if not isinstance(block, dict):
         return []
-    return [float(v) for v in block.get("token_logprobs") or [] if v is not None]
+    return floats([v for v in block.get("token_logprobs") or [] if v is not None])

@@ -25,7 +25,7 @@ from starlette.responses import Response
 from ..backends import Backend, Captured, Endpoint
 from ..backends.pool import UpstreamPool, UpstreamReply
 from ..backends.responses_bridge import to_chat
-from ..errors import BadRequest, SeedProxyError, UpstreamError
+from ..errors import BadRequest, SeedProxyError, UpstreamError, UpstreamTimeout
 from ..seeds import choice_seeds
 from ..sessions import Interaction, SessionManager, SessionRecord, Slot
 from ..settings import Settings
@@ -42,6 +42,9 @@ __all__ = ["Forwarder", "Plan"]
 
 log = logging.getLogger("seedproxy.request")
 
+CLIENT_CLOSED = 499
+"""Status recorded for a stream whose client left before it began (nginx's code)."""
+
 
 @dataclass(slots=True)
 class Plan:
@@ -56,6 +59,8 @@ class Plan:
     upstream: str | None = None
     extra_headers: dict[str, str] = field(default_factory=dict)
     chat: dict[str, Any] | None = None
+    streamed: bool = False
+    """Set once the relay began (or gave up on) the stream; guards the one record."""
     """A Responses request's chat translation, when the upstream serves it as chat."""
 
     @property
@@ -201,8 +206,18 @@ class Forwarder:
         headers = plan.headers()
         headers["x-seedproxy-overhead-ms"] = f"{plan.overhead_ms():.3f}"
         headers["cache-control"] = "no-cache"
+
+        async def abandoned() -> None:
+            """The client left before the stream began: close the upstream, keep the record."""
+            if not plan.streamed:
+                plan.streamed = True
+                await reply.aclose()
+                await self._record(plan, CLIENT_CLOSED, None, Captured())
+                self.observe(plan, CLIENT_CLOSED)
+
         return RelayResponse(
             self._events(plan, reply),
+            on_close=abandoned,
             status_code=reply.response.status_code,
             headers=headers,
             media_type=reply.response.headers.get("content-type", "text/event-stream"),
@@ -210,6 +225,7 @@ class Forwarder:
 
     async def _events(self, plan: Plan, reply: UpstreamReply) -> AsyncIterator[bytes]:
         """Forward events as they arrive; capture on the way; record before [DONE]."""
+        plan.streamed = True
         client = plan.client
         tracker = self.backend.stream_capture(client.endpoint, client.body) if plan.capture else None
         transcript = StreamTranscript(client.endpoint)
@@ -231,9 +247,13 @@ class Forwarder:
                     transcript.add(shown)
                     yield encode_event(shown)
         except httpx.HTTPError as exc:
-            status = 502
             log.warning("upstream %s broke off a stream: %s", reply.upstream, type(exc).__name__)
-            error = UpstreamError(f"upstream {reply.upstream} broke off the stream")
+            error = (
+                UpstreamTimeout(f"upstream {reply.upstream} timed out mid-stream")
+                if isinstance(exc, httpx.TimeoutException)
+                else UpstreamError(f"upstream {reply.upstream} broke off the stream")
+            )
+            status = error.status_code
             yield encode_event(error.body())
         finally:
             await reply.aclose()

@@ -11,7 +11,7 @@ call at once; the iterator is always closed, so its ``finally`` runs in this tas
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -27,8 +27,10 @@ class RelayResponse(Response):
         status_code: int,
         headers: Mapping[str, str],
         media_type: str,
+        on_close: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.events = events
+        self.on_close = on_close
         self.status_code = status_code
         self.media_type = media_type
         self.background = None
@@ -48,11 +50,11 @@ class RelayResponse(Response):
                 left = True
                 task.cancel()
 
-        await send(
-            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
-        )
         watcher = asyncio.ensure_future(watch())
         try:
+            await send(
+                {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+            )
             async for chunk in self.events:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             streaming = False
@@ -67,3 +69,5 @@ class RelayResponse(Response):
             aclose = getattr(self.events, "aclose", None)
             if aclose is not None:
                 await aclose()
+            if self.on_close is not None:  # runs even when the iterator never started
+                await self.on_close()
