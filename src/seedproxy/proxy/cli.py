@@ -22,7 +22,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="seedproxy", description=__doc__)
+    parser = _Parser(
+        prog="seedproxy",
+        description="An OpenAI-compatible proxy that makes LLM rollouts reproducible to the token.",
+    )
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     serve = commands.add_parser("serve", help="run the proxy (with the embedded engine if no --upstream)")
@@ -69,12 +72,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_proxy_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--host")
-    parser.add_argument("--port", type=int)
-    parser.add_argument("--deterministic", action=argparse.BooleanOptionalAction, default=None)
-    parser.add_argument("--admin-key")
+    parser.add_argument("--host", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="port to bind (default 8000)")
+    parser.add_argument(
+        "--deterministic", action=argparse.BooleanOptionalAction, default=None,
+        help="derive and send seeds (default on); --no-deterministic passes requests through",
+    )
+    parser.add_argument("--admin-key", help="required for a non-loopback --host")
     parser.add_argument("--store", help="memory:// | sqlite:///PATH | redis://HOST:PORT/DB")
-    parser.add_argument("--workers", type=int)
+    parser.add_argument("--workers", type=int, help="uvicorn worker processes (needs --store redis://)")
     parser.add_argument("--max-body-bytes", type=int, help="larger request bodies get 413")
     parser.add_argument("--max-open-sessions", type=int, help="more open sessions get 429")
     parser.add_argument("--connect-timeout", type=float, help="seconds to connect upstream (504)")
