@@ -60,6 +60,8 @@ class SGLangBackend(Backend):
     ) -> tuple[dict[str, Any], Captured]:
         if endpoint is Endpoint.GENERATE:
             return _finish_generate(client_body, answer)
+        if not isinstance(answer, dict) or not isinstance(answer.get("choices"), list):
+            return answer, Captured()
         keep_ids = wants(client_body, "return_token_ids")
         keep_prompt = keep_ids or wants(client_body, "return_prompt_token_ids")
         chat = endpoint is Endpoint.CHAT

@@ -25,6 +25,7 @@ from starlette.responses import Response, StreamingResponse
 from ..backends import Captured, Endpoint
 from ..backends.pool import UpstreamReply
 from ..errors import UpstreamError
+from .malformed import SHAPE_ERRORS, malformed_answer
 from .sse import DONE, encode_event, event_json, split_events
 from .transcript import StreamTranscript
 
@@ -90,12 +91,21 @@ async def exchange_fanout(fwd: Forwarder, plan: Plan) -> Response:
         try:
             answer = orjson.loads(reply.response.content)
         except orjson.JSONDecodeError:
-            error = UpstreamError(f"upstream {reply.upstream} returned invalid JSON")
+            answer = None
+        if not isinstance(answer, dict) and not (
+            client.endpoint is Endpoint.GENERATE and isinstance(answer, list)
+        ):
+            error = UpstreamError(f"upstream {reply.upstream} returned no JSON object")
             await fwd.record(plan, error.status_code, error.body(), Captured())
-            raise error from None
+            raise error
         captured = Captured()
         if plan.capture:
-            answer, captured = fwd.backend.finish(client.endpoint, client.body, answer)
+            try:
+                answer, captured = fwd.backend.finish(client.endpoint, client.body, answer)
+            except SHAPE_ERRORS:
+                error = malformed_answer(reply.upstream)
+                await fwd.record(plan, error.status_code, error.body(), Captured())
+                raise error from None
         answers.append(answer)
         parts.append(captured)
     merged = merge_answers(client.endpoint, answers)
@@ -207,7 +217,10 @@ async def _merged(
             if not isinstance(payload, dict):
                 continue  # [DONE] and comments: one [DONE] ends the merged stream
             tracker = trackers[j]
-            shown = tracker.feed(payload) if tracker is not None else payload
+            try:
+                shown = tracker.feed(payload) if tracker is not None else payload
+            except SHAPE_ERRORS:  # pass an event we cannot read through as sent
+                shown = payload
             if shown is None:
                 continue
             if generate:

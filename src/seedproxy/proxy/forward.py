@@ -31,6 +31,7 @@ from ..sessions import Interaction, SessionManager, SessionRecord, Slot
 from ..settings import Settings
 from .fanout import exchange_fanout
 from .headers import is_sdk_retry, pinned_index, seedproxy_headers
+from .malformed import SHAPE_ERRORS, malformed_answer
 from .metrics import Metrics
 from .relay import RelayResponse
 from .request import ClientRequest, parse_body, read_body, request_digest
@@ -187,7 +188,12 @@ class Forwarder:
             await self.record(plan, error.status_code, error.body(), Captured())
             raise error from None
         if plan.capture:
-            answer, captured = self.backend.finish(client.endpoint, client.body, answer)
+            try:
+                answer, captured = self.backend.finish(client.endpoint, client.body, answer)
+            except SHAPE_ERRORS:
+                error = malformed_answer(reply.upstream)
+                await self.record(plan, error.status_code, error.body(), Captured())
+                raise error from None
             content = orjson.dumps(answer)
         else:
             captured, content = Captured(), reply.response.content
@@ -242,7 +248,11 @@ class Forwarder:
                     yield event
                     continue
                 assert tracker is not None
-                shown = tracker.feed(payload)
+                try:
+                    shown = tracker.feed(payload)
+                except SHAPE_ERRORS:  # pass an event we cannot read through as sent
+                    yield event
+                    continue
                 if shown is not None:
                     transcript.add(shown)
                     yield encode_event(shown)

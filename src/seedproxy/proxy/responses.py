@@ -23,6 +23,7 @@ from ..backends.pool import UpstreamReply
 from ..backends.responses_bridge import dumps, to_response
 from ..backends.responses_events import ResponsesEvents
 from ..errors import UpstreamError
+from .malformed import SHAPE_ERRORS, malformed_answer
 from .sse import DONE, event_json, split_events
 
 if TYPE_CHECKING:
@@ -61,13 +62,20 @@ async def exchange_responses(fwd: Forwarder, plan: Plan, chat: dict[str, Any]) -
     try:
         answer = orjson.loads(reply.response.content)
     except orjson.JSONDecodeError:
-        error = UpstreamError(f"upstream {reply.upstream} returned invalid JSON")
+        answer = None
+    if not isinstance(answer, dict):
+        error = UpstreamError(f"upstream {reply.upstream} returned no JSON object")
+        await fwd.record(plan, error.status_code, error.body(), Captured())
+        raise error
+    captured = Captured()
+    try:
+        if plan.capture:
+            answer, captured = fwd.backend.finish(Endpoint.CHAT, chat, answer)
+        result = to_response(client.body, answer)
+    except SHAPE_ERRORS:
+        error = malformed_answer(reply.upstream)
         await fwd.record(plan, error.status_code, error.body(), Captured())
         raise error from None
-    captured = Captured()
-    if plan.capture:
-        answer, captured = fwd.backend.finish(Endpoint.CHAT, chat, answer)
-    result = to_response(client.body, answer)
     await fwd.record(plan, 200, result, captured)
     headers = plan.headers()
     headers["x-seedproxy-overhead-ms"] = f"{plan.overhead_ms():.3f}"
@@ -105,6 +113,9 @@ async def _events(
         yield b"event: error\ndata: " + orjson.dumps(
             UpstreamError(f"upstream {reply.upstream} broke off the stream").body()
         ) + b"\n\n"
+    except SHAPE_ERRORS:
+        status = 502
+        yield b"event: error\ndata: " + orjson.dumps(malformed_answer(reply.upstream).body()) + b"\n\n"
     finally:
         await reply.aclose()
         if plan.capture and not finished:
