@@ -228,3 +228,26 @@ def test_a_shared_seed_for_a_group_is_a_400(http: httpx.Client) -> None:
     r = http.post("/sessions", json={"identity": "g", "group_size": 4, "seed": 5})
     assert r.status_code == 400
     assert "shared seed" in r.json()["error"]["message"]
+
+
+def test_a_configured_default_seed_is_refused_for_groups_and_n_but_kept_for_one(
+    fake: Fake, start_proxy: Any
+) -> None:
+    proxy = start_proxy([fake.url], seed=1234)
+    with httpx.Client(base_url=proxy) as http:
+        group = http.post("/sessions", json={"identity": "grp", "group_size": 2})
+        assert group.status_code == 400 and "shared seed" in group.json()["error"]["message"]
+        one = http.post("/sessions", json={"identity": "solo"})
+        assert one.status_code == 201
+    c = client(proxy, "solo")
+    with pytest.raises(openai.BadRequestError, match="shared seed"):
+        chat(c, n=2)
+    assert chat(c).headers["x-seedproxy-seed"] == "1234"
+    assert fake.received[-1]["seed"] == 1234
+    assert chat(c).headers["x-seedproxy-request-index"] == "1"
+
+
+def test_without_determinism_a_default_seed_does_not_block_groups(fake: Fake, start_proxy: Any) -> None:
+    proxy = start_proxy([fake.url], seed=1234, deterministic=False)
+    with httpx.Client(base_url=proxy) as http:
+        assert http.post("/sessions", json={"identity": "grp", "group_size": 2}).status_code == 201

@@ -62,7 +62,11 @@ def create_app(
         read_timeout_s=settings.read_timeout_s, connect_timeout_s=settings.connect_timeout_s
     )
     backend = backend or BACKENDS[settings.backend](api_key=settings.upstream_api_key)
-    sessions = SessionManager(store, max_open_sessions=settings.max_open_sessions)
+    sessions = SessionManager(
+        store,
+        max_open_sessions=settings.max_open_sessions,
+        default_seed=settings.seed if settings.deterministic else None,
+    )
     pool = UpstreamPool(urls, client, max_failover=settings.max_failover)
     metrics = Metrics()
     access = Access(sessions, settings.admin_key)

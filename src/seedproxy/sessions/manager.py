@@ -26,9 +26,18 @@ class SessionManager:
     """Creates and finds sessions. Physical ids are ``identity``, then ``identity-1``,
     ``identity-2``, ...: a rerun of a rollout gets a fresh session with the same seeds."""
 
-    def __init__(self, store: SessionStore, *, max_open_sessions: int | None = None) -> None:
+    def __init__(
+        self,
+        store: SessionStore,
+        *,
+        max_open_sessions: int | None = None,
+        default_seed: int | None = None,
+    ) -> None:
+        """``default_seed`` is the configured seed for requests without one (deterministic
+        mode only); like a group's own ``seed``, it is refused for groups of more than one."""
         self.store = store
         self._max_open = max_open_sessions
+        self._default_seed = default_seed
 
     async def require(self, session_id: str) -> SessionRecord:
         record = await self.store.get(session_id)
@@ -59,6 +68,12 @@ class SessionManager:
         """Create ``group_size`` sessions; identities ``{identity}:{i}`` when > 1."""
         if group_size < 1:
             raise BadRequest("group_size must be at least 1", param="group_size")
+        if self._default_seed is not None and seed is None and group_size > 1:
+            raise BadRequest(
+                f"the configured default seed ({self._default_seed}) would be a shared seed "
+                "for the group, making every sample identical; unset it to derive one per session",
+                param="group_size",
+            )
         if seed is not None and group_size > 1:
             raise BadRequest(
                 "a shared seed for a group makes every sample identical; "
