@@ -73,3 +73,35 @@ async def test_a_stream_whose_client_left_before_the_head_still_runs_its_cleanup
     except OSError:
         pass
     assert closed == ["cleaned up"]
+
+
+async def test_a_stream_abandoned_before_its_head_is_closed_and_recorded(fake: Fake) -> None:
+    import orjson
+
+    from seedproxy.proxy import create_app
+    from seedproxy.settings import Settings
+
+    app = create_app(Settings(upstream=[fake.url]))
+    body = orjson.dumps({**BODY, "max_tokens": 4})
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+        "scheme": "http", "path": "/sessions/left/v1/chat/completions", "raw_path": b"",
+        "root_path": "", "query_string": b"", "server": ("127.0.0.1", 80), "client": ("127.0.0.1", 1),
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+    }
+    messages = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive() -> dict[str, object]:
+        return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+    async def send(message: dict[str, object]) -> None:
+        raise OSError("client went away before the head")
+
+    async with app.router.lifespan_context(app):
+        try:
+            await app(scope, receive, send)
+        except OSError:
+            pass
+        interactions = await app.state.sessions.store.interactions("left")
+    assert [(i.request_index, i.status) for i in interactions] == [(0, 499)]
+    assert len(fake.received) == 1

@@ -70,8 +70,8 @@ class Backend:
         return UpstreamRequest(endpoint.value, body, dict(self._auth))
 
     def finish(
-        self, endpoint: Endpoint, client_body: dict[str, Any], answer: dict[str, Any]
-    ) -> tuple[dict[str, Any], Captured]:
+        self, endpoint: Endpoint, client_body: dict[str, Any], answer: Any
+    ) -> tuple[Any, Captured]:
         """Split a non-streaming answer into (what the client sees, what is captured)."""
         return answer, Captured()
 

@@ -56,8 +56,8 @@ class SGLangBackend(Backend):
         return UpstreamRequest(endpoint.value, body, headers)
 
     def finish(
-        self, endpoint: Endpoint, client_body: dict[str, Any], answer: dict[str, Any]
-    ) -> tuple[dict[str, Any], Captured]:
+        self, endpoint: Endpoint, client_body: dict[str, Any], answer: Any
+    ) -> tuple[Any, Captured]:
         if endpoint is Endpoint.GENERATE:
             return _finish_generate(client_body, answer)
         if not isinstance(answer, dict) or not isinstance(answer.get("choices"), list):

@@ -45,8 +45,8 @@ class VLLMBackend(Backend):
         return UpstreamRequest(endpoint.value, body, dict(self._auth))
 
     def finish(
-        self, endpoint: Endpoint, client_body: dict[str, Any], answer: dict[str, Any]
-    ) -> tuple[dict[str, Any], Captured]:
+        self, endpoint: Endpoint, client_body: dict[str, Any], answer: Any
+    ) -> tuple[Any, Captured]:
         if endpoint not in _CAPTURED or not isinstance(answer, dict):
             return answer, Captured()
         tracker = _Tracker(endpoint, client_body)

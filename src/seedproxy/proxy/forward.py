@@ -218,7 +218,7 @@ class Forwarder:
             if not plan.streamed:
                 plan.streamed = True
                 await reply.aclose()
-                await self._record(plan, CLIENT_CLOSED, None, Captured())
+                await self.record(plan, CLIENT_CLOSED, None, Captured())
                 self.observe(plan, CLIENT_CLOSED)
 
         return RelayResponse(
@@ -350,7 +350,7 @@ def upstream_error_body(status: int, content: bytes) -> dict[str, Any]:
     message = None
     error_type = "upstream_error"
     if isinstance(data, dict):
-        inner = data.get("error") if isinstance(data.get("error"), dict) else data
+        inner: dict[str, Any] = data["error"] if isinstance(data.get("error"), dict) else data
         message = inner.get("message") or inner.get("detail")
         error_type = str(inner.get("type") or error_type)
     if not isinstance(message, str):

@@ -4,6 +4,7 @@ and the engine alone."""
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 import uvicorn
@@ -48,7 +49,7 @@ def serve(flags: dict[str, Any], config_file: str | None) -> int:
                 host=settings.host,
                 port=settings.port,
                 log_level="warning",
-                timeout_graceful_shutdown=settings.graceful_shutdown_s,
+                timeout_graceful_shutdown=math.ceil(settings.graceful_shutdown_s),
             )
             return 0
         uvicorn.run(
@@ -56,7 +57,7 @@ def serve(flags: dict[str, Any], config_file: str | None) -> int:
             host=settings.host,
             port=settings.port,
             log_level="warning",
-            timeout_graceful_shutdown=settings.graceful_shutdown_s,
+            timeout_graceful_shutdown=math.ceil(settings.graceful_shutdown_s),
         )
     finally:
         if engine is not None:
