@@ -92,6 +92,8 @@ class UpstreamPool:
 
     def candidates(self, key: str | None) -> list[Upstream]:
         """Servers to try, in order: healthy ones first, then the rest."""
+        if len(self.upstreams) == 1:  # no ranking to do (nor hashing)
+            return list(self.upstreams)
         if key is None:
             count = len(self.upstreams)
             turn = self._turn
