@@ -231,7 +231,9 @@ class Forwarder:
         transcript = StreamTranscript(client.endpoint)
         status = reply.response.status_code
         recorded = False
-        chunks = reply.response.aiter_raw()
+        # The stream itself rather than aiter_raw(): the same chunks, without httpx's
+        # chunker and bookkeeping per chunk; the ``finally`` below closes the response.
+        chunks = aiter(reply.response.stream)  # type: ignore[arg-type]
         try:
             async for event in split_events(self.timed(plan, chunks)):
                 payload = event_json(event) if plan.capture else None
