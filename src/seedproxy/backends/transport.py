@@ -159,6 +159,8 @@ class _Body(httpx.AsyncByteStream):
         self._transport, self._key, self._conn = transport, key, conn
         self._request, self._timeout = request, timeout
         self._done = False
+        self.head = conn.headers
+        """The response's header lines as received."""
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         conn = self._conn
@@ -377,7 +379,7 @@ async def read_response(response: httpx.Response) -> bytes:
     if (
         isinstance(stream, _Body)
         and not response.is_stream_consumed
-        and "content-encoding" not in response.headers
+        and not any(name.lower() == b"content-encoding" for name, _ in stream.head)
     ):
         response.is_stream_consumed = True
         content = await stream.read_all()
