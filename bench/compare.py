@@ -85,9 +85,10 @@ def main() -> int:
     with ov.processes(targets):
         upstream = ov.start_upstream(workdir, None)
         targets.append(upstream)
-        proxies = [start(export(rev, workdir / f"rev{i}"), upstream, workdir, rev)
-                   for i, rev in enumerate(args.revs)]
-        targets.extend(proxies)
+        proxies: list[ov.Target] = []
+        for i, rev in enumerate(args.revs):  # each one stopped on exit, even if a later one fails
+            proxies.append(start(export(rev, workdir / f"rev{i}"), upstream, workdir, rev))
+            targets.append(proxies[-1])
         results = {p.name: {"cpu_us": [], "p50_ms": [], "ttfb_ms": [], "rps_c16": []}
                    for p in proxies}
         asyncio.run(one_round(proxies, results, warm=True))
