@@ -2,7 +2,7 @@
 benchmark's fake upstream: proxy CPU per request, sequential p50, streaming TTFB
 and requests per second at concurrency 16.
 
-    python bench/compare.py REV [REV...] [--rounds 4]
+    python bench/compare.py REV [REV...] [--rounds 4] [--seq 300]
 
 Each revision's ``src/`` is exported with ``git archive`` to a temporary folder;
 the working tree is used for the revision ``WORKTREE``. This is how the effect of
@@ -48,14 +48,14 @@ def start(src: Path, upstream: ov.Target, workdir: Path, name: str) -> ov.Target
 
 
 async def one_round(targets: list[ov.Target], results: dict[str, dict[str, list[float]]],
-                    warm: bool) -> None:
+                    warm: bool, seq: int = 300) -> None:
     for t in targets:
         t.runs += 1
         cpu0 = ov.cpu_seconds(t.proc.pid)  # type: ignore[union-attr]
-        lat, _, _ = await ov.sequential(t, 300, stream=False)
+        lat, _, _ = await ov.sequential(t, seq, stream=False)
         cpu = ov.cpu_seconds(t.proc.pid) - cpu0  # type: ignore[union-attr]
         if not warm:
-            results[t.name]["cpu_us"].append(cpu / 300 * 1e6)
+            results[t.name]["cpu_us"].append(cpu / seq * 1e6)
             results[t.name]["p50_ms"].append(ov.pct(lat, 0.5) * 1e3)
     for t in targets:
         t.runs += 1
@@ -73,6 +73,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("revs", nargs="+")
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--seq", type=int, default=300,
+                        help="sequential requests per round (CPU time is read in 10 ms ticks)")
     args = parser.parse_args()
     with contextlib.suppress(ImportError):
         import uvloop
@@ -83,14 +85,15 @@ def main() -> int:
     with ov.processes(targets):
         upstream = ov.start_upstream(workdir, None)
         targets.append(upstream)
-        proxies = [start(export(rev, workdir / f"rev{i}"), upstream, workdir, rev)
-                   for i, rev in enumerate(args.revs)]
-        targets.extend(proxies)
+        proxies: list[ov.Target] = []
+        for i, rev in enumerate(args.revs):  # each one stopped on exit, even if a later one fails
+            proxies.append(start(export(rev, workdir / f"rev{i}"), upstream, workdir, rev))
+            targets.append(proxies[-1])
         results = {p.name: {"cpu_us": [], "p50_ms": [], "ttfb_ms": [], "rps_c16": []}
                    for p in proxies}
         asyncio.run(one_round(proxies, results, warm=True))
         for _ in range(args.rounds):
-            asyncio.run(one_round(proxies, results, warm=False))
+            asyncio.run(one_round(proxies, results, warm=False, seq=args.seq))
     print("| revision | proxy CPU/request (us) | seq p50 (ms) | stream TTFB p50 (ms) "
           "| req/s c=16 |")
     print("|---|---|---|---|---|")

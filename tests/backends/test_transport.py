@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -16,7 +17,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from seedproxy.backends.client import LeanClient, upstream_client
-from seedproxy.backends.transport import FastTransport
+from seedproxy.backends.transport import FastTransport, read_response
 from tests.helpers.procs import free_port
 from tests.helpers.servers import ServerThread
 
@@ -45,9 +46,17 @@ def _app() -> Starlette:
         await asyncio.sleep(5)
         return Response("late")
 
+    async def gzipped(request: Request) -> Response:
+        return Response(
+            gzip.compress(b'{"zipped": true}'),
+            headers={"content-encoding": "gzip"},
+            media_type="application/json",
+        )
+
     return Starlette(
         routes=[
             Route("/echo", echo, methods=["POST", "GET"]),
+            Route("/gzip", gzipped, methods=["POST"]),
             Route("/stream", slow_stream),
             Route("/stall", stall),
         ]
@@ -73,6 +82,29 @@ async def test_keeps_connections_alive_and_sends_body_and_headers(server: Server
             assert data["body"] == "x" * i and data["headers"]["x-test"] == str(i)
             peers.add(data["peer"])
         assert len(peers) == 1  # one keep-alive connection served them all
+
+
+async def test_post_stream_sends_what_an_httpx_request_sends(server: ServerThread) -> None:
+    headers = {"content-type": "application/json", "authorization": "Bearer k", "x-test": "1"}
+    async with upstream_client(read_timeout_s=10, connect_timeout_s=2) as client:
+        built = client.build_request("POST", server.url + "/echo", content=b"{}", headers=headers)
+        expected = (await client.send(built)).json()
+        seen = []
+        for _ in range(3):
+            response = await client.post_stream(server.url + "/echo", b"{}", headers)
+            assert response.status_code == 200
+            await read_response(response)
+            assert response.is_closed
+            seen.append(response.json())
+    assert all(data["body"] == "{}" for data in seen)
+    assert all(data["headers"] == expected["headers"] for data in seen)
+    assert {data["peer"] for data in seen} == {expected["peer"]}  # still one connection
+
+
+async def test_read_response_still_decodes_a_content_encoding(server: ServerThread) -> None:
+    async with upstream_client(read_timeout_s=10, connect_timeout_s=2) as client:
+        response = await client.post_stream(server.url + "/gzip", b"", {})
+        assert await read_response(response) == b'{"zipped": true}'
 
 
 async def test_never_sends_an_upstreams_cookies_back(server: ServerThread) -> None:

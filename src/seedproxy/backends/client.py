@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 from httpx._client import USE_CLIENT_DEFAULT, UseClientDefault
 
-from .transport import FastTransport
+from .transport import _SKIP_HEADERS, FastTransport
 
 __all__ = ["LeanClient", "upstream_client"]
 
@@ -27,6 +27,7 @@ class LeanClient(httpx.AsyncClient):
         self._lean_transport = transport
         self._default_timeout = self.timeout.as_dict()
         self._urls: dict[str, httpx.URL] = {}
+        self._heads: dict[str, bytes] = {}
 
     def build_request(  # type: ignore[override]
         self,
@@ -49,11 +50,7 @@ class LeanClient(httpx.AsyncClient):
                 extensions=extensions,
                 **other,
             )
-        parsed = self._urls.get(url)
-        if parsed is None:
-            if len(self._urls) >= _URL_CACHE:
-                self._urls.clear()
-            parsed = self._urls[url] = httpx.URL(url)
+        parsed = self._parse(url)
         ext = dict(extensions or {})
         if "timeout" not in ext:
             ext["timeout"] = (
@@ -62,6 +59,43 @@ class LeanClient(httpx.AsyncClient):
                 else httpx.Timeout(timeout).as_dict()
             )
         return httpx.Request(method, parsed, content=content, headers=headers, extensions=ext)
+
+    async def post_stream(
+        self, url: str, content: bytes, headers: dict[str, str]
+    ) -> httpx.Response:
+        """``send(build_request("POST", url, ...), stream=True)``, with no ``httpx.Request``
+        in between where the transport is ``FastTransport``: the request's bytes are
+        built here from a per-URL head, the same bytes the transport would write."""
+        transport = self._lean_transport
+        parsed = self._parse(url)
+        if not isinstance(transport, FastTransport) or not transport.takes(parsed):
+            built = self.build_request("POST", url, content=content, headers=headers)
+            return await self.send(built, stream=True)
+        head = self._heads.get(url)
+        if head is None:
+            port = f":{parsed.port}" if parsed.port else ""
+            head = self._heads[url] = b"POST %s HTTP/1.1\r\nhost: %s%s\r\n" % (
+                parsed.raw_path,
+                parsed.raw_host,
+                port.encode(),
+            )
+        lines = [head]
+        for name, value in headers.items():
+            raw = name.encode("ascii")
+            if raw.lower() not in _SKIP_HEADERS:
+                lines.append(b"%s: %s\r\n" % (raw, value.encode("ascii")))
+        lines.append(b"content-length: %d\r\n\r\n" % len(content))
+        lines.append(content)
+        return await transport.send_raw(parsed, b"".join(lines), self._default_timeout)
+
+    def _parse(self, url: str) -> httpx.URL:
+        parsed = self._urls.get(url)
+        if parsed is None:
+            if len(self._urls) >= _URL_CACHE:
+                self._urls.clear()
+                self._heads.clear()
+            parsed = self._urls[url] = httpx.URL(url)
+        return parsed
 
     async def send(
         self, request: httpx.Request, *, stream: bool = False, **_: Any

@@ -26,6 +26,8 @@ import orjson
 
 from ..errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from .base import UpstreamRequest
+from .client import LeanClient
+from .transport import read_response
 
 __all__ = ["Upstream", "UpstreamPool", "UpstreamReply", "rendezvous_order"]
 
@@ -90,6 +92,8 @@ class UpstreamPool:
 
     def candidates(self, key: str | None) -> list[Upstream]:
         """Servers to try, in order: healthy ones first, then the rest."""
+        if len(self.upstreams) == 1:  # no ranking to do (nor hashing)
+            return list(self.upstreams)
         if key is None:
             count = len(self.upstreams)
             turn = self._turn
@@ -155,10 +159,13 @@ class UpstreamPool:
         upstream.inflight += 1
         release = _Release(self, upstream)
         try:
-            built = self.client.build_request(
-                "POST", upstream.url + path, content=content, headers=headers
-            )
-            response = await self.client.send(built, stream=True)
+            if isinstance(self.client, LeanClient):
+                response = await self.client.post_stream(upstream.url + path, content, headers)
+            else:
+                built = self.client.build_request(
+                    "POST", upstream.url + path, content=content, headers=headers
+                )
+                response = await self.client.send(built, stream=True)
         except httpx.HTTPError as exc:
             release(broken=False)
             raise _as_upstream_error(upstream.url, "unreachable", exc) from exc
@@ -167,7 +174,7 @@ class UpstreamPool:
             if stream and response.status_code < 400:
                 await _prime(response, release)
                 return reply
-            await response.aread()
+            await read_response(response)
         except httpx.HTTPError as exc:
             await reply.aclose()
             raise _as_upstream_error(upstream.url, "failed while answering", exc) from exc

@@ -33,9 +33,16 @@ def floats(values: Any) -> list[float]:
     """Logprobs as sent, or [] when any entry is not a number."""
     if not isinstance(values, list):
         return []
-    if all(type(v) is float or type(v) is int for v in values):
+    kinds = set(map(type, values))  # one pass in C, not a generator per value
+    if kinds <= _FLOAT:
+        return list(values)
+    if kinds <= _NUMBER:
         return [float(v) for v in values]
     return []
+
+
+_FLOAT = frozenset({float})
+_NUMBER = frozenset({float, int})
 
 
 def chat_logprobs(choice: dict[str, Any]) -> list[float]:

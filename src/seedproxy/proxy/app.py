@@ -32,7 +32,7 @@ from ..settings import Settings
 from .access import Access
 from .admin import admin_router
 from .forward import Forwarder
-from .hot import HotRoutes
+from .hot import HotRoutes, ProxyApp
 from .logs import flush_logs
 from .metrics import Metrics
 from .routes import openai_router
@@ -94,11 +94,8 @@ def create_app(
                 await store.close()
             flush_logs()
 
-    app = FastAPI(title="seedproxy", version="0.1.0", lifespan=lifespan)
-    # First, so it is the innermost middleware: anything added later still wraps it.
-    app.add_middleware(
-        HotRoutes, forwarder=forwarder, access=access, on_error=on_seedproxy_error
-    )
+    app = ProxyApp(title="seedproxy", version="0.1.0", lifespan=lifespan)
+    app.hot = HotRoutes(forwarder=forwarder, access=access, on_error=on_seedproxy_error)
     app.state.settings = settings
     app.state.sessions = sessions
     app.state.pool = pool

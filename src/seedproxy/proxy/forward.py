@@ -237,7 +237,9 @@ class Forwarder:
         transcript = StreamTranscript(client.endpoint)
         status = reply.response.status_code
         recorded = False
-        chunks = reply.response.aiter_raw()
+        # The stream itself rather than aiter_raw(): the same chunks, without httpx's
+        # chunker and bookkeeping per chunk; the ``finally`` below closes the response.
+        chunks = aiter(reply.response.stream)  # type: ignore[arg-type]
         try:
             async for event in split_events(self.timed(plan, chunks)):
                 payload = event_json(event) if plan.capture else None
@@ -325,9 +327,10 @@ class Forwarder:
     def observe(self, plan: Plan, status: int) -> None:
         overhead_s = plan.overhead_ms() / 1000
         self.metrics.observe(plan.client.endpoint.value, status, plan.upstream, overhead_s, plan.upstream_s)
-        if self.settings.log_requests:
-            log.info(
-                "request",
+        if self.settings.log_requests and log.isEnabledFor(logging.INFO):
+            # log.info() without findCaller's walk up the stack (the record says line 0).
+            log.handle(log.makeRecord(
+                log.name, logging.INFO, __file__, 0, "request", (), None, "observe",
                 extra={
                     "session": plan.session.session_id if plan.session else None,
                     "index": plan.slot.index if plan.slot else None,
@@ -337,7 +340,7 @@ class Forwarder:
                     "proxy_ms": round(overhead_s * 1000, 3),
                     "upstream_ms": round(plan.upstream_s * 1000, 3),
                 },
-            )
+            ))
 
 
 def upstream_error_body(status: int, content: bytes) -> dict[str, Any]:

@@ -1,11 +1,13 @@
-"""The hot OpenAI routes, answered by a pure-ASGI middleware ahead of FastAPI's router.
+"""The hot OpenAI routes, answered ahead of FastAPI's middleware stack and router.
 
 FastAPI's per-request routing (a scan of every route, the request/response and
-dependency wrappers) cost about as much as the proxy's own work, so POSTs to the
-OpenAI routes (also under ``/sessions/{id}``) go straight to the forwarder. It is
-installed as the innermost middleware, so middleware added after it still wraps
-every request; everything else, and the OpenAPI schema of these same routes, stays
-with FastAPI. Errors are rendered exactly as the FastAPI handlers render them.
+dependency wrappers) cost about as much as the proxy's own work, and its middleware
+stack (a native-telemetry check that reads the environment, server-error, telemetry
+and body-limit wrappers) a few percent more, so ``ProxyApp`` sends POSTs to the
+OpenAI routes (also under ``/sessions/{id}``) straight to the forwarder. Those
+requests see no ASGI middleware added with ``add_middleware`` (seedproxy adds none);
+everything else, and the OpenAPI schema of these same routes, stays with FastAPI.
+Errors are rendered exactly as the FastAPI handlers render them.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
+from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -22,17 +25,37 @@ from ..errors import SeedProxyError, error_body
 from .access import Access
 from .forward import Forwarder
 
-__all__ = ["HotRoutes"]
+__all__ = ["HotRoutes", "ProxyApp"]
 
 log = logging.getLogger("seedproxy")
 
 _SESSIONS = "/sessions/"
 
 
+class ProxyApp(FastAPI):
+    """FastAPI, with ``hot`` (once set) answering its routes first."""
+
+    hot: HotRoutes | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        hot = self.hot
+        matched = hot.match(scope) if hot is not None and scope["type"] == "http" else None
+        if matched is None:
+            await super().__call__(scope, receive, send)
+        else:
+            assert hot is not None
+            if self.root_path:
+                scope["root_path"] = self.root_path
+            scope["app"] = self
+            await hot.handle(scope, receive, send, *matched)
+
+
 class HotRoutes:
+    """Also usable as a pure-ASGI middleware around ``app``."""
+
     def __init__(
         self,
-        app: ASGIApp,
+        app: ASGIApp | None = None,
         *,
         forwarder: Forwarder,
         access: Access,
@@ -47,6 +70,7 @@ class HotRoutes:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         matched = self.match(scope) if scope["type"] == "http" else None
         if matched is None:
+            assert self._app is not None
             await self._app(scope, receive, send)
         else:
             await self.handle(scope, receive, send, *matched)

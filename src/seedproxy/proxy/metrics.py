@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 __all__ = ["Metrics"]
@@ -41,14 +43,25 @@ class Metrics:
         self.failovers = Counter(
             "seedproxy_failovers", "Requests retried on another upstream.", registry=self.registry
         )
+        self._children: dict[tuple[str, int, str | None], tuple[Any, Any]] = {}
 
     def observe(
         self, route: str, status: int, upstream: str | None, overhead_s: float, upstream_s: float
     ) -> None:
-        self.requests.labels(route, str(status), upstream or "").inc()
+        # labels() re-validates and re-locks on every call: keep the children per key
+        # (a bounded set: routes x statuses x upstreams).
+        key = (route, status, upstream)
+        children = self._children.get(key)
+        if children is None:
+            children = self._children[key] = (
+                self.requests.labels(route, str(status), upstream or ""),
+                self.upstream_latency.labels(upstream) if upstream else None,
+            )
+        requests, latency = children
+        requests.inc()
         self.overhead.observe(overhead_s)
-        if upstream:
-            self.upstream_latency.labels(upstream).observe(upstream_s)
+        if latency is not None:
+            latency.observe(upstream_s)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
