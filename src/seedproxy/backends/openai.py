@@ -16,16 +16,15 @@ import re
 from typing import Any, ClassVar
 
 from ..sessions import ChoiceRecord
-from .base import Backend, Captured, Endpoint, StreamCapture, UpstreamRequest
+from .base import Captured, Endpoint, StreamCapture, TrackedBackend, UpstreamRequest
 from .shapes import chat_logprobs, completion_logprobs, ints, wants
 
 __all__ = ["OpenAIBackend"]
 
-_CAPTURED = (Endpoint.CHAT, Endpoint.COMPLETIONS)
 _TOKEN_ID = re.compile(r"token_id:(\d+)")
 
 
-class OpenAIBackend(Backend):
+class OpenAIBackend(TrackedBackend):
     name: ClassVar[str] = "openai"
     seeds_responses: ClassVar[bool] = False
 
@@ -40,18 +39,7 @@ class OpenAIBackend(Backend):
             body["logprobs"] = 1
         return UpstreamRequest(endpoint.value, body, dict(self._auth))
 
-    def finish(
-        self, endpoint: Endpoint, client_body: dict[str, Any], answer: Any
-    ) -> tuple[Any, Captured]:
-        if endpoint not in _CAPTURED or not isinstance(answer, dict):
-            return answer, Captured()
-        tracker = _Tracker(endpoint, client_body)
-        tracker.feed(answer)
-        return answer, tracker.result()
-
-    def stream_capture(self, endpoint: Endpoint, client_body: dict[str, Any]) -> StreamCapture:
-        if endpoint not in _CAPTURED:
-            return super().stream_capture(endpoint, client_body)
+    def tracker(self, endpoint: Endpoint, client_body: dict[str, Any]) -> StreamCapture:
         return _Tracker(endpoint, client_body)
 
 

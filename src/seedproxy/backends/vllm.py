@@ -18,15 +18,13 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from ..sessions import ChoiceRecord
-from .base import Backend, Captured, Endpoint, StreamCapture, UpstreamRequest
+from .base import Captured, Endpoint, StreamCapture, TrackedBackend, UpstreamRequest
 from .shapes import chat_logprobs, completion_logprobs, ints, wants
 
 __all__ = ["VLLMBackend"]
 
-_CAPTURED = (Endpoint.CHAT, Endpoint.COMPLETIONS)
 
-
-class VLLMBackend(Backend):
+class VLLMBackend(TrackedBackend):
     name: ClassVar[str] = "vllm"
     seeds_responses: ClassVar[bool] = True
 
@@ -44,18 +42,7 @@ class VLLMBackend(Backend):
             body["return_token_ids"] = True
         return UpstreamRequest(endpoint.value, body, dict(self._auth))
 
-    def finish(
-        self, endpoint: Endpoint, client_body: dict[str, Any], answer: Any
-    ) -> tuple[Any, Captured]:
-        if endpoint not in _CAPTURED or not isinstance(answer, dict):
-            return answer, Captured()
-        tracker = _Tracker(endpoint, client_body)
-        tracker.feed(answer)
-        return answer, tracker.result()
-
-    def stream_capture(self, endpoint: Endpoint, client_body: dict[str, Any]) -> StreamCapture:
-        if endpoint not in _CAPTURED:
-            return super().stream_capture(endpoint, client_body)
+    def tracker(self, endpoint: Endpoint, client_body: dict[str, Any]) -> StreamCapture:
         return _Tracker(endpoint, client_body)
 
 

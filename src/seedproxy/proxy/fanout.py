@@ -95,17 +95,14 @@ async def exchange_fanout(fwd: Forwarder, plan: Plan) -> Response:
         if not isinstance(answer, dict) and not (
             client.endpoint is Endpoint.GENERATE and isinstance(answer, list)
         ):
-            error = UpstreamError(f"upstream {reply.upstream} returned no JSON object")
-            await fwd.record(plan, error.status_code, error.body(), Captured())
-            raise error
+            no_object = UpstreamError(f"upstream {reply.upstream} returned no JSON object")
+            raise await fwd.reject_answer(plan, no_object)
         captured = Captured()
         if plan.capture:
             try:
                 answer, captured = fwd.backend.finish(client.endpoint, client.body, answer)
             except SHAPE_ERRORS:
-                error = malformed_answer(reply.upstream)
-                await fwd.record(plan, error.status_code, error.body(), Captured())
-                raise error from None
+                raise await fwd.reject_answer(plan, malformed_answer(reply.upstream)) from None
         answers.append(answer)
         parts.append(captured)
     merged = merge_answers(client.endpoint, answers)

@@ -158,13 +158,23 @@ class Forwarder:
         if len(plan.seeds) > 1:
             return await exchange_fanout(self, plan)
         client = plan.client
+        reply = await self.call_upstream(plan, client.endpoint, dict(client.body))
+        if reply.response.status_code >= 400:
+            return await self.upstream_error(plan, reply)
+        if client.stream:
+            return self._relay(plan, reply)
+        return await self._answer(plan, reply)
+
+    async def call_upstream(
+        self, plan: Plan, endpoint: Endpoint, body: dict[str, Any]
+    ) -> UpstreamReply:
+        """Send ``body`` (a private copy) to ``endpoint`` with the plan's seed. An upstream
+        that never answered is recorded and raised; any answer fills in the plan."""
         inject = plan.seeds[0] if plan.seeds and self.settings.deterministic else None
-        upstream_request = self.backend.prepare(
-            client.endpoint, dict(client.body), inject, capture=plan.capture
-        )
+        upstream_request = self.backend.prepare(endpoint, body, inject, capture=plan.capture)
         key = plan.session.session_id if plan.session else None
         try:
-            reply = await self.pool.send(upstream_request, key=key, stream=client.stream)
+            reply = await self.pool.send(upstream_request, key=key, stream=plan.client.stream)
         except UpstreamError as exc:
             plan.upstream_s = time.perf_counter() - plan.arrived
             await self.record(plan, exc.status_code, exc.body(), Captured())
@@ -173,27 +183,25 @@ class Forwarder:
         plan.upstream_s = reply.waited_s
         if reply.failovers:
             self.metrics.failovers.inc(reply.failovers)
-        if reply.response.status_code >= 400:
-            return await self.upstream_error(plan, reply)
-        if client.stream:
-            return self._relay(plan, reply)
-        return await self._answer(plan, reply)
+        return reply
+
+    async def reject_answer(self, plan: Plan, error: UpstreamError) -> UpstreamError:
+        """Record an answer the proxy cannot use; return the error to raise."""
+        await self.record(plan, error.status_code, error.body(), Captured())
+        return error
 
     async def _answer(self, plan: Plan, reply: UpstreamReply) -> Response:
         client = plan.client
         try:
             answer = orjson.loads(reply.response.content)
         except orjson.JSONDecodeError:
-            error = UpstreamError(f"upstream {reply.upstream} returned invalid JSON")
-            await self.record(plan, error.status_code, error.body(), Captured())
-            raise error from None
+            invalid = UpstreamError(f"upstream {reply.upstream} returned invalid JSON")
+            raise await self.reject_answer(plan, invalid) from None
         if plan.capture:
             try:
                 answer, captured = self.backend.finish(client.endpoint, client.body, answer)
             except SHAPE_ERRORS:
-                error = malformed_answer(reply.upstream)
-                await self.record(plan, error.status_code, error.body(), Captured())
-                raise error from None
+                raise await self.reject_answer(plan, malformed_answer(reply.upstream)) from None
             content = orjson.dumps(answer)
         else:
             captured, content = Captured(), reply.response.content

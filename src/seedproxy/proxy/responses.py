@@ -10,7 +10,6 @@ client received.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -37,19 +36,7 @@ log = logging.getLogger("seedproxy.request")
 async def exchange_responses(fwd: Forwarder, plan: Plan, chat: dict[str, Any]) -> Response:
     """Answer a Responses request by way of ``chat`` (its translation), sent upstream."""
     client = plan.client
-    inject = plan.seeds[0] if plan.seeds and fwd.settings.deterministic else None
-    upstream_request = fwd.backend.prepare(Endpoint.CHAT, dict(chat), inject, capture=plan.capture)
-    key = plan.session.session_id if plan.session else None
-    try:
-        reply = await fwd.pool.send(upstream_request, key=key, stream=client.stream)
-    except UpstreamError as exc:
-        plan.upstream_s = time.perf_counter() - plan.arrived
-        await fwd.record(plan, exc.status_code, exc.body(), Captured())
-        raise
-    plan.upstream = reply.upstream
-    plan.upstream_s = reply.waited_s
-    if reply.failovers:
-        fwd.metrics.failovers.inc(reply.failovers)
+    reply = await fwd.call_upstream(plan, Endpoint.CHAT, dict(chat))
     if reply.response.status_code >= 400:
         return await fwd.upstream_error(plan, reply)
     if client.stream:
@@ -64,18 +51,15 @@ async def exchange_responses(fwd: Forwarder, plan: Plan, chat: dict[str, Any]) -
     except orjson.JSONDecodeError:
         answer = None
     if not isinstance(answer, dict):
-        error = UpstreamError(f"upstream {reply.upstream} returned no JSON object")
-        await fwd.record(plan, error.status_code, error.body(), Captured())
-        raise error
+        no_object = UpstreamError(f"upstream {reply.upstream} returned no JSON object")
+        raise await fwd.reject_answer(plan, no_object)
     captured = Captured()
     try:
         if plan.capture:
             answer, captured = fwd.backend.finish(Endpoint.CHAT, chat, answer)
         result = to_response(client.body, answer)
     except SHAPE_ERRORS:
-        error = malformed_answer(reply.upstream)
-        await fwd.record(plan, error.status_code, error.body(), Captured())
-        raise error from None
+        raise await fwd.reject_answer(plan, malformed_answer(reply.upstream)) from None
     await fwd.record(plan, 200, result, captured)
     headers = plan.headers()
     headers["x-seedproxy-overhead-ms"] = f"{plan.overhead_ms():.3f}"
