@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from ..backends import Endpoint
 from ..errors import SeedProxyError, error_body
@@ -51,29 +51,19 @@ class ProxyApp(FastAPI):
 
 
 class HotRoutes:
-    """Also usable as a pure-ASGI middleware around ``app``."""
+    """Matches the hot requests and answers them through the forwarder."""
 
     def __init__(
         self,
-        app: ASGIApp | None = None,
         *,
         forwarder: Forwarder,
         access: Access,
         on_error: Callable[[Request, SeedProxyError], Awaitable[Response]],
     ) -> None:
-        self._app = app
         self._forwarder = forwarder
         self._access = access
         self._on_error = on_error
         self._endpoints = {endpoint.value: endpoint for endpoint in Endpoint}
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        matched = self.match(scope) if scope["type"] == "http" else None
-        if matched is None:
-            assert self._app is not None
-            await self._app(scope, receive, send)
-        else:
-            await self.handle(scope, receive, send, *matched)
 
     def match(self, scope: Scope) -> tuple[Endpoint, str | None] | None:
         """The endpoint and path session of a hot request; None for anything else."""
