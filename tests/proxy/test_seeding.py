@@ -251,3 +251,11 @@ def test_without_determinism_a_default_seed_does_not_block_groups(fake: Fake, st
     proxy = start_proxy([fake.url], seed=1234, deterministic=False)
     with httpx.Client(base_url=proxy) as http:
         assert http.post("/sessions", json={"identity": "grp", "group_size": 2}).status_code == 201
+
+
+def test_a_request_in_no_session_gets_the_upstreams_bytes_verbatim(proxy: str, fake: Fake) -> None:
+    body = {"model": "m", "messages": MSG, "logprobs": True}
+    direct = httpx.post(f"{fake.url}/v1/chat/completions", json=body)
+    proxied = httpx.post(f"{proxy}/v1/chat/completions", json=body)
+    assert proxied.status_code == direct.status_code == 200
+    assert proxied.content == direct.content

@@ -191,21 +191,22 @@ class Forwarder:
         return error
 
     async def _answer(self, plan: Plan, reply: UpstreamReply) -> Response:
+        """Answer a non-streaming request. Outside a session nothing is recorded, so the
+        upstream's bytes pass through unparsed."""
         client = plan.client
-        try:
-            answer = orjson.loads(reply.response.content)
-        except orjson.JSONDecodeError:
-            invalid = UpstreamError(f"upstream {reply.upstream} returned invalid JSON")
-            raise await self.reject_answer(plan, invalid) from None
+        content = reply.response.content
         if plan.capture:
+            try:
+                answer = orjson.loads(content)
+            except orjson.JSONDecodeError:
+                invalid = UpstreamError(f"upstream {reply.upstream} returned invalid JSON")
+                raise await self.reject_answer(plan, invalid) from None
             try:
                 answer, captured = self.backend.finish(client.endpoint, client.body, answer)
             except SHAPE_ERRORS:
                 raise await self.reject_answer(plan, malformed_answer(reply.upstream)) from None
+            await self.record(plan, reply.response.status_code, answer, captured)
             content = orjson.dumps(answer)
-        else:
-            captured, content = Captured(), reply.response.content
-        await self.record(plan, reply.response.status_code, answer, captured)
         headers = plan.headers()
         headers["x-seedproxy-overhead-ms"] = f"{plan.overhead_ms():.3f}"
         self.observe(plan, reply.response.status_code)
