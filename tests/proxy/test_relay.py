@@ -48,33 +48,6 @@ def test_a_client_that_leaves_stops_the_stream_and_keeps_its_interaction(
         assert after.status_code == 200 and after.headers["x-seedproxy-request-index"] == "1"
 
 
-async def test_a_stream_whose_client_left_before_the_head_still_runs_its_cleanup() -> None:
-    from seedproxy.proxy.relay import RelayResponse
-
-    closed: list[str] = []
-
-    async def events():  # type: ignore[no-untyped-def]
-        closed.append("iterator started")  # must never happen
-        yield b"data: {}\n\n"
-
-    async def on_close() -> None:
-        closed.append("cleaned up")
-
-    async def receive() -> dict[str, str]:
-        return {"type": "http.disconnect"}
-
-    async def send(message: dict[str, object]) -> None:
-        raise OSError("client went away")
-
-    response = RelayResponse(events(), status_code=200, headers={}, media_type="text/event-stream",
-                             on_close=on_close)
-    try:
-        await response({"type": "http"}, receive, send)
-    except OSError:
-        pass
-    assert closed == ["cleaned up"]
-
-
 async def test_a_stream_abandoned_before_its_head_is_closed_and_recorded(fake: Fake) -> None:
     import orjson
 

@@ -87,7 +87,7 @@ def test_a_pinned_index_uses_its_seed_and_leaves_the_counter(proxy: str, fake: F
 def test_a_bad_pinned_index_is_a_400_and_consumes_nothing(proxy: str, http: httpx.Client) -> None:
     with pytest.raises(openai.BadRequestError):
         chat(client(proxy, "ep-5"), extra_headers={"X-Request-Index": "-2"})
-    assert http.get("/sessions/ep-5").json()["next_index"] == 0
+    assert http.get("/sessions/ep-5").status_code == 404  # a 4xx creates no session
 
 
 def test_no_deterministic_passes_requests_through(fake: Fake, start_proxy: Any) -> None:
@@ -168,7 +168,7 @@ def test_bad_bodies_get_a_400_and_consume_no_index(
     assert set(error) == {"message", "type", "param", "code"}
     assert error["param"] == param
     assert fake.received == []
-    assert http.get("/sessions/bad").json()["next_index"] == 0
+    assert http.get("/sessions/bad").status_code == 404  # a 4xx creates no session
 
 
 def test_upstream_down_is_a_502_in_openai_shape_and_keeps_its_index(start_proxy: Any) -> None:

@@ -12,10 +12,11 @@ import hmac
 from starlette.requests import Request
 
 from ..errors import AuthError, Forbidden
-from ..sessions import SessionManager, SessionRecord
+from ..sessions import NewSession, SessionManager, SessionRecord
+from ..sessions.ids import check_id, decode_header_id
 from .headers import bearer_token
 
-__all__ = ["Access"]
+__all__ = ["Access", "named_session"]
 
 
 class Access:
@@ -43,17 +44,23 @@ class Access:
             return await self.sessions.require(session_id)
         return await self._own_session(request, session_id)
 
-    async def session_for(self, request: Request, path_session: str | None) -> SessionRecord | None:
+    async def session_for(
+        self, request: Request, path_session: str | None
+    ) -> SessionRecord | NewSession | None:
         """The session an OpenAI-route request belongs to: by path, then bearer session
-        key, then ``X-Session-Id``; None when it names none."""
+        key, then ``X-Session-Id``; None when it names none. A named session that does
+        not exist yet comes back as ``NewSession``: nothing is created here. A bad id
+        is a 400 before anything else."""
+        named = named_session(request, path_session)
         token = bearer_token(request.headers)
-        named = path_session or request.headers.get("x-session-id") or None
         if path_session is None and token is not None:
             owner = await self.sessions.store.find_by_key(token)
             if owner is not None and _same(owner.api_key, token):
                 return owner
         if self.admin_key is None or self.is_admin(request):
-            return await self.sessions.get_or_create(named) if named else None
+            if named is None:
+                return None
+            return await self.sessions.store.get(named) or NewSession(named)
         if token is None:
             raise AuthError("a session key or the admin key is required")
         if named is None:
@@ -70,6 +77,15 @@ class Access:
         if owner.session_id != session_id:
             raise Forbidden("this key does not reach that session")
         return owner
+
+
+def named_session(request: Request, path_session: str | None) -> str | None:
+    """The session id a request names by path or ``X-Session-Id``, checked (400)."""
+    if path_session is not None:
+        return check_id(path_session, param="session_id")
+    raw = request.headers.get("x-session-id")
+    # Starlette decodes header bytes as latin-1: encoding back gives the bytes sent.
+    return decode_header_id(raw.encode("latin-1")) if raw else None
 
 
 def _same(given: str, expected: str) -> bool:

@@ -1,4 +1,7 @@
-"""Session routes: create, inspect, reward, end, export, delete."""
+"""Session routes: create, inspect, reward, end, export, delete.
+
+Every route checks auth first and only then reads its body (bounded by
+``--max-body-bytes``, 413) and checks the session id in its path (400)."""
 
 from __future__ import annotations
 
@@ -7,24 +10,36 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel
 
 from ..errors import SessionNotFound
 from ..sessions import SessionManager
 from ..sessions.export import Style, select_sessions, trajectory
+from ..sessions.ids import check_id, encode_id
 from .access import Access
+from .request import read_model
 from .schemas import CreateSessions, ExportRequest, RewardRequest
 
 __all__ = ["admin_router"]
 
 
-def admin_router(sessions: SessionManager, access: Access, *, deterministic: bool) -> APIRouter:
+def _documented(model: type[BaseModel]) -> dict[str, Any]:
+    """The OpenAPI request body of a route that reads ``model`` itself (after auth)."""
+    schema = {"content": {"application/json": {"schema": model.model_json_schema()}}}
+    return {"requestBody": {"required": True, **schema}}
+
+
+def admin_router(
+    sessions: SessionManager, access: Access, *, deterministic: bool, max_body_bytes: int
+) -> APIRouter:
     router = APIRouter()
     store = sessions.store
     exporting = asyncio.Lock()  # select + mark exported, atomically per app
 
-    @router.post("/sessions", status_code=201)
-    async def create_sessions(body: CreateSessions, request: Request) -> JSONResponse:
+    @router.post("/sessions", status_code=201, openapi_extra=_documented(CreateSessions))
+    async def create_sessions(request: Request) -> JSONResponse:
         access.require_admin(request)
+        body = await read_model(request, CreateSessions, max_body_bytes)
         group = await sessions.create_group(
             identity=body.identity,
             session_id=body.session_id,
@@ -38,7 +53,7 @@ def admin_router(sessions: SessionManager, access: Access, *, deterministic: boo
                 "session_id": r.session_id,
                 "identity": r.identity,
                 "api_key": r.api_key,
-                "base_url": f"{root}/sessions/{r.session_id}/v1",
+                "base_url": f"{root}/sessions/{encode_id(r.session_id)}/v1",
             }
             for r in group.sessions
         ]
@@ -46,6 +61,7 @@ def admin_router(sessions: SessionManager, access: Access, *, deterministic: boo
 
     @router.get("/sessions/{session_id}")
     async def get_session(session_id: str, request: Request) -> dict[str, Any]:
+        check_id(session_id, param="session_id")
         record = await access.require_session_reader(request, session_id)
         interactions = await store.interactions(session_id)
         return {
@@ -59,9 +75,11 @@ def admin_router(sessions: SessionManager, access: Access, *, deterministic: boo
             "metadata": record.metadata,
         }
 
-    @router.post("/sessions/{session_id}/reward")
-    async def set_reward(session_id: str, body: RewardRequest, request: Request) -> dict[str, Any]:
+    @router.post("/sessions/{session_id}/reward", openapi_extra=_documented(RewardRequest))
+    async def set_reward(session_id: str, request: Request) -> dict[str, Any]:
         access.require_admin(request)
+        check_id(session_id, param="session_id")
+        body = await read_model(request, RewardRequest, max_body_bytes)
         await sessions.require(session_id)
         rewarded = await store.set_reward(session_id, body.reward, body.interaction_id)
         return {"session_id": session_id, "interaction_id": rewarded, "reward": body.reward}
@@ -69,6 +87,7 @@ def admin_router(sessions: SessionManager, access: Access, *, deterministic: boo
     @router.post("/sessions/{session_id}/end")
     async def end_session(session_id: str, request: Request) -> dict[str, Any]:
         access.require_admin(request)
+        check_id(session_id, param="session_id")
         await sessions.require(session_id)
         record = await store.end(session_id)
         return {"session_id": record.session_id, "ended": True}
@@ -83,6 +102,7 @@ def admin_router(sessions: SessionManager, access: Access, *, deterministic: boo
     ) -> dict[str, Any]:
         """``wait=true`` waits for the session to end and takes it out of later
         batch exports."""
+        check_id(session_id, param="session_id")
         record = await access.require_session_reader(request, session_id)
         if wait:
             loop = asyncio.get_running_loop()
@@ -94,9 +114,10 @@ def admin_router(sessions: SessionManager, access: Access, *, deterministic: boo
                 await store.mark_exported([session_id])
         return await trajectory(store, record, style)
 
-    @router.post("/trajectories/export")
-    async def export(body: ExportRequest, request: Request) -> dict[str, Any]:
+    @router.post("/trajectories/export", openapi_extra=_documented(ExportRequest))
+    async def export(request: Request) -> dict[str, Any]:
         access.require_admin(request)
+        body = await read_model(request, ExportRequest, max_body_bytes)
         chosen = await select_sessions(
             store,
             session_ids=body.session_ids,
@@ -115,6 +136,7 @@ def admin_router(sessions: SessionManager, access: Access, *, deterministic: boo
     @router.delete("/sessions/{session_id}")
     async def delete_session(session_id: str, request: Request) -> Response:
         access.require_admin(request)
+        check_id(session_id, param="session_id")
         if not await store.delete(session_id):
             raise SessionNotFound(f"session {session_id!r} not found")
         return Response(status_code=204)

@@ -101,7 +101,14 @@ def create_app(
     app.state.pool = pool
     app.state.metrics = metrics
     app.include_router(openai_router(forwarder, access, pool))
-    app.include_router(admin_router(sessions, access, deterministic=settings.deterministic))
+    app.include_router(
+        admin_router(
+            sessions,
+            access,
+            deterministic=settings.deterministic,
+            max_body_bytes=settings.max_body_bytes,
+        )
+    )
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:

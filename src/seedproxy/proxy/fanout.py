@@ -20,13 +20,15 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import orjson
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
-from ..backends import Captured, Endpoint
+from ..backends import Captured, Endpoint, UpstreamRequest
 from ..backends.pool import UpstreamReply
 from ..errors import UpstreamError
 from .malformed import SHAPE_ERRORS, malformed_answer
+from .relay import RelayResponse
 from .sse import DONE, encode_event, event_json, split_events
+from .stream import StreamRecord
 from .transcript import StreamTranscript
 
 if TYPE_CHECKING:
@@ -57,9 +59,12 @@ async def exchange_fanout(fwd: Forwarder, plan: Plan) -> Response:
                             capture=plan.capture)
         for seed in plan.seeds
     ]
-    results = await asyncio.gather(
-        *(fwd.pool.send(r, key=key, stream=client.stream) for r in requests), return_exceptions=True
-    )
+
+    async def send(request: UpstreamRequest) -> UpstreamReply:
+        # Owned by the plan the moment it exists, so a cancelled gather leaks nothing.
+        return plan.replies.add(await fwd.pool.send(request, key=key, stream=client.stream))
+
+    results = await asyncio.gather(*(send(r) for r in requests), return_exceptions=True)
     replies = [r for r in results if isinstance(r, UpstreamReply)]
     plan.upstream = ",".join(dict.fromkeys(r.upstream for r in replies)) or None
     plan.upstream_s = max((r.waited_s for r in replies), default=time.perf_counter() - plan.arrived)
@@ -68,10 +73,7 @@ async def exchange_fanout(fwd: Forwarder, plan: Plan) -> Response:
         fwd.metrics.failovers.inc(failovers)
     failure = next((r for r in results if isinstance(r, BaseException)), None)
     bad = next((r for r in replies if r.response.status_code >= 400), None)
-    if failure is not None or bad is not None:
-        for reply in replies:
-            if reply is not bad:
-                await reply.aclose()
+    if failure is not None or bad is not None:  # the others are closed by the plan's owner
         if isinstance(failure, UpstreamError):
             await fwd.record(plan, failure.status_code, failure.body(), Captured())
             raise failure
@@ -83,8 +85,7 @@ async def exchange_fanout(fwd: Forwarder, plan: Plan) -> Response:
     if client.stream:
         headers["x-seedproxy-overhead-ms"] = f"{plan.overhead_ms():.3f}"
         headers["cache-control"] = "no-cache"
-        return StreamingResponse(_merged(fwd, plan, replies), headers=headers,
-                                 media_type="text/event-stream")
+        return _merged_response(fwd, plan, replies, headers)
     answers: list[Any] = []
     parts: list[Captured] = []
     for reply in replies:
@@ -164,23 +165,45 @@ def merge_captured(parts: list[Captured]) -> Captured:
     return Captured(prompt, [choice for _, choice in sorted(ranked, key=lambda r: r[0])])
 
 
+def _merged_response(
+    fwd: Forwarder, plan: Plan, replies: list[UpstreamReply], headers: dict[str, str]
+) -> Response:
+    client = plan.client
+    trackers = [
+        fwd.backend.stream_capture(client.endpoint, client.body) if plan.capture else None
+        for _ in replies
+    ]
+    transcript = StreamTranscript(client.endpoint)
+
+    def snapshot() -> tuple[Any, Captured]:
+        parts = [t.result() if t is not None else Captured() for t in trackers]
+        return transcript.result(), merge_captured(parts)
+
+    record = StreamRecord(fwd, plan, snapshot)
+    return RelayResponse(
+        _merged(fwd, plan, replies, record, trackers, transcript),
+        record,
+        status_code=200,
+        headers=headers,
+        media_type="text/event-stream",
+    )
+
+
 async def _merged(
-    fwd: Forwarder, plan: Plan, replies: list[UpstreamReply]
+    fwd: Forwarder,
+    plan: Plan,
+    replies: list[UpstreamReply],
+    record: StreamRecord,
+    trackers: list[Any],
+    transcript: StreamTranscript,
 ) -> AsyncIterator[bytes]:
     """Interleave n upstream streams as their events arrive; record before [DONE]."""
     client = plan.client
     n = len(replies)
     generate = client.endpoint is Endpoint.GENERATE
     queue: asyncio.Queue[tuple[int, bytes | Exception | None]] = asyncio.Queue()
-    trackers = [
-        fwd.backend.stream_capture(client.endpoint, client.body) if plan.capture else None
-        for _ in replies
-    ]
-    transcript = StreamTranscript(client.endpoint)
     usages: list[Any] = [None] * n
     usage_chunk: dict[str, Any] | None = None
-    status = 200
-    recorded = False
 
     async def pump(j: int, reply: UpstreamReply) -> None:
         try:
@@ -190,10 +213,6 @@ async def _merged(
             await queue.put((j, exc))
         finally:
             await queue.put((j, None))
-
-    async def record() -> None:
-        parts = [t.result() if t is not None else Captured() for t in trackers]
-        await fwd.record(plan, status, transcript.result(), merge_captured(parts))
 
     tasks = [asyncio.create_task(pump(j, r)) for j, r in enumerate(replies)]
     open_streams = n
@@ -206,7 +225,7 @@ async def _merged(
                 open_streams -= 1
                 continue
             if isinstance(item, Exception):
-                status = 502
+                record.status = 502
                 log.warning("upstream broke off a stream: %s", type(item).__name__)
                 yield encode_event(UpstreamError("an upstream broke off the stream").body())
                 return
@@ -237,17 +256,11 @@ async def _merged(
             usage_chunk["usage"] = sum_usage([u for u in usages if u is not None])
             transcript.add(usage_chunk)
             yield encode_event(usage_chunk)
-        await record()
-        recorded = True
+        await record.commit()
         yield DONE
-    finally:
+    finally:  # the pumps are this generator's own; the replies are the record's
         for task in tasks:
             task.cancel()
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, httpx.HTTPError):
                 await task
-        for reply in replies:
-            await reply.aclose()
-        if not recorded:
-            await record()
-        fwd.observe(plan, status)

@@ -27,7 +27,7 @@ from ..backends.pool import UpstreamPool, UpstreamReply
 from ..backends.responses_bridge import to_chat
 from ..errors import BadRequest, SeedProxyError, UpstreamError, UpstreamTimeout
 from ..seeds import choice_seeds
-from ..sessions import Interaction, SessionManager, SessionRecord, Slot
+from ..sessions import Interaction, NewSession, SessionManager, SessionRecord, Slot
 from ..settings import Settings
 from .fanout import exchange_fanout
 from .headers import is_sdk_retry, pinned_index, seedproxy_headers
@@ -37,14 +37,12 @@ from .relay import RelayResponse
 from .request import ClientRequest, parse_body, read_body, request_digest
 from .responses import exchange_responses
 from .sse import DONE, encode_event, event_json, split_events
+from .stream import StreamRecord, UpstreamReplies
 from .transcript import StreamTranscript
 
 __all__ = ["Forwarder", "Plan"]
 
 log = logging.getLogger("seedproxy.request")
-
-CLIENT_CLOSED = 499
-"""Status recorded for a stream whose client left before it began (nginx's code)."""
 
 
 @dataclass(slots=True)
@@ -60,9 +58,9 @@ class Plan:
     upstream: str | None = None
     extra_headers: dict[str, str] = field(default_factory=dict)
     chat: dict[str, Any] | None = None
-    streamed: bool = False
-    """Set once the relay began (or gave up on) the stream; guards the one record."""
     """A Responses request's chat translation, when the upstream serves it as chat."""
+    replies: UpstreamReplies = field(default_factory=UpstreamReplies)
+    """Every upstream answer opened for this request; see ``stream.py``."""
 
     @property
     def capture(self) -> bool:
@@ -97,7 +95,7 @@ class Forwarder:
         self.metrics = metrics
 
     async def forward(
-        self, request: Request, endpoint: Endpoint, session: SessionRecord | None
+        self, request: Request, endpoint: Endpoint, session: SessionRecord | NewSession | None
     ) -> Response:
         arrived = time.perf_counter()
         request.state.seedproxy_arrived = arrived  # for the error handler's headers
@@ -114,6 +112,9 @@ class Forwarder:
         except SeedProxyError as exc:
             self.observe(plan, exc.status_code)
             raise
+        finally:
+            if not plan.replies.taken:  # on every path: answer, error, cancellation, bug
+                await plan.replies.close()
 
     def _bridges_responses(self, endpoint: Endpoint) -> bool:
         return endpoint is Endpoint.RESPONSES and not self.backend.seeds_responses
@@ -121,16 +122,18 @@ class Forwarder:
     async def plan(
         self,
         client: ClientRequest,
-        session: SessionRecord | None,
+        session: SessionRecord | NewSession | None,
         pinned: int | None,
         retry: bool,
         arrived: float,
     ) -> Plan:
-        """Check seed rules, then take the slot. Raises before any index is used."""
+        """Check seed rules, create the session if new, then take the slot. Raises
+        before any index is used (and, on a 4xx, before any session is created)."""
         deterministic = self.settings.deterministic
         fixed = client.seed
         if fixed is None and deterministic and session is not None:
-            fixed = session.seed if session.seed is not None else self.settings.seed
+            own = session.seed if isinstance(session, SessionRecord) else None
+            fixed = own if own is not None else self.settings.seed
         if deterministic and client.n > 1 and fixed is not None and session is not None:
             raise BadRequest(
                 f"a shared seed ({fixed}) with n={client.n} makes every choice identical; "
@@ -139,6 +142,8 @@ class Forwarder:
             )
         if session is None:
             return Plan(client, None, None, [client.seed] if client.seed is not None else [], arrived)
+        if isinstance(session, NewSession):
+            session = await self.sessions.get_or_create(session.session_id)
         digest = request_digest(client.endpoint, client.raw)
         slot = await self.sessions.store.allocate(
             session.session_id, digest=digest, retry=retry, pinned=pinned
@@ -174,7 +179,9 @@ class Forwarder:
         upstream_request = self.backend.prepare(endpoint, body, inject, capture=plan.capture)
         key = plan.session.session_id if plan.session else None
         try:
-            reply = await self.pool.send(upstream_request, key=key, stream=plan.client.stream)
+            reply = plan.replies.add(
+                await self.pool.send(upstream_request, key=key, stream=plan.client.stream)
+            )
         except UpstreamError as exc:
             plan.upstream_s = time.perf_counter() - plan.arrived
             await self.record(plan, exc.status_code, exc.body(), Captured())
@@ -221,41 +228,41 @@ class Forwarder:
         headers = plan.headers()
         headers["x-seedproxy-overhead-ms"] = f"{plan.overhead_ms():.3f}"
         headers["cache-control"] = "no-cache"
+        client = plan.client
+        tracker = self.backend.stream_capture(client.endpoint, client.body) if plan.capture else None
+        transcript = StreamTranscript(client.endpoint)
 
-        async def abandoned() -> None:
-            """The client left before the stream began: close the upstream, keep the record."""
-            if not plan.streamed:
-                plan.streamed = True
-                await reply.aclose()
-                await self.record(plan, CLIENT_CLOSED, None, Captured())
-                self.observe(plan, CLIENT_CLOSED)
+        def snapshot() -> tuple[Any, Captured]:
+            return transcript.result(), tracker.result() if tracker is not None else Captured()
 
+        record = StreamRecord(self, plan, snapshot)
         return RelayResponse(
-            self._events(plan, reply),
-            on_close=abandoned,
+            self._events(plan, reply, record, tracker, transcript),
+            record,
             status_code=reply.response.status_code,
             headers=headers,
             media_type=reply.response.headers.get("content-type", "text/event-stream"),
         )
 
-    async def _events(self, plan: Plan, reply: UpstreamReply) -> AsyncIterator[bytes]:
+    async def _events(
+        self,
+        plan: Plan,
+        reply: UpstreamReply,
+        record: StreamRecord,
+        tracker: Any,
+        transcript: StreamTranscript,
+    ) -> AsyncIterator[bytes]:
         """Forward events as they arrive; capture on the way; record before [DONE]."""
-        plan.streamed = True
-        client = plan.client
-        tracker = self.backend.stream_capture(client.endpoint, client.body) if plan.capture else None
-        transcript = StreamTranscript(client.endpoint)
-        status = reply.response.status_code
-        recorded = False
+        record.status = reply.response.status_code
         # The stream itself rather than aiter_raw(): the same chunks, without httpx's
-        # chunker and bookkeeping per chunk; the ``finally`` below closes the response.
+        # chunker and bookkeeping per chunk; the record closes the response.
         chunks = aiter(reply.response.stream)  # type: ignore[arg-type]
         try:
             async for event in split_events(self.timed(plan, chunks)):
                 payload = event_json(event) if plan.capture else None
                 if payload is None:
-                    if event.strip() == DONE.strip() and plan.capture:
-                        await self._record_stream(plan, status, transcript, tracker)
-                        recorded = True
+                    if event.strip() == DONE.strip():
+                        await record.commit()
                     yield event
                     continue
                 assert tracker is not None
@@ -274,13 +281,8 @@ class Forwarder:
                 if isinstance(exc, httpx.TimeoutException)
                 else UpstreamError(f"upstream {reply.upstream} broke off the stream")
             )
-            status = error.status_code
+            record.status = error.status_code
             yield encode_event(error.body())
-        finally:
-            await reply.aclose()
-            if plan.capture and not recorded:
-                await self._record_stream(plan, status, transcript, tracker)
-            self.observe(plan, status)
 
     async def timed(self, plan: Plan, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         """Yield upstream chunks, adding the time spent waiting for them to the plan."""
@@ -295,12 +297,6 @@ class Forwarder:
             plan.upstream_s += time.perf_counter() - started
             yield chunk
 
-    async def _record_stream(
-        self, plan: Plan, status: int, transcript: StreamTranscript, tracker: Any
-    ) -> None:
-        captured = tracker.result() if tracker is not None else Captured()
-        await self.record(plan, status, transcript.result(), captured)
-
     async def upstream_error(self, plan: Plan, reply: UpstreamReply) -> Response:
         status = reply.response.status_code
         try:
@@ -314,7 +310,9 @@ class Forwarder:
         self.observe(plan, status)
         return Response(orjson.dumps(body), status, headers=headers, media_type="application/json")
 
-    async def record(self, plan: Plan, status: int, response: Any, captured: Captured) -> None:
+    async def record(
+        self, plan: Plan, status: int, response: Any, captured: Captured, *, abandoned: bool = False
+    ) -> None:
         if plan.session is None or plan.slot is None:
             return
         interaction = Interaction(
@@ -329,6 +327,7 @@ class Forwarder:
             choices=captured.choices,
             latency_ms=round((time.perf_counter() - plan.arrived) * 1000, 3),
             upstream=plan.upstream,
+            abandoned=abandoned,
         )
         await self.sessions.store.record(plan.session.session_id, interaction)
         self.metrics.recorded_tokens.inc(interaction.token_count)

@@ -5,8 +5,9 @@ from __future__ import annotations
 from starlette.datastructures import Headers
 
 from ..errors import BadRequest
+from ..sessions.ids import encode_id
 
-__all__ = ["bearer_token", "pinned_index", "is_sdk_retry", "seedproxy_headers"]
+__all__ = ["ascii_count", "bearer_token", "is_sdk_retry", "pinned_index", "seedproxy_headers"]
 
 RETRY_HEADER = "x-stainless-retry-count"
 
@@ -17,20 +18,38 @@ def bearer_token(headers: Headers) -> str | None:
     return token.strip() or None if scheme.lower() == "bearer" else None
 
 
+_MAX_DIGITS = 15
+
+
+def ascii_count(value: str) -> int | None:
+    """``value`` as a non-negative int of at most 15 ASCII digits, else None.
+    (``str.isdigit`` also takes "²" and "١", which ``int`` then refuses or reads.)"""
+    value = value.strip()
+    if not value or len(value) > _MAX_DIGITS or not value.isascii() or not value.isdigit():
+        return None
+    return int(value)
+
+
 def pinned_index(headers: Headers) -> int | None:
     """``X-Request-Index: N``; a value that is not a non-negative int is a 400."""
     value = headers.get("x-request-index")
     if value is None:
         return None
-    value = value.strip()
-    if not value.isdigit() or len(value) > 15:
-        raise BadRequest("X-Request-Index must be a non-negative integer", param="X-Request-Index")
-    return int(value)
+    index = ascii_count(value)
+    if index is None:
+        raise BadRequest(
+            f"X-Request-Index must be a non-negative integer of at most {_MAX_DIGITS} ASCII digits",
+            param="X-Request-Index",
+        )
+    return index
 
 
 def is_sdk_retry(headers: Headers) -> bool:
-    value = headers.get(RETRY_HEADER, "0").strip()
-    return value.isdigit() and int(value) >= 1
+    """Whether ``x-stainless-retry-count`` is >= 1; a malformed count is not a retry
+    (the header is an SDK's hint, so it never fails a request)."""
+    value = headers.get(RETRY_HEADER)
+    count = ascii_count(value) if value is not None else None
+    return count is not None and count >= 1
 
 
 def seedproxy_headers(
@@ -38,7 +57,7 @@ def seedproxy_headers(
 ) -> dict[str, str]:
     headers: dict[str, str] = {}
     if session_id is not None:
-        headers["x-seedproxy-session"] = session_id
+        headers["x-seedproxy-session"] = encode_id(session_id)
     if index is not None:
         headers["x-seedproxy-request-index"] = str(index)
     if seeds:

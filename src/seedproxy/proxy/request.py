@@ -8,15 +8,26 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 
 from ..backends import Endpoint
 from ..errors import BadRequest, PayloadTooLarge
 
-__all__ = ["MAX_CHOICES", "ClientRequest", "parse_body", "read_body", "request_digest"]
+__all__ = [
+    "MAX_CHOICES",
+    "ClientRequest",
+    "parse_body",
+    "read_body",
+    "read_model",
+    "request_digest",
+]
+
+M = TypeVar("M", bound=BaseModel)
 
 MAX_CHOICES = 128
 """The largest ``n``: each choice is its own upstream request and seed."""
@@ -35,7 +46,7 @@ class ClientRequest:
 async def read_body(request: Request, limit: int) -> bytes:
     """Read the body, refusing more than ``limit`` bytes with 413."""
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"request body over {limit} bytes")
     chunks: list[bytes] = []
     size = 0
@@ -45,6 +56,21 @@ async def read_body(request: Request, limit: int) -> bytes:
             raise PayloadTooLarge(f"request body over {limit} bytes")
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+async def read_model(request: Request, model: type[M], limit: int) -> M:
+    """Read (at most ``limit`` bytes, else 413) and validate an admin route's body.
+    Call it after the auth check: nothing is read before."""
+    raw = await read_body(request, limit)
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(f"request body is not valid JSON: {exc}") from None
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
+        raise RequestValidationError(errors) from None
 
 
 def parse_body(endpoint: Endpoint, raw: bytes) -> ClientRequest:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import orjson
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from ..backends import Captured, Endpoint
 from ..backends.pool import UpstreamReply
@@ -23,7 +23,9 @@ from ..backends.responses_bridge import dumps, to_response
 from ..backends.responses_events import ResponsesEvents
 from ..errors import UpstreamError
 from .malformed import SHAPE_ERRORS, malformed_answer
+from .relay import RelayResponse
 from .sse import DONE, event_json, split_events
+from .stream import StreamRecord
 
 if TYPE_CHECKING:
     from .forward import Forwarder, Plan
@@ -43,8 +45,19 @@ async def exchange_responses(fwd: Forwarder, plan: Plan, chat: dict[str, Any]) -
         headers = plan.headers()
         headers["x-seedproxy-overhead-ms"] = f"{plan.overhead_ms():.3f}"
         headers["cache-control"] = "no-cache"
-        return StreamingResponse(
-            _events(fwd, plan, chat, reply), headers=headers, media_type="text/event-stream"
+        tracker = fwd.backend.stream_capture(Endpoint.CHAT, chat) if plan.capture else None
+        writer = ResponsesEvents(plan.client.body)
+
+        def snapshot() -> tuple[Any, Captured]:
+            return writer.result(), tracker.result() if tracker is not None else Captured()
+
+        record = StreamRecord(fwd, plan, snapshot)
+        return RelayResponse(
+            _events(reply, record, tracker, writer, fwd.timed(plan, reply.response.aiter_raw())),
+            record,
+            status_code=200,
+            headers=headers,
+            media_type="text/event-stream",
         )
     try:
         answer = orjson.loads(reply.response.content)
@@ -68,14 +81,15 @@ async def exchange_responses(fwd: Forwarder, plan: Plan, chat: dict[str, Any]) -
 
 
 async def _events(
-    fwd: Forwarder, plan: Plan, chat: dict[str, Any], reply: UpstreamReply
+    reply: UpstreamReply,
+    record: StreamRecord,
+    tracker: Any,
+    writer: ResponsesEvents,
+    chunks: AsyncIterator[bytes],
 ) -> AsyncIterator[bytes]:
-    tracker = fwd.backend.stream_capture(Endpoint.CHAT, chat) if plan.capture else None
-    writer = ResponsesEvents(plan.client.body)
-    status = 200
-    finished = False
+    """Translate chat chunks into Responses events; record before the closing ones."""
     try:
-        async for event in split_events(fwd.timed(plan, reply.response.aiter_raw())):
+        async for event in split_events(chunks):
             if event.strip() == DONE.strip():
                 break
             payload = event_json(event)
@@ -86,29 +100,15 @@ async def _events(
                 for out in writer.feed(shown):
                     yield dumps(out)
         closing = writer.finish()
-        finished = True
-        if plan.capture:  # recorded before the client sees the end
-            await _record(fwd, plan, status, writer, tracker)
+        await record.commit()  # recorded before the client sees the end
         for out in closing:
             yield dumps(out)
     except httpx.HTTPError as exc:
-        status = 502
+        record.status = 502
         log.warning("upstream %s broke off a stream: %s", reply.upstream, type(exc).__name__)
         yield b"event: error\ndata: " + orjson.dumps(
             UpstreamError(f"upstream {reply.upstream} broke off the stream").body()
         ) + b"\n\n"
     except SHAPE_ERRORS:
-        status = 502
+        record.status = 502
         yield b"event: error\ndata: " + orjson.dumps(malformed_answer(reply.upstream).body()) + b"\n\n"
-    finally:
-        await reply.aclose()
-        if plan.capture and not finished:
-            await _record(fwd, plan, status, writer, tracker)
-        fwd.observe(plan, status)
-
-
-async def _record(
-    fwd: Forwarder, plan: Plan, status: int, writer: ResponsesEvents, tracker: Any
-) -> None:
-    captured = tracker.result() if tracker is not None else Captured()
-    await fwd.record(plan, status, writer.result(), captured)

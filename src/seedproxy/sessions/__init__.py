@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .interaction import ChoiceRecord, Interaction
-from .manager import SessionManager
+from .manager import NewSession, SessionManager
 from .record import SessionRecord, Slot
 from .session import Session
 from .store import MemoryStore, SessionStore, open_store
@@ -12,6 +12,7 @@ __all__ = [
     "ChoiceRecord",
     "Interaction",
     "MemoryStore",
+    "NewSession",
     "Session",
     "SessionManager",
     "SessionRecord",

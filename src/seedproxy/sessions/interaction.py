@@ -45,6 +45,8 @@ class Interaction:
     (``i{index}``, or ``i{index}.{k}`` for the k-th extra request pinned to an index),
     so a replayed rollout exports byte-identical records. ``seeds`` holds one seed per
     choice, or is empty when no seed was derived (no-deterministic mode).
+    ``abandoned`` marks an answer the client left before it was complete (recorded
+    with what was generated, status 499), so exports can filter it out.
     """
 
     interaction_id: str
@@ -59,6 +61,7 @@ class Interaction:
     reward: float | None = None
     latency_ms: float = 0.0
     upstream: str | None = None
+    abandoned: bool = False
 
     @property
     def token_count(self) -> int:
@@ -90,6 +93,7 @@ class Interaction:
             "reward": self.reward,
             "latency_ms": self.latency_ms,
             "upstream": self.upstream,
+            "abandoned": self.abandoned,
         }
 
     def to_storage(self) -> dict[str, Any]:
@@ -114,6 +118,7 @@ class Interaction:
             "reward": self.reward,
             "latency_ms": self.latency_ms,
             "upstream": self.upstream,
+            "abandoned": self.abandoned,
         }
 
     @classmethod
@@ -134,4 +139,5 @@ class Interaction:
             reward=data.get("reward"),
             latency_ms=data.get("latency_ms", 0.0),
             upstream=data.get("upstream"),
+            abandoned=data.get("abandoned", False),
         )

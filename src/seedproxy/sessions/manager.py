@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import BadRequest, OverCapacity, SessionNotFound
+from .ids import MAX_ID_BYTES, MAX_IDENTITY_BYTES, check_id
 from .record import SessionRecord
 from .store.base import SessionStore
 
-__all__ = ["SessionGroup", "SessionManager"]
+__all__ = ["NewSession", "SessionGroup", "SessionManager"]
 
 _MAX_SUFFIX = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class NewSession:
+    """A session a request names that does not exist yet (its id already checked).
+    It is created only once the request is known to be forwarded."""
+
+    session_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +91,11 @@ class SessionManager:
             )
         if session_id is not None and group_size > 1:
             raise BadRequest("session_id names one session; use identity for groups", param="session_id")
+        if session_id is not None:
+            check_id(session_id, param="session_id")
+        if identity is not None:  # suffixed (``:{i}``, ``-{n}``) unless session_id names it
+            room = MAX_ID_BYTES if session_id is not None else MAX_IDENTITY_BYTES
+            check_id(identity, param="identity", max_bytes=room)
         await self._check_capacity(group_size)
         base = identity or session_id or secrets.token_hex(6)
         identities = [base] if group_size == 1 else [f"{base}:{i}" for i in range(group_size)]

@@ -1,0 +1,99 @@
+"""Who closes upstream answers, and how a streamed interaction is recorded: one
+mechanism for every stream (single, fan-out, Responses).
+
+- ``UpstreamReplies``: every upstream answer a request opens is added here the
+  moment it exists. ``Forwarder.forward`` closes them all in its ``finally`` (error,
+  cancellation, a bug between open and close), unless a stream response took them.
+- ``StreamRecord``: a stream response takes the replies with it. Its events call
+  ``commit()`` just before their terminal event (``[DONE]``, ``response.completed``),
+  so the client sees the end only once it is recorded; ``RelayResponse`` calls
+  ``finish()`` in its ``finally``, on every path (even when sending the head failed
+  and the events never ran): the replies are closed, and an interaction not yet
+  recorded is recorded now, as abandoned when the client left.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..backends import Captured
+from ..backends.pool import UpstreamReply
+
+if TYPE_CHECKING:
+    from .forward import Forwarder, Plan
+
+__all__ = ["CLIENT_CLOSED", "StreamRecord", "UpstreamReplies", "close_all"]
+
+CLIENT_CLOSED = 499
+"""Status recorded for an answer whose client left before it was complete (nginx's code)."""
+
+
+class UpstreamReplies:
+    """The upstream answers one request opened; each is closed exactly once."""
+
+    __slots__ = ("_replies", "taken")
+
+    def __init__(self) -> None:
+        self._replies: list[UpstreamReply] = []
+        self.taken = False
+        """Set when a stream response took the replies: closing them is its job now."""
+
+    def add(self, reply: UpstreamReply) -> UpstreamReply:
+        self._replies.append(reply)
+        return reply
+
+    def take(self) -> list[UpstreamReply]:
+        self.taken = True
+        return list(self._replies)
+
+    async def close(self) -> None:
+        """Close every reply, even when closing one raises."""
+        replies, self._replies = self._replies, []
+        await close_all(replies)
+
+
+async def close_all(replies: list[UpstreamReply]) -> None:
+    """``aclose`` each reply (idempotent); a failure does not skip the rest."""
+    if not replies:
+        return
+    try:
+        await replies[0].aclose()
+    finally:
+        await close_all(replies[1:])
+
+
+Snapshot = Callable[[], tuple[Any, Captured]]
+"""Returns (the recorded response, the captured tokens) of a stream so far."""
+
+
+class StreamRecord:
+    """Records one streamed interaction exactly once, closes its replies, observes it."""
+
+    def __init__(self, fwd: Forwarder, plan: Plan, snapshot: Snapshot) -> None:
+        self._fwd = fwd
+        self._plan = plan
+        self._replies = plan.replies.take()
+        self._snapshot = snapshot
+        self._recorded = False
+        self.status = 200
+        """What the record says; the events set it when the upstream fails mid-stream."""
+
+    async def commit(self, *, abandoned: bool = False) -> None:
+        """Record the interaction now, unless it already is."""
+        if self._recorded:
+            return
+        self._recorded = True
+        if abandoned:
+            self.status = CLIENT_CLOSED
+        if self._plan.capture:
+            response, captured = self._snapshot()
+            await self._fwd.record(self._plan, self.status, response, captured, abandoned=abandoned)
+
+    async def finish(self, *, abandoned: bool) -> None:
+        """The stream is over: close the replies, then record (if not yet) and observe."""
+        try:
+            await close_all(self._replies)
+        finally:
+            await self.commit(abandoned=abandoned)
+            self._fwd.observe(self._plan, self.status)
