@@ -265,3 +265,53 @@ def test_unknown_store_scheme_is_a_config_error() -> None:
         open_store("mongodb://x")
     with pytest.raises(ConfigError, match="unknown redis store option"):
         open_store("redis://127.0.0.1:1/0?bogus=1")
+
+
+async def test_the_open_count_follows_create_end_and_delete_in_every_handle(
+    store: SessionStore, opener: Opener
+) -> None:
+    """``count_open`` is kept as sessions change (not counted per call): it must stay
+    right through ends, repeated ends, deletes of open and ended sessions, and be
+    the same from another handle on the same store."""
+    for name in ("a", "b", "c", "d"):
+        assert await store.create(rec(name))
+    assert not await store.create(rec("a"))  # taken: no change
+    await store.end("a")
+    await store.end("a")
+    assert await store.delete("a")  # ended: was not counted
+    assert await store.delete("b")  # open
+    assert not await store.delete("b")
+    assert await store.count_open() == 2
+    other = opener()
+    try:
+        await other.create(rec("e"))
+        await other.end("c")
+        assert await other.count_open() == await store.count_open() == 2
+    finally:
+        if other is not store:
+            await other.close()
+    interaction_ = interaction("i0", 0)
+    interaction_.abandoned = True
+    await store.record("d", interaction_)
+    assert [i.abandoned for i in await store.interactions("d")] == [True]
+    assert (await store.interactions("d"))[0].to_dict()["abandoned"] is True
+
+
+async def test_an_sqlite_file_from_before_the_open_count_gets_it_counted(tmp_path: Path) -> None:
+    import sqlite3
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    store = open_store(url)
+    for name in ("a", "b", "c"):
+        await store.create(rec(name))
+    await store.end("a")
+    await store.close()
+    with sqlite3.connect(tmp_path / "old.db") as db:  # as a file written before the counter
+        db.execute("DELETE FROM counters WHERE name = 'open'")
+    reopened = open_store(url)
+    try:
+        assert await reopened.count_open() == 2
+        await reopened.create(rec("d"))
+        assert await reopened.count_open() == 3
+    finally:
+        await reopened.close()

@@ -155,9 +155,12 @@ class UpstreamPool:
     async def _attempt(
         self, upstream: Upstream, path: str, content: bytes, headers: dict[str, str], stream: bool
     ) -> UpstreamReply:
-        """One try on one server. ``inflight`` counts it until its body is done."""
+        """One try on one server. ``inflight`` counts it until its body is done: read
+        here, or (a stream) until the reply is closed. On every other way out (an
+        error, a cancellation) the answer is closed and the count released here."""
         upstream.inflight += 1
         release = _Release(self, upstream)
+        response: httpx.Response | None = None
         try:
             if isinstance(self.client, LeanClient):
                 response = await self.client.post_stream(upstream.url + path, content, headers)
@@ -166,22 +169,22 @@ class UpstreamPool:
                     "POST", upstream.url + path, content=content, headers=headers
                 )
                 response = await self.client.send(built, stream=True)
-        except httpx.HTTPError as exc:
-            release(broken=False)
-            raise _as_upstream_error(upstream.url, "unreachable", exc) from exc
-        reply = UpstreamReply(upstream.url, response)
-        try:
             if stream and response.status_code < 400:
-                await _prime(response, release)
-                return reply
-            await read_response(response)
-        except httpx.HTTPError as exc:
-            await reply.aclose()
-            raise _as_upstream_error(upstream.url, "failed while answering", exc) from exc
-        finally:
-            if not isinstance(response.stream, _PrimedStream):
+                await _prime(response, release)  # the reply's aclose() releases from now on
+            else:
+                await read_response(response)
                 release(broken=False)
-        return reply
+            return UpstreamReply(upstream.url, response)
+        except BaseException as exc:
+            try:
+                if response is not None:
+                    await response.aclose()
+            finally:
+                release(broken=False)
+            if isinstance(exc, httpx.HTTPError):
+                what = "unreachable" if response is None else "failed while answering"
+                raise _as_upstream_error(upstream.url, what, exc) from exc
+            raise
 
     async def get(self, path: str) -> httpx.Response:
         """GET ``path`` from the first healthy server that answers (for /v1/models)."""

@@ -26,6 +26,8 @@ class MemoryStore:
         self._lock = threading.Lock()
         self._created = itertools.count()
         self._ended = itertools.count()
+        self._open: set[str] = set()
+        """Ids of sessions not ended, kept as they change: ``count_open`` is O(1)."""
         self._retry_memory = retry_memory
 
     def _session(self, session_id: str) -> Session:
@@ -42,6 +44,8 @@ class MemoryStore:
             record.created_at = record.last_active_at = time.time()
             self._sessions[record.session_id] = Session(record, retry_memory=self._retry_memory)
             self._by_key[record.api_key] = record.session_id
+            if not record.ended:
+                self._open.add(record.session_id)
             return True
 
     async def get(self, session_id: str) -> SessionRecord | None:
@@ -83,6 +87,8 @@ class MemoryStore:
         session = self._session(session_id)
         with self._lock:
             seq = next(self._ended)
+            if self._sessions.get(session_id) is session:
+                self._open.discard(session_id)
         return session.end(seq)
 
     async def mark_exported(self, session_ids: builtins.list[str]) -> None:
@@ -97,12 +103,11 @@ class MemoryStore:
             if session is None:
                 return False
             self._by_key.pop(session.api_key, None)
+            self._open.discard(session_id)
             return True
 
     async def count_open(self) -> int:
-        with self._lock:
-            sessions = list(self._sessions.values())
-        return sum(1 for s in sessions if not s.snapshot().ended)
+        return len(self._open)
 
     async def close(self) -> None:
         return None

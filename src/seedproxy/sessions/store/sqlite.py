@@ -92,6 +92,12 @@ class SqliteStore:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")
             db.executescript(_SCHEMA)
+            # The open-session count is kept as sessions change (count_open is O(1));
+            # a file from before it existed gets it counted once, here.
+            db.execute(
+                "INSERT OR IGNORE INTO counters (name, value) "
+                "SELECT 'open', count(*) FROM sessions WHERE ended = 0"
+            )
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open SQLite store {path}: {exc}") from exc
         return db
@@ -146,6 +152,10 @@ class SqliteStore:
         ).fetchone()
         return int(row[0])
 
+    @staticmethod
+    def _count_open(db: sqlite3.Connection, delta: int) -> None:
+        db.execute("UPDATE counters SET value = value + ? WHERE name = 'open'", (delta,))
+
     # -- SessionStore ------------------------------------------------------------------
 
     async def create(self, record: SessionRecord) -> bool:
@@ -166,6 +176,8 @@ class SqliteStore:
                     orjson.dumps(record.to_dict()),
                 ),
             )
+            if not record.ended:
+                self._count_open(db, 1)
             return True
 
         return await self._run(work)
@@ -318,6 +330,7 @@ class SqliteStore:
                 record.ended = True
                 record.ended_seq = self._next(db, "ended")
                 self._save(db, record)
+                self._count_open(db, -1)
             return record
 
         return await self._run(work)
@@ -334,7 +347,12 @@ class SqliteStore:
 
     async def delete(self, session_id: str) -> bool:
         def work(db: sqlite3.Connection) -> bool:
-            gone = db.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,)).rowcount
+            row = db.execute(
+                "DELETE FROM sessions WHERE session_id = ? RETURNING ended", (session_id,)
+            ).fetchone()
+            gone = row is not None
+            if gone and not row[0]:
+                self._count_open(db, -1)
             for table in ("recent", "pins", "interactions"):
                 db.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
             return bool(gone)
@@ -343,7 +361,8 @@ class SqliteStore:
 
     async def count_open(self) -> int:
         def work(db: sqlite3.Connection) -> int:
-            return int(db.execute("SELECT count(*) FROM sessions WHERE ended = 0").fetchone()[0])
+            row = db.execute("SELECT value FROM counters WHERE name = 'open'").fetchone()
+            return int(row[0])
 
         return await self._run(work)
 
