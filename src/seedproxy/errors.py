@@ -5,7 +5,8 @@ Hierarchy::
     SeedProxyError            (500, never raised for a client's mistake)
     ├── ConfigError           bad settings or command line (CLI exit 2)
     ├── BadRequest            400: bad JSON, bad field
-    │   └── PayloadTooLarge   413
+    │   ├── PayloadTooLarge   413
+    │   └── BodyTimeout       408: the body did not arrive in time
     ├── AuthError             401: no or unknown key
     │   └── Forbidden         403: a key that does not reach this session
     ├── SessionNotFound       404
@@ -23,6 +24,7 @@ from typing import Any
 __all__ = [
     "AuthError",
     "BadRequest",
+    "BodyTimeout",
     "ConfigError",
     "Forbidden",
     "OverCapacity",
@@ -64,6 +66,10 @@ class BadRequest(SeedProxyError):
 
 class PayloadTooLarge(BadRequest):
     status_code = 413
+
+
+class BodyTimeout(BadRequest):
+    status_code = 408
 
 
 class AuthError(SeedProxyError):

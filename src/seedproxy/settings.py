@@ -48,6 +48,9 @@ class Settings(BaseSettings):
     session_ttl_s: float | None = Field(default=None, gt=0)
     """Evict sessions idle (or ended) this long; un-exported ones are logged as lost."""
     graceful_shutdown_s: float = Field(default=30.0, ge=0)
+    client_timeout_s: float = Field(default=30.0, gt=0)
+    """A client's time to send a request head (then a connection is closed), and again
+    its body (then 408): connections that never finish cannot pile up."""
     log_requests: bool = True
 
     @field_validator("upstream", mode="before")
@@ -110,6 +113,7 @@ _ALIASES = {
     "connect_timeout": "connect_timeout_s",
     "read_timeout": "read_timeout_s",
     "graceful_shutdown": "graceful_shutdown_s",
+    "client_timeout": "client_timeout_s",
 }
 """Option names as the flags spell them (``--session-ttl``), for env and file too."""
 

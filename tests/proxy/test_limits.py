@@ -96,3 +96,22 @@ def test_sessions_past_their_ttl_are_evicted_and_unexported_ones_are_logged(
     assert any("idle and never ended" in m for m in warnings if "session idle " in m)
     assert not any("session exported " in m for m in warnings)
     assert any("evicting exported session exported" in r.getMessage() for r in caplog.records)
+
+
+def test_rejected_requests_create_no_session_and_do_not_fill_the_cap(
+    fake: Fake, start_proxy: Callable[..., str]
+) -> None:
+    url = start_proxy([fake.url], max_open_sessions=2)
+    with httpx.Client(base_url=url, timeout=30) as http:
+        for i in range(5):  # bad bodies, a bad pinned index, an oversized n: all 400
+            assert_error(http.post(f"/sessions/junk{i}/v1/chat/completions", content=b"{"), 400)
+            assert_error(http.post(
+                f"/sessions/pin{i}/v1/chat/completions", json=BODY, headers={"X-Request-Index": "²".encode()}
+            ), 400)
+            assert_error(http.post(f"/sessions/n{i}/v1/chat/completions", json={**BODY, "n": 0}), 400)
+            assert http.get(f"/sessions/junk{i}/v1/models").status_code == 200  # reads create nothing
+        assert http.get("/sessions/junk0").status_code == 404
+        for name in ("a", "b"):
+            assert http.post(f"/sessions/{name}/v1/chat/completions", json=BODY).status_code == 200
+        assert_error(http.post("/sessions/c/v1/chat/completions", json=BODY), 429)
+    assert len(fake.received) == 2

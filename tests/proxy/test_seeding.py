@@ -259,3 +259,28 @@ def test_a_request_in_no_session_gets_the_upstreams_bytes_verbatim(proxy: str, f
     proxied = httpx.post(f"{proxy}/v1/chat/completions", json=body)
     assert proxied.status_code == direct.status_code == 200
     assert proxied.content == direct.content
+
+
+@pytest.mark.parametrize("value", ["²", "1¹", "١", "-1", "1.0", "0x1", "1" * 16, ""])
+def test_an_index_header_that_is_not_ascii_digits_is_a_400(http: httpx.Client, value: str) -> None:
+    r = http.post(
+        "/sessions/idx/v1/chat/completions",
+        json={"messages": MSG},
+        headers={"X-Request-Index": value.encode()},
+    )
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "X-Request-Index"
+
+
+@pytest.mark.parametrize("value", ["²", "1¹", "١", "x", "-1", "1" * 16])
+def test_a_retry_count_that_is_not_ascii_digits_is_not_a_retry(
+    http: httpx.Client, value: str
+) -> None:
+    first = http.post("/sessions/rc/v1/chat/completions", json={"messages": MSG})
+    again = http.post(
+        "/sessions/rc/v1/chat/completions",
+        json={"messages": MSG},
+        headers={"x-stainless-retry-count": value.encode()},
+    )
+    assert again.status_code == 200, again.text
+    assert [r.headers["x-seedproxy-request-index"] for r in (first, again)] == ["0", "1"]

@@ -30,7 +30,12 @@ def _documented(model: type[BaseModel]) -> dict[str, Any]:
 
 
 def admin_router(
-    sessions: SessionManager, access: Access, *, deterministic: bool, max_body_bytes: int
+    sessions: SessionManager,
+    access: Access,
+    *,
+    deterministic: bool,
+    max_body_bytes: int,
+    body_timeout_s: float,
 ) -> APIRouter:
     router = APIRouter()
     store = sessions.store
@@ -39,7 +44,7 @@ def admin_router(
     @router.post("/sessions", status_code=201, openapi_extra=_documented(CreateSessions))
     async def create_sessions(request: Request) -> JSONResponse:
         access.require_admin(request)
-        body = await read_model(request, CreateSessions, max_body_bytes)
+        body = await read_model(request, CreateSessions, max_body_bytes, body_timeout_s)
         group = await sessions.create_group(
             identity=body.identity,
             session_id=body.session_id,
@@ -79,7 +84,7 @@ def admin_router(
     async def set_reward(session_id: str, request: Request) -> dict[str, Any]:
         access.require_admin(request)
         check_id(session_id, param="session_id")
-        body = await read_model(request, RewardRequest, max_body_bytes)
+        body = await read_model(request, RewardRequest, max_body_bytes, body_timeout_s)
         await sessions.require(session_id)
         rewarded = await store.set_reward(session_id, body.reward, body.interaction_id)
         return {"session_id": session_id, "interaction_id": rewarded, "reward": body.reward}
@@ -117,7 +122,7 @@ def admin_router(
     @router.post("/trajectories/export", openapi_extra=_documented(ExportRequest))
     async def export(request: Request) -> dict[str, Any]:
         access.require_admin(request)
-        body = await read_model(request, ExportRequest, max_body_bytes)
+        body = await read_model(request, ExportRequest, max_body_bytes, body_timeout_s)
         chosen = await select_sessions(
             store,
             session_ids=body.session_ids,

@@ -86,6 +86,10 @@ def _add_proxy_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--connect-timeout", type=float, help="seconds to connect upstream (504)")
     parser.add_argument("--read-timeout", type=float, help="seconds to wait on upstream reads (504)")
     parser.add_argument("--session-ttl", type=float, help="evict sessions idle or ended this long (s)")
+    parser.add_argument(
+        "--client-timeout", type=float,
+        help="seconds a client has to send a request head, and again its body (408)",
+    )
     parser.add_argument("--graceful-shutdown", type=float, help="seconds to drain on SIGTERM")
     parser.add_argument("--config", help="a TOML config file")
 
@@ -138,6 +142,7 @@ def _proxy_flags(args: argparse.Namespace) -> dict[str, Any]:
         "connect_timeout_s": args.connect_timeout,
         "read_timeout_s": args.read_timeout,
         "session_ttl_s": args.session_ttl,
+        "client_timeout_s": args.client_timeout,
         "graceful_shutdown_s": args.graceful_shutdown,
     }
 

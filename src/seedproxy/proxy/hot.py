@@ -4,10 +4,12 @@ FastAPI's per-request routing (a scan of every route, the request/response and
 dependency wrappers) cost about as much as the proxy's own work, and its middleware
 stack (a native-telemetry check that reads the environment, server-error, telemetry
 and body-limit wrappers) a few percent more, so ``ProxyApp`` sends POSTs to the
-OpenAI routes (also under ``/sessions/{id}``) straight to the forwarder. Those
-requests see no ASGI middleware added with ``add_middleware`` (seedproxy adds none);
-everything else, and the OpenAPI schema of these same routes, stays with FastAPI.
-Errors are rendered exactly as the FastAPI handlers render them.
+OpenAI routes (also under ``/sessions/{id}``) straight to the forwarder. Once any
+middleware is added with ``add_middleware`` (CORS, tracing: seedproxy adds none),
+every request takes FastAPI's stack instead, so that middleware sees all of them;
+the same handlers answer there. Everything else, and the OpenAPI schema of these
+same routes, stays with FastAPI. Errors are rendered exactly as the FastAPI
+handlers render them.
 """
 
 from __future__ import annotations
@@ -39,11 +41,13 @@ class ProxyApp(FastAPI):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         hot = self.hot
-        matched = hot.match(scope) if hot is not None and scope["type"] == "http" else None
+        if hot is None or scope["type"] != "http" or self.user_middleware:
+            await super().__call__(scope, receive, send)
+            return
+        matched = hot.match(scope)
         if matched is None:
             await super().__call__(scope, receive, send)
         else:
-            assert hot is not None
             if self.root_path:
                 scope["root_path"] = self.root_path
             scope["app"] = self

@@ -10,10 +10,11 @@ from typing import Any
 import uvicorn
 
 from ..errors import ConfigError
-from ..settings import load_settings
+from ..settings import Settings, load_settings
 from .app import create_app
 from .factory import APP_FACTORY, export_settings
 from .logs import configure_logging
+from .protocol import guarded_http_protocol
 
 __all__ = ["run_engine_only", "serve"]
 
@@ -50,6 +51,7 @@ def serve(flags: dict[str, Any], config_file: str | None) -> int:
                 port=settings.port,
                 log_level="warning",
                 timeout_graceful_shutdown=math.ceil(settings.graceful_shutdown_s),
+                **_client_limits(settings),
             )
             return 0
         uvicorn.run(
@@ -58,11 +60,20 @@ def serve(flags: dict[str, Any], config_file: str | None) -> int:
             port=settings.port,
             log_level="warning",
             timeout_graceful_shutdown=math.ceil(settings.graceful_shutdown_s),
+            **_client_limits(settings),
         )
     finally:
         if engine is not None:
             engine.stop()
     return 0
+
+
+def _client_limits(settings: Settings) -> dict[str, Any]:
+    """uvicorn options that bound what a slow or idle client holds: a request head
+    must arrive within ``client_timeout_s`` (``protocol.py`` reads it as uvicorn's
+    keep-alive timeout, which also closes idle connections), and so must each body
+    (``request.read_body``)."""
+    return {"http": guarded_http_protocol(), "timeout_keep_alive": settings.client_timeout_s}
 
 
 def run_engine_only(host: str, port: int, model: str | None) -> int:
