@@ -106,7 +106,7 @@ def test_rejected_requests_create_no_session_and_do_not_fill_the_cap(
         for i in range(5):  # bad bodies, a bad pinned index, an oversized n: all 400
             assert_error(http.post(f"/sessions/junk{i}/v1/chat/completions", content=b"{"), 400)
             assert_error(http.post(
-                f"/sessions/pin{i}/v1/chat/completions", json=BODY, headers={"X-Request-Index": "²".encode()}
+                f"/sessions/pin{i}/v1/chat/completions", json=BODY, headers={"X-Request-Index": b"\xb2"}
             ), 400)
             assert_error(http.post(f"/sessions/n{i}/v1/chat/completions", json={**BODY, "n": 0}), 400)
             assert http.get(f"/sessions/junk{i}/v1/models").status_code == 200  # reads create nothing
