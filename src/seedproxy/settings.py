@@ -49,8 +49,8 @@ class Settings(BaseSettings):
     """Evict sessions idle (or ended) this long; un-exported ones are logged as lost."""
     graceful_shutdown_s: float = Field(default=30.0, ge=0)
     client_timeout_s: float = Field(default=30.0, gt=0)
-    """A client's time to send a request head (then a connection is closed), and again
-    its body (then 408): connections that never finish cannot pile up."""
+    """A client's time to send a request head, and then again its body; past it the
+    connection is closed: connections that never finish cannot pile up."""
     log_requests: bool = True
 
     @field_validator("upstream", mode="before")

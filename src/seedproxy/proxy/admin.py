@@ -35,7 +35,6 @@ def admin_router(
     *,
     deterministic: bool,
     max_body_bytes: int,
-    body_timeout_s: float,
 ) -> APIRouter:
     router = APIRouter()
     store = sessions.store
@@ -44,7 +43,7 @@ def admin_router(
     @router.post("/sessions", status_code=201, openapi_extra=_documented(CreateSessions))
     async def create_sessions(request: Request) -> JSONResponse:
         access.require_admin(request)
-        body = await read_model(request, CreateSessions, max_body_bytes, body_timeout_s)
+        body = await read_model(request, CreateSessions, max_body_bytes)
         group = await sessions.create_group(
             identity=body.identity,
             session_id=body.session_id,
@@ -84,7 +83,7 @@ def admin_router(
     async def set_reward(session_id: str, request: Request) -> dict[str, Any]:
         access.require_admin(request)
         check_id(session_id, param="session_id")
-        body = await read_model(request, RewardRequest, max_body_bytes, body_timeout_s)
+        body = await read_model(request, RewardRequest, max_body_bytes)
         await sessions.require(session_id)
         rewarded = await store.set_reward(session_id, body.reward, body.interaction_id)
         return {"session_id": session_id, "interaction_id": rewarded, "reward": body.reward}
@@ -122,7 +121,7 @@ def admin_router(
     @router.post("/trajectories/export", openapi_extra=_documented(ExportRequest))
     async def export(request: Request) -> dict[str, Any]:
         access.require_admin(request)
-        body = await read_model(request, ExportRequest, max_body_bytes, body_timeout_s)
+        body = await read_model(request, ExportRequest, max_body_bytes)
         chosen = await select_sessions(
             store,
             session_ids=body.session_ids,

@@ -107,7 +107,6 @@ def create_app(
             access,
             deterministic=settings.deterministic,
             max_body_bytes=settings.max_body_bytes,
-            body_timeout_s=settings.client_timeout_s,
         )
     )
 

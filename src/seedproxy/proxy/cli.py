@@ -88,7 +88,7 @@ def _add_proxy_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--session-ttl", type=float, help="evict sessions idle or ended this long (s)")
     parser.add_argument(
         "--client-timeout", type=float,
-        help="seconds a client has to send a request head, and again its body (408)",
+        help="seconds a client has to send a request head, and again its body (default 30)",
     )
     parser.add_argument("--graceful-shutdown", type=float, help="seconds to drain on SIGTERM")
     parser.add_argument("--config", help="a TOML config file")

@@ -99,9 +99,7 @@ class Forwarder:
     ) -> Response:
         arrived = time.perf_counter()
         request.state.seedproxy_arrived = arrived  # for the error handler's headers
-        raw = await read_body(
-            request, self.settings.max_body_bytes, self.settings.client_timeout_s
-        )
+        raw = await read_body(request, self.settings.max_body_bytes)
         client = parse_body(endpoint, raw)
         pinned = pinned_index(request.headers)
         # Translated before the slot is taken: an untranslatable body is a 400 using no index.

@@ -70,9 +70,9 @@ def serve(flags: dict[str, Any], config_file: str | None) -> int:
 
 def _client_limits(settings: Settings) -> dict[str, Any]:
     """uvicorn options that bound what a slow or idle client holds: a request head
-    must arrive within ``client_timeout_s`` (``protocol.py`` reads it as uvicorn's
-    keep-alive timeout, which also closes idle connections), and so must each body
-    (``request.read_body``)."""
+    must arrive within ``client_timeout_s``, then its body within as long again
+    (``protocol.py`` reads it as uvicorn's keep-alive timeout, which also closes idle
+    connections)."""
     return {"http": guarded_http_protocol(), "timeout_keep_alive": settings.client_timeout_s}
 
 
