@@ -9,7 +9,6 @@ permits (1,024): a leak would leave the final request waiting forever."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson

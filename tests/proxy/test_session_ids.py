@@ -11,8 +11,8 @@ import httpx
 import openai
 import pytest
 
-from seedproxy.sessions.ids import check_id, decode_header_id, encode_id
 from seedproxy.errors import BadRequest
+from seedproxy.sessions.ids import check_id, decode_header_id, encode_id
 from tests.conftest import Fake
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}

@@ -229,7 +229,8 @@ class Forwarder:
         headers["x-seedproxy-overhead-ms"] = f"{plan.overhead_ms():.3f}"
         headers["cache-control"] = "no-cache"
         client = plan.client
-        tracker = self.backend.stream_capture(client.endpoint, client.body) if plan.capture else None
+        capture = plan.capture
+        tracker = self.backend.stream_capture(client.endpoint, client.body) if capture else None
         transcript = StreamTranscript(client.endpoint)
 
         def snapshot() -> tuple[Any, Captured]:

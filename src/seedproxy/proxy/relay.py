@@ -67,11 +67,14 @@ class RelayResponse(Response):
 
         watcher = asyncio.ensure_future(watch())
         try:
+            head = self.raw_headers
             await send_or_leave(
-                {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+                {"type": "http.response.start", "status": self.status_code, "headers": head}
             )
             async for chunk in self.events:
-                await send_or_leave({"type": "http.response.body", "body": chunk, "more_body": True})
+                await send_or_leave(
+                    {"type": "http.response.body", "body": chunk, "more_body": True}
+                )
             streaming = False
             await send_or_leave({"type": "http.response.body", "body": b"", "more_body": False})
             completed = True
