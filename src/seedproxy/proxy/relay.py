@@ -40,6 +40,7 @@ class RelayResponse(Response):
         self.media_type = media_type
         self.background = None
         self.init_headers(headers)
+        record.adopt()  # last: nothing after this may fail before __call__ runs
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         task = asyncio.current_task()

@@ -4,7 +4,7 @@ mechanism for every stream (single, fan-out, Responses).
 - ``UpstreamReplies``: every upstream answer a request opens is added here the
   moment it exists. ``Forwarder.forward`` closes them all in its ``finally`` (error,
   cancellation, a bug between open and close), unless a stream response took them.
-- ``StreamRecord``: a stream response takes the replies with it. Its events call
+- ``StreamRecord``: a stream response, once built, takes the replies (``adopt``). Its events call
   ``commit()`` just before their terminal event (``[DONE]``, ``response.completed``),
   so the client sees the end only once it is recorded; ``RelayResponse`` calls
   ``finish()`` in its ``finally``, on every path (even when sending the head failed
@@ -73,11 +73,16 @@ class StreamRecord:
     def __init__(self, fwd: Forwarder, plan: Plan, snapshot: Snapshot) -> None:
         self._fwd = fwd
         self._plan = plan
-        self._replies = plan.replies.take()
+        self._replies: list[UpstreamReply] = []
         self._snapshot = snapshot
         self._recorded = False
         self.status = 200
         """What the record says; the events set it when the upstream fails mid-stream."""
+
+    def adopt(self) -> None:
+        """Take the plan's replies: called by the response as the last step of its
+        construction, so that from then on its ``__call__`` is what closes them."""
+        self._replies = self._plan.replies.take()
 
     async def commit(self, *, abandoned: bool = False) -> None:
         """Record the interaction now, unless it already is."""
