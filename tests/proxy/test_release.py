@@ -69,8 +69,9 @@ async def call(app: Any, path: str, body: dict[str, Any], *, fail_at: int | None
 
 
 async def in_batches(count: int, job: Any) -> None:
-    for start in range(0, count, BATCH):
-        await asyncio.gather(*(job(i) for i in range(start, min(count, start + BATCH))))
+    async with asyncio.timeout(300):  # a hang guard: with permits leaked, requests wait forever
+        for start in range(0, count, BATCH):
+            await asyncio.gather(*(job(i) for i in range(start, min(count, start + BATCH))))
 
 
 async def assert_still_serves(app: Any) -> None:
