@@ -171,10 +171,10 @@ class UpstreamPool:
                 response = await self.client.send(built, stream=True)
             if stream and response.status_code < 400:
                 await _prime(response, release)  # the reply's aclose() releases from now on
-            else:
-                await read_response(response)
-                release(broken=False)
-            return UpstreamReply(upstream.url, response)
+                return UpstreamReply(upstream.url, response)
+            await read_response(response)
+            release(broken=False)
+            return UpstreamReply(upstream.url, response, _closed=True)  # read and released
         except BaseException as exc:
             try:
                 if response is not None:
