@@ -16,6 +16,7 @@ import pytest
 from seedproxy.backends.client import LeanClient, upstream_client
 from seedproxy.backends.route import Proxies
 from seedproxy.backends.transport import FastTransport, UpstreamBodyTooLarge, read_response
+from seedproxy.errors import ConfigError
 from tests.helpers.raw_http import CLOSE, ForwardProxy, RawRequest, RawServer, answer
 
 NO_PROXIES = Proxies()
@@ -248,7 +249,7 @@ def test_no_proxy_and_loopback_go_direct() -> None:
     assert Proxies.from_env({"http_proxy": "http://p:1", "NO_PROXY": "*"}).for_url(
         httpx.URL("http://gpu1")
     ) is None
-    with pytest.raises(ValueError, match="only http:// forward proxies"):
+    with pytest.raises(ConfigError, match="only http:// forward proxies"):
         Proxies.from_env({"HTTPS_PROXY": "socks5://p:1080"})
 
 

@@ -7,7 +7,7 @@ also covers its subdomains; a leading dot or ``*.`` means the same), IP addresse
 CIDR blocks, ``host:port``, or ``*`` for everything. Loopback upstreams (``localhost``,
 127.0.0.0/8, ``::1``) always go direct, as in Go's net/http: a proxy on another host
 cannot reach this machine's loopback. Only ``http://`` proxies are supported; any
-other scheme is refused with ``ValueError`` when the client is built.
+other scheme is refused with ``ConfigError`` when the client is built.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from urllib.parse import unquote
 
 import httpx
+
+from ..errors import ConfigError
 
 __all__ = ["Proxies", "Route", "route_for"]
 
@@ -119,7 +121,7 @@ def _proxy_url(value: str) -> httpx.URL | None:
         return None
     url = httpx.URL(value if "://" in value else "http://" + value)
     if url.scheme != "http":
-        raise ValueError(
+        raise ConfigError(
             f"proxy {value!r}: only http:// forward proxies are supported "
             "(https upstreams go through them by CONNECT)"
         )

@@ -184,7 +184,9 @@ async def _merged(
 
     async def pump(j: int, reply: UpstreamReply) -> None:
         try:
-            async for event in split_events(reply.response.aiter_raw()):
+            async for event in split_events(
+                reply.response.aiter_raw(), fwd.settings.max_upstream_body_bytes
+            ):
                 await queue.put((j, event))
         except httpx.HTTPError as exc:
             await queue.put((j, exc))

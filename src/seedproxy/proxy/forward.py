@@ -250,7 +250,9 @@ class Forwarder:
         # chunker and bookkeeping per chunk; the ``finally`` below closes the response.
         chunks = aiter(reply.response.stream)  # type: ignore[arg-type]
         try:
-            async for event in split_events(self.timed(plan, chunks)):
+            async for event in split_events(
+                self.timed(plan, chunks), self.settings.max_upstream_body_bytes
+            ):
                 payload = event_json(event) if plan.capture else None
                 if payload is None:
                     if event.strip() == DONE.strip() and plan.capture:

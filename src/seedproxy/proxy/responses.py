@@ -75,7 +75,9 @@ async def _events(
     status = 200
     finished = False
     try:
-        async for event in split_events(fwd.timed(plan, reply.response.aiter_raw())):
+        async for event in split_events(
+            fwd.timed(plan, reply.response.aiter_raw()), fwd.settings.max_upstream_body_bytes
+        ):
             if event.strip() == DONE.strip():
                 break
             payload = event_json(event)
