@@ -18,11 +18,11 @@ import orjson
 from starlette.responses import Response, StreamingResponse
 
 from ..backends import Captured, Endpoint
+from ..backends.answer_shape import MalformedAnswer, check_answer, check_chunk
 from ..backends.pool import UpstreamReply
 from ..backends.responses_bridge import dumps, to_response
 from ..backends.responses_events import ResponsesEvents
 from ..errors import UpstreamError
-from .malformed import SHAPE_ERRORS, malformed_answer
 from .sse import DONE, event_json, split_events
 
 if TYPE_CHECKING:
@@ -49,17 +49,16 @@ async def exchange_responses(fwd: Forwarder, plan: Plan, chat: dict[str, Any]) -
     try:
         answer = orjson.loads(reply.response.content)
     except orjson.JSONDecodeError:
-        answer = None
-    if not isinstance(answer, dict):
-        no_object = UpstreamError(f"upstream {reply.upstream} returned no JSON object")
-        raise await fwd.reject_answer(plan, no_object)
-    captured = Captured()
+        no_json = UpstreamError(f"upstream {reply.upstream} returned invalid JSON")
+        raise await fwd.reject_answer(plan, no_json) from None
     try:
-        if plan.capture:
-            answer, captured = fwd.backend.finish(Endpoint.CHAT, chat, answer)
-        result = to_response(client.body, answer)
-    except SHAPE_ERRORS:
-        raise await fwd.reject_answer(plan, malformed_answer(reply.upstream)) from None
+        check_answer(Endpoint.CHAT, answer)
+    except MalformedAnswer as exc:
+        raise await fwd.reject_answer(plan, exc) from None
+    captured = Captured()
+    if plan.capture:
+        answer, captured = fwd.backend.finish(Endpoint.CHAT, chat, answer)
+    result = to_response(client.body, answer)
     await fwd.record(plan, 200, result, captured)
     headers = plan.headers()
     headers["x-seedproxy-overhead-ms"] = f"{plan.overhead_ms():.3f}"
@@ -81,8 +80,9 @@ async def _events(
             if event.strip() == DONE.strip():
                 break
             payload = event_json(event)
-            if not isinstance(payload, dict):
+            if payload is None:
                 continue
+            check_chunk(Endpoint.CHAT, payload)
             shown = tracker.feed(payload) if tracker is not None else payload
             if shown is not None:
                 for out in writer.feed(shown):
@@ -99,9 +99,10 @@ async def _events(
         yield b"event: error\ndata: " + orjson.dumps(
             UpstreamError(f"upstream {reply.upstream} broke off the stream").body()
         ) + b"\n\n"
-    except SHAPE_ERRORS:
-        status = 502
-        yield b"event: error\ndata: " + orjson.dumps(malformed_answer(reply.upstream).body()) + b"\n\n"
+    except MalformedAnswer as exc:
+        status = exc.status_code
+        log.warning("upstream %s sent a malformed chunk: %s", reply.upstream, exc.message)
+        yield b"event: error\ndata: " + orjson.dumps(exc.body()) + b"\n\n"
     finally:
         await reply.aclose()
         if plan.capture and not finished:
