@@ -52,6 +52,14 @@ async def test_a_body_delimited_by_the_connection_end_is_read_whole() -> None:
         assert await read_response(response) == b"z" * 300_000
 
 
+async def test_an_idle_connection_past_its_expiry_is_not_reused() -> None:
+    async with RawServer(lambda r: answer(b"ok")) as server:
+        async with _client(idle_expiry_s=0) as client:
+            for _ in range(2):
+                assert (await client.get(server.url + "/x")).content == b"ok"
+    assert [r.connection for r in server.requests] == [0, 1]
+
+
 async def test_a_chunked_body_is_read_and_the_connection_kept() -> None:
     def script(request: RawRequest) -> bytes:
         chunks = b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in (b"abc", b"d" * 70_000))
@@ -222,6 +230,18 @@ async def test_https_upstreams_tunnel_through_https_proxy(
                     expected = body + b"|upstream.test:%d" % server.port
                     assert await read_response(response) == expected
     assert proxy.seen == [f"CONNECT upstream.test:{server.port}"]  # one tunnel, kept alive
+
+
+async def test_a_refused_tunnel_is_a_proxy_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with ForwardProxy(refuse_tunnels=True) as proxy:
+        monkeypatch.setenv("https_proxy", proxy.url)
+        monkeypatch.delenv("no_proxy", raising=False)
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        async with _client(max_connections=1, proxies=Proxies.from_env()) as client:
+            with pytest.raises(httpx.ProxyError, match="403 Forbidden"):
+                await client.post_stream("https://upstream.test:1/x", b"", {})
+            with pytest.raises(httpx.ProxyError):  # the permit came back: not a PoolTimeout
+                await client.post_stream("https://upstream.test:1/x", b"", {})
 
 
 def test_no_proxy_and_loopback_go_direct() -> None:

@@ -101,7 +101,7 @@ class RawServer:
             pass  # the test's loop is ending
         finally:
             writer.close()
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception, asyncio.CancelledError):
                 await writer.wait_closed()
 
 
@@ -109,6 +109,7 @@ class RawServer:
 class ForwardProxy:
     """Records each request line it got (``seen``) and each Proxy-Authorization."""
 
+    refuse_tunnels: bool = False
     seen: list[str] = field(default_factory=list)
     auth: list[str | None] = field(default_factory=list)
     port: int = 0
@@ -134,6 +135,10 @@ class ForwardProxy:
             method, target, headers, body = await _read_request(reader)
             self.seen.append(f"{method} {target}")
             self.auth.append(headers.get("proxy-authorization"))
+            if method == "CONNECT" and self.refuse_tunnels:
+                writer.write(b"HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n")
+                await writer.drain()
+                return
             if method == "CONNECT":
                 port = int(target.rsplit(":", 1)[1])
                 up_reader, up_writer = await asyncio.open_connection("127.0.0.1", port)

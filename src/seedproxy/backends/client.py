@@ -25,7 +25,11 @@ _URL_CACHE = 4096
 
 class LeanClient(httpx.AsyncClient):
     def __init__(self, *, timeout: httpx.Timeout, transport: httpx.AsyncBaseTransport) -> None:
-        super().__init__(timeout=timeout, transport=transport, follow_redirects=False)
+        # trust_env=False: the transport reads the proxy variables itself; httpx's own
+        # proxy mounts would never be used (``send`` goes straight to the transport).
+        super().__init__(
+            timeout=timeout, transport=transport, follow_redirects=False, trust_env=False
+        )
         self._lean_transport = transport
         self._default_timeout = self.timeout.as_dict()
         self._urls: dict[str, httpx.URL] = {}
