@@ -157,7 +157,7 @@ def _server_tls(certificate: tuple[Path, Path]) -> ssl.SSLContext:
 
 
 async def test_https_uses_the_clients_ca_and_keeps_the_connection(
-    certificate: tuple[Path, Path],
+    certificate: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async with RawServer(_echo, ssl_context=_server_tls(certificate)) as server:
         async with _client(verify=str(certificate[0])) as client:
@@ -170,6 +170,9 @@ async def test_https_uses_the_clients_ca_and_keeps_the_connection(
                 await strict.post_stream(server.url + "/x", b"", {})
         async with _client(verify=False) as lax:
             assert (await lax.get(server.url + "/x")).status_code == 200
+        monkeypatch.setenv("SSL_CERT_FILE", str(certificate[0]))
+        async with _client() as configured:  # the default, told of the CA by the environment
+            assert (await configured.get(server.url + "/x")).status_code == 200
 
 
 async def test_https_counts_against_the_connection_limit_and_its_timeouts(
