@@ -113,3 +113,28 @@ def test_a_bug_reading_a_good_answer_is_a_500_not_a_502(
     assert response.status_code == 500
     assert response.json()["error"]["type"] == "internal_error"
     assert "seedproxy's own bug" in caplog.text
+
+
+def test_a_bug_reading_a_good_stream_is_recorded_as_a_500(
+    fake: Any, start_proxy: Callable[..., str], monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    from seedproxy.backends import sglang
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise KeyError("seedproxy's own stream bug")
+
+    monkeypatch.setattr(sglang._OpenAIStream, "feed", broken)
+    proxy = start_proxy([fake.url])
+    body = {
+        "model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+        "stream": True,
+    }
+    with httpx.Client(base_url=proxy, timeout=30) as http:
+        with http.stream("POST", "/sessions/b/v1/chat/completions", json=body) as response:
+            assert response.status_code == 200  # the head was out before the bug
+            with pytest.raises(httpx.RemoteProtocolError):  # cut off, not a clean end
+                response.read()
+        interactions = http.get("/sessions/b/trajectory").json()["interactions"]
+    assert [i["status"] for i in interactions] == [500]
+    assert "seedproxy's own stream bug" in capfd.readouterr().err  # the server logged it
