@@ -41,6 +41,8 @@ class Settings(BaseSettings):
     upstream_api_key: str | None = None
     max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
     max_open_sessions: int | None = Field(default=None, ge=1)
+    max_upstream_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+    """Bounds a non-streamed upstream answer and each event of a streamed one (502)."""
     connect_timeout_s: float = Field(default=5.0, gt=0)
     read_timeout_s: float = Field(default=600.0, gt=0)
     max_failover: int = Field(default=2, ge=0)

@@ -33,6 +33,7 @@ def test_serve_on_a_public_host_without_an_admin_key_refuses_with_one_line() -> 
         (["--store", "sqlite:////nonexistent-dir/x/y.db"], "cannot open SQLite store"),
         (["--session-ttl", "0"], "session_ttl_s"),
         (["--max-body-bytes", "10"], "max_body_bytes"),
+        (["--max-upstream-body-bytes", "10"], "max_upstream_body_bytes"),
         (["--read-timeout", "-1"], "read_timeout_s"),
     ],
 )
@@ -42,6 +43,16 @@ def test_bad_serve_flags_are_one_line_and_exit_2(
     assert main(["serve", "--upstream", "http://127.0.0.1:9", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0], err
+
+
+def test_an_unsupported_proxy_variable_is_one_line_and_exit_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "socks5://127.0.0.1:1080")
+    monkeypatch.delenv("https_proxy", raising=False)
+    assert main(["serve", "--upstream", "https://127.0.0.1:9"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "only http:// forward proxies" in err[0], err
 
 
 def test_limit_options_rank_flags_over_env_over_file(

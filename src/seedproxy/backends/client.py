@@ -4,17 +4,19 @@
 goes straight to the transport, with no cookie jar (an upstream's cookies must never
 reach another client's request), no redirects, auth, event hooks or default headers,
 and upstream URLs parsed once. Anything it does not cover (params, json, files,
-non-string URLs) takes httpx's ordinary path.
+non-string URLs) takes httpx's ordinary path. Every request, http or https, goes
+through the one ``FastTransport`` with the client's timeouts and TLS settings.
 """
 
 from __future__ import annotations
 
+import ssl
 from typing import Any
 
 import httpx
-from httpx._client import USE_CLIENT_DEFAULT, UseClientDefault
 
-from .transport import _SKIP_HEADERS, FastTransport
+from .route import Proxies
+from .transport import _SKIP_HEADERS, DEFAULT_MAX_BODY_BYTES, FastTransport
 
 __all__ = ["LeanClient", "upstream_client"]
 
@@ -23,11 +25,14 @@ _URL_CACHE = 4096
 
 class LeanClient(httpx.AsyncClient):
     def __init__(self, *, timeout: httpx.Timeout, transport: httpx.AsyncBaseTransport) -> None:
-        super().__init__(timeout=timeout, transport=transport, follow_redirects=False)
+        # trust_env=False: the transport reads the proxy variables itself; httpx's own
+        # proxy mounts would never be used (``send`` goes straight to the transport).
+        super().__init__(
+            timeout=timeout, transport=transport, follow_redirects=False, trust_env=False
+        )
         self._lean_transport = transport
         self._default_timeout = self.timeout.as_dict()
         self._urls: dict[str, httpx.URL] = {}
-        self._heads: dict[str, bytes] = {}
 
     def build_request(  # type: ignore[override]
         self,
@@ -36,7 +41,7 @@ class LeanClient(httpx.AsyncClient):
         *,
         content: bytes | None = None,
         headers: dict[str, str] | None = None,
-        timeout: Any = USE_CLIENT_DEFAULT,
+        timeout: Any = httpx.USE_CLIENT_DEFAULT,
         extensions: dict[str, Any] | None = None,
         **other: Any,
     ) -> httpx.Request:
@@ -55,7 +60,7 @@ class LeanClient(httpx.AsyncClient):
         if "timeout" not in ext:
             ext["timeout"] = (
                 self._default_timeout
-                if isinstance(timeout, UseClientDefault)
+                if timeout is httpx.USE_CLIENT_DEFAULT
                 else httpx.Timeout(timeout).as_dict()
             )
         return httpx.Request(method, parsed, content=content, headers=headers, extensions=ext)
@@ -68,32 +73,24 @@ class LeanClient(httpx.AsyncClient):
         built here from a per-URL head, the same bytes the transport would write."""
         transport = self._lean_transport
         parsed = self._parse(url)
-        if not isinstance(transport, FastTransport) or not transport.takes(parsed):
+        if not isinstance(transport, FastTransport):
             built = self.build_request("POST", url, content=content, headers=headers)
             return await self.send(built, stream=True)
-        head = self._heads.get(url)
-        if head is None:
-            port = f":{parsed.port}" if parsed.port else ""
-            head = self._heads[url] = b"POST %s HTTP/1.1\r\nhost: %s%s\r\n" % (
-                parsed.raw_path,
-                parsed.raw_host,
-                port.encode(),
-            )
-        lines = [head]
+        route = transport.route(parsed)
+        lines = [route.head("POST")]
         for name, value in headers.items():
             raw = name.encode("ascii")
             if raw.lower() not in _SKIP_HEADERS:
                 lines.append(b"%s: %s\r\n" % (raw, value.encode("ascii")))
         lines.append(b"content-length: %d\r\n\r\n" % len(content))
         lines.append(content)
-        return await transport.send_raw(parsed, b"".join(lines), self._default_timeout)
+        return await transport.send_raw(route, "POST", b"".join(lines), self._default_timeout)
 
     def _parse(self, url: str) -> httpx.URL:
         parsed = self._urls.get(url)
         if parsed is None:
             if len(self._urls) >= _URL_CACHE:
                 self._urls.clear()
-                self._heads.clear()
             parsed = self._urls[url] = httpx.URL(url)
         return parsed
 
@@ -112,9 +109,23 @@ class LeanClient(httpx.AsyncClient):
         return response
 
 
-def upstream_client(*, read_timeout_s: float, connect_timeout_s: float) -> LeanClient:
-    """The default upstream client: ``LeanClient`` over ``FastTransport``."""
+def upstream_client(
+    *,
+    read_timeout_s: float,
+    connect_timeout_s: float,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    verify: bool | str | ssl.SSLContext = True,
+    proxies: Proxies | None = None,
+) -> LeanClient:
+    """The default upstream client: ``LeanClient`` over ``FastTransport``; proxies
+    from the environment unless given."""
     return LeanClient(
         timeout=httpx.Timeout(read_timeout_s, connect=connect_timeout_s),
-        transport=FastTransport(max_connections=1024, max_idle=256),
+        transport=FastTransport(
+            max_connections=1024,
+            max_idle=256,
+            verify=verify,
+            proxies=proxies,
+            max_body_bytes=max_body_bytes,
+        ),
     )

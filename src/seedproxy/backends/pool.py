@@ -27,7 +27,7 @@ import orjson
 from ..errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from .base import UpstreamRequest
 from .client import LeanClient
-from .transport import read_response
+from .transport import UpstreamBodyTooLarge, read_response
 
 __all__ = ["Upstream", "UpstreamPool", "UpstreamReply", "rendezvous_order"]
 
@@ -258,6 +258,8 @@ def _score(key: str, url: str) -> int:
 def _as_upstream_error(url: str, what: str, exc: httpx.HTTPError) -> UpstreamError:
     if isinstance(exc, httpx.TimeoutException):
         return UpstreamTimeout(f"upstream {url} timed out: {type(exc).__name__}")
+    if isinstance(exc, UpstreamBodyTooLarge):
+        return UpstreamError(f"upstream {url}: {exc} (--max-upstream-body-bytes)")
     return UpstreamError(f"upstream {url} {what}: {type(exc).__name__}")
 
 

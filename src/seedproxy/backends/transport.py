@@ -1,184 +1,134 @@
-"""A lean httpx transport for plain-HTTP upstreams: HTTP/1.1 keep-alive over asyncio
-protocols, parsed by httptools (uvicorn's parser).
+"""A lean httpx transport for upstreams: HTTP/1.1 keep-alive over asyncio protocols,
+plain or TLS, direct or through a forward proxy (see ``route``).
 
 Why: httpcore's pool checks every pooled connection on every request (a poll per
 connection), so the proxy's cost grew with the number of upstream connections; this
 one takes an idle connection from a LIFO list in O(1). It plugs in below
 ``httpx.AsyncClient``, so the rest of the proxy and its tests keep using httpx.
 
-Invariants: a connection is reused only after its response was read to the end and
-both sides allowed keep-alive; a request on a reused connection that the server
-had closed before answering a byte is retried once on a fresh connection; response
-bytes are handed on as they arrive, with reading paused while too much is
-buffered. HTTPS and anything else unusual goes to the ``fallback`` transport.
+Invariants:
+- every request, http or https, holds one of ``max_connections`` permits from the
+  moment it asks for a connection until its body is read or closed;
+- a connection is reused only after its response was read to the end, both sides
+  allowed keep-alive, and it sat idle less than ``idle_expiry_s`` (below uvicorn's 5 s
+  keep-alive, so the server rarely closes a connection just as a request goes out);
+- a request is re-sent on a fresh connection only when that is provably harmless: an
+  idle connection found closed is never written to, and when a reused connection
+  closes without answering a byte, only an idempotent method (GET, HEAD, PUT,
+  DELETE, OPTIONS) is sent again. A POST that may have reached the server is never
+  sent twice by the transport: it fails with ``httpx.RemoteProtocolError``;
+- a body read whole (``read_response``) is at most ``max_body_bytes`` (after any
+  content-encoding is undone), else ``UpstreamBodyTooLarge``; streamed bodies are
+  bounded by their reader.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
-import socket
+import ssl
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httptools
 import httpx
 
-__all__ = ["FastTransport", "read_response"]
+from .connection import Closed, Connection
+from .route import Proxies, Route, route_for
 
-_HIGH_WATER = 256 * 1024
-_SKIP_HEADERS = frozenset({b"host", b"content-length", b"transfer-encoding", b"connection"})
+__all__ = [
+    "DEFAULT_MAX_BODY_BYTES",
+    "FastTransport",
+    "UpstreamBodyTooLarge",
+    "UpstreamResponse",
+    "read_response",
+]
 
-
-class _Closed(Exception):
-    """The server closed the connection before answering a byte."""
-
-
-class _Connection(asyncio.Protocol):
-    """One HTTP/1.1 connection, one response at a time."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.transport: asyncio.Transport | None = None
-        self.closed = False
-        self._reset()
-
-    def _reset(self) -> None:
-        self.parser = httptools.HttpResponseParser(self)
-        self.status = 0
-        self.headers: list[tuple[bytes, bytes]] = []
-        self.head_done = False
-        self.complete = False
-        self.received_any = False
-        self.keep_alive = False
-        self.error: BaseException | None = None
-        self.chunks: collections.deque[bytes] = collections.deque()
-        self.buffered = 0
-        self.paused = False
-        self.waiter: asyncio.Future[None] | None = None
-
-    # asyncio.Protocol
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def data_received(self, data: bytes) -> None:
-        self.received_any = True
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserError as exc:
-            self.error = httpx.RemoteProtocolError(f"invalid HTTP from upstream: {exc}")
-            self.close()
-        self._wake()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        if not self.complete and self.error is None:
-            if self.head_done and not self._framed():
-                self.complete = True  # a body delimited by the connection's end
-            elif not self.received_any:
-                self.error = _Closed()
-            else:
-                self.error = httpx.RemoteProtocolError("upstream closed the connection mid-answer")
-        self._wake()
-
-    # httptools callbacks
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers.append((name, value))
-
-    def on_headers_complete(self) -> None:
-        self.status = self.parser.get_status_code()
-        self.head_done = True
-
-    def on_body(self, body: bytes) -> None:
-        self.chunks.append(body)
-        self.buffered += len(body)
-        if self.buffered > _HIGH_WATER and not self.paused and self.transport is not None:
-            self.paused = True
-            self.transport.pause_reading()
-
-    def on_message_complete(self) -> None:
-        self.complete = True
-        self.keep_alive = self.parser.should_keep_alive()
-
-    # helpers
-    def _framed(self) -> bool:
-        names = {name.lower() for name, _ in self.headers}
-        return b"content-length" in names or b"transfer-encoding" in names
-
-    def _wake(self) -> None:
-        waiter = self.waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    async def wait(self, timeout: float | None) -> None:
-        """Wait for the next event (bytes, the end, an error) or raise TimeoutError."""
-        waiter = self.waiter = self.loop.create_future()
-        timer = self.loop.call_later(timeout, _expire, waiter) if timeout is not None else None
-        try:
-            await waiter
-        finally:
-            self.waiter = None
-            if timer is not None:
-                timer.cancel()
-
-    def take(self) -> bytes:
-        data = b"".join(self.chunks) if len(self.chunks) != 1 else self.chunks[0]
-        self.chunks.clear()
-        self.buffered = 0
-        if self.paused and self.transport is not None:
-            self.paused = False
-            self.transport.resume_reading()
-        return data
-
-    def reusable(self) -> bool:
-        return self.complete and not self.closed and self.error is None and self.keep_alive
-
-    def close(self) -> None:
-        if self.transport is not None:
-            self.transport.close()
-        self.closed = True
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+_SKIP_HEADERS = frozenset(
+    {b"host", b"content-length", b"transfer-encoding", b"connection", b"proxy-authorization"}
+)
+_IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS", "TRACE"})
 
 
-def _expire(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_exception(TimeoutError())
+class UpstreamBodyTooLarge(httpx.RemoteProtocolError):
+    """An upstream answer (or one event of it) over the configured byte bound."""
+
+
+class UpstreamResponse(httpx.Response):
+    """An ``httpx.Response`` whose ``aread`` is bounded by the transport's
+    ``max_body_bytes`` and, without a content-encoding, hands the body over whole
+    instead of through httpx's per-chunk decoding machinery."""
+
+    body: bytes | None = None
+
+    @property
+    def content(self) -> bytes:
+        if self.body is not None:
+            return self.body
+        return super().content
+
+    async def aread(self) -> bytes:
+        if self.body is not None:
+            return self.body
+        stream = self.stream
+        if not isinstance(stream, _Body):
+            return await super().aread()
+        limit = stream.limit
+        if not any(name.lower() == b"content-encoding" for name, _ in stream.head):
+            content = await stream.read_all(limit)
+        else:  # decoded by httpx, and bounded after decoding (no decompression bomb)
+            parts: list[bytes] = []
+            size = 0
+            try:
+                async for part in self.aiter_bytes():
+                    size += len(part)
+                    if size > limit:
+                        raise _too_large(limit, stream.request)
+                    parts.append(part)
+            finally:
+                await self.aclose()
+            content = b"".join(parts)
+        self.body = content
+        self.is_closed = True
+        return content
 
 
 class _Body(httpx.AsyncByteStream):
     def __init__(
         self,
         transport: FastTransport,
-        key: tuple[str, int],
-        conn: _Connection,
+        key: tuple[str, str, int, str],
+        conn: Connection,
         request: httpx.Request | None,
         timeout: float | None,
     ) -> None:
         self._transport, self._key, self._conn = transport, key, conn
-        self._request, self._timeout = request, timeout
+        self.request, self._timeout = request, timeout
+        self.limit = transport.max_body_bytes
         self._done = False
         self.head = conn.headers
         """The response's header lines as received."""
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
+    async def _next(self) -> bool:
+        """Wait until the connection holds bytes (True) or the body ended (False)."""
         conn = self._conn
-        while True:
-            if conn.chunks:
-                yield conn.take()
-                continue
+        while not conn.chunks:
             if conn.error is not None:
                 raise httpx.ReadError(
-                    str(conn.error) or "upstream connection lost", request=self._request
+                    str(conn.error) or "upstream connection lost", request=self.request
                 )
             if conn.complete:
-                return
+                return False
             try:
                 await conn.wait(self._timeout)
             except TimeoutError:
                 conn.close()
-                raise httpx.ReadTimeout("upstream read timed out", request=self._request) from None
+                raise httpx.ReadTimeout("upstream read timed out", request=self.request) from None
+        return True
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        while await self._next():
+            yield self._conn.take()
 
     async def aclose(self) -> None:
         if self._done:
@@ -186,91 +136,116 @@ class _Body(httpx.AsyncByteStream):
         self._done = True
         self._transport._release(self._key, self._conn)
 
-    async def read_all(self) -> bytes:
-        """The rest of the body, then the connection released: ``aiter`` + ``aclose``
-        without the generator."""
+    async def read_all(self, limit: int) -> bytes:
+        """The rest of the body (at most ``limit`` bytes, else ``UpstreamBodyTooLarge``),
+        then the connection released: ``aiter`` + ``aclose`` without the generator."""
         conn = self._conn
         parts: list[bytes] = []
+        size = 0
         try:
-            while True:
-                if conn.chunks:
-                    parts.append(conn.take())
-                elif conn.error is not None:
-                    raise httpx.ReadError(
-                        str(conn.error) or "upstream connection lost", request=self._request
-                    )
-                elif conn.complete:
-                    break
-                else:
-                    try:
-                        await conn.wait(self._timeout)
-                    except TimeoutError:
-                        conn.close()
-                        raise httpx.ReadTimeout(
-                            "upstream read timed out", request=self._request
-                        ) from None
+            declared = conn.content_length()
+            if declared is not None and declared > limit:
+                conn.close()
+                raise _too_large(limit, self.request)
+            while await self._next():
+                part = conn.take()
+                size += len(part)
+                if size > limit:
+                    conn.close()
+                    raise _too_large(limit, self.request)
+                parts.append(part)
         finally:
             await self.aclose()
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
+def _too_large(limit: int, request: httpx.Request | None) -> UpstreamBodyTooLarge:
+    return UpstreamBodyTooLarge(f"upstream answer over {limit} bytes", request=request)
+
+
 class FastTransport(httpx.AsyncBaseTransport):
     """``httpx.AsyncClient(transport=FastTransport())``. Event-loop bound; keeps at most
-    ``max_idle`` idle connections per upstream and opens at most ``max_connections``."""
+    ``max_idle`` idle connections per upstream and opens at most ``max_connections``.
+
+    ``verify``: True (the system's and certifi's CAs), False, a CA bundle path, or an
+    ``ssl.SSLContext``. ``proxies``: None reads the environment (see ``route``).
+    """
 
     def __init__(
         self,
         *,
         max_connections: int = 1024,
         max_idle: int = 256,
-        fallback: httpx.AsyncBaseTransport | None = None,
+        verify: bool | str | ssl.SSLContext = True,
+        proxies: Proxies | None = None,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        idle_expiry_s: float = 4.0,
     ) -> None:
-        self._idle: dict[tuple[str, int], list[_Connection]] = {}
+        self._idle: dict[tuple[str, str, int, str], list[Connection]] = {}
         self._max_idle = max_idle
         self._limit = asyncio.Semaphore(max_connections)
-        self._fallback = fallback
+        self._verify = verify
+        self._ssl: ssl.SSLContext | None = None
+        self.proxies = proxies if proxies is not None else Proxies.from_env()
+        self.max_body_bytes = max_body_bytes
+        self._idle_expiry_s = idle_expiry_s
+        self._routes: dict[httpx.URL, Route] = {}
         self._closed = False
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        url = request.url
-        if url.scheme != "http" or request.method == "HEAD" or self._closed:
-            return await self._fallback_transport().handle_async_request(request)
-        timeouts = request.extensions.get("timeout", {})
-        body = await request.aread()
-        data = _head(request, url, len(body)) + body
-        return await self._send((url.host, url.port or 80), data, request, timeouts)
+    def route(self, url: httpx.URL) -> Route:
+        """The route to ``url``'s origin (cached: one per origin and path)."""
+        route = self._routes.get(url)
+        if route is None:
+            if len(self._routes) >= 4096:
+                self._routes.clear()
+            route = self._routes[url] = route_for(url, self.proxies)
+        return route
 
-    def takes(self, url: httpx.URL) -> bool:
-        """Whether ``send_raw`` may carry a request to ``url``."""
-        return url.scheme == "http" and not self._closed
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self._closed:
+            raise httpx.ConnectError("the upstream client is closed", request=request)
+        route = self.route(request.url)
+        body = await request.aread()
+        data = _head(request, route, len(body)) + body
+        return await self._send(
+            route, data, request, request.extensions.get("timeout", {}), request.method
+        )
 
     async def send_raw(
-        self, url: httpx.URL, data: bytes, timeouts: dict[str, Any]
+        self, route: Route, method: str, data: bytes, timeouts: dict[str, Any]
     ) -> httpx.Response:
-        """Send ``data``, a whole HTTP/1.1 request (head and body) built by the caller,
-        to ``url`` (``takes(url)`` must hold): ``handle_async_request`` without the
-        ``httpx.Request`` around it. Errors carry no request."""
-        return await self._send((url.host, url.port or 80), data, None, timeouts)
+        """Send ``data``, a whole HTTP/1.1 request (head from ``route.head(method)`` and
+        body) built by the caller: ``handle_async_request`` without the ``httpx.Request``
+        around it. Errors carry no request."""
+        if self._closed:
+            raise httpx.ConnectError("the upstream client is closed")
+        return await self._send(route, data, None, timeouts, method)
 
     async def _send(
         self,
-        key: tuple[str, int],
+        route: Route,
         data: bytes,
         request: httpx.Request | None,
         timeouts: dict[str, Any],
+        method: str,
     ) -> httpx.Response:
         await self._acquire(timeouts.get("pool"), request)
         try:
-            conn = self._take_idle(key)
+            conn = self._take_idle(route.key, method)
+            if conn is not None:
+                try:
+                    return await self._exchange(route, conn, data, request, timeouts)
+                except Closed:
+                    if method not in _IDEMPOTENT:
+                        raise httpx.RemoteProtocolError(
+                            "upstream closed a reused connection without answering; "
+                            f"a {method} that may have reached it is not sent again",
+                            request=request,
+                        ) from None
+            conn = await self._connect(route, timeouts.get("connect"), request, method)
             try:
-                if conn is not None:
-                    try:
-                        return await self._exchange(key, conn, data, request, timeouts)
-                    except _Closed:
-                        pass  # the server dropped an idle connection: retry on a fresh one
-                conn = await self._connect(key, timeouts.get("connect"), request)
-                return await self._exchange(key, conn, data, request, timeouts)
-            except _Closed:
+                return await self._exchange(route, conn, data, request, timeouts)
+            except Closed:
                 raise httpx.RemoteProtocolError(
                     "upstream closed the connection without answering", request=request
                 ) from None
@@ -280,8 +255,8 @@ class FastTransport(httpx.AsyncBaseTransport):
 
     async def _exchange(
         self,
-        key: tuple[str, int],
-        conn: _Connection,
+        route: Route,
+        conn: Connection,
         data: bytes,
         request: httpx.Request | None,
         timeouts: dict[str, Any],
@@ -294,7 +269,7 @@ class FastTransport(httpx.AsyncBaseTransport):
                 if conn.error is not None:
                     error = conn.error
                     conn.close()
-                    if isinstance(error, _Closed):
+                    if isinstance(error, Closed):
                         raise error
                     raise httpx.ReadError(str(error), request=request)
                 await conn.wait(read_timeout)
@@ -304,44 +279,104 @@ class FastTransport(httpx.AsyncBaseTransport):
         except asyncio.CancelledError:
             conn.close()
             raise
-        return httpx.Response(
+        return UpstreamResponse(
             conn.status,
             headers=conn.headers,
-            stream=_Body(self, key, conn, request, read_timeout),
+            stream=_Body(self, route.key, conn, request, read_timeout),
             extensions={"http_version": b"HTTP/1.1"},
         )
 
     async def _connect(
-        self, key: tuple[str, int], timeout: float | None, request: httpx.Request | None
-    ) -> _Connection:
+        self, route: Route, timeout: float | None, request: httpx.Request | None, method: str
+    ) -> Connection:
         loop = asyncio.get_running_loop()
+        where = f"{route.connect_host}:{route.connect_port}"
+        context = self._ssl_context() if route.tls_host is not None else None
+        conn: Connection | None = None
         try:
             async with asyncio.timeout(timeout):
-                _, conn = await loop.create_connection(lambda: _Connection(loop), key[0], key[1])
+                if route.tunnel is None:
+                    _, conn = await loop.create_connection(
+                        lambda: Connection(loop),
+                        route.connect_host,
+                        route.connect_port,
+                        ssl=context,
+                        server_hostname=route.tls_host,
+                    )
+                else:
+                    assert context is not None
+                    _, conn = await loop.create_connection(
+                        lambda: Connection(loop), route.connect_host, route.connect_port
+                    )
+                    await conn.tunnel(route.tunnel, None)
+                    assert conn.transport is not None
+                    tls = await loop.start_tls(
+                        conn.transport, conn, context, server_hostname=route.tls_host
+                    )
+                    if tls is None:
+                        raise httpx.ProxyError("TLS through the proxy's tunnel failed")
+                    conn.transport = tls
         except TimeoutError:
+            if conn is not None:
+                conn.close()
             raise httpx.ConnectTimeout(
-                f"connecting to {key[0]}:{key[1]} timed out", request=request
+                f"connecting to {where} timed out", request=request
             ) from None
-        except OSError as exc:
-            raise httpx.ConnectError(
-                f"cannot connect to {key[0]}:{key[1]}: {exc}", request=request
-            ) from None
+        except httpx.ProxyError:
+            if conn is not None:
+                conn.close()
+            raise
+        except OSError as exc:  # ssl.SSLError (a failed verification) is one too
+            if conn is not None:
+                conn.close()
+            raise httpx.ConnectError(f"cannot connect to {where}: {exc}", request=request) from None
+        conn.reset(expect_body=method != "HEAD")
         return conn
 
-    def _take_idle(self, key: tuple[str, int]) -> _Connection | None:
+    def _ssl_context(self) -> ssl.SSLContext:
+        if self._ssl is None:
+            verify = self._verify
+            if isinstance(verify, ssl.SSLContext):
+                self._ssl = verify
+            elif verify is False:
+                context = ssl.create_default_context()
+                context.check_hostname = False
+                context.verify_mode = ssl.CERT_NONE
+                self._ssl = context
+            elif isinstance(verify, str):
+                self._ssl = ssl.create_default_context(cafile=verify)
+            else:
+                context = ssl.create_default_context()  # honours SSL_CERT_FILE / _DIR
+                try:
+                    import certifi
+                except ImportError:  # pragma: no cover - certifi comes with httpx
+                    pass
+                else:
+                    context.load_verify_locations(certifi.where())
+                self._ssl = context
+        return self._ssl
+
+    def _take_idle(self, key: tuple[str, str, int, str], method: str) -> Connection | None:
         idle = self._idle.get(key)
+        if not idle:
+            return None
+        fresh_after = time.monotonic() - self._idle_expiry_s
         while idle:
             conn = idle.pop()
-            if not conn.closed:
-                conn._reset()
-                return conn
+            closing = conn.transport is None or conn.transport.is_closing()
+            if conn.closed or closing or conn.idle_since < fresh_after:
+                conn.close()  # never written to: skipping it is always safe
+                continue
+            conn.reset(expect_body=method != "HEAD")
+            return conn
         return None
 
-    def _release(self, key: tuple[str, int], conn: _Connection) -> None:
+    def _release(self, key: tuple[str, str, int, str], conn: Connection) -> None:
         self._limit.release()
         if conn.reusable() and not self._closed:
             idle = self._idle.setdefault(key, [])
             if len(idle) < self._max_idle:
+                conn.idle_since = time.monotonic()
                 idle.append(conn)
                 return
         conn.close()
@@ -356,45 +391,21 @@ class FastTransport(httpx.AsyncBaseTransport):
         except TimeoutError:
             raise httpx.PoolTimeout("no upstream connection free", request=request) from None
 
-    def _fallback_transport(self) -> httpx.AsyncBaseTransport:
-        if self._fallback is None:
-            self._fallback = httpx.AsyncHTTPTransport()
-        return self._fallback
-
     async def aclose(self) -> None:
         self._closed = True
         for idle in self._idle.values():
             for conn in idle:
                 conn.close()
         self._idle.clear()
-        if self._fallback is not None:
-            await self._fallback.aclose()
 
 
 async def read_response(response: httpx.Response) -> bytes:
-    """``response.aread()``, cheaper for this transport's own bodies: httpx's path runs
-    the bytes through three async generators and a decoder, which only matters for a
-    ``content-encoding``, and then this falls back to it."""
-    stream = response.stream
-    if (
-        isinstance(stream, _Body)
-        and not response.is_stream_consumed
-        and not any(name.lower() == b"content-encoding" for name, _ in stream.head)
-    ):
-        response.is_stream_consumed = True
-        content = await stream.read_all()
-        response.is_closed = True
-        response._content = content
-        return content
+    """``response.aread()``: bounded and cheap for this transport's own answers."""
     return await response.aread()
 
 
-def _head(request: httpx.Request, url: httpx.URL, length: int) -> bytes:
-    port = f":{url.port}" if url.port else ""
-    lines = [
-        b"%s %s HTTP/1.1\r\nhost: %s%s\r\n"
-        % (request.method.encode(), url.raw_path, url.raw_host, port.encode())
-    ]
+def _head(request: httpx.Request, route: Route, length: int) -> bytes:
+    lines = [route.head(request.method)]
     for name, value in request.headers.raw:
         if name.lower() not in _SKIP_HEADERS:
             lines.append(name + b": " + value + b"\r\n")

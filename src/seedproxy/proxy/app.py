@@ -59,7 +59,9 @@ def create_app(
     store = store if store is not None else open_store(settings.store)
     own_client = client is None
     client = client or upstream_client(
-        read_timeout_s=settings.read_timeout_s, connect_timeout_s=settings.connect_timeout_s
+        read_timeout_s=settings.read_timeout_s,
+        connect_timeout_s=settings.connect_timeout_s,
+        max_body_bytes=settings.max_upstream_body_bytes,
     )
     backend = backend or BACKENDS[settings.backend](api_key=settings.upstream_api_key)
     sessions = SessionManager(

@@ -83,6 +83,10 @@ def _add_proxy_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, help="uvicorn worker processes (needs --store redis://)")
     parser.add_argument("--max-body-bytes", type=int, help="larger request bodies get 413")
     parser.add_argument("--max-open-sessions", type=int, help="more open sessions get 429")
+    parser.add_argument(
+        "--max-upstream-body-bytes", type=int,
+        help="a larger upstream answer, or SSE event, gets 502 (default 64 MiB)",
+    )
     parser.add_argument("--connect-timeout", type=float, help="seconds to connect upstream (504)")
     parser.add_argument("--read-timeout", type=float, help="seconds to wait on upstream reads (504)")
     parser.add_argument("--session-ttl", type=float, help="evict sessions idle or ended this long (s)")
@@ -139,6 +143,7 @@ def _proxy_flags(args: argparse.Namespace) -> dict[str, Any]:
         "workers": args.workers,
         "max_body_bytes": args.max_body_bytes,
         "max_open_sessions": args.max_open_sessions,
+        "max_upstream_body_bytes": args.max_upstream_body_bytes,
         "connect_timeout_s": args.connect_timeout,
         "read_timeout_s": args.read_timeout,
         "session_ttl_s": args.session_ttl,

@@ -23,9 +23,9 @@ import orjson
 from starlette.responses import Response
 
 from ..backends import Captured, Endpoint, UpstreamRequest
+from ..backends.answer_shape import MalformedAnswer, check_answer, check_chunk
 from ..backends.pool import UpstreamReply
 from ..errors import UpstreamError
-from .malformed import SHAPE_ERRORS, malformed_answer
 from .relay import RelayResponse
 from .sse import DONE, encode_event, event_json, split_events
 from .stream import StreamRecord
@@ -92,18 +92,15 @@ async def exchange_fanout(fwd: Forwarder, plan: Plan) -> Response:
         try:
             answer = orjson.loads(reply.response.content)
         except orjson.JSONDecodeError:
-            answer = None
-        if not isinstance(answer, dict) and not (
-            client.endpoint is Endpoint.GENERATE and isinstance(answer, list)
-        ):
-            no_object = UpstreamError(f"upstream {reply.upstream} returned no JSON object")
-            raise await fwd.reject_answer(plan, no_object)
+            no_json = UpstreamError(f"upstream {reply.upstream} returned invalid JSON")
+            raise await fwd.reject_answer(plan, no_json) from None
+        try:
+            check_answer(client.endpoint, answer)
+        except MalformedAnswer as exc:
+            raise await fwd.reject_answer(plan, exc) from None
         captured = Captured()
         if plan.capture:
-            try:
-                answer, captured = fwd.backend.finish(client.endpoint, client.body, answer)
-            except SHAPE_ERRORS:
-                raise await fwd.reject_answer(plan, malformed_answer(reply.upstream)) from None
+            answer, captured = fwd.backend.finish(client.endpoint, client.body, answer)
         answers.append(answer)
         parts.append(captured)
     merged = merge_answers(client.endpoint, answers)
@@ -207,7 +204,9 @@ async def _merged(
 
     async def pump(j: int, reply: UpstreamReply) -> None:
         try:
-            async for event in split_events(reply.response.aiter_raw()):
+            async for event in split_events(
+                reply.response.aiter_raw(), fwd.settings.max_upstream_body_bytes
+            ):
                 await queue.put((j, event))
         except httpx.HTTPError as exc:
             await queue.put((j, exc))
@@ -230,13 +229,17 @@ async def _merged(
                 yield encode_event(UpstreamError("an upstream broke off the stream").body())
                 return
             payload = event_json(item)
-            if not isinstance(payload, dict):
+            if payload is None:
                 continue  # [DONE] and comments: one [DONE] ends the merged stream
-            tracker = trackers[j]
             try:
-                shown = tracker.feed(payload) if tracker is not None else payload
-            except SHAPE_ERRORS:  # pass an event we cannot read through as sent
-                shown = payload
+                check_chunk(client.endpoint, payload)
+            except MalformedAnswer as exc:
+                record.status = exc.status_code
+                log.warning("an upstream sent a malformed chunk: %s", exc.message)
+                yield encode_event(exc.body())
+                return
+            tracker = trackers[j]
+            shown = tracker.feed(payload) if tracker is not None else payload
             if shown is None:
                 continue
             if generate:

@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..backends import Backend, Captured, Endpoint
+from ..backends.answer_shape import MalformedAnswer, check_answer, check_chunk
 from ..backends.pool import UpstreamPool, UpstreamReply
 from ..backends.responses_bridge import to_chat
 from ..errors import BadRequest, SeedProxyError, UpstreamError, UpstreamTimeout
@@ -31,7 +32,6 @@ from ..sessions import Interaction, NewSession, SessionManager, SessionRecord, S
 from ..settings import Settings
 from .fanout import exchange_fanout
 from .headers import is_sdk_retry, pinned_index, seedproxy_headers
-from .malformed import SHAPE_ERRORS, malformed_answer
 from .metrics import Metrics
 from .relay import RelayResponse
 from .request import ClientRequest, parse_body, read_body, request_digest
@@ -209,9 +209,10 @@ class Forwarder:
                 invalid = UpstreamError(f"upstream {reply.upstream} returned invalid JSON")
                 raise await self.reject_answer(plan, invalid) from None
             try:
-                answer, captured = self.backend.finish(client.endpoint, client.body, answer)
-            except SHAPE_ERRORS:
-                raise await self.reject_answer(plan, malformed_answer(reply.upstream)) from None
+                check_answer(client.endpoint, answer)
+            except MalformedAnswer as exc:
+                raise await self.reject_answer(plan, exc) from None
+            answer, captured = self.backend.finish(client.endpoint, client.body, answer)
             await self.record(plan, reply.response.status_code, answer, captured)
             content = orjson.dumps(answer)
         headers = plan.headers()
@@ -259,7 +260,9 @@ class Forwarder:
         # chunker and bookkeeping per chunk; the record closes the response.
         chunks = aiter(reply.response.stream)  # type: ignore[arg-type]
         try:
-            async for event in split_events(self.timed(plan, chunks)):
+            async for event in split_events(
+                self.timed(plan, chunks), self.settings.max_upstream_body_bytes
+            ):
                 payload = event_json(event) if plan.capture else None
                 if payload is None:
                     if event.strip() == DONE.strip():
@@ -267,11 +270,8 @@ class Forwarder:
                     yield event
                     continue
                 assert tracker is not None
-                try:
-                    shown = tracker.feed(payload)
-                except SHAPE_ERRORS:  # pass an event we cannot read through as sent
-                    yield event
-                    continue
+                check_chunk(plan.client.endpoint, payload)
+                shown = tracker.feed(payload)
                 if shown is not None:
                     transcript.add(shown)
                     yield encode_event(shown)
@@ -284,6 +284,13 @@ class Forwarder:
             )
             record.status = error.status_code
             yield encode_event(error.body())
+        except MalformedAnswer as exc:
+            log.warning("upstream %s sent a malformed chunk: %s", reply.upstream, exc.message)
+            record.status = exc.status_code
+            yield encode_event(exc.body())
+        except Exception:
+            record.status = 500  # seedproxy's own bug: recorded as such, and raised
+            raise
 
     async def timed(self, plan: Plan, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         """Yield upstream chunks, adding the time spent waiting for them to the plan."""

@@ -18,11 +18,11 @@ import orjson
 from starlette.responses import Response
 
 from ..backends import Captured, Endpoint
+from ..backends.answer_shape import MalformedAnswer, check_answer, check_chunk
 from ..backends.pool import UpstreamReply
 from ..backends.responses_bridge import dumps, to_response
 from ..backends.responses_events import ResponsesEvents
 from ..errors import UpstreamError
-from .malformed import SHAPE_ERRORS, malformed_answer
 from .relay import RelayResponse
 from .sse import DONE, event_json, split_events
 from .stream import StreamRecord
@@ -53,7 +53,8 @@ async def exchange_responses(fwd: Forwarder, plan: Plan, chat: dict[str, Any]) -
 
         record = StreamRecord(fwd, plan, snapshot)
         return RelayResponse(
-            _events(reply, record, tracker, writer, fwd.timed(plan, reply.response.aiter_raw())),
+            _events(reply, record, tracker, writer, fwd.timed(plan, reply.response.aiter_raw()),
+                    fwd.settings.max_upstream_body_bytes),
             record,
             status_code=200,
             headers=headers,
@@ -62,17 +63,16 @@ async def exchange_responses(fwd: Forwarder, plan: Plan, chat: dict[str, Any]) -
     try:
         answer = orjson.loads(reply.response.content)
     except orjson.JSONDecodeError:
-        answer = None
-    if not isinstance(answer, dict):
-        no_object = UpstreamError(f"upstream {reply.upstream} returned no JSON object")
-        raise await fwd.reject_answer(plan, no_object)
-    captured = Captured()
+        no_json = UpstreamError(f"upstream {reply.upstream} returned invalid JSON")
+        raise await fwd.reject_answer(plan, no_json) from None
     try:
-        if plan.capture:
-            answer, captured = fwd.backend.finish(Endpoint.CHAT, chat, answer)
-        result = to_response(client.body, answer)
-    except SHAPE_ERRORS:
-        raise await fwd.reject_answer(plan, malformed_answer(reply.upstream)) from None
+        check_answer(Endpoint.CHAT, answer)
+    except MalformedAnswer as exc:
+        raise await fwd.reject_answer(plan, exc) from None
+    captured = Captured()
+    if plan.capture:
+        answer, captured = fwd.backend.finish(Endpoint.CHAT, chat, answer)
+    result = to_response(client.body, answer)
     await fwd.record(plan, 200, result, captured)
     headers = plan.headers()
     headers["x-seedproxy-overhead-ms"] = f"{plan.overhead_ms():.3f}"
@@ -86,15 +86,17 @@ async def _events(
     tracker: Any,
     writer: ResponsesEvents,
     chunks: AsyncIterator[bytes],
+    max_event_bytes: int,
 ) -> AsyncIterator[bytes]:
     """Translate chat chunks into Responses events; record before the closing ones."""
     try:
-        async for event in split_events(chunks):
+        async for event in split_events(chunks, max_event_bytes):
             if event.strip() == DONE.strip():
                 break
             payload = event_json(event)
-            if not isinstance(payload, dict):
+            if payload is None:
                 continue
+            check_chunk(Endpoint.CHAT, payload)
             shown = tracker.feed(payload) if tracker is not None else payload
             if shown is not None:
                 for out in writer.feed(shown):
@@ -109,6 +111,10 @@ async def _events(
         yield b"event: error\ndata: " + orjson.dumps(
             UpstreamError(f"upstream {reply.upstream} broke off the stream").body()
         ) + b"\n\n"
-    except SHAPE_ERRORS:
-        record.status = 502
-        yield b"event: error\ndata: " + orjson.dumps(malformed_answer(reply.upstream).body()) + b"\n\n"
+    except MalformedAnswer as exc:
+        record.status = exc.status_code
+        log.warning("upstream %s sent a malformed chunk: %s", reply.upstream, exc.message)
+        yield b"event: error\ndata: " + orjson.dumps(exc.body()) + b"\n\n"
+    except Exception:
+        record.status = 500  # seedproxy's own bug: recorded as such, and raised
+        raise

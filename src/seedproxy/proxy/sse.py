@@ -7,28 +7,48 @@ from typing import Any
 
 import orjson
 
+from ..backends.transport import UpstreamBodyTooLarge
+
 __all__ = ["DONE", "encode_event", "event_json", "split_events"]
 
 DONE = b"data: [DONE]\n\n"
 
 
-async def split_events(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+async def split_events(chunks: AsyncIterator[bytes], max_event_bytes: int) -> AsyncIterator[bytes]:
     """Yield each complete event (ending in a blank line) the moment it is complete.
 
     Never waits for more than the current event: a chunk holding several events
-    yields them all at once, a partial event waits only for its own end.
+    yields them all at once, a partial event waits only for its own end. Linear: each
+    byte is scanned for a boundary once. An event growing past ``max_event_bytes``
+    raises ``UpstreamBodyTooLarge`` (an ``httpx.HTTPError``) instead of buffering on.
     """
-    buffer = b""
+    buffer = bytearray()
+    carry_cr = False  # a chunk ended in "\r": its "\n" may open the next chunk
     async for chunk in chunks:
-        buffer += chunk.replace(b"\r\n", b"\n") if b"\r" in chunk else chunk
+        if carry_cr:
+            chunk = b"\r" + chunk
+        carry_cr = chunk.endswith(b"\r")
+        if carry_cr:
+            chunk = chunk[:-1]
+        if b"\r" in chunk:
+            chunk = chunk.replace(b"\r\n", b"\n")
+        scan = max(0, len(buffer) - 1)  # a boundary may straddle the old and new bytes
+        buffer += chunk
+        start = 0
         while True:
-            end = buffer.find(b"\n\n")
+            end = buffer.find(b"\n\n", max(scan, start))
             if end < 0:
                 break
-            yield buffer[: end + 2]
-            buffer = buffer[end + 2 :]
-    if buffer.strip():
-        yield buffer + b"\n\n"
+            yield bytes(buffer[start : end + 2])
+            start = end + 2
+        if start:
+            del buffer[:start]
+        if len(buffer) > max_event_bytes:
+            raise UpstreamBodyTooLarge(f"an upstream event grew past {max_event_bytes} bytes")
+    if carry_cr:
+        buffer += b"\r"
+    if bytes(buffer).strip():
+        yield bytes(buffer) + b"\n\n"
 
 
 def event_json(event: bytes) -> Any:
