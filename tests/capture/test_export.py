@@ -131,6 +131,17 @@ def test_a_session_taken_with_wait_is_not_exported_again(http: httpx.Client) -> 
     assert export(http, group_id="wt", count=1) == [ids[1]]
 
 
+def test_wait_runs_out_with_a_504_and_takes_nothing(http: httpx.Client) -> None:
+    (sid,) = group(http, "wto", 1)
+    late = http.get(f"/sessions/{sid}/trajectory", params={"wait": "true", "timeout_s": 0.2})
+    assert late.status_code == 504 and late.json()["error"]["type"] == "timeout_error"
+    for bad in ("0", "-1", "3601"):
+        answer = http.get(f"/sessions/{sid}/trajectory", params={"wait": "true", "timeout_s": bad})
+        assert answer.status_code == 400 and answer.json()["error"]["param"] == "query.timeout_s"
+    http.post(f"/sessions/{sid}/end")
+    assert export(http, group_id="wto") == [sid]  # the timed-out wait took nothing
+
+
 def test_concat_joins_turns_that_extend_each_other(http: httpx.Client) -> None:
     prompt = [1, 2, 3]
     completions = []

@@ -103,3 +103,14 @@ def test_keys_never_appear_in_logs(url: str, admin: httpx.Client, caplog: pytest
     text = "\n".join(f"{r.getMessage()} {r.__dict__}" for r in caplog.records)
     assert any(getattr(r, "session", None) == "logged" for r in caplog.records)  # logs were captured
     assert key not in text and ADMIN not in text
+
+
+def test_a_session_key_cannot_take_its_own_trajectory_out_of_export(url: str, admin: httpx.Client) -> None:
+    s = made(admin, "own")
+    key = bearer(s["api_key"])
+    assert admin.post("/sessions/own/end").status_code == 200
+    # reading is fine; consuming for export is the admin's act
+    assert httpx.get(f"{url}/sessions/own/trajectory", headers=key).status_code == 200
+    assert_error(httpx.get(f"{url}/sessions/own/trajectory", params={"wait": "true"}, headers=key), 403)
+    taken = admin.post("/trajectories/export", json={"count": 1})
+    assert [t["session_id"] for t in taken.json()["trajectories"]] == ["own"]

@@ -27,6 +27,10 @@ class Access:
         token = bearer_token(request.headers)
         return bool(self.admin_key and token and _same(token, self.admin_key))
 
+    def may_export(self, request: Request) -> bool:
+        """Whether this request may take trajectories out of batch export (admin acts)."""
+        return self.admin_key is None or self.is_admin(request)
+
     def require_admin(self, request: Request) -> None:
         if self.admin_key is None or self.is_admin(request):
             return

@@ -5,16 +5,21 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 
-from ..errors import SessionNotFound
+from ..errors import Forbidden, SessionNotFound, WaitTimeout
 from ..sessions import SessionManager
 from ..sessions.export import Style, select_sessions, trajectory
 from .access import Access
 from .schemas import CreateSessions, ExportRequest, RewardRequest
 
-__all__ = ["admin_router"]
+__all__ = ["WAIT_DEFAULT_S", "WAIT_MAX_S", "admin_router"]
+
+WAIT_DEFAULT_S = 60.0
+"""How long ``?wait=true`` waits for a session to end unless ``timeout_s`` says."""
+WAIT_MAX_S = 3600.0
+"""The longest ``timeout_s`` accepted (a 400 above it)."""
 
 
 def admin_router(sessions: SessionManager, access: Access, *, deterministic: bool) -> APIRouter:
@@ -78,16 +83,22 @@ def admin_router(sessions: SessionManager, access: Access, *, deterministic: boo
         session_id: str,
         request: Request,
         wait: bool = False,
-        timeout_s: float = 60.0,
+        timeout_s: float = Query(default=WAIT_DEFAULT_S, gt=0, le=WAIT_MAX_S),
         style: Style = "individual",
     ) -> dict[str, Any]:
-        """``wait=true`` waits for the session to end and takes it out of later
-        batch exports."""
+        """``wait=true`` (the admin's act) waits up to ``timeout_s`` for the session to
+        end and takes it out of later batch exports; past the timeout it is a 504 and
+        nothing is taken."""
         record = await access.require_session_reader(request, session_id)
         if wait:
+            if not access.may_export(request):
+                raise Forbidden("wait=true takes the trajectory out of batch export: "
+                                "that needs the admin key", param="wait")
             loop = asyncio.get_running_loop()
-            deadline = loop.time() + max(0.0, min(timeout_s, 3600.0))
-            while not record.ended and loop.time() < deadline:
+            deadline = loop.time() + timeout_s
+            while not record.ended:
+                if loop.time() >= deadline:
+                    raise WaitTimeout(f"session {session_id!r} did not end within {timeout_s} s")
                 await asyncio.sleep(0.05)
                 record = await sessions.require(session_id)
             async with exporting:
