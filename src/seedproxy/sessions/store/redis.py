@@ -8,6 +8,9 @@ store-wide ``created``/``ended`` counters. Per session, keys are::
     {p}i:{id}   hash: interaction_id -> ``Interaction.to_storage()`` JSON
     {p}r:{id}   hash digest -> "index|interaction_id"; {p}rz:{id} zset digest by recency
     {p}p:{id}   hash: pinned index -> extra requests pinned to it
+    {p}o:{id}   zset (lexical): "%020d|interaction_id" % request_index, the export order
+    {p}w:{id}   hash: interaction_id -> its reward (kept apart from the interaction's
+                JSON, which a script could not rewrite losslessly)
 
 plus ``{p}all`` and ``{p}g:{group}`` (zsets by ``created_seq``), ``{p}open`` (set),
 ``{p}k:{sha256(api_key)}`` -> session id. ``?ended_ttl_s=N`` in the URL lets Redis
@@ -92,13 +95,46 @@ end
 return redis.call('HGET', KEYS[1], 'exported')
 """
 
-# KEYS: s, i ; ARGV: interaction_id, data, now
+# KEYS: s, i, o, w ; ARGV: interaction_id, data, now, order member
+# A replaced interaction (a retry) starts with no reward, as in every store.
 _RECORD = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+redis.call('ZADD', KEYS[3], 0, ARGV[4])
+redis.call('HDEL', KEYS[4], ARGV[1])
 redis.call('HSET', KEYS[1], 'last_active_at', ARGV[3])
 return 1
 """
+
+# KEYS: s, i, o, w ; ARGV: reward, interaction_id ("" = the last one)
+# Returns {-1} no session, {-2} no such interaction, {0} none to reward, {1, id}.
+_SET_REWARD = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
+local target = ARGV[2]
+if target == '' then
+  local last = redis.call('ZRANGE', KEYS[3], -1, -1)[1]
+  target = last and string.sub(last, 22) or ''
+elseif redis.call('HEXISTS', KEYS[2], target) == 0 then
+  return {-2}
+end
+redis.call('HSET', KEYS[1], 'reward', ARGV[1])
+if target == '' then return {0} end
+redis.call('HSET', KEYS[4], target, ARGV[1])
+return {1, target}
+"""
+
+# KEYS: s ; returns -1 for an unknown session, else whether it has ended (1/0)
+_MARK_EXPORTED = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+redis.call('HSET', KEYS[1], 'exported', 1)
+if redis.call('HGET', KEYS[1], 'ended') == '1' then return 1 end
+return 0
+"""
+
+
+def _order_member(interaction: Interaction) -> str:
+    """Sorts (as bytes) like ``(request_index, interaction_id)``."""
+    return f"{interaction.request_index:020d}|{interaction.interaction_id}"
 
 
 def _parse(url: str) -> tuple[str, str, float | None]:
@@ -136,12 +172,14 @@ class RedisStore:
         self._create = self._redis.register_script(_CREATE)
         self._end = self._redis.register_script(_END)
         self._record = self._redis.register_script(_RECORD)
+        self._set_reward = self._redis.register_script(_SET_REWARD)
+        self._mark_exported = self._redis.register_script(_MARK_EXPORTED)
 
     def _k(self, kind: str, session_id: str) -> str:
         return f"{self._p}{kind}:{session_id}"
 
     def _session_keys(self, session_id: str) -> builtins.list[str]:
-        return [self._k(kind, session_id) for kind in ("s", "i", "r", "rz", "p")]
+        return [self._k(kind, session_id) for kind in ("s", "i", "r", "rz", "p", "o", "w")]
 
     def _key_of(self, api_key: str) -> str:
         return self._p + "k:" + hashlib.sha256(api_key.encode()).hexdigest()
@@ -232,9 +270,11 @@ class RedisStore:
         return Slot(int(index), interaction_id, reused=int(reply[0]) == 1)
 
     async def record(self, session_id: str, interaction: Interaction) -> None:
-        keys = [self._k("s", session_id), self._k("i", session_id)]
+        keys = [self._k(kind, session_id) for kind in ("s", "i", "o", "w")]
         data = orjson.dumps(interaction.to_storage())
-        args: builtins.list[bytes | str] = [interaction.interaction_id, data, repr(time.time())]
+        args: builtins.list[bytes | str] = [
+            interaction.interaction_id, data, repr(time.time()), _order_member(interaction)
+        ]
         if not int(await self._call(self._record(keys=keys, args=args))):
             raise SessionNotFound(f"session {session_id!r} not found")
 
@@ -242,10 +282,15 @@ class RedisStore:
         pipe = self._redis.pipeline(transaction=True)
         pipe.exists(self._k("s", session_id))
         pipe.hvals(self._k("i", session_id))
-        exists, values = await self._call(pipe.execute())
+        pipe.hgetall(self._k("w", session_id))
+        exists, values, rewards = await self._call(pipe.execute())
         if not exists:
             raise SessionNotFound(f"session {session_id!r} not found")
         items = [Interaction.from_storage(orjson.loads(v)) for v in values]
+        for item in items:
+            reward = rewards.get(item.interaction_id.encode())
+            if reward is not None:
+                item.reward = float(reward)
         return sorted(items, key=lambda i: (i.request_index, i.interaction_id))
 
     async def interactions(self, session_id: str) -> builtins.list[Interaction]:
@@ -254,24 +299,14 @@ class RedisStore:
     async def set_reward(
         self, session_id: str, reward: float, interaction_id: str | None
     ) -> str | None:
-        items = await self._raw_interactions(session_id)
-        if interaction_id is None:
-            target = items[-1] if items else None
-        else:
-            target = next((i for i in items if i.interaction_id == interaction_id), None)
-            if target is None:
-                raise SessionNotFound(f"interaction {interaction_id!r} not found in {session_id!r}")
-        pipe = self._redis.pipeline(transaction=True)
-        pipe.hset(self._k("s", session_id), "reward", repr(float(reward)))
-        if target is not None:
-            target.reward = reward
-            pipe.hset(
-                self._k("i", session_id),
-                target.interaction_id,
-                orjson.dumps(target.to_storage()),
-            )
-        await self._call(pipe.execute())
-        return target.interaction_id if target is not None else None
+        keys = [self._k(kind, session_id) for kind in ("s", "i", "o", "w")]
+        args = [repr(float(reward)), interaction_id or ""]
+        reply = await self._call(self._set_reward(keys=keys, args=args))
+        if int(reply[0]) == -1:
+            raise SessionNotFound(f"session {session_id!r} not found")
+        if int(reply[0]) == -2:
+            raise SessionNotFound(f"interaction {interaction_id!r} not found in {session_id!r}")
+        return reply[1].decode() if int(reply[0]) == 1 else None
 
     async def end(self, session_id: str) -> SessionRecord:
         keys = [self._k("s", session_id), self._p + "open", self._p + "seq:ended"]
@@ -299,15 +334,8 @@ class RedisStore:
 
     async def mark_exported(self, session_ids: builtins.list[str]) -> None:
         for session_id in session_ids:
-            key = self._k("s", session_id)
-            pipe = self._redis.pipeline(transaction=True)
-            pipe.exists(key)
-            pipe.hget(key, "ended")
-            exists, ended = await self._call(pipe.execute())
-            if not exists:
-                continue
-            await self._call(self._redis.hset(key, "exported", 1))
-            if ended == b"1":
+            ended = await self._call(self._mark_exported(keys=[self._k("s", session_id)]))
+            if int(ended) == 1:
                 await self._expire(session_id)
 
     async def delete(self, session_id: str) -> bool:
