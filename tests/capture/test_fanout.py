@@ -141,3 +141,22 @@ def test_one_failing_choice_fails_the_request_and_keeps_its_index(
         sdk(proxy, "fan-fail").chat.completions.create(model="m", messages=MSG, n=3)
     state = http.get("/sessions/fan-fail").json()
     assert (state["next_index"], state["interactions"]) == (1, 1)
+
+
+def test_a_clients_own_seed_with_n_gives_distinct_choices_from_documented_seeds(
+    proxy: str, fake: Fake, http: httpx.Client
+) -> None:
+    """OpenAI and vLLM accept ``seed`` with ``n > 1``: choice 0 gets the client's seed,
+    choice i gets seed(str(client_seed), i) (client_choice_seeds, pinned in test_seeds)."""
+    raw = sdk(proxy, "own-seed").chat.completions.with_raw_response.create(
+        model="m", messages=MSG, n=3, seed=5
+    )
+    assert raw.headers["x-seedproxy-seed"] == "5,629698337,58991464"
+    assert sorted(b["seed"] for b in fake.received) == sorted([5, 629698337, 58991464])
+    texts = [c.message.content for c in raw.parse().choices]
+    assert len(set(texts)) == 3
+    # choice 0 is what the same request with n=1 gives
+    single = sdk(proxy, "own-seed").chat.completions.create(model="m", messages=MSG, seed=5)
+    assert single.choices[0].message.content == texts[0]
+    record = http.get("/sessions/own-seed/trajectory").json()["interactions"][0]
+    assert record["seed"] == [5, 629698337, 58991464]

@@ -156,6 +156,9 @@ def test_upstream_errors_keep_their_status_and_message(http: httpx.Client) -> No
         (b'{"messages": [{"role": "user", "content": "x"}], "seed": "abc"}', "seed"),
         (b'{"messages": [{"role": "user", "content": "x"}], "seed": true}', "seed"),
         (b'{"messages": [{"role": "user", "content": "x"}], "n": 0}', "n"),
+        (b'{"messages": [{"role": "user", "content": "x"}], "seed": 18446744073709551616}', "seed"),
+        (b'{"messages": [{"role": "user", "content": "x"}], "seed": 9223372036854775808}', "seed"),
+        (b'{"messages": [{"role": "user", "content": "x"}], "seed": -9223372036854775809}', "seed"),
         (b'{"messages": [{"role": "user", "content": "x"}], "stream": "yes"}', "stream"),
     ],
 )
@@ -167,6 +170,8 @@ def test_bad_bodies_get_a_400_and_consume_no_index(
     error = r.json()["error"]
     assert set(error) == {"message", "type", "param", "code"}
     assert error["param"] == param
+    if b"922337203685477580" in body or b"18446744073709551616" in body:
+        assert "out of range" in error["message"]
     assert fake.received == []
     assert http.get("/sessions/bad").json()["next_index"] == 0
 

@@ -26,7 +26,7 @@ from ..backends import Backend, Captured, Endpoint
 from ..backends.pool import UpstreamPool, UpstreamReply
 from ..backends.responses_bridge import to_chat
 from ..errors import BadRequest, SeedProxyError, UpstreamError, UpstreamTimeout
-from ..seeds import choice_seeds
+from ..seeds import choice_seeds, client_choice_seeds
 from ..sessions import Interaction, SessionManager, SessionRecord, Slot
 from ..settings import Settings
 from .fanout import exchange_fanout
@@ -131,7 +131,8 @@ class Forwarder:
         fixed = client.seed
         if fixed is None and deterministic and session is not None:
             fixed = session.seed if session.seed is not None else self.settings.seed
-        if deterministic and client.n > 1 and fixed is not None and session is not None:
+        configured = fixed is not None and client.seed is None
+        if deterministic and client.n > 1 and configured and session is not None:
             raise BadRequest(
                 f"a shared seed ({fixed}) with n={client.n} makes every choice identical; "
                 "drop `seed` and let seedproxy derive one per choice",
@@ -145,6 +146,8 @@ class Forwarder:
         )
         if not deterministic:
             seeds = [client.seed] if client.seed is not None else []
+        elif client.seed is not None and client.n > 1:
+            seeds = client_choice_seeds(client.seed, client.n)
         elif fixed is not None:
             seeds = [fixed]
         else:
