@@ -13,7 +13,7 @@ Hierarchy::
     ├── WaitTimeout           504: a long poll (``?wait=true``) ran out of time
     ├── StoreError            503: the session store failed
     └── UpstreamError         502 (or the upstream's own status)
-        ├── UpstreamUnavailable  503: every upstream failed
+        ├── UpstreamUnavailable  503: no upstream could be reached (or every one failed)
         └── UpstreamTimeout      504
 """
 

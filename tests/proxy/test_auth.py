@@ -45,9 +45,9 @@ def assert_error(answer: httpx.Response, status: int) -> None:
 
 def test_admin_routes_need_the_admin_key(url: str, admin: httpx.Client) -> None:
     assert_error(httpx.post(f"{url}/sessions", json={}), 401)
-    assert_error(httpx.post(f"{url}/sessions", json={}, headers=bearer("wrong")), 403)
+    assert_error(httpx.post(f"{url}/sessions", json={}, headers=bearer("wrong")), 401)
     # a non-ASCII key is just a wrong key, not a crash
-    assert_error(httpx.post(f"{url}/sessions", json={}, headers={"authorization": "Bearer été".encode()}), 403)
+    assert_error(httpx.post(f"{url}/sessions", json={}, headers={"authorization": "Bearer été".encode()}), 401)
     s = made(admin, "a")
     sid = s["session_id"]
     for method, path in [("post", f"/sessions/{sid}/end"), ("post", "/trajectories/export"),
@@ -55,8 +55,9 @@ def test_admin_routes_need_the_admin_key(url: str, admin: httpx.Client) -> None:
         kw: dict[str, Any] = {"json": {}} if method == "post" else {}
         assert_error(httpx.request(method, url + path, headers=bearer(s["api_key"]), **kw), 403)
     assert admin.post(f"/sessions/{sid}/end").status_code == 200
-    # health and metrics stay open
+    # health, readiness and metrics stay open
     assert httpx.get(f"{url}/healthz").status_code == 200
+    assert httpx.get(f"{url}/readyz").status_code == 200
     assert httpx.get(f"{url}/metrics").status_code == 200
 
 

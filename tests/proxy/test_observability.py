@@ -87,7 +87,7 @@ def test_proxy_errors_in_a_session_carry_the_overhead_header(
     url = start_proxy([dead], max_failover=0)
     with httpx.Client(base_url=url, timeout=30) as http:
         unreachable = http.post("/sessions/e/v1/chat/completions", json=BODY)
-        assert unreachable.status_code == 502
+        assert unreachable.status_code == 503
         assert unreachable.headers["x-seedproxy-request-index"] == "0"
         assert unreachable.headers["x-seedproxy-seed"] == str(derive_seed("e", 0))
         assert float(unreachable.headers["x-seedproxy-overhead-ms"]) >= 0

@@ -11,6 +11,7 @@ import pytest
 
 from seedproxy import derive_seed
 from tests.conftest import Fake
+from tests.helpers.procs import free_port
 
 MSG = [{"role": "user", "content": "hello"}]
 
@@ -176,11 +177,13 @@ def test_bad_bodies_get_a_400_and_consume_no_index(
     assert http.get("/sessions/bad").json()["next_index"] == 0
 
 
-def test_upstream_down_is_a_502_in_openai_shape_and_keeps_its_index(start_proxy: Any) -> None:
-    proxy = start_proxy(["http://127.0.0.1:9"])
+def test_upstream_down_is_a_503_in_openai_shape_and_keeps_its_index(start_proxy: Any) -> None:
+    """Nothing listening on the one upstream: no server could be reached, a 503 (502 is
+    for an upstream that answered badly)."""
+    proxy = start_proxy([f"http://127.0.0.1:{free_port()}"])
     with httpx.Client(base_url=proxy) as http:
         r = http.post("/sessions/down/v1/chat/completions", json={"messages": MSG})
-        assert r.status_code == 502
+        assert r.status_code == 503
         assert "unreachable" in r.json()["error"]["message"]
         state = http.get("/sessions/down").json()
         assert (state["next_index"], state["interactions"]) == (1, 1)

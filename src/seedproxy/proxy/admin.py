@@ -29,7 +29,7 @@ def admin_router(sessions: SessionManager, access: Access, *, deterministic: boo
 
     @router.post("/sessions", status_code=201)
     async def create_sessions(body: CreateSessions, request: Request) -> JSONResponse:
-        access.require_admin(request)
+        await access.require_admin(request)
         group = await sessions.create_group(
             identity=body.identity,
             session_id=body.session_id,
@@ -66,14 +66,14 @@ def admin_router(sessions: SessionManager, access: Access, *, deterministic: boo
 
     @router.post("/sessions/{session_id}/reward")
     async def set_reward(session_id: str, body: RewardRequest, request: Request) -> dict[str, Any]:
-        access.require_admin(request)
+        await access.require_admin(request)
         await sessions.require(session_id)
         rewarded = await store.set_reward(session_id, body.reward, body.interaction_id)
         return {"session_id": session_id, "interaction_id": rewarded, "reward": body.reward}
 
     @router.post("/sessions/{session_id}/end")
     async def end_session(session_id: str, request: Request) -> dict[str, Any]:
-        access.require_admin(request)
+        await access.require_admin(request)
         await sessions.require(session_id)
         record = await store.end(session_id)
         return {"session_id": record.session_id, "ended": True}
@@ -107,7 +107,7 @@ def admin_router(sessions: SessionManager, access: Access, *, deterministic: boo
 
     @router.post("/trajectories/export")
     async def export(body: ExportRequest, request: Request) -> dict[str, Any]:
-        access.require_admin(request)
+        await access.require_admin(request)
         chosen = await select_sessions(
             store,
             session_ids=body.session_ids,
@@ -125,7 +125,7 @@ def admin_router(sessions: SessionManager, access: Access, *, deterministic: boo
 
     @router.delete("/sessions/{session_id}")
     async def delete_session(session_id: str, request: Request) -> Response:
-        access.require_admin(request)
+        await access.require_admin(request)
         if not await store.delete(session_id):
             raise SessionNotFound(f"session {session_id!r} not found")
         return Response(status_code=204)

@@ -32,6 +32,7 @@ from ..settings import Settings
 from .access import Access
 from .admin import admin_router
 from .forward import Forwarder
+from .health import readiness_router, warn_if_no_upstream
 from .hot import HotRoutes, ProxyApp
 from .logs import flush_logs
 from .metrics import Metrics
@@ -76,7 +77,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        tasks = []
+        tasks = [asyncio.create_task(warn_if_no_upstream(pool))]
         if len(pool.upstreams) > 1:
             tasks.append(asyncio.create_task(pool.probe_forever(settings.health_interval_s)))
         if settings.session_ttl_s is not None:
@@ -102,6 +103,7 @@ def create_app(
     app.state.metrics = metrics
     app.include_router(openai_router(forwarder, access, pool))
     app.include_router(admin_router(sessions, access, deterministic=settings.deterministic))
+    app.include_router(readiness_router(pool))
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
