@@ -267,3 +267,19 @@ def test_a_request_in_no_session_gets_the_upstreams_bytes_verbatim(proxy: str, f
     proxied = httpx.post(f"{proxy}/v1/chat/completions", json=body)
     assert proxied.status_code == direct.status_code == 200
     assert proxied.content == direct.content
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "needle"),
+    [
+        (b"{bad", None, "not valid JSON"),
+        (b'{"identity": "x", "group_size": "two"}', "group_size", "group_size"),
+    ],
+)
+def test_admin_body_errors_name_the_field_or_none(
+    http: httpx.Client, body: bytes, param: str | None, needle: str
+) -> None:
+    r = http.post("/sessions", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert error["param"] == param and needle in error["message"]

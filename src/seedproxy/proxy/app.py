@@ -146,7 +146,13 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def on_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
-        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or None
+        if first.get("type") == "json_invalid":  # its loc is a character offset, no field
+            error = (first.get("ctx") or {}).get("error", "invalid JSON")
+            text = f"request body is not valid JSON: {error}"
+            return JSONResponse(error_body(text, "invalid_request_error"), status_code=400)
+        where = ".".join(
+            str(p) for p in first.get("loc", ())[1:] if p != "body"
+        ) or None  # loc starts with where the value was: body, query or path
         message = str(first.get("msg", "invalid request"))
         text = f"{where}: {message}" if where else message
         return JSONResponse(
