@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,6 +59,9 @@ class Switches:
     received: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
     name: str = "fake-sglang"
+    hold: threading.Event | None = None
+    """When set, an OpenAI-route answer waits for it before it ends (a non-streamed
+    answer before it is sent, a stream before its ``[DONE]``)."""
 
 
 def tokens_for(prompt_ids: list[int], seed: int | None, temperature: float, count: int) -> list[int]:
@@ -234,6 +238,8 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
                  "total_tokens": len(prompt) + len(ids) * n}
         if not stream:
             await asyncio.sleep(sw.token_delay_s * len(ids))  # a non-streamed answer takes as long
+            if sw.hold is not None:
+                await asyncio.to_thread(sw.hold.wait)
             choices = []
             for i in range(n):
                 choice: dict[str, Any] = {"index": i, "logprobs": logprobs(ids), "finish_reason": "length"}
@@ -297,6 +303,8 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
             if (body.get("stream_options") or {}).get("include_usage"):
                 yield b"data: " + orjson.dumps({"id": "cmpl-1", "object": obj, "created": 1,
                                                  "model": sw.name, "choices": [], "usage": usage}) + b"\n\n"
+            if sw.hold is not None:
+                await asyncio.to_thread(sw.hold.wait)
             yield b"data: [DONE]\n\n"
 
         return StreamingResponse(events(), media_type="text/event-stream")

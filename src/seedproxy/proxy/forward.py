@@ -25,7 +25,7 @@ from starlette.responses import Response
 from ..backends import Backend, Captured, Endpoint
 from ..backends.pool import UpstreamPool, UpstreamReply
 from ..backends.responses_bridge import to_chat
-from ..errors import BadRequest, SeedProxyError, UpstreamError, UpstreamTimeout
+from ..errors import BadRequest, SeedProxyError, StoreError, UpstreamError, UpstreamTimeout
 from ..seeds import choice_seeds, client_choice_seeds
 from ..sessions import Interaction, SessionManager, SessionRecord, Slot
 from ..settings import Settings
@@ -257,8 +257,16 @@ class Forwarder:
                 payload = event_json(event) if plan.capture else None
                 if payload is None:
                     if event.strip() == DONE.strip() and plan.capture:
-                        await self._record_stream(plan, status, transcript, tracker)
+                        # Recorded before [DONE], or the client is told it was not: an
+                        # error event instead, and no second try that could say 200.
                         recorded = True
+                        try:
+                            await self._record_stream(plan, status, transcript, tracker)
+                        except StoreError as exc:
+                            log.warning("stream not recorded: %s", exc.message)
+                            status = exc.status_code
+                            yield encode_event(exc.body())
+                            return
                     yield event
                     continue
                 assert tracker is not None

@@ -16,6 +16,14 @@ plus ``{p}all`` and ``{p}g:{group}`` (zsets by ``created_seq``), ``{p}open`` (se
 ``{p}k:{sha256(api_key)}`` -> session id. ``?ended_ttl_s=N`` in the URL lets Redis
 expire a session N seconds after it is both ended and exported (never before export:
 dropping un-exported work is the evictor's job, which logs it).
+
+Outages: what a caller is told and what Redis holds must agree. A command waits at
+most ``?timeout_s=N`` (5 s) for its answer, and every script refuses to run (error
+``SEEDPROXY_LATE``) once Redis's clock passes a deadline of ``0.75 * timeout_s`` after it
+was sent, so a command that timed out (a 503) and sat in a paused Redis's buffer never
+takes effect later (clocks within ``timeout_s / 4`` of each other assumed). A broken
+connection (Redis restarted) is re-made and the command resent once, since a command
+on a dead connection never ran.
 """
 
 from __future__ import annotations
@@ -34,6 +42,20 @@ from ..record import SessionRecord, Slot
 from .base import RETRY_MEMORY
 
 __all__ = ["RedisStore"]
+
+_LATE = "SEEDPROXY_LATE"
+
+# Prepended to every script; its deadline is the last ARGV. Effects replication
+# (Redis 5+) lets a script read TIME and then write.
+_GUARD = f"""
+local now = redis.call('TIME')
+if tonumber(now[1]) + tonumber(now[2]) / 1000000 > tonumber(ARGV[#ARGV]) then
+  return redis.error_reply('{_LATE} the caller stopped waiting before this ran')
+end
+"""
+
+_DEADLINE_SHARE = 0.75
+"""A script's deadline, as a share of the time its caller waits for the answer."""
 
 _MUTABLE = ("next_index", "last_active_at", "ended", "ended_seq", "reward", "exported")
 
@@ -137,20 +159,28 @@ def _order_member(interaction: Interaction) -> str:
     return f"{interaction.request_index:020d}|{interaction.interaction_id}"
 
 
-def _parse(url: str) -> tuple[str, str, float | None]:
+def _parse(url: str) -> tuple[str, str, float | None, float]:
     parts = urlsplit(url)
     query = parse_qs(parts.query)
     prefix = query.pop("prefix", ["sp:"])[0]
-    ttl_text = query.pop("ended_ttl_s", [None])[0]
+    ttl = _positive(query, "ended_ttl_s")
+    timeout = _positive(query, "timeout_s")
     if query:
         raise ConfigError(f"unknown redis store option(s): {', '.join(sorted(query))}")
+    return urlunsplit(parts._replace(query="")), prefix, ttl, 5.0 if timeout is None else timeout
+
+
+def _positive(query: dict[str, builtins.list[str]], name: str) -> float | None:
+    text = query.pop(name, [None])[0]
+    if text is None:
+        return None
     try:
-        ttl = float(ttl_text) if ttl_text is not None else None
+        value = float(text)
     except ValueError:
-        raise ConfigError(f"ended_ttl_s must be a number, got {ttl_text!r}") from None
-    if ttl is not None and ttl <= 0:
-        raise ConfigError("ended_ttl_s must be positive")
-    return urlunsplit(parts._replace(query="")), prefix, ttl
+        raise ConfigError(f"{name} must be a number, got {text!r}") from None
+    if not value > 0:
+        raise ConfigError(f"{name} must be positive")
+    return value
 
 
 class RedisStore:
@@ -159,21 +189,29 @@ class RedisStore:
     def __init__(self, url: str, *, retry_memory: int = RETRY_MEMORY) -> None:
         try:
             import redis.asyncio as aioredis
+            from redis.asyncio.retry import Retry
+            from redis.backoff import NoBackoff
+            from redis.exceptions import ConnectionError as RedisConnectionError
             from redis.exceptions import RedisError
         except ImportError as exc:
             raise ConfigError(
                 "the Redis store needs the redis package: pip install 'seedproxy[redis]'"
             ) from exc
-        base, self._p, self._ended_ttl = _parse(url)
+        base, self._p, self._ended_ttl, self._timeout = _parse(url)
         self._errors: tuple[type[BaseException], ...] = (RedisError, OSError)
-        self._redis: Any = aioredis.Redis.from_url(base)
+        self._redis: Any = aioredis.Redis.from_url(
+            base,
+            socket_timeout=self._timeout,
+            socket_connect_timeout=self._timeout,
+            # Only a broken connection is retried: a timed-out command may yet run.
+            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
+        )
         self._retry_memory = retry_memory
-        self._allocate = self._redis.register_script(_ALLOCATE)
-        self._create = self._redis.register_script(_CREATE)
-        self._end = self._redis.register_script(_END)
-        self._record = self._redis.register_script(_RECORD)
-        self._set_reward = self._redis.register_script(_SET_REWARD)
-        self._mark_exported = self._redis.register_script(_MARK_EXPORTED)
+        scripts = [self._redis.register_script(_GUARD + body) for body in (
+            _ALLOCATE, _CREATE, _END, _RECORD, _SET_REWARD, _MARK_EXPORTED
+        )]
+        (self._allocate, self._create, self._end, self._record, self._set_reward,
+         self._mark_exported) = (self._guarded(script) for script in scripts)
 
     def _k(self, kind: str, session_id: str) -> str:
         return f"{self._p}{kind}:{session_id}"
@@ -183,6 +221,15 @@ class RedisStore:
 
     def _key_of(self, api_key: str) -> str:
         return self._p + "k:" + hashlib.sha256(api_key.encode()).hexdigest()
+
+    def _guarded(self, script: Any) -> Any:
+        """``script`` called with its deadline appended to ``args``."""
+
+        def call(*, keys: builtins.list[str], args: builtins.list[Any] | None = None) -> Any:
+            deadline = time.time() + self._timeout * _DEADLINE_SHARE
+            return script(keys=keys, args=[*(args or []), repr(deadline)])
+
+        return call
 
     async def _call(self, awaitable: Any) -> Any:
         try:
