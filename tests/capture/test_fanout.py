@@ -3,6 +3,7 @@ merged in index order into one answer and ONE recorded interaction."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import httpx
@@ -59,9 +60,11 @@ def test_chat_n4_gives_four_distinct_choices_with_the_contract_seeds(
 def test_chat_n4_streaming_interleaves_choices_with_their_index(
     proxy: str, fake: Fake, http: httpx.Client
 ) -> None:
-    fake.switches.token_delay_s = 0.01
     whole = sdk(proxy).chat.completions.create(model="m", messages=MSG, n=4)
     http.post("/sessions", json={"session_id": "17:3-s", "identity": "17:3"})
+    # Each of the 4 upstream streams sends its first event, then waits for the others:
+    # the merged stream must interleave them (by construction, not by timing).
+    fake.switches.stream_barrier = threading.Barrier(4)
     stream = sdk(proxy, "17:3-s").chat.completions.create(
         model="m", messages=MSG, n=4, stream=True, stream_options={"include_usage": True}
     )

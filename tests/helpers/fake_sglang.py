@@ -59,6 +59,9 @@ class Switches:
     received: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
     name: str = "fake-sglang"
+    stream_barrier: threading.Barrier | None = None
+    """When set, every stream waits at it after its first event: with one party per
+    concurrent stream, their events interleave by construction."""
     hold: threading.Event | None = None
     """When set, an OpenAI-route answer waits for it before it ends (a non-streamed
     answer before it is sent, a stream before its ``[DONE]``)."""
@@ -288,6 +291,8 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
                     chunk = {"id": "cmpl-1", "object": obj + ".chunk" if chat else obj, "created": 1,
                              "model": sw.name, "choices": [choice]}
                     yield b"data: " + orjson.dumps(chunk) + b"\n\n"
+                    if sent == 1 and sw.stream_barrier is not None:
+                        await asyncio.to_thread(sw.stream_barrier.wait, 30)
                 end = {"index": i, "logprobs": None, "finish_reason": "length" if call is None else "tool_calls"}
                 end.update({"delta": {}} if chat else {"text": ""})
                 yield b"data: " + orjson.dumps({"id": "cmpl-1", "object": obj, "created": 1,
