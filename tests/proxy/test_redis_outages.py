@@ -46,19 +46,24 @@ class InFlight:
     """One request to the proxy, sent from a thread and held by the fake upstream
     (``hold``) until the test has broken Redis."""
 
-    def __init__(self, proxy: str, fake: Fake, *, stream: bool) -> None:
+    def __init__(
+        self, proxy: str, fake: Fake, *, stream: bool, route: str = "v1/chat/completions",
+        body: dict[str, Any] | None = None, upstream_calls: int = 1,
+    ) -> None:
         fake.switches.hold = threading.Event()
         self._fake = fake
         self.status = 0
         self.body = b""
-        url = f"{proxy}/sessions/r/v1/chat/completions"
+        url = f"{proxy}/sessions/r/{route}"
         before = len(fake.received)
-        self._thread = threading.Thread(target=self._send, args=(url, stream))
+        sent = {**(body or BODY), "stream": stream}
+        self._thread = threading.Thread(target=self._send, args=(url, sent))
         self._thread.start()
-        wait_until(lambda: len(fake.received) == before + 1)  # the upstream has it, held
+        # the upstream has it (each of its calls), held
+        wait_until(lambda: len(fake.received) == before + upstream_calls)
 
-    def _send(self, url: str, stream: bool) -> None:
-        with httpx.stream("POST", url, json={**BODY, "stream": stream}, timeout=60) as answer:
+    def _send(self, url: str, body: dict[str, Any]) -> None:
+        with httpx.stream("POST", url, json=body, timeout=60) as answer:
             self.status = answer.status_code
             self.body = answer.read()
 
@@ -106,15 +111,26 @@ def test_a_stream_recorded_across_a_redis_restart_ends_normally(
     assert recorded(proxy_on) == [(0, 200)]
 
 
+@pytest.mark.parametrize(
+    ("route", "body", "calls"),
+    [
+        ("v1/chat/completions", BODY, 1),
+        ("v1/chat/completions", {**BODY, "n": 2}, 2),  # fan-out: one upstream call a choice
+        ("v1/responses", {"model": "m", "input": "hi", "max_output_tokens": 4}, 1),
+    ],
+    ids=["chat", "fan-out", "responses"],
+)
 def test_a_stream_whose_record_fails_ends_with_an_error_event_and_no_200(
-    redis: RedisServer, fake: Fake, proxy_on: str
+    redis: RedisServer, fake: Fake, proxy_on: str, route: str, body: dict[str, Any], calls: int
 ) -> None:
-    request = InFlight(proxy_on, fake, stream=True)
+    request = InFlight(proxy_on, fake, stream=True, route=route, body=body, upstream_calls=calls)
     redis.shut_down()
     request.release()
     events = request.events()
     assert "[DONE]" not in events
-    assert events[-1]["error"]["type"] == "store_error"  # not a silent cut
+    last = events[-1]
+    assert last["error"]["type"] == "store_error"  # told, not a silent cut
+    assert not any(isinstance(e, dict) and e.get("type") == "response.completed" for e in events)
     redis.start_again()
     assert all(status != 200 for _, status in recorded(proxy_on))
 

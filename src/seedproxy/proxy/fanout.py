@@ -24,7 +24,7 @@ from starlette.responses import Response, StreamingResponse
 
 from ..backends import Captured, Endpoint
 from ..backends.pool import UpstreamReply
-from ..errors import UpstreamError
+from ..errors import StoreError, UpstreamError
 from .malformed import SHAPE_ERRORS, malformed_answer
 from .sse import DONE, encode_event, event_json, split_events
 from .transcript import StreamTranscript
@@ -237,8 +237,13 @@ async def _merged(
             usage_chunk["usage"] = sum_usage([u for u in usages if u is not None])
             transcript.add(usage_chunk)
             yield encode_event(usage_chunk)
-        await record()
-        recorded = True
+        recorded = True  # one try: a failed record is told, never retried as a 200
+        try:
+            await record()
+        except StoreError as exc:
+            status = exc.status_code
+            yield encode_event(exc.body())
+            return
         yield DONE
     finally:
         for task in tasks:

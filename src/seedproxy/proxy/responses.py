@@ -21,7 +21,7 @@ from ..backends import Captured, Endpoint
 from ..backends.pool import UpstreamReply
 from ..backends.responses_bridge import dumps, to_response
 from ..backends.responses_events import ResponsesEvents
-from ..errors import UpstreamError
+from ..errors import StoreError, UpstreamError
 from .malformed import SHAPE_ERRORS, malformed_answer
 from .sse import DONE, event_json, split_events
 
@@ -88,7 +88,12 @@ async def _events(
         closing = writer.finish()
         finished = True
         if plan.capture:  # recorded before the client sees the end
-            await _record(fwd, plan, status, writer, tracker)
+            try:
+                await _record(fwd, plan, status, writer, tracker)
+            except StoreError as exc:  # told, not cut off (and not retried as a 200)
+                status = exc.status_code
+                yield b"event: error\ndata: " + orjson.dumps(exc.body()) + b"\n\n"
+                return
         for out in closing:
             yield dumps(out)
     except httpx.HTTPError as exc:
