@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,8 @@ import pytest
 from seedproxy import derive_seed
 from tests.conftest import Fake
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
 
 
 def first_block(pattern: str) -> str:
@@ -43,3 +45,34 @@ def test_the_sdk_example_prints_the_seed_and_the_reply(
     exec(compile(code, "README.md", "exec"), namespace)  # noqa: S102 - our own README
     seed, _, text = capsys.readouterr().out.strip().partition(" ")
     assert seed == str(derive_seed("ep-1", 0)) and text
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+def test_the_replay_example_gives_the_curls_answer_again(proxy: str, fake: Fake) -> None:
+    def run(command: str) -> dict[str, Any]:
+        command = command.replace("\\\n", " ").replace("http://127.0.0.1:8000", proxy)
+        done = subprocess.run(["bash", "-c", command], capture_output=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return orjson.loads(done.stdout)  # type: ignore[no-any-return]
+
+    first = run(first_block(r"\n    (curl .*?)\n\n"))
+    opened, replayed = first_block(r"\n    (curl -s \S+/sessions -H.*?)\n\n").split("\n", 1)
+    session = run(opened)["sessions"][0]
+    assert (session["session_id"], session["identity"]) == ("ep-1-1", "ep-1")
+    again = run(replayed)
+    assert again["choices"] == first["choices"]
+    assert [b["seed"] for b in fake.received] == [derive_seed("ep-1", 0)] * 2
+
+
+def test_the_sdk_is_installed_by_the_run_command_and_the_license_matches() -> None:
+    """The README's run command installs the core and the engine extra: openai must be
+    in them, since the SDK example follows it. LICENSE is the licence pyproject names."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    run = first_block(r"\*\*Run\*\*.*?\n    (pip install .*?)\n")
+    assert "'.[engine]'" in run
+    installed = project["dependencies"] + project["optional-dependencies"]["engine"]
+    assert any(re.match(r"openai\b", requirement) for requirement in installed)
+    assert project["license"] == "Apache-2.0"
+    text = (ROOT / "LICENSE").read_text()
+    assert text.split()[:4] == ["Apache", "License", "Version", "2.0,"]
+    assert "END OF TERMS AND CONDITIONS" in text

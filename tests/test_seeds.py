@@ -1,6 +1,6 @@
 import pytest
 
-from seedproxy import choice_seeds, derive_seed
+from seedproxy import choice_seeds, client_choice_seeds, derive_seed
 from seedproxy.proxy.cli import main
 
 
@@ -23,6 +23,13 @@ def test_choice_zero_keeps_the_plain_seed_and_others_hash_the_slot() -> None:
     assert seeds[1:] == [derive_seed("17:3:0", i) for i in (1, 2, 3)]
     assert len(set(seeds)) == 4
     assert seeds == [1152644103, 1700040817, 1810570516, 1143252661]
+
+
+def test_a_clients_own_seed_with_n_keeps_choice_zero_and_hashes_the_rest() -> None:
+    # sha256("5:1"), sha256("5:2"): the seed rule with identity "5"
+    assert client_choice_seeds(5, 3) == [5, 629698337, 58991464]
+    assert client_choice_seeds(1234, 2) == [1234, 1468907381]
+    assert client_choice_seeds(5, 1) == [5]
 
 
 def test_seed_command_prints_the_seed(capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,8 +7,8 @@ CPU model, which ``proxy`` starts only when no upstream is given.
 
 from __future__ import annotations
 
-from .seeds import choice_seeds, derive_seed
+from .seeds import choice_seeds, client_choice_seeds, derive_seed
 
-__all__ = ["__version__", "choice_seeds", "derive_seed"]
+__all__ = ["__version__", "choice_seeds", "client_choice_seeds", "derive_seed"]
 
 __version__ = "0.1.0"

@@ -11,9 +11,10 @@ Hierarchy::
     │   └── Forbidden         403: a key that does not reach this session
     ├── SessionNotFound       404
     ├── OverCapacity          429
+    ├── WaitTimeout           504: a long poll (``?wait=true``) ran out of time
     ├── StoreError            503: the session store failed
     └── UpstreamError         502 (or the upstream's own status)
-        ├── UpstreamUnavailable  503: every upstream failed
+        ├── UpstreamUnavailable  503: no upstream could be reached (or every one failed)
         └── UpstreamTimeout      504
 """
 
@@ -35,6 +36,7 @@ __all__ = [
     "UpstreamError",
     "UpstreamTimeout",
     "UpstreamUnavailable",
+    "WaitTimeout",
     "error_body",
 ]
 
@@ -94,6 +96,13 @@ class OverCapacity(SeedProxyError):
     def __init__(self, message: str, *, retry_after_s: int = 1):
         super().__init__(message)
         self.retry_after_s = retry_after_s
+
+
+class WaitTimeout(SeedProxyError):
+    """A long poll ended before what it waited for happened; nothing was taken."""
+
+    status_code = 504
+    error_type = "timeout_error"
 
 
 class StoreError(SeedProxyError):

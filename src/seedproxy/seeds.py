@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 
-__all__ = ["MAX_SEED", "choice_seeds", "derive_seed"]
+__all__ = ["MAX_SEED", "choice_seeds", "client_choice_seeds", "derive_seed"]
 
 MAX_SEED = 0x7FFFFFFF
 
@@ -37,3 +37,12 @@ def choice_seeds(identity: str, index: int, n: int) -> list[int]:
         raise ValueError(f"n must be at least 1, got {n}")
     first = derive_seed(identity, index)
     return [first] + [derive_seed(f"{identity}:{index}", i) for i in range(1, n)]
+
+
+def client_choice_seeds(seed: int, n: int) -> list[int]:
+    """Return one seed per choice of an ``n``-choice request that brought its own
+    ``seed``: choice 0 keeps it, choice ``i >= 1`` uses ``derive_seed(str(seed), i)``
+    (the client's seed taken as the identity), so the choices differ and repeat."""
+    if n < 1:
+        raise ValueError(f"n must be at least 1, got {n}")
+    return [seed] + [derive_seed(str(seed), i) for i in range(1, n)]

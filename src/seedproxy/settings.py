@@ -80,6 +80,15 @@ class Settings(BaseSettings):
                 raise ValueError(f"upstream {url!r} must start with http:// or https://")
         return [url.rstrip("/") for url in value]
 
+    @field_validator("admin_key")
+    @classmethod
+    def _check_admin_key(cls, value: str | None) -> str | None:
+        # An HTTP header cannot carry surrounding whitespace, so such a key could never
+        # be presented; an empty one would lock every route.
+        if value is not None and (not value.strip() or value != value.strip()):
+            raise ValueError("must not be empty, blank or padded with whitespace")
+        return value
+
     @model_validator(mode="after")
     def _check_safety(self) -> Settings:
         if not is_loopback(self.host) and not self.admin_key:

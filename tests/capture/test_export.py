@@ -131,6 +131,17 @@ def test_a_session_taken_with_wait_is_not_exported_again(http: httpx.Client) -> 
     assert export(http, group_id="wt", count=1) == [ids[1]]
 
 
+def test_wait_runs_out_with_a_504_and_takes_nothing(http: httpx.Client) -> None:
+    (sid,) = group(http, "wto", 1)
+    late = http.get(f"/sessions/{sid}/trajectory", params={"wait": "true", "timeout_s": 0.2})
+    assert late.status_code == 504 and late.json()["error"]["type"] == "timeout_error"
+    for bad in ("0", "-1", "3601"):
+        answer = http.get(f"/sessions/{sid}/trajectory", params={"wait": "true", "timeout_s": bad})
+        assert answer.status_code == 400 and answer.json()["error"]["param"] == "timeout_s"
+    http.post(f"/sessions/{sid}/end")
+    assert export(http, group_id="wto") == [sid]  # the timed-out wait took nothing
+
+
 def test_concat_joins_turns_that_extend_each_other(http: httpx.Client) -> None:
     prompt = [1, 2, 3]
     completions = []
@@ -228,6 +239,24 @@ def test_export_cli_writes_jsonl_as_a_real_subprocess(
     )
     assert bad.returncode == 2
     assert bad.stderr.decode().strip().count("\n") == 0 and "--count" in bad.stderr.decode()
+
+
+def test_export_cli_short_of_count_writes_what_came_and_says_so(
+    proxy: str, http: httpx.Client, tmp_path: Path
+) -> None:
+    out = tmp_path / "out.jsonl"
+    argv = [*_cli(), "export", "--url", proxy, "--group", "short", "--count", "2",
+            "--timeout", "0.2", "--out", str(out)]
+    (sid,) = group(http, "short", 1)
+    nothing = subprocess.run(argv, env=seedproxy_env(), capture_output=True, timeout=60)
+    assert nothing.returncode == 1
+    assert "only 0 of 2 sessions had ended" in nothing.stderr.decode()
+    assert out.read_bytes() == b""
+    http.post(f"/sessions/{sid}/end")
+    one = subprocess.run(argv, env=seedproxy_env(), capture_output=True, timeout=60)
+    assert one.returncode == 1 and "only 1 of 2" in one.stderr.decode()
+    # what came is written (it is taken out of later exports, so it must not be lost)
+    assert [orjson.loads(line)["session_id"] for line in out.read_bytes().splitlines()] == [sid]
 
 
 def _cli() -> list[str]:

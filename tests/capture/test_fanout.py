@@ -3,6 +3,7 @@ merged in index order into one answer and ONE recorded interaction."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import httpx
@@ -59,9 +60,11 @@ def test_chat_n4_gives_four_distinct_choices_with_the_contract_seeds(
 def test_chat_n4_streaming_interleaves_choices_with_their_index(
     proxy: str, fake: Fake, http: httpx.Client
 ) -> None:
-    fake.switches.token_delay_s = 0.01
     whole = sdk(proxy).chat.completions.create(model="m", messages=MSG, n=4)
     http.post("/sessions", json={"session_id": "17:3-s", "identity": "17:3"})
+    # Each of the 4 upstream streams sends its first event, then waits for the others:
+    # the merged stream must interleave them (by construction, not by timing).
+    fake.switches.stream_barrier = threading.Barrier(4)
     stream = sdk(proxy, "17:3-s").chat.completions.create(
         model="m", messages=MSG, n=4, stream=True, stream_options={"include_usage": True}
     )
@@ -141,3 +144,22 @@ def test_one_failing_choice_fails_the_request_and_keeps_its_index(
         sdk(proxy, "fan-fail").chat.completions.create(model="m", messages=MSG, n=3)
     state = http.get("/sessions/fan-fail").json()
     assert (state["next_index"], state["interactions"]) == (1, 1)
+
+
+def test_a_clients_own_seed_with_n_gives_distinct_choices_from_documented_seeds(
+    proxy: str, fake: Fake, http: httpx.Client
+) -> None:
+    """OpenAI and vLLM accept ``seed`` with ``n > 1``: choice 0 gets the client's seed,
+    choice i gets seed(str(client_seed), i) (client_choice_seeds, pinned in test_seeds)."""
+    raw = sdk(proxy, "own-seed").chat.completions.with_raw_response.create(
+        model="m", messages=MSG, n=3, seed=5
+    )
+    assert raw.headers["x-seedproxy-seed"] == "5,629698337,58991464"
+    assert sorted(b["seed"] for b in fake.received) == sorted([5, 629698337, 58991464])
+    texts = [c.message.content for c in raw.parse().choices]
+    assert len(set(texts)) == 3
+    # choice 0 is what the same request with n=1 gives
+    single = sdk(proxy, "own-seed").chat.completions.create(model="m", messages=MSG, seed=5)
+    assert single.choices[0].message.content == texts[0]
+    record = http.get("/sessions/own-seed/trajectory").json()["interactions"][0]
+    assert record["seed"] == [5, 629698337, 58991464]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,6 +59,12 @@ class Switches:
     received: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
     name: str = "fake-sglang"
+    stream_barrier: threading.Barrier | None = None
+    """When set, every stream waits at it after its first event: with one party per
+    concurrent stream, their events interleave by construction."""
+    hold: threading.Event | None = None
+    """When set, an OpenAI-route answer waits for it before it ends (a non-streamed
+    answer before it is sent, a stream before its ``[DONE]``)."""
 
 
 def tokens_for(prompt_ids: list[int], seed: int | None, temperature: float, count: int) -> list[int]:
@@ -234,6 +241,8 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
                  "total_tokens": len(prompt) + len(ids) * n}
         if not stream:
             await asyncio.sleep(sw.token_delay_s * len(ids))  # a non-streamed answer takes as long
+            if sw.hold is not None:
+                await asyncio.to_thread(sw.hold.wait)
             choices = []
             for i in range(n):
                 choice: dict[str, Any] = {"index": i, "logprobs": logprobs(ids), "finish_reason": "length"}
@@ -282,6 +291,8 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
                     chunk = {"id": "cmpl-1", "object": obj + ".chunk" if chat else obj, "created": 1,
                              "model": sw.name, "choices": [choice]}
                     yield b"data: " + orjson.dumps(chunk) + b"\n\n"
+                    if sent == 1 and sw.stream_barrier is not None:
+                        await asyncio.to_thread(sw.stream_barrier.wait, 30)
                 end = {"index": i, "logprobs": None, "finish_reason": "length" if call is None else "tool_calls"}
                 end.update({"delta": {}} if chat else {"text": ""})
                 yield b"data: " + orjson.dumps({"id": "cmpl-1", "object": obj, "created": 1,
@@ -297,6 +308,8 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
             if (body.get("stream_options") or {}).get("include_usage"):
                 yield b"data: " + orjson.dumps({"id": "cmpl-1", "object": obj, "created": 1,
                                                  "model": sw.name, "choices": [], "usage": usage}) + b"\n\n"
+            if sw.hold is not None:
+                await asyncio.to_thread(sw.hold.wait)
             yield b"data: [DONE]\n\n"
 
         return StreamingResponse(events(), media_type="text/event-stream")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -35,13 +36,33 @@ class RedisServer:
     def __init__(self, binary: str) -> None:
         self.port = free_port()
         self._dir = tempfile.TemporaryDirectory(prefix="seedproxy-redis-")
-        self.proc = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", self._dir.name],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        self._argv = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                      "--appendonly", "no", "--dir", self._dir.name]
+        self.proc = self._spawn()
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(self._argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = proc
         self._wait()
+        return proc
+
+    def pause(self) -> None:
+        """Freeze the server (SIGSTOP): connections stay open, nothing is answered."""
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.proc.pid, signal.SIGCONT)
+
+    def shut_down(self) -> None:
+        """Stop the server, saving its data for ``start_again`` (clients' connections break)."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=5) as sock:
+            sock.sendall(b"SHUTDOWN SAVE\r\n")
+            sock.recv(64)  # the server closes the connection as it exits
+        self.proc.wait(timeout=30)
+
+    def start_again(self) -> None:
+        """Start on the same port with the data ``shut_down`` saved."""
+        self._spawn()
 
     @property
     def url(self) -> str:

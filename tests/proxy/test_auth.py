@@ -45,9 +45,9 @@ def assert_error(answer: httpx.Response, status: int) -> None:
 
 def test_admin_routes_need_the_admin_key(url: str, admin: httpx.Client) -> None:
     assert_error(httpx.post(f"{url}/sessions", json={}), 401)
-    assert_error(httpx.post(f"{url}/sessions", json={}, headers=bearer("wrong")), 403)
+    assert_error(httpx.post(f"{url}/sessions", json={}, headers=bearer("wrong")), 401)
     # a non-ASCII key is just a wrong key, not a crash
-    assert_error(httpx.post(f"{url}/sessions", json={}, headers={"authorization": "Bearer été".encode()}), 403)
+    assert_error(httpx.post(f"{url}/sessions", json={}, headers={"authorization": "Bearer été".encode()}), 401)
     s = made(admin, "a")
     sid = s["session_id"]
     for method, path in [("post", f"/sessions/{sid}/end"), ("post", "/trajectories/export"),
@@ -55,8 +55,9 @@ def test_admin_routes_need_the_admin_key(url: str, admin: httpx.Client) -> None:
         kw: dict[str, Any] = {"json": {}} if method == "post" else {}
         assert_error(httpx.request(method, url + path, headers=bearer(s["api_key"]), **kw), 403)
     assert admin.post(f"/sessions/{sid}/end").status_code == 200
-    # health and metrics stay open
+    # health, readiness and metrics stay open
     assert httpx.get(f"{url}/healthz").status_code == 200
+    assert httpx.get(f"{url}/readyz").status_code == 200
     assert httpx.get(f"{url}/metrics").status_code == 200
 
 
@@ -103,3 +104,14 @@ def test_keys_never_appear_in_logs(url: str, admin: httpx.Client, caplog: pytest
     text = "\n".join(f"{r.getMessage()} {r.__dict__}" for r in caplog.records)
     assert any(getattr(r, "session", None) == "logged" for r in caplog.records)  # logs were captured
     assert key not in text and ADMIN not in text
+
+
+def test_a_session_key_cannot_take_its_own_trajectory_out_of_export(url: str, admin: httpx.Client) -> None:
+    s = made(admin, "own")
+    key = bearer(s["api_key"])
+    assert admin.post("/sessions/own/end").status_code == 200
+    # reading is fine; consuming for export is the admin's act
+    assert httpx.get(f"{url}/sessions/own/trajectory", headers=key).status_code == 200
+    assert_error(httpx.get(f"{url}/sessions/own/trajectory", params={"wait": "true"}, headers=key), 403)
+    taken = admin.post("/trajectories/export", json={"count": 1})
+    assert [t["session_id"] for t in taken.json()["trajectories"]] == ["own"]

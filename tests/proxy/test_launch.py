@@ -273,7 +273,9 @@ def test_a_server_that_dies_while_loading_fails_the_launch_and_stops_the_rest(
         "0",
         "--port",
         str(free_port()),
-        env=launcher_env(tmp_path, FAKE_SGLANG_FAIL_ON_GPUS="1"),
+        # GPU 1's server dies once both servers have recorded themselves (by design,
+        # not by luck: the launcher stops GPU 0's server as soon as GPU 1's dies).
+        env=launcher_env(tmp_path, FAKE_SGLANG_FAIL_ON_GPUS="1", FAKE_SGLANG_FAIL_AFTER="2"),
         stderr=subprocess.PIPE,
     )
     try:

@@ -3,6 +3,7 @@ and the session time-to-live."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -10,6 +11,8 @@ from collections.abc import Callable
 import httpx
 import pytest
 
+from seedproxy.sessions import MemoryStore
+from seedproxy.sessions.eviction import Evictor
 from tests.conftest import Fake
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -76,21 +79,25 @@ def test_an_upstream_slower_than_the_read_timeout_is_504_and_keeps_its_index(
 def test_sessions_past_their_ttl_are_evicted_and_unexported_ones_are_logged(
     fake: Fake, start_proxy: Callable[..., str], caplog: pytest.LogCaptureFixture
 ) -> None:
+    """The rules, on a clock the test moves (no real TTL to race): the proxy's own store,
+    filled over HTTP, swept as if the TTL had passed."""
     caplog.set_level(logging.INFO, logger="seedproxy.eviction")
-    url = start_proxy([fake.url], session_ttl_s=1.0)
+    store = MemoryStore()
+    url = start_proxy([fake.url], _app={"store": store})
+    names = ("exported", "ended", "idle")
     with httpx.Client(base_url=url, timeout=30) as http:
-        for name in ("exported", "ended", "idle"):
+        for name in names:
             assert http.post(f"/sessions/{name}/v1/chat/completions", json=BODY).status_code == 200
         http.post("/sessions/exported/end")
         http.post("/sessions/ended/end")
-        assert len(http.post("/trajectories/export", json={"session_ids": ["exported"]}).json()["trajectories"]) == 1
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            gone = [http.get(f"/sessions/{n}").status_code for n in ("exported", "ended", "idle")]
-            if gone == [404, 404, 404]:
-                break
-            time.sleep(0.1)
-        assert [http.get(f"/sessions/{n}").status_code for n in ("exported", "ended", "idle")] == [404] * 3
+        taken = http.post("/trajectories/export", json={"session_ids": ["exported"]})
+        assert len(taken.json()["trajectories"]) == 1
+        now = time.time()
+        early = Evictor(store, 60.0, clock=lambda: now + 59.0)
+        assert asyncio.run(early.sweep()) == []  # nothing is past its TTL yet
+        late = Evictor(store, 60.0, clock=lambda: now + 61.0)
+        assert asyncio.run(late.sweep()) == list(names)
+        assert [http.get(f"/sessions/{n}").status_code for n in names] == [404] * 3
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("ended" in m and "not exported" in m and "1 recorded" in m for m in warnings if "session ended " in m)
     assert any("idle and never ended" in m for m in warnings if "session idle " in m)
@@ -115,3 +122,15 @@ def test_rejected_requests_create_no_session_and_do_not_fill_the_cap(
             assert http.post(f"/sessions/{name}/v1/chat/completions", json=BODY).status_code == 200
         assert_error(http.post("/sessions/c/v1/chat/completions", json=BODY), 429)
     assert len(fake.received) == 2
+
+
+def test_session_ttl_runs_an_evictor_in_the_proxy(
+    fake: Fake, start_proxy: Callable[..., str]
+) -> None:
+    url = start_proxy([fake.url], session_ttl_s=0.2)
+    with httpx.Client(base_url=url, timeout=30) as http:
+        assert http.post("/sessions/brief/v1/chat/completions", json=BODY).status_code == 200
+        deadline = time.monotonic() + 60  # a condition, not a bound: eviction happens
+        while http.get("/sessions/brief").status_code != 404:
+            assert time.monotonic() < deadline, "the session was never evicted"
+            time.sleep(0.05)

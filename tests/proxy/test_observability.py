@@ -4,6 +4,8 @@ overhead header on proxied answers, errors included."""
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Callable
 
 import httpx
@@ -87,7 +89,7 @@ def test_proxy_errors_in_a_session_carry_the_overhead_header(
     url = start_proxy([dead], max_failover=0)
     with httpx.Client(base_url=url, timeout=30) as http:
         unreachable = http.post("/sessions/e/v1/chat/completions", json=BODY)
-        assert unreachable.status_code == 502
+        assert unreachable.status_code == 503
         assert unreachable.headers["x-seedproxy-request-index"] == "0"
         assert unreachable.headers["x-seedproxy-seed"] == str(derive_seed("e", 0))
         assert float(unreachable.headers["x-seedproxy-overhead-ms"]) >= 0
@@ -98,3 +100,37 @@ def test_proxy_errors_in_a_session_carry_the_overhead_header(
     good = start_proxy([fake.url])
     ok = httpx.post(f"{good}/v1/chat/completions", json=BODY)
     assert float(ok.headers["x-seedproxy-overhead-ms"]) >= 0
+
+
+def test_the_overhead_header_leaves_out_the_time_spent_waiting_on_the_upstream(
+    proxy: str, fake: Fake
+) -> None:
+    """The upstream is held by the test for ``held`` seconds, inside the proxy's wait on
+    it; so the proxy's own time is at most (what the client waited) - held. A header
+    that forgot to subtract the upstream's time would be about what the client waited."""
+    fake.switches.hold = threading.Event()
+    answer: list[httpx.Response] = []
+    waited: list[float] = []
+
+    with httpx.Client(base_url=proxy, timeout=30) as http:
+        assert http.get("/healthz").status_code == 200  # connected: the wait below is the request's
+
+        def send() -> None:
+            started = time.monotonic()
+            answer.append(http.post("/sessions/oh/v1/chat/completions", json=BODY))
+            waited.append(time.monotonic() - started)
+
+        client = threading.Thread(target=send)
+        client.start()
+        deadline = time.monotonic() + 30
+        while not fake.received:
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        held_from = time.monotonic()
+        time.sleep(0.3)
+        held = time.monotonic() - held_from
+        fake.switches.hold.set()
+        client.join(timeout=30)
+    assert answer[0].status_code == 200
+    overhead_s = float(answer[0].headers["x-seedproxy-overhead-ms"]) / 1000
+    assert 0 <= overhead_s <= waited[0] - held

@@ -11,6 +11,7 @@ import pytest
 
 from seedproxy import derive_seed
 from tests.conftest import Fake
+from tests.helpers.procs import free_port
 
 MSG = [{"role": "user", "content": "hello"}]
 
@@ -156,6 +157,9 @@ def test_upstream_errors_keep_their_status_and_message(http: httpx.Client) -> No
         (b'{"messages": [{"role": "user", "content": "x"}], "seed": "abc"}', "seed"),
         (b'{"messages": [{"role": "user", "content": "x"}], "seed": true}', "seed"),
         (b'{"messages": [{"role": "user", "content": "x"}], "n": 0}', "n"),
+        (b'{"messages": [{"role": "user", "content": "x"}], "seed": 18446744073709551616}', "seed"),
+        (b'{"messages": [{"role": "user", "content": "x"}], "seed": 9223372036854775808}', "seed"),
+        (b'{"messages": [{"role": "user", "content": "x"}], "seed": -9223372036854775809}', "seed"),
         (b'{"messages": [{"role": "user", "content": "x"}], "stream": "yes"}', "stream"),
     ],
 )
@@ -167,15 +171,19 @@ def test_bad_bodies_get_a_400_and_consume_no_index(
     error = r.json()["error"]
     assert set(error) == {"message", "type", "param", "code"}
     assert error["param"] == param
+    if b"922337203685477580" in body or b"18446744073709551616" in body:
+        assert "out of range" in error["message"]
     assert fake.received == []
     assert http.get("/sessions/bad").status_code == 404  # a 4xx creates no session
 
 
-def test_upstream_down_is_a_502_in_openai_shape_and_keeps_its_index(start_proxy: Any) -> None:
-    proxy = start_proxy(["http://127.0.0.1:9"])
+def test_upstream_down_is_a_503_in_openai_shape_and_keeps_its_index(start_proxy: Any) -> None:
+    """Nothing listening on the one upstream: no server could be reached, a 503 (502 is
+    for an upstream that answered badly)."""
+    proxy = start_proxy([f"http://127.0.0.1:{free_port()}"])
     with httpx.Client(base_url=proxy) as http:
         r = http.post("/sessions/down/v1/chat/completions", json={"messages": MSG})
-        assert r.status_code == 502
+        assert r.status_code == 503
         assert "unreachable" in r.json()["error"]["message"]
         state = http.get("/sessions/down").json()
         assert (state["next_index"], state["interactions"]) == (1, 1)
@@ -288,3 +296,19 @@ def test_a_retry_count_that_is_not_ascii_digits_is_not_a_retry(
     )
     assert again.status_code == 200, again.text
     assert [r.headers["x-seedproxy-request-index"] for r in (first, again)] == ["0", "1"]
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "needle"),
+    [
+        (b"{bad", None, "not valid JSON"),
+        (b'{"identity": "x", "group_size": "two"}', "group_size", "group_size"),
+    ],
+)
+def test_admin_body_errors_name_the_field_or_none(
+    http: httpx.Client, body: bytes, param: str | None, needle: str
+) -> None:
+    r = http.post("/sessions", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert error["param"] == param and needle in error["message"]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from seedproxy import __version__
 from seedproxy.proxy.cli import main
 from seedproxy.settings import load_settings
 from tests.helpers.procs import start_seedproxy
@@ -75,3 +76,22 @@ def test_limit_options_rank_flags_over_env_over_file(
     flagged = load_settings({"session_ttl_s": 31, "max_open_sessions": 34}, str(config))
     assert (flagged.session_ttl_s, flagged.max_open_sessions) == (31, 34)
 
+
+
+def test_version_and_a_bare_command_line() -> None:
+    version = start_seedproxy("--version", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, _ = version.communicate(timeout=60)
+    assert version.returncode == 0 and out.decode().strip() == f"seedproxy {__version__}"
+    bare = start_seedproxy(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = bare.communicate(timeout=60)
+    lines = err.decode().strip().splitlines()
+    assert bare.returncode == 2 and out == b""
+    assert lines[0].startswith("usage: seedproxy") and "seedproxy serve" in lines[-1]
+    assert "Traceback" not in err.decode()
+
+
+def test_export_help_describes_the_default_style(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["export", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "individual (default): one trajectory per line with its interactions" in text

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import threading
 from array import array
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -315,3 +316,75 @@ async def test_an_sqlite_file_from_before_the_open_count_gets_it_counted(tmp_pat
         assert await reopened.count_open() == 3
     finally:
         await reopened.close()
+
+
+async def test_a_retried_interaction_starts_without_the_old_reward(store: SessionStore) -> None:
+    await store.create(rec("s"))
+    await store.record("s", interaction("i0", 0))
+    await store.record("s", interaction("i1", 1))
+    assert await store.set_reward("s", 0.5, "i0") == "i0"
+    await store.record("s", interaction("i0", 0, tokens=9))  # the SDK retried i0
+    got = {
+        i.interaction_id: (i.reward, len(i.prompt_token_ids)) for i in await store.interactions("s")
+    }
+    assert got == {"i0": (None, 9), "i1": (None, 3)}
+
+
+async def test_sqlite_reads_do_not_wait_for_another_writer(tmp_path: Path) -> None:
+    """A read takes no write lock: it answers while another process holds one."""
+    path = tmp_path / "sessions.db"
+    store = open_store(f"sqlite:///{path}")
+    await store.create(rec("s"))
+    await store.record("s", interaction("i0", 0))
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another replica mid-write
+    try:
+        got = await store.get("s")
+        assert got is not None and got.session_id == "s"
+        assert [r.session_id for r in await store.list()] == ["s"]
+        assert (await store.find_by_key("key-s")) is not None
+        assert [i.interaction_id for i in await store.interactions("s")] == ["i0"]
+        assert await store.count_open() == 1
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+        await store.close()
+
+
+async def test_redis_reward_and_export_marks_are_one_script_each(redis_url: str) -> None:
+    """Each read-modify-write reaches Redis as one EVALSHA: nothing can land between
+    its read and its write (another replica's retry, a delete)."""
+    import redis.asyncio as aioredis
+
+    store = open_store(redis_url)
+    await store.create(rec("s"))
+    await store.record("s", interaction("i0", 0))
+    await store.set_reward("s", 0.0, None)  # loads the scripts
+    await store.mark_exported(["s"])
+    probe = aioredis.Redis.from_url(redis_url.split("?")[0])
+
+    async def commands_of(action: Callable[[], Awaitable[object]]) -> list[str]:
+        """The commands clients sent during ``action`` (not those its scripts ran)."""
+        async with probe.monitor() as monitor:
+            await action()
+            await probe.echo("end-of-action")
+            sent = []
+            while True:
+                seen = await monitor.next_command()
+                if seen["command"] == "ECHO end-of-action":
+                    return sent
+                name = seen["command"].split()[0]
+                if seen.get("client_type") != "lua" and name not in ("HELLO", "CLIENT"):
+                    sent.append(name)  # (HELLO, CLIENT: a new connection's handshake)
+
+    try:
+        assert await commands_of(lambda: store.set_reward("s", 1.0, None)) == ["EVALSHA"]
+        assert await commands_of(lambda: store.set_reward("s", 2.0, "i0")) == ["EVALSHA"]
+        assert await commands_of(lambda: store.mark_exported(["s"])) == ["EVALSHA"]
+        rewards = [i.reward for i in await store.interactions("s")]
+        assert rewards == [2.0]
+        record = await store.get("s")
+        assert record is not None and record.reward == 2.0 and record.exported
+    finally:
+        await probe.aclose()
+        await store.close()

@@ -111,8 +111,8 @@ class UpstreamPool:
 
         Returns the first other answer (any status); when ``stream`` its first chunk
         has been read and the rest is unread. Raises ``UpstreamUnavailable`` (503)
-        when every server tried failed, or the single server's ``UpstreamTimeout`` /
-        ``UpstreamError``.
+        when every server tried failed, or the single server's error: 503 when it
+        could not be reached, ``UpstreamTimeout`` (504), else ``UpstreamError`` (502).
         """
         content = orjson.dumps(request.body)
         headers = {"content-type": "application/json", **request.headers}
@@ -203,22 +203,26 @@ class UpstreamPool:
             return response
         raise UpstreamUnavailable(f"no upstream answered GET {path}: {type(last).__name__}")
 
-    async def probe(self) -> None:
-        """Check every server's /health once; mark it up or down."""
-        await asyncio.gather(*(self._probe_one(u) for u in self.upstreams))
+    async def probe(self) -> dict[str, str | None]:
+        """Check every server's /health once; mark it up or down. Returns, per URL,
+        None for a server that is up, else why it is not."""
+        reasons = await asyncio.gather(*(self._probe_one(u) for u in self.upstreams))
+        return {u.url: reason for u, reason in zip(self.upstreams, reasons, strict=True)}
 
-    async def _probe_one(self, upstream: Upstream) -> None:
+    async def _probe_one(self, upstream: Upstream) -> str | None:
         try:
             response = await self.client.get(upstream.url + "/health", timeout=self.probe_timeout_s)
             # Any answer below 500 means the server is up: an OpenAI-compatible
             # server may have no /health route at all (404), SGLang answers 503 while sick.
-            ok = response.status_code < 500
-        except httpx.HTTPError:
-            ok = False
-        if ok:
+            status = response.status_code
+            reason = None if status < 500 else f"/health answered {status}"
+        except httpx.HTTPError as exc:
+            reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        if reason is None:
             self._succeeded(upstream)
         else:
             self._failed(upstream)
+        return reason
 
     async def probe_forever(self, interval_s: float) -> None:
         """Probe every ``interval_s`` until cancelled; a probe's own bug is logged,
@@ -256,10 +260,14 @@ def _score(key: str, url: str) -> int:
 
 
 def _as_upstream_error(url: str, what: str, exc: httpx.HTTPError) -> UpstreamError:
+    """504 for a timeout; 503 for a server that could not be reached at all (nothing
+    listening, a refused or failed connect); 502 for one that broke its answer."""
     if isinstance(exc, httpx.TimeoutException):
         return UpstreamTimeout(f"upstream {url} timed out: {type(exc).__name__}")
     if isinstance(exc, UpstreamBodyTooLarge):
         return UpstreamError(f"upstream {url}: {exc} (--max-upstream-body-bytes)")
+    if isinstance(exc, httpx.ConnectError):
+        return UpstreamUnavailable(f"upstream {url} {what}: {type(exc).__name__}")
     return UpstreamError(f"upstream {url} {what}: {type(exc).__name__}")
 
 

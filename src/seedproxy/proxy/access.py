@@ -28,12 +28,22 @@ class Access:
         token = bearer_token(request.headers)
         return bool(self.admin_key and token and _same(token, self.admin_key))
 
-    def require_admin(self, request: Request) -> None:
+    def may_export(self, request: Request) -> bool:
+        """Whether this request may take trajectories out of batch export (admin acts)."""
+        return self.admin_key is None or self.is_admin(request)
+
+    async def require_admin(self, request: Request) -> None:
+        """401 for no key or an unknown one; 403 for a session's key, which is valid
+        but does not reach admin routes."""
         if self.admin_key is None or self.is_admin(request):
             return
-        if bearer_token(request.headers) is None:
+        token = bearer_token(request.headers)
+        if token is None:
             raise AuthError("this route needs the admin key as a bearer token")
-        raise Forbidden("this route needs the admin key")
+        owner = await self.sessions.store.find_by_key(token)
+        if owner is None or not _same(owner.api_key, token):
+            raise AuthError("unknown key: this route needs the admin key")
+        raise Forbidden("a session key does not reach this route: it needs the admin key")
 
     async def require_session_reader(self, request: Request, session_id: str) -> SessionRecord:
         """For admin reads of one session: the admin key, or that session's own key."""

@@ -8,11 +8,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
-from ..errors import SessionNotFound
+from ..errors import Forbidden, SessionNotFound, WaitTimeout
 from ..sessions import SessionManager
 from ..sessions.export import Style, select_sessions, trajectory
 from ..sessions.ids import check_id, encode_id
@@ -20,7 +20,12 @@ from .access import Access
 from .request import read_model
 from .schemas import CreateSessions, ExportRequest, RewardRequest
 
-__all__ = ["admin_router"]
+__all__ = ["WAIT_DEFAULT_S", "WAIT_MAX_S", "admin_router"]
+
+WAIT_DEFAULT_S = 60.0
+"""How long ``?wait=true`` waits for a session to end unless ``timeout_s`` says."""
+WAIT_MAX_S = 3600.0
+"""The longest ``timeout_s`` accepted (a 400 above it)."""
 
 
 def _documented(model: type[BaseModel]) -> dict[str, Any]:
@@ -42,7 +47,7 @@ def admin_router(
 
     @router.post("/sessions", status_code=201, openapi_extra=_documented(CreateSessions))
     async def create_sessions(request: Request) -> JSONResponse:
-        access.require_admin(request)
+        await access.require_admin(request)
         body = await read_model(request, CreateSessions, max_body_bytes)
         group = await sessions.create_group(
             identity=body.identity,
@@ -81,7 +86,7 @@ def admin_router(
 
     @router.post("/sessions/{session_id}/reward", openapi_extra=_documented(RewardRequest))
     async def set_reward(session_id: str, request: Request) -> dict[str, Any]:
-        access.require_admin(request)
+        await access.require_admin(request)
         check_id(session_id, param="session_id")
         body = await read_model(request, RewardRequest, max_body_bytes)
         await sessions.require(session_id)
@@ -90,7 +95,7 @@ def admin_router(
 
     @router.post("/sessions/{session_id}/end")
     async def end_session(session_id: str, request: Request) -> dict[str, Any]:
-        access.require_admin(request)
+        await access.require_admin(request)
         check_id(session_id, param="session_id")
         await sessions.require(session_id)
         record = await store.end(session_id)
@@ -101,17 +106,23 @@ def admin_router(
         session_id: str,
         request: Request,
         wait: bool = False,
-        timeout_s: float = 60.0,
+        timeout_s: float = Query(default=WAIT_DEFAULT_S, gt=0, le=WAIT_MAX_S),
         style: Style = "individual",
     ) -> dict[str, Any]:
-        """``wait=true`` waits for the session to end and takes it out of later
-        batch exports."""
+        """``wait=true`` (the admin's act) waits up to ``timeout_s`` for the session to
+        end and takes it out of later batch exports; past the timeout it is a 504 and
+        nothing is taken."""
         check_id(session_id, param="session_id")
         record = await access.require_session_reader(request, session_id)
         if wait:
+            if not access.may_export(request):
+                raise Forbidden("wait=true takes the trajectory out of batch export: "
+                                "that needs the admin key", param="wait")
             loop = asyncio.get_running_loop()
-            deadline = loop.time() + max(0.0, min(timeout_s, 3600.0))
-            while not record.ended and loop.time() < deadline:
+            deadline = loop.time() + timeout_s
+            while not record.ended:
+                if loop.time() >= deadline:
+                    raise WaitTimeout(f"session {session_id!r} did not end within {timeout_s} s")
                 await asyncio.sleep(0.05)
                 record = await sessions.require(session_id)
             async with exporting:
@@ -120,7 +131,7 @@ def admin_router(
 
     @router.post("/trajectories/export", openapi_extra=_documented(ExportRequest))
     async def export(request: Request) -> dict[str, Any]:
-        access.require_admin(request)
+        await access.require_admin(request)
         body = await read_model(request, ExportRequest, max_body_bytes)
         chosen = await select_sessions(
             store,
@@ -139,7 +150,7 @@ def admin_router(
 
     @router.delete("/sessions/{session_id}")
     async def delete_session(session_id: str, request: Request) -> Response:
-        access.require_admin(request)
+        await access.require_admin(request)
         check_id(session_id, param="session_id")
         if not await store.delete(session_id):
             raise SessionNotFound(f"session {session_id!r} not found")

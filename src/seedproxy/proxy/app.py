@@ -32,6 +32,7 @@ from ..settings import Settings
 from .access import Access
 from .admin import admin_router
 from .forward import Forwarder
+from .health import readiness_router, warn_if_no_upstream
 from .hot import HotRoutes, ProxyApp
 from .logs import flush_logs
 from .metrics import Metrics
@@ -78,7 +79,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        tasks = []
+        tasks = [asyncio.create_task(warn_if_no_upstream(pool))]
         if len(pool.upstreams) > 1:
             tasks.append(asyncio.create_task(pool.probe_forever(settings.health_interval_s)))
         if settings.session_ttl_s is not None:
@@ -111,6 +112,7 @@ def create_app(
             max_body_bytes=settings.max_body_bytes,
         )
     )
+    app.include_router(readiness_router(pool))
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
@@ -153,7 +155,13 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def on_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
-        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or None
+        if first.get("type") == "json_invalid":  # its loc is a character offset, no field
+            error = (first.get("ctx") or {}).get("error", "invalid JSON")
+            text = f"request body is not valid JSON: {error}"
+            return JSONResponse(error_body(text, "invalid_request_error"), status_code=400)
+        where = ".".join(
+            str(p) for p in first.get("loc", ())[1:] if p != "body"
+        ) or None  # loc starts with where the value was: body, query or path
         message = str(first.get("msg", "invalid request"))
         text = f"{where}: {message}" if where else message
         return JSONResponse(

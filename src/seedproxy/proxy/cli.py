@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from .. import __version__
 from ..errors import ConfigError
 from ..seeds import derive_seed
 
@@ -26,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="seedproxy",
         description="An OpenAI-compatible proxy that makes LLM rollouts reproducible to the token.",
     )
+    parser.add_argument("--version", action="version", version=f"seedproxy {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     serve = commands.add_parser("serve", help="run the proxy (with the embedded engine if no --upstream)")
@@ -62,11 +64,13 @@ def build_parser() -> argparse.ArgumentParser:
     export = commands.add_parser("export", help="write trajectories to JSON Lines")
     export.add_argument("--url", required=True, help="the proxy's root URL")
     export.add_argument("--group")
-    export.add_argument("--count", type=int)
-    export.add_argument("--timeout", type=float, default=60.0)
+    export.add_argument("--count", type=int,
+                        help="wait for N ended sessions; fewer by --timeout: written, exit 1")
+    export.add_argument("--timeout", type=float, default=60.0, help="seconds to wait (60)")
     export.add_argument("--admin-key")
     export.add_argument("--style", choices=["individual", "concat"], default="individual",
-                        help="one record per interaction, or one token sequence per trajectory")
+                        help="individual (default): one trajectory per line with its "
+                        "interactions; concat: one token sequence with a loss mask")
     export.add_argument("--out", required=True)
     return parser
 
@@ -106,7 +110,13 @@ def _add_sglang_options(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    if not (sys.argv[1:] if argv is None else argv):
+        print(parser.format_usage().rstrip(), file=sys.stderr)
+        print("seedproxy: error: a command is needed (`seedproxy serve` starts the proxy; "
+              "`seedproxy --help` lists them all)", file=sys.stderr)
+        return EXIT_USAGE
+    args = parser.parse_args(argv)
     try:
         return _COMMANDS[args.command](args)
     except ConfigError as exc:

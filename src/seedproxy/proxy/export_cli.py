@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import sys
+
 import httpx
 import orjson
 from tqdm import tqdm
 
 from ..errors import ConfigError
 
-__all__ = ["export_to_file"]
+__all__ = ["EXIT_SHORT", "export_to_file"]
+
+EXIT_SHORT = 1
+"""``export --count N`` got fewer than N trajectories before its timeout."""
 
 
 def export_to_file(
@@ -22,7 +27,9 @@ def export_to_file(
     style: str = "individual",
 ) -> int:
     """Export ended sessions (``count`` of them, waiting up to ``timeout_s``) to ``out``,
-    one trajectory per line."""
+    one trajectory per line. Fewer than ``count`` by the timeout: what came is still
+    written (it is taken out of later exports), a line on stderr says so, and the exit
+    code is ``EXIT_SHORT``."""
     body: dict[str, object] = {"timeout_s": timeout_s, "style": style}
     if group:
         body["group_id"] = group
@@ -49,4 +56,11 @@ def export_to_file(
                 handle.write(orjson.dumps(record, option=orjson.OPT_SORT_KEYS) + b"\n")
     except OSError as exc:
         raise ConfigError(f"cannot write {out}: {exc.strerror}") from None
+    if count is not None and len(trajectories) < count:
+        print(
+            f"seedproxy: export: only {len(trajectories)} of {count} sessions had ended "
+            f"within {timeout_s:g} s; wrote {len(trajectories)} to {out}",
+            file=sys.stderr,
+        )
+        return EXIT_SHORT
     return 0

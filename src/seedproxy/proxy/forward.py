@@ -27,7 +27,7 @@ from ..backends.answer_shape import MalformedAnswer, check_answer, check_chunk
 from ..backends.pool import UpstreamPool, UpstreamReply
 from ..backends.responses_bridge import to_chat
 from ..errors import BadRequest, SeedProxyError, UpstreamError, UpstreamTimeout
-from ..seeds import choice_seeds
+from ..seeds import choice_seeds, client_choice_seeds
 from ..sessions import Interaction, NewSession, SessionManager, SessionRecord, Slot
 from ..settings import Settings
 from .fanout import exchange_fanout
@@ -134,7 +134,8 @@ class Forwarder:
         if fixed is None and deterministic and session is not None:
             own = session.seed if isinstance(session, SessionRecord) else None
             fixed = own if own is not None else self.settings.seed
-        if deterministic and client.n > 1 and fixed is not None and session is not None:
+        configured = fixed is not None and client.seed is None
+        if deterministic and client.n > 1 and configured and session is not None:
             raise BadRequest(
                 f"a shared seed ({fixed}) with n={client.n} makes every choice identical; "
                 "drop `seed` and let seedproxy derive one per choice",
@@ -150,6 +151,8 @@ class Forwarder:
         )
         if not deterministic:
             seeds = [client.seed] if client.seed is not None else []
+        elif client.seed is not None and client.n > 1:
+            seeds = client_choice_seeds(client.seed, client.n)
         elif fixed is not None:
             seeds = [fixed]
         else:
@@ -266,7 +269,10 @@ class Forwarder:
                 payload = event_json(event) if plan.capture else None
                 if payload is None:
                     if event.strip() == DONE.strip():
-                        await record.commit()
+                        error = await record.seal()
+                        if error is not None:
+                            yield encode_event(error.body())
+                            return
                     yield event
                     continue
                 assert tracker is not None

@@ -149,10 +149,19 @@ def _check_depth(raw: bytes, body: dict[str, Any]) -> None:
         raise BadRequest("request body is nested too deeply") from None
 
 
+_INT64 = range(-(2**63), 2**63)
+"""What an int field may hold: OpenAI's ``seed`` is an int64, and so are SGLang's."""
+
+
 def _optional_int(body: dict[str, Any], key: str) -> int | None:
     value = body.get(key)
     if value is None:
         return None
+    # orjson reads an integer too large for 64 bits as a float: a range error, not a type one.
+    too_big_float = isinstance(value, float) and value.is_integer() and abs(value) >= 2**63
+    if too_big_float or (isinstance(value, int) and value not in _INT64):
+        raise BadRequest(f"{key} {value} is out of range: it must fit in 64 bits "
+                         f"(-2**63 to 2**63-1)", param=key)
     if isinstance(value, bool) or not isinstance(value, int):
         raise BadRequest(f"{key} must be an integer", param=key)
     return value

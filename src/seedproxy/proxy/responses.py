@@ -102,7 +102,10 @@ async def _events(
                 for out in writer.feed(shown):
                     yield dumps(out)
         closing = writer.finish()
-        await record.commit()  # recorded before the client sees the end
+        error = await record.seal()  # recorded before the client sees the end
+        if error is not None:
+            yield b"event: error\ndata: " + orjson.dumps(error.body()) + b"\n\n"
+            return
         for out in closing:
             yield dumps(out)
     except httpx.HTTPError as exc:

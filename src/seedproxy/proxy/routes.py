@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import orjson
 from fastapi import APIRouter, Request
-from fastapi.responses import Response
+from fastapi.responses import JSONResponse, Response
 
 from ..backends import Endpoint
 from ..backends.pool import UpstreamPool
+from ..errors import UpstreamError, error_body
 from .access import Access
 from .forward import Forwarder
 
-__all__ = ["openai_router"]
+__all__ = ["find_model", "openai_router"]
 
 _PREFIXES = ("", "/sessions/{session_id}")
 _BODY = {
@@ -51,5 +55,38 @@ def openai_router(forwarder: Forwarder, access: Access, pool: UpstreamPool) -> A
                 media_type=upstream.headers.get("content-type", "application/json"),
             )
 
+        async def model(request: Request) -> Response:
+            """One model's card, as SGLang serves it, taken from the upstream's list."""
+            await access.session_for(request, request.path_params.get("session_id"))
+            upstream = await pool.get("/v1/models")
+            if upstream.status_code != 200:
+                return Response(upstream.content, status_code=upstream.status_code,
+                                media_type=upstream.headers.get("content-type"))
+            name = request.path_params["model"]
+            card = find_model(upstream.content, name)
+            if card is None:
+                message = f"The model '{name}' does not exist"
+                body = error_body(message, "invalid_request_error", param="model",
+                                  code="model_not_found")
+                return JSONResponse(body, status_code=404)
+            return JSONResponse(card)
+
         router.add_api_route(prefix + "/v1/models", models, methods=["GET"])
+        router.add_api_route(prefix + "/v1/models/{model:path}", model, methods=["GET"])
     return router
+
+
+def find_model(listing: bytes, name: str) -> dict[str, Any] | None:
+    """The card named ``name`` in an upstream's ``/v1/models`` answer; None when it lists
+    no such model. A listing not in OpenAI's shape is the upstream's fault (502)."""
+    try:
+        data = orjson.loads(listing)
+    except orjson.JSONDecodeError:
+        raise UpstreamError("upstream answered /v1/models with invalid JSON") from None
+    cards = data.get("data") if isinstance(data, dict) else None
+    if not isinstance(cards, list):
+        raise UpstreamError("upstream's /v1/models answer has no data list")
+    for card in cards:
+        if isinstance(card, dict) and card.get("id") == name:
+            return card
+    return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
+import socket
 from typing import Any
 
 import uvicorn
@@ -16,7 +17,7 @@ from .factory import APP_FACTORY, export_settings
 from .logs import configure_logging
 from .protocol import guarded_http_protocol
 
-__all__ = ["run_engine_only", "serve"]
+__all__ = ["bind", "run_engine_only", "serve"]
 
 log = logging.getLogger("seedproxy")
 
@@ -31,16 +32,20 @@ def serve(flags: dict[str, Any], config_file: str | None) -> int:
             "the memory store is single-process"
         )
     configure_logging()
+    # Bound first: a port in use is one line and exit 2 before any engine loads or
+    # anything says "listening".
+    sock = bind(settings.host, settings.port)
     engine = None
-    upstreams = settings.upstream
-    if not upstreams:
-        engine = _start_engine(settings.model)
-        upstreams = [engine.url]
-        log.info("embedded engine serving %s at %s", engine.model_name, engine.url)
     try:
+        upstreams = settings.upstream
+        if not upstreams:
+            engine = _start_engine(settings.model)
+            upstreams = [engine.url]
+            log.info("embedded engine serving %s at %s", engine.model_name, engine.url)
         app = create_app(settings, upstreams=upstreams)  # also checks the store URL
-        log.info("seedproxy listening on http://%s:%d", settings.host, settings.port)
+        log.info("seedproxy listening on http://%s:%d", settings.host, sock.getsockname()[1])
         if settings.workers > 1:
+            sock.close()  # uvicorn's workers bind their own shared socket
             # Each worker imports the factory and rebuilds these settings from the env.
             export_settings(settings.model_copy(update={"upstream": upstreams}))
             uvicorn.run(
@@ -54,7 +59,7 @@ def serve(flags: dict[str, Any], config_file: str | None) -> int:
                 **_client_limits(settings),
             )
             return 0
-        uvicorn.run(
+        config = uvicorn.Config(
             app,
             host=settings.host,
             port=settings.port,
@@ -62,7 +67,9 @@ def serve(flags: dict[str, Any], config_file: str | None) -> int:
             timeout_graceful_shutdown=math.ceil(settings.graceful_shutdown_s),
             **_client_limits(settings),
         )
+        uvicorn.Server(config).run(sockets=[sock])
     finally:
+        sock.close()
         if engine is not None:
             engine.stop()
     return 0
@@ -74,6 +81,21 @@ def _client_limits(settings: Settings) -> dict[str, Any]:
     (``protocol.py`` reads it as uvicorn's keep-alive timeout, which also closes idle
     connections)."""
     return {"http": guarded_http_protocol(), "timeout_keep_alive": settings.client_timeout_s}
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """Bind the listening socket as uvicorn would (``SO_REUSEADDR``); a port in use or
+    an address not on this machine is a ``ConfigError``, before anything says it listens."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.set_inheritable(True)
+    return sock
 
 
 def run_engine_only(host: str, port: int, model: str | None) -> int:

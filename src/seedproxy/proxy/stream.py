@@ -14,16 +14,20 @@ mechanism for every stream (single, fan-out, Responses).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..backends import Captured
 from ..backends.pool import UpstreamReply
+from ..errors import StoreError
 
 if TYPE_CHECKING:
     from .forward import Forwarder, Plan
 
 __all__ = ["CLIENT_CLOSED", "StreamRecord", "UpstreamReplies", "close_all"]
+
+log = logging.getLogger("seedproxy.request")
 
 CLIENT_CLOSED = 499
 """Status recorded for an answer whose client left before it was complete (nginx's code)."""
@@ -94,6 +98,18 @@ class StreamRecord:
         if self._plan.capture:
             response, captured = self._snapshot()
             await self._fwd.record(self._plan, self.status, response, captured, abandoned=abandoned)
+
+    async def seal(self) -> StoreError | None:
+        """Record before the terminal event. A store that fails is told to the client as
+        the error (returned, for the stream to send instead of its end); the interaction
+        is then never recorded later as a success."""
+        try:
+            await self.commit()
+        except StoreError as exc:
+            log.warning("stream not recorded: %s", exc.message)
+            self.status = exc.status_code
+            return exc
+        return None
 
     async def finish(self, *, abandoned: bool) -> None:
         """The stream is over: close the replies, then record (if not yet) and observe."""

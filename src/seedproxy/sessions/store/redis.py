@@ -8,11 +8,22 @@ store-wide ``created``/``ended`` counters. Per session, keys are::
     {p}i:{id}   hash: interaction_id -> ``Interaction.to_storage()`` JSON
     {p}r:{id}   hash digest -> "index|interaction_id"; {p}rz:{id} zset digest by recency
     {p}p:{id}   hash: pinned index -> extra requests pinned to it
+    {p}o:{id}   zset (lexical): "%020d|interaction_id" % request_index, the export order
+    {p}w:{id}   hash: interaction_id -> its reward (kept apart from the interaction's
+                JSON, which a script could not rewrite losslessly)
 
 plus ``{p}all`` and ``{p}g:{group}`` (zsets by ``created_seq``), ``{p}open`` (set),
 ``{p}k:{sha256(api_key)}`` -> session id. ``?ended_ttl_s=N`` in the URL lets Redis
 expire a session N seconds after it is both ended and exported (never before export:
 dropping un-exported work is the evictor's job, which logs it).
+
+Outages: what a caller is told and what Redis holds must agree. A command waits at
+most ``?timeout_s=N`` (5 s) for its answer, and every script refuses to run (error
+``SEEDPROXY_LATE``) once Redis's clock passes a deadline of ``0.75 * timeout_s`` after it
+was sent, so a command that timed out (a 503) and sat in a paused Redis's buffer never
+takes effect later (clocks within ``timeout_s / 4`` of each other assumed). A broken
+connection (Redis restarted) is re-made and the command resent once, since a command
+on a dead connection never ran.
 """
 
 from __future__ import annotations
@@ -31,6 +42,20 @@ from ..record import SessionRecord, Slot
 from .base import RETRY_MEMORY
 
 __all__ = ["RedisStore"]
+
+_LATE = "SEEDPROXY_LATE"
+
+# Prepended to every script; its deadline is the last ARGV. Effects replication
+# (Redis 5+) lets a script read TIME and then write.
+_GUARD = f"""
+local now = redis.call('TIME')
+if tonumber(now[1]) + tonumber(now[2]) / 1000000 > tonumber(ARGV[#ARGV]) then
+  return redis.error_reply('{_LATE} the caller stopped waiting before this ran')
+end
+"""
+
+_DEADLINE_SHARE = 0.75
+"""A script's deadline, as a share of the time its caller waits for the answer."""
 
 _MUTABLE = ("next_index", "last_active_at", "ended", "ended_seq", "reward", "exported")
 
@@ -92,29 +117,70 @@ end
 return redis.call('HGET', KEYS[1], 'exported')
 """
 
-# KEYS: s, i ; ARGV: interaction_id, data, now
+# KEYS: s, i, o, w ; ARGV: interaction_id, data, now, order member
+# A replaced interaction (a retry) starts with no reward, as in every store.
 _RECORD = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+redis.call('ZADD', KEYS[3], 0, ARGV[4])
+redis.call('HDEL', KEYS[4], ARGV[1])
 redis.call('HSET', KEYS[1], 'last_active_at', ARGV[3])
 return 1
 """
 
+# KEYS: s, i, o, w ; ARGV: reward, interaction_id ("" = the last one)
+# Returns {-1} no session, {-2} no such interaction, {0} none to reward, {1, id}.
+_SET_REWARD = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
+local target = ARGV[2]
+if target == '' then
+  local last = redis.call('ZRANGE', KEYS[3], -1, -1)[1]
+  target = last and string.sub(last, 22) or ''
+elseif redis.call('HEXISTS', KEYS[2], target) == 0 then
+  return {-2}
+end
+redis.call('HSET', KEYS[1], 'reward', ARGV[1])
+if target == '' then return {0} end
+redis.call('HSET', KEYS[4], target, ARGV[1])
+return {1, target}
+"""
 
-def _parse(url: str) -> tuple[str, str, float | None]:
+# KEYS: s ; returns -1 for an unknown session, else whether it has ended (1/0)
+_MARK_EXPORTED = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+redis.call('HSET', KEYS[1], 'exported', 1)
+if redis.call('HGET', KEYS[1], 'ended') == '1' then return 1 end
+return 0
+"""
+
+
+def _order_member(interaction: Interaction) -> str:
+    """Sorts (as bytes) like ``(request_index, interaction_id)``."""
+    return f"{interaction.request_index:020d}|{interaction.interaction_id}"
+
+
+def _parse(url: str) -> tuple[str, str, float | None, float]:
     parts = urlsplit(url)
     query = parse_qs(parts.query)
     prefix = query.pop("prefix", ["sp:"])[0]
-    ttl_text = query.pop("ended_ttl_s", [None])[0]
+    ttl = _positive(query, "ended_ttl_s")
+    timeout = _positive(query, "timeout_s")
     if query:
         raise ConfigError(f"unknown redis store option(s): {', '.join(sorted(query))}")
+    return urlunsplit(parts._replace(query="")), prefix, ttl, 5.0 if timeout is None else timeout
+
+
+def _positive(query: dict[str, builtins.list[str]], name: str) -> float | None:
+    text = query.pop(name, [None])[0]
+    if text is None:
+        return None
     try:
-        ttl = float(ttl_text) if ttl_text is not None else None
+        value = float(text)
     except ValueError:
-        raise ConfigError(f"ended_ttl_s must be a number, got {ttl_text!r}") from None
-    if ttl is not None and ttl <= 0:
-        raise ConfigError("ended_ttl_s must be positive")
-    return urlunsplit(parts._replace(query="")), prefix, ttl
+        raise ConfigError(f"{name} must be a number, got {text!r}") from None
+    if not value > 0:
+        raise ConfigError(f"{name} must be positive")
+    return value
 
 
 class RedisStore:
@@ -123,28 +189,47 @@ class RedisStore:
     def __init__(self, url: str, *, retry_memory: int = RETRY_MEMORY) -> None:
         try:
             import redis.asyncio as aioredis
+            from redis.asyncio.retry import Retry
+            from redis.backoff import NoBackoff
+            from redis.exceptions import ConnectionError as RedisConnectionError
             from redis.exceptions import RedisError
         except ImportError as exc:
             raise ConfigError(
                 "the Redis store needs the redis package: pip install 'seedproxy[redis]'"
             ) from exc
-        base, self._p, self._ended_ttl = _parse(url)
+        base, self._p, self._ended_ttl, self._timeout = _parse(url)
         self._errors: tuple[type[BaseException], ...] = (RedisError, OSError)
-        self._redis: Any = aioredis.Redis.from_url(base)
+        self._redis: Any = aioredis.Redis.from_url(
+            base,
+            socket_timeout=self._timeout,
+            socket_connect_timeout=self._timeout,
+            # Only a broken connection is retried: a timed-out command may yet run.
+            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
+        )
         self._retry_memory = retry_memory
-        self._allocate = self._redis.register_script(_ALLOCATE)
-        self._create = self._redis.register_script(_CREATE)
-        self._end = self._redis.register_script(_END)
-        self._record = self._redis.register_script(_RECORD)
+        scripts = [self._redis.register_script(_GUARD + body) for body in (
+            _ALLOCATE, _CREATE, _END, _RECORD, _SET_REWARD, _MARK_EXPORTED
+        )]
+        (self._allocate, self._create, self._end, self._record, self._set_reward,
+         self._mark_exported) = (self._guarded(script) for script in scripts)
 
     def _k(self, kind: str, session_id: str) -> str:
         return f"{self._p}{kind}:{session_id}"
 
     def _session_keys(self, session_id: str) -> builtins.list[str]:
-        return [self._k(kind, session_id) for kind in ("s", "i", "r", "rz", "p")]
+        return [self._k(kind, session_id) for kind in ("s", "i", "r", "rz", "p", "o", "w")]
 
     def _key_of(self, api_key: str) -> str:
         return self._p + "k:" + hashlib.sha256(api_key.encode()).hexdigest()
+
+    def _guarded(self, script: Any) -> Any:
+        """``script`` called with its deadline appended to ``args``."""
+
+        def call(*, keys: builtins.list[str], args: builtins.list[Any] | None = None) -> Any:
+            deadline = time.time() + self._timeout * _DEADLINE_SHARE
+            return script(keys=keys, args=[*(args or []), repr(deadline)])
+
+        return call
 
     async def _call(self, awaitable: Any) -> Any:
         try:
@@ -232,9 +317,11 @@ class RedisStore:
         return Slot(int(index), interaction_id, reused=int(reply[0]) == 1)
 
     async def record(self, session_id: str, interaction: Interaction) -> None:
-        keys = [self._k("s", session_id), self._k("i", session_id)]
+        keys = [self._k(kind, session_id) for kind in ("s", "i", "o", "w")]
         data = orjson.dumps(interaction.to_storage())
-        args: builtins.list[bytes | str] = [interaction.interaction_id, data, repr(time.time())]
+        args: builtins.list[bytes | str] = [
+            interaction.interaction_id, data, repr(time.time()), _order_member(interaction)
+        ]
         if not int(await self._call(self._record(keys=keys, args=args))):
             raise SessionNotFound(f"session {session_id!r} not found")
 
@@ -242,10 +329,15 @@ class RedisStore:
         pipe = self._redis.pipeline(transaction=True)
         pipe.exists(self._k("s", session_id))
         pipe.hvals(self._k("i", session_id))
-        exists, values = await self._call(pipe.execute())
+        pipe.hgetall(self._k("w", session_id))
+        exists, values, rewards = await self._call(pipe.execute())
         if not exists:
             raise SessionNotFound(f"session {session_id!r} not found")
         items = [Interaction.from_storage(orjson.loads(v)) for v in values]
+        for item in items:
+            reward = rewards.get(item.interaction_id.encode())
+            if reward is not None:
+                item.reward = float(reward)
         return sorted(items, key=lambda i: (i.request_index, i.interaction_id))
 
     async def interactions(self, session_id: str) -> builtins.list[Interaction]:
@@ -254,24 +346,14 @@ class RedisStore:
     async def set_reward(
         self, session_id: str, reward: float, interaction_id: str | None
     ) -> str | None:
-        items = await self._raw_interactions(session_id)
-        if interaction_id is None:
-            target = items[-1] if items else None
-        else:
-            target = next((i for i in items if i.interaction_id == interaction_id), None)
-            if target is None:
-                raise SessionNotFound(f"interaction {interaction_id!r} not found in {session_id!r}")
-        pipe = self._redis.pipeline(transaction=True)
-        pipe.hset(self._k("s", session_id), "reward", repr(float(reward)))
-        if target is not None:
-            target.reward = reward
-            pipe.hset(
-                self._k("i", session_id),
-                target.interaction_id,
-                orjson.dumps(target.to_storage()),
-            )
-        await self._call(pipe.execute())
-        return target.interaction_id if target is not None else None
+        keys = [self._k(kind, session_id) for kind in ("s", "i", "o", "w")]
+        args = [repr(float(reward)), interaction_id or ""]
+        reply = await self._call(self._set_reward(keys=keys, args=args))
+        if int(reply[0]) == -1:
+            raise SessionNotFound(f"session {session_id!r} not found")
+        if int(reply[0]) == -2:
+            raise SessionNotFound(f"interaction {interaction_id!r} not found in {session_id!r}")
+        return reply[1].decode() if int(reply[0]) == 1 else None
 
     async def end(self, session_id: str) -> SessionRecord:
         keys = [self._k("s", session_id), self._p + "open", self._p + "seq:ended"]
@@ -299,15 +381,8 @@ class RedisStore:
 
     async def mark_exported(self, session_ids: builtins.list[str]) -> None:
         for session_id in session_ids:
-            key = self._k("s", session_id)
-            pipe = self._redis.pipeline(transaction=True)
-            pipe.exists(key)
-            pipe.hget(key, "ended")
-            exists, ended = await self._call(pipe.execute())
-            if not exists:
-                continue
-            await self._call(self._redis.hset(key, "exported", 1))
-            if ended == b"1":
+            ended = await self._call(self._mark_exported(keys=[self._k("s", session_id)]))
+            if int(ended) == 1:
                 await self._expire(session_id)
 
     async def delete(self, session_id: str) -> bool:

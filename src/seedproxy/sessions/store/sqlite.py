@@ -2,7 +2,8 @@
 
 Invariants: the database runs in WAL mode with ``synchronous=FULL``, so a method
 returns only after its transaction is committed to disk; ``allocate`` reads and
-bumps the counter in one ``BEGIN IMMEDIATE`` transaction, so an index is handed out
+bumps the counter in one ``BEGIN IMMEDIATE`` transaction (reads take a plain ``BEGIN``:
+a snapshot that never waits for, nor blocks, another process's writer), so an index is handed out
 once even by several processes on one file; the store-wide ``created``/``ended``
 counters and every session's ``next_index`` live in the file, so a restart goes on
 from where it stopped and never reuses an index. All SQLite work runs on one
@@ -103,14 +104,21 @@ class SqliteStore:
         return db
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn`` in one write transaction (``BEGIN IMMEDIATE``)."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._guarded, fn, args)
+        return await loop.run_in_executor(self._executor, self._guarded, "IMMEDIATE", fn, args)
 
-    def _guarded(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
-        """Run ``fn`` in one ``BEGIN IMMEDIATE`` transaction on the store's thread."""
+    async def _read(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a read-only ``fn`` in one deferred transaction: a consistent snapshot
+        that takes no write lock."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._guarded, "DEFERRED", fn, args)
+
+    def _guarded(self, mode: str, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+        """Run ``fn`` in one ``BEGIN {mode}`` transaction on the store's thread."""
         db = self._db
         try:
-            db.execute("BEGIN IMMEDIATE")
+            db.execute(f"BEGIN {mode}")
             try:
                 result = fn(db, *args)
             except BaseException:
@@ -183,14 +191,14 @@ class SqliteStore:
         return await self._run(work)
 
     async def get(self, session_id: str) -> SessionRecord | None:
-        return await self._run(self._load, session_id)
+        return await self._read(self._load, session_id)
 
     async def find_by_key(self, api_key: str) -> SessionRecord | None:
         def work(db: sqlite3.Connection) -> SessionRecord | None:
             row = db.execute("SELECT record FROM sessions WHERE api_key = ?", (api_key,)).fetchone()
             return SessionRecord.from_dict(orjson.loads(row[0])) if row else None
 
-        return await self._run(work)
+        return await self._read(work)
 
     async def list(self, group_id: str | None = None) -> builtins.list[SessionRecord]:
         def work(db: sqlite3.Connection) -> builtins.list[SessionRecord]:
@@ -203,7 +211,7 @@ class SqliteStore:
                 ).fetchall()
             return [SessionRecord.from_dict(orjson.loads(r[0])) for r in rows]
 
-        return await self._run(work)
+        return await self._read(work)
 
     async def allocate(
         self, session_id: str, *, digest: bytes, retry: bool, pinned: int | None
@@ -286,7 +294,7 @@ class SqliteStore:
             ).fetchall()
             return [Interaction.from_storage(orjson.loads(r[0])) for r in rows]
 
-        return await self._run(work)
+        return await self._read(work)
 
     async def set_reward(
         self, session_id: str, reward: float, interaction_id: str | None
@@ -364,7 +372,7 @@ class SqliteStore:
             row = db.execute("SELECT value FROM counters WHERE name = 'open'").fetchone()
             return int(row[0])
 
-        return await self._run(work)
+        return await self._read(work)
 
     async def close(self) -> None:
         def shut() -> None:

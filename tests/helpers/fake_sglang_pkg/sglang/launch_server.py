@@ -3,7 +3,10 @@ pid and process group to ``$FAKE_SGLANG_RECORD_DIR/<pid>.json``, then serves the
 SGLang app on ``--host``/``--port`` until SIGTERM or SIGINT.
 
 ``FAKE_SGLANG_FAIL_ON_GPUS=0,1`` makes the server given exactly those GPUs exit with
-code 3 instead of serving (a server that dies while loading).
+code 3 instead of serving (a server that dies while loading). It dies only once
+``FAKE_SGLANG_FAIL_AFTER`` servers (default 1: itself) have written their records, so
+a test that reads every server's record never races the launcher, which stops the
+others as soon as one dies.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import uvicorn
@@ -33,8 +37,14 @@ def main() -> int:
         "pgid": os.getpgid(0),
     }
     folder = Path(os.environ["FAKE_SGLANG_RECORD_DIR"])
-    (folder / f"{os.getpid()}.json").write_text(json.dumps(record))
+    partial = folder / f"{os.getpid()}.tmp"  # renamed: a reader never sees half a record
+    partial.write_text(json.dumps(record))
+    partial.replace(folder / f"{os.getpid()}.json")
     if gpus is not None and gpus == os.environ.get("FAKE_SGLANG_FAIL_ON_GPUS"):
+        siblings = int(os.environ.get("FAKE_SGLANG_FAIL_AFTER", "1"))
+        deadline = time.monotonic() + 60
+        while len(list(folder.glob("*.json"))) < siblings and time.monotonic() < deadline:
+            time.sleep(0.01)
         return 3
     uvicorn.run(create_fake_sglang(), host=known.host, port=known.port, log_level="warning")
     return 0
