@@ -49,6 +49,10 @@ class Settings(BaseSettings):
     """Evict sessions idle (or ended) this long; un-exported ones are logged as lost."""
     graceful_shutdown_s: float = Field(default=30.0, ge=0)
     log_requests: bool = True
+    pause_timeout_s: float = Field(default=300.0, gt=0)
+    """How long a request waits while the fleet is paused before its 503."""
+    allow_nondeterministic_upstream: bool = False
+    """Serve through upstreams that fail the determinism preflight (warn only)."""
 
     @field_validator("upstream", mode="before")
     @classmethod
@@ -110,6 +114,7 @@ _ALIASES = {
     "connect_timeout": "connect_timeout_s",
     "read_timeout": "read_timeout_s",
     "graceful_shutdown": "graceful_shutdown_s",
+    "pause_timeout": "pause_timeout_s",
 }
 """Option names as the flags spell them (``--session-ttl``), for env and file too."""
 

@@ -32,6 +32,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from tests.helpers.fake_control import FakeControl
+
 WORDS = [
     "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india",
     "juliet", "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo",
@@ -58,13 +60,17 @@ class Switches:
     received: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
     name: str = "fake-sglang"
+    control: FakeControl = field(default_factory=FakeControl)
 
 
-def tokens_for(prompt_ids: list[int], seed: int | None, temperature: float, count: int) -> list[int]:
+def tokens_for(prompt_ids: list[int], seed: int | None, temperature: float, count: int,
+               version: str = "default") -> list[int]:
+    """Deterministic tokens; weights other than ``default`` give other tokens."""
     greedy = temperature is not None and temperature <= 1e-5
     out: list[int] = []
+    weights = "" if version == "default" else f"|w={version}"
     for position in range(len(prompt_ids), len(prompt_ids) + count):
-        key = f"{'greedy' if greedy else seed}|{position}|{_tail(prompt_ids + out)}"
+        key = f"{'greedy' if greedy else seed}|{position}|{_tail(prompt_ids + out)}{weights}"
         h = int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big")
         out.append(VOCAB_BASE + h % len(WORDS))
     return out
@@ -158,17 +164,20 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
         count = int(params.get("max_new_tokens", 16))
         temperature = params.get("temperature", 1.0)
         n = int(params.get("n", 1))
-        ids = tokens_for(prompt, seed, temperature, count)
+        control = sw.control
+        await control.admit()
 
-        def item(sofar: list[int], done: bool, index: int = 0) -> dict[str, Any]:
+        def item(run: Any, sofar: list[int], finish: dict[str, Any] | None,
+                 index: int = 0) -> dict[str, Any]:
             meta: dict[str, Any] = {
-                "id": "gen-1",
-                "finish_reason": {"type": "length", "length": count} if done else None,
+                "id": run.rid,
+                "finish_reason": finish,
                 "prompt_tokens": len(prompt),
                 "completion_tokens": len(sofar),
                 "cached_tokens": 0,
                 "e2e_latency": 0.001,
-                "weight_version": "default",
+                "weight_version": control.version,
+                "weight_versions": run.spans(),
             }
             if body.get("return_logprob"):
                 meta["output_token_logprobs"] = [[logprob_of(t), t, None] for t in sofar]
@@ -177,24 +186,46 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
                 out["index"] = index
             return out
 
+        async def produce(index: int):  # (run, tokens so far, finish) after each token
+            run = control.start(body.get("rid") if n == 1 else None)
+            ids: list[int] = []
+            try:
+                for _ in range(count):
+                    await asyncio.sleep(sw.token_delay_s)
+                    if not await control.step(run):
+                        yield run, ids, {"type": "abort", "message": "Abort in waiting queue"}
+                        return
+                    ids.append(tokens_for(prompt + ids, seed, temperature, 1, control.version)[0])
+                    run.versions.append(control.version)
+                    done = len(ids) == count
+                    yield run, ids, {"type": "length", "length": count} if done else None
+                if count == 0:
+                    yield run, ids, {"type": "length", "length": 0}
+            finally:
+                control.finish(run)
+
         if body.get("stream"):
             async def events():  # cumulative chunks, SGLang's default
                 for index in range(n):
-                    for k in range(1, count + 1):
-                        await asyncio.sleep(sw.token_delay_s)
-                        yield b"data: " + orjson.dumps(item(ids[:k], k == count, index)) + b"\n\n"
+                    async for run, sofar, finish in produce(index):
+                        yield b"data: " + orjson.dumps(item(run, sofar, finish, index)) + b"\n\n"
                 yield b"data: [DONE]\n\n"
 
             return StreamingResponse(events(), media_type="text/event-stream")
-        if n > 1:
-            return JSONResponse([item(ids, True, i) for i in range(n)])
-        return JSONResponse(item(ids, True))
+        items = []
+        for index in range(n):
+            last = None
+            async for run, sofar, finish in produce(index):
+                last = item(run, sofar, finish, index)
+            items.append(last)
+        return JSONResponse(items if n > 1 else items[0])
 
     async def openai_route(request: Request, chat: bool) -> Response:
         body, failed = await gate(request)
         if failed:
             return failed
         assert body is not None
+        await sw.control.admit()
         seed = body.get("seed", 42) if body.get("seed") is not None else 42
         if isinstance(seed, bool) or not isinstance(seed, int):
             return error("seed must be an integer")
@@ -252,8 +283,11 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
                         choice["token_ids"] = ids
                         choice["prompt_token_ids"] = prompt
                 choices.append(choice)
-            return JSONResponse({"id": "cmpl-1", "object": obj, "created": 1, "model": sw.name,
-                                 "choices": choices, "usage": usage})
+            answer = {"id": "cmpl-1", "object": obj, "created": 1, "model": sw.name,
+                      "choices": choices, "usage": usage}
+            if chat:
+                answer["metadata"] = {"weight_version": sw.control.version}
+            return JSONResponse(answer)
 
         headers = {k.lower(): v for k, v in request.headers.items()}
 
@@ -316,6 +350,7 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
         return Response(status_code=200)
 
     return Starlette(routes=[
+        *sw.control.routes(),
         Route("/generate", generate, methods=["POST"]),
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),

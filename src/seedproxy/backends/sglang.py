@@ -75,9 +75,9 @@ class SGLangBackend(Backend):
                 captured.prompt_token_ids = ints(prompt)
             ids_key = "response_token_ids" if "response_token_ids" in choice else "token_ids"
             logprobs = chat_logprobs(choice) if chat else completion_logprobs(choice)
-            captured.choices.append(
-                ChoiceRecord.of(ints(choice.get(ids_key)), logprobs, choice.get("finish_reason"))
-            )
+            record = ChoiceRecord.of(ints(choice.get(ids_key)), logprobs, choice.get("finish_reason"))
+            record.take_versions(answer.get("metadata"))
+            captured.choices.append(record)
             if not keep_prompt:
                 choice.pop("prompt_token_ids", None)
             if not keep_ids:
@@ -117,7 +117,9 @@ def _generate_choice(item: dict[str, Any]) -> ChoiceRecord:
     )
     finish = meta.get("finish_reason")
     reason = finish.get("type") if isinstance(finish, dict) else finish
-    return ChoiceRecord.of(ints(item.get("output_ids")), logprobs, reason)
+    record = ChoiceRecord.of(ints(item.get("output_ids")), logprobs, reason)
+    record.take_versions(meta)
+    return record
 
 
 def _strip_generate_logprobs(item: dict[str, Any]) -> None:
@@ -160,6 +162,7 @@ class _OpenAIStream:
             self._keep_ids = wants(client_body, "return_token_ids")
         self._prompt: list[int] = []
         self._choices: dict[int, ChoiceRecord] = {}
+        self._metadata: Any = None
 
     def _choice(self, index: int) -> ChoiceRecord:
         if index not in self._choices:
@@ -167,6 +170,8 @@ class _OpenAIStream:
         return self._choices[index]
 
     def feed(self, event: dict[str, Any]) -> dict[str, Any] | None:
+        if "metadata" in event:
+            self._metadata = event["metadata"]
         sglext = event.get("sglext")
         if isinstance(sglext, dict):
             self._take_sglext(sglext)
@@ -203,4 +208,7 @@ class _OpenAIStream:
                 self._choice(index).token_ids.extend(ints(ids))
 
     def result(self) -> Captured:
-        return Captured(self._prompt, [self._choices[i] for i in sorted(self._choices)])
+        choices = [self._choices[i] for i in sorted(self._choices)]
+        for record in choices:
+            record.take_versions(self._metadata)
+        return Captured(self._prompt, choices)

@@ -17,10 +17,11 @@ from starlette.exceptions import HTTPException
 
 from ..backends import BACKENDS, Backend
 from ..backends.client import upstream_client
+from ..backends.fleet import FleetControl
+from ..backends.pause import PauseGate
 from ..backends.pool import UpstreamPool
 from ..errors import (
     ConfigError,
-    OverCapacity,
     SeedProxyError,
     StoreError,
     UpstreamError,
@@ -31,6 +32,7 @@ from ..sessions.eviction import Evictor
 from ..settings import Settings
 from .access import Access
 from .admin import admin_router
+from .fleet_routes import fleet_router
 from .forward import Forwarder
 from .hot import HotRoutes, ProxyApp
 from .logs import flush_logs
@@ -67,7 +69,12 @@ def create_app(
         max_open_sessions=settings.max_open_sessions,
         default_seed=settings.seed if settings.deterministic else None,
     )
-    pool = UpstreamPool(urls, client, max_failover=settings.max_failover)
+    gate = PauseGate(settings.pause_timeout_s)
+    pool = UpstreamPool(urls, client, max_failover=settings.max_failover, gate=gate)
+    fleet = FleetControl(
+        pool, gate, sglang=settings.backend == "sglang",
+        enforce=settings.deterministic and not settings.allow_nondeterministic_upstream,
+    )
     metrics = Metrics()
     access = Access(sessions, settings.admin_key)
     forwarder = Forwarder(
@@ -77,6 +84,9 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         tasks = []
+        if fleet.sglang:
+            await fleet.inspect()
+            tasks.append(asyncio.create_task(fleet.inspect_forever(settings.health_interval_s)))
         if len(pool.upstreams) > 1:
             tasks.append(asyncio.create_task(pool.probe_forever(settings.health_interval_s)))
         if settings.session_ttl_s is not None:
@@ -99,9 +109,11 @@ def create_app(
     app.state.settings = settings
     app.state.sessions = sessions
     app.state.pool = pool
+    app.state.fleet = fleet
     app.state.metrics = metrics
     app.include_router(openai_router(forwarder, access, pool))
     app.include_router(admin_router(sessions, access, deterministic=settings.deterministic))
+    app.include_router(fleet_router(fleet, access))
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
@@ -131,7 +143,7 @@ def _proxied_headers(request: Request) -> dict[str, str]:
 
 async def on_seedproxy_error(request: Request, exc: SeedProxyError) -> JSONResponse:
     headers = _proxied_headers(request)
-    if isinstance(exc, OverCapacity):
+    if exc.retry_after_s is not None:
         headers["retry-after"] = str(exc.retry_after_s)
     if exc.status_code >= 500 and not isinstance(exc, UpstreamError | StoreError):
         log.error("internal error on %s: %s", request.url.path, exc.message)

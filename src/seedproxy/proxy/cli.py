@@ -55,6 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
     engine.add_argument("--port", type=int, default=30000)
     engine.add_argument("--model")
 
+    doctor = commands.add_parser(
+        "doctor", help="check that SGLang upstreams are set up for deterministic inference"
+    )
+    doctor.add_argument("--upstream", action="append", required=True, help="repeatable")
+
     seed = commands.add_parser("seed", help="print seed(IDENTITY, INDEX)")
     seed.add_argument("identity")
     seed.add_argument("index")
@@ -87,6 +92,10 @@ def _add_proxy_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--read-timeout", type=float, help="seconds to wait on upstream reads (504)")
     parser.add_argument("--session-ttl", type=float, help="evict sessions idle or ended this long (s)")
     parser.add_argument("--graceful-shutdown", type=float, help="seconds to drain on SIGTERM")
+    parser.add_argument("--pause-timeout", type=float,
+                        help="seconds a request waits while the fleet is paused (then 503)")
+    parser.add_argument("--allow-nondeterministic-upstream", action="store_true", default=None,
+                        help="serve through upstreams that fail the determinism preflight")
     parser.add_argument("--config", help="a TOML config file")
 
 
@@ -139,6 +148,8 @@ def _proxy_flags(args: argparse.Namespace) -> dict[str, Any]:
         "read_timeout_s": args.read_timeout,
         "session_ttl_s": args.session_ttl,
         "graceful_shutdown_s": args.graceful_shutdown,
+        "pause_timeout_s": args.pause_timeout,
+        "allow_nondeterministic_upstream": args.allow_nondeterministic_upstream,
     }
 
 
@@ -180,6 +191,12 @@ def _engine(args: argparse.Namespace) -> int:
     return run_engine_only(args.host, args.port, args.model)
 
 
+def _doctor(args: argparse.Namespace) -> int:
+    from .doctor import doctor
+
+    return doctor([url.rstrip("/") for url in args.upstream])
+
+
 def _export(args: argparse.Namespace) -> int:
     from .export_cli import export_to_file
 
@@ -196,4 +213,5 @@ _COMMANDS = {
     "export": _export,
     "sglang-command": _sglang_command,
     "launch": _launch,
+    "doctor": _doctor,
 }

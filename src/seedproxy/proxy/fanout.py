@@ -62,6 +62,8 @@ async def exchange_fanout(fwd: Forwarder, plan: Plan) -> Response:
     )
     replies = [r for r in results if isinstance(r, UpstreamReply)]
     plan.upstream = ",".join(dict.fromkeys(r.upstream for r in replies)) or None
+    versions = {r.dispatch_weight_version for r in replies}
+    plan.dispatch_weight_version = versions.pop() if len(versions) == 1 else None
     plan.upstream_s = max((r.waited_s for r in replies), default=time.perf_counter() - plan.arrived)
     failovers = sum(r.failovers for r in replies)
     if failovers:

@@ -60,6 +60,7 @@ class Plan:
     upstream: str | None = None
     extra_headers: dict[str, str] = field(default_factory=dict)
     chat: dict[str, Any] | None = None
+    dispatch_weight_version: str | None = None
     streamed: bool = False
     """Set once the relay began (or gave up on) the stream; guards the one record."""
     """A Responses request's chat translation, when the upstream serves it as chat."""
@@ -180,6 +181,7 @@ class Forwarder:
             await self.record(plan, exc.status_code, exc.body(), Captured())
             raise
         plan.upstream = reply.upstream
+        plan.dispatch_weight_version = reply.dispatch_weight_version
         plan.upstream_s = reply.waited_s
         if reply.failovers:
             self.metrics.failovers.inc(reply.failovers)
@@ -329,6 +331,7 @@ class Forwarder:
             choices=captured.choices,
             latency_ms=round((time.perf_counter() - plan.arrived) * 1000, 3),
             upstream=plan.upstream,
+            dispatch_weight_version=plan.dispatch_weight_version,
         )
         await self.sessions.store.record(plan.session.session_id, interaction)
         self.metrics.recorded_tokens.inc(interaction.token_count)

@@ -37,6 +37,8 @@ def serve(flags: dict[str, Any], config_file: str | None) -> int:
         upstreams = [engine.url]
         log.info("embedded engine serving %s at %s", engine.model_name, engine.url)
     try:
+        if settings.upstream and settings.backend == "sglang" and settings.deterministic:
+            _preflight(settings.upstream, enforce=not settings.allow_nondeterministic_upstream)
         app = create_app(settings, upstreams=upstreams)  # also checks the store URL
         log.info("seedproxy listening on http://%s:%d", settings.host, settings.port)
         if settings.workers > 1:
@@ -63,6 +65,16 @@ def serve(flags: dict[str, Any], config_file: str | None) -> int:
         if engine is not None:
             engine.stop()
     return 0
+
+
+def _preflight(urls: list[str], *, enforce: bool) -> None:
+    """Refuse (exit 2) an upstream that is not deterministic, unless told not to."""
+    from .doctor import refuse_nondeterministic
+
+    if not enforce:
+        return
+    for warning in refuse_nondeterministic(urls):
+        log.warning("determinism preflight: %s", warning)
 
 
 def run_engine_only(host: str, port: int, model: str | None) -> int:
