@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +60,10 @@ class FakeControl:
     running: dict[str, Run] = field(default_factory=dict)
     aborted: list[str] = field(default_factory=list)
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    hold_at: int | None = None
+    """Runs stop after this many tokens until ``release`` is set (a test's checkpoint)."""
+    held: int = 0
+    release: threading.Event = field(default_factory=threading.Event)
     _open: asyncio.Event | None = None
     _counter: int = 0
 
@@ -93,6 +98,14 @@ class FakeControl:
             if not self.paused:
                 return True
             await self._gate().wait()
+
+    async def checkpoint(self, generated: int) -> None:
+        """After each token: wait at ``hold_at`` until the test sets ``release``."""
+        if generated != self.hold_at:
+            return
+        self.held += 1
+        while not self.release.is_set():
+            await asyncio.sleep(0.005)
 
     def _abort(self, run: Run) -> None:
         if not run.aborted:

@@ -197,6 +197,7 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
                         return
                     ids.append(tokens_for(prompt + ids, seed, temperature, 1, control.version)[0])
                     run.versions.append(control.version)
+                    await control.checkpoint(len(ids))
                     done = len(ids) == count
                     yield run, ids, {"type": "length", "length": count} if done else None
                 if count == 0:

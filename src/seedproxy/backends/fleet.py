@@ -24,7 +24,7 @@ from .pause import PauseGate, PauseMode
 from .pool import Upstream, UpstreamPool
 from .preflight import Finding, check_server_info
 
-__all__ = ["FleetControl", "UpstreamReport"]
+__all__ = ["FleetControl", "UpstreamReport", "read_server_info"]
 
 log = logging.getLogger("seedproxy.fleet")
 
@@ -97,28 +97,10 @@ class FleetControl:
     async def _inspect_one(self, upstream: Upstream) -> UpstreamReport:
         report = UpstreamReport(upstream.url, upstream.healthy, upstream.inflight,
                                 upstream.weight_version)
-        if not self.sglang:
-            return report
-        try:
-            response = await self.pool.client.get(
-                upstream.url + "/get_server_info", timeout=self.timeout_s
-            )
-        except httpx.HTTPError as exc:
-            report.up = False
-            report.error = f"unreachable: {type(exc).__name__}"
-            return report
-        if response.status_code != 200:
-            report.error = f"/get_server_info answered {response.status_code}"
-            return report
-        try:
-            info = response.json()
-        except ValueError:
-            info = None
-        report.checked = True
-        report.findings = check_server_info(info)
-        version = info.get("weight_version") if isinstance(info, dict) else None
-        if isinstance(version, str):
-            upstream.weight_version = report.weight_version = version
+        if self.sglang:
+            await read_server_info(self.pool.client, report, self.timeout_s)
+            if report.weight_version is not None:
+                upstream.weight_version = report.weight_version
         return report
 
     async def pause(self, mode: PauseMode) -> list[dict[str, Any]]:
@@ -155,3 +137,28 @@ class FleetControl:
                     "error": None if ok else response.text[:500]}
 
         return list(await asyncio.gather(*(one(u) for u in self.pool.upstreams)))
+
+
+async def read_server_info(
+    client: httpx.AsyncClient, report: UpstreamReport, timeout_s: float
+) -> None:
+    """Fill ``report`` from the server's ``/get_server_info``: its findings and weight
+    version, or why it could not be checked."""
+    try:
+        response = await client.get(report.url + "/get_server_info", timeout=timeout_s)
+    except httpx.HTTPError as exc:
+        report.up = False
+        report.error = f"unreachable: {type(exc).__name__}"
+        return
+    if response.status_code != 200:
+        report.error = f"/get_server_info answered {response.status_code}"
+        return
+    try:
+        info = response.json()
+    except ValueError:
+        info = None
+    report.checked = True
+    report.findings = check_server_info(info)
+    version = info.get("weight_version") if isinstance(info, dict) else None
+    if isinstance(version, str):
+        report.weight_version = version

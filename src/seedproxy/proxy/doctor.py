@@ -11,9 +11,7 @@ import asyncio
 
 import httpx
 
-from ..backends.fleet import FleetControl, UpstreamReport
-from ..backends.pause import PauseGate
-from ..backends.pool import UpstreamPool
+from ..backends.fleet import UpstreamReport, read_server_info
 from ..errors import ConfigError
 
 __all__ = ["doctor", "inspect_upstreams", "refuse_nondeterministic"]
@@ -24,10 +22,10 @@ EXIT_UNCHECKED = 3
 
 async def inspect_upstreams(urls: list[str], *, timeout_s: float = 5.0) -> list[UpstreamReport]:
     """Read every server's ``/get_server_info`` once, on a client of its own."""
-    async with httpx.AsyncClient(timeout=timeout_s, trust_env=True) as client:
-        pool = UpstreamPool(urls, client)
-        fleet = FleetControl(pool, PauseGate(1.0), sglang=True, enforce=False, timeout_s=timeout_s)
-        return await fleet.inspect()
+    reports = [UpstreamReport(url, up=True, inflight=0) for url in urls]
+    async with httpx.AsyncClient(timeout=timeout_s) as client:
+        await asyncio.gather(*(read_server_info(client, r, timeout_s) for r in reports))
+    return reports
 
 
 def refuse_nondeterministic(urls: list[str]) -> list[str]:
