@@ -61,6 +61,8 @@ class Switches:
     headers: list[dict[str, str]] = field(default_factory=list)
     name: str = "fake-sglang"
     control: FakeControl = field(default_factory=FakeControl)
+    flip_at: int | None = None
+    """Output position whose token this server gets wrong (a nondeterministic server)."""
 
 
 def tokens_for(prompt_ids: list[int], seed: int | None, temperature: float, count: int,
@@ -74,6 +76,11 @@ def tokens_for(prompt_ids: list[int], seed: int | None, temperature: float, coun
         h = int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big")
         out.append(VOCAB_BASE + h % len(WORDS))
     return out
+
+
+def flipped(token: int) -> int:
+    """Another word than ``token``."""
+    return VOCAB_BASE + (token - VOCAB_BASE + 1) % len(WORDS)
 
 
 def _tail(ids: list[int]) -> str:
@@ -195,7 +202,8 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
                     if not await control.step(run):
                         yield run, ids, {"type": "abort", "message": "Abort in waiting queue"}
                         return
-                    ids.append(tokens_for(prompt + ids, seed, temperature, 1, control.version)[0])
+                    token = tokens_for(prompt + ids, seed, temperature, 1, control.version)[0]
+                    ids.append(flipped(token) if len(ids) == sw.flip_at else token)
                     run.versions.append(control.version)
                     await control.checkpoint(len(ids))
                     done = len(ids) == count
@@ -243,6 +251,8 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
         temperature = body.get("temperature", 1.0)
         n = int(body.get("n") or 1)
         ids = tokens_for(prompt, seed, temperature if temperature is not None else 1.0, int(count))
+        if sw.flip_at is not None and sw.flip_at < len(ids):
+            ids[sw.flip_at] = flipped(ids[sw.flip_at])
         want_lp = bool(body.get("logprobs")) if chat else body.get("logprobs") is not None
         obj = "chat.completion" if chat else "text_completion"
 

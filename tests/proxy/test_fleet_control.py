@@ -243,3 +243,46 @@ def test_pause_reaches_every_upstream(mode: str, start_proxy: Callable[..., str]
         httpx.post(f"{proxy}/fleet/continue").raise_for_status()
     finally:
         fleet.close()
+
+
+def test_verify_passes_on_a_clean_session_and_names_the_first_divergence(
+    fake: Fake, start_proxy: Callable[..., str]
+) -> None:
+    proxy = start_proxy([fake.url])
+    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
+    for body in (chat, {**chat, "stream": True}, {**chat, "n": 2}):
+        assert httpx.post(f"{proxy}/sessions/v-1/v1/chat/completions", json=body,
+                          timeout=30).status_code == 200
+    assert generate(proxy, "v-1", [3, 4], 6).status_code == 200
+    clean = httpx.post(f"{proxy}/sessions/v-1/verify", timeout=60).json()
+    assert clean == {"session_id": "v-1", "ok": True, "checked": 4, "skipped": 0,
+                     "first_divergence": None}
+
+    recorded = httpx.get(f"{proxy}/sessions/v-1/trajectory").json()["interactions"]
+    fake.switches.flip_at = 2
+    report = httpx.post(f"{proxy}/sessions/v-1/verify", timeout=60).json()
+    assert report["ok"] is False and report["checked"] == 1
+    divergence = report["first_divergence"]
+    assert (divergence["request_index"], divergence["choice"], divergence["position"]) == (0, 0, 2)
+    expected_token = recorded[0]["completion_token_ids"][2]
+    assert divergence["expected"]["token_id"] == expected_token
+    assert divergence["got"]["token_id"] not in (None, expected_token)
+
+    cli = subprocess.run(
+        [sys.executable, "-m", "seedproxy", "verify", "--url", proxy, "--session", "v-1"],
+        capture_output=True, timeout=60, env=seedproxy_env(),
+    )
+    assert cli.returncode == 1
+    assert "DIVERGED at request_index 0 (i0), choice 0, position 2" in cli.stdout.decode()
+    fake.switches.flip_at = None
+    ok = subprocess.run(
+        [sys.executable, "-m", "seedproxy", "verify", "--url", proxy, "--session", "v-1"],
+        capture_output=True, timeout=60, env=seedproxy_env(),
+    )
+    assert ok.returncode == 0 and "verified 4 interactions" in ok.stdout.decode()
+
+
+def test_verify_of_an_unknown_session_is_404(fake: Fake, start_proxy: Callable[..., str]) -> None:
+    proxy = start_proxy([fake.url])
+    answer = httpx.post(f"{proxy}/sessions/nope/verify")
+    assert answer.status_code == 404 and "error" in answer.json()

@@ -33,6 +33,7 @@ from ..settings import Settings
 from .access import Access
 from .admin import admin_router
 from .fleet_routes import fleet_router
+from .verify import Verifier
 from .forward import Forwarder
 from .hot import HotRoutes, ProxyApp
 from .logs import flush_logs
@@ -113,7 +114,7 @@ def create_app(
     app.state.metrics = metrics
     app.include_router(openai_router(forwarder, access, pool))
     app.include_router(admin_router(sessions, access, deterministic=settings.deterministic))
-    app.include_router(fleet_router(fleet, access))
+    app.include_router(fleet_router(fleet, Verifier(store, backend, pool), access))
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:

@@ -60,6 +60,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     doctor.add_argument("--upstream", action="append", required=True, help="repeatable")
 
+    verify = commands.add_parser(
+        "verify", help="re-send a session's interactions and compare tokens and logprobs"
+    )
+    verify.add_argument("--url", required=True, help="the proxy's root URL")
+    verify.add_argument("--session", required=True)
+    verify.add_argument("--admin-key")
+
     seed = commands.add_parser("seed", help="print seed(IDENTITY, INDEX)")
     seed.add_argument("identity")
     seed.add_argument("index")
@@ -197,6 +204,12 @@ def _doctor(args: argparse.Namespace) -> int:
     return doctor([url.rstrip("/") for url in args.upstream])
 
 
+def _verify(args: argparse.Namespace) -> int:
+    from .verify_cli import verify_session
+
+    return verify_session(args.url, args.session, admin_key=args.admin_key)
+
+
 def _export(args: argparse.Namespace) -> int:
     from .export_cli import export_to_file
 
@@ -214,4 +227,5 @@ _COMMANDS = {
     "sglang-command": _sglang_command,
     "launch": _launch,
     "doctor": _doctor,
+    "verify": _verify,
 }

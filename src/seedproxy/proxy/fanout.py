@@ -32,12 +32,13 @@ from .transcript import StreamTranscript
 if TYPE_CHECKING:
     from .forward import Forwarder, Plan
 
-__all__ = ["exchange_fanout", "merge_answers", "merge_captured", "sum_usage"]
+__all__ = ["exchange_fanout", "merge_answers", "merge_captured", "one_choice", "sum_usage"]
 
 log = logging.getLogger("seedproxy.request")
 
 
-def _one_choice(endpoint: Endpoint, body: dict[str, Any]) -> dict[str, Any]:
+def one_choice(endpoint: Endpoint, body: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``body`` that asks for one choice."""
     single = dict(body)
     if endpoint is Endpoint.GENERATE:
         params = dict(single.get("sampling_params") or {})
@@ -53,7 +54,7 @@ async def exchange_fanout(fwd: Forwarder, plan: Plan) -> Response:
     client = plan.client
     key = plan.session.session_id if plan.session else None
     requests = [
-        fwd.backend.prepare(client.endpoint, _one_choice(client.endpoint, client.body), seed,
+        fwd.backend.prepare(client.endpoint, one_choice(client.endpoint, client.body), seed,
                             capture=plan.capture)
         for seed in plan.seeds
     ]

@@ -1,4 +1,5 @@
-"""Admin routes of the fleet's control plane: state, pause, continue, weight version.
+"""Admin routes of the fleet's control plane: state, pause, continue, weight version,
+and replay verification of a session.
 
 Every route needs the admin key (when one is set). Each answer names every upstream
 with what it said, so a server that did not take a change is never hidden.
@@ -13,11 +14,12 @@ from fastapi import APIRouter, Request
 from ..backends.fleet import FleetControl
 from .access import Access
 from .schemas import FleetPause, FleetWeightVersion
+from .verify import Verifier
 
 __all__ = ["fleet_router"]
 
 
-def fleet_router(fleet: FleetControl, access: Access) -> APIRouter:
+def fleet_router(fleet: FleetControl, verifier: Verifier, access: Access) -> APIRouter:
     router = APIRouter()
 
     def state(upstreams: list[dict[str, Any]]) -> dict[str, Any]:
@@ -45,5 +47,11 @@ def fleet_router(fleet: FleetControl, access: Access) -> APIRouter:
         access.require_admin(request)
         results = await fleet.set_weight_version(body.version, abort_all=body.abort_all_requests)
         return state(results)
+
+    @router.post("/sessions/{session_id}/verify")
+    async def verify(session_id: str, request: Request) -> dict[str, Any]:
+        access.require_admin(request)
+        await access.sessions.require(session_id)
+        return await verifier.verify(session_id)
 
     return router
