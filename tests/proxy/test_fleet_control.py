@@ -125,45 +125,63 @@ def test_chat_records_the_version_from_the_answers_metadata(
     assert record["weight_version"] == "step-7"
 
 
-def test_an_in_place_pause_and_a_version_bump_mid_generation_gives_complete_answers_with_spans(
-    fake: Fake, start_proxy: Callable[..., str]
-) -> None:
-    """32 streamed rollouts each stop at token 3 (the fake's checkpoint); the fleet
-    pauses in place, the version moves, the fleet continues. Every answer is complete,
-    every index is used once, and the spans say default for 0..3 and v2 after, with
-    each token the one its version gives at its position."""
+def run_paused_load(fake: Fake, proxy: str, mode: str, *, bump: str | None,
+                    count: int = 32, new: int = 12) -> dict[int, dict[str, Any]]:
+    """``count`` rollouts (even ones streamed) each stop at token 3 (the fake's
+    checkpoint); the fleet pauses in ``mode``, the version moves to ``bump``, the fleet
+    continues. Returns each rollout's final answer."""
     control = fake.switches.control
     control.hold_at = 3
-    proxy = start_proxy([fake.url])
-    count, new = 32, 12
     finals: dict[int, dict[str, Any]] = {}
 
     def rollout(i: int) -> None:
         body = {"input_ids": [i, i + 1], "sampling_params": {"max_new_tokens": new},
-                "stream": True}
-        with httpx.stream("POST", f"{proxy}/sessions/r-{i}/generate", json=body,
-                          timeout=60) as response:
+                "stream": i % 2 == 0}
+        url = f"{proxy}/sessions/r-{i}/generate"
+        if not body["stream"]:
+            finals[i] = httpx.post(url, json=body, timeout=60).json()
+            return
+        lengths = []
+        with httpx.stream("POST", url, json=body, timeout=60) as response:
             for line in response.iter_lines():
                 if line.startswith("data: {"):
                     finals[i] = httpx.Response(200, content=line[6:]).json()
+                    lengths.append(len(finals[i]["output_ids"]))
+        assert lengths == sorted(lengths)  # one uninterrupted, growing answer
 
     workers = [threading.Thread(target=rollout, args=(i,)) for i in range(count)]
     for worker in workers:
         worker.start()
     wait_until(lambda: control.held == count)
-    httpx.post(f"{proxy}/fleet/pause", json={"mode": "in_place"}).raise_for_status()
+    httpx.post(f"{proxy}/fleet/pause", json={"mode": mode}).raise_for_status()
     control.release.set()
-    httpx.post(f"{proxy}/fleet/weight_version",
-               json={"version": "v2", "abort_all_requests": False}).raise_for_status()
+    if bump is not None:
+        httpx.post(f"{proxy}/fleet/weight_version",
+                   json={"version": bump, "abort_all_requests": False}).raise_for_status()
+    wait_until(lambda: not control.running if mode == "abort" else True)
     httpx.post(f"{proxy}/fleet/continue").raise_for_status()
     for worker in workers:
         worker.join(60)
-    for i in range(count):
+    return finals
+
+
+@pytest.mark.parametrize("mode", ["abort", "in_place", "retract"])
+def test_a_pause_and_a_version_bump_mid_generation_gives_complete_answers_with_spans(
+    mode: str, fake: Fake, start_proxy: Callable[..., str]
+) -> None:
+    """Every answer is complete, every index is used once, and the spans say default
+    for positions 0..3 and v2 after, each token the one its version gives there."""
+    proxy = start_proxy([fake.url])
+    new = 12
+    finals = run_paused_load(fake, proxy, mode, bump="v2", new=new)
+    for i in range(32):
         final = finals[i]
         assert final["meta_info"]["finish_reason"]["type"] == "length"
         ids, spans = final["output_ids"], final["meta_info"]["weight_versions"]
         assert spans == [{"version": "default", "start": 0, "end": 3},
                          {"version": "v2", "start": 3, "end": new}]
+        assert final["meta_info"]["completion_tokens"] == new
+        assert final["meta_info"]["prompt_tokens"] == 2
         seed = derive_seed(f"r-{i}", 0)
         prompt = [i, i + 1]
         assert ids[:3] == tokens_for(prompt, seed, 1.0, 3)
@@ -171,9 +189,29 @@ def test_an_in_place_pause_and_a_version_bump_mid_generation_gives_complete_answ
         record = httpx.get(f"{proxy}/sessions/r-{i}/trajectory").json()["interactions"]
         assert [r["request_index"] for r in record] == [0]
         assert record[0]["completion_token_ids"] == ids
+        assert record[0]["prompt_token_ids"] == prompt
         assert record[0]["weight_versions"] == spans
         assert (record[0]["dispatch_weight_version"], record[0]["weight_version"]) == (
             "default", "v2")
+    if mode == "abort":  # each rollout was aborted once and resubmitted from token 3
+        resubmitted = [b for b in fake.received if len(b["input_ids"]) == 5]
+        assert len(resubmitted) == 32
+        assert all(b["sampling_params"]["max_new_tokens"] == new - 3 for b in resubmitted)
+
+
+def test_an_abort_pause_without_a_version_change_gives_the_unpaused_tokens(
+    fake: Fake, start_proxy: Callable[..., str]
+) -> None:
+    proxy = start_proxy([fake.url])
+    finals = run_paused_load(fake, proxy, "abort", bump=None, count=4)
+    for i in range(4):
+        seed = derive_seed(f"r-{i}", 0)
+        assert finals[i]["output_ids"] == tokens_for([i, i + 1], seed, 1.0, 12)
+        # two attempts, both on the default weights: the resume point stays visible
+        assert finals[i]["meta_info"]["weight_versions"] == [
+            {"version": "default", "start": 0, "end": 3},
+            {"version": "default", "start": 3, "end": 12},
+        ]
 
 
 def test_an_upstream_that_turns_nondeterministic_is_refused_until_fixed(

@@ -117,6 +117,8 @@ class FleetControl:
 
     async def set_weight_version(self, version: str, *, abort_all: bool) -> list[dict[str, Any]]:
         body = {"new_version": version, "abort_all_requests": abort_all}
+        if abort_all:
+            self.gate.abort_epoch += 1
         results = await self._fan_out("/update_weight_version", body)
         for upstream, result in zip(self.pool.upstreams, results, strict=True):
             if result["ok"]:

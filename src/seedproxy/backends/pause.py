@@ -36,6 +36,8 @@ class PauseGate:
         self.timeout_s = timeout_s
         self.mode: PauseMode | None = None
         self.waiting = 0
+        self.abort_epoch = 0
+        """Moves each time the control plane aborts running requests."""
         self._open = asyncio.Event()
         self._open.set()
 
@@ -45,6 +47,8 @@ class PauseGate:
 
     def close(self, mode: PauseMode) -> None:
         self.mode = mode
+        if mode == "abort":
+            self.abort_epoch += 1
         self._open.clear()
 
     def open(self) -> None:

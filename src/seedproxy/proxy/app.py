@@ -33,6 +33,7 @@ from ..settings import Settings
 from .access import Access
 from .admin import admin_router
 from .fleet_routes import fleet_router
+from .resume import ResumingSender
 from .verify import Verifier
 from .forward import Forwarder
 from .hot import HotRoutes, ProxyApp
@@ -79,7 +80,8 @@ def create_app(
     metrics = Metrics()
     access = Access(sessions, settings.admin_key)
     forwarder = Forwarder(
-        settings=settings, sessions=sessions, backend=backend, pool=pool, metrics=metrics
+        settings=settings, sessions=sessions, backend=backend, pool=pool,
+        sender=ResumingSender(pool, gate), metrics=metrics,
     )
 
     @contextlib.asynccontextmanager

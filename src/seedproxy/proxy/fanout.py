@@ -59,7 +59,7 @@ async def exchange_fanout(fwd: Forwarder, plan: Plan) -> Response:
         for seed in plan.seeds
     ]
     results = await asyncio.gather(
-        *(fwd.pool.send(r, key=key, stream=client.stream) for r in requests), return_exceptions=True
+        *(fwd.sender.send(r, key=key, stream=client.stream) for r in requests), return_exceptions=True
     )
     replies = [r for r in results if isinstance(r, UpstreamReply)]
     plan.upstream = ",".join(dict.fromkeys(r.upstream for r in replies)) or None

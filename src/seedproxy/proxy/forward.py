@@ -35,6 +35,7 @@ from .malformed import SHAPE_ERRORS, malformed_answer
 from .metrics import Metrics
 from .relay import RelayResponse
 from .request import ClientRequest, parse_body, read_body, request_digest
+from .resume import ResumingSender
 from .responses import exchange_responses
 from .sse import DONE, encode_event, event_json, split_events
 from .transcript import StreamTranscript
@@ -89,12 +90,14 @@ class Forwarder:
         sessions: SessionManager,
         backend: Backend,
         pool: UpstreamPool,
+        sender: ResumingSender,
         metrics: Metrics,
     ) -> None:
         self.settings = settings
         self.sessions = sessions
         self.backend = backend
         self.pool = pool
+        self.sender = sender
         self.metrics = metrics
 
     async def forward(
@@ -175,7 +178,7 @@ class Forwarder:
         upstream_request = self.backend.prepare(endpoint, body, inject, capture=plan.capture)
         key = plan.session.session_id if plan.session else None
         try:
-            reply = await self.pool.send(upstream_request, key=key, stream=plan.client.stream)
+            reply = await self.sender.send(upstream_request, key=key, stream=plan.client.stream)
         except UpstreamError as exc:
             plan.upstream_s = time.perf_counter() - plan.arrived
             await self.record(plan, exc.status_code, exc.body(), Captured())
