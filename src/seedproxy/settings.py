@@ -53,6 +53,8 @@ class Settings(BaseSettings):
     """How long a request waits while the fleet is paused before its 503."""
     allow_nondeterministic_upstream: bool = False
     """Serve through upstreams that fail the determinism preflight (warn only)."""
+    capture_routed_experts: bool = False
+    """Ask SGLang's /generate for MoE routing (R3) and record it."""
 
     @field_validator("upstream", mode="before")
     @classmethod

@@ -21,7 +21,9 @@ prompt and seed always give the same words, and continuing a prefix continues it
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
+import struct
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,6 +78,20 @@ def tokens_for(prompt_ids: list[int], seed: int | None, temperature: float, coun
         h = int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big")
         out.append(VOCAB_BASE + h % len(WORDS))
     return out
+
+
+ROUTING_COLS = 4  # 2 layers x top-2
+
+
+def routed_experts_of(sequence: list[int]) -> list[int]:
+    """The fake MoE routing: ``ROUTING_COLS`` expert ids (of 64) for each position of
+    ``sequence`` but the last."""
+    return [(t * 7 + k) % 64 for t in sequence[:-1] for k in range(ROUTING_COLS)]
+
+
+def routed_experts_b64(sequence: list[int]) -> str:
+    ids = routed_experts_of(sequence)
+    return base64.b64encode(struct.pack(f"<{len(ids)}i", *ids)).decode()
 
 
 def flipped(token: int) -> int:
@@ -188,6 +204,8 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
             }
             if body.get("return_logprob"):
                 meta["output_token_logprobs"] = [[logprob_of(t), t, None] for t in sofar]
+            if body.get("return_routed_experts") and finish is not None:
+                meta["routed_experts"] = routed_experts_b64(prompt + sofar)
             out = {"text": detok(sofar), "output_ids": list(sofar), "meta_info": meta}
             if n > 1:
                 out["index"] = index

@@ -3,6 +3,7 @@ pause and continue, weight versions in the record, and the determinism preflight
 
 from __future__ import annotations
 
+import base64
 import subprocess
 import sys
 import threading
@@ -15,7 +16,7 @@ import pytest
 
 from seedproxy import derive_seed
 from tests.conftest import Fake
-from tests.helpers.fake_sglang import tokens_for
+from tests.helpers.fake_sglang import routed_experts_of, tokens_for
 from tests.helpers.fleet import Fleet
 from tests.helpers.procs import free_port, seedproxy_env, start_seedproxy
 
@@ -324,3 +325,35 @@ def test_verify_of_an_unknown_session_is_404(fake: Fake, start_proxy: Callable[.
     proxy = start_proxy([fake.url])
     answer = httpx.post(f"{proxy}/sessions/nope/verify")
     assert answer.status_code == 404 and "error" in answer.json()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_routed_experts_are_captured_compactly_and_exported(
+    stream: bool, fake: Fake, start_proxy: Callable[..., str]
+) -> None:
+    proxy = start_proxy([fake.url], capture_routed_experts=True)
+    body = {"input_ids": [11, 12, 13], "sampling_params": {"max_new_tokens": 4},
+            "stream": stream}
+    answer = httpx.post(f"{proxy}/sessions/moe-1/generate", json=body, timeout=30)
+    assert answer.status_code == 200
+    assert fake.received[-1]["return_routed_experts"] is True
+    assert "routed_experts" not in answer.text  # the client did not ask
+    record = httpx.get(f"{proxy}/sessions/moe-1/trajectory").json()["interactions"][0]
+    sequence = [11, 12, 13, *record["completion_token_ids"]]
+    routing = record["routed_experts"]
+    assert routing["dtype"] == "uint8" and routing["shape"] == [len(sequence) - 1, 4]
+    stored = list(base64.b64decode(routing["data"]))
+    assert stored == routed_experts_of(sequence)
+    exported = httpx.post(f"{proxy}/trajectories/export",
+                          json={"session_ids": ["moe-1"]}).json()["trajectories"][0]
+    assert exported["interactions"][0]["routed_experts"] == routing
+
+
+def test_routed_experts_reach_a_client_that_asks(
+    fake: Fake, start_proxy: Callable[..., str]
+) -> None:
+    proxy = start_proxy([fake.url], capture_routed_experts=True)
+    body = {"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 2},
+            "return_routed_experts": True}
+    meta = httpx.post(f"{proxy}/sessions/moe-2/generate", json=body).json()["meta_info"]
+    assert isinstance(meta["routed_experts"], str)

@@ -65,7 +65,9 @@ def create_app(
     client = client or upstream_client(
         read_timeout_s=settings.read_timeout_s, connect_timeout_s=settings.connect_timeout_s
     )
-    backend = backend or BACKENDS[settings.backend](api_key=settings.upstream_api_key)
+    backend = backend or BACKENDS[settings.backend](
+        api_key=settings.upstream_api_key, routed_experts=settings.capture_routed_experts
+    )
     sessions = SessionManager(
         store,
         max_open_sessions=settings.max_open_sessions,

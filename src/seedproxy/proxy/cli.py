@@ -103,6 +103,8 @@ def _add_proxy_options(parser: argparse.ArgumentParser) -> None:
                         help="seconds a request waits while the fleet is paused (then 503)")
     parser.add_argument("--allow-nondeterministic-upstream", action="store_true", default=None,
                         help="serve through upstreams that fail the determinism preflight")
+    parser.add_argument("--capture-routed-experts", action="store_true", default=None,
+                        help="record MoE routed experts from /generate (routing replay)")
     parser.add_argument("--config", help="a TOML config file")
 
 
@@ -157,6 +159,7 @@ def _proxy_flags(args: argparse.Namespace) -> dict[str, Any]:
         "graceful_shutdown_s": args.graceful_shutdown,
         "pause_timeout_s": args.pause_timeout,
         "allow_nondeterministic_upstream": args.allow_nondeterministic_upstream,
+        "capture_routed_experts": args.capture_routed_experts,
     }
 
 

@@ -12,6 +12,8 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
+from .routing import RoutedExperts
+
 __all__ = ["ChoiceRecord", "Interaction", "VersionSpan", "version_spans"]
 
 VersionSpan = tuple[str, int, int]
@@ -31,6 +33,10 @@ def version_spans(values: Any) -> list[VersionSpan]:
         if isinstance(version, str) and type(start) is int and type(end) is int:
             spans.append((version, start, end))
     return spans
+
+
+def _experts_out(choice: ChoiceRecord) -> dict[str, Any] | None:
+    return choice.routed_experts.to_dict() if choice.routed_experts else None
 
 
 def _spans_out(spans: list[VersionSpan]) -> list[dict[str, Any]]:
@@ -56,6 +62,8 @@ class ChoiceRecord:
     """The weight version the upstream reported when this choice finished."""
     weight_versions: list[VersionSpan] = field(default_factory=list)
     """Which version produced which output positions, where the upstream says."""
+    routed_experts: RoutedExperts | None = None
+    """MoE routing over prompt and completion, when captured."""
 
     @classmethod
     def of(cls, token_ids: Any, logprobs: Any, finish_reason: Any) -> ChoiceRecord:
@@ -81,6 +89,7 @@ class ChoiceRecord:
             "finish_reason": self.finish_reason,
             "weight_version": self.weight_version,
             "weight_versions": [list(span) for span in self.weight_versions],
+            "routed_experts": self.routed_experts.to_dict() if self.routed_experts else None,
         }
 
     @classmethod
@@ -91,6 +100,7 @@ class ChoiceRecord:
             data["finish_reason"],
             data.get("weight_version"),
             [(str(v), int(a), int(b)) for v, a, b in data.get("weight_versions", ())],
+            RoutedExperts.from_dict(data.get("routed_experts")),
         )
 
 
@@ -157,6 +167,9 @@ class Interaction:
                 _spans_out(first.weight_versions)
                 if single
                 else [_spans_out(c.weight_versions) for c in self.choices]
+            ),
+            "routed_experts": (
+                _experts_out(first) if single else [_experts_out(c) for c in self.choices]
             ),
         }
 
