@@ -293,10 +293,20 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
         usage = {"prompt_tokens": len(prompt), "completion_tokens": len(ids) * n,
                  "total_tokens": len(prompt) + len(ids) * n}
         if not stream:
-            await asyncio.sleep(sw.token_delay_s * len(ids))  # a non-streamed answer takes as long
+            finish = "length"
+            run = sw.control.start(body.get("rid"))
+            try:  # token by token, so that a pause or an abort can reach it
+                for k in range(len(ids)):
+                    await asyncio.sleep(sw.token_delay_s)
+                    if not await sw.control.step(run):
+                        ids, finish = ids[:k], "abort"
+                        break
+                    await sw.control.checkpoint(k + 1)
+            finally:
+                sw.control.finish(run)
             choices = []
             for i in range(n):
-                choice: dict[str, Any] = {"index": i, "logprobs": logprobs(ids), "finish_reason": "length"}
+                choice: dict[str, Any] = {"index": i, "logprobs": logprobs(ids), "finish_reason": finish}
                 if chat:
                     choice["message"] = {"role": "assistant", "content": detok(ids).strip()}
                     if call is not None:
@@ -322,9 +332,15 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
 
         async def events():
             sent = 0
+            run = sw.control.start(body.get("rid"))
+            finish = "length" if call is None else "tool_calls"
+            produced = list(ids)
             for i in range(n):
                 for k, token in enumerate(ids):
                     await asyncio.sleep(sw.token_delay_s)
+                    if not await sw.control.step(run):
+                        finish, produced = "abort", ids[:k]
+                        break
                     if sw.break_stream_after is not None and sent >= sw.break_stream_after:
                         raise ConnectionResetError("injected stream break")
                     sent += 1
@@ -345,7 +361,8 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
                     chunk = {"id": "cmpl-1", "object": obj + ".chunk" if chat else obj, "created": 1,
                              "model": sw.name, "choices": [choice]}
                     yield b"data: " + orjson.dumps(chunk) + b"\n\n"
-                end = {"index": i, "logprobs": None, "finish_reason": "length" if call is None else "tool_calls"}
+                    await sw.control.checkpoint(k + 1)
+                end = {"index": i, "logprobs": None, "finish_reason": finish}
                 end.update({"delta": {}} if chat else {"text": ""})
                 yield b"data: " + orjson.dumps({"id": "cmpl-1", "object": obj, "created": 1,
                                                  "model": sw.name, "choices": [end]}) + b"\n\n"
@@ -353,13 +370,14 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
             if chat and headers.get("x-sglext-return-input-ids") == "1":
                 sglext["input_ids"] = prompt
             if chat and headers.get("x-sglext-return-output-ids") == "1":
-                sglext["output_ids"] = [ids for _ in range(n)]
+                sglext["output_ids"] = [produced for _ in range(n)]
             if sglext:
                 yield b"data: " + orjson.dumps({"id": "cmpl-1", "object": obj, "created": 1,
                                                  "model": sw.name, "choices": [], "sglext": sglext}) + b"\n\n"
             if (body.get("stream_options") or {}).get("include_usage"):
                 yield b"data: " + orjson.dumps({"id": "cmpl-1", "object": obj, "created": 1,
                                                  "model": sw.name, "choices": [], "usage": usage}) + b"\n\n"
+            sw.control.finish(run)
             yield b"data: [DONE]\n\n"
 
         return StreamingResponse(events(), media_type="text/event-stream")

@@ -357,3 +357,49 @@ def test_routed_experts_reach_a_client_that_asks(
             "return_routed_experts": True}
     meta = httpx.post(f"{proxy}/sessions/moe-2/generate", json=body).json()["meta_info"]
     assert isinstance(meta["routed_experts"], str)
+
+
+def test_chat_passthrough_in_an_abort_pause_is_sent_again_whole_or_ends_aborted_if_streamed(
+    fake: Fake, start_proxy: Callable[..., str]
+) -> None:
+    """Without token ids a chat answer cannot be continued: a non-streamed one is sent
+    again whole with its seed (the unpaused answer); a stream that began ends with
+    finish_reason abort, and the record says the same."""
+    control = fake.switches.control
+    control.hold_at = 2
+    proxy = start_proxy([fake.url])
+    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 6}
+    results: dict[str, Any] = {}
+
+    def whole() -> None:
+        results["whole"] = httpx.post(f"{proxy}/sessions/cp-1/v1/chat/completions",
+                                      json=chat, timeout=60).json()
+
+    def streamed() -> None:
+        with httpx.stream("POST", f"{proxy}/sessions/cp-2/v1/chat/completions",
+                          json={**chat, "stream": True}, timeout=60) as response:
+            results["stream"] = [line for line in response.iter_lines() if line]
+
+    workers = [threading.Thread(target=whole), threading.Thread(target=streamed)]
+    for worker in workers:
+        worker.start()
+    wait_until(lambda: control.held == 2)
+    httpx.post(f"{proxy}/fleet/pause", json={"mode": "abort"}).raise_for_status()
+    control.release.set()
+    wait_until(lambda: not control.running)
+    httpx.post(f"{proxy}/fleet/continue").raise_for_status()
+    for worker in workers:
+        worker.join(60)
+    answer = results["whole"]["choices"][0]
+    assert answer["finish_reason"] == "length"
+    unpaused = httpx.post(f"{proxy}/sessions/cp-3/v1/chat/completions",
+                          json={**chat, "seed": derive_seed("cp-1", 0)}).json()
+    assert answer["message"]["content"] == unpaused["choices"][0]["message"]["content"]
+    assert results["stream"][-1] == "data: [DONE]"
+    reasons = [httpx.Response(200, content=line[6:]).json()["choices"][0]["finish_reason"]
+               for line in results["stream"][:-1]
+               if '"choices":[{' in line]
+    assert reasons[-1] == "abort"
+    record = httpx.get(f"{proxy}/sessions/cp-2/trajectory").json()["interactions"][0]
+    assert record["finish_reason"] == "abort"
+    assert len(record["completion_token_ids"]) == 2  # what the client saw

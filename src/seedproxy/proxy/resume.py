@@ -3,10 +3,14 @@ is sent again after the fleet continues, as prompt + tokens so far, with the sam
 and the remaining token budget, and the client sees one uninterrupted answer.
 
 Invariants:
-- Only token-id requests resume (``input_ids``, one choice): SGLang's deterministic
-  sampler hashes (seed, absolute position, token), so the continuation is the one an
-  unpaused run gives on the same weights. Text prompts and chat routes are not resumed:
-  their answer carries ``finish_reason`` abort, as the server sent it.
+- Token-id requests resume (``input_ids``, one choice): SGLang's deterministic sampler
+  hashes (seed, absolute position, token), so the continuation is the one an unpaused
+  run gives on the same weights.
+- Non-streamed chat and completions (passthrough, no token ids to continue from) are
+  sent again whole, with the same seed: the same answer an unpaused run gives on the
+  same weights, or an answer wholly from the new weights. A stream that already began
+  cannot be taken back: it ends with ``finish_reason`` abort, as the server sent it, and
+  is recorded so. Text-prompt ``/generate`` is not resumed either.
 - A request resumes only when the abort came from the fleet's control plane: the gate's
   ``abort_epoch`` moved since the attempt was sent (a pause in ``abort`` mode, or a
   weight-version change that aborts). Any other abort reaches the client as sent.
@@ -30,6 +34,8 @@ from ..backends.pool import UpstreamPool, UpstreamReply
 from .sse import DONE, encode_event, event_json, split_events
 
 __all__ = ["ResumingSender", "resumable"]
+
+_WHOLE = frozenset({"/v1/chat/completions", "/v1/completions"})
 
 
 def resumable(request: UpstreamRequest) -> bool:
@@ -131,7 +137,9 @@ class ResumingSender:
         self, request: UpstreamRequest, *, key: str | None, stream: bool
     ) -> UpstreamReply:
         if not resumable(request):
-            return await self.pool.send(request, key=key, stream=stream)
+            if stream or request.path not in _WHOLE:
+                return await self.pool.send(request, key=key, stream=stream)
+            return await self._send_whole(request, key)
         progress = _Progress(request)
         epoch = self.gate.abort_epoch
         reply = await self.pool.send(request, key=key, stream=stream)
@@ -160,6 +168,23 @@ class ResumingSender:
             epoch = self.gate.abort_epoch
             reply = await self.pool.send(progress.next_request(), key=key, stream=False)
             if reply.response.status_code != 200:
+                return reply
+
+    async def _send_whole(self, request: UpstreamRequest, key: str | None) -> UpstreamReply:
+        """Send a non-streamed OpenAI request again while a fleet abort cuts it short."""
+        while True:
+            epoch = self.gate.abort_epoch
+            reply = await self.pool.send(request, key=key, stream=False)
+            if reply.response.status_code != 200 or self.gate.abort_epoch == epoch:
+                return reply
+            try:
+                answer = orjson.loads(reply.response.content)
+            except orjson.JSONDecodeError:
+                return reply
+            choices = answer.get("choices") if isinstance(answer, dict) else None
+            if not isinstance(choices, list) or not any(
+                isinstance(c, dict) and c.get("finish_reason") == "abort" for c in choices
+            ):
                 return reply
 
     def _resume(self, whole: Any, epoch: int, progress: _Progress) -> bool:
