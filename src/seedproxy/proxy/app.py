@@ -34,7 +34,7 @@ from .access import Access
 from .admin import admin_router
 from .fleet_routes import fleet_router
 from .resume import ResumingSender
-from .verify import Verifier
+from .replay import Verifier
 from .forward import Forwarder
 from .hot import HotRoutes, ProxyApp
 from .logs import flush_logs

@@ -208,7 +208,7 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from .verify_cli import verify_session
+    from .replay_cli import verify_session
 
     return verify_session(args.url, args.session, admin_key=args.admin_key)
 

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Request
 from ..backends.fleet import FleetControl
 from .access import Access
 from .schemas import FleetPause, FleetWeightVersion
-from .verify import Verifier
+from .replay import Verifier
 
 __all__ = ["fleet_router"]
 
