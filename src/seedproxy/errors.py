@@ -46,6 +46,8 @@ class SeedProxyError(Exception):
 
     status_code = 500
     error_type = "internal_error"
+    retry_after_s: int | None = None
+    """Seconds for a ``Retry-After`` header, where waiting helps."""
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
         super().__init__(message)
@@ -95,7 +97,7 @@ class OverCapacity(SeedProxyError):
 
     def __init__(self, message: str, *, retry_after_s: int = 1):
         super().__init__(message)
-        self.retry_after_s = retry_after_s
+        self.retry_after_s: int | None = retry_after_s
 
 
 class WaitTimeout(SeedProxyError):

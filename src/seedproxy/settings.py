@@ -54,6 +54,12 @@ class Settings(BaseSettings):
     """A client's time to send a request head, and then again its body; past it the
     connection is closed: connections that never finish cannot pile up."""
     log_requests: bool = True
+    pause_timeout_s: float = Field(default=300.0, gt=0)
+    """How long a request waits while the fleet is paused before its 503."""
+    allow_nondeterministic_upstream: bool = False
+    """Serve through upstreams that fail the determinism preflight (warn only)."""
+    capture_routed_experts: bool = False
+    """Ask SGLang's /generate for MoE routing (R3) and record it."""
 
     @field_validator("upstream", mode="before")
     @classmethod
@@ -125,6 +131,7 @@ _ALIASES = {
     "read_timeout": "read_timeout_s",
     "graceful_shutdown": "graceful_shutdown_s",
     "client_timeout": "client_timeout_s",
+    "pause_timeout": "pause_timeout_s",
 }
 """Option names as the flags spell them (``--session-ttl``), for env and file too."""
 

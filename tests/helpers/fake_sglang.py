@@ -21,7 +21,9 @@ prompt and seed always give the same words, and continuing a prefix continues it
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
+import struct
 import threading
 import time
 from dataclasses import dataclass, field
@@ -32,6 +34,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+from tests.helpers.fake_control import FakeControl
 
 WORDS = [
     "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india",
@@ -65,16 +69,41 @@ class Switches:
     hold: threading.Event | None = None
     """When set, an OpenAI-route answer waits for it before it ends (a non-streamed
     answer before it is sent, a stream before its ``[DONE]``)."""
+    control: FakeControl = field(default_factory=FakeControl)
+    flip_at: int | None = None
+    """Output position whose token this server gets wrong (a nondeterministic server)."""
 
 
-def tokens_for(prompt_ids: list[int], seed: int | None, temperature: float, count: int) -> list[int]:
+def tokens_for(prompt_ids: list[int], seed: int | None, temperature: float, count: int,
+               version: str = "default") -> list[int]:
+    """Deterministic tokens; weights other than ``default`` give other tokens."""
     greedy = temperature is not None and temperature <= 1e-5
     out: list[int] = []
+    weights = "" if version == "default" else f"|w={version}"
     for position in range(len(prompt_ids), len(prompt_ids) + count):
-        key = f"{'greedy' if greedy else seed}|{position}|{_tail(prompt_ids + out)}"
+        key = f"{'greedy' if greedy else seed}|{position}|{_tail(prompt_ids + out)}{weights}"
         h = int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big")
         out.append(VOCAB_BASE + h % len(WORDS))
     return out
+
+
+ROUTING_COLS = 4  # 2 layers x top-2
+
+
+def routed_experts_of(sequence: list[int]) -> list[int]:
+    """The fake MoE routing: ``ROUTING_COLS`` expert ids (of 64) for each position of
+    ``sequence`` but the last."""
+    return [(t * 7 + k) % 64 for t in sequence[:-1] for k in range(ROUTING_COLS)]
+
+
+def routed_experts_b64(sequence: list[int]) -> str:
+    ids = routed_experts_of(sequence)
+    return base64.b64encode(struct.pack(f"<{len(ids)}i", *ids)).decode()
+
+
+def flipped(token: int) -> int:
+    """Another word than ``token``."""
+    return VOCAB_BASE + (token - VOCAB_BASE + 1) % len(WORDS)
 
 
 def _tail(ids: list[int]) -> str:
@@ -165,43 +194,72 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
         count = int(params.get("max_new_tokens", 16))
         temperature = params.get("temperature", 1.0)
         n = int(params.get("n", 1))
-        ids = tokens_for(prompt, seed, temperature, count)
+        control = sw.control
+        await control.admit()
 
-        def item(sofar: list[int], done: bool, index: int = 0) -> dict[str, Any]:
+        def item(run: Any, sofar: list[int], finish: dict[str, Any] | None,
+                 index: int = 0) -> dict[str, Any]:
             meta: dict[str, Any] = {
-                "id": "gen-1",
-                "finish_reason": {"type": "length", "length": count} if done else None,
+                "id": run.rid,
+                "finish_reason": finish,
                 "prompt_tokens": len(prompt),
                 "completion_tokens": len(sofar),
                 "cached_tokens": 0,
                 "e2e_latency": 0.001,
-                "weight_version": "default",
+                "weight_version": control.version,
+                "weight_versions": run.spans(),
             }
             if body.get("return_logprob"):
                 meta["output_token_logprobs"] = [[logprob_of(t), t, None] for t in sofar]
+            if body.get("return_routed_experts") and finish is not None:
+                meta["routed_experts"] = routed_experts_b64(prompt + sofar)
             out = {"text": detok(sofar), "output_ids": list(sofar), "meta_info": meta}
             if n > 1:
                 out["index"] = index
             return out
 
+        async def produce(index: int):  # (run, tokens so far, finish) after each token
+            run = control.start(body.get("rid") if n == 1 else None)
+            ids: list[int] = []
+            try:
+                for _ in range(count):
+                    await asyncio.sleep(sw.token_delay_s)
+                    if not await control.step(run):
+                        yield run, ids, {"type": "abort", "message": "Abort in waiting queue"}
+                        return
+                    token = tokens_for(prompt + ids, seed, temperature, 1, control.version)[0]
+                    ids.append(flipped(token) if len(ids) == sw.flip_at else token)
+                    run.versions.append(control.version)
+                    await control.checkpoint(len(ids))
+                    done = len(ids) == count
+                    yield run, ids, {"type": "length", "length": count} if done else None
+                if count == 0:
+                    yield run, ids, {"type": "length", "length": 0}
+            finally:
+                control.finish(run)
+
         if body.get("stream"):
             async def events():  # cumulative chunks, SGLang's default
                 for index in range(n):
-                    for k in range(1, count + 1):
-                        await asyncio.sleep(sw.token_delay_s)
-                        yield b"data: " + orjson.dumps(item(ids[:k], k == count, index)) + b"\n\n"
+                    async for run, sofar, finish in produce(index):
+                        yield b"data: " + orjson.dumps(item(run, sofar, finish, index)) + b"\n\n"
                 yield b"data: [DONE]\n\n"
 
             return StreamingResponse(events(), media_type="text/event-stream")
-        if n > 1:
-            return JSONResponse([item(ids, True, i) for i in range(n)])
-        return JSONResponse(item(ids, True))
+        items = []
+        for index in range(n):
+            last = None
+            async for run, sofar, finish in produce(index):
+                last = item(run, sofar, finish, index)
+            items.append(last)
+        return JSONResponse(items if n > 1 else items[0])
 
     async def openai_route(request: Request, chat: bool) -> Response:
         body, failed = await gate(request)
         if failed:
             return failed
         assert body is not None
+        await sw.control.admit()
         seed = body.get("seed", 42) if body.get("seed") is not None else 42
         if isinstance(seed, bool) or not isinstance(seed, int):
             return error("seed must be an integer")
@@ -218,6 +276,8 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
         temperature = body.get("temperature", 1.0)
         n = int(body.get("n") or 1)
         ids = tokens_for(prompt, seed, temperature if temperature is not None else 1.0, int(count))
+        if sw.flip_at is not None and sw.flip_at < len(ids):
+            ids[sw.flip_at] = flipped(ids[sw.flip_at])
         want_lp = bool(body.get("logprobs")) if chat else body.get("logprobs") is not None
         obj = "chat.completion" if chat else "text_completion"
 
@@ -240,12 +300,22 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
         usage = {"prompt_tokens": len(prompt), "completion_tokens": len(ids) * n,
                  "total_tokens": len(prompt) + len(ids) * n}
         if not stream:
-            await asyncio.sleep(sw.token_delay_s * len(ids))  # a non-streamed answer takes as long
+            finish = "length"
+            run = sw.control.start(body.get("rid"))
+            try:  # token by token, so that a pause or an abort can reach it
+                for k in range(len(ids)):
+                    await asyncio.sleep(sw.token_delay_s)
+                    if not await sw.control.step(run):
+                        ids, finish = ids[:k], "abort"
+                        break
+                    await sw.control.checkpoint(k + 1)
+            finally:
+                sw.control.finish(run)
             if sw.hold is not None:
                 await asyncio.to_thread(sw.hold.wait)
             choices = []
             for i in range(n):
-                choice: dict[str, Any] = {"index": i, "logprobs": logprobs(ids), "finish_reason": "length"}
+                choice: dict[str, Any] = {"index": i, "logprobs": logprobs(ids), "finish_reason": finish}
                 if chat:
                     choice["message"] = {"role": "assistant", "content": detok(ids).strip()}
                     if call is not None:
@@ -261,16 +331,25 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
                         choice["token_ids"] = ids
                         choice["prompt_token_ids"] = prompt
                 choices.append(choice)
-            return JSONResponse({"id": "cmpl-1", "object": obj, "created": 1, "model": sw.name,
-                                 "choices": choices, "usage": usage})
+            answer = {"id": "cmpl-1", "object": obj, "created": 1, "model": sw.name,
+                      "choices": choices, "usage": usage}
+            if chat:
+                answer["metadata"] = {"weight_version": sw.control.version}
+            return JSONResponse(answer)
 
         headers = {k.lower(): v for k, v in request.headers.items()}
 
         async def events():
             sent = 0
+            run = sw.control.start(body.get("rid"))
+            finish = "length" if call is None else "tool_calls"
+            produced = list(ids)
             for i in range(n):
                 for k, token in enumerate(ids):
                     await asyncio.sleep(sw.token_delay_s)
+                    if not await sw.control.step(run):
+                        finish, produced = "abort", ids[:k]
+                        break
                     if sw.break_stream_after is not None and sent >= sw.break_stream_after:
                         raise ConnectionResetError("injected stream break")
                     sent += 1
@@ -293,7 +372,8 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
                     yield b"data: " + orjson.dumps(chunk) + b"\n\n"
                     if sent == 1 and sw.stream_barrier is not None:
                         await asyncio.to_thread(sw.stream_barrier.wait, 30)
-                end = {"index": i, "logprobs": None, "finish_reason": "length" if call is None else "tool_calls"}
+                    await sw.control.checkpoint(k + 1)
+                end = {"index": i, "logprobs": None, "finish_reason": finish}
                 end.update({"delta": {}} if chat else {"text": ""})
                 yield b"data: " + orjson.dumps({"id": "cmpl-1", "object": obj, "created": 1,
                                                  "model": sw.name, "choices": [end]}) + b"\n\n"
@@ -301,7 +381,7 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
             if chat and headers.get("x-sglext-return-input-ids") == "1":
                 sglext["input_ids"] = prompt
             if chat and headers.get("x-sglext-return-output-ids") == "1":
-                sglext["output_ids"] = [ids for _ in range(n)]
+                sglext["output_ids"] = [produced for _ in range(n)]
             if sglext:
                 yield b"data: " + orjson.dumps({"id": "cmpl-1", "object": obj, "created": 1,
                                                  "model": sw.name, "choices": [], "sglext": sglext}) + b"\n\n"
@@ -310,6 +390,7 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
                                                  "model": sw.name, "choices": [], "usage": usage}) + b"\n\n"
             if sw.hold is not None:
                 await asyncio.to_thread(sw.hold.wait)
+            sw.control.finish(run)
             yield b"data: [DONE]\n\n"
 
         return StreamingResponse(events(), media_type="text/event-stream")
@@ -329,6 +410,7 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
         return Response(status_code=200)
 
     return Starlette(routes=[
+        *sw.control.routes(),
         Route("/generate", generate, methods=["POST"]),
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),

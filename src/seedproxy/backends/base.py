@@ -64,8 +64,10 @@ class Backend:
     """Whether the upstream's own /v1/responses honours ``seed``. When False the proxy
     serves Responses by translating to a chat completion."""
 
-    def __init__(self, *, api_key: str | None = None) -> None:
+    def __init__(self, *, api_key: str | None = None, routed_experts: bool = False) -> None:
+        """``routed_experts``: ask for MoE routing where the dialect can return it."""
         self._auth = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        self.routed_experts = routed_experts
 
     def prepare(
         self, endpoint: Endpoint, body: dict[str, Any], seed: int | None, *, capture: bool

@@ -27,6 +27,7 @@ import orjson
 from ..errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from .base import UpstreamRequest
 from .client import LeanClient
+from .pause import PauseGate
 from .transport import UpstreamBodyTooLarge, read_response
 
 __all__ = ["Upstream", "UpstreamPool", "UpstreamReply", "rendezvous_order"]
@@ -44,6 +45,10 @@ class Upstream:
     healthy: bool = True
     failures: int = 0
     inflight: int = 0
+    weight_version: str | None = None
+    """The server's weight version as last reported or set (``FleetControl``)."""
+    refused: str | None = None
+    """Why the determinism preflight refuses this server (None: it does not)."""
 
 
 @dataclass(slots=True)
@@ -54,6 +59,8 @@ class UpstreamReply:
     response: httpx.Response
     waited_s: float = 0.0
     failovers: int = 0
+    dispatch_weight_version: str | None = None
+    """The server's weight version known when the request was sent to it."""
     _closed: bool = field(default=False, repr=False)
 
     async def aclose(self) -> None:
@@ -79,6 +86,7 @@ class UpstreamPool:
         max_failover: int = 2,
         fails_before_down: int = 3,
         probe_timeout_s: float = 2.0,
+        gate: PauseGate | None = None,
     ) -> None:
         if not urls:
             raise ValueError("at least one upstream URL is required")
@@ -88,12 +96,13 @@ class UpstreamPool:
         self.fails_before_down = fails_before_down
         self.probe_timeout_s = probe_timeout_s
         self.failovers = 0
+        self.gate = gate
         self._turn = 0
 
     def candidates(self, key: str | None) -> list[Upstream]:
         """Servers to try, in order: healthy ones first, then the rest."""
         if len(self.upstreams) == 1:  # no ranking to do (nor hashing)
-            return list(self.upstreams)
+            return [u for u in self.upstreams if u.refused is None]
         if key is None:
             count = len(self.upstreams)
             turn = self._turn
@@ -102,6 +111,7 @@ class UpstreamPool:
             ranked = sorted(self.upstreams, key=lambda u: (u.inflight, order[id(u)]))
         else:
             ranked = rendezvous_order(key, self.upstreams, lambda u: u.url)
+        ranked = [u for u in ranked if u.refused is None]
         return [u for u in ranked if u.healthy] + [u for u in ranked if not u.healthy]
 
     async def send(
@@ -112,11 +122,17 @@ class UpstreamPool:
         Returns the first other answer (any status); when ``stream`` its first chunk
         has been read and the rest is unread. Raises ``UpstreamUnavailable`` (503)
         when every server tried failed, or the single server's error: 503 when it
-        could not be reached, ``UpstreamTimeout`` (504), else ``UpstreamError`` (502).
+        could not be reached, ``UpstreamTimeout`` (504), else ``UpstreamError`` (502). While the fleet is paused it
+        first waits at the gate (``FleetPaused`` past its bound).
         """
+        if self.gate is not None:
+            await self.gate.admit()
         content = orjson.dumps(request.body)
         headers = {"content-type": "application/json", **request.headers}
         tried = self.candidates(key)[: self.max_failover + 1]
+        if not tried:
+            reasons = "; ".join(u.refused or "" for u in self.upstreams)
+            raise UpstreamUnavailable(f"no upstream passes the determinism preflight: {reasons}")
         last: UpstreamError | None = None
         waited = 0.0
         for attempt, upstream in enumerate(tried):
@@ -159,6 +175,7 @@ class UpstreamPool:
         here, or (a stream) until the reply is closed. On every other way out (an
         error, a cancellation) the answer is closed and the count released here."""
         upstream.inflight += 1
+        version = upstream.weight_version
         release = _Release(self, upstream)
         response: httpx.Response | None = None
         try:
@@ -171,10 +188,12 @@ class UpstreamPool:
                 response = await self.client.send(built, stream=True)
             if stream and response.status_code < 400:
                 await _prime(response, release)  # the reply's aclose() releases from now on
-                return UpstreamReply(upstream.url, response)
+                return UpstreamReply(upstream.url, response, dispatch_weight_version=version)
             await read_response(response)
             release(broken=False)
-            return UpstreamReply(upstream.url, response, _closed=True)  # read and released
+            return UpstreamReply(  # read and released
+                upstream.url, response, dispatch_weight_version=version, _closed=True
+            )
         except BaseException as exc:
             try:
                 if response is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from ..sessions import ChoiceRecord
+from ..sessions.routing import RoutedExperts
 from .base import Backend, Captured, Endpoint, UpstreamRequest
 from .shapes import chat_logprobs, completion_logprobs, floats, ints, wants
 
@@ -38,6 +39,8 @@ class SGLangBackend(Backend):
             body["sampling_params"] = params
             if capture:
                 body["return_logprob"] = True
+                if self.routed_experts:
+                    body["return_routed_experts"] = True
         else:
             if seed is not None:
                 body["seed"] = seed
@@ -75,9 +78,9 @@ class SGLangBackend(Backend):
                 captured.prompt_token_ids = ints(prompt)
             ids_key = "response_token_ids" if "response_token_ids" in choice else "token_ids"
             logprobs = chat_logprobs(choice) if chat else completion_logprobs(choice)
-            captured.choices.append(
-                ChoiceRecord.of(ints(choice.get(ids_key)), logprobs, choice.get("finish_reason"))
-            )
+            record = ChoiceRecord.of(ints(choice.get(ids_key)), logprobs, choice.get("finish_reason"))
+            record.take_versions(answer.get("metadata"))
+            captured.choices.append(record)
             if not keep_prompt:
                 choice.pop("prompt_token_ids", None)
             if not keep_ids:
@@ -98,11 +101,11 @@ def _finish_generate(
     items = answer if isinstance(answer, list) else [answer]
     captured = Captured(prompt_token_ids=ints(client_body.get("input_ids")))
     keep = client_body.get("return_logprob") is True
+    keep_routing = client_body.get("return_routed_experts") is True
     for item in items:
         if isinstance(item, dict):
             captured.choices.append(_generate_choice(item))
-            if not keep:
-                _strip_generate_logprobs(item)
+            _strip_generate(item, logprobs=not keep, routing=not keep_routing)
     return answer, captured
 
 
@@ -117,14 +120,25 @@ def _generate_choice(item: dict[str, Any]) -> ChoiceRecord:
     )
     finish = meta.get("finish_reason")
     reason = finish.get("type") if isinstance(finish, dict) else finish
-    return ChoiceRecord.of(ints(item.get("output_ids")), logprobs, reason)
+    record = ChoiceRecord.of(ints(item.get("output_ids")), logprobs, reason)
+    record.take_versions(meta)
+    if "routed_experts" in meta:
+        prompt, completion = meta.get("prompt_tokens"), meta.get("completion_tokens")
+        if type(prompt) is int and type(completion) is int:
+            rows = prompt + completion - 1
+            record.routed_experts = RoutedExperts.from_wire(meta["routed_experts"], rows)
+    return record
 
 
-def _strip_generate_logprobs(item: dict[str, Any]) -> None:
+def _strip_generate(item: dict[str, Any], *, logprobs: bool, routing: bool) -> None:
+    """Drop what the proxy asked for itself and the client did not."""
     meta = item.get("meta_info")
     if isinstance(meta, dict):
-        for key in _GENERATE_LOGPROB_KEYS:
-            meta.pop(key, None)
+        if logprobs:
+            for key in _GENERATE_LOGPROB_KEYS:
+                meta.pop(key, None)
+        if routing:
+            meta.pop("routed_experts", None)
 
 
 class _GenerateStream:
@@ -132,14 +146,14 @@ class _GenerateStream:
 
     def __init__(self, client_body: dict[str, Any]) -> None:
         self._keep = client_body.get("return_logprob") is True
+        self._keep_routing = client_body.get("return_routed_experts") is True
         self._prompt = ints(client_body.get("input_ids"))
         self._last: dict[int, ChoiceRecord] = {}
 
     def feed(self, event: dict[str, Any]) -> dict[str, Any] | None:
         index = event.get("index", 0)
         self._last[index if isinstance(index, int) else 0] = _generate_choice(event)
-        if not self._keep:
-            _strip_generate_logprobs(event)
+        _strip_generate(event, logprobs=not self._keep, routing=not self._keep_routing)
         return event
 
     def result(self) -> Captured:
@@ -160,6 +174,7 @@ class _OpenAIStream:
             self._keep_ids = wants(client_body, "return_token_ids")
         self._prompt: list[int] = []
         self._choices: dict[int, ChoiceRecord] = {}
+        self._metadata: Any = None
 
     def _choice(self, index: int) -> ChoiceRecord:
         if index not in self._choices:
@@ -167,6 +182,8 @@ class _OpenAIStream:
         return self._choices[index]
 
     def feed(self, event: dict[str, Any]) -> dict[str, Any] | None:
+        if "metadata" in event:
+            self._metadata = event["metadata"]
         sglext = event.get("sglext")
         if isinstance(sglext, dict):
             self._take_sglext(sglext)
@@ -203,4 +220,7 @@ class _OpenAIStream:
                 self._choice(index).token_ids.extend(ints(ids))
 
     def result(self) -> Captured:
-        return Captured(self._prompt, [self._choices[i] for i in sorted(self._choices)])
+        choices = [self._choices[i] for i in sorted(self._choices)]
+        for record in choices:
+            record.take_versions(self._metadata)
+        return Captured(self._prompt, choices)

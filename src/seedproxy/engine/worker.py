@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .generator import GenRequest, Generator, Update
+from .generator import Generator, GenRequest, Update
 from .model import EngineModel
 
 __all__ = ["Worker", "default_threads"]

@@ -17,10 +17,11 @@ from starlette.exceptions import HTTPException
 
 from ..backends import BACKENDS, Backend
 from ..backends.client import upstream_client
+from ..backends.fleet import FleetControl
+from ..backends.pause import PauseGate
 from ..backends.pool import UpstreamPool
 from ..errors import (
     ConfigError,
-    OverCapacity,
     SeedProxyError,
     StoreError,
     UpstreamError,
@@ -31,11 +32,14 @@ from ..sessions.eviction import Evictor
 from ..settings import Settings
 from .access import Access
 from .admin import admin_router
+from .fleet_routes import fleet_router
 from .forward import Forwarder
 from .health import readiness_router, warn_if_no_upstream
 from .hot import HotRoutes, ProxyApp
 from .logs import flush_logs
 from .metrics import Metrics
+from .replay import Verifier
+from .resume import ResumingSender
 from .routes import openai_router
 
 __all__ = ["create_app"]
@@ -64,22 +68,33 @@ def create_app(
         connect_timeout_s=settings.connect_timeout_s,
         max_body_bytes=settings.max_upstream_body_bytes,
     )
-    backend = backend or BACKENDS[settings.backend](api_key=settings.upstream_api_key)
+    backend = backend or BACKENDS[settings.backend](
+        api_key=settings.upstream_api_key, routed_experts=settings.capture_routed_experts
+    )
     sessions = SessionManager(
         store,
         max_open_sessions=settings.max_open_sessions,
         default_seed=settings.seed if settings.deterministic else None,
     )
-    pool = UpstreamPool(urls, client, max_failover=settings.max_failover)
+    gate = PauseGate(settings.pause_timeout_s)
+    pool = UpstreamPool(urls, client, max_failover=settings.max_failover, gate=gate)
+    fleet = FleetControl(
+        pool, gate, sglang=settings.backend == "sglang",
+        enforce=settings.deterministic and not settings.allow_nondeterministic_upstream,
+    )
     metrics = Metrics()
     access = Access(sessions, settings.admin_key)
     forwarder = Forwarder(
-        settings=settings, sessions=sessions, backend=backend, pool=pool, metrics=metrics
+        settings=settings, sessions=sessions, backend=backend, pool=pool,
+        sender=ResumingSender(pool, gate), metrics=metrics,
     )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         tasks = [asyncio.create_task(warn_if_no_upstream(pool))]
+        if fleet.sglang:
+            await fleet.inspect()
+            tasks.append(asyncio.create_task(fleet.inspect_forever(settings.health_interval_s)))
         if len(pool.upstreams) > 1:
             tasks.append(asyncio.create_task(pool.probe_forever(settings.health_interval_s)))
         if settings.session_ttl_s is not None:
@@ -102,6 +117,7 @@ def create_app(
     app.state.settings = settings
     app.state.sessions = sessions
     app.state.pool = pool
+    app.state.fleet = fleet
     app.state.metrics = metrics
     app.include_router(openai_router(forwarder, access, pool))
     app.include_router(
@@ -113,6 +129,7 @@ def create_app(
         )
     )
     app.include_router(readiness_router(pool))
+    app.include_router(fleet_router(fleet, Verifier(store, backend, pool), access))
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
@@ -142,7 +159,7 @@ def _proxied_headers(request: Request) -> dict[str, str]:
 
 async def on_seedproxy_error(request: Request, exc: SeedProxyError) -> JSONResponse:
     headers = _proxied_headers(request)
-    if isinstance(exc, OverCapacity):
+    if exc.retry_after_s is not None:
         headers["retry-after"] = str(exc.retry_after_s)
     if exc.status_code >= 500 and not isinstance(exc, UpstreamError | StoreError):
         log.error("internal error on %s: %s", request.url.path, exc.message)

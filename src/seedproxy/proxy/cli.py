@@ -57,6 +57,18 @@ def build_parser() -> argparse.ArgumentParser:
     engine.add_argument("--port", type=int, default=30000)
     engine.add_argument("--model")
 
+    doctor = commands.add_parser(
+        "doctor", help="check that SGLang upstreams are set up for deterministic inference"
+    )
+    doctor.add_argument("--upstream", action="append", required=True, help="repeatable")
+
+    verify = commands.add_parser(
+        "verify", help="re-send a session's interactions and compare tokens and logprobs"
+    )
+    verify.add_argument("--url", required=True, help="the proxy's root URL")
+    verify.add_argument("--session", required=True)
+    verify.add_argument("--admin-key")
+
     seed = commands.add_parser("seed", help="print seed(IDENTITY, INDEX)")
     seed.add_argument("identity")
     seed.add_argument("index")
@@ -99,6 +111,12 @@ def _add_proxy_options(parser: argparse.ArgumentParser) -> None:
         help="seconds a client has to send a request head, and again its body (default 30)",
     )
     parser.add_argument("--graceful-shutdown", type=float, help="seconds to drain on SIGTERM")
+    parser.add_argument("--pause-timeout", type=float,
+                        help="seconds a request waits while the fleet is paused (then 503)")
+    parser.add_argument("--allow-nondeterministic-upstream", action="store_true", default=None,
+                        help="serve through upstreams that fail the determinism preflight")
+    parser.add_argument("--capture-routed-experts", action="store_true", default=None,
+                        help="record MoE routed experts from /generate (routing replay)")
     parser.add_argument("--config", help="a TOML config file")
 
 
@@ -159,6 +177,9 @@ def _proxy_flags(args: argparse.Namespace) -> dict[str, Any]:
         "session_ttl_s": args.session_ttl,
         "client_timeout_s": args.client_timeout,
         "graceful_shutdown_s": args.graceful_shutdown,
+        "pause_timeout_s": args.pause_timeout,
+        "allow_nondeterministic_upstream": args.allow_nondeterministic_upstream,
+        "capture_routed_experts": args.capture_routed_experts,
     }
 
 
@@ -200,6 +221,18 @@ def _engine(args: argparse.Namespace) -> int:
     return run_engine_only(args.host, args.port, args.model)
 
 
+def _doctor(args: argparse.Namespace) -> int:
+    from .doctor import doctor
+
+    return doctor([url.rstrip("/") for url in args.upstream])
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from .replay_cli import verify_session
+
+    return verify_session(args.url, args.session, admin_key=args.admin_key)
+
+
 def _export(args: argparse.Namespace) -> int:
     from .export_cli import export_to_file
 
@@ -216,4 +249,6 @@ _COMMANDS = {
     "export": _export,
     "sglang-command": _sglang_command,
     "launch": _launch,
+    "doctor": _doctor,
+    "verify": _verify,
 }

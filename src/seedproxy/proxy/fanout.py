@@ -34,12 +34,13 @@ from .transcript import StreamTranscript
 if TYPE_CHECKING:
     from .forward import Forwarder, Plan
 
-__all__ = ["exchange_fanout", "merge_answers", "merge_captured", "sum_usage"]
+__all__ = ["exchange_fanout", "merge_answers", "merge_captured", "one_choice", "sum_usage"]
 
 log = logging.getLogger("seedproxy.request")
 
 
-def _one_choice(endpoint: Endpoint, body: dict[str, Any]) -> dict[str, Any]:
+def one_choice(endpoint: Endpoint, body: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``body`` that asks for one choice."""
     single = dict(body)
     if endpoint is Endpoint.GENERATE:
         params = dict(single.get("sampling_params") or {})
@@ -55,18 +56,20 @@ async def exchange_fanout(fwd: Forwarder, plan: Plan) -> Response:
     client = plan.client
     key = plan.session.session_id if plan.session else None
     requests = [
-        fwd.backend.prepare(client.endpoint, _one_choice(client.endpoint, client.body), seed,
+        fwd.backend.prepare(client.endpoint, one_choice(client.endpoint, client.body), seed,
                             capture=plan.capture)
         for seed in plan.seeds
     ]
 
     async def send(request: UpstreamRequest) -> UpstreamReply:
         # Owned by the plan the moment it exists, so a cancelled gather leaks nothing.
-        return plan.replies.add(await fwd.pool.send(request, key=key, stream=client.stream))
+        return plan.replies.add(await fwd.sender.send(request, key=key, stream=client.stream))
 
     results = await asyncio.gather(*(send(r) for r in requests), return_exceptions=True)
     replies = [r for r in results if isinstance(r, UpstreamReply)]
     plan.upstream = ",".join(dict.fromkeys(r.upstream for r in replies)) or None
+    versions = {r.dispatch_weight_version for r in replies}
+    plan.dispatch_weight_version = versions.pop() if len(versions) == 1 else None
     plan.upstream_s = max((r.waited_s for r in replies), default=time.perf_counter() - plan.arrived)
     failovers = sum(r.failovers for r in replies)
     if failovers:

@@ -36,6 +36,7 @@ from .metrics import Metrics
 from .relay import RelayResponse
 from .request import ClientRequest, parse_body, read_body, request_digest
 from .responses import exchange_responses
+from .resume import ResumingSender
 from .sse import DONE, encode_event, event_json, split_events
 from .stream import StreamRecord, UpstreamReplies
 from .transcript import StreamTranscript
@@ -58,6 +59,7 @@ class Plan:
     upstream: str | None = None
     extra_headers: dict[str, str] = field(default_factory=dict)
     chat: dict[str, Any] | None = None
+    dispatch_weight_version: str | None = None
     """A Responses request's chat translation, when the upstream serves it as chat."""
     replies: UpstreamReplies = field(default_factory=UpstreamReplies)
     """Every upstream answer opened for this request; see ``stream.py``."""
@@ -86,12 +88,14 @@ class Forwarder:
         sessions: SessionManager,
         backend: Backend,
         pool: UpstreamPool,
+        sender: ResumingSender,
         metrics: Metrics,
     ) -> None:
         self.settings = settings
         self.sessions = sessions
         self.backend = backend
         self.pool = pool
+        self.sender = sender
         self.metrics = metrics
 
     async def forward(
@@ -183,13 +187,14 @@ class Forwarder:
         key = plan.session.session_id if plan.session else None
         try:
             reply = plan.replies.add(
-                await self.pool.send(upstream_request, key=key, stream=plan.client.stream)
+                await self.sender.send(upstream_request, key=key, stream=plan.client.stream)
             )
         except UpstreamError as exc:
             plan.upstream_s = time.perf_counter() - plan.arrived
             await self.record(plan, exc.status_code, exc.body(), Captured())
             raise
         plan.upstream = reply.upstream
+        plan.dispatch_weight_version = reply.dispatch_weight_version
         plan.upstream_s = reply.waited_s
         if reply.failovers:
             self.metrics.failovers.inc(reply.failovers)
@@ -342,6 +347,7 @@ class Forwarder:
             latency_ms=round((time.perf_counter() - plan.arrived) * 1000, 3),
             upstream=plan.upstream,
             abandoned=abandoned,
+            dispatch_weight_version=plan.dispatch_weight_version,
         )
         await self.sessions.store.record(plan.session.session_id, interaction)
         self.metrics.recorded_tokens.inc(interaction.token_count)

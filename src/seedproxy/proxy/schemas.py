@@ -7,7 +7,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["CreateSessions", "ExportRequest", "RewardRequest"]
+__all__ = [
+    "CreateSessions",
+    "ExportRequest",
+    "FleetPause",
+    "FleetWeightVersion",
+    "RewardRequest",
+]
 
 
 class _Body(BaseModel):
@@ -34,3 +40,12 @@ class ExportRequest(_Body):
     timeout_s: float = Field(default=0.0, ge=0, le=3600)
     remove: bool = False
     style: Literal["individual", "concat"] = "individual"
+
+
+class FleetPause(_Body):
+    mode: Literal["abort", "in_place", "retract"] = "abort"
+
+
+class FleetWeightVersion(_Body):
+    version: str = Field(min_length=1, max_length=256)
+    abort_all_requests: bool = False

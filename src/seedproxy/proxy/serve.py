@@ -37,6 +37,8 @@ def serve(flags: dict[str, Any], config_file: str | None) -> int:
     sock = bind(settings.host, settings.port)
     engine = None
     try:
+        if settings.upstream and settings.backend == "sglang" and settings.deterministic:
+            _preflight(settings.upstream, enforce=not settings.allow_nondeterministic_upstream)
         upstreams = settings.upstream
         if not upstreams:
             engine = _start_engine(settings.model)
@@ -96,6 +98,16 @@ def bind(host: str, port: int) -> socket.socket:
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     sock.set_inheritable(True)
     return sock
+
+
+def _preflight(urls: list[str], *, enforce: bool) -> None:
+    """Refuse (exit 2) an upstream that is not deterministic, unless told not to."""
+    from .doctor import refuse_nondeterministic
+
+    if not enforce:
+        return
+    for warning in refuse_nondeterministic(urls):
+        log.warning("determinism preflight: %s", warning)
 
 
 def run_engine_only(host: str, port: int, model: str | None) -> int:

@@ -12,7 +12,35 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ChoiceRecord", "Interaction"]
+from .routing import RoutedExperts
+
+__all__ = ["ChoiceRecord", "Interaction", "VersionSpan", "version_spans"]
+
+VersionSpan = tuple[str, int, int]
+"""``(weight_version, start, end)``: output positions ``start..end-1`` came from that version."""
+
+
+def version_spans(values: Any) -> list[VersionSpan]:
+    """SGLang's ``weight_versions`` (``[{version, start, end}]``) as spans; anything
+    else in the list is skipped, a non-list is no spans."""
+    if not isinstance(values, list):
+        return []
+    spans: list[VersionSpan] = []
+    for item in values:
+        if not isinstance(item, dict):
+            continue
+        version, start, end = item.get("version"), item.get("start"), item.get("end")
+        if isinstance(version, str) and type(start) is int and type(end) is int:
+            spans.append((version, start, end))
+    return spans
+
+
+def _experts_out(choice: ChoiceRecord) -> dict[str, Any] | None:
+    return choice.routed_experts.to_dict() if choice.routed_experts else None
+
+
+def _spans_out(spans: list[VersionSpan]) -> list[dict[str, Any]]:
+    return [{"version": v, "start": a, "end": b} for v, a, b in spans]
 
 
 def _ids(values: Any) -> array[int]:
@@ -30,11 +58,50 @@ class ChoiceRecord:
     token_ids: array[int] = field(default_factory=lambda: array("i"))
     logprobs: array[float] = field(default_factory=lambda: array("f"))
     finish_reason: str | None = None
+    weight_version: str | None = None
+    """The weight version the upstream reported when this choice finished."""
+    weight_versions: list[VersionSpan] = field(default_factory=list)
+    """Which version produced which output positions, where the upstream says."""
+    routed_experts: RoutedExperts | None = None
+    """MoE routing over prompt and completion, when captured."""
 
     @classmethod
     def of(cls, token_ids: Any, logprobs: Any, finish_reason: Any) -> ChoiceRecord:
         reason = finish_reason if isinstance(finish_reason, str) else None
         return cls(_ids(token_ids), _floats(logprobs), reason)
+
+    def take_versions(self, source: Any) -> None:
+        """Read ``weight_version`` / ``weight_versions`` from a ``meta_info`` or a
+        chat answer's ``metadata``; a field of the wrong type is ignored."""
+        if not isinstance(source, dict):
+            return
+        version = source.get("weight_version")
+        if isinstance(version, str):
+            self.weight_version = version
+        spans = version_spans(source.get("weight_versions"))
+        if spans:
+            self.weight_versions = spans
+
+    def storage(self) -> dict[str, Any]:
+        return {
+            "token_ids": self.token_ids.tolist(),
+            "logprobs": self.logprobs.tolist(),
+            "finish_reason": self.finish_reason,
+            "weight_version": self.weight_version,
+            "weight_versions": [list(span) for span in self.weight_versions],
+            "routed_experts": self.routed_experts.to_dict() if self.routed_experts else None,
+        }
+
+    @classmethod
+    def from_storage(cls, data: dict[str, Any]) -> ChoiceRecord:
+        return cls(
+            _ids(data["token_ids"]),
+            _floats(data["logprobs"]),
+            data["finish_reason"],
+            data.get("weight_version"),
+            [(str(v), int(a), int(b)) for v, a, b in data.get("weight_versions", ())],
+            RoutedExperts.from_dict(data.get("routed_experts")),
+        )
 
 
 @dataclass(slots=True)
@@ -62,6 +129,8 @@ class Interaction:
     latency_ms: float = 0.0
     upstream: str | None = None
     abandoned: bool = False
+    dispatch_weight_version: str | None = None
+    """The weight version the proxy knew for ``upstream`` when it sent the request."""
 
     @property
     def token_count(self) -> int:
@@ -94,6 +163,18 @@ class Interaction:
             "latency_ms": self.latency_ms,
             "upstream": self.upstream,
             "abandoned": self.abandoned,
+            "dispatch_weight_version": self.dispatch_weight_version,
+            "weight_version": (
+                first.weight_version if single else [c.weight_version for c in self.choices]
+            ),
+            "weight_versions": (
+                _spans_out(first.weight_versions)
+                if single
+                else [_spans_out(c.weight_versions) for c in self.choices]
+            ),
+            "routed_experts": (
+                _experts_out(first) if single else [_experts_out(c) for c in self.choices]
+            ),
         }
 
     def to_storage(self) -> dict[str, Any]:
@@ -107,18 +188,12 @@ class Interaction:
             "request": self.request,
             "response": self.response,
             "prompt_token_ids": self.prompt_token_ids.tolist(),
-            "choices": [
-                {
-                    "token_ids": c.token_ids.tolist(),
-                    "logprobs": c.logprobs.tolist(),
-                    "finish_reason": c.finish_reason,
-                }
-                for c in self.choices
-            ],
+            "choices": [c.storage() for c in self.choices],
             "reward": self.reward,
             "latency_ms": self.latency_ms,
             "upstream": self.upstream,
             "abandoned": self.abandoned,
+            "dispatch_weight_version": self.dispatch_weight_version,
         }
 
     @classmethod
@@ -132,12 +207,10 @@ class Interaction:
             request=data.get("request"),
             response=data.get("response"),
             prompt_token_ids=_ids(data.get("prompt_token_ids")),
-            choices=[
-                ChoiceRecord(_ids(c["token_ids"]), _floats(c["logprobs"]), c["finish_reason"])
-                for c in data.get("choices", ())
-            ],
+            choices=[ChoiceRecord.from_storage(c) for c in data.get("choices", ())],
             reward=data.get("reward"),
             latency_ms=data.get("latency_ms", 0.0),
             upstream=data.get("upstream"),
             abandoned=data.get("abandoned", False),
+            dispatch_weight_version=data.get("dispatch_weight_version"),
         )

@@ -1,0 +1,166 @@
+"""The fleet's control plane: pause and continue, weight versions, and the preflight.
+
+Invariants:
+- Pausing closes the proxy's ``PauseGate`` (new requests wait there, see ``pause.py``)
+  before any server is paused, and continuing opens it after every server was told.
+- Pause, continue and weight-version changes go to every upstream; each server's answer
+  is reported, and a server that did not take the change is named, never hidden.
+- The weight version a server reports (``/get_server_info``) or was told
+  (``/update_weight_version``) is kept on its ``Upstream``, which the pool reads at
+  dispatch.
+- The gate is per proxy process: with several replicas, pause each of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from .pause import PauseGate, PauseMode
+from .pool import Upstream, UpstreamPool
+from .preflight import Finding, check_server_info
+
+__all__ = ["FleetControl", "UpstreamReport", "read_server_info"]
+
+log = logging.getLogger("seedproxy.fleet")
+
+
+@dataclass(slots=True)
+class UpstreamReport:
+    """What the proxy knows of one server."""
+
+    url: str
+    up: bool
+    inflight: int
+    weight_version: str | None = None
+    checked: bool = False
+    findings: list[Finding] = field(default_factory=list)
+    error: str | None = None
+    refused: bool = False
+
+    @property
+    def deterministic(self) -> bool | None:
+        return (not self.findings) if self.checked else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "url": self.url,
+            "up": self.up,
+            "deterministic": self.deterministic,
+            "problems": [f"{f.problem}; fix: {f.fix}" for f in self.findings],
+            "weight_version": self.weight_version,
+            "refused": self.refused,
+            "inflight": self.inflight,
+            "error": self.error,
+        }
+
+
+class FleetControl:
+    """Fans control calls out to every upstream and keeps what they report."""
+
+    def __init__(self, pool: UpstreamPool, gate: PauseGate, *, sglang: bool, enforce: bool,
+                 timeout_s: float = 5.0) -> None:
+        self.pool = pool
+        self.gate = gate
+        self.sglang = sglang
+        self.enforce = enforce
+        self.timeout_s = timeout_s
+
+    async def inspect(self) -> list[UpstreamReport]:
+        """Read every server's ``/get_server_info`` (SGLang only) and report. With
+        ``enforce``, a server with findings is refused (no request goes to it) until a
+        later inspection finds it clean; one that could not be checked keeps its state."""
+        reports = await asyncio.gather(*(self._inspect_one(u) for u in self.pool.upstreams))
+        for upstream, report in zip(self.pool.upstreams, reports, strict=True):
+            if report.checked:
+                refused = "; ".join(f.line(upstream.url) for f in report.findings) or None
+                if refused and refused != upstream.refused:
+                    log.warning("%s", refused if self.enforce else refused + " (allowed)")
+                upstream.refused = refused if self.enforce else None
+            report.refused = upstream.refused is not None
+        return list(reports)
+
+    async def inspect_forever(self, interval_s: float) -> None:
+        """Inspect every ``interval_s`` until cancelled. A failed inspection is logged;
+        it never ends the loop."""
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self.inspect()
+            except Exception:
+                log.exception("fleet inspection failed")
+
+    async def _inspect_one(self, upstream: Upstream) -> UpstreamReport:
+        report = UpstreamReport(upstream.url, upstream.healthy, upstream.inflight,
+                                upstream.weight_version)
+        if self.sglang:
+            await read_server_info(self.pool.client, report, self.timeout_s)
+            if report.weight_version is not None:
+                upstream.weight_version = report.weight_version
+        return report
+
+    async def pause(self, mode: PauseMode) -> list[dict[str, Any]]:
+        """Hold new requests here, then pause every server in ``mode``."""
+        self.gate.close(mode)
+        return await self._fan_out("/pause_generation", {"mode": mode})
+
+    async def resume(self) -> list[dict[str, Any]]:
+        """Continue every server, then let held requests go."""
+        try:
+            return await self._fan_out("/continue_generation", {})
+        finally:
+            self.gate.open()
+
+    async def set_weight_version(self, version: str, *, abort_all: bool) -> list[dict[str, Any]]:
+        body = {"new_version": version, "abort_all_requests": abort_all}
+        if abort_all:
+            self.gate.abort_epoch += 1
+        results = await self._fan_out("/update_weight_version", body)
+        for upstream, result in zip(self.pool.upstreams, results, strict=True):
+            if result["ok"]:
+                upstream.weight_version = version
+        return results
+
+    async def _fan_out(self, path: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+        async def one(upstream: Upstream) -> dict[str, Any]:
+            try:
+                response = await self.pool.client.post(
+                    upstream.url + path, json=body, timeout=self.timeout_s
+                )
+            except httpx.HTTPError as exc:
+                return {"url": upstream.url, "ok": False, "status": None,
+                        "error": f"unreachable: {type(exc).__name__}"}
+            ok = response.status_code == 200
+            return {"url": upstream.url, "ok": ok, "status": response.status_code,
+                    "error": None if ok else response.text[:500]}
+
+        return list(await asyncio.gather(*(one(u) for u in self.pool.upstreams)))
+
+
+async def read_server_info(
+    client: httpx.AsyncClient, report: UpstreamReport, timeout_s: float
+) -> None:
+    """Fill ``report`` from the server's ``/get_server_info``: its findings and weight
+    version, or why it could not be checked."""
+    try:
+        response = await client.get(report.url + "/get_server_info", timeout=timeout_s)
+    except httpx.HTTPError as exc:
+        report.up = False
+        report.error = f"unreachable: {type(exc).__name__}"
+        return
+    if response.status_code != 200:
+        report.error = f"/get_server_info answered {response.status_code}"
+        return
+    try:
+        info = response.json()
+    except ValueError:
+        info = None
+    report.checked = True
+    report.findings = check_server_info(info)
+    version = info.get("weight_version") if isinstance(info, dict) else None
+    if isinstance(version, str):
+        report.weight_version = version

@@ -1,0 +1,58 @@
+"""The determinism preflight from the command line: ``seedproxy doctor`` and the check
+``serve`` runs before it binds.
+
+``doctor`` prints one line per upstream and exits 0 when every server answered and is
+deterministic, 1 when one is not, 3 when one could not be checked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+
+from ..backends.fleet import UpstreamReport, read_server_info
+from ..errors import ConfigError
+
+__all__ = ["doctor", "inspect_upstreams", "refuse_nondeterministic"]
+
+EXIT_NOT_DETERMINISTIC = 1
+EXIT_UNCHECKED = 3
+
+
+async def inspect_upstreams(urls: list[str], *, timeout_s: float = 5.0) -> list[UpstreamReport]:
+    """Read every server's ``/get_server_info`` once, on a client of its own."""
+    reports = [UpstreamReport(url, up=True, inflight=0) for url in urls]
+    async with httpx.AsyncClient(timeout=timeout_s) as client:
+        await asyncio.gather(*(read_server_info(client, r, timeout_s) for r in reports))
+    return reports
+
+
+def refuse_nondeterministic(urls: list[str]) -> list[str]:
+    """Raise ``ConfigError`` naming the first server that fails the preflight and the
+    flag that fixes it; return warnings for servers that could not be checked."""
+    reports = asyncio.run(inspect_upstreams(urls))
+    for report in reports:
+        if report.findings:
+            raise ConfigError(
+                f"{report.findings[0].line(report.url)} "
+                "(or pass --allow-nondeterministic-upstream)"
+            )
+    return [f"{r.url}: not checked ({r.error})" for r in reports if not r.checked]
+
+
+def doctor(urls: list[str]) -> int:
+    reports = asyncio.run(inspect_upstreams(urls))
+    code = 0
+    for report in reports:
+        version = report.weight_version or "-"
+        if not report.checked:
+            print(f"{report.url}: NOT CHECKED ({report.error})")
+            code = max(code, EXIT_UNCHECKED)
+        elif report.findings:
+            for finding in report.findings:
+                print(f"{report.url}: NOT DETERMINISTIC: {finding.problem}; fix: {finding.fix}")
+            code = max(code, EXIT_NOT_DETERMINISTIC) if code != EXIT_UNCHECKED else code
+        else:
+            print(f"{report.url}: deterministic (weight version {version})")
+    return code

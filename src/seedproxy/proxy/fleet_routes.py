@@ -1,0 +1,57 @@
+"""Admin routes of the fleet's control plane: state, pause, continue, weight version,
+and replay verification of a session.
+
+Every route needs the admin key (when one is set). Each answer names every upstream
+with what it said, so a server that did not take a change is never hidden.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+
+from ..backends.fleet import FleetControl
+from .access import Access
+from .replay import Verifier
+from .schemas import FleetPause, FleetWeightVersion
+
+__all__ = ["fleet_router"]
+
+
+def fleet_router(fleet: FleetControl, verifier: Verifier, access: Access) -> APIRouter:
+    router = APIRouter()
+
+    def state(upstreams: list[dict[str, Any]]) -> dict[str, Any]:
+        gate = fleet.gate
+        return {"paused": gate.paused, "mode": gate.mode, "waiting": gate.waiting,
+                "upstreams": upstreams}
+
+    @router.get("/fleet")
+    async def fleet_state(request: Request) -> dict[str, Any]:
+        access.require_admin(request)
+        return state([report.to_dict() for report in await fleet.inspect()])
+
+    @router.post("/fleet/pause")
+    async def pause(body: FleetPause, request: Request) -> dict[str, Any]:
+        access.require_admin(request)
+        return state(await fleet.pause(body.mode))
+
+    @router.post("/fleet/continue")
+    async def resume(request: Request) -> dict[str, Any]:
+        access.require_admin(request)
+        return state(await fleet.resume())
+
+    @router.post("/fleet/weight_version")
+    async def weight_version(body: FleetWeightVersion, request: Request) -> dict[str, Any]:
+        access.require_admin(request)
+        results = await fleet.set_weight_version(body.version, abort_all=body.abort_all_requests)
+        return state(results)
+
+    @router.post("/sessions/{session_id}/verify")
+    async def verify(session_id: str, request: Request) -> dict[str, Any]:
+        access.require_admin(request)
+        await access.sessions.require(session_id)
+        return await verifier.verify(session_id)
+
+    return router

@@ -1,0 +1,245 @@
+"""Abort and resubmit: a ``/generate`` request that a fleet pause aborted mid-generation
+is sent again after the fleet continues, as prompt + tokens so far, with the same seed
+and the remaining token budget, and the client sees one uninterrupted answer.
+
+Invariants:
+- Token-id requests resume (``input_ids``, one choice): SGLang's deterministic sampler
+  hashes (seed, absolute position, token), so the continuation is the one an unpaused
+  run gives on the same weights.
+- Non-streamed chat and completions (passthrough, no token ids to continue from) are
+  sent again whole, with the same seed: the same answer an unpaused run gives on the
+  same weights, or an answer wholly from the new weights. A stream that already began
+  cannot be taken back: it ends with ``finish_reason`` abort, as the server sent it, and
+  is recorded so. Text-prompt ``/generate`` is not resumed either.
+- A request resumes only when the abort came from the fleet's control plane: the gate's
+  ``abort_epoch`` moved since the attempt was sent (a pause in ``abort`` mode, or a
+  weight-version change that aborts). Any other abort reaches the client as sent.
+- The stitched answer is SGLang's shape: ``output_ids``, ``text`` and logprobs
+  concatenated, ``completion_tokens`` counted once, ``prompt_tokens`` the original, and
+  ``weight_versions`` spans offset to absolute output positions, one span list per
+  attempt (so a resume point stays visible even when the version did not change).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import orjson
+
+from ..backends import UpstreamRequest
+from ..backends.pause import PauseGate
+from ..backends.pool import UpstreamPool, UpstreamReply
+from ..errors import UpstreamError
+from .sse import DONE, encode_event, event_json, split_events
+
+__all__ = ["ResumingSender", "resumable"]
+
+log = logging.getLogger("seedproxy.request")
+
+_WHOLE = frozenset({"/v1/chat/completions", "/v1/completions"})
+
+
+def resumable(request: UpstreamRequest) -> bool:
+    """Whether ``request`` is a one-choice ``/generate`` with a token-id prompt."""
+    body = request.body
+    params = body.get("sampling_params")
+    n = params.get("n", 1) if isinstance(params, dict) else 1
+    ids = body.get("input_ids")
+    return (request.path == "/generate" and n == 1 and isinstance(ids, list)
+            and all(type(i) is int for i in ids))
+
+
+class _Progress:
+    """What the attempts so far produced, and how to shift the next attempt's answer."""
+
+    def __init__(self, request: UpstreamRequest) -> None:
+        self.request = request
+        self.prompt: list[int] = list(request.body["input_ids"])
+        params = request.body.get("sampling_params") or {}
+        budget = params.get("max_new_tokens")
+        self.budget: int | None = budget if type(budget) is int else None
+        self.ids: list[int] = []
+        self.text = ""
+        self.logprobs: list[Any] = []
+        self.spans: list[dict[str, Any]] = []
+
+    def next_request(self) -> UpstreamRequest:
+        body = dict(self.request.body)
+        body["input_ids"] = self.prompt + self.ids
+        params = dict(body.get("sampling_params") or {})
+        if self.budget is not None:
+            params["max_new_tokens"] = self.budget - len(self.ids)
+        body["sampling_params"] = params
+        return UpstreamRequest(self.request.path, body, dict(self.request.headers))
+
+    def shifted(self, item: dict[str, Any]) -> dict[str, Any]:
+        """``item`` (one attempt's cumulative answer) as part of the whole answer."""
+        if not self.ids:
+            return item
+        out = dict(item)
+        ids = item.get("output_ids")
+        out["output_ids"] = self.ids + (ids if isinstance(ids, list) else [])
+        text = item.get("text")
+        out["text"] = self.text + (text if isinstance(text, str) else "")
+        meta = item.get("meta_info")
+        if isinstance(meta, dict):
+            meta = dict(meta)
+            meta["prompt_tokens"] = len(self.prompt)
+            done = meta.get("completion_tokens")
+            if type(done) is int:
+                meta["completion_tokens"] = len(self.ids) + done
+            logprobs = meta.get("output_token_logprobs")
+            if isinstance(logprobs, list):
+                meta["output_token_logprobs"] = self.logprobs + logprobs
+            spans = meta.get("weight_versions")
+            offset = len(self.ids)
+            if isinstance(spans, list):
+                meta["weight_versions"] = self.spans + [
+                    {**s, "start": s["start"] + offset, "end": s["end"] + offset}
+                    for s in spans
+                    if isinstance(s, dict) and type(s.get("start")) is int
+                    and type(s.get("end")) is int
+                ]
+            out["meta_info"] = meta
+        return out
+
+    def absorb(self, whole: dict[str, Any]) -> None:
+        """Take a shifted, aborted answer as the progress so far."""
+        ids = whole.get("output_ids")
+        self.ids = list(ids) if isinstance(ids, list) else self.ids
+        text = whole.get("text")
+        self.text = text if isinstance(text, str) else self.text
+        meta = whole.get("meta_info")
+        if isinstance(meta, dict):
+            if isinstance(meta.get("output_token_logprobs"), list):
+                self.logprobs = list(meta["output_token_logprobs"])
+            if isinstance(meta.get("weight_versions"), list):
+                self.spans = list(meta["weight_versions"])
+
+    def exhausted(self) -> bool:
+        return self.budget is not None and len(self.ids) >= self.budget
+
+
+def _aborted(item: Any) -> bool:
+    if not isinstance(item, dict) or not isinstance(item.get("meta_info"), dict):
+        return False
+    finish = item["meta_info"].get("finish_reason")
+    return isinstance(finish, dict) and finish.get("type") == "abort"
+
+
+class ResumingSender:
+    """``send`` as ``UpstreamPool.send``, resuming what a fleet abort cut short."""
+
+    def __init__(self, pool: UpstreamPool, gate: PauseGate) -> None:
+        self.pool = pool
+        self.gate = gate
+
+    async def send(
+        self, request: UpstreamRequest, *, key: str | None, stream: bool
+    ) -> UpstreamReply:
+        if not resumable(request):
+            if stream or request.path not in _WHOLE:
+                return await self.pool.send(request, key=key, stream=stream)
+            return await self._send_whole(request, key)
+        progress = _Progress(request)
+        epoch = self.gate.abort_epoch
+        reply = await self.pool.send(request, key=key, stream=stream)
+        if reply.response.status_code != 200:
+            return reply
+        dispatched = reply.dispatch_weight_version
+        if stream:
+            body = _Stitched(self, progress, key, reply, epoch)
+            response = httpx.Response(200, headers=reply.response.headers, stream=body)
+            return UpstreamReply(reply.upstream, response, reply.waited_s, reply.failovers,
+                                 dispatched)
+        waited = 0.0
+        while True:
+            waited += reply.waited_s
+            try:
+                answer = orjson.loads(reply.response.content)
+            except orjson.JSONDecodeError:
+                return reply  # the caller reports an answer that is not JSON
+            whole = progress.shifted(answer) if isinstance(answer, dict) else answer
+            if not self._resume(whole, epoch, progress):
+                response = httpx.Response(200, headers=reply.response.headers,
+                                          content=orjson.dumps(whole))
+                return UpstreamReply(reply.upstream, response, waited,
+                                     reply.failovers, dispatched)
+            progress.absorb(whole)
+            epoch = self.gate.abort_epoch
+            reply = await self.pool.send(progress.next_request(), key=key, stream=False)
+            if reply.response.status_code != 200:
+                return reply
+
+    async def _send_whole(self, request: UpstreamRequest, key: str | None) -> UpstreamReply:
+        """Send a non-streamed OpenAI request again while a fleet abort cuts it short."""
+        while True:
+            epoch = self.gate.abort_epoch
+            reply = await self.pool.send(request, key=key, stream=False)
+            if reply.response.status_code != 200 or self.gate.abort_epoch == epoch:
+                return reply
+            try:
+                answer = orjson.loads(reply.response.content)
+            except orjson.JSONDecodeError:
+                return reply
+            choices = answer.get("choices") if isinstance(answer, dict) else None
+            if not isinstance(choices, list) or not any(
+                isinstance(c, dict) and c.get("finish_reason") == "abort" for c in choices
+            ):
+                return reply
+
+    def _resume(self, whole: Any, epoch: int, progress: _Progress) -> bool:
+        return (_aborted(whole) and self.gate.abort_epoch != epoch
+                and not progress.exhausted())
+
+
+class _Stitched(httpx.AsyncByteStream):
+    """The SSE stream of every attempt as one: an aborted attempt's last event and its
+    ``[DONE]`` are held back, and the next attempt's events are shifted."""
+
+    def __init__(self, sender: ResumingSender, progress: _Progress, key: str | None,
+                 reply: UpstreamReply, epoch: int) -> None:
+        self._sender = sender
+        self._progress = progress
+        self._key = key
+        self._reply = reply
+        self._epoch = epoch
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        while True:
+            held: dict[str, Any] | None = None
+            chunks = aiter(self._reply.response.stream)  # type: ignore[arg-type]
+            async for event in split_events(chunks):
+                item = event_json(event)
+                if isinstance(item, dict):
+                    whole = self._progress.shifted(item)
+                    if self._sender._resume(whole, self._epoch, self._progress):
+                        held = whole
+                        continue
+                    yield encode_event(whole)
+                elif event.strip() != DONE.strip() or held is None:
+                    yield event
+            if held is None:
+                return
+            await self._reply.aclose()
+            self._progress.absorb(held)
+            self._epoch = self._sender.gate.abort_epoch
+            try:
+                self._reply = await self._sender.pool.send(
+                    self._progress.next_request(), key=self._key, stream=True
+                )
+            except UpstreamError as exc:  # no server took the rest: the abort stands
+                log.warning("could not resume a stream after a fleet abort: %s", exc.message)
+                yield encode_event(held)
+                yield DONE
+                return
+            if self._reply.response.status_code != 200:
+                yield encode_event(held)  # the abort stands: the client sees it
+                yield DONE
+                return
+
+    async def aclose(self) -> None:
+        await self._reply.aclose()
