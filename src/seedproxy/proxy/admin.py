@@ -10,14 +10,13 @@ from typing import Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel
 
 from ..errors import Forbidden, SessionNotFound, WaitTimeout
 from ..sessions import SessionManager
 from ..sessions.export import Style, select_sessions, trajectory
 from ..sessions.ids import check_id, encode_id
 from .access import Access
-from .request import read_model
+from .request import documented, read_model
 from .schemas import CreateSessions, ExportRequest, RewardRequest
 
 __all__ = ["WAIT_DEFAULT_S", "WAIT_MAX_S", "admin_router"]
@@ -26,12 +25,6 @@ WAIT_DEFAULT_S = 60.0
 """How long ``?wait=true`` waits for a session to end unless ``timeout_s`` says."""
 WAIT_MAX_S = 3600.0
 """The longest ``timeout_s`` accepted (a 400 above it)."""
-
-
-def _documented(model: type[BaseModel]) -> dict[str, Any]:
-    """The OpenAPI request body of a route that reads ``model`` itself (after auth)."""
-    schema = {"content": {"application/json": {"schema": model.model_json_schema()}}}
-    return {"requestBody": {"required": True, **schema}}
 
 
 def admin_router(
@@ -45,7 +38,7 @@ def admin_router(
     store = sessions.store
     exporting = asyncio.Lock()  # select + mark exported, atomically per app
 
-    @router.post("/sessions", status_code=201, openapi_extra=_documented(CreateSessions))
+    @router.post("/sessions", status_code=201, openapi_extra=documented(CreateSessions))
     async def create_sessions(request: Request) -> JSONResponse:
         await access.require_admin(request)
         body = await read_model(request, CreateSessions, max_body_bytes)
@@ -84,7 +77,7 @@ def admin_router(
             "metadata": record.metadata,
         }
 
-    @router.post("/sessions/{session_id}/reward", openapi_extra=_documented(RewardRequest))
+    @router.post("/sessions/{session_id}/reward", openapi_extra=documented(RewardRequest))
     async def set_reward(session_id: str, request: Request) -> dict[str, Any]:
         await access.require_admin(request)
         check_id(session_id, param="session_id")
@@ -129,7 +122,7 @@ def admin_router(
                 await store.mark_exported([session_id])
         return await trajectory(store, record, style)
 
-    @router.post("/trajectories/export", openapi_extra=_documented(ExportRequest))
+    @router.post("/trajectories/export", openapi_extra=documented(ExportRequest))
     async def export(request: Request) -> dict[str, Any]:
         await access.require_admin(request)
         body = await read_model(request, ExportRequest, max_body_bytes)

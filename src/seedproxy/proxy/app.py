@@ -84,9 +84,10 @@ def create_app(
     )
     metrics = Metrics()
     access = Access(sessions, settings.admin_key)
+    sender = ResumingSender(pool, gate, max_event_bytes=settings.max_upstream_body_bytes)
     forwarder = Forwarder(
-        settings=settings, sessions=sessions, backend=backend, pool=pool,
-        sender=ResumingSender(pool, gate), metrics=metrics,
+        settings=settings, sessions=sessions, backend=backend, pool=pool, sender=sender,
+        metrics=metrics,
     )
 
     @contextlib.asynccontextmanager
@@ -129,7 +130,9 @@ def create_app(
         )
     )
     app.include_router(readiness_router(pool))
-    app.include_router(fleet_router(fleet, Verifier(store, backend, pool), access))
+    app.include_router(fleet_router(
+        fleet, Verifier(store, backend, pool), access, max_body_bytes=settings.max_body_bytes
+    ))
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:

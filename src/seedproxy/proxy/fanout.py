@@ -262,9 +262,9 @@ async def _merged(
             usage_chunk["usage"] = sum_usage([u for u in usages if u is not None])
             transcript.add(usage_chunk)
             yield encode_event(usage_chunk)
-        error = await record.seal()
-        if error is not None:
-            yield encode_event(error.body())
+        unrecorded = await record.seal()
+        if unrecorded is not None:
+            yield encode_event(unrecorded.body())
             return
         yield DONE
     finally:  # the pumps are this generator's own; the replies are the record's

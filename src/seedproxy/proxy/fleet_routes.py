@@ -12,14 +12,18 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from ..backends.fleet import FleetControl
+from ..sessions.ids import check_id
 from .access import Access
 from .replay import Verifier
+from .request import documented, read_model
 from .schemas import FleetPause, FleetWeightVersion
 
 __all__ = ["fleet_router"]
 
 
-def fleet_router(fleet: FleetControl, verifier: Verifier, access: Access) -> APIRouter:
+def fleet_router(
+    fleet: FleetControl, verifier: Verifier, access: Access, *, max_body_bytes: int
+) -> APIRouter:
     router = APIRouter()
 
     def state(upstreams: list[dict[str, Any]]) -> dict[str, Any]:
@@ -29,28 +33,31 @@ def fleet_router(fleet: FleetControl, verifier: Verifier, access: Access) -> API
 
     @router.get("/fleet")
     async def fleet_state(request: Request) -> dict[str, Any]:
-        access.require_admin(request)
+        await access.require_admin(request)
         return state([report.to_dict() for report in await fleet.inspect()])
 
-    @router.post("/fleet/pause")
-    async def pause(body: FleetPause, request: Request) -> dict[str, Any]:
-        access.require_admin(request)
+    @router.post("/fleet/pause", openapi_extra=documented(FleetPause))
+    async def pause(request: Request) -> dict[str, Any]:
+        await access.require_admin(request)
+        body = await read_model(request, FleetPause, max_body_bytes)
         return state(await fleet.pause(body.mode))
 
     @router.post("/fleet/continue")
     async def resume(request: Request) -> dict[str, Any]:
-        access.require_admin(request)
+        await access.require_admin(request)
         return state(await fleet.resume())
 
-    @router.post("/fleet/weight_version")
-    async def weight_version(body: FleetWeightVersion, request: Request) -> dict[str, Any]:
-        access.require_admin(request)
+    @router.post("/fleet/weight_version", openapi_extra=documented(FleetWeightVersion))
+    async def weight_version(request: Request) -> dict[str, Any]:
+        await access.require_admin(request)
+        body = await read_model(request, FleetWeightVersion, max_body_bytes)
         results = await fleet.set_weight_version(body.version, abort_all=body.abort_all_requests)
         return state(results)
 
     @router.post("/sessions/{session_id}/verify")
     async def verify(session_id: str, request: Request) -> dict[str, Any]:
-        access.require_admin(request)
+        check_id(session_id, param="session_id")
+        await access.require_admin(request)
         await access.sessions.require(session_id)
         return await verifier.verify(session_id)
 

@@ -274,9 +274,9 @@ class Forwarder:
                 payload = event_json(event) if plan.capture else None
                 if payload is None:
                     if event.strip() == DONE.strip():
-                        error = await record.seal()
-                        if error is not None:
-                            yield encode_event(error.body())
+                        unrecorded = await record.seal()
+                        if unrecorded is not None:
+                            yield encode_event(unrecorded.body())
                             return
                     yield event
                     continue

@@ -21,6 +21,7 @@ from ..errors import BadRequest, BodyTimeout, PayloadTooLarge
 __all__ = [
     "MAX_CHOICES",
     "ClientRequest",
+    "documented",
     "parse_body",
     "read_body",
     "read_model",
@@ -165,3 +166,9 @@ def _optional_int(body: dict[str, Any], key: str) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise BadRequest(f"{key} must be an integer", param=key)
     return value
+
+
+def documented(model: type[BaseModel]) -> dict[str, Any]:
+    """The OpenAPI request body of a route that reads ``model`` itself (after auth)."""
+    schema = {"content": {"application/json": {"schema": model.model_json_schema()}}}
+    return {"requestBody": {"required": True, **schema}}

@@ -102,9 +102,9 @@ async def _events(
                 for out in writer.feed(shown):
                     yield dumps(out)
         closing = writer.finish()
-        error = await record.seal()  # recorded before the client sees the end
-        if error is not None:
-            yield b"event: error\ndata: " + orjson.dumps(error.body()) + b"\n\n"
+        unrecorded = await record.seal()  # recorded before the client sees the end
+        if unrecorded is not None:
+            yield b"event: error\ndata: " + orjson.dumps(unrecorded.body()) + b"\n\n"
             return
         for out in closing:
             yield dumps(out)

@@ -133,9 +133,10 @@ def _aborted(item: Any) -> bool:
 class ResumingSender:
     """``send`` as ``UpstreamPool.send``, resuming what a fleet abort cut short."""
 
-    def __init__(self, pool: UpstreamPool, gate: PauseGate) -> None:
+    def __init__(self, pool: UpstreamPool, gate: PauseGate, *, max_event_bytes: int) -> None:
         self.pool = pool
         self.gate = gate
+        self.max_event_bytes = max_event_bytes
 
     async def send(
         self, request: UpstreamRequest, *, key: str | None, stream: bool
@@ -212,7 +213,7 @@ class _Stitched(httpx.AsyncByteStream):
         while True:
             held: dict[str, Any] | None = None
             chunks = aiter(self._reply.response.stream)  # type: ignore[arg-type]
-            async for event in split_events(chunks):
+            async for event in split_events(chunks, self._sender.max_event_bytes):
                 item = event_json(event)
                 if isinstance(item, dict):
                     whole = self._progress.shifted(item)
