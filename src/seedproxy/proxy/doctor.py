@@ -28,9 +28,10 @@ async def inspect_upstreams(urls: list[str], *, timeout_s: float = 5.0) -> list[
     return reports
 
 
-def refuse_nondeterministic(urls: list[str]) -> list[str]:
+def refuse_nondeterministic(urls: list[str]) -> None:
     """Raise ``ConfigError`` naming the first server that fails the preflight and the
-    flag that fixes it; return warnings for servers that could not be checked."""
+    flag that fixes it. One that could not be checked is not refused (the start-up
+    warning names it, and the health loop checks it once it answers)."""
     reports = asyncio.run(inspect_upstreams(urls))
     for report in reports:
         if report.findings:
@@ -38,7 +39,6 @@ def refuse_nondeterministic(urls: list[str]) -> list[str]:
                 f"{report.findings[0].line(report.url)} "
                 "(or pass --allow-nondeterministic-upstream)"
             )
-    return [f"{r.url}: not checked ({r.error})" for r in reports if not r.checked]
 
 
 def doctor(urls: list[str]) -> int:

@@ -37,14 +37,14 @@ def serve(flags: dict[str, Any], config_file: str | None) -> int:
     sock = bind(settings.host, settings.port)
     engine = None
     try:
-        if settings.upstream and settings.backend == "sglang" and settings.deterministic:
-            _preflight(settings.upstream, enforce=not settings.allow_nondeterministic_upstream)
         upstreams = settings.upstream
         if not upstreams:
             engine = _start_engine(settings.model)
             upstreams = [engine.url]
             log.info("embedded engine serving %s at %s", engine.model_name, engine.url)
         app = create_app(settings, upstreams=upstreams)  # also checks the store URL
+        if settings.upstream and settings.backend == "sglang" and settings.deterministic:
+            _preflight(settings.upstream, enforce=not settings.allow_nondeterministic_upstream)
         log.info("seedproxy listening on http://%s:%d", settings.host, sock.getsockname()[1])
         if settings.workers > 1:
             sock.close()  # uvicorn's workers bind their own shared socket
@@ -104,10 +104,8 @@ def _preflight(urls: list[str], *, enforce: bool) -> None:
     """Refuse (exit 2) an upstream that is not deterministic, unless told not to."""
     from .doctor import refuse_nondeterministic
 
-    if not enforce:
-        return
-    for warning in refuse_nondeterministic(urls):
-        log.warning("determinism preflight: %s", warning)
+    if enforce:
+        refuse_nondeterministic(urls)
 
 
 def run_engine_only(host: str, port: int, model: str | None) -> int:
