@@ -49,6 +49,15 @@ class Settings(BaseSettings):
     """Evict sessions idle (or ended) this long; un-exported ones are logged as lost."""
     graceful_shutdown_s: float = Field(default=30.0, ge=0)
     log_requests: bool = True
+    token_in_token_out: bool | None = None
+    """Render chat templates here and send token ids upstream (None: on exactly when
+    the embedded engine serves)."""
+    tokenizer: str | None = None
+    """Token-in-token-out: a model folder or .gguf holding the tokenizer."""
+    chat_template: str | None = None
+    """Token-in-token-out: a Jinja chat template file overriding the tokenizer's."""
+    tool_parser: str | None = None
+    reasoning_parser: str | None = None
 
     @field_validator("upstream", mode="before")
     @classmethod

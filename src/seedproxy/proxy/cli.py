@@ -33,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--backend", help="sglang (default), vllm, openai")
     _add_proxy_options(serve)
     serve.add_argument("--model", help="engine model: a Hugging Face folder or a .gguf file")
+    _add_tito_options(serve)
 
     sglang = commands.add_parser(
         "sglang-command", help="print the SGLang command line for deterministic inference"
@@ -90,6 +91,18 @@ def _add_proxy_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="a TOML config file")
 
 
+def _add_tito_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--token-in-token-out", action=argparse.BooleanOptionalAction, default=None,
+        help="render chat templates here and send token ids upstream "
+             "(default: on with the embedded engine, off otherwise)",
+    )
+    parser.add_argument("--tokenizer", help="token-in-token-out: a model folder or .gguf file")
+    parser.add_argument("--chat-template", help="token-in-token-out: a Jinja template file")
+    parser.add_argument("--tool-parser", help="token-in-token-out: hermes, llama3-json, mistral")
+    parser.add_argument("--reasoning-parser", help="token-in-token-out: think (<think>...</think>)")
+
+
 def _add_sglang_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model-path", required=True)
     parser.add_argument("--attention-backend")
@@ -120,7 +133,10 @@ def _seed(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from .serve import serve
 
-    flags = {"upstream": args.upstream, "backend": args.backend, "model": args.model}
+    flags = {"upstream": args.upstream, "backend": args.backend, "model": args.model,
+             "token_in_token_out": args.token_in_token_out, "tokenizer": args.tokenizer,
+             "chat_template": args.chat_template, "tool_parser": args.tool_parser,
+             "reasoning_parser": args.reasoning_parser}
     return serve({**flags, **_proxy_flags(args)}, args.config)
 
 

@@ -15,7 +15,7 @@ import time
 from array import array
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import orjson
@@ -37,7 +37,11 @@ from .relay import RelayResponse
 from .request import ClientRequest, parse_body, read_body, request_digest
 from .responses import exchange_responses
 from .sse import DONE, encode_event, event_json, split_events
+from .tito import exchange_tito, prepare_tito
 from .transcript import StreamTranscript
+
+if TYPE_CHECKING:
+    from ..backends.tito import TitoMode
 
 __all__ = ["Forwarder", "Plan"]
 
@@ -89,7 +93,10 @@ class Forwarder:
         backend: Backend,
         pool: UpstreamPool,
         metrics: Metrics,
+        tito: TitoMode | None = None,
     ) -> None:
+        self.tito = tito
+        """Token-in-token-out mode: chat and Responses go through ``proxy/tito.py``."""
         self.settings = settings
         self.sessions = sessions
         self.backend = backend
@@ -106,6 +113,18 @@ class Forwarder:
         pinned = pinned_index(request.headers)
         # Translated before the slot is taken: an untranslatable body is a 400 using no index.
         chat = to_chat(client.body) if self._bridges_responses(endpoint) else None
+        if self.tito is not None and endpoint in (Endpoint.CHAT, Endpoint.RESPONSES):
+            if chat is None and endpoint is Endpoint.RESPONSES:
+                chat = to_chat(client.body)
+            turn = await prepare_tito(self, chat or client.body, session)
+            plan = await self.plan(client, session, pinned, is_sdk_retry(request.headers), arrived)
+            plan.chat = chat
+            request.state.seedproxy_plan = plan
+            try:
+                return await exchange_tito(self, plan, turn)
+            except SeedProxyError as exc:
+                self.observe(plan, exc.status_code)
+                raise
         plan = await self.plan(client, session, pinned, is_sdk_retry(request.headers), arrived)
         plan.chat = chat
         request.state.seedproxy_plan = plan
@@ -314,7 +333,10 @@ class Forwarder:
         self.observe(plan, status)
         return Response(orjson.dumps(body), status, headers=headers, media_type="application/json")
 
-    async def record(self, plan: Plan, status: int, response: Any, captured: Captured) -> None:
+    async def record(
+        self, plan: Plan, status: int, response: Any, captured: Captured,
+        *, tito: dict[str, Any] | None = None,
+    ) -> None:
         if plan.session is None or plan.slot is None:
             return
         interaction = Interaction(
@@ -329,6 +351,7 @@ class Forwarder:
             choices=captured.choices,
             latency_ms=round((time.perf_counter() - plan.arrived) * 1000, 3),
             upstream=plan.upstream,
+            tito=tito,
         )
         await self.sessions.store.record(plan.session.session_id, interaction)
         self.metrics.recorded_tokens.inc(interaction.token_count)

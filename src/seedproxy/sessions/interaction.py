@@ -59,6 +59,9 @@ class Interaction:
     reward: float | None = None
     latency_ms: float = 0.0
     upstream: str | None = None
+    tito: dict[str, Any] | None = None
+    """Token-in-token-out mode's matching keys and lineage (``extends``,
+    ``forked_from``); None for a request the proxy did not render itself."""
 
     @property
     def token_count(self) -> int:
@@ -69,7 +72,7 @@ class Interaction:
         ``n > 1`` gives one list entry per choice, in choice order."""
         single = len(self.choices) <= 1
         first = self.choices[0] if self.choices else ChoiceRecord()
-        return {
+        shown = {
             "interaction_id": self.interaction_id,
             "request_index": self.request_index,
             "seed": (self.seeds[0] if self.seeds else None) if single else list(self.seeds),
@@ -91,6 +94,9 @@ class Interaction:
             "latency_ms": self.latency_ms,
             "upstream": self.upstream,
         }
+        if self.tito is not None:
+            shown["lineage"] = {k: self.tito.get(k) for k in ("extends", "forked_from")}
+        return shown
 
     def to_storage(self) -> dict[str, Any]:
         """Return a lossless, JSON-serialisable form for durable stores."""
@@ -114,6 +120,7 @@ class Interaction:
             "reward": self.reward,
             "latency_ms": self.latency_ms,
             "upstream": self.upstream,
+            "tito": self.tito,
         }
 
     @classmethod
@@ -134,4 +141,5 @@ class Interaction:
             reward=data.get("reward"),
             latency_ms=data.get("latency_ms", 0.0),
             upstream=data.get("upstream"),
+            tito=data.get("tito"),
         )
