@@ -58,6 +58,9 @@ class Switches:
     received: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
     name: str = "fake-sglang"
+    script: list[list[int]] = field(default_factory=list)
+    """Output ids for the next /generate requests (one list per request), as a
+    model would sample them; finishing as the fake's own answers do."""
 
 
 def tokens_for(prompt_ids: list[int], seed: int | None, temperature: float, count: int) -> list[int]:
@@ -159,6 +162,9 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
         temperature = params.get("temperature", 1.0)
         n = int(params.get("n", 1))
         ids = tokens_for(prompt, seed, temperature, count)
+        if sw.script:
+            ids = sw.script.pop(0)
+            count = len(ids)
 
         def item(sofar: list[int], done: bool, index: int = 0) -> dict[str, Any]:
             meta: dict[str, Any] = {
