@@ -14,6 +14,7 @@ import pytest
 
 from seedproxy.engine import RunningEngine
 from seedproxy.engine.model import default_gguf_path, gguf_tokenizer_dir
+from seedproxy.proxy.cli import main
 
 TEMPLATE = str(Path(__file__).parents[1] / "helpers" / "qwen3_style.jinja")
 TOOLS = [{"type": "function", "function": {
@@ -104,6 +105,19 @@ def trajectory(admin: httpx.Client, session: str, style: str = "individual") -> 
     return data
 
 
+def test_a_tokenizer_or_template_that_cannot_work_is_exit_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["serve", "--upstream", "http://127.0.0.1:9", "--token-in-token-out"]
+    assert main([*base, "--tokenizer", str(tmp_path / "missing")]) == 2
+    assert "tokenizer not found" in capsys.readouterr().err
+    bad = tmp_path / "bad.jinja"  # renders the last message only: history is rewritten
+    bad.write_text("{{ messages[-1].content }}<|im_end|>")
+    tok = str(gguf_tokenizer_dir(default_gguf_path()))
+    assert main([*base, "--tokenizer", tok, "--chat-template", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "template" in err
+
+
 def test_passthrough_concat_reports_drift(plain_proxy: str, admin_for: Any) -> None:
     run_agent(plain_proxy, "drift")
     joined = trajectory(admin_for(plain_proxy), "drift", "concat")
@@ -139,6 +153,8 @@ def test_every_prompt_extends_the_previous_prompt_and_completion(
     assert sampled
     for position, logprob in sampled:
         assert array.array("f", [recomputed[position]])[0] == logprob, position
+    assert main(["verify-logprobs", "--url", tito_proxy, "--engine", engine.url,
+                 "--session", "exact"]) == 0
 
 
 def test_a_rerun_with_the_same_identity_is_byte_identical(tito_proxy: str,

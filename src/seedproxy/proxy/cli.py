@@ -69,6 +69,14 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--style", choices=["individual", "concat"], default="individual",
                         help="one record per interaction, or one token sequence per trajectory")
     export.add_argument("--out", required=True)
+
+    verify = commands.add_parser(
+        "verify-logprobs", help="teacher-force a session through an engine; compare logprobs")
+    verify.add_argument("--url", required=True, help="the proxy's root URL")
+    verify.add_argument("--engine", required=True, help="an SGLang or seedproxy engine root URL")
+    verify.add_argument("--session", required=True)
+    verify.add_argument("--admin-key")
+    verify.add_argument("--tolerance", type=float, default=0.0)
     return parser
 
 
@@ -205,7 +213,15 @@ def _export(args: argparse.Namespace) -> int:
     )
 
 
+def _verify(args: argparse.Namespace) -> int:
+    from .verify_cli import verify_logprobs
+
+    return verify_logprobs(args.url, args.engine, args.session, admin_key=args.admin_key,
+                           tolerance=args.tolerance)
+
+
 _COMMANDS = {
+    "verify-logprobs": _verify,
     "serve": _serve,
     "engine": _engine,
     "seed": _seed,
