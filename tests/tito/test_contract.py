@@ -1,0 +1,110 @@
+"""The contract's seed rules and the session stores in token-in-token-out mode,
+against the fake SGLang's /generate (scripted ids from SmolLM2's tokenizer)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+pytest.importorskip("transformers")
+
+from seedproxy import derive_seed  # noqa: E402
+from seedproxy.engine.model import default_gguf_path, gguf_tokenizer_dir  # noqa: E402
+from tests.conftest import Fake  # noqa: E402
+
+TEMPLATE = str(Path(__file__).parents[1] / "helpers" / "qwen3_style.jinja")
+TOKENIZER = str(gguf_tokenizer_dir(default_gguf_path()))
+EOT = 2  # <|im_end|> in SmolLM2's vocabulary
+
+
+@pytest.fixture(scope="module")
+def encode() -> Callable[[str], list[int]]:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(TOKENIZER)
+    return lambda text: list(tok.encode(text, add_special_tokens=False)) + [EOT]
+
+
+def tito(start_proxy: Callable[..., str], fake: Fake, **extra: Any) -> str:
+    return start_proxy([fake.url], token_in_token_out=True, tokenizer=TOKENIZER,
+                       chat_template=TEMPLATE, tool_parser="hermes", reasoning_parser="think",
+                       **extra)
+
+
+def generated(fake: Fake) -> list[dict[str, Any]]:
+    return [r for r in fake.received if "input_ids" in r]
+
+
+def test_n_choices_pinned_indices_and_retries_keep_the_seed_rules(
+        fake: Fake, start_proxy: Callable[..., str], encode: Callable[[str], list[int]]) -> None:
+    base = tito(start_proxy, fake)
+    fake.switches.script = [encode("one"), encode("two"), encode("three"), encode("four"),
+                            encode("four")]
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    with httpx.Client(base_url=f"{base}/sessions/s", timeout=60) as http:
+        both = http.post("/v1/chat/completions", json={**body, "n": 2})
+        assert both.headers["x-seedproxy-seed"] == (
+            f"{derive_seed('s', 0)},{derive_seed('s:0', 1)}")
+        assert [c["message"]["content"] for c in both.json()["choices"]] == ["one", "two"]
+        pinned = http.post("/v1/chat/completions", json=body, headers={"x-request-index": "7"})
+        assert pinned.headers["x-seedproxy-seed"] == str(derive_seed("s", 7))
+        first = http.post("/v1/chat/completions", json=body)
+        retry = http.post("/v1/chat/completions", json=body,
+                          headers={"x-stainless-retry-count": "1"})
+        assert first.headers["x-seedproxy-request-index"] == "1"
+        assert retry.headers["x-seedproxy-request-index"] == "1"
+        bad = http.post("/v1/chat/completions",
+                        json={"model": "m", "messages": [{"role": "robot", "content": "x"}]})
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "messages"
+        state = httpx.get(f"{base}/sessions/s").json()
+    assert state["next_index"] == 2 and state["interactions"] == 3
+    seeds = [r["sampling_params"]["sampling_seed"] for r in generated(fake)]
+    assert seeds == [derive_seed("s", 0), derive_seed("s:0", 1), derive_seed("s", 7),
+                     derive_seed("s", 1), derive_seed("s", 1)]
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite", "redis"])
+def test_the_previous_turn_lives_in_the_store(
+        store: str, fake: Fake, start_proxy: Callable[..., str], tmp_path: Path,
+        encode: Callable[[str], list[int]], request: pytest.FixtureRequest) -> None:
+    url = {"memory": "memory://", "sqlite": f"sqlite:///{tmp_path / 's.db'}"}.get(store)
+    if url is None:
+        url = request.getfixturevalue("redis_url")
+    base = tito(start_proxy, fake, store=url)
+    first, second = encode("<think>hm</think>\n\nHello there."), encode("Bye.")
+    fake.switches.script = [first, second]
+    client = openai.OpenAI(base_url=f"{base}/sessions/st/v1", api_key="x", max_retries=0)
+    messages: list[Any] = [{"role": "user", "content": "hi"}]
+    reply = client.chat.completions.create(model="m", messages=messages).choices[0].message
+    assert reply.content == "Hello there."
+    messages += [{"role": "assistant", "content": " Hello there.\n"},  # re-sent, reformatted
+                 {"role": "user", "content": "bye"}]
+    client.chat.completions.create(model="m", messages=messages)
+    sent = generated(fake)
+    head = sent[0]["input_ids"] + first
+    assert sent[1]["input_ids"][: len(head)] == head
+    turns = httpx.get(f"{base}/sessions/st/trajectory").json()["interactions"]
+    assert turns[1]["lineage"]["extends"] == {"interaction_id": "i0", "choice": 0}
+
+
+def test_responses_extend_the_previous_turn_too(
+        fake: Fake, start_proxy: Callable[..., str], encode: Callable[[str], list[int]]) -> None:
+    base = tito(start_proxy, fake)
+    fake.switches.script = [encode("Paris."), encode("Lyon.")]
+    client = openai.OpenAI(base_url=f"{base}/sessions/r/v1", api_key="x", max_retries=0)
+    first = client.responses.create(model="m", input="Capital of France?")
+    assert first.output_text == "Paris."
+    items: list[Any] = [{"role": "user", "content": "Capital of France?"},
+                        *[o.model_dump(exclude_none=True) for o in first.output],
+                        {"role": "user", "content": "Second city?"}]
+    with client.responses.stream(model="m", input=items) as stream:
+        text = "".join(e.delta for e in stream if e.type == "response.output_text.delta")
+    assert text == "Lyon."
+    turns = httpx.get(f"{base}/sessions/r/trajectory").json()["interactions"]
+    assert turns[1]["lineage"]["extends"] == {"interaction_id": "i0", "choice": 0}
+    assert turns[1]["completion_token_ids"] == encode("Lyon.")
