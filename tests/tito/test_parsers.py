@@ -69,6 +69,15 @@ def test_malformed_tool_json_stays_content(mode: TitoMode) -> None:
     assert reply.content == text
 
 
+def test_stop_strings_end_the_message(mode: TitoMode) -> None:
+    ids = mode.renderer.encode("Hello there END more text<|im_end|>")
+    body = {"tools": TOOLS, "stop": ["END"]}
+    stream = mode.assistant(Prompt([], False, "", []), body)
+    deltas = [d for token in ids for d in stream.feed(token)] + stream.finish()
+    assert stream.reply.content == "Hello there"
+    assert "".join(d.text for d in deltas) == "Hello there"
+
+
 def test_split_utf8_decodes_whole(mode: TitoMode) -> None:
     text = "naïve café — 海 🌊"
     reply, deltas = parse(mode, mode.renderer.encode(text))

@@ -14,7 +14,7 @@ from typing import Any
 
 from .decode import IncrementalDecoder
 from .reasoning import ThinkParser
-from .segments import Held
+from .segments import Held, StopTrim
 from .tool_parsers import ToolCall, ToolParser
 
 __all__ = ["AssistantStream", "Delta", "Reply", "tool_call_id"]
@@ -59,18 +59,21 @@ def tool_call_id(completion_id: str, position: int) -> str:
 
 class AssistantStream:
     def __init__(self, decoder: IncrementalDecoder, reasoning: ThinkParser | None,
-                 tools: ToolParser | None) -> None:
+                 tools: ToolParser | None, stops: tuple[str, ...] = ()) -> None:
         self._decoder = decoder
+        self._stop = StopTrim(stops) if stops else None
         self._reasoning = reasoning
         self._tools = tools
         self._content = Held()
         self.reply = Reply()
 
     def feed(self, token_id: int) -> list[Delta]:
-        return self._route(self._decoder.feed(token_id))
+        return self._route(self._trim(self._decoder.feed(token_id)))
 
     def finish(self) -> list[Delta]:
-        deltas = self._route(self._decoder.finish())
+        deltas = self._route(self._trim(self._decoder.finish()))
+        if self._stop is not None:
+            deltas += self._route(self._stop.finish())
         if self._reasoning is not None:
             deltas += self._parts(self._reasoning.finish())
         if self._tools is not None:
@@ -78,6 +81,9 @@ class AssistantStream:
             deltas += self._show_content(rest)
             self.reply.tool_calls = calls
         return deltas
+
+    def _trim(self, text: str) -> str:
+        return self._stop.feed(text) if self._stop is not None and text else text
 
     def _route(self, text: str) -> list[Delta]:
         if not text:

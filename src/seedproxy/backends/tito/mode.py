@@ -60,7 +60,7 @@ class TitoMode:
             body.get("tool_choice") != "none")
         tools = self._tool_parser() if use_tools and self._tool_parser else None
         decoder = IncrementalDecoder(self.renderer.tokenizer, self.hidden)
-        return AssistantStream(decoder, reasoning, tools)
+        return AssistantStream(decoder, reasoning, tools, self.sampling(body).stop)
 
     def token_text(self, token_id: int) -> str:
         text: str = self.renderer.tokenizer.decode([token_id], skip_special_tokens=False)
