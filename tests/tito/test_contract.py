@@ -108,3 +108,27 @@ def test_responses_extend_the_previous_turn_too(
     turns = httpx.get(f"{base}/sessions/r/trajectory").json()["interactions"]
     assert turns[1]["lineage"]["extends"] == {"interaction_id": "i0", "choice": 0}
     assert turns[1]["completion_token_ids"] == encode("Lyon.")
+
+
+def test_vllm_gets_token_prompts_on_completions(start_proxy: Callable[..., str]) -> None:
+    from tests.helpers.fake_compat import CompatSwitches, create_fake_vllm
+    from tests.helpers.servers import ServerThread
+
+    switches = CompatSwitches()
+    with ServerThread(create_fake_vllm(switches)) as upstream:
+        base = start_proxy([upstream.url], backend="vllm", token_in_token_out=True,
+                           tokenizer=TOKENIZER, chat_template=TEMPLATE)
+        client = openai.OpenAI(base_url=f"{base}/sessions/v/v1", api_key="x", max_retries=0)
+        messages: list[Any] = [{"role": "user", "content": "hi"}]
+        reply = client.chat.completions.create(model="m", messages=messages, max_tokens=4)
+        assert reply.usage is not None and reply.usage.completion_tokens == 4
+        messages += [reply.choices[0].message.model_dump(exclude_none=True),
+                     {"role": "user", "content": "more"}]
+        client.chat.completions.create(model="m", messages=messages, max_tokens=4)
+    sent = [r for r in switches.received if isinstance(r.get("prompt"), list)]
+    assert [r["seed"] for r in sent] == [derive_seed("v", 0), derive_seed("v", 1)]
+    assert all(r["return_token_ids"] is True for r in sent)
+    turns = httpx.get(f"{base}/sessions/v/trajectory").json()["interactions"]
+    head = turns[0]["prompt_token_ids"] + turns[0]["completion_token_ids"]
+    assert sent[1]["prompt"][: len(head)] == head
+    assert turns[1]["lineage"]["extends"] == {"interaction_id": "i0", "choice": 0}
