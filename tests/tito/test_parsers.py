@@ -140,3 +140,30 @@ def test_through_the_proxy_calls_then_malformed_json(
     assert sent[1]["input_ids"][: len(head)] == head
     assert sent[1]["sampling_params"]["sampling_seed"] != sent[0]["sampling_params"][
         "sampling_seed"]
+
+
+def test_a_streamed_tool_call_arrives_whole_with_reasoning_deltas(
+        fake: Fake, tito_proxy: str, mode: TitoMode) -> None:
+    call = sampled(mode, {"role": "assistant", "content": "Checking.",
+                          "reasoning_content": "Look it up.", "tool_calls": [
+                              {"type": "function", "function": {
+                                  "name": "lookup", "arguments": {"word": "sea"}}}]})
+    fake.switches.script = [call, call]
+    client = openai.OpenAI(base_url=f"{tito_proxy}/sessions/st/v1", api_key="x", max_retries=0)
+    messages: list[Any] = [{"role": "user", "content": "What is the sea?"}]
+    content, reasoning, calls, finish = "", "", [], None
+    for chunk in client.chat.completions.create(model="m", messages=messages, tools=TOOLS,
+                                                stream=True):
+        delta = chunk.choices[0].delta
+        content += delta.content or ""
+        reasoning += getattr(delta, "reasoning_content", None) or ""
+        calls += delta.tool_calls or []
+        finish = chunk.choices[0].finish_reason or finish
+    whole = client.chat.completions.create(model="m", messages=messages, tools=TOOLS,
+                                           extra_headers={"x-request-index": "0"})
+    message = whole.choices[0].message
+    assert (content, reasoning, finish) == ("Checking.", "Look it up.", "tool_calls")
+    assert message.content == content and getattr(message, "reasoning_content") == reasoning
+    assert message.tool_calls is not None
+    assert [(c.id, c.function.name, c.function.arguments) for c in calls] == [
+        (c.id, c.function.name, c.function.arguments) for c in message.tool_calls]
