@@ -113,22 +113,17 @@ class Forwarder:
         pinned = pinned_index(request.headers)
         # Translated before the slot is taken: an untranslatable body is a 400 using no index.
         chat = to_chat(client.body) if self._bridges_responses(endpoint) else None
+        turn = None
         if self.tito is not None and endpoint in (Endpoint.CHAT, Endpoint.RESPONSES):
             if chat is None and endpoint is Endpoint.RESPONSES:
                 chat = to_chat(client.body)
-            turn = await prepare_tito(self, chat or client.body, session)
-            plan = await self.plan(client, session, pinned, is_sdk_retry(request.headers), arrived)
-            plan.chat = chat
-            request.state.seedproxy_plan = plan
-            try:
-                return await exchange_tito(self, plan, turn)
-            except SeedProxyError as exc:
-                self.observe(plan, exc.status_code)
-                raise
+            turn = await prepare_tito(self, chat or client.body, session)  # a 4xx uses no index
         plan = await self.plan(client, session, pinned, is_sdk_retry(request.headers), arrived)
         plan.chat = chat
         request.state.seedproxy_plan = plan
         try:
+            if turn is not None:
+                return await exchange_tito(self, plan, turn)
             return await self.exchange(plan)
         except SeedProxyError as exc:
             self.observe(plan, exc.status_code)

@@ -91,12 +91,14 @@ async def _send(fwd: Forwarder, plan: Plan, turn: TitoTurn) -> list[UpstreamRepl
     mode = fwd.tito
     assert mode is not None
     sampling = mode.sampling(turn.chat)
-    seeds: list[int | None] = list(plan.seeds) if plan.seeds else [None] * plan.client.n
+    n = plan.client.n
+    # One request per choice; without derived seeds (--no-deterministic) every choice
+    # carries the client's own seed, or none.
+    seeds: list[int | None] = list(plan.seeds) if len(plan.seeds) == n else (
+        [plan.seeds[0] if plan.seeds else None] * n)
     model = turn.chat.get("model") or mode.model_name
-    requests = [mode.dialect.request(turn.prompt.ids, sampling,
-                                     seed if fwd.settings.deterministic or plan.client.seed
-                                     is not None else None,
-                                     plan.client.stream, model) for seed in seeds]
+    requests = [mode.dialect.request(turn.prompt.ids, sampling, seed, plan.client.stream, model)
+                for seed in seeds]
     key = plan.session.session_id if plan.session else None
     results = await asyncio.gather(
         *(fwd.pool.send(r, key=key, stream=plan.client.stream) for r in requests),
