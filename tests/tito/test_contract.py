@@ -3,6 +3,7 @@ against the fake SGLang's /generate (scripted ids from SmolLM2's tokenizer)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -132,3 +133,36 @@ def test_vllm_gets_token_prompts_on_completions(start_proxy: Callable[..., str])
     head = turns[0]["prompt_token_ids"] + turns[0]["completion_token_ids"]
     assert sent[1]["prompt"][: len(head)] == head
     assert turns[1]["lineage"]["extends"] == {"interaction_id": "i0", "choice": 0}
+
+
+def test_a_client_that_leaves_mid_stream_is_recorded_as_abandoned(
+        fake: Fake, start_proxy: Callable[..., str], encode: Callable[[str], list[int]]) -> None:
+    base = tito(start_proxy, fake)
+    script = encode(" ".join(f"w{i}" for i in range(40)))
+    fake.switches.script = [script]
+    fake.switches.token_delay_s = 0.05
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    with httpx.Client(timeout=60) as http:
+        with http.stream("POST", f"{base}/sessions/gone/v1/chat/completions", json=body) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: ") and '"content":"w' in line:
+                    break  # one token seen: leave
+        turns: list[Any] = []
+        for _ in range(600):  # wait for the record (the proxy notices the disconnect)
+            turns = http.get(f"{base}/sessions/gone/trajectory").json()["interactions"]
+            if turns:
+                break
+            time.sleep(0.05)
+    assert turns and turns[0]["status"] == 499
+    done = turns[0]["completion_token_ids"]
+    assert 0 < len(done) < len(script) and script[: len(done)] == done
+
+
+def test_without_determinism_n_choices_carry_no_seed(
+        fake: Fake, start_proxy: Callable[..., str], encode: Callable[[str], list[int]]) -> None:
+    base = tito(start_proxy, fake, deterministic=False)
+    fake.switches.script = [encode("a"), encode("b")]
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "n": 2}
+    answer = httpx.post(f"{base}/sessions/nd/v1/chat/completions", json=body, timeout=60).json()
+    assert [c["message"]["content"] for c in answer["choices"]] == ["a", "b"]
+    assert all("sampling_seed" not in r["sampling_params"] for r in generated(fake))

@@ -163,7 +163,7 @@ def test_a_streamed_tool_call_arrives_whole_with_reasoning_deltas(
                                            extra_headers={"x-request-index": "0"})
     message = whole.choices[0].message
     assert (content, reasoning, finish) == ("Checking.", "Look it up.", "tool_calls")
-    assert message.content == content and getattr(message, "reasoning_content") == reasoning
+    assert message.content == content and message.reasoning_content == reasoning
     assert message.tool_calls is not None
     assert [(c.id, c.function.name, c.function.arguments) for c in calls] == [
         (c.id, c.function.name, c.function.arguments) for c in message.tool_calls]

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import orjson
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from ..backends import Captured
 from ..backends.pool import UpstreamReply
@@ -34,6 +34,7 @@ from ..backends.tito.matcher import message_key
 from ..errors import UpstreamError
 from ..sessions import ChoiceRecord, SessionRecord
 from .malformed import malformed_answer
+from .relay import RelayResponse
 from .sse import event_json, split_events
 
 if TYPE_CHECKING:
@@ -143,8 +144,10 @@ async def exchange_tito(fwd: Forwarder, plan: Plan, turn: TitoTurn) -> Response:
     if plan.client.stream:
         headers["x-seedproxy-overhead-ms"] = f"{plan.overhead_ms():.3f}"
         headers["cache-control"] = "no-cache"
-        return StreamingResponse(_stream(fwd, plan, turn, replies, choices, cid),
-                                 headers=headers, media_type="text/event-stream")
+        # RelayResponse closes the iterator in this task when the client leaves, so its
+        # ``finally`` records the abandoned interaction (with what was generated).
+        return RelayResponse(_stream(fwd, plan, turn, replies, choices, cid), status_code=200,
+                             headers=headers, media_type="text/event-stream")
     for choice, reply in zip(choices, replies, strict=True):
         try:
             answer = orjson.loads(reply.response.content)
