@@ -58,7 +58,8 @@ def admin_for() -> Iterator[Callable[[str], httpx.Client]]:
 
 
 def run_agent(base: str, session: str, *, stream: bool = False, turns: int = 5,
-              edit_at: int | None = None) -> list[dict[str, Any]]:
+              edit_at: int | None = None, temperature: float | None = None
+              ) -> list[dict[str, Any]]:
     """The agent loop: send, append the reply as the SDK returns it, add a tool
     result (or a user nudge), repeat."""
     client = openai.OpenAI(base_url=f"{base}/sessions/{session}/v1", api_key="x",
@@ -70,6 +71,8 @@ def run_agent(base: str, session: str, *, stream: bool = False, turns: int = 5,
             messages[1] = {"role": "user", "content": "Find the meaning of 'ocean'."}
         kwargs: dict[str, Any] = {"model": "m", "messages": messages, "tools": TOOLS,
                                   "max_tokens": 6}
+        if temperature is not None:
+            kwargs["temperature"] = temperature
         if stream:
             message = _streamed(client, kwargs)
         else:
@@ -201,3 +204,11 @@ def test_an_edited_history_starts_a_branch(tito_proxy: str, admin_for: Any) -> N
         members = [t for t in turns if t["branch"] == branch["branch_id"]]
         last = members[-1]
         assert branch["token_ids"] == last["prompt_token_ids"] + last["completion_token_ids"]
+
+
+def test_verify_logprobs_checks_each_turn_at_its_temperature(
+        tito_proxy: str, engine: RunningEngine, capsys: pytest.CaptureFixture[str]) -> None:
+    run_agent(tito_proxy, "warm", turns=3, temperature=0.7)
+    args = ["verify-logprobs", "--url", tito_proxy, "--engine", engine.url, "--session", "warm"]
+    assert main(args) == 0
+    assert "match, max |diff| 0" in capsys.readouterr().out
