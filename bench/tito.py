@@ -53,7 +53,7 @@ def _fake(port: int) -> None:
             answer: dict[str, Any] = {"text": TEXT, "output_ids": ids, "meta_info": {
                 "id": "g", "finish_reason": {"type": "stop", "matched": ids[-1]},
                 "prompt_tokens": len(request["input_ids"]), "completion_tokens": len(ids),
-                "output_token_logprobs": [[lp, t, None] for lp, t in zip(lps, ids)]}}
+                "output_token_logprobs": [[lp, t, None] for lp, t in zip(lps, ids, strict=True)]}}
         else:
             answer = {"id": "c", "object": "chat.completion", "created": 0, "model": "m",
                       "choices": [{"index": 0, "message": {"role": "assistant", "content": TEXT},
