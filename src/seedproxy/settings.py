@@ -60,6 +60,15 @@ class Settings(BaseSettings):
     """Serve through upstreams that fail the determinism preflight (warn only)."""
     capture_routed_experts: bool = False
     """Ask SGLang's /generate for MoE routing (R3) and record it."""
+    token_in_token_out: bool | None = None
+    """Render chat templates here and send token ids upstream (None: on exactly when
+    the embedded engine serves)."""
+    tokenizer: str | None = None
+    """Token-in-token-out: a model folder or .gguf holding the tokenizer."""
+    chat_template: str | None = None
+    """Token-in-token-out: a Jinja chat template file overriding the tokenizer's."""
+    tool_parser: str | None = None
+    reasoning_parser: str | None = None
 
     @field_validator("upstream", mode="before")
     @classmethod

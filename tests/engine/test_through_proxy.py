@@ -142,6 +142,9 @@ def test_serve_without_upstream_runs_the_engine_in_process(tiny_model_dir: Path)
         raw = c.chat.completions.with_raw_response.create(model="m", messages=MSG, max_tokens=5)
         assert raw.headers["x-seedproxy-seed"] == str(derive_seed("ep-1", 0))
         assert raw.parse().usage.completion_tokens == 5
+        # Token in, token out is on by itself with the embedded engine.
+        turn = httpx.get(f"http://127.0.0.1:{port}/sessions/ep-1/trajectory").json()
+        assert turn["interactions"][0]["lineage"] == {"extends": None, "forked_from": None}
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=30)

@@ -72,6 +72,9 @@ class Switches:
     control: FakeControl = field(default_factory=FakeControl)
     flip_at: int | None = None
     """Output position whose token this server gets wrong (a nondeterministic server)."""
+    script: list[list[int]] = field(default_factory=list)
+    """Output ids for the next /generate requests (one list per request), as a
+    model would sample them; finishing as the fake's own answers do."""
 
 
 def tokens_for(prompt_ids: list[int], seed: int | None, temperature: float, count: int,
@@ -196,6 +199,9 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
         n = int(params.get("n", 1))
         control = sw.control
         await control.admit()
+        scripted = sw.script.pop(0) if sw.script else None
+        if scripted is not None:
+            count = len(scripted)
 
         def item(run: Any, sofar: list[int], finish: dict[str, Any] | None,
                  index: int = 0) -> dict[str, Any]:
@@ -227,7 +233,8 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
                     if not await control.step(run):
                         yield run, ids, {"type": "abort", "message": "Abort in waiting queue"}
                         return
-                    token = tokens_for(prompt + ids, seed, temperature, 1, control.version)[0]
+                    token = (scripted[len(ids)] if scripted is not None
+                             else tokens_for(prompt + ids, seed, temperature, 1, control.version)[0])
                     ids.append(flipped(token) if len(ids) == sw.flip_at else token)
                     run.versions.append(control.version)
                     await control.checkpoint(len(ids))

@@ -45,6 +45,8 @@ class Captured:
 
     prompt_token_ids: list[int] = field(default_factory=list)
     choices: list[ChoiceRecord] = field(default_factory=list)
+    lineage: dict[str, Any] | None = None
+    """Token-in-token-out: which earlier turn this prompt extends (its matching keys)."""
 
 
 class StreamCapture(Protocol):

@@ -20,7 +20,7 @@ import torch
 
 from .llama import LlamaRunner
 from .model import EngineModel
-from .params import SamplingParams
+from .params import GREEDY_EPS, SamplingParams
 from .sampler import Sampler
 from .text import TextState
 
@@ -73,7 +73,7 @@ class Generator:
         self.sampler = Sampler(model.vocab_size)
         self._cached: list[int] = []
 
-    def _prefill(self, prompt: list[int], want_input_logprobs: bool
+    def _prefill(self, prompt: list[int], want_input_logprobs: bool, temperature: float = 1.0
                  ) -> tuple[torch.Tensor, int, list[float | None]]:
         """Run the prompt; return the last logits, the reused length and input logprobs."""
         reuse = 0
@@ -89,8 +89,17 @@ class Generator:
             logits = self.runner.step(prompt[pos], pos)
             self._cached.append(prompt[pos])
             if want_input_logprobs and pos + 1 < len(prompt):
-                input_lps.append(float(torch.log_softmax(logits, -1)[prompt[pos + 1]]))
+                input_lps.append(self._input_logprob(logits, temperature, prompt[pos + 1]))
         return logits, reuse, input_lps
+
+    def _input_logprob(self, logits: torch.Tensor, temperature: float, token_id: int) -> float:
+        """A prompt token's logprob computed as the sampler reports a sampled one (the
+        temperature-scaled distribution; the raw one when greedy), so teacher forcing
+        a sampled sequence at its temperature reproduces its logprobs bit for bit."""
+        row = logits[: self.model.vocab_size]
+        if temperature >= GREEDY_EPS:
+            row = row / temperature
+        return float(torch.log_softmax(row, dim=-1)[token_id])
 
     def run(self, req: GenRequest, emit: Callable[[Update], None],
             cancelled: Callable[[], bool]) -> Update:
@@ -100,7 +109,8 @@ class Generator:
         tok = self.model.tokenizer
         ctx = self.model.context_length
         prompt = req.prompt_ids
-        logits, cached, input_lps = self._prefill(prompt, req.return_input_logprob)
+        logits, cached, input_lps = self._prefill(prompt, req.return_input_logprob,
+                                                  req.params.temperature)
         text = TextState(tok, p.stop, p.skip_special_tokens, p.no_stop_trim)
         upd = Update([], "", None, len(prompt), cached, started=started,
                      input_logprobs=input_lps if req.return_input_logprob else [])

@@ -8,6 +8,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from fastapi import FastAPI, Request
@@ -42,7 +43,10 @@ from .replay import Verifier
 from .resume import ResumingSender
 from .routes import openai_router
 
-__all__ = ["create_app"]
+if TYPE_CHECKING:
+    from ..backends.tito import TitoMode
+
+__all__ = ["create_app", "open_tito_mode"]
 
 log = logging.getLogger("seedproxy")
 
@@ -54,12 +58,17 @@ def create_app(
     store: SessionStore | None = None,
     client: httpx.AsyncClient | None = None,
     backend: Backend | None = None,
+    tito: TitoMode | None = None,
 ) -> FastAPI:
     """Build the proxy. ``upstreams`` overrides ``settings.upstream`` (the CLI passes
-    the embedded engine's URL); injected ``store`` and ``client`` are not closed."""
+    the embedded engine's URL); injected ``store`` and ``client`` are not closed.
+    ``tito`` is token-in-token-out mode already opened (the embedded engine's
+    tokenizer); otherwise ``settings.token_in_token_out`` opens it here."""
     urls = upstreams if upstreams is not None else settings.upstream
     if not urls:
         raise ConfigError("no upstream: pass --upstream URL, or run `seedproxy serve` for the engine")
+    if tito is None and settings.token_in_token_out:
+        tito = open_tito_mode(settings)
     own_store = store is None
     store = store if store is not None else open_store(settings.store)
     own_client = client is None
@@ -87,7 +96,7 @@ def create_app(
     sender = ResumingSender(pool, gate, max_event_bytes=settings.max_upstream_body_bytes)
     forwarder = Forwarder(
         settings=settings, sessions=sessions, backend=backend, pool=pool, sender=sender,
-        metrics=metrics,
+        metrics=metrics, tito=tito,
     )
 
     @contextlib.asynccontextmanager
@@ -145,6 +154,21 @@ def create_app(
 
     _install_error_handlers(app)
     return app
+
+
+def open_tito_mode(settings: Settings, *, tokenizer: Any = None,
+                   model_name: str | None = None) -> TitoMode:
+    """Token-in-token-out mode from ``settings`` (``ConfigError`` on any problem)."""
+    from ..backends.tito import open_tito
+
+    key = settings.upstream_api_key
+    auth = {"authorization": f"Bearer {key}"} if key else {}
+    return open_tito(
+        backend=settings.backend, auth=auth, tokenizer_path=settings.tokenizer,
+        tokenizer=tokenizer, chat_template=settings.chat_template,
+        tool_parser=settings.tool_parser, reasoning_parser=settings.reasoning_parser,
+        model_name=model_name,
+    )
 
 
 def _proxied_headers(request: Request) -> dict[str, str]:

@@ -35,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--backend", help="sglang (default), vllm, openai")
     _add_proxy_options(serve)
     serve.add_argument("--model", help="engine model: a Hugging Face folder or a .gguf file")
+    _add_tito_options(serve)
 
     sglang = commands.add_parser(
         "sglang-command", help="print the SGLang command line for deterministic inference"
@@ -84,6 +85,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="individual (default): one trajectory per line with its "
                         "interactions; concat: one token sequence with a loss mask")
     export.add_argument("--out", required=True)
+
+    verify = commands.add_parser(
+        "verify-logprobs", help="teacher-force a session through an engine; compare logprobs")
+    verify.add_argument("--url", required=True, help="the proxy's root URL")
+    verify.add_argument("--engine", required=True, help="an SGLang or seedproxy engine root URL")
+    verify.add_argument("--session", required=True)
+    verify.add_argument("--admin-key")
+    verify.add_argument("--tolerance", type=float, default=0.0)
     return parser
 
 
@@ -118,6 +127,18 @@ def _add_proxy_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--capture-routed-experts", action="store_true", default=None,
                         help="record MoE routed experts from /generate (routing replay)")
     parser.add_argument("--config", help="a TOML config file")
+
+
+def _add_tito_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--token-in-token-out", action=argparse.BooleanOptionalAction, default=None,
+        help="render chat templates here and send token ids upstream "
+             "(default: on with the embedded engine, off otherwise)",
+    )
+    parser.add_argument("--tokenizer", help="token-in-token-out: a model folder or .gguf file")
+    parser.add_argument("--chat-template", help="token-in-token-out: a Jinja template file")
+    parser.add_argument("--tool-parser", help="token-in-token-out: hermes, llama3-json, mistral")
+    parser.add_argument("--reasoning-parser", help="token-in-token-out: think (<think>...</think>)")
 
 
 def _add_sglang_options(parser: argparse.ArgumentParser) -> None:
@@ -156,7 +177,10 @@ def _seed(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from .serve import serve
 
-    flags = {"upstream": args.upstream, "backend": args.backend, "model": args.model}
+    flags = {"upstream": args.upstream, "backend": args.backend, "model": args.model,
+             "token_in_token_out": args.token_in_token_out, "tokenizer": args.tokenizer,
+             "chat_template": args.chat_template, "tool_parser": args.tool_parser,
+             "reasoning_parser": args.reasoning_parser}
     return serve({**flags, **_proxy_flags(args)}, args.config)
 
 
@@ -227,7 +251,7 @@ def _doctor(args: argparse.Namespace) -> int:
     return doctor([url.rstrip("/") for url in args.upstream])
 
 
-def _verify(args: argparse.Namespace) -> int:
+def _verify_replay(args: argparse.Namespace) -> int:
     from .replay_cli import verify_session
 
     return verify_session(args.url, args.session, admin_key=args.admin_key)
@@ -242,7 +266,15 @@ def _export(args: argparse.Namespace) -> int:
     )
 
 
+def _verify_logprobs(args: argparse.Namespace) -> int:
+    from .verify_cli import verify_logprobs
+
+    return verify_logprobs(args.url, args.engine, args.session, admin_key=args.admin_key,
+                           tolerance=args.tolerance)
+
+
 _COMMANDS = {
+    "verify-logprobs": _verify_logprobs,
     "serve": _serve,
     "engine": _engine,
     "seed": _seed,
@@ -250,5 +282,5 @@ _COMMANDS = {
     "sglang-command": _sglang_command,
     "launch": _launch,
     "doctor": _doctor,
-    "verify": _verify,
+    "verify": _verify_replay,
 }

@@ -15,7 +15,7 @@ import time
 from array import array
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import orjson
@@ -39,7 +39,11 @@ from .responses import exchange_responses
 from .resume import ResumingSender
 from .sse import DONE, encode_event, event_json, split_events
 from .stream import StreamRecord, UpstreamReplies
+from .tito import exchange_tito, prepare_tito
 from .transcript import StreamTranscript
+
+if TYPE_CHECKING:
+    from ..backends.tito import TitoMode
 
 __all__ = ["Forwarder", "Plan"]
 
@@ -90,7 +94,10 @@ class Forwarder:
         pool: UpstreamPool,
         sender: ResumingSender,
         metrics: Metrics,
+        tito: TitoMode | None = None,
     ) -> None:
+        self.tito = tito
+        """Token-in-token-out mode: chat and Responses go through ``proxy/tito.py``."""
         self.settings = settings
         self.sessions = sessions
         self.backend = backend
@@ -108,10 +115,17 @@ class Forwarder:
         pinned = pinned_index(request.headers)
         # Translated before the slot is taken: an untranslatable body is a 400 using no index.
         chat = to_chat(client.body) if self._bridges_responses(endpoint) else None
+        turn = None
+        if self.tito is not None and endpoint in (Endpoint.CHAT, Endpoint.RESPONSES):
+            if chat is None and endpoint is Endpoint.RESPONSES:
+                chat = to_chat(client.body)
+            turn = await prepare_tito(self, chat or client.body, session)  # a 4xx uses no index
         plan = await self.plan(client, session, pinned, is_sdk_retry(request.headers), arrived)
         plan.chat = chat
         request.state.seedproxy_plan = plan
         try:
+            if turn is not None:
+                return await exchange_tito(self, plan, turn)
             return await self.exchange(plan)
         except SeedProxyError as exc:
             self.observe(plan, exc.status_code)
@@ -330,7 +344,8 @@ class Forwarder:
         return Response(orjson.dumps(body), status, headers=headers, media_type="application/json")
 
     async def record(
-        self, plan: Plan, status: int, response: Any, captured: Captured, *, abandoned: bool = False
+        self, plan: Plan, status: int, response: Any, captured: Captured, *,
+        abandoned: bool = False,
     ) -> None:
         if plan.session is None or plan.slot is None:
             return
@@ -348,6 +363,7 @@ class Forwarder:
             upstream=plan.upstream,
             abandoned=abandoned,
             dispatch_weight_version=plan.dispatch_weight_version,
+            tito=captured.lineage,
         )
         await self.sessions.store.record(plan.session.session_id, interaction)
         self.metrics.recorded_tokens.inc(interaction.token_count)

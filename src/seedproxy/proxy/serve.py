@@ -12,7 +12,7 @@ import uvicorn
 
 from ..errors import ConfigError
 from ..settings import Settings, load_settings
-from .app import create_app
+from .app import create_app, open_tito_mode
 from .factory import APP_FACTORY, export_settings
 from .logs import configure_logging
 from .protocol import guarded_http_protocol
@@ -36,13 +36,20 @@ def serve(flags: dict[str, Any], config_file: str | None) -> int:
     # anything says "listening".
     sock = bind(settings.host, settings.port)
     engine = None
+    tito = None
     try:
         upstreams = settings.upstream
         if not upstreams:
             engine = _start_engine(settings.model)
             upstreams = [engine.url]
             log.info("embedded engine serving %s at %s", engine.model_name, engine.url)
-        app = create_app(settings, upstreams=upstreams)  # also checks the store URL
+        if engine is not None and settings.token_in_token_out is not False:
+            # The embedded engine's own tokenizer: token in, token out by default.
+            tito = open_tito_mode(settings, tokenizer=engine.tokenizer,
+                                  model_name=engine.model_name)
+            settings = settings.model_copy(update={
+                "token_in_token_out": True, "tokenizer": settings.tokenizer or engine.model_path})
+        app = create_app(settings, upstreams=upstreams, tito=tito)  # also checks the store URL
         if settings.upstream and settings.backend == "sglang" and settings.deterministic:
             _preflight(settings.upstream, enforce=not settings.allow_nondeterministic_upstream)
         log.info("seedproxy listening on http://%s:%d", settings.host, sock.getsockname()[1])
@@ -119,9 +126,11 @@ def run_engine_only(host: str, port: int, model: str | None) -> int:
 
 
 class _RunningEngine:
-    def __init__(self, handle: Any, model_name: str) -> None:
+    def __init__(self, handle: Any, model: Any) -> None:
         self.url: str = handle.url
-        self.model_name = model_name
+        self.model_name: str = model.name
+        self.model_path: str = model.model_path
+        self.tokenizer = model.tokenizer
         self._handle = handle
 
     def stop(self) -> None:
@@ -134,7 +143,7 @@ def _start_engine(model_path: str | None) -> _RunningEngine:
         model = engine_module.load_model(model_path)
     except engine_module.EngineError as exc:
         raise ConfigError(str(exc)) from None
-    return _RunningEngine(engine_module.start_engine_thread(model), model.name)
+    return _RunningEngine(engine_module.start_engine_thread(model), model)
 
 
 def _import_engine() -> Any:

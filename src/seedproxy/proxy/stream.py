@@ -78,7 +78,8 @@ class StreamRecord:
         self._fwd = fwd
         self._plan = plan
         self._replies: list[UpstreamReply] = []
-        self._snapshot = snapshot
+        self.snapshot = snapshot
+        """What the record holds when it is made (a stream may change it once it knows)."""
         self._recorded = False
         self.status = 200
         """What the record says; the events set it when the upstream fails mid-stream."""
@@ -96,7 +97,7 @@ class StreamRecord:
         if abandoned:
             self.status = CLIENT_CLOSED
         if self._plan.capture:
-            response, captured = self._snapshot()
+            response, captured = self.snapshot()
             await self._fwd.record(self._plan, self.status, response, captured, abandoned=abandoned)
 
     async def seal(self) -> StoreError | None:

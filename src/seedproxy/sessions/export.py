@@ -15,6 +15,7 @@ import contextlib
 import time
 from typing import Any, Literal
 
+from .branches import branch_of, branch_records, is_tito
 from .concat import concat_record
 from .record import SessionRecord
 from .store.base import SessionStore
@@ -98,8 +99,31 @@ async def trajectory(
         "metadata": record.metadata,
     }
     if style == "individual":
-        return {**head, "interactions": [i.to_dict() for i in interactions]}
+        shown = [i.to_dict() for i in interactions]
+        if is_tito(interactions):
+            branch, _ = branch_of(interactions)
+            for item in shown:
+                item["branch"] = branch.get(item["interaction_id"])
+        return {**head, "interactions": shown}
+    if is_tito(interactions):
+        return {**head, "style": "concat", **_tito_concat(interactions)}
     joined = concat_record(interactions)
     if joined["concat_error"] is not None:
         joined["interactions"] = [i.to_dict() for i in interactions]
     return {**head, "style": "concat", **joined}
+
+
+def _tito_concat(interactions: list[Any]) -> dict[str, Any]:
+    """Token-in-token-out: exact by construction, one sequence per branch; the top-level
+    fields are the first branch's, as in the drift-checked form."""
+    branches = branch_records(interactions)
+    first = branches[0] if branches else None
+    return {
+        "token_ids": first["token_ids"] if first else None,
+        "loss_mask": first["loss_mask"] if first else None,
+        "logprobs": first["logprobs"] if first else None,
+        "interaction_ids": first["interaction_ids"] if first else [],
+        "concat_error": None if first and first["error"] is None else (
+            first["error"] if first else {"reason": "no turns"}),
+        "branches": branches,
+    }

@@ -131,6 +131,9 @@ class Interaction:
     abandoned: bool = False
     dispatch_weight_version: str | None = None
     """The weight version the proxy knew for ``upstream`` when it sent the request."""
+    tito: dict[str, Any] | None = None
+    """Token-in-token-out mode's matching keys and lineage (``extends``,
+    ``forked_from``); None for a request the proxy did not render itself."""
 
     @property
     def token_count(self) -> int:
@@ -141,7 +144,7 @@ class Interaction:
         ``n > 1`` gives one list entry per choice, in choice order."""
         single = len(self.choices) <= 1
         first = self.choices[0] if self.choices else ChoiceRecord()
-        return {
+        shown = {
             "interaction_id": self.interaction_id,
             "request_index": self.request_index,
             "seed": (self.seeds[0] if self.seeds else None) if single else list(self.seeds),
@@ -176,6 +179,9 @@ class Interaction:
                 _experts_out(first) if single else [_experts_out(c) for c in self.choices]
             ),
         }
+        if self.tito is not None:
+            shown["lineage"] = {k: self.tito.get(k) for k in ("extends", "forked_from")}
+        return shown
 
     def to_storage(self) -> dict[str, Any]:
         """Return a lossless, JSON-serialisable form for durable stores."""
@@ -194,6 +200,7 @@ class Interaction:
             "upstream": self.upstream,
             "abandoned": self.abandoned,
             "dispatch_weight_version": self.dispatch_weight_version,
+            "tito": self.tito,
         }
 
     @classmethod
@@ -213,4 +220,5 @@ class Interaction:
             upstream=data.get("upstream"),
             abandoned=data.get("abandoned", False),
             dispatch_weight_version=data.get("dispatch_weight_version"),
+            tito=data.get("tito"),
         )

@@ -1,0 +1,26 @@
+"""Token in, token out: seedproxy renders the chat template itself, sends token ids
+upstream and keeps every turn's prompt = previous prompt + completion as sampled +
+the new messages' ids. One concept per module: ``renderer`` (templates), ``lineage``
+and ``matcher`` (which turn a request continues), ``reasoning`` and ``tool_parsers``,
+``decode`` and ``assistant`` (ids back to a message), ``dialect`` (upstream shapes)."""
+
+from __future__ import annotations
+
+from .assistant import AssistantStream, Delta, Reply, tool_call_id
+from .dialect import Sample
+from .lineage import Prompt, tito_record
+from .mode import TitoMode, open_tito
+from .renderer import Renderer
+
+__all__ = [
+    "AssistantStream",
+    "Delta",
+    "Prompt",
+    "Renderer",
+    "Reply",
+    "Sample",
+    "TitoMode",
+    "open_tito",
+    "tito_record",
+    "tool_call_id",
+]

@@ -1,0 +1,111 @@
+"""Sampled token ids -> an OpenAI assistant message, token by token.
+
+``AssistantStream`` chains the decoder, the reasoning parser and the tool parser.
+``feed`` returns the deltas a stream shows for one token, ``finish`` the last ones
+and the tool calls. A whole answer is built by the same calls, so a streamed answer
+and a whole one are the same message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from .decode import IncrementalDecoder
+from .reasoning import ThinkParser
+from .segments import Held, StopTrim
+from .tool_parsers import ToolCall, ToolParser
+
+__all__ = ["AssistantStream", "Delta", "Reply", "tool_call_id"]
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    kind: str
+    """``content`` or ``reasoning_content``."""
+    text: str
+
+
+@dataclass(slots=True)
+class Reply:
+    """A finished assistant message."""
+
+    content: str = ""
+    reasoning: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+
+    def message(self, call_ids: list[str]) -> dict[str, Any]:
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": self.content if self.content or not self.tool_calls else None,
+        }
+        if self.reasoning:
+            message["reasoning_content"] = self.reasoning
+        if self.tool_calls:
+            message["tool_calls"] = [
+                {"id": call_id, "type": "function",
+                 "function": {"name": call.name, "arguments": call.arguments}}
+                for call_id, call in zip(call_ids, self.tool_calls, strict=True)
+            ]
+        return message
+
+
+def tool_call_id(completion_id: str, position: int) -> str:
+    """A call id derived from the completion's id: stable across reruns."""
+    digest = hashlib.sha256(f"{completion_id}:{position}".encode()).hexdigest()[:24]
+    return f"call_{digest}"
+
+
+class AssistantStream:
+    def __init__(self, decoder: IncrementalDecoder, reasoning: ThinkParser | None,
+                 tools: ToolParser | None, stops: tuple[str, ...] = ()) -> None:
+        self._decoder = decoder
+        self._stop = StopTrim(stops) if stops else None
+        self._reasoning = reasoning
+        self._tools = tools
+        self._content = Held()
+        self.reply = Reply()
+
+    def feed(self, token_id: int) -> list[Delta]:
+        return self._route(self._trim(self._decoder.feed(token_id)))
+
+    def finish(self) -> list[Delta]:
+        deltas = self._route(self._trim(self._decoder.finish()))
+        if self._stop is not None:
+            deltas += self._route(self._stop.finish())
+        if self._reasoning is not None:
+            deltas += self._parts(self._reasoning.finish())
+        if self._tools is not None:
+            rest, calls = self._tools.finish()
+            deltas += self._show_content(rest)
+            self.reply.tool_calls = calls
+        return deltas
+
+    def _trim(self, text: str) -> str:
+        return self._stop.feed(text) if self._stop is not None and text else text
+
+    def _route(self, text: str) -> list[Delta]:
+        if not text:
+            return []
+        if self._reasoning is None:
+            return self._parts([("content", text)])
+        return self._parts(self._reasoning.feed(text))
+
+    def _parts(self, parts: list[tuple[str, str]]) -> list[Delta]:
+        deltas: list[Delta] = []
+        for kind, text in parts:
+            if kind == "reasoning":
+                self.reply.reasoning += text
+                deltas.append(Delta("reasoning_content", text))
+            else:
+                shown = self._tools.feed(text) if self._tools is not None else text
+                deltas += self._show_content(shown)
+        return deltas
+
+    def _show_content(self, text: str) -> list[Delta]:
+        shown = self._content.feed(text) if text else ""
+        if not shown:
+            return []
+        self.reply.content += shown
+        return [Delta("content", shown)]

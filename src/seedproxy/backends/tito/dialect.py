@@ -1,0 +1,227 @@
+"""Token-prompt requests upstream, and reading the sampled ids back.
+
+- ``GenerateDialect`` (SGLang and the embedded engine): ``POST /generate`` with
+  ``input_ids``, ``sampling_params`` (the seed as ``sampling_seed``) and
+  ``return_logprob``. Streamed chunks are cumulative (SGLang's default); incremental
+  chunks are recognised by ``meta_info.completion_tokens``.
+- ``CompletionsDialect`` (vLLM, OpenAI-compatible servers that take token prompts):
+  ``POST /v1/completions`` with ``prompt`` as ids, ``seed``, ``return_token_ids``
+  and ``logprobs``.
+
+A reader checks the fields it reads and raises ``MalformedAnswer`` (a 502 naming the
+field) on an answer without the ids it promised; anything else it raises is a bug.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from ..answer_shape import MalformedAnswer
+from ..base import UpstreamRequest
+from ..shapes import ints
+from .sampling import Sampling
+
+__all__ = ["DIALECTS", "CompletionsDialect", "Dialect", "GenerateDialect", "Sample"]
+
+
+@dataclass(slots=True)
+class Sample:
+    """One choice as sampled: ids (stop token included), their logprobs, the end."""
+
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
+    finish: str | None = None
+    matched: str | None = None
+    """The stop string that ended it, when one did."""
+
+
+def _ids(value: Any, where: str) -> list[int]:
+    ids = ints(value) if isinstance(value, list) else []
+    if not isinstance(value, list) or (value and not ids):
+        raise MalformedAnswer(f"upstream answer: {where} is not a list of token ids")
+    return ids
+
+
+def _object(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise MalformedAnswer(f"upstream answer: {where} is not an object")
+    return value
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise MalformedAnswer(f"upstream answer: {where} is not a number")
+    return float(value)
+
+
+def _logprob_rows(value: Any, where: str) -> list[list[Any]]:
+    """SGLang's ``[[logprob, token_id, text], ...]`` rows (absent: none)."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(r, list) and len(r) >= 2 for r in value):
+        raise MalformedAnswer(f"upstream answer: {where} is not a list of [logprob, id] rows")
+    return value
+
+
+class Dialect:
+    path: ClassVar[str]
+
+    def __init__(self, auth: dict[str, str], model: str | None = None) -> None:
+        self._auth = auth
+        self._model = model
+
+    def request(self, ids: list[int], sampling: Sampling, seed: int | None,
+                stream: bool, model: Any) -> UpstreamRequest:
+        raise NotImplementedError
+
+    def read(self, answer: Any) -> Sample:
+        """A whole (non-streamed) answer."""
+        reader = self.reader()
+        reader.feed(answer)
+        return reader.result()
+
+    def reader(self) -> Reader:
+        raise NotImplementedError
+
+
+class Reader:
+    """Takes stream events; ``feed`` returns the ids that are new in this event."""
+
+    def feed(self, event: Any) -> list[int]:
+        raise NotImplementedError
+
+    def result(self) -> Sample:
+        raise NotImplementedError
+
+
+class GenerateDialect(Dialect):
+    path = "/generate"
+
+    def request(self, ids: list[int], sampling: Sampling, seed: int | None,
+                stream: bool, model: Any) -> UpstreamRequest:
+        params: dict[str, Any] = {"skip_special_tokens": False, "no_stop_trim": True}
+        for key in ("max_new_tokens", "temperature", "top_p", "top_k", "min_p"):
+            value = getattr(sampling, key)
+            if value is not None:
+                params[key] = value
+        if sampling.stop:
+            params["stop"] = list(sampling.stop)
+        params["stop_token_ids"] = list(sampling.stop_token_ids)
+        if seed is not None:
+            params["sampling_seed"] = seed
+        body: dict[str, Any] = {"input_ids": ids, "sampling_params": params,
+                                "return_logprob": True, "stream": stream}
+        if sampling.top_logprobs:
+            body["top_logprobs_num"] = sampling.top_logprobs
+        return UpstreamRequest(self.path, body, dict(self._auth))
+
+    def reader(self) -> Reader:
+        return _GenerateReader()
+
+
+class _GenerateReader(Reader):
+    def __init__(self) -> None:
+        self._sample = Sample()
+
+    def feed(self, event: Any) -> list[int]:
+        if isinstance(event, list) and len(event) == 1:
+            event = event[0]
+        item = _object(event, "the answer")
+        meta = _object(item.get("meta_info"), "meta_info")
+        ids = _ids(item.get("output_ids"), "output_ids")
+        entries = _logprob_rows(meta.get("output_token_logprobs"), "output_token_logprobs")
+        logprobs = [_number(e[0], "output_token_logprobs") for e in entries]
+        top = meta.get("output_top_logprobs") or []
+        if not isinstance(top, list) or not all(isinstance(row, list) for row in top):
+            raise MalformedAnswer("upstream answer: output_top_logprobs is not a list of lists")
+        sample = self._sample
+        cumulative = meta.get("completion_tokens") == len(ids) or not sample.token_ids
+        if cumulative:
+            new = ids[len(sample.token_ids):]
+            sample.token_ids = list(ids)
+            sample.logprobs = logprobs
+            sample.top_logprobs = [
+                [(_ids([t[1]], "output_top_logprobs")[0], _number(t[0], "output_top_logprobs"))
+                 for t in _logprob_rows(row, "output_top_logprobs")]
+                for row in top
+            ]
+        else:
+            new = ids
+            sample.token_ids += ids
+            sample.logprobs += logprobs
+        finish = meta.get("finish_reason")
+        if isinstance(finish, dict):
+            kind = finish.get("type")
+            sample.finish = kind if isinstance(kind, str) else "stop"
+            matched = finish.get("matched")
+            sample.matched = matched if isinstance(matched, str) else None
+        return new
+
+    def result(self) -> Sample:
+        return self._sample
+
+
+class CompletionsDialect(Dialect):
+    path = "/v1/completions"
+
+    def request(self, ids: list[int], sampling: Sampling, seed: int | None,
+                stream: bool, model: Any) -> UpstreamRequest:
+        body: dict[str, Any] = {
+            "model": model, "prompt": ids, "return_token_ids": True,
+            "logprobs": max(1, sampling.top_logprobs), "skip_special_tokens": False,
+            "include_stop_str_in_output": True, "stream": stream,
+            "stop_token_ids": list(sampling.stop_token_ids),
+        }
+        if sampling.max_new_tokens is not None:
+            body["max_tokens"] = sampling.max_new_tokens
+        for key in ("temperature", "top_p", "top_k", "min_p"):
+            value = getattr(sampling, key)
+            if value is not None:
+                body[key] = value
+        if sampling.stop:
+            body["stop"] = list(sampling.stop)
+        if seed is not None:
+            body["seed"] = seed
+        return UpstreamRequest(self.path, body, dict(self._auth))
+
+    def reader(self) -> Reader:
+        return _CompletionsReader()
+
+
+class _CompletionsReader(Reader):
+    """Ids arrive as deltas when streaming and whole otherwise: both append."""
+
+    def __init__(self) -> None:
+        self._sample = Sample()
+
+    def feed(self, event: Any) -> list[int]:
+        choices = _object(event, "the answer").get("choices")
+        if not isinstance(choices, list):
+            raise MalformedAnswer("upstream answer: choices is not a list")
+        if not choices:
+            return []
+        choice = _object(choices[0], "choices[0]")
+        new = _ids(choice.get("token_ids"), "choices[0].token_ids")
+        self._sample.token_ids += new
+        logprobs = choice.get("logprobs")
+        if isinstance(logprobs, dict):
+            values = logprobs.get("token_logprobs") or []
+            if not isinstance(values, list):
+                raise MalformedAnswer("upstream answer: token_logprobs is not a list")
+            self._sample.logprobs += [_number(v, "token_logprobs") for v in values]
+        reason = choice.get("finish_reason")
+        if isinstance(reason, str):
+            self._sample.finish = reason
+            stop = choice.get("stop_reason")
+            self._sample.matched = stop if isinstance(stop, str) else None
+        return new
+
+    def result(self) -> Sample:
+        return self._sample
+
+
+DIALECTS: dict[str, type[Dialect]] = {
+    "sglang": GenerateDialect, "vllm": CompletionsDialect, "openai": CompletionsDialect,
+}

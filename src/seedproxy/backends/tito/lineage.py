@@ -1,0 +1,120 @@
+"""Which earlier turn a chat request continues, and the prompt it gets.
+
+A request *extends* turn t when its messages are t's messages, then an assistant
+message matching one of t's recorded replies, then at least one new message, with
+the same tools. Its prompt is then t's prompt ids + that choice's completion ids
+exactly as sampled + the ids of the new messages only. Otherwise it is a full
+render, and ``forked_from`` names the earlier turn sharing the longest message
+prefix. The state read here is the session's recorded interactions, so it is the
+same in every store.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ...sessions import Interaction
+from .matcher import context_key, message_key, reasoning_key, reasoning_of
+from .renderer import Renderer
+
+__all__ = ["Prompt", "build_prompt", "tito_record"]
+
+
+@dataclass(slots=True)
+class Prompt:
+    """The token prompt for one request, and where it came from."""
+
+    ids: list[int]
+    opens_reasoning: bool
+    context: str
+    message_keys: list[str]
+    extends: dict[str, Any] | None = None
+    forked_from: dict[str, Any] | None = None
+
+
+def _replies(turn: Interaction) -> list[dict[str, Any]]:
+    tito = turn.tito or {}
+    replies = tito.get("replies")
+    return replies if isinstance(replies, list) else []
+
+
+def _matches(reply: dict[str, Any], message: dict[str, Any]) -> bool:
+    if message.get("role") != "assistant" or message_key(message) != reply.get("key"):
+        return False
+    sent = reasoning_of(message)
+    return not sent or reasoning_key(sent) == reply.get("reasoning")
+
+
+def _extends(turn: Interaction, messages: list[dict[str, Any]], keys: list[str],
+             context: str) -> int | None:
+    """The choice of ``turn`` that ``messages`` continue, or None."""
+    tito = turn.tito
+    if turn.status >= 400 or not tito or tito.get("context") != context:
+        return None
+    earlier = tito.get("messages") or []
+    size = len(earlier)
+    if len(keys) < size + 2 or keys[:size] != earlier:
+        return None
+    for choice, reply in enumerate(_replies(turn)):
+        if choice < len(turn.choices) and turn.choices[choice].token_ids and _matches(
+                reply, messages[size]):
+            return choice
+    return None
+
+
+def _common(a: list[str], b: list[str]) -> int:
+    size = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        size += 1
+    return size
+
+
+def build_prompt(renderer: Renderer, body: dict[str, Any],
+                 history: list[Interaction]) -> Prompt:
+    """The prompt for chat ``body`` given the session's earlier interactions."""
+    messages: list[dict[str, Any]] = body["messages"]
+    tools = body.get("tools") or None
+    context = context_key(body)
+    keys = [message_key(m) for m in messages]
+    for turn in reversed(history):
+        choice = _extends(turn, messages, keys, context)
+        if choice is None:
+            continue
+        completion = turn.choices[choice].token_ids.tolist()
+        closed = completion[-1] == renderer.eot_id
+        new = messages[len((turn.tito or {})["messages"]) + 1:]
+        suffix = renderer.suffix_text(new, tools, closed=closed)
+        ids = turn.prompt_token_ids.tolist() + completion + renderer.encode(suffix)
+        return Prompt(ids, _opens(suffix), context, keys,
+                      extends={"interaction_id": turn.interaction_id, "choice": choice})
+    text = renderer.full_text(messages, tools)
+    prompt = Prompt(renderer.encode(text), _opens(text), context, keys)
+    best = max(
+        ((_common(keys, (t.tito or {}).get("messages") or []), t.request_index, t)
+         for t in history if t.tito and t.status < 400),
+        key=lambda item: (item[0], item[1]), default=None,
+    )
+    if best is not None and best[0] > 0:
+        prompt.forked_from = {"interaction_id": best[2].interaction_id, "messages": best[0]}
+    return prompt
+
+
+def _opens(text: str) -> bool:
+    """Whether the generation prompt itself opened a reasoning block."""
+    return text.rstrip().endswith("<think>")
+
+
+def tito_record(prompt: Prompt, replies: list[tuple[str, str]]) -> dict[str, Any]:
+    """The interaction's ``tito`` field: keys for matching later turns, and lineage.
+    ``replies`` holds (message key, reasoning text) per choice."""
+    return {
+        "context": prompt.context,
+        "messages": prompt.message_keys,
+        "replies": [{"key": key, "reasoning": reasoning_key(reasoning)}
+                    for key, reasoning in replies],
+        "extends": prompt.extends,
+        "forked_from": prompt.forked_from,
+    }

@@ -1,0 +1,86 @@
+"""Keys that say whether two messages are the same turn, for matching a history.
+
+A key is a digest of a message normalised the way SDKs re-send it: content stripped
+(text parts joined, None = ""), tool calls as (name, arguments parsed and re-dumped
+with sorted keys), ids and reasoning left out. Reasoning is checked on its own and
+only when the client sent it back (agents commonly drop it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import orjson
+
+__all__ = ["context_key", "message_key", "reasoning_key", "reasoning_of"]
+
+_SIZE = 16
+
+
+def _digest(value: Any) -> str:
+    data = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    return hashlib.blake2b(data, digest_size=_SIZE).hexdigest()
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content.strip()
+    if isinstance(content, list):
+        return "".join(
+            part.get("text", "") for part in content
+            if isinstance(part, dict) and isinstance(part.get("text"), str)
+        ).strip()
+    return ""
+
+
+def _arguments(raw: Any) -> Any:
+    if isinstance(raw, str):
+        try:
+            return json.loads(raw)
+        except json.JSONDecodeError:
+            return raw.strip()
+    return raw
+
+
+def _calls(calls: Any) -> list[Any]:
+    if not isinstance(calls, list):
+        return []
+    out = []
+    for call in calls:
+        fn = call.get("function") if isinstance(call, dict) else None
+        if isinstance(fn, dict):
+            out.append([fn.get("name"), _arguments(fn.get("arguments"))])
+        else:
+            out.append(call)
+    return out
+
+
+def message_key(message: dict[str, Any]) -> str:
+    """The digest of ``message`` without ids and reasoning."""
+    try:
+        return _digest([message.get("role"), _text(message.get("content")),
+                        _calls(message.get("tool_calls")), message.get("name")])
+    except (TypeError, orjson.JSONEncodeError):
+        return _digest([message.get("role"), repr(message)])
+
+
+def reasoning_of(message: dict[str, Any]) -> str:
+    for key in ("reasoning_content", "reasoning"):
+        value = message.get(key)
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+    return ""
+
+
+def reasoning_key(text: str) -> str | None:
+    return _digest(text.strip()) if text.strip() else None
+
+
+def context_key(body: dict[str, Any]) -> str:
+    """What the template renders outside the messages: tools and template kwargs."""
+    try:
+        return _digest([body.get("tools") or None, body.get("chat_template_kwargs") or None])
+    except (TypeError, orjson.JSONEncodeError):
+        return _digest(repr(body.get("tools")))

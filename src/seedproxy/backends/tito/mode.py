@@ -1,0 +1,90 @@
+"""Token-in-token-out mode: one object holding the renderer, the parsers and the
+upstream dialect, built and checked once at start-up."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...errors import BadRequest, ConfigError
+from ...sessions import Interaction
+from .assistant import AssistantStream
+from .decode import IncrementalDecoder
+from .dialect import DIALECTS, Dialect
+from .lineage import Prompt, build_prompt
+from .reasoning import REASONING_PARSERS, ThinkParser
+from .renderer import Renderer
+from .sampling import Sampling, sampling_of
+from .tokenizer import load_tokenizer, read_template
+from .tool_parsers import TOOL_PARSERS
+
+__all__ = ["TitoMode", "open_tito"]
+
+_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+_PARSER_TAGS = ("<think>", "</think>", "<tool_call>", "</tool_call>", "[TOOL_CALLS]",
+                "<|python_tag|>")
+
+
+class TitoMode:
+    def __init__(self, renderer: Renderer, dialect: Dialect, *, tool_parser: str | None,
+                 reasoning_parser: str | None, model_name: str | None = None) -> None:
+        self.renderer = renderer
+        self.dialect = dialect
+        self.model_name = model_name
+        self._tool_parser = TOOL_PARSERS[tool_parser] if tool_parser else None
+        self._reasoning = REASONING_PARSERS[reasoning_parser] if reasoning_parser else None
+        tok = renderer.tokenizer
+        keep = {i for t in _PARSER_TAGS for i in [tok.convert_tokens_to_ids(t)]
+                if isinstance(i, int) and i != tok.unk_token_id}
+        self.hidden = frozenset(int(i) for i in tok.all_special_ids) - keep
+
+    def prompt(self, body: dict[str, Any], history: list[Interaction]) -> Prompt:
+        """The token prompt for chat ``body``; ``BadRequest`` before anything is sent."""
+        for message in body["messages"]:
+            if message.get("role") not in _ROLES:
+                raise BadRequest(f"unsupported message role {message.get('role')!r}",
+                                 param="messages")
+        tools = body.get("tools")
+        if tools is not None and not isinstance(tools, list):
+            raise BadRequest("tools must be a list", param="tools")
+        return build_prompt(self.renderer, body, history)
+
+    def sampling(self, body: dict[str, Any]) -> Sampling:
+        return sampling_of(body, self.renderer.stop_token_ids)
+
+    def assistant(self, prompt: Prompt, body: dict[str, Any]) -> AssistantStream:
+        """A fresh parser chain for one choice of ``body``."""
+        reasoning: ThinkParser | None = None
+        if self._reasoning is not None:
+            reasoning = self._reasoning(opened=prompt.opens_reasoning)
+        use_tools = self._tool_parser is not None and bool(body.get("tools")) and (
+            body.get("tool_choice") != "none")
+        tools = self._tool_parser() if use_tools and self._tool_parser else None
+        decoder = IncrementalDecoder(self.renderer.tokenizer, self.hidden)
+        return AssistantStream(decoder, reasoning, tools, self.sampling(body).stop)
+
+    def token_text(self, token_id: int) -> str:
+        text: str = self.renderer.tokenizer.decode([token_id], skip_special_tokens=False)
+        return text
+
+
+def open_tito(*, backend: str, auth: dict[str, str], tokenizer_path: str | None,
+              tokenizer: Any = None, chat_template: str | None, tool_parser: str | None,
+              reasoning_parser: str | None, model_name: str | None = None) -> TitoMode:
+    """Load and check everything; ``ConfigError`` (one line, exit 2) on any problem."""
+    if tool_parser is not None and tool_parser not in TOOL_PARSERS:
+        raise ConfigError(f"unknown --tool-parser {tool_parser!r}; choose one of "
+                          + ", ".join(sorted(TOOL_PARSERS)))
+    if reasoning_parser is not None and reasoning_parser not in REASONING_PARSERS:
+        raise ConfigError(f"unknown --reasoning-parser {reasoning_parser!r}; choose one of "
+                          + ", ".join(sorted(REASONING_PARSERS)))
+    if tokenizer is None:
+        if tokenizer_path is None:
+            raise ConfigError("--token-in-token-out needs --tokenizer PATH "
+                              "(a model folder or a .gguf file)")
+        tokenizer = load_tokenizer(tokenizer_path)
+    template = read_template(chat_template) if chat_template else None
+    renderer = Renderer(tokenizer, template)
+    renderer.check()
+    dialect = DIALECTS[backend](auth)
+    return TitoMode(renderer, dialect, tool_parser=tool_parser,
+                    reasoning_parser=reasoning_parser, model_name=model_name)

@@ -1,0 +1,142 @@
+"""Chat-template rendering for token-in-token-out mode.
+
+Invariants:
+- A full prompt is the template's render of the whole history with the generation
+  prompt, tokenised once (no special tokens added beyond what the template writes).
+- An incremental suffix never re-renders history: it is the text the template writes
+  after an assistant turn (a probe whose content is a sentinel) for the new messages,
+  up to and including the next generation prompt. The completion that was sampled
+  ends with the end-of-turn token, so the suffix starts after it; a completion cut
+  short (no end-of-turn) gets the end-of-turn text first.
+- ``check`` (run once at start-up) proves the template composes this way: the full
+  render of [user, assistant, user] equals render([user]) + assistant content +
+  end-of-turn + suffix, with and without tools.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...errors import BadRequest, ConfigError
+
+__all__ = ["Renderer"]
+
+_SENTINEL = "\u2063SEEDPROXY-ASSISTANT-TURN\u2063"
+_PROBE_USER = {"role": "user", "content": "ping"}
+_PROBE_TOOLS = [{
+    "type": "function",
+    "function": {
+        "name": "probe", "description": "a probe",
+        "parameters": {"type": "object", "properties": {"x": {"type": "string"}}},
+    },
+}]
+
+
+def _template_errors() -> tuple[type[BaseException], ...]:
+    from jinja2 import TemplateError
+
+    # What a template raises on messages it cannot render: its own errors, and the
+    # TypeError/KeyError of an expression over a missing or None field.
+    return (TemplateError, TypeError, KeyError, ValueError, AttributeError, IndexError)
+
+
+class Renderer:
+    """Renders messages with one chat template and one tokenizer (thread-safe reads)."""
+
+    def __init__(self, tokenizer: Any, template: str | None = None) -> None:
+        self.tokenizer = tokenizer
+        self.template = template if template is not None else tokenizer.chat_template
+        if not isinstance(self.template, str) or not self.template:
+            raise ConfigError("the tokenizer has no chat template: pass --chat-template FILE")
+        self._errors = _template_errors()
+        self.eot_text, self.eot_id = self._find_end_of_turn()
+        eos = tokenizer.eos_token_id
+        self.stop_token_ids: tuple[int, ...] = tuple(
+            dict.fromkeys([self.eot_id] + ([eos] if isinstance(eos, int) else []))
+        )
+
+    def render(self, messages: list[dict[str, Any]], tools: list[Any] | None,
+               *, generation_prompt: bool) -> str:
+        """The template's text; ``BadRequest`` when it cannot render these messages."""
+        try:
+            text = self.tokenizer.apply_chat_template(
+                messages, tools=tools or None, chat_template=self.template,
+                add_generation_prompt=generation_prompt, tokenize=False,
+            )
+        except self._errors as exc:
+            raise BadRequest(f"the chat template cannot render these messages: {exc}",
+                             param="messages") from None
+        if not isinstance(text, str):
+            raise BadRequest("the chat template did not render text", param="messages")
+        return text
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def full_text(self, messages: list[dict[str, Any]], tools: list[Any] | None) -> str:
+        return self.render(messages, tools, generation_prompt=True)
+
+    def suffix_text(self, new: list[dict[str, Any]], tools: list[Any] | None,
+                    *, closed: bool) -> str:
+        """What follows a sampled assistant turn for the ``new`` messages (see above)."""
+        probe = [_PROBE_USER, {"role": "assistant", "content": _SENTINEL}]
+        text = self.render(probe + new, tools, generation_prompt=True)
+        if text.count(_SENTINEL) != 1:
+            raise BadRequest("the chat template does not render an assistant turn verbatim",
+                             param="messages")
+        after = text[text.index(_SENTINEL) + len(_SENTINEL):]
+        if not after.startswith(self.eot_text):
+            raise BadRequest("the chat template does not end an assistant turn with "
+                             f"{self.eot_text!r} before these messages", param="messages")
+        return after[len(self.eot_text):] if closed else after
+
+    def _find_end_of_turn(self) -> tuple[str, int]:
+        """The special token that closes an assistant turn in this template."""
+        probe = [_PROBE_USER, {"role": "assistant", "content": _SENTINEL}, _PROBE_USER]
+        try:
+            text = self.render(probe, None, generation_prompt=True)
+        except BadRequest as exc:
+            raise ConfigError(f"the chat template cannot render a conversation: {exc.message}"
+                              ) from None
+        if text.count(_SENTINEL) != 1:
+            raise ConfigError("the chat template does not render assistant content verbatim, "
+                              "so it cannot render incrementally")
+        after = text[text.index(_SENTINEL) + len(_SENTINEL):]
+        specials = sorted(
+            {str(t) for t in self.tokenizer.all_special_tokens}
+            | {str(t) for t in getattr(self.tokenizer, "added_tokens_encoder", {})},
+            key=len, reverse=True,
+        )
+        eot = next((t for t in specials if t and after.startswith(t)), None)
+        if eot is None:
+            raise ConfigError("the chat template does not close an assistant turn with a "
+                              f"special token (it writes {after[:20]!r})")
+        ids = self.encode(eot)
+        if len(ids) != 1:
+            raise ConfigError(f"the end-of-turn token {eot!r} is not a single token")
+        return eot, ids[0]
+
+    def check(self) -> None:
+        """Prove the template renders incrementally; ``ConfigError`` names what breaks."""
+        for tools in (None, _PROBE_TOOLS):
+            for follow in ({"role": "user", "content": "again"},
+                           {"role": "tool", "tool_call_id": "call_0", "content": "42"}):
+                first = [_PROBE_USER]
+                reply = {"role": "assistant", "content": _SENTINEL}
+                try:
+                    prompt = self.full_text(first, tools)
+                    whole = self.full_text([*first, reply, follow], tools)
+                    suffix = self.suffix_text([follow], tools, closed=True)
+                except BadRequest as exc:
+                    if follow["role"] == "tool":
+                        continue  # a template without tool messages: tools are refused later
+                    raise ConfigError(f"the chat template cannot render incrementally: "
+                                      f"{exc.message}") from None
+                built = prompt + _SENTINEL + self.eot_text + suffix
+                if built != whole:
+                    where = next((i for i, (a, b) in enumerate(zip(built, whole, strict=False))
+                                  if a != b), min(len(built), len(whole)))
+                    raise ConfigError(
+                        "the chat template cannot render incrementally: the full render of "
+                        f"[user, assistant, {follow['role']}] differs from prompt + reply + "
+                        f"suffix at character {where} ({whole[where:where + 24]!r})")

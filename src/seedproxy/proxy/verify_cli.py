@@ -1,0 +1,91 @@
+"""``seedproxy verify-logprobs``: teacher-force a trajectory through an engine and
+compare every sampled token's recorded logprob with the recomputed one.
+
+Each branch of the session's ``concat`` export is sent once to ``/generate`` with
+``max_new_tokens: 0``, ``return_logprob`` and ``logprob_start_len: 0`` (SGLang's
+shape; the embedded engine answers it too). Logprobs are recorded as float32, so
+the recomputed value is rounded to float32 before comparing; the default tolerance
+is 0 (exact), which the embedded engine meets. Each turn is checked at its own
+request's temperature (the engine reports the scaled distribution, as its sampler).
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import Any
+
+import httpx
+
+from ..errors import ConfigError
+
+__all__ = ["verify_logprobs"]
+
+
+def _get(client: httpx.Client, url: str, **kwargs: Any) -> Any:
+    try:
+        reply = client.request(url=url, **kwargs)
+    except httpx.HTTPError as exc:
+        raise ConfigError(f"cannot reach {url}: {type(exc).__name__}") from None
+    if reply.status_code != 200:
+        raise ConfigError(f"{url} answered {reply.status_code}: {reply.text[:200]}")
+    return reply.json()
+
+
+def _temperature(request: Any) -> float:
+    value = request.get("temperature") if isinstance(request, dict) else None
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 1.0
+
+
+def _owners(mask: list[int], interaction_ids: list[str]) -> dict[int, str]:
+    """Sampled position -> the interaction that sampled it (the k-th run of mask 1
+    is the k-th turn's completion: prompt tokens always separate two runs)."""
+    owners: dict[int, str] = {}
+    run = -1
+    for position, bit in enumerate(mask):
+        if bit and (position == 0 or not mask[position - 1]):
+            run += 1
+        if bit and run < len(interaction_ids):
+            owners[position] = interaction_ids[run]
+    return owners
+
+
+def verify_logprobs(url: str, engine: str, session: str, *, admin_key: str | None = None,
+                    tolerance: float = 0.0) -> int:
+    """Print one line per branch; return 0 when every sampled token matches."""
+    headers = {"authorization": f"Bearer {admin_key}"} if admin_key else {}
+    with httpx.Client(timeout=600, headers=headers) as client:
+        data = _get(client, f"{url.rstrip('/')}/sessions/{session}/trajectory",
+                    method="GET", params={"style": "concat"})
+        branches = data.get("branches")
+        if branches is None:
+            if data.get("token_ids") is None:
+                raise ConfigError(f"session {session} has no exact token sequence: "
+                                  f"{data.get('concat_error')}")
+            branches = [{"branch_id": "-", **data}]
+        turns = _get(client, f"{url.rstrip('/')}/sessions/{session}/trajectory",
+                     method="GET")["interactions"]
+        temperature = {t["interaction_id"]: _temperature(t.get("request")) for t in turns}
+        worst = 0.0
+        failed = 0
+        for branch in branches:
+            owners = _owners(branch["loss_mask"], branch["interaction_ids"])
+            recomputed: dict[float, array[float]] = {}
+            for temp in sorted({temperature.get(o, 1.0) for o in owners.values()}):
+                forced = _get(client, f"{engine.rstrip('/')}/generate", method="POST", json={
+                    "input_ids": branch["token_ids"], "return_logprob": True,
+                    "logprob_start_len": 0,
+                    "sampling_params": {"max_new_tokens": 0, "temperature": temp}})
+                entries = forced["meta_info"]["input_token_logprobs"]
+                recomputed[temp] = array("f", [e[0] if e[0] is not None else 0.0
+                                               for e in entries])
+            checked = bad = 0
+            for position, owner in owners.items():
+                logprob = branch["logprobs"][position]
+                checked += 1
+                diff = abs(recomputed[temperature.get(owner, 1.0)][position] - logprob)
+                worst = max(worst, diff)
+                bad += diff > tolerance
+            failed += bad
+            print(f"branch {branch['branch_id']}: {checked} sampled tokens, "
+                  f"{checked - bad} match, max |diff| {worst:.3g}")
+    return 0 if failed == 0 else 1
