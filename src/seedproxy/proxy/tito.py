@@ -56,7 +56,10 @@ async def prepare_tito(fwd: Forwarder, chat: dict[str, Any],
     """Render the prompt (4xx here uses no index)."""
     assert fwd.tito is not None
     fwd.tito.sampling(chat)  # checked now: a bad field is a 400 before the slot
-    history = await fwd.sessions.store.interactions(session.session_id) if session else []
+    history = (  # a new session has no history yet
+        await fwd.sessions.store.interactions(session.session_id)
+        if isinstance(session, SessionRecord) else []
+    )
     return TitoTurn(chat, fwd.tito.prompt(chat, history))
 
 
