@@ -2,6 +2,8 @@
 
 With no admin key (loopback only) everything is open. With one, admin routes need
 it, and OpenAI routes need it or a session key, which reaches only its own session.
+A key is read from ``Authorization: Bearer`` or, as Anthropic's clients send it,
+``x-api-key``.
 Keys are compared in constant time and never logged.
 """
 
@@ -13,7 +15,7 @@ from starlette.requests import Request
 
 from ..errors import AuthError, Forbidden
 from ..sessions import SessionManager, SessionRecord
-from .headers import bearer_token
+from .headers import client_key
 
 __all__ = ["Access"]
 
@@ -24,13 +26,13 @@ class Access:
         self.admin_key = admin_key
 
     def is_admin(self, request: Request) -> bool:
-        token = bearer_token(request.headers)
+        token = client_key(request.headers)
         return bool(self.admin_key and token and _same(token, self.admin_key))
 
     def require_admin(self, request: Request) -> None:
         if self.admin_key is None or self.is_admin(request):
             return
-        if bearer_token(request.headers) is None:
+        if client_key(request.headers) is None:
             raise AuthError("this route needs the admin key as a bearer token")
         raise Forbidden("this route needs the admin key")
 
@@ -46,7 +48,7 @@ class Access:
     async def session_for(self, request: Request, path_session: str | None) -> SessionRecord | None:
         """The session an OpenAI-route request belongs to: by path, then bearer session
         key, then ``X-Session-Id``; None when it names none."""
-        token = bearer_token(request.headers)
+        token = client_key(request.headers)
         named = path_session or request.headers.get("x-session-id") or None
         if path_session is None and token is not None:
             owner = await self.sessions.store.find_by_key(token)
@@ -61,7 +63,7 @@ class Access:
         return await self._own_session(request, named)
 
     async def _own_session(self, request: Request, session_id: str) -> SessionRecord:
-        token = bearer_token(request.headers)
+        token = client_key(request.headers)
         if token is None:
             raise AuthError("a session key or the admin key is required")
         owner = await self.sessions.store.find_by_key(token)

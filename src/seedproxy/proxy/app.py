@@ -34,6 +34,7 @@ from .admin import admin_router
 from .forward import Forwarder
 from .hot import HotRoutes, ProxyApp
 from .logs import flush_logs
+from .messages import PromptCounter, messages_router
 from .metrics import Metrics
 from .routes import openai_router
 
@@ -49,9 +50,11 @@ def create_app(
     store: SessionStore | None = None,
     client: httpx.AsyncClient | None = None,
     backend: Backend | None = None,
+    prompt_counter: PromptCounter | None = None,
 ) -> FastAPI:
     """Build the proxy. ``upstreams`` overrides ``settings.upstream`` (the CLI passes
-    the embedded engine's URL); injected ``store`` and ``client`` are not closed."""
+    the embedded engine's URL); injected ``store`` and ``client`` are not closed.
+    ``prompt_counter`` (a tokenizer, e.g. the engine's) enables count_tokens."""
     urls = upstreams if upstreams is not None else settings.upstream
     if not urls:
         raise ConfigError("no upstream: pass --upstream URL, or run `seedproxy serve` for the engine")
@@ -101,6 +104,7 @@ def create_app(
     app.state.pool = pool
     app.state.metrics = metrics
     app.include_router(openai_router(forwarder, access, pool))
+    app.include_router(messages_router(forwarder, access, on_seedproxy_error, prompt_counter))
     app.include_router(admin_router(sessions, access, deterministic=settings.deterministic))
 
     @app.get("/healthz")

@@ -6,7 +6,7 @@ from starlette.datastructures import Headers
 
 from ..errors import BadRequest
 
-__all__ = ["bearer_token", "pinned_index", "is_sdk_retry", "seedproxy_headers"]
+__all__ = ["bearer_token", "client_key", "pinned_index", "is_sdk_retry", "seedproxy_headers"]
 
 RETRY_HEADER = "x-stainless-retry-count"
 
@@ -15,6 +15,12 @@ def bearer_token(headers: Headers) -> str | None:
     value = headers.get("authorization", "")
     scheme, _, token = value.partition(" ")
     return token.strip() or None if scheme.lower() == "bearer" else None
+
+
+def client_key(headers: Headers) -> str | None:
+    """The key a client presents: ``Authorization: Bearer KEY``, else ``x-api-key: KEY``
+    (how the anthropic SDKs and Claude Code send it)."""
+    return bearer_token(headers) or headers.get("x-api-key", "").strip() or None
 
 
 def pinned_index(headers: Headers) -> int | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from ..backends import Endpoint
+from ..backends import OPENAI_ENDPOINTS, Endpoint
 from ..backends.pool import UpstreamPool
 from .access import Access
 from .forward import Forwarder
@@ -33,7 +33,7 @@ def openai_router(forwarder: Forwarder, access: Access, pool: UpstreamPool) -> A
         return handler
 
     for prefix in _PREFIXES:
-        for endpoint in Endpoint:
+        for endpoint in OPENAI_ENDPOINTS:
             router.add_api_route(
                 prefix + endpoint.value,
                 route(endpoint),

@@ -37,7 +37,9 @@ def serve(flags: dict[str, Any], config_file: str | None) -> int:
         upstreams = [engine.url]
         log.info("embedded engine serving %s at %s", engine.model_name, engine.url)
     try:
-        app = create_app(settings, upstreams=upstreams)  # also checks the store URL
+        counter = engine.counter if engine is not None else None
+        # also checks the store URL
+        app = create_app(settings, upstreams=upstreams, prompt_counter=counter)
         log.info("seedproxy listening on http://%s:%d", settings.host, settings.port)
         if settings.workers > 1:
             # Each worker imports the factory and rebuilds these settings from the env.
@@ -76,9 +78,10 @@ def run_engine_only(host: str, port: int, model: str | None) -> int:
 
 
 class _RunningEngine:
-    def __init__(self, handle: Any, model_name: str) -> None:
+    def __init__(self, handle: Any, model_name: str, counter: Any) -> None:
         self.url: str = handle.url
         self.model_name = model_name
+        self.counter = counter
         self._handle = handle
 
     def stop(self) -> None:
@@ -91,7 +94,11 @@ def _start_engine(model_path: str | None) -> _RunningEngine:
         model = engine_module.load_model(model_path)
     except engine_module.EngineError as exc:
         raise ConfigError(str(exc)) from None
-    return _RunningEngine(engine_module.start_engine_thread(model), model.name)
+    from seedproxy.engine.tokens import prompt_counter
+
+    return _RunningEngine(
+        engine_module.start_engine_thread(model), model.name, prompt_counter(model)
+    )
 
 
 def _import_engine() -> Any:
