@@ -6,7 +6,7 @@ import ipaddress
 import os
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
@@ -49,6 +49,8 @@ class Settings(BaseSettings):
     """Evict sessions idle (or ended) this long; un-exported ones are logged as lost."""
     graceful_shutdown_s: float = Field(default=30.0, ge=0)
     log_requests: bool = True
+    index_by: Literal["arrival", "content"] = "arrival"
+    """How sessions derive seeds by default: by arrival index, or by content key."""
 
     @field_validator("upstream", mode="before")
     @classmethod

@@ -265,3 +265,31 @@ def test_unknown_store_scheme_is_a_config_error() -> None:
         open_store("mongodb://x")
     with pytest.raises(ConfigError, match="unknown redis store option"):
         open_store("redis://127.0.0.1:1/0?bogus=1")
+
+
+async def test_occurrences_count_per_key_and_come_back_for_the_same_interaction(
+    store: SessionStore,
+) -> None:
+    await store.create(rec("s"))
+    assert [await store.occurrence("s", "k1", f"i{n}") for n in range(3)] == [0, 1, 2]
+    assert await store.occurrence("s", "k2", "i3") == 0
+    assert await store.occurrence("s", "k1", "i1") == 1  # a retry gets its number back
+    assert await store.occurrence("s", "k1", "i4") == 3
+    await store.create(rec("t"))
+    assert await store.occurrence("t", "k1", "i0") == 0  # per session
+    with pytest.raises(SessionNotFound):
+        await store.occurrence("nope", "k1", "i0")
+    assert await store.delete("s")
+    await store.create(rec("s"))
+    assert await store.occurrence("s", "k1", "i0") == 0  # forgotten with the session
+
+
+async def test_concurrent_occurrences_of_one_key_are_distinct(opener: Opener) -> None:
+    handles = [opener() for _ in range(4)]
+    await handles[0].create(rec("s"))
+    numbers = await asyncio.gather(*(
+        handles[n % 4].occurrence("s", "k", f"i{n}") for n in range(40)
+    ))
+    assert sorted(numbers) == list(range(40))
+    for handle in {id(h): h for h in handles}.values():
+        await handle.close()

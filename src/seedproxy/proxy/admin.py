@@ -31,6 +31,7 @@ def admin_router(sessions: SessionManager, access: Access, *, deterministic: boo
             group_size=body.group_size,
             metadata=body.metadata,
             seed=body.seed,
+            index_by=body.index_by,
         )
         root = str(request.base_url).rstrip("/")
         members = [
@@ -53,6 +54,7 @@ def admin_router(sessions: SessionManager, access: Access, *, deterministic: boo
             "identity": record.identity,
             "group_id": record.group_id,
             "next_index": record.next_index,
+            "index_by": record.index_by,
             "interactions": len(interactions),
             "ended": record.ended,
             "reward": record.reward,

@@ -69,6 +69,7 @@ def create_app(
         store,
         max_open_sessions=settings.max_open_sessions,
         default_seed=settings.seed if settings.deterministic else None,
+        default_index_by=settings.index_by,
     )
     pool = UpstreamPool(urls, client, max_failover=settings.max_failover)
     metrics = Metrics()

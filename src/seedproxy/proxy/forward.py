@@ -26,11 +26,12 @@ from ..backends import Backend, Captured, Endpoint
 from ..backends.pool import UpstreamPool, UpstreamReply
 from ..backends.responses_bridge import to_chat
 from ..errors import BadRequest, SeedProxyError, UpstreamError, UpstreamTimeout
-from ..seeds import choice_seeds
+from ..seeds import choice_seeds, content_seeds
 from ..sessions import Interaction, SessionManager, SessionRecord, Slot
 from ..settings import Settings
 from .fanout import exchange_fanout
 from .headers import is_sdk_retry, pinned_index, seedproxy_headers
+from .keying import ContentSeat, content_seat
 from .malformed import SHAPE_ERRORS, malformed_answer
 from .metrics import Metrics
 from .relay import RelayResponse
@@ -60,6 +61,8 @@ class Plan:
     upstream: str | None = None
     extra_headers: dict[str, str] = field(default_factory=dict)
     chat: dict[str, Any] | None = None
+    seat: ContentSeat | None = None
+    """The content key and occurrence, in a content-keyed session."""
     streamed: bool = False
     """Set once the relay began (or gave up on) the stream; guards the one record."""
     """A Responses request's chat translation, when the upstream serves it as chat."""
@@ -67,6 +70,11 @@ class Plan:
     @property
     def capture(self) -> bool:
         return self.session is not None
+
+    @property
+    def interaction_id(self) -> str:
+        assert self.slot is not None
+        return self.seat.interaction_id if self.seat is not None else self.slot.interaction_id
 
     def headers(self) -> dict[str, str]:
         return seedproxy_headers(
@@ -143,13 +151,16 @@ class Forwarder:
         slot = await self.sessions.store.allocate(
             session.session_id, digest=digest, retry=retry, pinned=pinned
         )
+        seat = await content_seat(self.sessions.store, session, client, slot, pinned)
         if not deterministic:
             seeds = [client.seed] if client.seed is not None else []
         elif fixed is not None:
             seeds = [fixed]
+        elif seat is not None:
+            seeds = content_seeds(session.identity, seat.key, seat.occurrence, client.n)
         else:
             seeds = choice_seeds(session.identity, slot.index, client.n)
-        return Plan(client, session, slot, seeds, arrived)
+        return Plan(client, session, slot, seeds, arrived, seat=seat)
 
     async def exchange(self, plan: Plan) -> Response:
         """Call the upstream for ``plan`` and answer the client."""
@@ -318,7 +329,7 @@ class Forwarder:
         if plan.session is None or plan.slot is None:
             return
         interaction = Interaction(
-            interaction_id=plan.slot.interaction_id,
+            interaction_id=plan.interaction_id,
             request_index=plan.slot.index,
             seeds=list(plan.seeds),
             endpoint=plan.client.endpoint.value,
@@ -329,6 +340,8 @@ class Forwarder:
             choices=captured.choices,
             latency_ms=round((time.perf_counter() - plan.arrived) * 1000, 3),
             upstream=plan.upstream,
+            content_key=plan.seat.key if plan.seat is not None else None,
+            occurrence=plan.seat.occurrence if plan.seat is not None else None,
         )
         await self.sessions.store.record(plan.session.session_id, interaction)
         self.metrics.recorded_tokens.inc(interaction.token_count)

@@ -59,6 +59,9 @@ class Interaction:
     reward: float | None = None
     latency_ms: float = 0.0
     upstream: str | None = None
+    content_key: str | None = None
+    """Content-keyed sessions only: the request's content key and its occurrence."""
+    occurrence: int | None = None
 
     @property
     def token_count(self) -> int:
@@ -69,7 +72,7 @@ class Interaction:
         ``n > 1`` gives one list entry per choice, in choice order."""
         single = len(self.choices) <= 1
         first = self.choices[0] if self.choices else ChoiceRecord()
-        return {
+        shape = {
             "interaction_id": self.interaction_id,
             "request_index": self.request_index,
             "seed": (self.seeds[0] if self.seeds else None) if single else list(self.seeds),
@@ -91,6 +94,10 @@ class Interaction:
             "latency_ms": self.latency_ms,
             "upstream": self.upstream,
         }
+        if self.content_key is not None:
+            shape["content_key"] = self.content_key
+            shape["occurrence"] = self.occurrence
+        return shape
 
     def to_storage(self) -> dict[str, Any]:
         """Return a lossless, JSON-serialisable form for durable stores."""
@@ -114,6 +121,8 @@ class Interaction:
             "reward": self.reward,
             "latency_ms": self.latency_ms,
             "upstream": self.upstream,
+            "content_key": self.content_key,
+            "occurrence": self.occurrence,
         }
 
     @classmethod
@@ -134,4 +143,6 @@ class Interaction:
             reward=data.get("reward"),
             latency_ms=data.get("latency_ms", 0.0),
             upstream=data.get("upstream"),
+            content_key=data.get("content_key"),
+            occurrence=data.get("occurrence"),
         )

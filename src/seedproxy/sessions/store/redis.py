@@ -68,6 +68,16 @@ end
 return {0, slot}
 """
 
+# KEYS: s, o ; ARGV: key, interaction id
+_OCCURRENCE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+local known = redis.call('HGET', KEYS[2], 'i:' .. ARGV[2])
+if known then return tonumber(known) end
+local number = redis.call('HINCRBY', KEYS[2], 'k:' .. ARGV[1], 1) - 1
+redis.call('HSET', KEYS[2], 'i:' .. ARGV[2], number)
+return number
+"""
+
 # KEYS: s, all, open, key, created-counter, [group] ; ARGV: id, rec-json, now, has-group
 _CREATE = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
@@ -136,12 +146,13 @@ class RedisStore:
         self._create = self._redis.register_script(_CREATE)
         self._end = self._redis.register_script(_END)
         self._record = self._redis.register_script(_RECORD)
+        self._occurrence = self._redis.register_script(_OCCURRENCE)
 
     def _k(self, kind: str, session_id: str) -> str:
         return f"{self._p}{kind}:{session_id}"
 
     def _session_keys(self, session_id: str) -> builtins.list[str]:
-        return [self._k(kind, session_id) for kind in ("s", "i", "r", "rz", "p")]
+        return [self._k(kind, session_id) for kind in ("s", "i", "r", "rz", "p", "o")]
 
     def _key_of(self, api_key: str) -> str:
         return self._p + "k:" + hashlib.sha256(api_key.encode()).hexdigest()
@@ -230,6 +241,13 @@ class RedisStore:
             raise SessionNotFound(f"session {session_id!r} not found")
         index, _, interaction_id = reply[1].decode().partition("|")
         return Slot(int(index), interaction_id, reused=int(reply[0]) == 1)
+
+    async def occurrence(self, session_id: str, key: str, interaction_id: str) -> int:
+        keys = [self._k("s", session_id), self._k("o", session_id)]
+        number = int(await self._call(self._occurrence(keys=keys, args=[key, interaction_id])))
+        if number < 0:
+            raise SessionNotFound(f"session {session_id!r} not found")
+        return number
 
     async def record(self, session_id: str, interaction: Interaction) -> None:
         keys = [self._k("s", session_id), self._k("i", session_id)]
