@@ -66,6 +66,9 @@ class Switches:
     call_tool: str | None = None
     call_arguments: dict[str, Any] | None = None
     reasoning: bool = False
+    stop_after: int | None = None
+    """Chat answers end after this many tokens with ``finish_reason: stop`` (a model
+    that finishes its turn), whatever ``max_tokens`` allows."""
 
 
 def tokens_for(prompt_ids: list[int], seed: int | None, temperature: float, count: int) -> list[int]:
@@ -218,9 +221,12 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
         stream = body.get("stream") is True
         if chat and stream and (body.get("return_token_ids") or body.get("return_prompt_token_ids")):
             return error("return_token_ids is not supported with streaming")
+        finish = "length"
         if chat:
             prompt = tokenize(chat_prompt(body.get("messages") or []))
             count = body.get("max_completion_tokens") or body.get("max_tokens") or 8
+            if sw.stop_after is not None and count > sw.stop_after:
+                count, finish = sw.stop_after, "stop"
         else:
             raw = body.get("prompt")
             prompt = raw if isinstance(raw, list) and all(isinstance(x, int) for x in raw) else tokenize(str(raw))
@@ -254,7 +260,7 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
             await asyncio.sleep(sw.token_delay_s * len(ids))  # a non-streamed answer takes as long
             choices = []
             for i in range(n):
-                choice: dict[str, Any] = {"index": i, "logprobs": logprobs(ids), "finish_reason": "length"}
+                choice: dict[str, Any] = {"index": i, "logprobs": logprobs(ids), "finish_reason": finish}
                 if chat:
                     choice["message"] = {"role": "assistant", "content": detok(ids).strip()}
                     if call is not None:
@@ -308,7 +314,7 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
                     chunk = {"id": "cmpl-1", "object": obj + ".chunk" if chat else obj, "created": 1,
                              "model": sw.name, "choices": [choice]}
                     yield b"data: " + orjson.dumps(chunk) + b"\n\n"
-                end = {"index": i, "logprobs": None, "finish_reason": "length" if call is None else "tool_calls"}
+                end = {"index": i, "logprobs": None, "finish_reason": finish if call is None else "tool_calls"}
                 end.update({"delta": {}} if chat else {"text": ""})
                 yield b"data: " + orjson.dumps({"id": "cmpl-1", "object": obj, "created": 1,
                                                  "model": sw.name, "choices": [end]}) + b"\n\n"
