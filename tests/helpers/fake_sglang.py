@@ -6,8 +6,9 @@
 - ``n`` copies the seed to every choice, so the choices are identical.
 - An unknown ``sampling_params`` key is a 400, as is a non-int ``sampling_seed``.
 - ``temperature == 0`` is greedy: the seed changes nothing.
-- A chat request with ``tools`` whose last message is the user's (with no tool result
-  since the last assistant turn) is answered with one call of the first tool, or of
+- A chat request with ``tools`` whose last message (system messages aside) is the
+  user's, with no tool result since the last assistant turn, is answered with one
+  call of the first tool, or of
   ``Switches.call_tool`` with ``call_arguments`` (``finish_reason: tool_calls``),
   streamed or not; ``answer_tools=False`` answers with text instead.
 - ``Switches.reasoning`` adds ``reasoning_content`` (the words of the answer, reversed)
@@ -110,7 +111,7 @@ def chat_prompt(messages: list[dict[str, Any]]) -> str:
 
 
 def _tool_call(body: dict[str, Any], ids: list[int], sw: Switches) -> dict[str, Any] | None:
-    messages = body.get("messages") or []
+    messages = [m for m in body.get("messages") or [] if m.get("role") != "system"]
     tools = body.get("tools") or []
     if not sw.answer_tools or not tools or not messages or messages[-1].get("role") != "user":
         return None
