@@ -48,7 +48,8 @@ def test_the_sdk_example_prints_the_seed_and_the_reply(
 def test_the_anthropic_example_prints_the_seed_and_the_reply(
     proxy: str, fake: Fake, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = first_block(r"```python\n(import anthropic\n.*?)```").replace("http://127.0.0.1:8000", proxy)
+    code = first_block(r"```python\n(import anthropic\n.*?)```")
+    code = code.replace("http://127.0.0.1:8000", proxy)
     namespace: dict[str, Any] = {}
     exec(compile(code, "README.md", "exec"), namespace)  # noqa: S102 - our own README
     seed, _, text = capsys.readouterr().out.strip().partition(" ")

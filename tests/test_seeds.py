@@ -51,11 +51,13 @@ def test_content_key_is_the_sha256_of_canonical_json_without_the_seed() -> None:
     key = content_key("/v1/chat/completions", body)
     assert key == hashlib.sha256(canonical.encode("utf-8")).hexdigest()
     assert key == "4df0782dec2edc62a7a430f325c108c0948a9d8da3ed473de860db21c317d51a"
-    reordered = {"temperature": 0.7, "model": "m", "messages": [{"content": "héllo", "role": "user"}]}
+    reordered = {"temperature": 0.7, "model": "m",
+                 "messages": [{"content": "héllo", "role": "user"}]}
     assert content_key("/v1/chat/completions", reordered) == key
     assert content_key("/v1/completions", reordered) != key
     assert content_key("/v1/chat/completions", {**reordered, "temperature": 0.8}) != key
-    generate = {"text": "x", "sampling_params": {"sampling_seed": 1, "max_new_tokens": 2}, "rid": "r"}
+    generate = {"text": "x", "rid": "r",
+                "sampling_params": {"sampling_seed": 1, "max_new_tokens": 2}}
     assert content_key("/generate", generate) == content_key(
         "/generate", {"text": "x", "sampling_params": {"max_new_tokens": 2}})
 

@@ -26,7 +26,8 @@ def session(http: httpx.Client, identity: str) -> tuple[str, str]:
 
 def turns(http: httpx.Client, session_id: str) -> list[dict[str, Any]]:
     interactions: list[dict[str, Any]] = http.get(f"/sessions/{session_id}/trajectory").json()[
-        "interactions"]
+        "interactions"
+    ]
     return interactions
 
 
@@ -46,7 +47,9 @@ def test_a_turn_completes_with_the_upstreams_text(
     main = [t for t in recorded if t["request"].get("tools")]
     assert main, recorded
     assert result["result"] == text_of(main[-1]["response"])
-    assert [t["seed"] for t in recorded] == [derive_seed("cc-text", k) for k in range(len(recorded))]
+    assert [t["seed"] for t in recorded] == [
+        derive_seed("cc-text", k) for k in range(len(recorded))
+    ]
     assert all(t["endpoint"] == "/v1/messages" and t["status"] == 200 for t in recorded)
 
 
@@ -54,19 +57,27 @@ def test_a_bash_tool_round_trip_completes(
     claude: Path, fake: Fake, http: httpx.Client, tmp_path: Path
 ) -> None:
     fake.switches.call_tool = "Bash"
-    fake.switches.call_arguments = {"command": "echo seedproxy-$((6*7))",
-                                    "description": "Print a marker"}
+    fake.switches.call_arguments = {
+        "command": "echo seedproxy-$((6*7))",
+        "description": "Print a marker",
+    }
     fake.switches.stop_after = 6
     base, key = session(http, "cc-bash")
-    result = run_claude(claude, base, key, "run the marker command", tmp_path,
-                        "--allowedTools", "Bash")
+    result = run_claude(
+        claude, base, key, "run the marker command", tmp_path, "--allowedTools", "Bash"
+    )
     assert result["is_error"] is False, result
     recorded = [t for t in turns(http, "cc-bash") if t["request"].get("tools")]
     first, second = recorded[0], recorded[-1]
     use = first["response"]["content"][-1]
     assert first["response"]["stop_reason"] == "tool_use" and use["name"] == "Bash"
-    results = [b for m in second["request"]["messages"] if isinstance(m["content"], list)
-               for b in m["content"] if b.get("type") == "tool_result"]
+    results = [
+        b
+        for m in second["request"]["messages"]
+        if isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("type") == "tool_result"
+    ]
     assert results and results[-1]["tool_use_id"] == use["id"]
     assert "seedproxy-42" in str(results[-1]["content"])
     assert result["result"] == text_of(second["response"])

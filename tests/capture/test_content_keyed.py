@@ -22,13 +22,19 @@ VARYING = ("request_index", "latency_ms")
 
 
 def ask(step: int, branch: int, context: str) -> dict[str, Any]:
-    return {"model": "m", "max_tokens": 3,
-            "messages": [{"role": "user", "content": f"step {step} branch {branch} after:{context}"}]}
+    return {
+        "model": "m",
+        "max_tokens": 3,
+        "messages": [{"role": "user", "content": f"step {step} branch {branch} after:{context}"}],
+    }
 
 
 async def agent(
-    proxy: str, http: httpx.Client, index_by: str | None,
-    order: Callable[[int], Sequence[int]], delay: Callable[[], float] | None,
+    proxy: str,
+    http: httpx.Client,
+    index_by: str | None,
+    order: Callable[[int], Sequence[int]],
+    delay: Callable[[], float] | None,
 ) -> tuple[list[list[str]], list[list[int]], dict[str, Any]]:
     """Run the agent in a fresh session of identity "agent"; return its outputs and
     seeds per step (in branch order) and the session's export."""
@@ -67,7 +73,9 @@ async def agent(
 
 def stable(export: dict[str, Any]) -> bytes:
     """The export without the physical session's name and the per-arrival fields."""
-    interactions = [{k: v for k, v in i.items() if k not in VARYING} for i in export["interactions"]]
+    interactions = [
+        {k: v for k, v in i.items() if k not in VARYING} for i in export["interactions"]
+    ]
     return orjson.dumps({"identity": export["identity"], "interactions": interactions})
 
 
@@ -81,11 +89,14 @@ def test_ten_shuffled_runs_give_byte_identical_seeds_outputs_and_exports(
         def shuffled(step: int, rng: random.Random = rng) -> list[int]:
             return rng.sample(range(SIBLINGS), SIBLINGS)
 
-        result = asyncio.run(agent(proxy, http, "content", shuffled,
-                                   lambda rng=rng: rng.random() * 0.005))
+        result = asyncio.run(
+            agent(proxy, http, "content", shuffled, lambda rng=rng: rng.random() * 0.005)
+        )
         runs.append((orjson.dumps(result[0]), orjson.dumps(result[1]), stable(result[2])))
     assert len(set(runs)) == 1
-    outputs, seeds, export = asyncio.run(agent(proxy, http, "content", lambda s: range(SIBLINGS), None))
+    outputs, seeds, export = asyncio.run(
+        agent(proxy, http, "content", lambda s: range(SIBLINGS), None)
+    )
     assert (orjson.dumps(outputs), orjson.dumps(seeds), stable(export)) == runs[0]
     # the seeds are the documented rule's, and the export is in (content key, occurrence) order
     interactions = export["interactions"]
@@ -107,8 +118,10 @@ def test_in_arrival_mode_the_same_agent_depends_on_the_arrival_order(
     assert backward[1][0] == [derive_seed("agent", k) for k in range(SIBLINGS - 1, -1, -1)]
     assert forward[0] != backward[0]
     assert stable(forward[2]) != stable(backward[2])
-    keyed = [asyncio.run(agent(proxy, http, "content", o, None))
-             for o in (lambda s: range(SIBLINGS), lambda s: range(SIBLINGS - 1, -1, -1))]
+    keyed = [
+        asyncio.run(agent(proxy, http, "content", o, None))
+        for o in (lambda s: range(SIBLINGS), lambda s: range(SIBLINGS - 1, -1, -1))
+    ]
     assert keyed[0][:2] == keyed[1][:2] and stable(keyed[0][2]) == stable(keyed[1][2])
 
 
@@ -125,13 +138,26 @@ def test_repeats_retries_and_pins_in_content_mode(
         pinned = c.post("/chat/completions", json=body, headers={"x-request-index": "7"})
         seeded = c.post("/chat/completions", json={**body, "seed": 5})
     seeds = [int(r.headers["x-seedproxy-seed"]) for r in (first, retry, repeat, pinned, seeded)]
-    assert seeds == [content_seeds("c", key, 0, 1)[0], content_seeds("c", key, 0, 1)[0],
-                     content_seeds("c", key, 1, 1)[0], derive_seed("c", 7), 5]
+    assert seeds == [
+        content_seeds("c", key, 0, 1)[0],
+        content_seeds("c", key, 0, 1)[0],
+        content_seeds("c", key, 1, 1)[0],
+        derive_seed("c", 7),
+        5,
+    ]
     assert [r.headers["x-seedproxy-request-index"] for r in (first, retry, repeat, pinned)] == [
-        "0", "0", "1", "7"]
+        "0",
+        "0",
+        "1",
+        "7",
+    ]
     with httpx.Client(base_url=proxy) as admin:
         session = admin.get("/sessions/c").json()
         trajectory = admin.get("/sessions/c/trajectory").json()["interactions"]
     assert session["index_by"] == "content" and session["interactions"] == 4
     assert [i["interaction_id"] for i in trajectory] == [
-        "i7.p0", f"c{key[:16]}.0", f"c{key[:16]}.1", f"c{key[:16]}.2"]
+        "i7.p0",
+        f"c{key[:16]}.0",
+        f"c{key[:16]}.1",
+        f"c{key[:16]}.2",
+    ]

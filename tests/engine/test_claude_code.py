@@ -28,11 +28,21 @@ def test_a_bare_turn_through_seedproxy_to_the_engine(
     proxy = start_proxy([engine.url])
     with httpx.Client(base_url=proxy, timeout=60) as http:
         made = http.post("/sessions", json={"identity": "cc-engine"}).json()["sessions"][0]
-        result = run_claude(claude, made["base_url"].removesuffix("/v1"), made["api_key"],
-                            "Say hello.", tmp_path, "--bare", max_output_tokens=4, check=False)
+        result = run_claude(
+            claude,
+            made["base_url"].removesuffix("/v1"),
+            made["api_key"],
+            "Say hello.",
+            tmp_path,
+            "--bare",
+            max_output_tokens=4,
+            check=False,
+        )
         recorded = http.get("/sessions/cc-engine/trajectory").json()["interactions"]
     assert recorded, result
-    assert [t["seed"] for t in recorded] == [derive_seed("cc-engine", k) for k in range(len(recorded))]
+    assert [t["seed"] for t in recorded] == [
+        derive_seed("cc-engine", k) for k in range(len(recorded))
+    ]
     for turn in recorded:
         assert turn["endpoint"] == "/v1/messages" and turn["status"] == 200
         assert turn["request"]["stream"] is True and turn["request"]["max_tokens"] == 4

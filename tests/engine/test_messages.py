@@ -17,8 +17,13 @@ from seedproxy.engine.testing import tiny_model
 from seedproxy.engine.tokens import prompt_counter
 
 ASK: list[Any] = [{"role": "user", "content": "Write a short poem about the sea."}]
-TOOLS: list[Any] = [{"name": "Bash", "description": "run a command",
-                     "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}}}]
+TOOLS: list[Any] = [
+    {
+        "name": "Bash",
+        "description": "run a command",
+        "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}},
+    }
+]
 
 
 @pytest.fixture
@@ -52,21 +57,44 @@ def test_create_stream_and_a_rerun_give_identical_blocks(admin: httpx.Client) ->
     trajectory = admin.get("/sessions/sea-1/trajectory").json()["interactions"]
     assert [i["seed"] for i in trajectory] == [derive_seed("sea", 0), derive_seed("sea", 1)]
     assert trajectory[0]["completion_token_ids"] and trajectory[1]["completion_token_ids"]
-    assert trajectory[1]["response"]["content"] == streamed.model_dump(mode="json", exclude_none=True)["content"]
+    assert (
+        trajectory[1]["response"]["content"]
+        == streamed.model_dump(mode="json", exclude_none=True)["content"]
+    )
 
 
 def test_async_tool_result_round_trip_and_count_tokens(admin: httpx.Client) -> None:
     async def run() -> tuple[Any, Any]:
-        client = anthropic.AsyncAnthropic(base_url=base_url(admin, "tools"), api_key="x",
-                                          max_retries=0)
-        history: list[Any] = [*ASK,
-                              {"role": "assistant", "content": [
-                                  {"type": "tool_use", "id": "toolu_1", "name": "Bash",
-                                   "input": {"command": "ls"}}]},
-                              {"role": "user", "content": [
-                                  {"type": "tool_result", "tool_use_id": "toolu_1",
-                                   "content": [{"type": "text", "text": "poem.txt"}]}]}]
-        answer = await client.messages.create(model="m", max_tokens=8, tools=TOOLS, messages=history)
+        client = anthropic.AsyncAnthropic(
+            base_url=base_url(admin, "tools"), api_key="x", max_retries=0
+        )
+        history: list[Any] = [
+            *ASK,
+            {
+                "role": "assistant",
+                "content": [
+                    {
+                        "type": "tool_use",
+                        "id": "toolu_1",
+                        "name": "Bash",
+                        "input": {"command": "ls"},
+                    }
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "toolu_1",
+                        "content": [{"type": "text", "text": "poem.txt"}],
+                    }
+                ],
+            },
+        ]
+        answer = await client.messages.create(
+            model="m", max_tokens=8, tools=TOOLS, messages=history
+        )
         counted = await client.messages.count_tokens(model="m", tools=TOOLS, messages=history)
         await client.close()
         return answer, counted

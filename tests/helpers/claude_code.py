@@ -40,7 +40,9 @@ def claude_binary() -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     done = subprocess.run(
         ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(folder), PACKAGE],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     if done.returncode != 0 or not binary.exists():
         pytest.fail(f"npm install {PACKAGE} failed: {done.stderr[-2000:]}")
@@ -48,8 +50,14 @@ def claude_binary() -> Path:
 
 
 def run_claude(
-    binary: Path, base_url: str, api_key: str, prompt: str, scratch: Path, *extra: str,
-    max_output_tokens: int | None = None, check: bool = True,
+    binary: Path,
+    base_url: str,
+    api_key: str,
+    prompt: str,
+    scratch: Path,
+    *extra: str,
+    max_output_tokens: int | None = None,
+    check: bool = True,
 ) -> dict[str, Any]:
     """Run one ``claude -p PROMPT --output-format json`` and return its JSON result;
     ``max_output_tokens`` sets the ``max_tokens`` it asks for (else its own 32000);
@@ -73,10 +81,26 @@ def run_claude(
     if max_output_tokens is not None:
         env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] = str(max_output_tokens)
     done = subprocess.run(
-        [str(binary), "-p", prompt, "--output-format", "json", "--model", "seed-model",
-         "--max-turns", "4", *extra],
-        cwd=work, env=env, capture_output=True, text=True, timeout=300,
+        [
+            str(binary),
+            "-p",
+            prompt,
+            "--output-format",
+            "json",
+            "--model",
+            "seed-model",
+            "--max-turns",
+            "4",
+            *extra,
+        ],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
-    assert done.returncode == 0 or not check, f"claude failed ({done.returncode}): {done.stdout[-3000:]} {done.stderr[-3000:]}"
+    assert done.returncode == 0 or not check, (
+        f"claude failed ({done.returncode}): {done.stdout[-3000:]} {done.stderr[-3000:]}"
+    )
     result: dict[str, Any] = json.loads(done.stdout)
     return result

@@ -118,6 +118,8 @@ async def forward_messages(
     request.state.seedproxy_arrived = arrived
     raw = await read_body(request, fwd.settings.max_body_bytes)
     client = parse_body(Endpoint.MESSAGES, raw)
+    if client.n != 1:
+        raise BadRequest("n: the Messages API answers one message per request", param="n")
     chat = to_chat(client.body)  # before the slot: an untranslatable body uses no index
     headers = request.headers
     plan = await fwd.plan(client, session, pinned_index(headers), is_sdk_retry(headers), arrived)
