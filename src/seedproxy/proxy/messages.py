@@ -50,6 +50,8 @@ ErrorRenderer = Callable[[Request, SeedProxyError], Awaitable[Response]]
 
 CLIENT_CLOSED = 499
 _PREFIXES = ("", "/sessions/{session_id}")
+_BODY = {"requestBody": {"required": True,
+                         "content": {"application/json": {"schema": {"type": "object"}}}}}
 
 
 def messages_router(
@@ -91,9 +93,10 @@ def messages_router(
 
     for prefix in _PREFIXES:
         router.add_api_route(prefix + "/v1/messages", messages, methods=["POST"],
+                             openapi_extra=_BODY,
                              name=f"messages{'_in_session' if prefix else ''}")
         router.add_api_route(prefix + "/v1/messages/count_tokens", count_tokens,
-                             methods=["POST"],
+                             methods=["POST"], openapi_extra=_BODY,
                              name=f"count_tokens{'_in_session' if prefix else ''}")
 
     async def probe() -> Response:
