@@ -4,6 +4,7 @@ anthropic SDK: seeded, translated to chat, recorded, and answered in Anthropic's
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -283,3 +284,24 @@ def test_keys_body_limit_and_auth_in_anthropics_shape(
         )
     assert large.value.status_code == 413
     assert large.value.body["error"]["type"] == "request_too_large"  # type: ignore[index]
+
+
+def test_a_client_that_leaves_mid_stream_is_recorded_as_abandoned(
+    proxy: str, fake: Fake, http: httpx.Client
+) -> None:
+    fake.switches.token_delay_s = 0.02
+    body = {"model": "m", "max_tokens": 200, "stream": True,
+            "messages": [{"role": "user", "content": "a long one"}]}
+    with http.stream("POST", "/sessions/gone/v1/messages", json=body) as r:
+        for line in r.iter_lines():
+            if line.startswith("event: content_block_delta"):
+                break
+    for _ in range(500):  # until the proxy has noticed and recorded (bounded wait)
+        interactions = http.get("/sessions/gone/trajectory").json()["interactions"]
+        if interactions:
+            break
+        time.sleep(0.01)
+    assert interactions[0]["status"] == 499
+    partial = interactions[0]["response"]
+    assert partial["stop_reason"] is None and partial["content"][0]["type"] == "text"
+    assert 0 < len(partial["content"][0]["text"].split()) < 200
