@@ -64,3 +64,18 @@ def test_limit_options_rank_flags_over_env_over_file(
     flagged = load_settings({"session_ttl_s": 31, "max_open_sessions": 34}, str(config))
     assert (flagged.session_ttl_s, flagged.max_open_sessions) == (31, 34)
 
+
+
+def test_index_by_reads_from_flag_env_and_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "seedproxy.toml"
+    config.write_text('index-by = "content"\n')
+    assert load_settings({}, None).index_by == "arrival"
+    assert load_settings({}, str(config)).index_by == "content"
+    monkeypatch.setenv("SEEDPROXY_INDEX_BY", "arrival")
+    assert load_settings({}, str(config)).index_by == "arrival"
+    assert load_settings({"index_by": "content"}, str(config)).index_by == "content"
+    assert main(["serve", "--upstream", "http://127.0.0.1:9", "--index-by", "order"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "index_by" in err[0], err

@@ -293,3 +293,17 @@ async def test_concurrent_occurrences_of_one_key_are_distinct(opener: Opener) ->
     assert sorted(numbers) == list(range(40))
     for handle in {id(h): h for h in handles}.values():
         await handle.close()
+
+
+async def test_the_index_mode_is_kept_with_the_session(opener: Opener) -> None:
+    handle = opener()
+    keyed = rec("k")
+    keyed.index_by = "content"
+    await handle.create(keyed)
+    await handle.create(rec("a"))
+    again = opener()
+    got, plain = await again.get("k"), await again.get("a")
+    assert got is not None and got.index_by == "content"
+    assert plain is not None and plain.index_by == "arrival"
+    for h in {id(handle): handle, id(again): again}.values():
+        await h.close()

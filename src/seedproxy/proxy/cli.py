@@ -87,8 +87,8 @@ def _add_proxy_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--read-timeout", type=float, help="seconds to wait on upstream reads (504)")
     parser.add_argument("--session-ttl", type=float, help="evict sessions idle or ended this long (s)")
     parser.add_argument("--graceful-shutdown", type=float, help="seconds to drain on SIGTERM")
-    parser.add_argument("--index-by", choices=["arrival", "content"],
-                        help="seeds by arrival index (default) or by request content")
+    parser.add_argument("--index-by", help="arrival (default): seeds by arrival index; "
+                        "content: by what each request asks (see README)")
     parser.add_argument("--config", help="a TOML config file")
 
 
