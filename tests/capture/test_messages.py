@@ -290,8 +290,12 @@ def test_a_client_that_leaves_mid_stream_is_recorded_as_abandoned(
     proxy: str, fake: Fake, http: httpx.Client
 ) -> None:
     fake.switches.token_delay_s = 0.02
-    body = {"model": "m", "max_tokens": 200, "stream": True,
-            "messages": [{"role": "user", "content": "a long one"}]}
+    body = {
+        "model": "m",
+        "max_tokens": 200,
+        "stream": True,
+        "messages": [{"role": "user", "content": "a long one"}],
+    }
     with http.stream("POST", "/sessions/gone/v1/messages", json=body) as r:
         for line in r.iter_lines():
             if line.startswith("event: content_block_delta"):
@@ -305,3 +309,20 @@ def test_a_client_that_leaves_mid_stream_is_recorded_as_abandoned(
     partial = interactions[0]["response"]
     assert partial["stop_reason"] is None and partial["content"][0]["type"] == "text"
     assert 0 < len(partial["content"][0]["text"].split()) < 200
+
+
+def test_an_upstream_that_breaks_off_a_stream_gives_an_error_event(
+    proxy: str, fake: Fake, http: httpx.Client
+) -> None:
+    fake.switches.break_stream_after = 2
+    body = {
+        "model": "m",
+        "max_tokens": 6,
+        "stream": True,
+        "messages": [{"role": "user", "content": "x"}],
+    }
+    text = http.post("/sessions/broken/v1/messages", json=body).text
+    assert "event: error" in text and '"type":"api_error"' in text
+    assert "message_stop" not in text
+    record = http.get("/sessions/broken/trajectory").json()["interactions"][0]
+    assert record["status"] == 502
