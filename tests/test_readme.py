@@ -76,3 +76,26 @@ def test_the_sdk_is_installed_by_the_run_command_and_the_license_matches() -> No
     text = (ROOT / "LICENSE").read_text()
     assert text.split()[:4] == ["Apache", "License", "Version", "2.0,"]
     assert "END OF TERMS AND CONDITIONS" in text
+
+
+def test_the_anthropic_example_prints_the_seed_and_the_reply(
+    proxy: str, fake: Fake, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = first_block(r"```python\n(import anthropic\n.*?)```")
+    code = code.replace("http://127.0.0.1:8000", proxy)
+    namespace: dict[str, Any] = {}
+    exec(compile(code, "README.md", "exec"), namespace)  # noqa: S102 - our own README
+    seed, _, text = capsys.readouterr().out.strip().partition(" ")
+    assert seed == str(derive_seed("ep-2", 0)) and text
+    assert fake.received[0]["seed"] == derive_seed("ep-2", 0)
+
+
+def test_the_content_keyed_known_values_are_the_code_s() -> None:
+    from seedproxy.seeds import content_key, content_seeds
+
+    body = {"model": "m", "messages": [{"role": "user", "content": "héllo"}], "temperature": 0.7}
+    key = content_key("/v1/chat/completions", body)
+    words = " ".join(README.split())
+    assert f"the key is `{key}`" in words
+    seeds = [content_seeds("17:3", key, k, 1)[0] for k in (0, 1)]
+    assert f"gets seed {seeds[0]} for occurrence 0 and {seeds[1]} for occurrence 1" in words

@@ -1,7 +1,10 @@
+import hashlib
+
 import pytest
 
 from seedproxy import choice_seeds, client_choice_seeds, derive_seed
 from seedproxy.proxy.cli import main
+from seedproxy.seeds import content_key, content_seeds
 
 
 @pytest.mark.parametrize(
@@ -45,3 +48,31 @@ def test_seed_command_rejects_bad_arguments(argv: list[str], capsys: pytest.Capt
     err = capsys.readouterr().err
     assert err.startswith("seedproxy: error:") and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_content_key_is_the_sha256_of_canonical_json_without_the_seed() -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": "héllo"}],
+            "temperature": 0.7, "seed": 5, "stream": True}
+    canonical = ('{"endpoint":"/v1/chat/completions","request":{"messages":[{"content":"héllo",'
+                 '"role":"user"}],"model":"m","temperature":0.7}}')
+    key = content_key("/v1/chat/completions", body)
+    assert key == hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    assert key == "4df0782dec2edc62a7a430f325c108c0948a9d8da3ed473de860db21c317d51a"
+    reordered = {"temperature": 0.7, "model": "m",
+                 "messages": [{"content": "héllo", "role": "user"}]}
+    assert content_key("/v1/chat/completions", reordered) == key
+    assert content_key("/v1/completions", reordered) != key
+    assert content_key("/v1/chat/completions", {**reordered, "temperature": 0.8}) != key
+    generate = {"text": "x", "rid": "r",
+                "sampling_params": {"sampling_seed": 1, "max_new_tokens": 2}}
+    assert content_key("/generate", generate) == content_key(
+        "/generate", {"text": "x", "sampling_params": {"max_new_tokens": 2}})
+
+
+def test_content_seeds_known_values() -> None:
+    key = "4df0782dec2edc62a7a430f325c108c0948a9d8da3ed473de860db21c317d51a"
+    assert content_seeds("17:3", key, 0, 1) == [350253026]
+    assert content_seeds("17:3", key, 1, 2) == [616840787, 1280893602]
+    by_formula = hashlib.sha256(f"17:3:{key}:0".encode()).digest()
+    assert int.from_bytes(by_formula[:4], "big") & 0x7FFFFFFF == 350253026
+    assert content_seeds("17:3", key, 1, 2)[1] == derive_seed(f"17:3:{key}:1", 1)

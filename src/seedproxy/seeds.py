@@ -1,15 +1,27 @@
-"""Seed derivation: pure functions of (identity, index).
+"""Seed derivation: pure functions of (identity, index), or of (identity, content key,
+occurrence) in the content-keyed mode.
 
 Invariant: ``derive_seed(identity, index)`` depends on nothing but its two arguments.
 No clock, no randomness, no process state. It matches AReaL's rule, so a rollout
 replayed through seedproxy or through AReaL's proxy samples with the same seeds.
+``content_key`` is likewise a pure function of a request body.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+from typing import Any
 
-__all__ = ["MAX_SEED", "choice_seeds", "client_choice_seeds", "derive_seed"]
+__all__ = [
+    "CONTENT_IGNORED",
+    "MAX_SEED",
+    "choice_seeds",
+    "client_choice_seeds",
+    "content_key",
+    "content_seeds",
+    "derive_seed",
+]
 
 MAX_SEED = 0x7FFFFFFF
 
@@ -46,3 +58,28 @@ def client_choice_seeds(seed: int, n: int) -> list[int]:
     if n < 1:
         raise ValueError(f"n must be at least 1, got {n}")
     return [seed] + [derive_seed(str(seed), i) for i in range(1, n)]
+
+
+CONTENT_IGNORED = ("seed", "stream", "stream_options", "user", "metadata", "rid")
+"""Top-level body keys left out of a content key: they change nothing the model is
+asked (``sampling_params.sampling_seed`` of ``/generate`` is left out as well)."""
+
+
+def content_key(endpoint: str, body: dict[str, Any]) -> str:
+    """The content key of a request: the sha256 hex digest of the canonical JSON (sorted
+    keys, no whitespace, UTF-8, non-ASCII unescaped) of ``{"endpoint": endpoint,
+    "request": body without CONTENT_IGNORED}``."""
+    kept = {k: v for k, v in body.items() if k not in CONTENT_IGNORED}
+    params = kept.get("sampling_params")
+    if isinstance(params, dict) and "sampling_seed" in params:
+        kept["sampling_params"] = {k: v for k, v in params.items() if k != "sampling_seed"}
+    canonical = json.dumps({"endpoint": endpoint, "request": kept}, sort_keys=True,
+                           separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def content_seeds(identity: str, key: str, occurrence: int, n: int) -> list[int]:
+    """The seeds of the ``occurrence``-th request (from 0) with content ``key`` in rollout
+    ``identity``: ``choice_seeds(f"{identity}:{key}", occurrence, n)``, so choice 0 gets
+    ``int(sha256(f"{identity}:{key}:{occurrence}")[:4]) & MAX_SEED``."""
+    return choice_seeds(f"{identity}:{key}", occurrence, n)

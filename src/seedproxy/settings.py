@@ -6,7 +6,7 @@ import ipaddress
 import os
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
@@ -69,6 +69,8 @@ class Settings(BaseSettings):
     """Token-in-token-out: a Jinja chat template file overriding the tokenizer's."""
     tool_parser: str | None = None
     reasoning_parser: str | None = None
+    index_by: Literal["arrival", "content"] = "arrival"
+    """How sessions derive seeds by default: by arrival index, or by content key."""
 
     @field_validator("upstream", mode="before")
     @classmethod

@@ -6,8 +6,13 @@
 - ``n`` copies the seed to every choice, so the choices are identical.
 - An unknown ``sampling_params`` key is a 400, as is a non-int ``sampling_seed``.
 - ``temperature == 0`` is greedy: the seed changes nothing.
-- A chat request with ``tools`` whose last message is the user's is answered with
-  one call of the first tool (``finish_reason: tool_calls``), streamed or not.
+- A chat request with ``tools`` whose last message (system messages aside) is the
+  user's, with no tool result since the last assistant turn, is answered with one
+  call of the first tool, or of
+  ``Switches.call_tool`` with ``call_arguments`` (``finish_reason: tool_calls``),
+  streamed or not; ``answer_tools=False`` answers with text instead.
+- ``Switches.reasoning`` adds ``reasoning_content`` (the words of the answer, reversed)
+  before the content, as SGLang's reasoning parser does.
 - Token ids come back per SGLang's flags: chat ``return_prompt_token_ids`` /
   ``return_token_ids`` (non-stream only; 400 with stream), the ``x-sglext-*``
   headers for streamed chat, completions ``return_token_ids``, /generate
@@ -75,6 +80,13 @@ class Switches:
     script: list[list[int]] = field(default_factory=list)
     """Output ids for the next /generate requests (one list per request), as a
     model would sample them; finishing as the fake's own answers do."""
+    answer_tools: bool = True
+    call_tool: str | None = None
+    call_arguments: dict[str, Any] | None = None
+    reasoning: bool = False
+    stop_after: int | None = None
+    """Chat answers end after this many tokens with ``finish_reason: stop`` (a model
+    that finishes its turn), whatever ``max_tokens`` allows."""
 
 
 def tokens_for(prompt_ids: list[int], seed: int | None, temperature: float, count: int,
@@ -137,13 +149,22 @@ def chat_prompt(messages: list[dict[str, Any]]) -> str:
     return "".join(parts) + "<assistant>"
 
 
-def _tool_call(body: dict[str, Any], ids: list[int]) -> dict[str, Any] | None:
-    messages = body.get("messages") or []
+def _tool_call(body: dict[str, Any], ids: list[int], sw: Switches) -> dict[str, Any] | None:
+    messages = [m for m in body.get("messages") or [] if m.get("role") != "system"]
     tools = body.get("tools") or []
-    if not tools or not messages or messages[-1].get("role") != "user":
+    if not sw.answer_tools or not tools or not messages or messages[-1].get("role") != "user":
         return None
-    name = (tools[0].get("function") or {}).get("name", "tool")
-    arguments = orjson.dumps({"query": detok(ids).strip()}).decode()
+    since_assistant = []
+    for m in reversed(messages):
+        if m.get("role") == "assistant":
+            break
+        since_assistant.append(m.get("role"))
+    if "tool" in since_assistant:
+        return None
+    names = [(t.get("function") or {}).get("name", "tool") for t in tools]
+    name = sw.call_tool if sw.call_tool in names else names[0]
+    chosen = sw.call_arguments if sw.call_tool in names else None
+    arguments = orjson.dumps(chosen if chosen is not None else {"query": detok(ids).strip()}).decode()
     return {"id": f"call_{ids[0]}", "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
@@ -273,9 +294,12 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
         stream = body.get("stream") is True
         if chat and stream and (body.get("return_token_ids") or body.get("return_prompt_token_ids")):
             return error("return_token_ids is not supported with streaming")
+        finish = "length"
         if chat:
             prompt = tokenize(chat_prompt(body.get("messages") or []))
             count = body.get("max_completion_tokens") or body.get("max_tokens") or 8
+            if sw.stop_after is not None and count > sw.stop_after:
+                count, finish = sw.stop_after, "stop"
         else:
             raw = body.get("prompt")
             prompt = raw if isinstance(raw, list) and all(isinstance(x, int) for x in raw) else tokenize(str(raw))
@@ -303,11 +327,11 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
                 "text_offset": [0 for _ in tokens],
             }
 
-        call = _tool_call(body, ids) if chat else None
+        call = _tool_call(body, ids, sw) if chat else None
+        reasoning = " ".join(reversed(detok(ids).split())) if chat and sw.reasoning else None
         usage = {"prompt_tokens": len(prompt), "completion_tokens": len(ids) * n,
                  "total_tokens": len(prompt) + len(ids) * n}
         if not stream:
-            finish = "length"
             run = sw.control.start(body.get("rid"))
             try:  # token by token, so that a pause or an abort can reach it
                 for k in range(len(ids)):
@@ -328,6 +352,8 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
                     if call is not None:
                         choice["message"] = {"role": "assistant", "content": None, "tool_calls": [call]}
                         choice["finish_reason"] = "tool_calls"
+                    if reasoning is not None:
+                        choice["message"]["reasoning_content"] = reasoning
                     if body.get("return_prompt_token_ids") or body.get("return_token_ids"):
                         choice["prompt_token_ids"] = prompt
                     if body.get("return_token_ids"):
@@ -349,13 +375,19 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
         async def events():
             sent = 0
             run = sw.control.start(body.get("rid"))
-            finish = "length" if call is None else "tool_calls"
+            finish_now = finish
             produced = list(ids)
+            if reasoning is not None:
+                for k, word in enumerate(reasoning.split()):
+                    delta = {"reasoning_content": word if k == 0 else " " + word}
+                    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
+                    yield b"data: " + orjson.dumps({"id": "cmpl-1", "object": obj + ".chunk", "created": 1,
+                                                     "model": sw.name, "choices": [choice]}) + b"\n\n"
             for i in range(n):
                 for k, token in enumerate(ids):
                     await asyncio.sleep(sw.token_delay_s)
                     if not await sw.control.step(run):
-                        finish, produced = "abort", ids[:k]
+                        finish_now, produced = "abort", ids[:k]
                         break
                     if sw.break_stream_after is not None and sent >= sw.break_stream_after:
                         raise ConnectionResetError("injected stream break")
@@ -380,7 +412,8 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
                     if sent == 1 and sw.stream_barrier is not None:
                         await asyncio.to_thread(sw.stream_barrier.wait, 30)
                     await sw.control.checkpoint(k + 1)
-                end = {"index": i, "logprobs": None, "finish_reason": finish}
+                ended = finish_now if call is None or finish_now == "abort" else "tool_calls"
+                end = {"index": i, "logprobs": None, "finish_reason": ended}
                 end.update({"delta": {}} if chat else {"text": ""})
                 yield b"data: " + orjson.dumps({"id": "cmpl-1", "object": obj, "created": 1,
                                                  "model": sw.name, "choices": [end]}) + b"\n\n"

@@ -95,3 +95,18 @@ def test_export_help_describes_the_default_style(capsys: pytest.CaptureFixture[s
         main(["export", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "individual (default): one trajectory per line with its interactions" in text
+
+
+def test_index_by_reads_from_flag_env_and_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "seedproxy.toml"
+    config.write_text('index-by = "content"\n')
+    assert load_settings({}, None).index_by == "arrival"
+    assert load_settings({}, str(config)).index_by == "content"
+    monkeypatch.setenv("SEEDPROXY_INDEX_BY", "arrival")
+    assert load_settings({}, str(config)).index_by == "arrival"
+    assert load_settings({"index_by": "content"}, str(config)).index_by == "content"
+    assert main(["serve", "--upstream", "http://127.0.0.1:9", "--index-by", "order"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "index_by" in err[0], err

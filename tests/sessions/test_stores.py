@@ -388,3 +388,45 @@ async def test_redis_reward_and_export_marks_are_one_script_each(redis_url: str)
     finally:
         await probe.aclose()
         await store.close()
+
+
+async def test_occurrences_count_per_key_and_come_back_for_the_same_interaction(
+    store: SessionStore,
+) -> None:
+    await store.create(rec("s"))
+    assert [await store.occurrence("s", "k1", f"i{n}") for n in range(3)] == [0, 1, 2]
+    assert await store.occurrence("s", "k2", "i3") == 0
+    assert await store.occurrence("s", "k1", "i1") == 1  # a retry gets its number back
+    assert await store.occurrence("s", "k1", "i4") == 3
+    await store.create(rec("t"))
+    assert await store.occurrence("t", "k1", "i0") == 0  # per session
+    with pytest.raises(SessionNotFound):
+        await store.occurrence("nope", "k1", "i0")
+    assert await store.delete("s")
+    await store.create(rec("s"))
+    assert await store.occurrence("s", "k1", "i0") == 0  # forgotten with the session
+
+
+async def test_concurrent_occurrences_of_one_key_are_distinct(opener: Opener) -> None:
+    handles = [opener() for _ in range(4)]
+    await handles[0].create(rec("s"))
+    numbers = await asyncio.gather(*(
+        handles[n % 4].occurrence("s", "k", f"i{n}") for n in range(40)
+    ))
+    assert sorted(numbers) == list(range(40))
+    for handle in {id(h): h for h in handles}.values():
+        await handle.close()
+
+
+async def test_the_index_mode_is_kept_with_the_session(opener: Opener) -> None:
+    handle = opener()
+    keyed = rec("k")
+    keyed.index_by = "content"
+    await handle.create(keyed)
+    await handle.create(rec("a"))
+    again = opener()
+    got, plain = await again.get("k"), await again.get("a")
+    assert got is not None and got.index_by == "content"
+    assert plain is not None and plain.index_by == "arrival"
+    for h in {id(handle): handle, id(again): again}.values():
+        await h.close()

@@ -3,7 +3,7 @@ is one module here and one entry below."""
 
 from __future__ import annotations
 
-from .base import Backend, Captured, Endpoint, StreamCapture, UpstreamRequest
+from .base import OPENAI_ENDPOINTS, Backend, Captured, Endpoint, StreamCapture, UpstreamRequest
 from .openai import OpenAIBackend
 from .sglang import SGLangBackend
 from .vllm import VLLMBackend
@@ -13,6 +13,7 @@ __all__ = [
     "Backend",
     "Captured",
     "Endpoint",
+    "OPENAI_ENDPOINTS",
     "OpenAIBackend",
     "SGLangBackend",
     "StreamCapture",

@@ -19,6 +19,7 @@ __all__ = [
     "Backend",
     "Captured",
     "Endpoint",
+    "OPENAI_ENDPOINTS",
     "StreamCapture",
     "TrackedBackend",
     "UpstreamRequest",
@@ -30,6 +31,12 @@ class Endpoint(StrEnum):
     COMPLETIONS = "/v1/completions"
     RESPONSES = "/v1/responses"
     GENERATE = "/generate"
+    MESSAGES = "/v1/messages"
+    """Anthropic's Messages API: served as a chat completion (``proxy/messages.py``)."""
+
+
+OPENAI_ENDPOINTS = tuple(e for e in Endpoint if e is not Endpoint.MESSAGES)
+"""The routes answered in OpenAI's shapes (and errors)."""
 
 
 @dataclass(slots=True)

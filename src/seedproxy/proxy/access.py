@@ -2,6 +2,8 @@
 
 With no admin key (loopback only) everything is open. With one, admin routes need
 it, and OpenAI routes need it or a session key, which reaches only its own session.
+A key is read from ``Authorization: Bearer`` or, as Anthropic's clients send it,
+``x-api-key``.
 Keys are compared in constant time and never logged.
 """
 
@@ -14,7 +16,7 @@ from starlette.requests import Request
 from ..errors import AuthError, Forbidden
 from ..sessions import NewSession, SessionManager, SessionRecord
 from ..sessions.ids import check_id, decode_header_id
-from .headers import bearer_token
+from .headers import client_key
 
 __all__ = ["Access", "named_session"]
 
@@ -25,7 +27,7 @@ class Access:
         self.admin_key = admin_key
 
     def is_admin(self, request: Request) -> bool:
-        token = bearer_token(request.headers)
+        token = client_key(request.headers)
         return bool(self.admin_key and token and _same(token, self.admin_key))
 
     def may_export(self, request: Request) -> bool:
@@ -37,7 +39,7 @@ class Access:
         but does not reach admin routes."""
         if self.admin_key is None or self.is_admin(request):
             return
-        token = bearer_token(request.headers)
+        token = client_key(request.headers)
         if token is None:
             raise AuthError("this route needs the admin key as a bearer token")
         owner = await self.sessions.store.find_by_key(token)
@@ -62,7 +64,7 @@ class Access:
         not exist yet comes back as ``NewSession``: nothing is created here. A bad id
         is a 400 before anything else."""
         named = named_session(request, path_session)
-        token = bearer_token(request.headers)
+        token = client_key(request.headers)
         if path_session is None and token is not None:
             owner = await self.sessions.store.find_by_key(token)
             if owner is not None and _same(owner.api_key, token):
@@ -78,7 +80,7 @@ class Access:
         return await self._own_session(request, named)
 
     async def _own_session(self, request: Request, session_id: str) -> SessionRecord:
-        token = bearer_token(request.headers)
+        token = client_key(request.headers)
         if token is None:
             raise AuthError("a session key or the admin key is required")
         owner = await self.sessions.store.find_by_key(token)

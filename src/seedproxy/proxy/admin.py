@@ -48,6 +48,7 @@ def admin_router(
             group_size=body.group_size,
             metadata=body.metadata,
             seed=body.seed,
+            index_by=body.index_by,
         )
         root = str(request.base_url).rstrip("/")
         members = [
@@ -71,6 +72,7 @@ def admin_router(
             "identity": record.identity,
             "group_id": record.group_id,
             "next_index": record.next_index,
+            "index_by": record.index_by,
             "interactions": len(interactions),
             "ended": record.ended,
             "reward": record.reward,

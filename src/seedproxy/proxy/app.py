@@ -38,6 +38,7 @@ from .forward import Forwarder
 from .health import readiness_router, warn_if_no_upstream
 from .hot import HotRoutes, ProxyApp
 from .logs import flush_logs
+from .messages import PromptCounter, messages_router
 from .metrics import Metrics
 from .replay import Verifier
 from .resume import ResumingSender
@@ -59,11 +60,13 @@ def create_app(
     client: httpx.AsyncClient | None = None,
     backend: Backend | None = None,
     tito: TitoMode | None = None,
+    prompt_counter: PromptCounter | None = None,
 ) -> FastAPI:
     """Build the proxy. ``upstreams`` overrides ``settings.upstream`` (the CLI passes
     the embedded engine's URL); injected ``store`` and ``client`` are not closed.
     ``tito`` is token-in-token-out mode already opened (the embedded engine's
-    tokenizer); otherwise ``settings.token_in_token_out`` opens it here."""
+    tokenizer); otherwise ``settings.token_in_token_out`` opens it here.
+    ``prompt_counter`` (a tokenizer, e.g. the engine's) enables count_tokens."""
     urls = upstreams if upstreams is not None else settings.upstream
     if not urls:
         raise ConfigError("no upstream: pass --upstream URL, or run `seedproxy serve` for the engine")
@@ -84,6 +87,7 @@ def create_app(
         store,
         max_open_sessions=settings.max_open_sessions,
         default_seed=settings.seed if settings.deterministic else None,
+        default_index_by=settings.index_by,
     )
     gate = PauseGate(settings.pause_timeout_s)
     pool = UpstreamPool(urls, client, max_failover=settings.max_failover, gate=gate)
@@ -130,6 +134,7 @@ def create_app(
     app.state.fleet = fleet
     app.state.metrics = metrics
     app.include_router(openai_router(forwarder, access, pool))
+    app.include_router(messages_router(forwarder, access, on_seedproxy_error, prompt_counter))
     app.include_router(
         admin_router(
             sessions,

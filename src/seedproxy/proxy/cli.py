@@ -126,6 +126,8 @@ def _add_proxy_options(parser: argparse.ArgumentParser) -> None:
                         help="serve through upstreams that fail the determinism preflight")
     parser.add_argument("--capture-routed-experts", action="store_true", default=None,
                         help="record MoE routed experts from /generate (routing replay)")
+    parser.add_argument("--index-by", help="arrival (default): seeds by arrival index; "
+                        "content: by what each request asks (see README)")
     parser.add_argument("--config", help="a TOML config file")
 
 
@@ -204,6 +206,7 @@ def _proxy_flags(args: argparse.Namespace) -> dict[str, Any]:
         "pause_timeout_s": args.pause_timeout,
         "allow_nondeterministic_upstream": args.allow_nondeterministic_upstream,
         "capture_routed_experts": args.capture_routed_experts,
+        "index_by": args.index_by,
     }
 
 

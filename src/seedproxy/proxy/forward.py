@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from array import array
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -27,11 +27,12 @@ from ..backends.answer_shape import MalformedAnswer, check_answer, check_chunk
 from ..backends.pool import UpstreamPool, UpstreamReply
 from ..backends.responses_bridge import to_chat
 from ..errors import BadRequest, SeedProxyError, UpstreamError, UpstreamTimeout
-from ..seeds import choice_seeds, client_choice_seeds
+from ..seeds import choice_seeds, client_choice_seeds, content_seeds
 from ..sessions import Interaction, NewSession, SessionManager, SessionRecord, Slot
 from ..settings import Settings
 from .fanout import exchange_fanout
 from .headers import is_sdk_retry, pinned_index, seedproxy_headers
+from .keying import ContentSeat, content_seat
 from .metrics import Metrics
 from .relay import RelayResponse
 from .request import ClientRequest, parse_body, read_body, request_digest
@@ -64,6 +65,8 @@ class Plan:
     extra_headers: dict[str, str] = field(default_factory=dict)
     chat: dict[str, Any] | None = None
     dispatch_weight_version: str | None = None
+    seat: ContentSeat | None = None
+    """The content key and occurrence, in a content-keyed session."""
     """A Responses request's chat translation, when the upstream serves it as chat."""
     replies: UpstreamReplies = field(default_factory=UpstreamReplies)
     """Every upstream answer opened for this request; see ``stream.py``."""
@@ -71,6 +74,11 @@ class Plan:
     @property
     def capture(self) -> bool:
         return self.session is not None
+
+    @property
+    def interaction_id(self) -> str:
+        assert self.slot is not None
+        return self.seat.interaction_id if self.seat is not None else self.slot.interaction_id
 
     def headers(self) -> dict[str, str]:
         return seedproxy_headers(
@@ -123,15 +131,21 @@ class Forwarder:
         plan = await self.plan(client, session, pinned, is_sdk_retry(request.headers), arrived)
         plan.chat = chat
         request.state.seedproxy_plan = plan
+        if turn is not None:
+            return await self.run(plan, exchange_tito(self, plan, turn))
+        return await self.run(plan, self.exchange(plan))
+
+    async def run(self, plan: Plan, exchange: Awaitable[Response]) -> Response:
+        """Await ``exchange`` (every protocol's upstream exchange for ``plan``): an error is
+        observed, and the plan's upstream replies are closed on every path (answer, error,
+        cancellation, bug) unless a stream response took them."""
         try:
-            if turn is not None:
-                return await exchange_tito(self, plan, turn)
-            return await self.exchange(plan)
+            return await exchange
         except SeedProxyError as exc:
             self.observe(plan, exc.status_code)
             raise
         finally:
-            if not plan.replies.taken:  # on every path: answer, error, cancellation, bug
+            if not plan.replies.taken:
                 await plan.replies.close()
 
     def _bridges_responses(self, endpoint: Endpoint) -> bool:
@@ -167,15 +181,18 @@ class Forwarder:
         slot = await self.sessions.store.allocate(
             session.session_id, digest=digest, retry=retry, pinned=pinned
         )
+        seat = await content_seat(self.sessions.store, session, client, slot, pinned)
         if not deterministic:
             seeds = [client.seed] if client.seed is not None else []
         elif client.seed is not None and client.n > 1:
             seeds = client_choice_seeds(client.seed, client.n)
         elif fixed is not None:
             seeds = [fixed]
+        elif seat is not None:
+            seeds = content_seeds(session.identity, seat.key, seat.occurrence, client.n)
         else:
             seeds = choice_seeds(session.identity, slot.index, client.n)
-        return Plan(client, session, slot, seeds, arrived)
+        return Plan(client, session, slot, seeds, arrived, seat=seat)
 
     async def exchange(self, plan: Plan) -> Response:
         """Call the upstream for ``plan`` and answer the client."""
@@ -350,7 +367,7 @@ class Forwarder:
         if plan.session is None or plan.slot is None:
             return
         interaction = Interaction(
-            interaction_id=plan.slot.interaction_id,
+            interaction_id=plan.interaction_id,
             request_index=plan.slot.index,
             seeds=list(plan.seeds),
             endpoint=plan.client.endpoint.value,
@@ -364,6 +381,8 @@ class Forwarder:
             abandoned=abandoned,
             dispatch_weight_version=plan.dispatch_weight_version,
             tito=captured.lineage,
+            content_key=plan.seat.key if plan.seat is not None else None,
+            occurrence=plan.seat.occurrence if plan.seat is not None else None,
         )
         await self.sessions.store.record(plan.session.session_id, interaction)
         self.metrics.recorded_tokens.inc(interaction.token_count)

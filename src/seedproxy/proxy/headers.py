@@ -7,7 +7,10 @@ from starlette.datastructures import Headers
 from ..errors import BadRequest
 from ..sessions.ids import encode_id
 
-__all__ = ["ascii_count", "bearer_token", "is_sdk_retry", "pinned_index", "seedproxy_headers"]
+__all__ = [
+    "ascii_count", "bearer_token", "client_key", "is_sdk_retry", "pinned_index",
+    "seedproxy_headers",
+]
 
 RETRY_HEADER = "x-stainless-retry-count"
 
@@ -28,6 +31,12 @@ def ascii_count(value: str) -> int | None:
     if not value or len(value) > _MAX_DIGITS or not value.isascii() or not value.isdigit():
         return None
     return int(value)
+
+
+def client_key(headers: Headers) -> str | None:
+    """The key a client presents: ``Authorization: Bearer KEY``, else ``x-api-key: KEY``
+    (how the anthropic SDKs and Claude Code send it)."""
+    return bearer_token(headers) or headers.get("x-api-key", "").strip() or None
 
 
 def pinned_index(headers: Headers) -> int | None:

@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
-from ..backends import Endpoint
+from ..backends import OPENAI_ENDPOINTS, Endpoint
 from ..errors import SeedProxyError, error_body
 from .access import Access
 from .forward import Forwarder
@@ -67,7 +67,7 @@ class HotRoutes:
         self._forwarder = forwarder
         self._access = access
         self._on_error = on_error
-        self._endpoints = {endpoint.value: endpoint for endpoint in Endpoint}
+        self._endpoints = {endpoint.value: endpoint for endpoint in OPENAI_ENDPOINTS}
 
     def match(self, scope: Scope) -> tuple[Endpoint, str | None] | None:
         """The endpoint and path session of a hot request; None for anything else."""

@@ -8,7 +8,7 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from ..backends import Endpoint
+from ..backends import OPENAI_ENDPOINTS, Endpoint
 from ..backends.pool import UpstreamPool
 from ..errors import UpstreamError, error_body
 from .access import Access
@@ -37,7 +37,7 @@ def openai_router(forwarder: Forwarder, access: Access, pool: UpstreamPool) -> A
         return handler
 
     for prefix in _PREFIXES:
-        for endpoint in Endpoint:
+        for endpoint in OPENAI_ENDPOINTS:
             router.add_api_route(
                 prefix + endpoint.value,
                 route(endpoint),

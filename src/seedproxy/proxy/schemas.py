@@ -26,6 +26,7 @@ class CreateSessions(_Body):
     group_size: int = Field(default=1, ge=1, le=4096)
     metadata: dict[str, Any] | None = None
     seed: int | None = Field(default=None, ge=-(2**63), lt=2**63)
+    index_by: Literal["arrival", "content"] | None = None
 
 
 class RewardRequest(_Body):

@@ -49,7 +49,10 @@ def serve(flags: dict[str, Any], config_file: str | None) -> int:
                                   model_name=engine.model_name)
             settings = settings.model_copy(update={
                 "token_in_token_out": True, "tokenizer": settings.tokenizer or engine.model_path})
-        app = create_app(settings, upstreams=upstreams, tito=tito)  # also checks the store URL
+        counter = engine.counter if engine is not None else None
+        app = create_app(  # also checks the store URL
+            settings, upstreams=upstreams, tito=tito, prompt_counter=counter
+        )
         if settings.upstream and settings.backend == "sglang" and settings.deterministic:
             _preflight(settings.upstream, enforce=not settings.allow_nondeterministic_upstream)
         log.info("seedproxy listening on http://%s:%d", settings.host, sock.getsockname()[1])
@@ -126,11 +129,12 @@ def run_engine_only(host: str, port: int, model: str | None) -> int:
 
 
 class _RunningEngine:
-    def __init__(self, handle: Any, model: Any) -> None:
+    def __init__(self, handle: Any, model: Any, counter: Any) -> None:
         self.url: str = handle.url
         self.model_name: str = model.name
         self.model_path: str = model.model_path
         self.tokenizer = model.tokenizer
+        self.counter = counter
         self._handle = handle
 
     def stop(self) -> None:
@@ -143,7 +147,9 @@ def _start_engine(model_path: str | None) -> _RunningEngine:
         model = engine_module.load_model(model_path)
     except engine_module.EngineError as exc:
         raise ConfigError(str(exc)) from None
-    return _RunningEngine(engine_module.start_engine_thread(model), model)
+    from seedproxy.engine.tokens import prompt_counter
+
+    return _RunningEngine(engine_module.start_engine_thread(model), model, prompt_counter(model))
 
 
 def _import_engine() -> Any:

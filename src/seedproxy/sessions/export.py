@@ -84,13 +84,18 @@ async def _select_once(
 async def trajectory(
     store: SessionStore, record: SessionRecord, style: Style = "individual"
 ) -> dict[str, Any]:
-    """The contract's trajectory object, interactions ordered by request index.
+    """The contract's trajectory object, interactions ordered by request index; in a
+    content-keyed session by (content key, occurrence), which arrival cannot change
+    (interactions pinned by ``X-Request-Index`` have no key and come first, by index).
 
     ``individual``: one record per interaction under ``interactions``. ``concat``:
     one token sequence (see ``concat.py``); when it cannot be built the
     per-interaction records come along so nothing is lost.
     """
     interactions = await store.interactions(record.session_id)
+    if record.index_by == "content":
+        interactions.sort(key=lambda i: (i.content_key is not None, i.content_key or "",
+                                         i.occurrence or 0, i.request_index))
     head: dict[str, Any] = {
         "session_id": record.session_id,
         "identity": record.identity,

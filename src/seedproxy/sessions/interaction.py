@@ -134,6 +134,9 @@ class Interaction:
     tito: dict[str, Any] | None = None
     """Token-in-token-out mode's matching keys and lineage (``extends``,
     ``forked_from``); None for a request the proxy did not render itself."""
+    content_key: str | None = None
+    """Content-keyed sessions only: the request's content key and its occurrence."""
+    occurrence: int | None = None
 
     @property
     def token_count(self) -> int:
@@ -181,6 +184,9 @@ class Interaction:
         }
         if self.tito is not None:
             shown["lineage"] = {k: self.tito.get(k) for k in ("extends", "forked_from")}
+        if self.content_key is not None:
+            shown["content_key"] = self.content_key
+            shown["occurrence"] = self.occurrence
         return shown
 
     def to_storage(self) -> dict[str, Any]:
@@ -201,6 +207,8 @@ class Interaction:
             "abandoned": self.abandoned,
             "dispatch_weight_version": self.dispatch_weight_version,
             "tito": self.tito,
+            "content_key": self.content_key,
+            "occurrence": self.occurrence,
         }
 
     @classmethod
@@ -221,4 +229,6 @@ class Interaction:
             abandoned=data.get("abandoned", False),
             dispatch_weight_version=data.get("dispatch_weight_version"),
             tito=data.get("tito"),
+            content_key=data.get("content_key"),
+            occurrence=data.get("occurrence"),
         )

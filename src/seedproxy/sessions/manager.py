@@ -41,12 +41,14 @@ class SessionManager:
         *,
         max_open_sessions: int | None = None,
         default_seed: int | None = None,
+        default_index_by: str = "arrival",
     ) -> None:
         """``default_seed`` is the configured seed for requests without one (deterministic
         mode only); like a group's own ``seed``, it is refused for groups of more than one."""
         self.store = store
         self._max_open = max_open_sessions
         self._default_seed = default_seed
+        self._default_index_by = default_index_by
 
     async def require(self, session_id: str) -> SessionRecord:
         record = await self.store.get(session_id)
@@ -60,7 +62,7 @@ class SessionManager:
         if record is not None:
             return record
         await self._check_capacity()
-        fresh = SessionRecord(session_id, session_id, _new_key())
+        fresh = SessionRecord(session_id, session_id, _new_key(), index_by=self._default_index_by)
         if not await self.store.create(fresh):  # another request created it first
             return await self.require(session_id)
         return fresh
@@ -73,6 +75,7 @@ class SessionManager:
         group_size: int = 1,
         metadata: dict[str, Any] | None = None,
         seed: int | None = None,
+        index_by: str | None = None,
     ) -> SessionGroup:
         """Create ``group_size`` sessions; identities ``{identity}:{i}`` when > 1."""
         if group_size < 1:
@@ -100,17 +103,21 @@ class SessionManager:
         base = identity or session_id or secrets.token_hex(6)
         identities = [base] if group_size == 1 else [f"{base}:{i}" for i in range(group_size)]
         extra = dict(metadata or {})
+        mode = index_by or self._default_index_by
         if session_id is not None:
-            record = SessionRecord(session_id, base, _new_key(), session_id, extra, seed=seed)
+            record = SessionRecord(session_id, base, _new_key(), session_id, extra, seed=seed,
+                                   index_by=mode)
             if not await self.store.create(record):
                 raise BadRequest(f"session {session_id!r} already exists", param="session_id")
             return SessionGroup(session_id, [record])
         # The first member's suffix names the group, so a rerun gets a new group id.
-        first = SessionRecord(identities[0], identities[0], _new_key(), None, extra, seed=seed)
+        first = SessionRecord(identities[0], identities[0], _new_key(), None, extra, seed=seed,
+                              index_by=mode)
         suffix = await self._create_with_suffix(first, lambda n: _suffixed(base, n))
         created = [first]
         for ident in identities[1:]:
-            record = SessionRecord(ident, ident, _new_key(), first.group_id, dict(extra), seed=seed)
+            record = SessionRecord(ident, ident, _new_key(), first.group_id, dict(extra), seed=seed,
+                                   index_by=mode)
             await self._create_with_suffix(record, lambda _n: first.group_id, start=suffix)
             created.append(record)
         return SessionGroup(first.group_id or base, created)

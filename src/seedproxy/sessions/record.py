@@ -31,6 +31,8 @@ class SessionRecord:
     reward: float | None = None
     exported: bool = False
     seed: int | None = None
+    index_by: str = "arrival"
+    """"arrival" (the contract's seed rule) or "content" (seeds keyed by what is asked)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -30,6 +30,8 @@ class Session:
         self._recent: OrderedDict[bytes, Slot] = OrderedDict()
         self._retry_memory = retry_memory
         self._pins: dict[int, int] = {}
+        self._key_counts: dict[str, int] = {}
+        self._occurrences: dict[str, int] = {}  # interaction id -> its key's occurrence
 
     @property
     def session_id(self) -> str:
@@ -83,6 +85,17 @@ class Session:
             if len(self._recent) > self._retry_memory:
                 self._recent.popitem(last=False)
             return slot
+
+    def occurrence(self, key: str, interaction_id: str) -> int:
+        """See ``SessionStore.occurrence``."""
+        with self._lock:
+            known = self._occurrences.get(interaction_id)
+            if known is not None:
+                return known
+            number = self._key_counts.get(key, 0)
+            self._key_counts[key] = number + 1
+            self._occurrences[interaction_id] = number
+            return number
 
     def record(self, interaction: Interaction) -> None:
         with self._lock:

@@ -42,6 +42,11 @@ class SessionStore(Protocol):
         comes back with ``reused=True``; else the counter's next index.
         """
 
+    async def occurrence(self, session_id: str, key: str, interaction_id: str) -> int:
+        """Atomically number the interactions of one content ``key``: 0 for the first,
+        then 1, 2, ...; an ``interaction_id`` numbered before (a retry that reused its
+        slot) gets its number back."""
+
     async def record(self, session_id: str, interaction: Interaction) -> None:
         """Store ``interaction``, replacing one with the same ``interaction_id``.
         Durable stores return only once it is durable."""

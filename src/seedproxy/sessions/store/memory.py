@@ -69,6 +69,9 @@ class MemoryStore:
     ) -> Slot:
         return self._session(session_id).allocate(digest=digest, retry=retry, pinned=pinned)
 
+    async def occurrence(self, session_id: str, key: str, interaction_id: str) -> int:
+        return self._session(session_id).occurrence(key, interaction_id)
+
     async def record(self, session_id: str, interaction: Interaction) -> None:
         self._session(session_id).record(interaction)
 

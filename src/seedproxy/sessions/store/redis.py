@@ -11,6 +11,8 @@ store-wide ``created``/``ended`` counters. Per session, keys are::
     {p}o:{id}   zset (lexical): "%020d|interaction_id" % request_index, the export order
     {p}w:{id}   hash: interaction_id -> its reward (kept apart from the interaction's
                 JSON, which a script could not rewrite losslessly)
+    {p}c:{id}   hash: content-keyed occurrences, ``k:{key}`` -> next number and
+                ``i:{interaction_id}`` -> the number it took
 
 plus ``{p}all`` and ``{p}g:{group}`` (zsets by ``created_seq``), ``{p}open`` (set),
 ``{p}k:{sha256(api_key)}`` -> session id. ``?ended_ttl_s=N`` in the URL lets Redis
@@ -91,6 +93,16 @@ if redis.call('ZCARD', KEYS[3]) > tonumber(ARGV[4]) then
   redis.call('HDEL', KEYS[2], oldest)
 end
 return {0, slot}
+"""
+
+# KEYS: s, c ; ARGV: key, interaction id
+_OCCURRENCE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+local known = redis.call('HGET', KEYS[2], 'i:' .. ARGV[2])
+if known then return tonumber(known) end
+local number = redis.call('HINCRBY', KEYS[2], 'k:' .. ARGV[1], 1) - 1
+redis.call('HSET', KEYS[2], 'i:' .. ARGV[2], number)
+return number
 """
 
 # KEYS: s, all, open, key, created-counter, [group] ; ARGV: id, rec-json, now, has-group
@@ -208,16 +220,16 @@ class RedisStore:
         )
         self._retry_memory = retry_memory
         scripts = [self._redis.register_script(_GUARD + body) for body in (
-            _ALLOCATE, _CREATE, _END, _RECORD, _SET_REWARD, _MARK_EXPORTED
+            _ALLOCATE, _CREATE, _END, _RECORD, _SET_REWARD, _MARK_EXPORTED, _OCCURRENCE
         )]
         (self._allocate, self._create, self._end, self._record, self._set_reward,
-         self._mark_exported) = (self._guarded(script) for script in scripts)
+         self._mark_exported, self._occurrence) = (self._guarded(script) for script in scripts)
 
     def _k(self, kind: str, session_id: str) -> str:
         return f"{self._p}{kind}:{session_id}"
 
     def _session_keys(self, session_id: str) -> builtins.list[str]:
-        return [self._k(kind, session_id) for kind in ("s", "i", "r", "rz", "p", "o", "w")]
+        return [self._k(kind, session_id) for kind in ("s", "i", "r", "rz", "p", "o", "w", "c")]
 
     def _key_of(self, api_key: str) -> str:
         return self._p + "k:" + hashlib.sha256(api_key.encode()).hexdigest()
@@ -315,6 +327,13 @@ class RedisStore:
             raise SessionNotFound(f"session {session_id!r} not found")
         index, _, interaction_id = reply[1].decode().partition("|")
         return Slot(int(index), interaction_id, reused=int(reply[0]) == 1)
+
+    async def occurrence(self, session_id: str, key: str, interaction_id: str) -> int:
+        keys = [self._k("s", session_id), self._k("c", session_id)]
+        number = int(await self._call(self._occurrence(keys=keys, args=[key, interaction_id])))
+        if number < 0:
+            raise SessionNotFound(f"session {session_id!r} not found")
+        return number
 
     async def record(self, session_id: str, interaction: Interaction) -> None:
         keys = [self._k(kind, session_id) for kind in ("s", "i", "o", "w")]

@@ -58,6 +58,14 @@ CREATE TABLE IF NOT EXISTS pins (
     used INTEGER NOT NULL,
     PRIMARY KEY (session_id, request_index)
 );
+CREATE TABLE IF NOT EXISTS occurrences (
+    session_id TEXT NOT NULL,
+    interaction_id TEXT NOT NULL,
+    key TEXT NOT NULL,
+    occurrence INTEGER NOT NULL,
+    PRIMARY KEY (session_id, interaction_id)
+);
+CREATE INDEX IF NOT EXISTS occurrences_key ON occurrences (session_id, key);
 CREATE TABLE IF NOT EXISTS interactions (
     session_id TEXT NOT NULL,
     interaction_id TEXT NOT NULL,
@@ -269,6 +277,28 @@ class SqliteStore:
         )
         return slot
 
+    async def occurrence(self, session_id: str, key: str, interaction_id: str) -> int:
+        def work(db: sqlite3.Connection) -> int:
+            self._require(db, session_id)
+            known = db.execute(
+                "SELECT occurrence FROM occurrences WHERE session_id = ? AND interaction_id = ?",
+                (session_id, interaction_id),
+            ).fetchone()
+            if known is not None:
+                return int(known[0])
+            number = int(db.execute(
+                "SELECT count(*) FROM occurrences WHERE session_id = ? AND key = ?",
+                (session_id, key),
+            ).fetchone()[0])
+            db.execute(
+                "INSERT INTO occurrences (session_id, interaction_id, key, occurrence) "
+                "VALUES (?, ?, ?, ?)",
+                (session_id, interaction_id, key, number),
+            )
+            return number
+
+        return await self._run(work)
+
     async def record(self, session_id: str, interaction: Interaction) -> None:
         data = orjson.dumps(interaction.to_storage())
 
@@ -361,7 +391,7 @@ class SqliteStore:
             gone = row is not None
             if gone and not row[0]:
                 self._count_open(db, -1)
-            for table in ("recent", "pins", "interactions"):
+            for table in ("recent", "pins", "occurrences", "interactions"):
                 db.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
             return bool(gone)
 

@@ -1,0 +1,26 @@
+"""Counting a chat request's prompt tokens as the engine would render them, for
+``/v1/messages/count_tokens`` (the proxy is handed ``prompt_counter(model)``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, cast
+
+from .chat import render_messages
+from .model import EngineModel
+from .state import EngineState
+from .worker import Worker
+
+__all__ = ["prompt_counter"]
+
+
+def prompt_counter(model: EngineModel) -> Callable[[dict[str, Any]], int]:
+    """A function of a chat body -> its prompt's token count under ``model``'s chat
+    template; ``RequestError`` (a ``ValueError``) when the template refuses it."""
+    # Rendering reads only the model; no generation worker is involved.
+    state = EngineState(model, cast(Worker, None))
+
+    def count(chat: dict[str, Any]) -> int:
+        return len(render_messages(state, chat.get("messages"), chat.get("tools")))
+
+    return count

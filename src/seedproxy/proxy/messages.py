@@ -1,0 +1,211 @@
+"""Anthropic's ``POST /v1/messages`` (and ``/v1/messages/count_tokens``), also under
+``/sessions/{id}``, served through the upstream's chat route with the derived seed.
+
+The request path is the forwarder's: the body is read and translated first (a 4xx
+consumes no index), then the slot is taken, then the chat translation goes upstream
+through the backend's capture path; the interaction records the Messages request and
+the Message the client received. Every error on these routes, auth included, comes
+in Anthropic's shape ``{"type": "error", "error": {"type", "message"}}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import orjson
+from fastapi import APIRouter, Request
+from starlette.responses import JSONResponse, Response
+
+from ..backends import Captured, Endpoint
+from ..backends.answer_shape import MalformedAnswer, check_answer, check_chunk
+from ..backends.anthropic_bridge import anthropic_error, to_chat, to_message
+from ..backends.anthropic_events import MessageEvents, sse
+from ..backends.pool import UpstreamReply
+from ..errors import BadRequest, SeedProxyError, SessionNotFound, UpstreamError
+from ..sessions import NewSession, SessionRecord
+from .access import Access
+from .headers import is_sdk_retry, pinned_index
+from .relay import RelayResponse
+from .request import parse_body, read_body
+from .sse import DONE, event_json, split_events
+from .stream import StreamRecord
+
+if TYPE_CHECKING:
+    from .forward import Forwarder, Plan
+
+__all__ = ["PromptCounter", "messages_router"]
+
+log = logging.getLogger("seedproxy.request")
+
+PromptCounter = Callable[[dict[str, Any]], int]
+"""Counts a chat body's prompt tokens as the upstream renders them; raises
+``ValueError`` for a prompt it cannot render. Known only with a tokenizer at hand
+(the embedded engine's)."""
+
+ErrorRenderer = Callable[[Request, SeedProxyError], Awaitable[Response]]
+
+_PREFIXES = ("", "/sessions/{session_id}")
+_BODY = {"requestBody": {"required": True,
+                         "content": {"application/json": {"schema": {"type": "object"}}}}}
+
+
+def messages_router(
+    forwarder: Forwarder, access: Access, on_error: ErrorRenderer,
+    counter: PromptCounter | None = None,
+) -> APIRouter:
+    """The Messages routes, and ``HEAD /`` (Claude Code's probe)."""
+    router = APIRouter()
+
+    async def anthropic_shaped(request: Request, exc: SeedProxyError) -> Response:
+        plain = await on_error(request, exc)  # the status and x-seedproxy-* headers
+        return _reshaped(plain, exc.message)
+
+    async def messages(request: Request) -> Response:
+        try:
+            session = await access.session_for(request, request.path_params.get("session_id"))
+            return await forward_messages(forwarder, request, session)
+        except SeedProxyError as exc:
+            return await anthropic_shaped(request, exc)
+
+    async def count_tokens(request: Request) -> Response:
+        try:
+            await access.session_for(request, request.path_params.get("session_id"))
+            raw = await read_body(request, forwarder.settings.max_body_bytes)
+            body = parse_body(Endpoint.MESSAGES, raw).body
+            if counter is None:
+                raise SessionNotFound(
+                    "count_tokens needs a tokenizer, and none is known for this upstream "
+                    "(it is known with the embedded engine)"
+                )
+            chat = to_chat({**body, "max_tokens": 1, "stream": False})
+            try:
+                count = await asyncio.to_thread(counter, chat)
+            except ValueError as exc:
+                raise BadRequest(f"cannot render this prompt: {exc}") from None
+            return JSONResponse({"input_tokens": count})
+        except SeedProxyError as exc:
+            return await anthropic_shaped(request, exc)
+
+    for prefix in _PREFIXES:
+        router.add_api_route(prefix + "/v1/messages", messages, methods=["POST"],
+                             openapi_extra=_BODY,
+                             name=f"messages{'_in_session' if prefix else ''}")
+        router.add_api_route(prefix + "/v1/messages/count_tokens", count_tokens,
+                             methods=["POST"], openapi_extra=_BODY,
+                             name=f"count_tokens{'_in_session' if prefix else ''}")
+
+    async def probe() -> Response:
+        return Response(status_code=200)
+
+    router.add_api_route("/", probe, methods=["HEAD"], include_in_schema=False)
+    return router
+
+
+def _reshaped(plain: Response, message: str) -> Response:
+    dropped = ("content-length", "content-type")
+    headers = {k: v for k, v in plain.headers.items() if k not in dropped}
+    return JSONResponse(anthropic_error(plain.status_code, message), plain.status_code,
+                        headers=headers)
+
+
+async def forward_messages(
+    fwd: Forwarder, request: Request, session: SessionRecord | NewSession | None
+) -> Response:
+    """One Messages request: translate, take the slot, exchange."""
+    arrived = time.perf_counter()
+    request.state.seedproxy_arrived = arrived
+    raw = await read_body(request, fwd.settings.max_body_bytes)
+    client = parse_body(Endpoint.MESSAGES, raw)
+    if client.n != 1:
+        raise BadRequest("n: the Messages API answers one message per request", param="n")
+    chat = to_chat(client.body)  # before the slot: an untranslatable body uses no index
+    headers = request.headers
+    plan = await fwd.plan(client, session, pinned_index(headers), is_sdk_retry(headers), arrived)
+    request.state.seedproxy_plan = plan
+    return await fwd.run(plan, _exchange(fwd, plan, chat))
+
+
+def _seed(plan: Plan) -> int | None:
+    return plan.seeds[0] if plan.seeds else None
+
+
+async def _exchange(fwd: Forwarder, plan: Plan, chat: dict[str, Any]) -> Response:
+    reply = await fwd.call_upstream(plan, Endpoint.CHAT, dict(chat))
+    if reply.response.status_code >= 400:
+        plain = await fwd.upstream_error(plan, reply)
+        error = orjson.loads(plain.body)["error"]
+        return _reshaped(plain, str(error["message"]))
+    headers = plan.headers()
+    headers["x-seedproxy-overhead-ms"] = f"{plan.overhead_ms():.3f}"
+    if plan.client.stream:
+        headers["cache-control"] = "no-cache"
+        tracker = fwd.backend.stream_capture(Endpoint.CHAT, chat) if plan.capture else None
+        writer = MessageEvents(plan.client.body, _seed(plan))
+
+        def snapshot() -> tuple[Any, Captured]:
+            return writer.result(), tracker.result() if tracker is not None else Captured()
+
+        record = StreamRecord(fwd, plan, snapshot)
+        return RelayResponse(_events(fwd, plan, reply, record, tracker, writer), record,
+                             status_code=200, headers=headers, media_type="text/event-stream")
+    try:
+        answer = orjson.loads(reply.response.content)
+    except orjson.JSONDecodeError:
+        answer = None
+    if not isinstance(answer, dict):
+        no_object = UpstreamError(f"upstream {reply.upstream} returned no JSON object")
+        raise await fwd.reject_answer(plan, no_object)
+    try:
+        check_answer(Endpoint.CHAT, answer)
+    except MalformedAnswer as exc:
+        raise await fwd.reject_answer(plan, exc) from None
+    captured = Captured()
+    if plan.capture:
+        answer, captured = fwd.backend.finish(Endpoint.CHAT, chat, answer)
+    result = to_message(plan.client.body, answer, _seed(plan))
+    await fwd.record(plan, 200, result, captured)
+    fwd.observe(plan, 200)
+    return Response(orjson.dumps(result), headers=headers, media_type="application/json")
+
+
+async def _events(
+    fwd: Forwarder, plan: Plan, reply: UpstreamReply, record: StreamRecord, tracker: Any,
+    writer: MessageEvents,
+) -> AsyncIterator[bytes]:
+    """Translate the upstream's chunks as they arrive; record before ``message_stop``."""
+    chunks = fwd.timed(plan, reply.response.aiter_raw())
+    try:
+        async for event in split_events(chunks, fwd.settings.max_upstream_body_bytes):
+            if event.strip() == DONE.strip():
+                break
+            payload = event_json(event)
+            if payload is None:
+                continue
+            check_chunk(Endpoint.CHAT, payload)
+            shown = tracker.feed(payload) if tracker is not None else payload
+            if shown is not None:
+                for out in writer.feed(shown):
+                    yield sse(out)
+        closing = writer.finish()
+        unrecorded = await record.seal()  # recorded before the client sees the end
+        if unrecorded is not None:
+            yield sse(anthropic_error(unrecorded.status_code, unrecorded.message))
+            return
+        for out in closing:
+            yield sse(out)
+    except httpx.HTTPError as exc:
+        record.status = 502
+        log.warning("upstream %s broke off a stream: %s", reply.upstream, type(exc).__name__)
+        yield sse(anthropic_error(502, f"upstream {reply.upstream} broke off the stream"))
+    except MalformedAnswer as exc:
+        record.status = exc.status_code
+        log.warning("upstream %s sent a malformed chunk: %s", reply.upstream, exc.message)
+        yield sse(anthropic_error(exc.status_code, exc.message))
+    except Exception:
+        record.status = 500  # seedproxy's own bug: recorded as such, and raised
+        raise
