@@ -58,6 +58,8 @@ class Switches:
     received: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
     name: str = "fake-sglang"
+    reply: str | None = None
+    """When set, OpenAI routes answer with this text, one token per character."""
 
 
 def tokens_for(prompt_ids: list[int], seed: int | None, temperature: float, count: int) -> list[int]:
@@ -211,6 +213,8 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
         temperature = body.get("temperature", 1.0)
         n = int(body.get("n") or 1)
         ids = tokens_for(prompt, seed, temperature if temperature is not None else 1.0, int(count))
+        if sw.reply is not None:
+            ids = tokenize(sw.reply)[: int(count)]
         want_lp = bool(body.get("logprobs")) if chat else body.get("logprobs") is not None
         obj = "chat.completion" if chat else "text_completion"
 
@@ -315,10 +319,25 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
     async def health(request: Request) -> Response:
         return Response(status_code=200)
 
+    async def detokenize(request: Request) -> Response:
+        """SGLang's ``/detokenize``: ``{"tokens": [ids]}`` -> ``{"text"}``."""
+        try:
+            body = orjson.loads(await request.body())
+        except orjson.JSONDecodeError:
+            return error("invalid JSON")
+        tokens = body.get("tokens") if isinstance(body, dict) else None
+        top = VOCAB_BASE + len(WORDS)
+        if not isinstance(tokens, list) or not all(
+            isinstance(t, int) and 0 <= t < top and not 0xD800 <= t < 0xE000 for t in tokens
+        ):
+            return error("tokens must be a list of token ids")
+        return JSONResponse({"text": detok(tokens)})
+
     return Starlette(routes=[
         Route("/generate", generate, methods=["POST"]),
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
+        Route("/detokenize", detokenize, methods=["POST"]),
     ])

@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 
 from ..errors import SessionNotFound
 from ..sessions import SessionManager
 from ..sessions.export import Style, select_sessions, trajectory
 from .access import Access
+from .listing import MAX_PAGE, session_page
 from .schemas import CreateSessions, ExportRequest, RewardRequest
 
 __all__ = ["admin_router"]
@@ -55,9 +56,25 @@ def admin_router(sessions: SessionManager, access: Access, *, deterministic: boo
             "next_index": record.next_index,
             "interactions": len(interactions),
             "ended": record.ended,
+            "exported": record.exported,
             "reward": record.reward,
             "metadata": record.metadata,
         }
+
+    @router.get("/sessions")
+    async def list_sessions(
+        request: Request,
+        group_id: str | None = Query(default=None, max_length=256),
+        identity: str | None = Query(default=None, max_length=256),
+        offset: int = Query(default=0, ge=0),
+        limit: int = Query(default=100, ge=1, le=MAX_PAGE),
+    ) -> dict[str, Any]:
+        """Sessions in creation order, one page at a time; ``next_offset`` is None on
+        the last page."""
+        access.require_admin(request)
+        return await session_page(
+            store, group_id=group_id, identity=identity, offset=offset, limit=limit
+        )
 
     @router.post("/sessions/{session_id}/reward")
     async def set_reward(session_id: str, body: RewardRequest, request: Request) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from .hot import HotRoutes, ProxyApp
 from .logs import flush_logs
 from .metrics import Metrics
 from .routes import openai_router
+from .ui import TokenDecoder, ui_router
 
 __all__ = ["create_app"]
 
@@ -102,6 +103,7 @@ def create_app(
     app.state.metrics = metrics
     app.include_router(openai_router(forwarder, access, pool))
     app.include_router(admin_router(sessions, access, deterministic=settings.deterministic))
+    app.include_router(ui_router(access, pool, TokenDecoder(client)))
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
