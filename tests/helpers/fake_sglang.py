@@ -223,7 +223,7 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
                 return None
             if chat:
                 return {"content": [
-                    {"token": WORDS[t - VOCAB_BASE], "logprob": logprob_of(t), "bytes": None, "top_logprobs": []}
+                    {"token": detok([t]).strip() or detok([t]), "logprob": logprob_of(t), "bytes": None, "top_logprobs": []}
                     for t in tokens
                 ]}
             return {
