@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import random
 from typing import Any, cast
 
@@ -58,7 +59,7 @@ async def run(
                     f"task{task}", k=group_size, metadata={"task": task}
                 )
                 await group.run(
-                    lambda s, task=task: solve(s, task, jitter),
+                    functools.partial(solve, task=task, jitter=jitter),
                     concurrency=group_size,
                     reward=score,
                     end=True,

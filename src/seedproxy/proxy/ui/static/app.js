@@ -53,7 +53,7 @@ const fmt = (v, digits) => (v === null || v === undefined ? "–" : typeof v ===
 
 function show(...nodes) {
   const main = document.getElementById("main");
-  main.replaceChildren(...nodes);
+  main.replaceChildren(...nodes.flat().filter((n) => n !== null && n !== undefined && n !== false));
 }
 
 function fail(error) {
