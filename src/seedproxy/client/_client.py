@@ -131,7 +131,13 @@ class SeedProxyClient:
         headers = {"authorization": f"Bearer {admin_key}"} if admin_key else {}
         self._own_http = http is None
         self.http = http or httpx.AsyncClient(
-            base_url=url.rstrip("/"), headers=headers, timeout=timeout_s
+            base_url=url.rstrip("/"),
+            headers=headers,
+            timeout=timeout_s,
+            # Admin calls come in bursts with long rollouts between them; a connection
+            # idle longer than the server's keep-alive (uvicorn: 5 s) may be closed
+            # under a reused request, so idle ones are dropped well before that.
+            limits=httpx.Limits(keepalive_expiry=1.0),
         )
 
     async def __aenter__(self) -> SeedProxyClient:
