@@ -32,7 +32,7 @@ def _binaries() -> tuple[str, str]:
     browser = shutil.which("chromium")
     driver = shutil.which("chromedriver")
     if browser is None or driver is None:
-        reason = "needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)"
+        reason = "needs Debian's chromium: apt-get install chromium chromium-driver"
         if os.environ.get("CI") == "true":
             pytest.fail(reason)
         pytest.skip(reason)

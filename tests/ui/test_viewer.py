@@ -158,7 +158,8 @@ def test_the_diff_marks_the_first_divergence_of_two_replays(
     position = next(p for p, (x, y) in enumerate(zip(a[1], b[1], strict=True)) if x != y)
 
     driver.get(f"{proxy}/ui#/session/{first}")
-    picker = wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#diff-with option[value='replay-1']"))
+    option = "#diff-with option[value='replay-1']"
+    picker = wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, option))
     picker[0].click()
     marker = wait(driver, lambda d: d.find_elements(By.ID, "divergence"))[0]
     assert marker.get_attribute("data-turn") == "1"
