@@ -102,18 +102,21 @@ function listView(params) {
     if (group.value) q.set("group", group.value);
     if (identity.value) q.set("identity", identity.value);
     history.replaceState(null, "", "#/" + (q.toString() ? "?" + q : ""));
-    refresh();
+    refresh(++loop);
   };
   group.addEventListener("change", apply);
   identity.addEventListener("change", apply);
 
-  async function refresh() {
+  let loop = 0; // one polling chain at a time: a filter change starts a new one
+  const live = (mine) => token === viewToken && mine === loop;
+
+  async function refresh(mine) {
     const q = new URLSearchParams({ limit: "500" });
     if (group.value) q.set("group_id", group.value);
     if (identity.value) q.set("identity", identity.value);
     let page;
-    try { page = await api("/sessions?" + q); } catch (error) { if (token === viewToken) fail(error); return; }
-    if (token !== viewToken) return;
+    try { page = await api("/sessions?" + q); } catch (error) { if (live(mine)) fail(error); return; }
+    if (!live(mine)) return;
     body.replaceChildren(...page.sessions.map((s) => {
       const box = el("input", { type: "checkbox", className: "pick", checked: chosen.has(s.session_id) });
       box.addEventListener("change", () => {
@@ -132,13 +135,13 @@ function listView(params) {
         el("td", { text: fmt(s.weight_version) }));
     }));
     status.textContent = page.total + " sessions" + (page.next_offset !== null ? " (first " + page.sessions.length + " shown)" : "") + " · live";
-    setTimeout(() => { if (token === viewToken) refresh(); }, POLL_MS);
+    setTimeout(() => { if (live(mine)) refresh(mine); }, POLL_MS);
   }
 
   show(el("h1", { text: "Sessions" }),
     el("div", { className: "filters" }, "Group", group, "Identity", identity, diff, status),
     table);
-  refresh();
+  refresh(loop);
 }
 
 // ---- tokens --------------------------------------------------------------
