@@ -142,6 +142,12 @@ def test_a_session_page_shows_one_token_span_per_recorded_completion_id(
         first = spans[0].get_attribute("title")
         assert f"id {ids[0]}" in first and f"logprob {interaction['logprobs'][0]:.4f}" in first
         assert card.find_element(By.CSS_SELECTOR, ".seed").text == str(interaction["seed"])
+    # Chat turns on the fake re-tokenise the assistant's words: the concat view marks
+    # the drift where the export reports it.
+    concat = httpx.get(f"{proxy}/sessions/{session}/trajectory?style=concat").json()
+    drift = concat["concat_error"]
+    shown = driver.find_element(By.ID, "drift").text
+    assert f"drift at turn {drift['turn']} " in shown and f"position {drift['position']}" in shown
     screenshot(driver, "ui-session.png", tmp_path)
 
 
