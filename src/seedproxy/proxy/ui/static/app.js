@@ -6,6 +6,7 @@
 
 const KEY_STORE = "seedproxy.key";
 const POLL_MS = 2000;
+const DECODE_BATCH = 8192; // the route's bound on ids per call
 let viewToken = 0; // bumped on every navigation; stale async work checks it and stops
 
 class AuthNeeded extends Error {}
@@ -183,12 +184,18 @@ async function decodeAll(interactions, extra) {
     (extra || []).forEach((t) => set.add(t));
   }
   const texts = {};
-  for (const [upstream, ids] of byUpstream) {
-    try {
-      const answer = await api("/ui/api/detokenize", { method: "POST", body: JSON.stringify({ ids: [...ids].slice(0, 8192), upstream: upstream || null }) });
-      if (answer.tokens) Object.assign(texts, answer.tokens);
-    } catch (error) {
-      if (!(error instanceof AuthNeeded)) console.warn("detokenize:", error.message);
+  for (const [upstream, set] of byUpstream) {
+    const ids = [...set];
+    for (let start = 0; start < ids.length; start += DECODE_BATCH) {
+      const batch = ids.slice(start, start + DECODE_BATCH);
+      try {
+        const answer = await api("/ui/api/detokenize", { method: "POST", body: JSON.stringify({ ids: batch, upstream: upstream || null }) });
+        if (!answer.tokens) break; // this upstream cannot decode: ids are shown
+        Object.assign(texts, answer.tokens);
+      } catch (error) {
+        if (!(error instanceof AuthNeeded)) console.warn("detokenize:", error.message);
+        break;
+      }
     }
   }
   return Object.keys(texts).length ? texts : null;
