@@ -1,4 +1,4 @@
-"""A GRPO-style rollout loop against seedproxy, with the openai SDK and plain HTTP.
+"""A GRPO-style rollout loop against seedproxy, on ``seedproxy.client``.
 
 For each task it opens a group of sessions (one per sample), runs a multi-turn chat
 in every session concurrently, scores the final answer, attaches the reward, ends
@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import random
-from typing import Any
+from typing import Any, cast
 
-import httpx
-import openai
-import orjson
+from seedproxy.client import Sample, SeedProxyClient, Style, write_jsonl
 
 TURNS = ("Solve task {task}. Think step by step.", "Check your work.", "Give the final answer.")
 
@@ -32,16 +31,11 @@ def score(text: str) -> float:
     return round(sum("a" in w for w in words) / len(words), 6) if words else 0.0
 
 
-async def rollout(
-    admin: httpx.AsyncClient, session: dict[str, Any], task: int, jitter: random.Random
-) -> None:
-    """One sample: a multi-turn chat through the session's own base_url."""
-    client = openai.AsyncOpenAI(
-        base_url=session["base_url"], api_key=session["api_key"], max_retries=2
-    )
+async def solve(sample: Sample, task: int, jitter: random.Random) -> str:
+    """One sample: a multi-turn chat through the session's own client."""
     messages: list[Any] = [{"role": "system", "content": "You are a careful solver."}]
     reply = ""
-    async with client:
+    async with sample.async_openai(max_retries=2) as client:
         for prompt in TURNS:
             messages.append({"role": "user", "content": prompt.format(task=task)})
             answer = await client.chat.completions.create(
@@ -50,44 +44,28 @@ async def rollout(
             reply = answer.choices[0].message.content or ""
             messages.append({"role": "assistant", "content": reply})
     await asyncio.sleep(jitter.random() * 0.05)  # finish in an arbitrary order
-    sid = session["session_id"]
-    (await admin.post(f"/sessions/{sid}/reward", json={"reward": score(reply)})).raise_for_status()
-    (await admin.post(f"/sessions/{sid}/end")).raise_for_status()
+    return reply
 
 
 async def run(
     url: str, tasks: int, group_size: int, out: str, style: str, admin_key: str | None
 ) -> int:
-    headers = {"authorization": f"Bearer {admin_key}"} if admin_key else {}
     jitter = random.Random()  # deliberately unseeded: timing must not matter
     written = 0
-    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=120) as admin:
+    async with SeedProxyClient(url, admin_key=admin_key) as proxy:
         with open(out, "wb") as handle:
             for task in range(tasks):
-                made = await admin.post(
-                    "/sessions",
-                    json={
-                        "identity": f"task{task}",
-                        "group_size": group_size,
-                        "metadata": {"task": task},
-                    },
+                group = await proxy.create_group(
+                    f"task{task}", k=group_size, metadata={"task": task}
                 )
-                made.raise_for_status()
-                group = made.json()
-                await asyncio.gather(*(rollout(admin, s, task, jitter) for s in group["sessions"]))
-                exported = await admin.post(
-                    "/trajectories/export",
-                    json={
-                        "group_id": group["group_id"],
-                        "count": group_size,
-                        "timeout_s": 60,
-                        "style": style,
-                    },
+                await group.run(
+                    functools.partial(solve, task=task, jitter=jitter),
+                    concurrency=group_size,
+                    reward=score,
+                    end=True,
                 )
-                exported.raise_for_status()
-                for trajectory in exported.json()["trajectories"]:
-                    handle.write(orjson.dumps(trajectory, option=orjson.OPT_SORT_KEYS) + b"\n")
-                    written += 1
+                trajectories = await group.export(style=cast(Style, style))
+                written += write_jsonl(trajectories, handle)
     return written
 
 

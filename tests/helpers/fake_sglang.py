@@ -87,6 +87,8 @@ class Switches:
     stop_after: int | None = None
     """Chat answers end after this many tokens with ``finish_reason: stop`` (a model
     that finishes its turn), whatever ``max_tokens`` allows."""
+    reply: str | None = None
+    """When set, OpenAI routes answer with this text, one token per character."""
 
 
 def tokens_for(prompt_ids: list[int], seed: int | None, temperature: float, count: int,
@@ -309,6 +311,8 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
         ids = tokens_for(prompt, seed, temperature if temperature is not None else 1.0, int(count))
         if sw.flip_at is not None and sw.flip_at < len(ids):
             ids[sw.flip_at] = flipped(ids[sw.flip_at])
+        if sw.reply is not None:
+            ids = tokenize(sw.reply)[: int(count)]
         want_lp = bool(body.get("logprobs")) if chat else body.get("logprobs") is not None
         obj = "chat.completion" if chat else "text_completion"
 
@@ -317,7 +321,7 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
                 return None
             if chat:
                 return {"content": [
-                    {"token": WORDS[t - VOCAB_BASE], "logprob": logprob_of(t), "bytes": None, "top_logprobs": []}
+                    {"token": detok([t]).strip() or detok([t]), "logprob": logprob_of(t), "bytes": None, "top_logprobs": []}
                     for t in tokens
                 ]}
             return {
@@ -449,6 +453,20 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
     async def health(request: Request) -> Response:
         return Response(status_code=200)
 
+    async def detokenize(request: Request) -> Response:
+        """SGLang's ``/detokenize``: ``{"tokens": [ids]}`` -> ``{"text"}``."""
+        try:
+            body = orjson.loads(await request.body())
+        except orjson.JSONDecodeError:
+            return error("invalid JSON")
+        tokens = body.get("tokens") if isinstance(body, dict) else None
+        top = VOCAB_BASE + len(WORDS)
+        if not isinstance(tokens, list) or not all(
+            isinstance(t, int) and 0 <= t < top and not 0xD800 <= t < 0xE000 for t in tokens
+        ):
+            return error("tokens must be a list of token ids")
+        return JSONResponse({"text": detok(tokens)})
+
     return Starlette(routes=[
         *sw.control.routes(),
         Route("/generate", generate, methods=["POST"]),
@@ -456,4 +474,5 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
+        Route("/detokenize", detokenize, methods=["POST"]),
     ])

@@ -112,6 +112,18 @@ def create_engine_app(model: EngineModel) -> FastAPI:
                       "sampling_backend": "pytorch", "context_length": model.context_length,
                       "threads": state.worker.threads, "version": "seedproxy-engine"})
 
+    @app.post("/detokenize")
+    async def detokenize(request: Request) -> Response:
+        """SGLang's ``/detokenize``: ``{"tokens": [ids]}`` -> ``{"text"}``."""
+        async def run() -> Response:
+            tokens = (await _body(request)).get("tokens")
+            vocab = len(model.tokenizer)
+            if not isinstance(tokens, list) or not all(
+                    type(t) is int and 0 <= t < vocab for t in tokens):
+                raise RequestError("tokens must be a list of token ids", param="tokens")
+            return _json({"text": str(model.tokenizer.decode(tokens))})
+        return await _guard(False, run)
+
     @app.post("/generate")
     async def generate(request: Request) -> Response:
         async def run() -> Response:

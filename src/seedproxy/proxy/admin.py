@@ -16,6 +16,7 @@ from ..sessions import SessionManager
 from ..sessions.export import Style, select_sessions, trajectory
 from ..sessions.ids import check_id, encode_id
 from .access import Access
+from .listing import MAX_PAGE, session_page
 from .request import documented, read_model
 from .schemas import CreateSessions, ExportRequest, RewardRequest
 
@@ -75,9 +76,25 @@ def admin_router(
             "index_by": record.index_by,
             "interactions": len(interactions),
             "ended": record.ended,
+            "exported": record.exported,
             "reward": record.reward,
             "metadata": record.metadata,
         }
+
+    @router.get("/sessions")
+    async def list_sessions(
+        request: Request,
+        group_id: str | None = Query(default=None, max_length=256),
+        identity: str | None = Query(default=None, max_length=256),
+        offset: int = Query(default=0, ge=0),
+        limit: int = Query(default=100, ge=1, le=MAX_PAGE),
+    ) -> dict[str, Any]:
+        """Sessions in creation order, one page at a time; ``next_offset`` is None on
+        the last page."""
+        await access.require_admin(request)
+        return await session_page(
+            store, group_id=group_id, identity=identity, offset=offset, limit=limit
+        )
 
     @router.post("/sessions/{session_id}/reward", openapi_extra=documented(RewardRequest))
     async def set_reward(session_id: str, request: Request) -> dict[str, Any]:

@@ -43,6 +43,7 @@ from .metrics import Metrics
 from .replay import Verifier
 from .resume import ResumingSender
 from .routes import openai_router
+from .ui import TokenDecoder, ui_router
 
 if TYPE_CHECKING:
     from ..backends.tito import TitoMode
@@ -147,6 +148,9 @@ def create_app(
     app.include_router(fleet_router(
         fleet, Verifier(store, backend, pool), access, max_body_bytes=settings.max_body_bytes
     ))
+    app.include_router(
+        ui_router(access, pool, TokenDecoder(client), max_body_bytes=settings.max_body_bytes)
+    )
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:

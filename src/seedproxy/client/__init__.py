@@ -1,0 +1,26 @@
+"""``seedproxy.client``: drive seedproxy from an RL loop over HTTP.
+
+    async with SeedProxyClient(url) as proxy:
+        group = await proxy.create_group("task7", k=8)
+        await group.run(agent, concurrency=4, reward=score, end=True)
+        write_jsonl(await group.export(), "rollouts.jsonl")
+"""
+
+from __future__ import annotations
+
+from ._client import Group, Sample, SeedProxyAPIError, SeedProxyClient
+from ._files import write_jsonl, write_parquet
+from ._types import ConcatError, Interaction, Style, Trajectory
+
+__all__ = [
+    "ConcatError",
+    "Group",
+    "Interaction",
+    "Sample",
+    "SeedProxyAPIError",
+    "SeedProxyClient",
+    "Style",
+    "Trajectory",
+    "write_jsonl",
+    "write_parquet",
+]

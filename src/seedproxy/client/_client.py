@@ -1,0 +1,218 @@
+"""An async client for RL loops over seedproxy's admin routes (HTTP only: it never
+imports the proxy, so it works against any seedproxy, local or remote).
+
+A ``Group`` is k samples of one rollout identity; each ``Sample`` hands out OpenAI
+clients already bound to its session, so whatever an agent sends through them is
+seeded and recorded for that sample.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+import httpx
+from openai import AsyncOpenAI, OpenAI
+
+from ._types import Style, Trajectory
+
+__all__ = ["Group", "Sample", "SeedProxyAPIError", "SeedProxyClient"]
+
+T = TypeVar("T")
+
+
+class SeedProxyAPIError(Exception):
+    """The proxy answered an admin call with an error (OpenAI's error shape)."""
+
+    def __init__(self, status_code: int, message: str, type_: str | None = None) -> None:
+        super().__init__(f"{status_code}: {message}")
+        self.status_code = status_code
+        self.message = message
+        self.type = type_
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One physical session of a group; ``base_url`` ends in ``/v1``."""
+
+    session_id: str
+    identity: str
+    api_key: str
+    base_url: str
+
+    def openai(self, **options: Any) -> OpenAI:
+        """A sync OpenAI client bound to this session (``options`` go to ``OpenAI``)."""
+        return OpenAI(base_url=self.base_url, api_key=self.api_key, **options)
+
+    def async_openai(self, **options: Any) -> AsyncOpenAI:
+        """An async OpenAI client bound to this session."""
+        return AsyncOpenAI(base_url=self.base_url, api_key=self.api_key, **options)
+
+
+@dataclass(slots=True)
+class Group:
+    """The samples made by one ``create_group`` call, in identity order ``:0 .. :k-1``."""
+
+    group_id: str
+    samples: list[Sample]
+    proxy: SeedProxyClient = field(repr=False)
+
+    async def run(
+        self,
+        agent: Callable[[Sample], Awaitable[T]],
+        *,
+        concurrency: int = 8,
+        reward: Callable[[T], float] | None = None,
+        end: bool = False,
+    ) -> list[T]:
+        """Run ``agent`` on every sample, at most ``concurrency`` at once; results
+        come back in sample order whatever order they finish in. With ``reward``,
+        each sample's reward is set as soon as its agent returns; with ``end`` its
+        session is then ended. An agent's exception propagates once all are done."""
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        gate = asyncio.Semaphore(concurrency)
+
+        async def one(sample: Sample) -> T:
+            async with gate:
+                result = await agent(sample)
+            if reward is not None:
+                await self.proxy.set_reward(sample.session_id, reward(result))
+            if end:
+                await self.proxy.end(sample.session_id)
+            return result
+
+        outcomes = await asyncio.gather(*(one(s) for s in self.samples), return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return list(outcomes)  # type: ignore[arg-type]  # no exceptions left
+
+    async def set_rewards(self, rewards: Sequence[float]) -> None:
+        """One reward per sample, in sample order (each on its last interaction)."""
+        if len(rewards) != len(self.samples):
+            raise ValueError(f"{len(rewards)} rewards for {len(self.samples)} samples")
+        for sample, value in zip(self.samples, rewards, strict=True):
+            await self.proxy.set_reward(sample.session_id, value)
+
+    async def end(self) -> None:
+        for sample in self.samples:
+            await self.proxy.end(sample.session_id)
+
+    async def export(
+        self, *, style: Style = "individual", timeout_s: float = 60.0
+    ) -> list[Trajectory]:
+        """Wait (up to ``timeout_s``) for every sample to end, then export them in
+        sample order; each is exported once."""
+        return await self.proxy.export(
+            group_id=self.group_id, count=len(self.samples), timeout_s=timeout_s, style=style
+        )
+
+
+class SeedProxyClient:
+    """``async with SeedProxyClient("http://127.0.0.1:8000", admin_key=...) as proxy:``.
+
+    ``http`` (an ``httpx.AsyncClient`` with the proxy as ``base_url``) may be passed
+    in; it is then not closed here.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        admin_key: str | None = None,
+        timeout_s: float = 120.0,
+        http: httpx.AsyncClient | None = None,
+    ) -> None:
+        headers = {"authorization": f"Bearer {admin_key}"} if admin_key else {}
+        self._own_http = http is None
+        self.http = http or httpx.AsyncClient(
+            base_url=url.rstrip("/"),
+            headers=headers,
+            timeout=timeout_s,
+            # Admin calls come in bursts with long rollouts between them; a connection
+            # idle longer than the server's keep-alive (uvicorn: 5 s) may be closed
+            # under a reused request, so idle ones are dropped well before that.
+            limits=httpx.Limits(keepalive_expiry=1.0),
+        )
+
+    async def __aenter__(self) -> SeedProxyClient:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._own_http:
+            await self.http.aclose()
+
+    async def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        response = await self.http.request(method, path, json=body)
+        if response.is_success:
+            return response.json() if response.content else None
+        message, kind = response.text, None
+        try:
+            error = response.json()["error"]
+            message, kind = str(error["message"]), error.get("type")
+        except (ValueError, KeyError, TypeError):
+            pass  # not OpenAI's error shape: keep the raw text
+        raise SeedProxyAPIError(response.status_code, message, kind)
+
+    async def create_group(
+        self, identity: str, k: int = 1, *, metadata: dict[str, Any] | None = None
+    ) -> Group:
+        """k sessions replaying ``identity`` (identities ``{identity}:0..k-1`` when
+        k > 1). Creating the same identity again makes new sessions with the same seeds."""
+        body: dict[str, Any] = {"identity": identity, "group_size": k}
+        if metadata is not None:
+            body["metadata"] = metadata
+        made = await self._call("POST", "/sessions", body)
+        samples = [
+            Sample(s["session_id"], s["identity"], s["api_key"], s["base_url"])
+            for s in made["sessions"]
+        ]
+        return Group(made["group_id"], samples, self)
+
+    async def set_reward(
+        self, session_id: str, reward: float, interaction_id: str | None = None
+    ) -> None:
+        body: dict[str, Any] = {"reward": reward}
+        if interaction_id is not None:
+            body["interaction_id"] = interaction_id
+        await self._call("POST", f"/sessions/{_quote(session_id)}/reward", body)
+
+    async def end(self, session_id: str) -> None:
+        await self._call("POST", f"/sessions/{_quote(session_id)}/end")
+
+    async def trajectory(self, session_id: str, *, style: Style = "individual") -> Trajectory:
+        """One session's trajectory now, without marking it exported."""
+        data = await self._call("GET", f"/sessions/{_quote(session_id)}/trajectory?style={style}")
+        return Trajectory.from_json(data)
+
+    async def export(
+        self,
+        *,
+        group_id: str | None = None,
+        session_ids: list[str] | None = None,
+        count: int | None = None,
+        timeout_s: float = 0.0,
+        style: Style = "individual",
+        remove: bool = False,
+    ) -> list[Trajectory]:
+        """``POST /trajectories/export``: see the README for selection and order."""
+        body: dict[str, Any] = {"timeout_s": timeout_s, "style": style, "remove": remove}
+        for name, value in (("group_id", group_id), ("session_ids", session_ids), ("count", count)):
+            if value is not None:
+                body[name] = value
+        data = await self._call("POST", "/trajectories/export", body)
+        return [Trajectory.from_json(t) for t in data["trajectories"]]
+
+
+def _quote(session_id: str) -> str:
+    return quote(session_id, safe="")

@@ -1,0 +1,107 @@
+"""Typed views of the proxy's trajectory JSON. Each keeps the JSON it was built from
+(``raw``), so writing it back out is lossless and byte-stable."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import orjson
+
+__all__ = ["ConcatError", "Interaction", "Trajectory"]
+
+Style = Literal["individual", "concat"]
+
+
+@dataclass(frozen=True, slots=True)
+class Interaction:
+    """One recorded request. With ``n > 1``, ``seed``, ``completion_token_ids``,
+    ``logprobs`` and ``finish_reason`` hold one entry per choice."""
+
+    interaction_id: str
+    request_index: int
+    seed: int | list[int] | None
+    endpoint: str
+    status: int
+    request: Any
+    response: Any
+    prompt_token_ids: list[int]
+    completion_token_ids: list[int] | list[list[int]]
+    logprobs: list[float] | list[list[float]]
+    finish_reason: str | list[str | None] | None
+    reward: float | None
+    latency_ms: float
+    upstream: str | None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Interaction:
+        return cls(
+            interaction_id=data["interaction_id"],
+            request_index=data["request_index"],
+            seed=data.get("seed"),
+            endpoint=data["endpoint"],
+            status=data.get("status", 200),
+            request=data.get("request"),
+            response=data.get("response"),
+            prompt_token_ids=list(data.get("prompt_token_ids") or []),
+            completion_token_ids=list(data.get("completion_token_ids") or []),
+            logprobs=list(data.get("logprobs") or []),
+            finish_reason=data.get("finish_reason"),
+            reward=data.get("reward"),
+            latency_ms=data.get("latency_ms", 0.0),
+            upstream=data.get("upstream"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ConcatError:
+    """Where a multi-turn trajectory stops being one token sequence (template drift)."""
+
+    turn: int
+    interaction_id: str
+    request_index: int
+    reason: str
+    position: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Trajectory:
+    """An exported session. ``style == "concat"`` fills ``token_ids``, ``loss_mask``
+    and ``logprobs`` (None when ``concat_error`` says why); ``interactions`` is empty
+    for a valid concat record."""
+
+    session_id: str
+    identity: str
+    group_id: str | None
+    reward: float | None
+    metadata: dict[str, Any]
+    style: Style
+    interactions: list[Interaction]
+    token_ids: list[int] | None = None
+    loss_mask: list[int] | None = None
+    logprobs: list[float] | None = None
+    concat_error: ConcatError | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Trajectory:
+        error = data.get("concat_error")
+        return cls(
+            session_id=data["session_id"],
+            identity=data["identity"],
+            group_id=data.get("group_id"),
+            reward=data.get("reward"),
+            metadata=dict(data.get("metadata") or {}),
+            style="concat" if data.get("style") == "concat" else "individual",
+            interactions=[Interaction.from_json(i) for i in data.get("interactions") or []],
+            token_ids=data.get("token_ids"),
+            loss_mask=data.get("loss_mask"),
+            logprobs=data.get("logprobs"),
+            concat_error=ConcatError(**error) if error else None,
+            raw=data,
+        )
+
+    def to_json(self) -> bytes:
+        """The record as the proxy sent it, keys sorted: the same bytes on every rerun
+        of a deterministic rollout (timings aside)."""
+        return orjson.dumps(self.raw, option=orjson.OPT_SORT_KEYS)

@@ -1,0 +1,97 @@
+"""The viewer's routes: the page and its assets (open, they hold no data) and
+``POST /ui/api/detokenize`` (admin). Session data comes from the admin routes
+(``GET /sessions``, ``GET /sessions/{id}``, ``GET /sessions/{id}/trajectory``), which
+the page calls with the key the user typed, as a bearer header.
+
+Every ``/ui`` response carries a strict Content-Security-Policy: scripts, styles and
+fetches from this origin only, no inline script, no framing.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from ...backends.pool import UpstreamPool
+from ...errors import BadRequest
+from ..access import Access
+from ..request import documented, read_model
+from .decode import TokenDecoder
+
+__all__ = ["CSP", "ui_router"]
+
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+    "img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+_SECURITY = {
+    "content-security-policy": CSP,
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "x-frame-options": "DENY",
+    "cache-control": "no-store",
+}
+_ASSETS = {
+    "index.html": "text/html; charset=utf-8",
+    "app.js": "text/javascript; charset=utf-8",
+    "style.css": "text/css; charset=utf-8",
+}
+MAX_DECODE_IDS = 8192
+
+
+class DetokenizeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    ids: list[int] = Field(max_length=MAX_DECODE_IDS)
+    upstream: str | None = Field(default=None, max_length=2048)
+
+
+def _load_assets() -> dict[str, bytes]:
+    static = resources.files(__package__).joinpath("static")
+    return {name: static.joinpath(name).read_bytes() for name in _ASSETS}
+
+
+def ui_router(
+    access: Access, pool: UpstreamPool, decoder: TokenDecoder, *, max_body_bytes: int
+) -> APIRouter:
+    router = APIRouter()
+    assets = _load_assets()
+
+    def asset(name: str) -> Response:
+        return Response(assets[name], media_type=_ASSETS[name], headers=_SECURITY)
+
+    @router.get("/ui", include_in_schema=False)
+    @router.get("/ui/", include_in_schema=False)
+    async def page() -> Response:
+        return asset("index.html")
+
+    @router.get("/ui/app.js", include_in_schema=False)
+    async def script() -> Response:
+        return asset("app.js")
+
+    @router.get("/ui/style.css", include_in_schema=False)
+    async def style() -> Response:
+        return asset("style.css")
+
+    @router.post("/ui/api/detokenize", openapi_extra=documented(DetokenizeRequest))
+    async def detokenize(request: Request) -> JSONResponse:
+        """``{ids, upstream?}`` -> ``{tokens: {id: text} | null}``; ``upstream`` must be
+        one of the proxy's own (the first when absent), never an arbitrary URL. The key
+        is checked before the body is read."""
+        await access.require_admin(request)
+        body = await read_model(request, DetokenizeRequest, max_body_bytes)
+        known = [u.url for u in pool.upstreams]
+        upstream = (body.upstream or known[0]).rstrip("/")
+        if upstream not in known:
+            raise BadRequest("upstream is not one of this proxy's upstreams", param="upstream")
+        texts = await decoder.decode(upstream, body.ids)
+        tokens: dict[str, Any] | None = (
+            None if texts is None else {str(k): v for k, v in texts.items()}
+        )
+        return JSONResponse({"tokens": tokens}, headers=_SECURITY)
+
+    return router

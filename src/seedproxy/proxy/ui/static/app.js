@@ -1,0 +1,373 @@
+// seedproxy's trajectory viewer. Plain DOM, no dependencies.
+// Everything shown comes from the proxy's admin JSON routes. Model output is untrusted:
+// text goes in through textContent / createTextNode only, never innerHTML.
+// The key lives in sessionStorage and travels as a bearer header, never in a URL.
+"use strict";
+
+const KEY_STORE = "seedproxy.key";
+const POLL_MS = 2000;
+const DECODE_BATCH = 8192; // the route's bound on ids per call
+let viewToken = 0; // bumped on every navigation; stale async work checks it and stops
+
+class AuthNeeded extends Error {}
+
+function el(tag, props, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(props || {})) {
+    if (value === null || value === undefined || value === false) continue;
+    if (name === "className") node.className = value;
+    else if (name === "text") node.textContent = String(value);
+    else if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
+    else if (name === "dataset") Object.assign(node.dataset, value);
+    else node.setAttribute(name, String(value));
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+function key() { return sessionStorage.getItem(KEY_STORE) || ""; }
+
+async function api(path, options) {
+  const headers = { accept: "application/json" };
+  if (key()) headers.authorization = "Bearer " + key();
+  const init = Object.assign({ headers, cache: "no-store", credentials: "omit" }, options || {});
+  if (init.body !== undefined) headers["content-type"] = "application/json";
+  const response = await fetch(path, init);
+  if (response.status === 401 || response.status === 403) {
+    let message = "this page needs the admin key";
+    try { message = (await response.json()).error.message; } catch (_) { /* keep default */ }
+    throw new AuthNeeded(message);
+  }
+  if (!response.ok) {
+    let message = "HTTP " + response.status;
+    try { message = (await response.json()).error.message; } catch (_) { /* keep default */ }
+    throw new Error(message);
+  }
+  return response.json();
+}
+
+const enc = encodeURIComponent;
+const fmt = (v, digits) => (v === null || v === undefined ? "–" : typeof v === "number" && digits !== undefined ? v.toFixed(digits) : String(v));
+
+function show(...nodes) {
+  const main = document.getElementById("main");
+  main.replaceChildren(...nodes.flat().filter((n) => n !== null && n !== undefined && n !== false));
+}
+
+function fail(error) {
+  if (error instanceof AuthNeeded) return login(error.message);
+  show(el("p", { className: "error", id: "error", text: error.message }));
+}
+
+// ---- login ---------------------------------------------------------------
+
+function login(message) {
+  viewToken += 1;
+  const input = el("input", { type: "password", id: "key", autocomplete: "off", placeholder: "admin key" });
+  const form = el("form", { className: "login", id: "login" },
+    el("h1", { text: "Key needed" }),
+    el("p", { className: "muted", id: "login-message", text: message }),
+    input,
+    el("button", { type: "submit", id: "login-submit", text: "Open" }));
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    sessionStorage.setItem(KEY_STORE, input.value);
+    route();
+  });
+  show(form);
+  input.focus();
+}
+
+// ---- sessions list -------------------------------------------------------
+
+function listView(params) {
+  const token = viewToken;
+  const group = el("input", { type: "text", id: "filter-group", placeholder: "group id", value: params.get("group") || "" });
+  const identity = el("input", { type: "text", id: "filter-identity", placeholder: "identity", value: params.get("identity") || "" });
+  const diff = el("button", { type: "button", id: "diff-selected", text: "Diff selected", disabled: true });
+  const status = el("span", { className: "muted", id: "list-status" });
+  const body = el("tbody");
+  const table = el("table", { id: "sessions" },
+    el("thead", {}, el("tr", {}, ["", "session", "identity", "group", "interactions", "state", "reward", "upstream", "weight version"].map((h) => el("th", { text: h })))),
+    body);
+  const chosen = new Set();
+  diff.addEventListener("click", () => {
+    const [a, b] = [...chosen];
+    location.hash = "#/diff/" + enc(a) + "/" + enc(b);
+  });
+  const apply = () => {
+    const q = new URLSearchParams();
+    if (group.value) q.set("group", group.value);
+    if (identity.value) q.set("identity", identity.value);
+    history.replaceState(null, "", "#/" + (q.toString() ? "?" + q : ""));
+    refresh(++loop);
+  };
+  group.addEventListener("change", apply);
+  identity.addEventListener("change", apply);
+
+  let loop = 0; // one polling chain at a time: a filter change starts a new one
+  const live = (mine) => token === viewToken && mine === loop;
+
+  async function refresh(mine) {
+    const q = new URLSearchParams({ limit: "500" });
+    if (group.value) q.set("group_id", group.value);
+    if (identity.value) q.set("identity", identity.value);
+    let page;
+    try { page = await api("/sessions?" + q); } catch (error) { if (live(mine)) fail(error); return; }
+    if (!live(mine)) return;
+    body.replaceChildren(...page.sessions.map((s) => {
+      const box = el("input", { type: "checkbox", className: "pick", checked: chosen.has(s.session_id) });
+      box.addEventListener("change", () => {
+        if (box.checked) chosen.add(s.session_id); else chosen.delete(s.session_id);
+        diff.disabled = chosen.size !== 2;
+      });
+      return el("tr", { className: "session-row", dataset: { session: s.session_id } },
+        el("td", {}, box),
+        el("td", {}, el("a", { href: "#/session/" + enc(s.session_id), text: s.session_id })),
+        el("td", {}, el("a", { href: "#/?identity=" + enc(s.identity), text: s.identity })),
+        el("td", {}, s.group_id ? el("a", { href: "#/?group=" + enc(s.group_id), text: s.group_id }) : "–"),
+        el("td", { className: "num", text: s.interactions }),
+        el("td", {}, el("span", { className: "state state-" + s.state, text: s.state })),
+        el("td", { className: "num", text: fmt(s.reward) }),
+        el("td", { text: fmt(s.upstream) }),
+        el("td", { text: fmt(s.weight_version) }));
+    }));
+    status.textContent = page.total + " sessions" + (page.next_offset !== null ? " (first " + page.sessions.length + " shown)" : "") + " · live";
+    setTimeout(() => { if (live(mine)) refresh(mine); }, POLL_MS);
+  }
+
+  show(el("h1", { text: "Sessions" }),
+    el("div", { className: "filters" }, "Group", group, "Identity", identity, diff, status),
+    table);
+  refresh(loop);
+}
+
+// ---- tokens --------------------------------------------------------------
+
+function colourOf(logprob) {
+  const p = Math.exp(logprob);
+  return "hsl(" + Math.round(120 * p) + ", 75%, 84%)";
+}
+
+function tokenSpan(id, logprob, texts, extraClass) {
+  const text = texts && Object.prototype.hasOwnProperty.call(texts, String(id)) ? texts[String(id)] : "⟨" + id + "⟩";
+  const span = el("span", { className: "tok" + (extraClass ? " " + extraClass : ""), text: text === "" ? "∅" : text });
+  span.dataset.id = String(id);
+  if (typeof logprob === "number") {
+    span.dataset.logprob = String(logprob);
+    span.title = "id " + id + " · logprob " + logprob.toFixed(4) + " · p " + Math.exp(logprob).toFixed(3);
+    span.style.backgroundColor = colourOf(logprob);
+  } else {
+    span.title = "id " + id;
+  }
+  return span;
+}
+
+function choices(interaction) {
+  const ids = interaction.completion_token_ids || [];
+  const lps = interaction.logprobs || [];
+  if (ids.length && Array.isArray(ids[0])) return ids.map((c, i) => ({ ids: c, logprobs: lps[i] || [] }));
+  return [{ ids, logprobs: lps }];
+}
+
+async function decodeAll(interactions, extra) {
+  // One detokenize call per upstream; null when the upstream cannot decode.
+  const byUpstream = new Map();
+  for (const it of interactions) {
+    const up = it.upstream || "";
+    if (!byUpstream.has(up)) byUpstream.set(up, new Set());
+    const set = byUpstream.get(up);
+    for (const c of choices(it)) c.ids.forEach((t) => set.add(t));
+    (extra || []).forEach((t) => set.add(t));
+  }
+  const texts = {};
+  for (const [upstream, set] of byUpstream) {
+    const ids = [...set];
+    for (let start = 0; start < ids.length; start += DECODE_BATCH) {
+      const batch = ids.slice(start, start + DECODE_BATCH);
+      try {
+        const answer = await api("/ui/api/detokenize", { method: "POST", body: JSON.stringify({ ids: batch, upstream: upstream || null }) });
+        if (!answer.tokens) break; // this upstream cannot decode: ids are shown
+        Object.assign(texts, answer.tokens);
+      } catch (error) {
+        if (!(error instanceof AuthNeeded)) console.warn("detokenize:", error.message);
+        break;
+      }
+    }
+  }
+  return Object.keys(texts).length ? texts : null;
+}
+
+// ---- one session ---------------------------------------------------------
+
+function messagesOf(request) {
+  if (!request || typeof request !== "object") return [];
+  if (Array.isArray(request.messages)) return request.messages.map((m) => [m.role || "?", m.content, m.tool_calls]);
+  if (request.prompt !== undefined) return [["prompt", request.prompt]];
+  if (request.input !== undefined) return [["input", request.input]];
+  if (request.text !== undefined) return [["text", request.text]];
+  return [];
+}
+
+function renderContent(content) {
+  if (content === null || content === undefined) return "";
+  return typeof content === "string" ? content : JSON.stringify(content, null, 1);
+}
+
+function answerText(interaction) {
+  const r = interaction.response;
+  if (!r || typeof r !== "object") return "";
+  const c = Array.isArray(r.choices) && r.choices[0];
+  if (c && c.message) return renderContent(c.message.content) + (c.message.tool_calls ? "\n" + JSON.stringify(c.message.tool_calls) : "");
+  if (c && typeof c.text === "string") return c.text;
+  if (typeof r.text === "string") return r.text;
+  if (typeof r.output_text === "string") return r.output_text;
+  return JSON.stringify(r);
+}
+
+function interactionCard(it, turn, texts) {
+  const meta = el("div", { className: "meta" },
+    el("span", {}, "turn ", el("b", { text: turn })),
+    el("span", {}, "index ", el("b", { text: it.request_index })),
+    el("span", {}, "seed ", el("b", { className: "seed", text: Array.isArray(it.seed) ? it.seed.join(", ") : fmt(it.seed) })),
+    el("span", {}, "upstream ", el("b", { text: fmt(it.upstream) })),
+    el("span", {}, "latency ", el("b", { text: fmt(it.latency_ms, 1) + " ms" })),
+    el("span", {}, "finish ", el("b", { className: "finish", text: Array.isArray(it.finish_reason) ? it.finish_reason.join(", ") : fmt(it.finish_reason) })),
+    el("span", {}, "status ", el("b", { text: fmt(it.status) })),
+    el("span", {}, "reward ", el("b", { text: fmt(it.reward) })),
+    it.weight_version !== undefined ? el("span", {}, "weight version ", el("b", { text: fmt(it.weight_version) })) : null,
+    el("span", {}, it.endpoint));
+  const msgs = el("div", { className: "messages" }, messagesOf(it.request).map(([role, content, calls]) =>
+    el("div", { className: "msg" }, el("span", { className: "role", text: role }), renderContent(content), calls ? " " + JSON.stringify(calls) : "")));
+  const answer = el("div", { className: "msg answer" }, el("span", { className: "role", text: "→ answer" }), answerText(it));
+  const completions = choices(it).map((c, i) => el("div", { className: "tokens completion", dataset: { choice: i } },
+    c.ids.map((t, p) => tokenSpan(t, c.logprobs[p], texts))));
+  return el("section", { className: "card interaction", dataset: { index: it.request_index } },
+    meta, msgs, answer, el("h2", { text: "completion tokens" }), completions);
+}
+
+function concatCard(concat, texts) {
+  const card = el("section", { className: "card", id: "concat" }, el("h2", { text: "concat view (loss mask)" }));
+  if (concat.concat_error) {
+    const e = concat.concat_error;
+    card.append(el("div", { className: "drift", id: "drift" },
+      "drift at turn " + e.turn + " (request index " + e.request_index + ")" + (e.position !== null ? ", position " + e.position : "") + ": " + e.reason));
+    return card;
+  }
+  const ids = concat.token_ids || [];
+  const mask = concat.loss_mask || [];
+  const lps = concat.logprobs || [];
+  const box = el("div", { className: "tokens" });
+  let turn = 0;
+  ids.forEach((t, p) => {
+    if (mask[p] === 1 && (p === 0 || mask[p - 1] === 0)) box.append(el("span", { className: "turn-mark", text: "turn " + turn++ }));
+    box.append(mask[p] === 1 ? tokenSpan(t, lps[p], texts, "gen") : tokenSpan(t, undefined, texts, "prompt"));
+  });
+  card.append(el("p", { className: "legend", text: ids.length + " tokens; grey: prompt (mask 0); coloured: generated (mask 1), by probability" }), box);
+  return card;
+}
+
+async function sessionView(id) {
+  const token = viewToken;
+  const base = "/sessions/" + enc(id);
+  const [summary, traj, concat] = await Promise.all([
+    api(base), api(base + "/trajectory"), api(base + "/trajectory?style=concat")]);
+  const extra = concat.token_ids || [];
+  const texts = await decodeAll(traj.interactions, extra);
+  if (token !== viewToken) return;
+  const state = summary.exported ? "exported" : summary.ended ? "ended" : "open";
+  const others = el("select", { id: "diff-with" }, el("option", { value: "", text: "diff with…" }));
+  others.addEventListener("change", () => { if (others.value) location.hash = "#/diff/" + enc(id) + "/" + enc(others.value); });
+  api("/sessions?identity=" + enc(summary.identity) + "&limit=500").then((page) => {
+    for (const s of page.sessions) if (s.session_id !== id) others.append(el("option", { value: s.session_id, text: s.session_id }));
+  }).catch(() => { others.disabled = true; });
+  show(
+    el("h1", {}, "Session ", el("span", { id: "session-id", text: id })),
+    el("div", { className: "meta" },
+      el("span", {}, "identity ", el("b", { text: summary.identity })),
+      el("span", {}, "group ", el("b", { text: fmt(summary.group_id) })),
+      el("span", {}, "state ", el("b", { text: state })),
+      el("span", {}, "reward ", el("b", { text: fmt(summary.reward) })),
+      el("span", {}, "interactions ", el("b", { text: summary.interactions })),
+      others),
+    el("p", { className: "legend", text: texts ? "Token colour: probability (red low, green high); hover for id and logprob." : "Token ids shown (the upstream cannot detokenize); hover for logprob." }),
+    traj.interactions.map((it, turn) => interactionCard(it, turn, texts)),
+    concatCard(concat, texts));
+}
+
+// ---- replay diff ---------------------------------------------------------
+
+function firstDivergence(a, b) {
+  const turns = Math.max(a.length, b.length);
+  for (let t = 0; t < turns; t++) {
+    const x = a[t] ? choices(a[t])[0].ids : null;
+    const y = b[t] ? choices(b[t])[0].ids : null;
+    if (!x || !y) return { turn: t, position: 0, a: x ? x[0] : undefined, b: y ? y[0] : undefined };
+    const n = Math.max(x.length, y.length);
+    for (let p = 0; p < n; p++) if (x[p] !== y[p]) return { turn: t, position: p, a: x[p], b: y[p] };
+  }
+  return null;
+}
+
+function diffColumn(title, interactions, other, div, side, texts) {
+  return el("div", { className: "diff-col", dataset: { side } }, el("h2", { text: title }),
+    interactions.map((it, t) => {
+      const mine = choices(it)[0];
+      const theirs = other[t] ? choices(other[t])[0].ids : [];
+      return el("div", { className: "card" },
+        el("div", { className: "meta" }, el("span", {}, "turn ", el("b", { text: t })), el("span", {}, "seed ", el("b", { text: Array.isArray(it.seed) ? it.seed.join(", ") : fmt(it.seed) }))),
+        el("div", { className: "tokens" }, mine.ids.map((tok, p) => {
+          let cls = tok === theirs[p] ? "same" : "differs";
+          if (div && div.turn === t && div.position === p) cls += " diverge";
+          return tokenSpan(tok, mine.logprobs[p], texts, cls);
+        })));
+    }));
+}
+
+async function diffView(a, b) {
+  const token = viewToken;
+  const [ta, tb] = await Promise.all([a, b].map((s) => api("/sessions/" + enc(s) + "/trajectory")));
+  const texts = await decodeAll(ta.interactions.concat(tb.interactions));
+  if (token !== viewToken) return;
+  const div = firstDivergence(ta.interactions, tb.interactions);
+  const label = (t) => (t === undefined ? "(none)" : (texts && texts[String(t)] !== undefined ? JSON.stringify(texts[String(t)]) + " " : "") + "id " + t);
+  const banner = div
+    ? el("div", { className: "divergence", id: "divergence", dataset: { turn: div.turn, position: div.position, a: fmt(div.a), b: fmt(div.b) } },
+      "First divergence: turn " + div.turn + ", position " + div.position + ": " + a + " has " + label(div.a) + ", " + b + " has " + label(div.b))
+    : el("div", { className: "nodiff", id: "divergence", text: "No divergence: every completion token matches." });
+  show(el("h1", { text: "Replay diff" }),
+    el("div", { className: "meta" }, el("span", {}, "identities ", el("b", { text: ta.identity + " / " + tb.identity }))),
+    ta.identity !== tb.identity ? el("p", { className: "error", text: "These sessions replay different identities." }) : null,
+    banner,
+    el("p", { className: "legend", text: "Dimmed: the same token at the same turn and position in both." }),
+    el("div", { className: "cols" },
+      diffColumn(a, ta.interactions, tb.interactions, div, "a", texts),
+      diffColumn(b, tb.interactions, ta.interactions, div, "b", texts)));
+}
+
+// ---- routing -------------------------------------------------------------
+
+function route() {
+  viewToken += 1;
+  document.getElementById("forget-key").hidden = !key();
+  const hash = location.hash.replace(/^#/, "") || "/";
+  const [path, query] = hash.split("?");
+  const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
+  let work;
+  if (parts[0] === "session" && parts.length === 2) work = sessionView(parts[1]);
+  else if (parts[0] === "diff" && parts.length === 3) work = diffView(parts[1], parts[2]);
+  else work = Promise.resolve(listView(new URLSearchParams(query || "")));
+  work.catch(fail);
+}
+
+window.addEventListener("hashchange", route);
+document.addEventListener("DOMContentLoaded", () => {
+  document.getElementById("forget-key").addEventListener("click", () => {
+    sessionStorage.removeItem(KEY_STORE);
+    route();
+  });
+  route();
+});

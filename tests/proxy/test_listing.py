@@ -1,0 +1,88 @@
+"""GET /sessions (the viewer's list) and POST /ui/api/detokenize over real HTTP."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import httpx
+
+from tests.conftest import Fake
+from tests.helpers.fake_compat import create_fake_openai
+from tests.helpers.fake_sglang import detok
+from tests.helpers.servers import ServerThread
+
+ADMIN = "listing-admin"
+AUTH = {"authorization": f"Bearer {ADMIN}"}
+
+
+def chat(proxy: str, session: str, key: str = ADMIN) -> None:
+    answer = httpx.post(
+        f"{proxy}/sessions/{session}/v1/chat/completions",
+        json={"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3},
+        headers={"authorization": f"Bearer {key}"},
+    )
+    assert answer.status_code == 200, answer.text
+
+
+def test_the_list_pages_filters_and_reports_state(
+    fake: Fake, start_proxy: Callable[..., str]
+) -> None:
+    proxy = start_proxy([fake.url], admin_key=ADMIN)
+    group = httpx.post(proxy + "/sessions", json={"identity": "t", "group_size": 3}, headers=AUTH)
+    members = group.json()["sessions"]
+    chat(proxy, "t:0")
+    chat(proxy, "t:0")
+    chat(proxy, "solo")
+    httpx.post(proxy + "/sessions/t:1/end", headers=AUTH).raise_for_status()
+    httpx.post(proxy + "/trajectories/export", json={"session_ids": ["t:2"]}, headers=AUTH)
+
+    page = httpx.get(proxy + "/sessions", params={"limit": 2}, headers=AUTH).json()
+    assert [s["session_id"] for s in page["sessions"]] == ["t:0", "t:1"]
+    assert page["total"] == 4 and page["next_offset"] == 2
+    first = page["sessions"][0]
+    assert first["interactions"] == 2 and first["state"] == "open"
+    assert first["upstream"] == fake.url and first["group_id"] == group.json()["group_id"]
+    rest = httpx.get(proxy + "/sessions", params={"offset": 2}, headers=AUTH).json()
+    assert [(s["session_id"], s["state"]) for s in rest["sessions"]] == [
+        ("t:2", "exported"),
+        ("solo", "open"),
+    ]
+    assert rest["next_offset"] is None
+    assert page["sessions"][1]["state"] == "ended"
+
+    by_group = httpx.get(
+        proxy + "/sessions", params={"group_id": group.json()["group_id"]}, headers=AUTH
+    ).json()
+    assert by_group["total"] == 3
+    by_identity = httpx.get(proxy + "/sessions", params={"identity": "solo"}, headers=AUTH)
+    assert [s["session_id"] for s in by_identity.json()["sessions"]] == ["solo"]
+
+    assert httpx.get(proxy + "/sessions").status_code == 401
+    session_key = {"authorization": f"Bearer {members[0]['api_key']}"}
+    refused = httpx.get(proxy + "/sessions", headers=session_key)
+    assert refused.status_code == 403 and refused.json()["error"]["message"]
+    own = httpx.get(proxy + "/sessions/t:0", headers=session_key)
+    assert own.status_code == 200 and own.json()["exported"] is False
+    assert httpx.get(proxy + "/sessions/t:1", headers=session_key).status_code == 403
+    for bad in ({"limit": 0}, {"limit": 501}, {"offset": -1}):
+        answer = httpx.get(proxy + "/sessions", params=bad, headers=AUTH)
+        assert answer.status_code == 400 and answer.json()["error"]["type"]
+
+
+def test_detokenize_decodes_through_the_upstream_or_says_it_cannot(
+    fake: Fake, start_proxy: Callable[..., str]
+) -> None:
+    proxy = start_proxy([fake.url])
+    chat(proxy, "d")
+    ids = httpx.get(proxy + "/sessions/d/trajectory").json()["interactions"][0][
+        "completion_token_ids"
+    ]
+    answer = httpx.post(proxy + "/ui/api/detokenize", json={"ids": ids + [ord("<")]})
+    assert answer.json()["tokens"] == {str(i): detok([i]) for i in [*ids, ord("<")]}
+    too_many = httpx.post(proxy + "/ui/api/detokenize", json={"ids": [1] * 8193})
+    assert too_many.status_code == 400
+
+    with ServerThread(create_fake_openai()) as plain:  # no /detokenize there
+        other = start_proxy([plain.url], backend="openai")
+        answer = httpx.post(other + "/ui/api/detokenize", json={"ids": [5, 6]})
+        assert answer.status_code == 200 and answer.json() == {"tokens": None}

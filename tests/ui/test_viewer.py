@@ -1,0 +1,244 @@
+"""The /ui viewer in a real headless chromium, against a proxy in front of the fake
+SGLang (which detokenizes like SGLang's /detokenize), with sessions made by the SDK."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from seedproxy.client import Sample, SeedProxyClient
+from tests.helpers.fake_sglang import Switches, create_fake_sglang, detok
+from tests.helpers.servers import ServerThread
+from tests.ui.browser import chromium_driver, screenshot
+
+pytest.importorskip("selenium")
+from selenium.common.exceptions import (  # noqa: E402
+    StaleElementReferenceException,
+    TimeoutException,
+)
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+ADMIN = "admin-secret-key"
+XSS = "<script>window.__pwned = 1</script><img src=x onerror=\"window.__pwned = 2\">"
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    browser = chromium_driver(tmp_path_factory.mktemp("chromium-profile"))
+    yield browser
+    browser.quit()
+
+
+def wait(driver: Any, condition: Callable[[Any], Any]) -> Any:
+    """Wait for ``condition``; on timeout, fail with what the page shows instead."""
+    try:
+        return WebDriverWait(
+            driver, 30, ignored_exceptions=(StaleElementReferenceException,)
+        ).until(condition)
+    except TimeoutException:
+        shown = driver.find_element(By.TAG_NAME, "body").text
+        logs = driver.get_log("browser")
+        raise AssertionError(f"page shows: {shown[:2000]!r}; console: {logs}") from None
+
+
+def rollout(
+    url: str,
+    identity: str,
+    k: int,
+    *,
+    turns: int = 2,
+    max_tokens: int = 8,
+    seeds: dict[int, int] | None = None,
+    admin_key: str | None = None,
+) -> list[Sample]:
+    """Create a group and run a multi-turn chat in each sample with the openai SDK."""
+
+    async def agent(sample: Sample) -> str:
+        messages: list[Any] = []
+        content = ""
+        async with sample.async_openai(max_retries=0) as client:
+            for turn in range(turns):
+                messages.append({"role": "user", "content": f"step {turn}"})
+                extra = {"seed": seeds[turn]} if seeds and turn in seeds else {}
+                answer = await client.chat.completions.create(
+                    model="default", messages=messages, max_tokens=max_tokens, **extra
+                )
+                content = answer.choices[0].message.content or ""
+                messages.append({"role": "assistant", "content": content})
+        return content
+
+    async def go() -> list[Sample]:
+        async with SeedProxyClient(url, admin_key=admin_key) as proxy:
+            group = await proxy.create_group(identity, k=k)
+            await group.run(agent, reward=lambda text: float(len(text.split())), end=True)
+            return group.samples
+
+    return asyncio.run(go())
+
+
+def trajectory(url: str, session_id: str, key: str | None = None) -> dict[str, Any]:
+    headers = {"authorization": f"Bearer {key}"} if key else {}
+    answer = httpx.get(f"{url}/sessions/{session_id}/trajectory", headers=headers, timeout=30)
+    answer.raise_for_status()
+    return answer.json()  # type: ignore[no-any-return]
+
+
+def row_ids(driver: Any) -> list[str]:
+    """The listed session ids, read in one script call (the list re-renders as it polls)."""
+    return driver.execute_script(  # type: ignore[no-any-return]
+        "return [...document.querySelectorAll('#sessions tr.session-row')]"
+        ".map((row) => row.dataset.session)"
+    )
+
+
+@pytest.fixture
+def fake_url() -> Iterator[str]:
+    with ServerThread(create_fake_sglang(Switches())) as server:
+        yield server.url
+
+
+def test_the_list_shows_the_sessions_an_sdk_run_made_and_updates_live(
+    driver: Any, fake_url: str, start_proxy: Callable[..., str], tmp_path: Path
+) -> None:
+    proxy = start_proxy([fake_url])
+    made = [s.session_id for s in rollout(proxy, "task7", 3)]
+    driver.get(proxy + "/ui")
+    wait(driver, lambda d: row_ids(d) == made)
+    states = driver.execute_script(
+        "return [...document.querySelectorAll('#sessions .state')].map((e) => e.textContent)"
+    )
+    assert states == ["ended"] * 3
+    screenshot(driver, "ui-sessions.png", tmp_path)
+
+    later = rollout(proxy, "task8", 1)[0].session_id  # the open page polls: it appears
+    wait(driver, lambda d: row_ids(d) == [*made, later])
+
+    identity = driver.find_element(By.ID, "filter-identity")
+    identity.send_keys("task7:1\n")
+    wait(driver, lambda d: row_ids(d) == ["task7:1"])
+
+
+def test_a_session_page_shows_one_token_span_per_recorded_completion_id(
+    driver: Any, fake_url: str, start_proxy: Callable[..., str], tmp_path: Path
+) -> None:
+    proxy = start_proxy([fake_url])
+    session = rollout(proxy, "task3", 1, turns=3)[0].session_id
+    recorded = trajectory(proxy, session)["interactions"]
+    driver.get(f"{proxy}/ui#/session/{session}")
+    wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, ".completion .tok"))
+    cards = driver.find_elements(By.CSS_SELECTOR, "section.interaction")
+    assert len(cards) == len(recorded) == 3
+    for card, interaction in zip(cards, recorded, strict=True):
+        spans = card.find_elements(By.CSS_SELECTOR, ".completion .tok")
+        ids = interaction["completion_token_ids"]
+        assert [int(s.get_attribute("data-id")) for s in spans] == ids
+        assert [s.text.strip() for s in spans] == [detok([i]).strip() for i in ids]
+        first = spans[0].get_attribute("title")
+        assert f"id {ids[0]}" in first and f"logprob {interaction['logprobs'][0]:.4f}" in first
+        assert card.find_element(By.CSS_SELECTOR, ".seed").text == str(interaction["seed"])
+    # Chat turns on the fake re-tokenise the assistant's words: the concat view marks
+    # the drift where the export reports it.
+    concat = httpx.get(f"{proxy}/sessions/{session}/trajectory?style=concat").json()
+    drift = concat["concat_error"]
+    shown = driver.find_element(By.ID, "drift").text
+    assert f"drift at turn {drift['turn']} " in shown and f"position {drift['position']}" in shown
+    screenshot(driver, "ui-session.png", tmp_path)
+
+
+def test_the_diff_marks_the_first_divergence_of_two_replays(
+    driver: Any, fake_url: str, start_proxy: Callable[..., str], tmp_path: Path
+) -> None:
+    proxy = start_proxy([fake_url])
+    first = rollout(proxy, "replay", 1, turns=3)[0].session_id
+    second = rollout(proxy, "replay", 1, turns=3, seeds={1: 12345})[0].session_id
+    assert (first, second) == ("replay", "replay-1")
+    a = [i["completion_token_ids"] for i in trajectory(proxy, first)["interactions"]]
+    b = [i["completion_token_ids"] for i in trajectory(proxy, second)["interactions"]]
+    assert a[0] == b[0] and a[1] != b[1]  # same seeds replay; the pinned seed diverges
+    position = next(p for p, (x, y) in enumerate(zip(a[1], b[1], strict=True)) if x != y)
+
+    driver.get(f"{proxy}/ui#/session/{first}")
+    option = "#diff-with option[value='replay-1']"
+    picker = wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, option))
+    picker[0].click()
+    marker = wait(driver, lambda d: d.find_elements(By.ID, "divergence"))[0]
+    assert marker.get_attribute("data-turn") == "1"
+    assert marker.get_attribute("data-position") == str(position)
+    assert marker.get_attribute("data-a") == str(a[1][position])
+    assert marker.get_attribute("data-b") == str(b[1][position])
+    marked = driver.find_elements(By.CSS_SELECTOR, ".tok.diverge")
+    assert [int(m.get_attribute("data-id")) for m in marked] == [a[1][position], b[1][position]]
+    dimmed = driver.find_elements(By.CSS_SELECTOR, ".diff-col[data-side='a'] .tok.same")
+    assert len(dimmed) >= len(a[0]) + position
+    screenshot(driver, "ui-diff.png", tmp_path)
+
+
+def test_with_an_admin_key_the_page_shows_nothing_without_it(
+    driver: Any, fake_url: str, start_proxy: Callable[..., str]
+) -> None:
+    proxy = start_proxy([fake_url], admin_key=ADMIN)
+    samples = rollout(proxy, "secret-task", 2, admin_key=ADMIN)
+    assert httpx.get(proxy + "/sessions").status_code == 401
+
+    driver.get(proxy + "/ui")
+    wait(driver, lambda d: d.find_elements(By.ID, "login"))
+    assert not driver.find_elements(By.ID, "sessions")
+    assert "secret-task" not in driver.find_element(By.TAG_NAME, "body").text
+
+    # A session's own key opens that session only, never the list or another session.
+    driver.find_element(By.ID, "key").send_keys(samples[0].api_key + "\n")
+    wait(driver, lambda d: "admin key" in d.find_element(By.ID, "login-message").text)
+    driver.get(f"{proxy}/ui#/session/{samples[1].session_id}")
+    wait(driver, lambda d: "does not reach" in d.find_element(By.ID, "login-message").text)
+    driver.get(f"{proxy}/ui#/session/{samples[0].session_id}")
+    wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, ".completion .tok"))
+
+    driver.find_element(By.ID, "forget-key").click()
+    wait(driver, lambda d: d.find_elements(By.ID, "login"))
+    driver.get(proxy + "/ui#/")
+    wait(driver, lambda d: d.find_elements(By.ID, "key"))[0].send_keys(ADMIN + "\n")
+    wait(driver, lambda d: row_ids(d) == [s.session_id for s in samples])
+    driver.execute_script("sessionStorage.clear()")
+
+
+def test_a_completion_with_markup_shows_as_text(
+    driver: Any, start_proxy: Callable[..., str]
+) -> None:
+    with ServerThread(create_fake_sglang(Switches(reply=XSS))) as fake:
+        proxy = start_proxy([fake.url])
+        sample = rollout(proxy, "markup", 1, turns=1, max_tokens=len(XSS))[0]
+        driver.get(f"{proxy}/ui#/session/{sample.session_id}")
+        wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, ".completion .tok"))
+        answer = driver.find_element(By.CSS_SELECTOR, ".answer").text
+        assert XSS in answer
+        assert not driver.find_elements(By.CSS_SELECTOR, "#main script, #main img")
+        assert driver.execute_script("return window.__pwned === undefined")
+        spans = driver.find_elements(By.CSS_SELECTOR, ".completion .tok")
+        assert "".join(s.get_attribute("textContent") for s in spans) == XSS
+
+
+def test_ui_responses_carry_a_strict_content_security_policy(
+    fake_url: str, start_proxy: Callable[..., str]
+) -> None:
+    proxy = start_proxy([fake_url], admin_key=ADMIN)
+    for path in ("/ui", "/ui/app.js", "/ui/style.css"):
+        answer = httpx.get(proxy + path)
+        assert answer.status_code == 200, path
+        policy = answer.headers["content-security-policy"]
+        assert "default-src 'none'" in policy and "script-src 'self'" in policy
+        assert "unsafe-inline" not in policy and "frame-ancestors 'none'" in policy
+        assert answer.headers["x-content-type-options"] == "nosniff"
+    refused = httpx.post(proxy + "/ui/api/detokenize", json={"ids": [1]})
+    assert refused.status_code == 401 and refused.json()["error"]["message"]
+    elsewhere = httpx.post(
+        proxy + "/ui/api/detokenize",
+        json={"ids": [1], "upstream": "http://169.254.169.254"},
+        headers={"authorization": f"Bearer {ADMIN}"},
+    )
+    assert elsewhere.status_code == 400 and elsewhere.json()["error"]["param"] == "upstream"
