@@ -49,6 +49,13 @@ class GrammarCompiler:
                 self._ll = from_tokenizer(self._hf, n_vocab=self.vocab_size, eos_token=eos)
             return self._ll
 
+    def warm(self) -> threading.Thread:
+        """Build the llguidance tokenizer in a daemon thread, off the event loop."""
+        thread = threading.Thread(target=self._tokenizer, name="seedproxy-grammar-warm",
+                                  daemon=True)
+        thread.start()
+        return thread
+
     def compile(self, field: str, source: str) -> str:
         """Validate ``source`` and return llguidance's serialised grammar for it.
 

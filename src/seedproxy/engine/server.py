@@ -117,6 +117,7 @@ def create_engine_app(model: EngineModel) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state.worker.start()
+        state.processors.grammars.warm()  # the first grammar request need not wait
         try:
             yield
         finally:
