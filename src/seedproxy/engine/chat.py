@@ -8,6 +8,8 @@ Invariants (SGLang's, checked against its ``serving_chat.py``):
   per choice); when streaming it comes in a chunk with ``choices: []`` after the finish
   chunks and before the usage chunk.
 - All ``n`` choices use the same seed, so they are identical.
+- ``stream_options.continuous_usage_stats`` puts the usage so far (the prompt and that
+  choice's tokens) in every chunk that carries a choice.
 """
 
 from __future__ import annotations
@@ -18,10 +20,21 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from jinja2 import TemplateError
 
 from .errors import RequestError
 from .generator import GenRequest, Update
-from .openai_common import openai_sampling_params, token_text, usage, want_bool, want_int
+from .jobs import complete
+from .openai_common import (
+    check_context_budget,
+    openai_sampling_params,
+    raise_for_failure,
+    token_text,
+    usage,
+    usage_counts,
+    want_bool,
+    want_int,
+)
 from .state import EngineState, new_id
 
 __all__ = ["ChatJob", "chat_response", "chat_stream", "parse_chat", "render_messages"]
@@ -38,6 +51,7 @@ class ChatJob:
     sglext_input: bool
     sglext_output: bool
     include_usage: bool
+    continuous_usage: bool
 
 
 def _content_text(content: Any) -> str:
@@ -76,7 +90,7 @@ def render_messages(state: EngineState, messages: Any, tools: Any = None) -> lis
     try:
         text = tok.apply_chat_template(msgs, tools=tools or None, add_generation_prompt=True,
                                        tokenize=False)
-    except Exception as exc:  # jinja errors: the template refused these messages
+    except TemplateError as exc:  # the template refused these messages
         raise RequestError(f"cannot apply the chat template: {exc}", param="messages") from exc
     return state.check_prompt(list(tok.encode(text, add_special_tokens=False)))
 
@@ -95,6 +109,8 @@ def parse_chat(state: EngineState, body: dict[str, Any], headers: Any) -> ChatJo
             "Please set stream=false when using return_token_ids=true.")
     prompt = render_messages(state, body.get("messages"), body.get("tools"))
     params = openai_sampling_params(body, state.model.vocab_size, None)
+    check_context_budget(len(prompt), params.max_new_tokens, state.model.context_length)
+    grammar = state.processors.compile(params)
     logprobs = want_bool(body, "logprobs")
     top = want_int(body, "top_logprobs", 0) or 0
     if top < 0 or top > 20:
@@ -103,7 +119,9 @@ def parse_chat(state: EngineState, body: dict[str, Any], headers: Any) -> ChatJo
     include_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
     rid = new_id()
     reqs = [GenRequest(f"{rid}-{i}" if params.n > 1 else rid, prompt, params, logprobs,
-                       top if logprobs else 0) for i in range(params.n)]
+                       top if logprobs else 0,
+                       processor=state.processors.build(params, grammar))
+            for i in range(params.n)]
     model = body.get("model")
     return ChatJob(
         reqs=reqs, model=model if isinstance(model, str) else state.model.name,
@@ -112,6 +130,7 @@ def parse_chat(state: EngineState, body: dict[str, Any], headers: Any) -> ChatJo
         sglext_input=headers.get("x-sglext-return-input-ids") == "1",
         sglext_output=headers.get("x-sglext-return-output-ids") == "1",
         include_usage=include_usage,
+        continuous_usage=isinstance(opts, dict) and bool(opts.get("continuous_usage_stats")),
     )
 
 
@@ -141,7 +160,8 @@ def _sglext(job: ChatJob, finals: list[Update]) -> dict[str, Any] | None:
 
 
 async def chat_response(state: EngineState, job: ChatJob) -> dict[str, Any]:
-    finals = [await state.worker.complete(r) for r in job.reqs]
+    finals = [await complete(state.worker, state.jobs, r) for r in job.reqs]
+    raise_for_failure(finals)
     choices = []
     for idx, upd in enumerate(finals):
         fin = upd.finish or {}
@@ -185,8 +205,13 @@ def _delta(idx: int, delta: dict[str, Any], logprobs: Any = None, finish: Any = 
 
 async def chat_stream(state: EngineState, job: ChatJob) -> AsyncIterator[bytes]:
     finals: list[Update] = []
+    prompt_tokens = len(job.reqs[0].prompt_ids)
+
+    def running(n_tokens: int) -> dict[str, Any]:
+        return {"usage": usage_counts(prompt_tokens, n_tokens)} if job.continuous_usage else {}
+
     for idx, req in enumerate(job.reqs):
-        yield _chunk(job, [_delta(idx, {"role": "assistant", "content": ""})])
+        yield _chunk(job, [_delta(idx, {"role": "assistant", "content": ""})], **running(0))
         sent_text, sent_tokens = 0, 0
         async for upd in state.worker.stream(req):
             delta = upd.text[sent_text:]
@@ -194,13 +219,15 @@ async def chat_stream(state: EngineState, job: ChatJob) -> AsyncIterator[bytes]:
             if delta or n_tok > sent_tokens:
                 lp = ({"content": _logprob_content(state, upd, sent_tokens, n_tok)}
                       if job.logprobs else None)
-                yield _chunk(job, [_delta(idx, {"content": delta}, lp)])
+                yield _chunk(job, [_delta(idx, {"content": delta}, lp)],
+                             **running(upd.completion_tokens))
                 sent_text, sent_tokens = len(upd.text), n_tok
             if upd.finish is not None:
                 finals.append(upd)
     for idx, upd in enumerate(finals):
         fin = upd.finish or {}
-        yield _chunk(job, [_delta(idx, {}, None, fin.get("type"), fin.get("matched"))])
+        yield _chunk(job, [_delta(idx, {}, None, fin.get("type"), fin.get("matched"))],
+                     **running(upd.completion_tokens))
     ext = _sglext(job, finals)
     if ext is not None:
         yield _chunk(job, [], sglext=ext)

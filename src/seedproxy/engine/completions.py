@@ -4,8 +4,11 @@ Invariants (SGLang's ``serving_completions.py``):
 - ``return_token_ids`` gives ``choices[].token_ids`` and ``choices[].prompt_token_ids`` in
   both modes; when streaming, ``token_ids`` are the new ids of each chunk and
   ``prompt_token_ids`` rides on each choice's first chunk only.
-- ``logprobs: k`` returns token logprobs plus the top ``k`` as ``{token: logprob}``;
-  ``text_offset`` entries are -1, as SGLang reports them.
+- ``logprobs: k`` returns token logprobs plus the top ``k`` as ``{token: logprob}``.
+  ``text_offset`` is each token's character offset in the choice's text (SGLang reports
+  -1; the real offsets are what OpenAI and vLLM give). With ``echo`` the prompt's tokens
+  come first, the first with a ``None`` logprob, as in SGLang.
+- ``stream_options.continuous_usage_stats`` puts the usage so far in every chunk.
 - Choices are ordered prompt-major: prompt i, choice j has index ``i * n + j``.
 """
 
@@ -20,7 +23,17 @@ import orjson
 
 from .errors import RequestError
 from .generator import GenRequest, Update
-from .openai_common import openai_sampling_params, token_text, usage, want_bool, want_int
+from .jobs import complete
+from .openai_common import (
+    check_context_budget,
+    openai_sampling_params,
+    raise_for_failure,
+    token_text,
+    usage,
+    usage_counts,
+    want_bool,
+    want_int,
+)
 from .state import EngineState, new_id
 
 __all__ = ["CompletionJob", "completion_response", "completion_stream", "parse_completion"]
@@ -33,6 +46,7 @@ class CompletionJob:
     logprobs: int | None
     return_token_ids: bool
     include_usage: bool
+    continuous_usage: bool
     echo: bool
     n: int
 
@@ -56,30 +70,54 @@ def parse_completion(state: EngineState, body: dict[str, Any]) -> CompletionJob:
     logprobs = want_int(body, "logprobs", None)
     if logprobs is not None and not 0 <= logprobs <= 20:
         raise RequestError("logprobs must be between 0 and 20", param="logprobs")
+    for prompt in prompts:
+        check_context_budget(len(prompt), params.max_new_tokens, state.model.context_length)
+    grammar = state.processors.compile(params)
+    echo = want_bool(body, "echo")
     opts = body.get("stream_options") or {}
     rid = new_id()
     reqs = []
     for p_i, prompt in enumerate(prompts):
         for c in range(params.n):
             k = p_i * params.n + c
-            reqs.append(GenRequest(rid if len(prompts) * params.n == 1 else f"{rid}-{k}",
-                                   prompt, params, logprobs is not None, logprobs or 0))
+            reqs.append(GenRequest(
+                rid if len(prompts) * params.n == 1 else f"{rid}-{k}", prompt, params,
+                logprobs is not None, logprobs or 0,
+                return_input_logprob=echo and logprobs is not None,
+                processor=state.processors.build(params, grammar)))
     model = body.get("model")
     return CompletionJob(
         reqs=reqs, model=model if isinstance(model, str) else state.model.name,
         logprobs=logprobs, return_token_ids=want_bool(body, "return_token_ids"),
         include_usage=isinstance(opts, dict) and bool(opts.get("include_usage")),
-        echo=want_bool(body, "echo"), n=params.n,
+        continuous_usage=isinstance(opts, dict) and bool(opts.get("continuous_usage_stats")),
+        echo=echo, n=params.n,
     )
 
 
-def _logprobs(state: EngineState, upd: Update, start: int, stop: int) -> dict[str, Any]:
+def _logprobs(state: EngineState, upd: Update, start: int, stop: int, offset: int,
+              prompt: list[int] | None = None) -> dict[str, Any]:
+    """OpenAI legacy logprobs for output tokens ``start:stop`` (after ``prompt``'s, when
+    echoing); ``offset`` is the character offset of the first token in the choice text."""
     tok = state.model.tokenizer
-    tokens = [token_text(tok, t) for t in upd.output_ids[start:stop]]
-    tops = [{token_text(tok, tid): lp for tid, lp in top}
-            for top in upd.top_logprobs[start:stop]]
-    return {"text_offset": [-1] * len(tokens), "token_logprobs": upd.logprobs[start:stop],
-            "tokens": tokens, "top_logprobs": tops}
+    ids = list(prompt or []) + upd.output_ids[start:stop]
+    tokens = [token_text(tok, t) for t in ids]
+    lps: list[float | None] = []
+    tops: list[dict[str, float] | None] = []
+    if prompt:
+        lps += upd.input_logprobs[: len(prompt)]
+        if upd.input_top_logprobs:
+            tops += [({token_text(tok, tid): lp for tid, lp in top} if i else None)
+                     for i, top in enumerate(upd.input_top_logprobs[: len(prompt)])]
+    lps += upd.logprobs[start:stop]
+    tops += [{token_text(tok, tid): lp for tid, lp in top}
+             for top in upd.top_logprobs[start:stop]]
+    offsets = []
+    for text in tokens:
+        offsets.append(offset)
+        offset += len(text)
+    return {"text_offset": offsets, "token_logprobs": lps, "tokens": tokens,
+            "top_logprobs": tops}
 
 
 def _echo(state: EngineState, job: CompletionJob, req: GenRequest) -> str:
@@ -92,13 +130,15 @@ def _prompt_usage(job: CompletionJob, finals: list[Update]) -> dict[str, Any]:
 
 
 async def completion_response(state: EngineState, job: CompletionJob) -> dict[str, Any]:
-    finals = [await state.worker.complete(r) for r in job.reqs]
+    finals = [await complete(state.worker, state.jobs, r) for r in job.reqs]
+    raise_for_failure(finals)
     choices = []
     for idx, (req, upd) in enumerate(zip(job.reqs, finals, strict=True)):
         fin = upd.finish or {}
         choice: dict[str, Any] = {
             "index": idx, "text": _echo(state, job, req) + upd.text,
-            "logprobs": _logprobs(state, upd, 0, len(upd.output_ids))
+            "logprobs": _logprobs(state, upd, 0, len(upd.output_ids), 0,
+                                  req.prompt_ids if job.echo else None)
             if job.logprobs is not None else None,
             "finish_reason": fin.get("type"), "matched_stop": fin.get("matched"),
         }
@@ -120,7 +160,7 @@ def _chunk(job: CompletionJob, choices: list[dict[str, Any]], **extra: Any) -> b
 async def completion_stream(state: EngineState, job: CompletionJob) -> AsyncIterator[bytes]:
     finals: list[Update] = []
     for idx, req in enumerate(job.reqs):
-        sent_text, sent_tok, first = 0, 0, True
+        sent_text, sent_tok, first, offset = 0, 0, True, 0
         async for upd in state.worker.stream(req):
             fin = upd.finish or {}
             delta = upd.text[sent_text:]
@@ -129,17 +169,22 @@ async def completion_stream(state: EngineState, job: CompletionJob) -> AsyncIter
             n_tok = len(upd.output_ids)
             if not (delta or n_tok > sent_tok or upd.finish is not None):
                 continue
+            lp = None
+            if job.logprobs is not None:
+                lp = _logprobs(state, upd, sent_tok, n_tok, offset,
+                               req.prompt_ids if job.echo and first else None)
+                offset += sum(len(t) for t in lp["tokens"])
             choice: dict[str, Any] = {
-                "index": idx, "text": delta,
-                "logprobs": _logprobs(state, upd, sent_tok, n_tok)
-                if job.logprobs is not None else None,
+                "index": idx, "text": delta, "logprobs": lp,
                 "finish_reason": fin.get("type"), "matched_stop": fin.get("matched"),
             }
             if job.return_token_ids:
                 choice["token_ids"] = upd.output_ids[sent_tok:n_tok]
                 if first:
                     choice["prompt_token_ids"] = list(req.prompt_ids)
-            yield _chunk(job, [choice])
+            extra = ({"usage": usage_counts(upd.prompt_tokens, n_tok)}
+                     if job.continuous_usage else {})
+            yield _chunk(job, [choice], **extra)
             sent_text, sent_tok, first = len(upd.text), n_tok, False
             if upd.finish is not None:
                 finals.append(upd)

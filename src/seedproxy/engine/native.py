@@ -16,7 +16,8 @@ import orjson
 
 from .errors import RequestError
 from .generator import GenRequest, Update
-from .openai_common import want_bool, want_int
+from .jobs import complete
+from .openai_common import check_context_budget, raise_for_failure, want_bool, want_int
 from .params import parse_sampling_params
 from .state import EngineState, new_id
 
@@ -38,6 +39,12 @@ def parse_generate(state: EngineState, body: dict[str, Any]) -> list[GenRequest]
     if not prompts:
         raise RequestError("The input is empty.")
     params = parse_sampling_params(body.get("sampling_params"), state.model.vocab_size)
+    raw = body.get("sampling_params")
+    asked = params.max_new_tokens if isinstance(raw, dict) and raw.get(
+        "max_new_tokens") is not None else None
+    for prompt in prompts:
+        check_context_budget(len(prompt), asked, state.model.context_length)
+    grammar = state.processors.compile(params)
     return_logprob = want_bool(body, "return_logprob")
     top_n = want_int(body, "top_logprobs_num", 0) or 0
     start = want_int(body, "logprob_start_len", -1)
@@ -50,6 +57,7 @@ def parse_generate(state: EngineState, body: dict[str, Any]) -> list[GenRequest]
             out.append(GenRequest(
                 base + suffix, prompt, params, return_logprob, max(0, top_n),
                 return_input_logprob=return_logprob and start is not None and start >= 0,
+                processor=state.processors.build(params, grammar),
             ))
     return out
 
@@ -78,6 +86,10 @@ def meta_info(req: GenRequest, upd: Update, start_len: int = 0) -> dict[str, Any
         if req.return_input_logprob:
             pairs = list(zip(upd.input_logprobs, req.prompt_ids, strict=False))[start_len:]
             meta["input_token_logprobs"] = _triples(pairs)
+            if req.top_logprobs_num > 0:
+                meta["input_top_logprobs"] = [
+                    _triples([(lp, tid) for tid, lp in top]) if i else None
+                    for i, top in enumerate(upd.input_top_logprobs)][start_len:]
         else:
             meta["input_token_logprobs"] = []
     return meta
@@ -90,7 +102,9 @@ def _item(req: GenRequest, upd: Update) -> dict[str, Any]:
 async def generate_response(state: EngineState, reqs: list[GenRequest],
                             batched: bool) -> Any:
     """Non-streaming answer: one object, or a list for a batched request."""
-    items = [_item(r, await state.worker.complete(r)) for r in reqs]
+    finals = [await complete(state.worker, state.jobs, r) for r in reqs]
+    raise_for_failure(finals)
+    items = [_item(r, upd) for r, upd in zip(reqs, finals, strict=True)]
     return items if batched or len(items) > 1 else items[0]
 
 

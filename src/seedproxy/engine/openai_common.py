@@ -6,18 +6,26 @@ Invariants:
   then go through the same validation as ``/generate``.
 - ``n > 1`` copies one set of params, seed included, to every choice (SGLang's behaviour:
   all choices of one request are identical).
+- ``response_format`` maps as in SGLang's ``serving_chat``: ``json_object`` is the schema
+  ``{"type": "object"}``, ``json_schema`` its ``json_schema.schema``; ``text`` is no
+  constraint; anything else is a 400 naming ``response_format``.
+- A prompt plus ``max_tokens`` that reaches the context length is a 400 (SGLang's
+  message), not clamped.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .errors import RequestError
+import orjson
+
+from .errors import InternalError, RequestError
 from .generator import Update
 from .params import SamplingParams, parse_sampling_params
 
 __all__ = [
-    "error_body", "openai_sampling_params", "token_text", "usage", "want_bool", "want_int",
+    "check_context_budget", "error_body", "openai_sampling_params", "raise_for_failure",
+    "response_format_schema", "token_text", "usage", "usage_counts", "want_bool", "want_int",
 ]
 
 
@@ -44,6 +52,42 @@ def want_int(body: dict[str, Any], key: str, default: int | None) -> int | None:
     if isinstance(v, bool) or not isinstance(v, int):
         raise RequestError(f"{key} must be an integer, got {v!r}", param=key)
     return v
+
+
+def check_context_budget(prompt_len: int, max_new_tokens: int | None,
+                         context_len: int) -> None:
+    """SGLang's check: ``prompt + max_new_tokens >= context`` is a 400 naming both."""
+    if max_new_tokens is None or prompt_len + max_new_tokens < context_len:
+        return
+    raise RequestError(
+        f"Requested token count exceeds the model's maximum context length of {context_len} "
+        f"tokens. You requested a total of {prompt_len + max_new_tokens} tokens: {prompt_len} "
+        f"tokens from the input messages and {max_new_tokens} tokens for the completion. "
+        "Please reduce the number of tokens in the input messages or the completion to fit "
+        "within the limit.", param="max_tokens")
+
+
+def response_format_schema(fmt: Any) -> str | None:
+    """The JSON schema (as a string) that ``response_format`` asks for, or None."""
+    if fmt is None:
+        return None
+    if not isinstance(fmt, dict) or not isinstance(fmt.get("type"), str):
+        raise RequestError("response_format must be an object with a string type",
+                           param="response_format")
+    kind = fmt["type"]
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return '{"type": "object"}'
+    if kind == "json_schema":
+        spec = fmt.get("json_schema")
+        schema = spec.get("schema", spec.get("schema_")) if isinstance(spec, dict) else None
+        if not isinstance(schema, dict | bool):
+            raise RequestError("response_format.json_schema.schema must be a JSON schema",
+                               param="response_format")
+        return orjson.dumps(schema).decode()
+    raise RequestError(f"response_format type {kind!r} is not supported by the embedded "
+                       "engine (text, json_object, json_schema are)", param="response_format")
 
 
 def openai_sampling_params(body: dict[str, Any], vocab_size: int,
@@ -76,9 +120,19 @@ def openai_sampling_params(body: dict[str, Any], vocab_size: int,
         "presence_penalty": body.get("presence_penalty"),
         "repetition_penalty": body.get("repetition_penalty"),
         "logit_bias": body.get("logit_bias"),
+        "regex": body.get("regex"),
+        "ebnf": body.get("ebnf"),
+        "json_schema": body.get("json_schema"),
+        "stop_regex": body.get("stop_regex"),
         "sampling_seed": seed,
         "n": n,
     }
+    schema = response_format_schema(body.get("response_format"))
+    if schema is not None:
+        if any(sp[k] is not None for k in ("regex", "ebnf", "json_schema")):
+            raise RequestError("response_format cannot be combined with regex, ebnf or "
+                               "json_schema", param="response_format")
+        sp["json_schema"] = schema
     return parse_sampling_params({k: v for k, v in sp.items() if v is not None}, vocab_size)
 
 
@@ -89,7 +143,22 @@ def token_text(tokenizer: Any, token_id: int) -> str:
 
 def usage(prompt_tokens: int, finals: list[Update]) -> dict[str, Any]:
     """OpenAI usage; the prompt counts once however many choices share it."""
-    completion = sum(u.completion_tokens for u in finals)
+    return usage_counts(prompt_tokens, sum(u.completion_tokens for u in finals))
+
+
+def usage_counts(prompt_tokens: int, completion: int) -> dict[str, Any]:
     return {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion,
             "completion_tokens": completion, "prompt_tokens_details": None,
             "reasoning_tokens": 0}
+
+
+def raise_for_failure(finals: list[Update]) -> None:
+    """Raise ``InternalError`` if a generation failed inside the engine.
+
+    The worker reports a failure as SGLang does, an abort carrying ``status_code``; a plain
+    abort (a cancelled job) carries none and is not an error.
+    """
+    for upd in finals:
+        fin = upd.finish or {}
+        if fin.get("type") == "abort" and isinstance(fin.get("status_code"), int):
+            raise InternalError(str(fin.get("message")), fin["status_code"])

@@ -5,12 +5,16 @@ Invariants:
   ``RequestError`` (400), as in SGLang, where ``SamplingParams(**d)`` rejects it.
 - ``sampling_seed`` must be an int (a bool or string is a 400); ``None`` means 42.
 - ``temperature < 1e-5`` is greedy: the seed then changes nothing.
-- Grammar, penalty and logit-bias fields are accepted and validated but not applied.
+- Grammars (``regex``, ``json_schema``, ``ebnf``), penalties, ``logit_bias`` and
+  ``stop_regex`` are carried here, validated for type and range; what is not implemented
+  (``structural_tag``) is a 400 naming the field, never silently ignored.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +51,13 @@ class SamplingParams:
     no_stop_trim: bool = False
     seed: int = DEFAULT_SEED
     n: int = 1
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    grammar: tuple[str, str] | None = None
+    """``(field, source)``: ``field`` is ``regex``, ``json_schema`` or ``ebnf``."""
+    stop_regex: tuple[str, ...] = ()
 
     @property
     def greedy(self) -> bool:
@@ -92,6 +103,61 @@ def _stops(v: Any) -> tuple[str, ...]:
     raise RequestError(f"stop must be a string or a list of strings, got {v!r}", param="stop")
 
 
+def _stop_regex(v: Any) -> tuple[str, ...]:
+    pats = [v] if isinstance(v, str) else v if v is not None else []
+    if not isinstance(pats, list) or not all(isinstance(p, str) for p in pats):
+        raise RequestError("stop_regex must be a string or a list of strings",
+                           param="stop_regex")
+    for pat in pats:
+        try:
+            re.compile(pat)
+        except re.error as exc:
+            raise RequestError(f"stop_regex {pat!r} is not a valid regex: {exc}",
+                               param="stop_regex") from exc
+    return tuple(p for p in pats if p)
+
+
+def _logit_bias(v: Any, vocab_size: int) -> tuple[tuple[int, float], ...]:
+    if v is None:
+        return ()
+    if not isinstance(v, dict):
+        raise RequestError("logit_bias must be an object", param="logit_bias")
+    out: dict[int, float] = {}
+    for key, bias in v.items():
+        try:
+            tid = int(key)
+        except (TypeError, ValueError):
+            tid = -1
+        if not 0 <= tid < vocab_size:
+            raise RequestError(
+                f"logit_bias must has keys in [0, {vocab_size - 1}], got {key}.",
+                param="logit_bias")
+        if isinstance(bias, bool) or not isinstance(bias, int | float) or not math.isfinite(
+                bias):
+            raise RequestError(f"logit_bias values must be finite numbers, got {bias!r}",
+                               param="logit_bias")
+        out[tid] = float(bias)
+    return tuple(sorted(out.items()))
+
+
+def _grammar(raw: dict[str, Any]) -> tuple[str, str] | None:
+    given = [k for k in ("json_schema", "regex", "ebnf") if raw.get(k) is not None]
+    if len(given) > 1:
+        raise RequestError("Only one of regex, json_schema, or ebnf can be set.",
+                           param=given[1])
+    if raw.get("structural_tag") is not None:
+        raise RequestError("structural_tag is not supported by the embedded engine",
+                           param="structural_tag")
+    if not given:
+        return None
+    key, src = given[0], raw[given[0]]
+    if key == "json_schema" and isinstance(src, dict):
+        src = json.dumps(src)
+    if not isinstance(src, str):
+        raise RequestError(f"{key} must be a string", param=key)
+    return key, src
+
+
 def parse_sampling_params(raw: Any, vocab_size: int) -> SamplingParams:
     """Validate a ``sampling_params`` object the way SGLang does; raise ``RequestError``."""
     if raw is None:
@@ -128,13 +194,14 @@ def parse_sampling_params(raw: Any, vocab_size: int) -> SamplingParams:
         raise RequestError(f"min_p must be in [0, 1], got {min_p}.")
     if top_k < 1 and top_k != -1:
         raise RequestError(f"top_k must be -1 (disable) or at least 1, got {top_k}.")
-    for key, lo, hi in (("frequency_penalty", -2.0, 2.0), ("presence_penalty", -2.0, 2.0)):
-        val = _num(raw, key, 0.0)
-        if not lo <= val <= hi:
-            raise RequestError(f"{key} must be in [-2, 2], got {val}.")
+    pens = {k: _num(raw, k, 0.0) for k in ("frequency_penalty", "presence_penalty")}
+    for key, val in pens.items():
+        if not -2.0 <= val <= 2.0:
+            raise RequestError(f"{key} must be in [-2, 2], got {val}.", param=key)
     rep = _num(raw, "repetition_penalty", 1.0)
     if not 0.0 < rep <= 2.0:
-        raise RequestError(f"repetition_penalty must be in (0, 2], got {rep}.")
+        raise RequestError(f"repetition_penalty must be in (0, 2], got {rep}.",
+                           param="repetition_penalty")
     if max_new is not None and max_new < 0:
         raise RequestError(f"max_new_tokens must be at least 0, got {max_new}.")
     if min_new < 0 or (max_new is not None and min_new > max_new):
@@ -146,21 +213,6 @@ def parse_sampling_params(raw: Any, vocab_size: int) -> SamplingParams:
         isinstance(t, int) and not isinstance(t, bool) for t in stop_ids_raw
     ):
         raise RequestError("stop_token_ids must be a list of integers", param="stop_token_ids")
-    logit_bias = raw.get("logit_bias")
-    if logit_bias is not None:
-        if not isinstance(logit_bias, dict):
-            raise RequestError("logit_bias must be an object", param="logit_bias")
-        for key in logit_bias:
-            try:
-                ok = 0 <= int(key) < vocab_size
-            except (TypeError, ValueError):
-                ok = False
-            if not ok:
-                raise RequestError(
-                    f"logit_bias must has keys in [0, {vocab_size - 1}], got {key}.")
-    grammars = [raw.get("json_schema"), raw.get("regex"), raw.get("ebnf")]
-    if sum(g is not None for g in grammars) > 1:
-        raise RequestError("Only one of regex, json_schema, or ebnf can be set.")
     return SamplingParams(
         max_new_tokens=max_new,
         temperature=temperature,
@@ -175,4 +227,10 @@ def parse_sampling_params(raw: Any, vocab_size: int) -> SamplingParams:
         no_stop_trim=_bool(raw, "no_stop_trim", False),
         seed=DEFAULT_SEED if seed_raw is None else seed_raw,
         n=n,
+        frequency_penalty=pens["frequency_penalty"],
+        presence_penalty=pens["presence_penalty"],
+        repetition_penalty=rep,
+        logit_bias=_logit_bias(raw.get("logit_bias"), vocab_size),
+        grammar=_grammar(raw),
+        stop_regex=_stop_regex(raw.get("stop_regex")),
     )

@@ -2,7 +2,11 @@
 
 Invariants:
 - Every request body is parsed and validated before anything is queued; bad input is a
-  400 and never a 500 (an unexpected exception is logged and answered as a 400 too).
+  400 (``RequestError``). A failure inside the engine (an unexpected exception, or a
+  generation that failed on the worker) is logged and answered with a 500
+  (``InternalServerError``), never passed off as the client's fault.
+- A non-streamed request whose client disconnects is cancelled: its job stops at the next
+  token (streams are cancelled by the response machinery the same way).
 - OpenAI routes answer errors with SGLang's ``ErrorResponse``
   (``{object: "error", message, type, param, code}``); ``/generate`` with SGLang's
   ``{"error": {"message": ...}}``.
@@ -11,8 +15,9 @@ Invariants:
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -22,7 +27,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from .chat import chat_response, chat_stream, parse_chat
 from .completions import completion_response, completion_stream, parse_completion
-from .errors import RequestError
+from .errors import InternalError, RequestError
 from .model import EngineModel
 from .native import generate_response, generate_stream, parse_generate
 from .openai_common import error_body
@@ -51,18 +56,54 @@ async def _body(request: Request) -> dict[str, Any]:
     return body
 
 
+class _ClientGone(Exception):
+    """The client disconnected before its non-streamed answer was ready."""
+
+
 async def _guard(native: bool, handler: Callable[[], Awaitable[Response]]) -> Response:
-    """Run ``handler``; turn any error into a 4xx in the route's error shape."""
+    """Run ``handler``; a ``RequestError`` is its status (4xx), anything else a 500."""
+    err_type = "BadRequestError"
     try:
         return await handler()
+    except _ClientGone:  # nobody will read this; the job was cancelled
+        return Response(status_code=499)
     except RequestError as exc:
         status, msg, param = exc.status, exc.message, exc.param
-    except Exception as exc:  # defensive: no input may produce a 500
-        logger.exception("request failed")
-        status, msg, param = 400, f"{type(exc).__name__}: {exc}", None
+    except InternalError as exc:
+        logger.error("generation failed inside the engine: %s", exc.message)
+        status, msg, param = exc.status, f"Internal server error: {exc.message}", None
+        err_type = "InternalServerError"
+    except Exception as exc:  # the boundary: our own bug, answered as a 500 and logged
+        logger.exception("request failed inside the engine")
+        status, msg, param = 500, f"Internal server error: {type(exc).__name__}: {exc}", None
+        err_type = "InternalServerError"
     if native:
         return _json({"error": {"message": msg}}, status)
-    return _json(error_body(msg, status, param=param), status)
+    return _json(error_body(msg, status, err_type=err_type, param=param), status)
+
+
+async def _until_disconnect(request: Request, work: Coroutine[Any, Any, Any]) -> Any:
+    """Await ``work`` unless the client disconnects first; then cancel it.
+
+    Call only after the body has been read: from then on the next ASGI message is
+    ``http.disconnect``.
+    """
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(disconnected())
+    try:
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    if task.cancelled():
+        raise _ClientGone
+    return task.result()
 
 
 def _sse(gen: AsyncIterator[bytes]) -> StreamingResponse:
@@ -76,6 +117,7 @@ def create_engine_app(model: EngineModel) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state.worker.start()
+        state.processors.grammars.warm()  # the first grammar request need not wait
         try:
             yield
         finally:
@@ -134,7 +176,8 @@ def create_engine_app(model: EngineModel) -> FastAPI:
             batched = isinstance(body.get("text"), list) or (
                 isinstance(body.get("input_ids"), list) and bool(body["input_ids"])
                 and isinstance(body["input_ids"][0], list))
-            return _json(await generate_response(state, reqs, batched))
+            return _json(await _until_disconnect(
+                request, generate_response(state, reqs, batched)))
         return await _guard(True, run)
 
     @app.post("/v1/chat/completions")
@@ -144,7 +187,7 @@ def create_engine_app(model: EngineModel) -> FastAPI:
             job = parse_chat(state, body, request.headers)
             if body.get("stream") is True:
                 return _sse(chat_stream(state, job))
-            return _json(await chat_response(state, job))
+            return _json(await _until_disconnect(request, chat_response(state, job)))
         return await _guard(False, run)
 
     @app.post("/v1/completions")
@@ -154,7 +197,7 @@ def create_engine_app(model: EngineModel) -> FastAPI:
             job = parse_completion(state, body)
             if body.get("stream") is True:
                 return _sse(completion_stream(state, job))
-            return _json(await completion_response(state, job))
+            return _json(await _until_disconnect(request, completion_response(state, job)))
         return await _guard(False, run)
 
     return app

@@ -7,11 +7,14 @@ strictly shorter than the context, so generation itself cannot fail on bad input
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import RequestError
+from .grammar import GrammarCompiler
+from .jobs import JobLog
 from .model import EngineModel
+from .processors import ProcessorFactory
 from .worker import Worker
 
 __all__ = ["EngineState", "new_id"]
@@ -25,6 +28,13 @@ def new_id() -> str:
 class EngineState:
     model: EngineModel
     worker: Worker
+    # Request features (grammars, penalties) and the record of finished jobs.
+    processors: ProcessorFactory = field(init=False)
+    jobs: JobLog = field(default_factory=JobLog)
+
+    def __post_init__(self) -> None:
+        self.processors = ProcessorFactory(GrammarCompiler(
+            self.model.tokenizer, self.model.vocab_size, self.model.eos_token_ids))
 
     def check_prompt(self, ids: Any) -> list[int]:
         """Validate token ids; raise ``RequestError`` naming lengths when too long."""

@@ -81,8 +81,12 @@ class Worker:
                     logger.exception("generation failed")
                     gen = Generator(self.model)
                     try:
-                        job.on_update(Update([], "", {"type": "abort", "message": str(exc)},
-                                             len(job.req.prompt_ids), 0))
+                        # SGLang's FINISH_ABORT for an internal error: the routes
+                        # answer it with a 500.
+                        job.on_update(Update([], "", {
+                            "type": "abort", "message": f"{type(exc).__name__}: {exc}",
+                            "status_code": 500, "err_type": "InternalServerError"},
+                            len(job.req.prompt_ids), 0))
                     except Exception:
                         logger.exception("could not report a failed generation")
 

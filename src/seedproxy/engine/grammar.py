@@ -1,0 +1,108 @@
+"""Grammar-constrained decoding (``regex``, ``json_schema``, ``ebnf``) with llguidance.
+
+llguidance is one of SGLang's grammar backends (``--grammar-backend llguidance``); this
+module follows that backend: JSON schemas go through ``grammar_from_json_schema``, regexes
+through ``grammar_from("regex")``, and EBNF (GBNF, as SGLang's users write it) through
+``grammar_from("ebnf")``.
+
+Invariants:
+- A grammar is compiled and validated before the request is queued: an invalid one is a
+  400 naming its field, so the decode loop never meets a broken grammar.
+- The mask is a pure function of the tokens consumed so far, and disallowed tokens get
+  ``-inf`` before the seeded Gumbel argmax, so a constrained request stays deterministic.
+- Once the grammar is complete (or could not continue) only the end-of-sequence tokens are
+  allowed, so the sequence ends with EOS as in SGLang.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import torch
+
+from .errors import RequestError
+
+__all__ = ["GrammarCompiler", "GrammarProcessor"]
+
+
+class GrammarCompiler:
+    """Turns a request's grammar field into llguidance matchers for one model's tokenizer.
+
+    The llguidance tokenizer (about a second to build) is made on first use and shared;
+    building it is guarded by a lock, so it is safe from any thread.
+    """
+
+    def __init__(self, tokenizer: Any, vocab_size: int, eos_token_ids: frozenset[int]) -> None:
+        self._hf = tokenizer
+        self.vocab_size = vocab_size
+        self.eos_token_ids = eos_token_ids
+        self._ll: Any = None
+        self._lock = threading.Lock()
+
+    def _tokenizer(self) -> Any:
+        with self._lock:
+            if self._ll is None:
+                from llguidance.hf import from_tokenizer
+
+                eos = sorted(self.eos_token_ids) or None
+                self._ll = from_tokenizer(self._hf, n_vocab=self.vocab_size, eos_token=eos)
+            return self._ll
+
+    def warm(self) -> threading.Thread:
+        """Build the llguidance tokenizer in a daemon thread, off the event loop."""
+        thread = threading.Thread(target=self._tokenizer, name="seedproxy-grammar-warm",
+                                  daemon=True)
+        thread.start()
+        return thread
+
+    def compile(self, field: str, source: str) -> str:
+        """Validate ``source`` and return llguidance's serialised grammar for it.
+
+        Raises ``RequestError`` (400, ``param=field``) when the grammar does not compile.
+        """
+        from llguidance import LLMatcher, grammar_from
+
+        try:
+            if field == "json_schema":
+                grammar = LLMatcher.grammar_from_json_schema(source)
+            else:
+                grammar = grammar_from("ebnf" if field == "ebnf" else "regex", source)
+        except ValueError as exc:
+            raise RequestError(f"Invalid {field}: {exc}", param=field) from exc
+        error = LLMatcher.validate_grammar(grammar, self._tokenizer())
+        if error:
+            raise RequestError(f"Invalid {field}: {error.strip()}", param=field)
+        return grammar
+
+    def processor(self, grammar: str) -> GrammarProcessor:
+        """A fresh matcher (one per sequence) over a grammar from ``compile``."""
+        from llguidance import LLMatcher
+
+        return GrammarProcessor(LLMatcher(self._tokenizer(), grammar, log_level=0),
+                                self.eos_token_ids)
+
+
+class GrammarProcessor:
+    """The per-sequence ``LogitsProcessor`` for one grammar."""
+
+    def __init__(self, matcher: Any, eos_token_ids: frozenset[int]) -> None:
+        self._m = matcher
+        self._eos = sorted(eos_token_ids)
+
+    def _allowed(self, width: int) -> torch.Tensor:
+        allowed = torch.zeros(width, dtype=torch.bool)
+        if self._m.is_stopped() or self._m.is_error():
+            allowed[[t for t in self._eos if t < width]] = True
+            return allowed
+        bias = torch.frombuffer(bytearray(self._m.compute_logit_bias()), dtype=torch.uint8)
+        n = min(width, bias.numel())
+        allowed[:n] = bias[:n] > 0
+        return allowed
+
+    def process(self, logits: torch.Tensor, output_ids: list[int]) -> torch.Tensor:
+        return logits.masked_fill_(~self._allowed(logits.numel()), float("-inf"))
+
+    def accept(self, token_id: int) -> None:
+        if not self._m.is_stopped():
+            self._m.consume_token(token_id)

@@ -1,0 +1,181 @@
+"""Structured output, penalties, logit_bias and stop_regex on the engine (tiny model).
+
+The grammar tests hold for any weights: whatever the model prefers, the mask leaves only
+tokens that keep the output inside the language, and the sequence ends with EOS there.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import httpx
+import pytest
+import torch
+
+from seedproxy.engine.penalties import LogitBias, Penalties
+
+pytestmark = pytest.mark.engine
+
+# Compact JSON (no free whitespace), so a random model finishes in a few tokens.
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"name": {"type": "string", "maxLength": 6},
+                   "age": {"type": "integer", "minimum": 0, "maximum": 120},
+                   "pet": {"enum": ["cat", "dog"]}},
+    "required": ["name", "age", "pet"], "additionalProperties": False,
+    "x-guidance": {"whitespace_flexible": False},
+}
+
+
+def check_person(text: str) -> None:
+    value = json.loads(text)
+    assert set(value) == {"name", "age", "pet"}
+    assert isinstance(value["name"], str) and len(value["name"]) <= 6
+    assert isinstance(value["age"], int) and 0 <= value["age"] <= 120
+    assert value["pet"] in ("cat", "dog")
+
+
+def gen(client: httpx.Client, sp: dict[str, Any], text: str = "Answer:",
+        **extra: Any) -> dict[str, Any]:
+    r = client.post("/generate", json={"text": text, "sampling_params": sp, **extra})
+    assert r.status_code == 200, r.text
+    body: dict[str, Any] = r.json()
+    return body
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_regex_output_always_matches_and_repeats_per_seed(client: httpx.Client,
+                                                          seed: int) -> None:
+    sp = {"max_new_tokens": 30, "sampling_seed": seed, "regex": "[0-9]{3}-[a-z]{2,5}"}
+    first, again = gen(client, sp), gen(client, sp)
+    assert re.fullmatch("[0-9]{3}-[a-z]{2,5}", first["text"])
+    assert first["meta_info"]["finish_reason"]["type"] == "stop"
+    assert again["output_ids"] == first["output_ids"]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_json_schema_output_parses_and_matches(client: httpx.Client, seed: int) -> None:
+    sp = {"max_new_tokens": 60, "sampling_seed": seed, "json_schema": json.dumps(SCHEMA)}
+    out = gen(client, sp)
+    check_person(out["text"])
+    assert gen(client, sp)["output_ids"] == out["output_ids"]
+
+
+def test_ebnf_output_is_in_the_language(client: httpx.Client) -> None:
+    for seed in range(3):
+        out = gen(client, {"max_new_tokens": 8, "sampling_seed": seed,
+                           "ebnf": 'root ::= "yes" | "no" | "maybe"'})
+        assert out["text"] in ("yes", "no", "maybe")
+
+
+def test_chat_response_format_json_schema(oai: Any) -> None:
+    fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": SCHEMA}}
+    texts = [oai.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "A person"}], max_tokens=60,
+        seed=7, response_format=fmt).choices[0].message.content for _ in range(2)]
+    check_person(texts[0])
+    assert texts[0] == texts[1]
+
+
+def test_completions_regex_and_streaming_agree(client: httpx.Client) -> None:
+    body = {"prompt": "Id:", "max_tokens": 20, "seed": 3, "regex": "[A-Z]{2}[0-9]{2}"}
+    whole = client.post("/v1/completions", json=body).json()["choices"][0]["text"]
+    assert re.fullmatch("[A-Z]{2}[0-9]{2}", whole)
+    with client.stream("POST", "/v1/completions", json={**body, "stream": True}) as r:
+        parts = [json.loads(line[6:]) for line in r.iter_lines()
+                 if line.startswith("data: {")]
+    assert "".join(p["choices"][0]["text"] for p in parts) == whole
+
+
+@pytest.mark.parametrize(("path", "body", "param"), [
+    ("/generate", {"text": "x", "sampling_params": {"regex": "[0-9"}}, "regex"),
+    ("/generate", {"text": "x", "sampling_params": {"json_schema": "{nope"}}, "json_schema"),
+    ("/generate", {"text": "x", "sampling_params": {"ebnf": "root ::= ("}}, "ebnf"),
+    ("/generate", {"text": "x", "sampling_params": {"structural_tag": "{}"}},
+     "structural_tag"),
+    ("/generate", {"text": "x", "sampling_params": {"stop_regex": "("}}, "stop_regex"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
+                              "response_format": {"type": "structural_tag"}},
+     "response_format"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
+                              "response_format": {"type": "json_schema"}},
+     "response_format"),
+    ("/v1/completions", {"prompt": "x", "regex": "a", "ebnf": 'root ::= "a"'}, "ebnf"),
+])
+def test_unsupported_or_invalid_constraints_are_400_naming_the_field(
+        client: httpx.Client, path: str, body: dict[str, Any], param: str) -> None:
+    r = client.post(path, json=body)
+    assert r.status_code == 400, r.text
+    if path == "/generate":
+        assert param in r.json()["error"]["message"]
+    else:
+        assert r.json()["param"] == param
+
+
+def test_penalty_formulas_are_sglangs() -> None:
+    row = torch.tensor([2.0, -2.0, 1.0, -1.0, 0.5])
+    out = Penalties(0.5, 0.25, 1.0).process(row.clone(), [0, 0, 1])
+    assert torch.equal(out, torch.tensor([2.0 - 1.0 - 0.25, -2.0 - 0.5 - 0.25, 1.0, -1.0, 0.5]))
+    out = Penalties(0.0, 0.0, 2.0).process(row.clone(), [0, 1, 1])
+    assert torch.equal(out, torch.tensor([1.0, -4.0, 1.0, -1.0, 0.5]))
+    out = LogitBias(((2, 3.0), (4, -1.5))).process(row.clone(), [])
+    assert torch.equal(out, torch.tensor([2.0, -2.0, 4.0, -1.0, -1.0]))
+
+
+def full_row(client: httpx.Client, sp: dict[str, Any], vocab: int) -> list[dict[int, float]]:
+    out = gen(client, {"temperature": 0, "max_new_tokens": 2, **sp}, return_logprob=True,
+              top_logprobs_num=vocab)
+    return [{tid: lp for lp, tid, _ in top} for top in out["meta_info"]["output_top_logprobs"]]
+
+
+def test_penalties_and_bias_act_on_the_served_distribution(client: httpx.Client) -> None:
+    vocab = 49152
+    base = full_row(client, {}, vocab)
+    first = max(base[0], key=lambda t: base[0][t])
+    other = next(t for t in base[1] if t != first)
+    # logit_bias shifts one token's logit by exactly the bias, at every step.
+    biased = full_row(client, {"logit_bias": {str(other): 1.5}}, vocab)
+    assert biased[0][other] - biased[0][first] == pytest.approx(
+        base[0][other] - base[0][first] + 1.5, abs=1e-4)
+    # Step 2: the first token has been generated once, so frequency and presence
+    # penalties lower its logit by the penalty; step 1 (no history) is untouched.
+    for key in ("frequency_penalty", "presence_penalty"):
+        pen = full_row(client, {key: 0.75}, vocab)
+        assert pen[0] == pytest.approx(base[0], abs=1e-5)
+        assert pen[1][first] - pen[1][other] == pytest.approx(
+            base[1][first] - base[1][other] - 0.75, abs=1e-4)
+
+
+def test_logit_bias_can_force_a_token(client: httpx.Client) -> None:
+    out = gen(client, {"max_new_tokens": 4, "sampling_seed": 1, "logit_bias": {"42": 100}})
+    assert out["output_ids"] == [42, 42, 42, 42]
+
+
+def test_repetition_penalty_lowers_only_generated_tokens(client: httpx.Client) -> None:
+    vocab = 49152
+    base = full_row(client, {}, vocab)
+    rep = full_row(client, {"repetition_penalty": 1.8}, vocab)
+    first = max(base[0], key=lambda t: base[0][t])
+    others = [t for t in list(base[1])[:50] if t != first]
+    anchor = others[0]
+    assert rep[0] == pytest.approx(base[0], abs=1e-5)
+    for t in others:  # unseen tokens keep their relative logits
+        assert rep[1][t] - rep[1][anchor] == pytest.approx(
+            base[1][t] - base[1][anchor], abs=1e-4)
+    # the generated token is scaled towards -inf whatever its sign (/r or *r)
+    assert rep[1][first] - rep[1][anchor] < base[1][first] - base[1][anchor] - 1e-3
+
+
+def test_stop_regex_stops_at_the_first_match(client: httpx.Client) -> None:
+    sp: dict[str, Any] = {"max_new_tokens": 16, "temperature": 0}
+    full = gen(client, sp)
+    target = full["text"][4:7]
+    pattern = re.escape(target)
+    out = gen(client, {**sp, "stop_regex": [pattern]})
+    assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": pattern}
+    assert full["output_ids"][: len(out["output_ids"])] == out["output_ids"]
+    assert target in out["text"]
+    shorter = gen(client, {**sp, "max_new_tokens": len(out["output_ids"]) - 1})
+    assert target not in shorter["text"]
