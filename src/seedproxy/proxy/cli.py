@@ -33,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--backend", help="sglang (default), vllm, openai")
     _add_proxy_options(serve)
     serve.add_argument("--model", help="engine model: a Hugging Face folder or a .gguf file")
+    _add_engine_options(serve)
 
     sglang = commands.add_parser(
         "sglang-command", help="print the SGLang command line for deterministic inference"
@@ -54,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     engine.add_argument("--host", default="127.0.0.1")
     engine.add_argument("--port", type=int, default=30000)
     engine.add_argument("--model")
+    _add_engine_options(engine)
 
     seed = commands.add_parser("seed", help="print seed(IDENTITY, INDEX)")
     seed.add_argument("identity")
@@ -90,6 +92,11 @@ def _add_proxy_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="a TOML config file")
 
 
+def _add_engine_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-batch", type=int, help="engine: sequences decoded together (default 8)")
+    parser.add_argument("--prefix-cache-mb", type=int, help="engine: MB of cached KV prefixes (default 512)")
+
+
 def _add_sglang_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model-path", required=True)
     parser.add_argument("--attention-backend")
@@ -120,7 +127,8 @@ def _seed(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from .serve import serve
 
-    flags = {"upstream": args.upstream, "backend": args.backend, "model": args.model}
+    flags = {"upstream": args.upstream, "backend": args.backend, "model": args.model,
+             "engine_max_batch": args.max_batch, "engine_prefix_cache_mb": args.prefix_cache_mb}
     return serve({**flags, **_proxy_flags(args)}, args.config)
 
 
@@ -177,7 +185,7 @@ def _launch(args: argparse.Namespace) -> int:
 def _engine(args: argparse.Namespace) -> int:
     from .serve import run_engine_only
 
-    return run_engine_only(args.host, args.port, args.model)
+    return run_engine_only(args.host, args.port, args.model, args.max_batch, args.prefix_cache_mb)
 
 
 def _export(args: argparse.Namespace) -> int:
