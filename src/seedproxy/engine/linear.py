@@ -21,7 +21,7 @@ _PACK_ROWS = 8  # oneDNN's layout hint; fixed so the packed layout never depends
 
 
 def _onednn_available() -> bool:
-    return bool(torch.backends.mkldnn.is_available()) and hasattr(
+    return bool(torch.backends.mkldnn.is_available()) and hasattr(  # type: ignore[no-untyped-call]
         torch.ops.mkldnn, "_reorder_linear_weight")
 
 
@@ -50,8 +50,9 @@ class RowLinear:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` [rows, in] (contiguous) -> [rows, out]."""
         if self.onednn:
-            return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [],
-                                                      "")
+            y: torch.Tensor = torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias,
+                                                                 "none", [], "")
+            return y
         y = torch.mm(self.weight, x.t()).t()
         return y if self.bias is None else y + self.bias
 

@@ -14,6 +14,7 @@ Invariants:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -78,7 +79,7 @@ class LlamaWeights:
         return total
 
     @classmethod
-    def from_hf(cls, model: torch.nn.Module, max_positions: int) -> LlamaWeights:
+    def from_hf(cls, model: Any, max_positions: int) -> LlamaWeights:
         """Extract (and fuse) the weights of a transformers Llama-family causal LM."""
         cfg = model.config
         inner = model.model

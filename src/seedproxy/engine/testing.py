@@ -44,7 +44,7 @@ def tiny_hf_model(model_type: str = "llama", seed: int = 0, vocab_size: int = 49
     config = AutoConfig.for_model(model_type, **kw)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = AutoModelForCausalLM.from_config(config).float().eval()
+        model = AutoModelForCausalLM.from_config(config).float().eval()  # type: ignore[no-untyped-call]
         with torch.no_grad():
             # Larger logits than the default init, so sampling has some structure.
             model.lm_head.weight.normal_(0.0, 0.5)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .generator import DEFAULT_CACHE_MB, DEFAULT_MAX_BATCH, GenRequest, Generator, Update
+from .generator import DEFAULT_CACHE_MB, DEFAULT_MAX_BATCH, Generator, GenRequest, Update
 from .model import EngineModel
 
 __all__ = ["Worker", "default_threads"]

@@ -93,8 +93,10 @@ def _add_proxy_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_engine_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--max-batch", type=int, help="engine: sequences decoded together (default 8)")
-    parser.add_argument("--prefix-cache-mb", type=int, help="engine: MB of cached KV prefixes (default 512)")
+    parser.add_argument("--max-batch", type=int,
+                        help="engine: sequences decoded together (default 8)")
+    parser.add_argument("--prefix-cache-mb", type=int,
+                        help="engine: MB of cached KV prefixes (default 512)")
 
 
 def _add_sglang_options(parser: argparse.ArgumentParser) -> None:
@@ -128,7 +130,8 @@ def _serve(args: argparse.Namespace) -> int:
     from .serve import serve
 
     flags = {"upstream": args.upstream, "backend": args.backend, "model": args.model,
-             "engine_max_batch": args.max_batch, "engine_prefix_cache_mb": args.prefix_cache_mb}
+             "engine_max_batch": args.max_batch,
+             "engine_prefix_cache_mb": args.prefix_cache_mb}
     return serve({**flags, **_proxy_flags(args)}, args.config)
 
 
@@ -185,7 +188,8 @@ def _launch(args: argparse.Namespace) -> int:
 def _engine(args: argparse.Namespace) -> int:
     from .serve import run_engine_only
 
-    return run_engine_only(args.host, args.port, args.model, args.max_batch, args.prefix_cache_mb)
+    return run_engine_only(args.host, args.port, args.model, args.max_batch,
+                           args.prefix_cache_mb)
 
 
 def _export(args: argparse.Namespace) -> int:
