@@ -139,3 +139,34 @@ def test_processor_is_applied_per_sequence(model: Any) -> None:
     assert out[1][0] == first
     assert out[0][0][0] != first[0] and proc.seen == out[0][0]
     assert proc.histories == [out[0][0][:k] for k in range(6)]
+
+
+def test_http_concurrent_mixed_requests_match_alone(engine: Any) -> None:
+    """Over HTTP: different prompts, lengths and parameters, served alone, then together."""
+    import concurrent.futures as cf
+    import threading
+
+    import httpx
+
+    bodies = [{"input_ids": ids, "return_logprob": True,
+               "sampling_params": {"max_new_tokens": n, "sampling_seed": s, **extra}}
+              for ids, n, s, extra in (
+                  ([11, 22, 33], 12, 1, {}), ([5] * 30, 6, 2, {"top_p": 0.8}),
+                  ([7, 8], 16, 3, {"temperature": 0}), (list(range(100, 140)), 9, 4, {}),
+                  ([9, 10, 11], 12, 5, {"top_k": 5}), ([1234], 20, 6, {"min_p": 0.1}))]
+
+    def post(body: dict[str, Any], barrier: threading.Barrier | None = None) -> Any:
+        with httpx.Client(base_url=engine.url, timeout=120) as c:
+            if barrier is not None:
+                barrier.wait()
+            r = c.post("/generate", json=body)
+            assert r.status_code == 200, r.text
+            res = r.json()
+            return res["output_ids"], res["meta_info"]["output_token_logprobs"]
+
+    assert httpx.get(engine.url + "/get_server_info").json()["max_batch"] == 8
+    alone_out = [post(b) for b in bodies]
+    barrier = threading.Barrier(len(bodies))
+    with cf.ThreadPoolExecutor(len(bodies)) as pool:
+        together = list(pool.map(lambda b: post(b, barrier), bodies))
+    assert together == alone_out
