@@ -35,8 +35,8 @@ def copy_bandwidth(mib: int = 512, repeats: int = 10) -> float:
     return 2 * src.numel() * 4 / best
 
 
-def rollouts(model: Any, prompt: list[int], seeds: list[int], tokens: int, max_batch: int
-             ) -> tuple[float, dict[int, tuple[list[int], list[float]]], bool]:
+def rollouts(model: Any, prompt: list[int], seeds: list[int], tokens: int, max_batch: int,
+             temperature: float = 1.0) -> tuple[float, dict[int, tuple[list[int], list[float]]], bool]:
     """Run ``seeds`` together; return wall seconds, outputs by seed, and whether padded."""
     from seedproxy.engine.generator import Generator, GenRequest
     from seedproxy.engine.params import parse_sampling_params
@@ -46,7 +46,7 @@ def rollouts(model: Any, prompt: list[int], seeds: list[int], tokens: int, max_b
     with torch.inference_mode():
         t0 = time.perf_counter()
         for seed in seeds:
-            params = parse_sampling_params({"max_new_tokens": tokens, "temperature": 1.0,
+            params = parse_sampling_params({"max_new_tokens": tokens, "temperature": temperature,
                                             "sampling_seed": seed, "ignore_eos": True},
                                            model.vocab_size)
 
@@ -67,6 +67,8 @@ def main() -> None:
     ap.add_argument("--model", default=None)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--out", default="bench/engine.json")
+    ap.add_argument("--temperature", type=float, default=1.0,
+                    help="0: greedy (no Gumbel noise to hash: shows the forward pass alone)")
     args = ap.parse_args()
 
     from seedproxy.engine.model import load_model
@@ -86,19 +88,20 @@ def main() -> None:
     alone: dict[int, tuple[list[int], list[float]]] = {}
     wall1 = 0.0
     for seed in range(8):
-        wall, out, padded = rollouts(model, prompt, [seed], args.tokens, 8)
+        wall, out, padded = rollouts(model, prompt, [seed], args.tokens, 8, args.temperature)
         wall1 += wall
         alone.update(out)
     rates = {1: 8 * args.tokens / wall1}
     exact = {}
     for n in (4, 8):
-        wall, out, _ = rollouts(model, prompt, list(range(n)), args.tokens, 8)
+        wall, out, _ = rollouts(model, prompt, list(range(n)), args.tokens, 8,
+                                args.temperature)
         rates[n] = n * args.tokens / wall
         exact[n] = all(out[s] == alone[s] for s in range(n))
     kernel = model.weights.lm_head.kernel + (", padded to 8 rows" if padded else ", unpadded")
     res = {
         "model": model.name, "weights": "float32", "threads": threads, "kernel": kernel,
-        "new_tokens": args.tokens, "prompt_tokens": len(prompt), "weight_bytes": nbytes,
+        "new_tokens": args.tokens, "temperature": args.temperature, "prompt_tokens": len(prompt), "weight_bytes": nbytes,
         "copy_bandwidth_gbs": bw / 1e9,
         "rows": [{"concurrent": n, "tok_s": rates[n], "vs_batch1": rates[n] / rates[1],
                   "bound_tok_s": n * bw / nbytes,
@@ -106,7 +109,7 @@ def main() -> None:
     }
     print(f"{model.name}: {nbytes / 1e6:.0f} MB float32 weights, copy bandwidth "
           f"{bw / 1e9:.1f} GB/s, {threads} threads, {kernel}, {args.tokens} new tokens "
-          f"per rollout, temperature 1, prompt {len(prompt)} tokens (prefill included)")
+          f"per rollout, temperature {args.temperature}, prompt {len(prompt)} tokens (prefill included)")
     print(f"{'concurrent':>10}{'tok/s':>9}{'vs 1':>7}{'bound':>9}{'of bound':>10}  bitwise")
     for row in res["rows"]:
         print(f"{row['concurrent']:>10}{row['tok_s']:9.1f}{row['vs_batch1']:7.2f}"
