@@ -36,7 +36,8 @@ def copy_bandwidth(mib: int = 512, repeats: int = 10) -> float:
 
 
 def rollouts(model: Any, prompt: list[int], seeds: list[int], tokens: int, max_batch: int,
-             temperature: float = 1.0) -> tuple[float, dict[int, tuple[list[int], list[float]]], bool]:
+             temperature: float = 1.0
+             ) -> tuple[float, dict[int, tuple[list[int], list[float]]], bool]:
     """Run ``seeds`` together; return wall seconds, outputs by seed, and whether padded."""
     from seedproxy.engine.generator import Generator, GenRequest
     from seedproxy.engine.params import parse_sampling_params
@@ -101,7 +102,8 @@ def main() -> None:
     kernel = model.weights.lm_head.kernel + (", padded to 8 rows" if padded else ", unpadded")
     res = {
         "model": model.name, "weights": "float32", "threads": threads, "kernel": kernel,
-        "new_tokens": args.tokens, "temperature": args.temperature, "prompt_tokens": len(prompt), "weight_bytes": nbytes,
+        "new_tokens": args.tokens, "temperature": args.temperature,
+        "prompt_tokens": len(prompt), "weight_bytes": nbytes,
         "copy_bandwidth_gbs": bw / 1e9,
         "rows": [{"concurrent": n, "tok_s": rates[n], "vs_batch1": rates[n] / rates[1],
                   "bound_tok_s": n * bw / nbytes,
@@ -109,7 +111,8 @@ def main() -> None:
     }
     print(f"{model.name}: {nbytes / 1e6:.0f} MB float32 weights, copy bandwidth "
           f"{bw / 1e9:.1f} GB/s, {threads} threads, {kernel}, {args.tokens} new tokens "
-          f"per rollout, temperature {args.temperature}, prompt {len(prompt)} tokens (prefill included)")
+          f"per rollout, temperature {args.temperature}, prompt {len(prompt)} tokens "
+          "(prefill included)")
     print(f"{'concurrent':>10}{'tok/s':>9}{'vs 1':>7}{'bound':>9}{'of bound':>10}  bitwise")
     for row in res["rows"]:
         print(f"{row['concurrent']:>10}{row['tok_s']:9.1f}{row['vs_batch1']:7.2f}"
