@@ -1,11 +1,14 @@
-"""Benchmark the embedded engine against transformers' generate() and the bandwidth bound.
+"""Benchmark the embedded engine: aggregate decode speed of 1, 4 and 8 concurrent rollouts.
 
 Usage: python bench/engine.py [--model PATH] [--tokens 128] [--out bench/engine.json]
 
-Batch 1, greedy, ``ignore_eos``: decode tokens/s of the engine (the worker's own generator,
-no HTTP), of ``model.generate()`` on the same float32 weights, and the bound
-``copy bandwidth / weight bytes`` where the bandwidth is that of a large tensor copy
-(bytes read + bytes written per second). It also checks that two engine runs agree.
+A GRPO-style group: one chat prompt, seeds 0..7, temperature 1, ``ignore_eos``, 128 new
+tokens each, driven through the worker's own ``Generator`` (no HTTP) with ``max_batch``
+8 and no prefix cache (every rollout prefills its prompt). It reports aggregate tokens/s
+for 1 rollout at a time (each seed alone, one after another), 4 and 8 concurrent, their
+ratio to batch 1, and the memory-bandwidth bound ``B x copy bandwidth / weight bytes``
+(one read of the weights per step serves all B rows). Every batched rollout's tokens and
+logprobs are checked bitwise against the same seed run alone.
 """
 
 from __future__ import annotations
@@ -32,34 +35,32 @@ def copy_bandwidth(mib: int = 512, repeats: int = 10) -> float:
     return 2 * src.numel() * 4 / best
 
 
-def engine_run(model: Any, prompt: list[int], tokens: int) -> tuple[float, list[int]]:
-    from seedproxy.engine.generator import GenRequest, Generator
+def rollouts(model: Any, prompt: list[int], seeds: list[int], tokens: int, max_batch: int,
+             temperature: float = 1.0
+             ) -> tuple[float, dict[int, tuple[list[int], list[float]]], bool]:
+    """Run ``seeds`` together; return wall seconds, outputs by seed, and whether padded."""
+    from seedproxy.engine.generator import Generator, GenRequest
     from seedproxy.engine.params import parse_sampling_params
 
-    params = parse_sampling_params(
-        {"max_new_tokens": tokens, "temperature": 0, "ignore_eos": True}, model.vocab_size)
-    gen = Generator(model)
-    stamps: list[float] = []
+    gen = Generator(model, max_batch=max_batch, cache_mb=0)
+    out: dict[int, tuple[list[int], list[float]]] = {}
     with torch.inference_mode():
-        final = gen.run(GenRequest("bench", prompt, params),
-                        lambda u: stamps.append(time.perf_counter()), lambda: False)
-    # decode rate: from the first token to the last
-    return (len(stamps) - 1) / (stamps[-1] - stamps[0]), final.output_ids
-
-
-def hf_run(source_dir: str, prompt: list[int], tokens: int) -> float:
-    from transformers import AutoModelForCausalLM
-
-    hf = AutoModelForCausalLM.from_pretrained(source_dir, dtype=torch.float32).eval()
-    ids = torch.tensor([prompt])
-    kw = {"max_new_tokens": tokens, "min_new_tokens": tokens, "do_sample": False,
-          "pad_token_id": hf.config.eos_token_id}
-    with torch.inference_mode():
-        hf.generate(ids, **{**kw, "max_new_tokens": 4, "min_new_tokens": 4})
         t0 = time.perf_counter()
-        hf.generate(ids, **kw)
-        dt = time.perf_counter() - t0
-    return tokens / dt
+        for seed in seeds:
+            params = parse_sampling_params({"max_new_tokens": tokens, "temperature": temperature,
+                                            "sampling_seed": seed, "ignore_eos": True},
+                                           model.vocab_size)
+
+            def keep(upd: Any, seed: int = seed) -> None:
+                if upd.finish is not None:
+                    out[seed] = (upd.output_ids, upd.logprobs)
+
+            gen.add(GenRequest(f"s{seed}", prompt, params, return_logprob=True), keep,
+                    lambda: False)
+        while gen.running:
+            gen.step()
+        wall = time.perf_counter() - t0
+    return wall, out, gen.runner.pad
 
 
 def main() -> None:
@@ -67,6 +68,8 @@ def main() -> None:
     ap.add_argument("--model", default=None)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--out", default="bench/engine.json")
+    ap.add_argument("--temperature", type=float, default=1.0,
+                    help="0: greedy (no Gumbel noise to hash: shows the forward pass alone)")
     args = ap.parse_args()
 
     from seedproxy.engine.model import load_model
@@ -79,32 +82,42 @@ def main() -> None:
     text = tok.apply_chat_template([{"role": "user", "content": "Write a poem about the sea."}],
                                    add_generation_prompt=True, tokenize=False)
     prompt = list(tok.encode(text, add_special_tokens=False))
-
     bw = copy_bandwidth()
     nbytes = model.weights.nbytes()
-    bound = bw / nbytes
-    engine_run(model, prompt, 8)  # warm-up
-    runs = [engine_run(model, prompt, args.tokens) for _ in range(3)]
-    engine = max(r[0] for r in runs)  # best of 3: the machine may be shared
-    ids_a = runs[0][1]
-    ids_b = runs[-1][1]
-    hf = hf_run(model.source_dir, prompt, args.tokens) if model.source_dir else float("nan")
+    rollouts(model, prompt, [0], 8, 8)  # warm-up
+
+    alone: dict[int, tuple[list[int], list[float]]] = {}
+    wall1 = 0.0
+    for seed in range(8):
+        wall, out, padded = rollouts(model, prompt, [seed], args.tokens, 8, args.temperature)
+        wall1 += wall
+        alone.update(out)
+    rates = {1: 8 * args.tokens / wall1}
+    exact = {}
+    for n in (4, 8):
+        wall, out, _ = rollouts(model, prompt, list(range(n)), args.tokens, 8,
+                                args.temperature)
+        rates[n] = n * args.tokens / wall
+        exact[n] = all(out[s] == alone[s] for s in range(n))
+    kernel = model.weights.lm_head.kernel + (", padded to 8 rows" if padded else ", unpadded")
     res = {
-        "model": model.name, "weights": "float32", "threads": threads,
-        "new_tokens": args.tokens, "prompt_tokens": len(prompt),
-        "weight_bytes": nbytes, "copy_bandwidth_gbs": bw / 1e9,
-        "bound_tok_s": bound, "engine_tok_s": engine, "hf_generate_tok_s": hf,
-        "engine_vs_bound": engine / bound, "engine_vs_generate": engine / hf,
-        "deterministic": ids_a == ids_b,
+        "model": model.name, "weights": "float32", "threads": threads, "kernel": kernel,
+        "new_tokens": args.tokens, "temperature": args.temperature,
+        "prompt_tokens": len(prompt), "weight_bytes": nbytes,
+        "copy_bandwidth_gbs": bw / 1e9,
+        "rows": [{"concurrent": n, "tok_s": rates[n], "vs_batch1": rates[n] / rates[1],
+                  "bound_tok_s": n * bw / nbytes,
+                  "bitwise_equal_to_batch1": exact.get(n, True)} for n in (1, 4, 8)],
     }
-    rows = [("bandwidth bound", bound, 1.0), ("engine", engine, engine / bound),
-            ("transformers generate()", hf, hf / bound)]
     print(f"{model.name}: {nbytes / 1e6:.0f} MB float32 weights, copy bandwidth "
-          f"{bw / 1e9:.1f} GB/s, {threads} threads, {args.tokens} new tokens, batch 1")
-    print(f"{'':26}{'tok/s':>8}{'of bound':>10}")
-    for name, tps, frac in rows:
-        print(f"{name:26}{tps:8.1f}{frac:10.0%}")
-    print(f"engine / generate() = {engine / hf:.2f}x; runs identical: {ids_a == ids_b}")
+          f"{bw / 1e9:.1f} GB/s, {threads} threads, {kernel}, {args.tokens} new tokens "
+          f"per rollout, temperature {args.temperature}, prompt {len(prompt)} tokens "
+          "(prefill included)")
+    print(f"{'concurrent':>10}{'tok/s':>9}{'vs 1':>7}{'bound':>9}{'of bound':>10}  bitwise")
+    for row in res["rows"]:
+        print(f"{row['concurrent']:>10}{row['tok_s']:9.1f}{row['vs_batch1']:7.2f}"
+              f"{row['bound_tok_s']:9.1f}{row['tok_s'] / row['bound_tok_s']:10.0%}  "
+              f"{row['bitwise_equal_to_batch1']}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
 

@@ -35,6 +35,10 @@ class Settings(BaseSettings):
     admin_key: str | None = None
     store: str = "memory://"
     model: str | None = None
+    engine_max_batch: int = Field(default=8, ge=1, le=64)
+    """Sequences the embedded engine decodes together (one forward call per step)."""
+    engine_prefix_cache_mb: int = Field(default=512, ge=0)
+    """Memory for finished sequences' KV prefixes kept by the embedded engine (LRU)."""
     workers: int = Field(default=1, ge=1)
     seed: int | None = None
     """A default seed for requests that bring none; refused with groups or n > 1."""

@@ -36,6 +36,8 @@ def test_serve_on_a_public_host_without_an_admin_key_refuses_with_one_line() -> 
         (["--max-body-bytes", "10"], "max_body_bytes"),
         (["--max-upstream-body-bytes", "10"], "max_upstream_body_bytes"),
         (["--read-timeout", "-1"], "read_timeout_s"),
+        (["--max-batch", "0"], "engine_max_batch"),
+        (["--prefix-cache-mb", "-1"], "engine_prefix_cache_mb"),
     ],
 )
 def test_bad_serve_flags_are_one_line_and_exit_2(

@@ -1,5 +1,5 @@
 """seedproxy's embedded CPU inference engine: an SGLang-compatible server whose sampling
-follows SGLang's deterministic mode (seeded Gumbel-max, no cross-request batching).
+follows SGLang's deterministic mode (seeded Gumbel-max; batching never changes a token).
 
 Importing this package imports torch and transformers; nothing outside it does.
 """

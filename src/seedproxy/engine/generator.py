@@ -1,12 +1,16 @@
-"""The decode loop: prompt ids in, a stream of cumulative ``Update``s out.
+"""The batched decode loop: up to ``max_batch`` sequences advance together, one forward
+call per step, each emitting a stream of cumulative ``Update``s.
 
 Invariants:
-- Runs on the worker thread only (it owns the model's KV cache).
-- The KV cache is kept between requests; a new prompt reuses the longest common prefix of
-  the previous sequence (``cached_tokens``). Because every position is computed by the same
-  single-token step, reuse is bit-identical to recomputing.
+- Runs on the worker thread only (it owns the runner, the buffers and the prefix cache).
+- A sequence's tokens and logprobs do not depend on what else is in the batch: each
+  forward row is row-invariant (``llama.py``), sampling is per row (``Sampler.choose``
+  on that row alone) and a ``LogitsProcessor`` sees only its own sequence.
 - The token at absolute position ``p`` (prompt length + tokens generated so far) is drawn
-  with noise keyed by ``(seed, p)``; its logits depend only on the ids at ``0..p-1``.
+  with noise keyed by ``(seed, p)``; its logits depend only on the ids at ``0..p-1``, so a
+  prompt that extends a cached prefix (``cached_tokens``) reproduces a cold run exactly.
+- Each step, running sequences get one row each first; prompts being prefilled share the
+  remaining rows in arrival order, so a long prompt does not stall the others' decoding.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from typing import Any
 
 import torch
 
-from .llama import LlamaRunner
+from .kvcache import KVBuffer, PrefixCache
+from .llama import BatchRunner
 from .logits import LogitsProcessor
 from .model import EngineModel
 from .params import GREEDY_EPS, SamplingParams
@@ -26,7 +31,10 @@ from .sampler import Sampler
 from .stop_regex import match_stop_regex
 from .text import TextState
 
-__all__ = ["GenRequest", "Generator", "Update"]
+__all__ = ["DEFAULT_CACHE_MB", "DEFAULT_MAX_BATCH", "GenRequest", "Generator", "Update"]
+
+DEFAULT_MAX_BATCH = 8
+DEFAULT_CACHE_MB = 512
 
 
 @dataclass(frozen=True)
@@ -39,7 +47,7 @@ class GenRequest:
     return_logprob: bool = False
     top_logprobs_num: int = 0
     return_input_logprob: bool = False
-    processor: LogitsProcessor | None = field(default=None, compare=False)
+    processor: LogitsProcessor | None = None
 
 
 @dataclass
@@ -68,111 +76,174 @@ class Update:
         return len(self.output_ids)
 
 
+@dataclass
+class _Seq:
+    """One running sequence: ``tokens`` = prompt + output; ``kv.length`` of them are fed."""
+
+    req: GenRequest
+    emit: Callable[[Update], None]
+    cancelled: Callable[[], bool]
+    kv: KVBuffer
+    tokens: list[int]
+    upd: Update
+    text: TextState
+    stop_ids: frozenset[int]
+    banned: torch.Tensor | None
+    limit: int
+
+    @property
+    def pending(self) -> int:
+        return len(self.tokens) - self.kv.length
+
+
 def _top(logprobs: torch.Tensor, k: int) -> list[tuple[int, float]]:
     vals, idx = torch.topk(logprobs, min(k, logprobs.numel()))
     return [(int(i), float(v)) for v, i in zip(vals.tolist(), idx.tolist(), strict=True)]
 
 
 class Generator:
-    """Owns the forward pass, the sampler and the cached sequence."""
+    """Owns the forward pass, the sampler, the running sequences and the prefix cache."""
 
-    def __init__(self, model: EngineModel) -> None:
+    def __init__(self, model: EngineModel, max_batch: int = DEFAULT_MAX_BATCH,
+                 cache_mb: int = DEFAULT_CACHE_MB, pad: bool | None = None) -> None:
         self.model = model
-        self.runner = LlamaRunner(model.weights)
+        self.max_batch = max(1, max_batch)
+        self.runner = BatchRunner(model.weights, self.max_batch, pad)
         self.sampler = Sampler(model.vocab_size)
-        self._cached: list[int] = []
+        self.cache = PrefixCache(cache_mb * 1024 * 1024)
+        self.running: list[_Seq] = []
 
-    def _prefill(self, prompt: list[int], want_input_logprobs: bool, temperature: float = 1.0,
-                 top_n: int = 0) -> tuple[torch.Tensor, int, list[float | None],
-                                          list[list[tuple[int, float]]]]:
-        """Run the prompt; return the last logits, the reused length and input logprobs."""
-        reuse = 0
-        limit = min(len(self._cached), len(prompt) - 1)
-        while reuse < limit and self._cached[reuse] == prompt[reuse]:
-            reuse += 1
-        if want_input_logprobs:
-            reuse = 0
-        self._cached = self._cached[:reuse]
-        input_lps: list[float | None] = [None]
-        input_tops: list[list[tuple[int, float]]] = [[]]
-        logits = torch.empty(0)
-        for pos in range(reuse, len(prompt)):
-            logits = self.runner.step(prompt[pos], pos)
-            self._cached.append(prompt[pos])
-            if want_input_logprobs and pos + 1 < len(prompt):
-                input_lps.append(self._input_logprob(logits, temperature, prompt[pos + 1]))
-                if top_n > 0:
-                    input_tops.append(_top(torch.log_softmax(logits, -1), top_n))
-        return logits, reuse, input_lps, input_tops
+    @property
+    def has_room(self) -> bool:
+        return len(self.running) < self.max_batch
 
-    def _input_logprob(self, logits: torch.Tensor, temperature: float, token_id: int) -> float:
-        """A prompt token's logprob computed as the sampler reports a sampled one (the
-        temperature-scaled distribution; the raw one when greedy), so teacher forcing
-        a sampled sequence at its temperature reproduces its logprobs bit for bit."""
-        row = logits[: self.model.vocab_size]
-        if temperature >= GREEDY_EPS:
-            row = row / temperature
-        return float(torch.log_softmax(row, dim=-1)[token_id])
-
-    def run(self, req: GenRequest, emit: Callable[[Update], None],
-            cancelled: Callable[[], bool]) -> Update:
-        """Generate ``req``, calling ``emit`` after every token; return the final update."""
-        started = time.perf_counter()
+    def add(self, req: GenRequest, emit: Callable[[Update], None],
+            cancelled: Callable[[], bool]) -> None:
+        """Start ``req`` (the caller keeps at most ``max_batch`` running)."""
         p = req.params
-        tok = self.model.tokenizer
-        ctx = self.model.context_length
         prompt = req.prompt_ids
-        logits, cached, input_lps, input_tops = self._prefill(
-            prompt, req.return_input_logprob, req.params.temperature, req.top_logprobs_num)
-        text = TextState(tok, p.stop, p.skip_special_tokens, p.no_stop_trim)
-        upd = Update([], "", None, len(prompt), cached, started=started,
-                     input_logprobs=input_lps if req.return_input_logprob else [],
-                     input_top_logprobs=input_tops if req.return_input_logprob else [])
-        limit = ctx - len(prompt)
+        limit = self.model.context_length - len(prompt)
         if p.max_new_tokens is not None:
             limit = min(limit, p.max_new_tokens)
+        upd = Update([], "", None, len(prompt), 0, started=time.perf_counter(),
+                     input_logprobs=[None] if req.return_input_logprob else [],
+                     input_top_logprobs=[[]] if req.return_input_logprob else [])
+        if limit <= 0 and not req.return_input_logprob:
+            upd.finish = {"type": "length", "length": 0}
+            emit(upd.snapshot())
+            return
+        reuse, cached = (0, None) if req.return_input_logprob else self.cache.lookup(prompt)
+        reuse = min(reuse, len(prompt) - 1)
+        kv = self.runner.new_buffer(max(256, len(prompt) + min(limit, 256)))
+        if cached is not None and reuse > 0:
+            kv.copy_prefix(cached, reuse)
+        upd.cached_tokens = reuse
         stop_ids = set(p.stop_token_ids)
         if not p.ignore_eos:
             stop_ids |= set(self.model.eos_token_ids)
         banned = None
+        vocab = self.model.vocab_size
         if p.min_new_tokens > 0 and stop_ids:
-            banned = torch.zeros(self.model.vocab_size, dtype=torch.bool)
-            banned[[i for i in stop_ids if 0 <= i < self.model.vocab_size]] = True
-        if limit <= 0:
+            banned = torch.zeros(vocab, dtype=torch.bool)
+            banned[[i for i in stop_ids if 0 <= i < vocab]] = True
+        text = TextState(self.model.tokenizer, p.stop, p.skip_special_tokens, p.no_stop_trim)
+        self.running.append(_Seq(req, emit, cancelled, kv, list(prompt), upd, text,
+                                 frozenset(stop_ids), banned, limit))
+
+    def step(self) -> None:
+        """One forward call over the running sequences; emits and retires as they finish."""
+        for seq in [s for s in self.running if s.cancelled()]:
+            seq.upd.finish = {"type": "abort", "message": "request cancelled"}
+            self._finish(seq)
+        if not self.running:
+            return
+        rows: list[tuple[_Seq, int]] = []  # (sequence, position)
+        for seq in self.running:
+            if seq.pending == 1:
+                rows.append((seq, len(seq.tokens) - 1))
+        for seq in self.running:
+            room = self.max_batch - len(rows)
+            if seq.pending > 1 and room > 0:
+                start = seq.kv.length
+                rows += [(seq, p) for p in range(start, start + min(room, seq.pending))]
+        logits = self.runner.forward([s.tokens[p] for s, p in rows], [p for _, p in rows],
+                                     [s.kv for s, _ in rows])
+        for r, (seq, pos) in enumerate(rows):
+            if pos + 1 < len(seq.tokens):
+                if seq.req.return_input_logprob:
+                    self._input_logprob(seq, logits[r], seq.tokens[pos + 1])
+            elif seq.upd.finish is None:
+                self._sample(seq, logits[r], pos + 1)
+
+    def _input_logprob(self, seq: _Seq, row: torch.Tensor, token_id: int) -> None:
+        """A prompt token's logprob as the sampler reports a sampled one (the
+        temperature-scaled distribution; the raw one when greedy), so teacher forcing a
+        sampled sequence at its temperature reproduces its logprobs bit for bit."""
+        temperature = seq.req.params.temperature
+        scaled = row[: self.model.vocab_size]
+        if temperature >= GREEDY_EPS:
+            scaled = scaled / temperature
+        logprobs = torch.log_softmax(scaled, dim=-1)
+        seq.upd.input_logprobs.append(float(logprobs[token_id]))
+        if seq.req.top_logprobs_num > 0:
+            seq.upd.input_top_logprobs.append(_top(logprobs, seq.req.top_logprobs_num))
+
+    def _sample(self, seq: _Seq, row: torch.Tensor, pos: int) -> None:
+        req, p, upd = seq.req, seq.req.params, seq.upd
+        if len(upd.output_ids) >= seq.limit:  # only with input logprobs and no room left
             upd.finish = {"type": "length", "length": 0}
-            emit(upd.snapshot())
-            return upd
-        while True:
-            pos = len(prompt) + len(upd.output_ids)
-            if cancelled():
-                upd.finish = {"type": "abort", "message": "request cancelled"}
-                break
-            ban = banned if len(upd.output_ids) < p.min_new_tokens else None
-            if req.processor is not None:
-                logits = req.processor.process(logits, upd.output_ids)
-            choice = self.sampler.choose(logits, p, pos, ban)
-            if req.processor is not None:
-                req.processor.accept(choice.token_id)
-            upd.output_ids.append(choice.token_id)
-            if req.return_logprob:
-                upd.logprobs.append(choice.logprob)
-                if req.top_logprobs_num > 0:
-                    upd.top_logprobs.append(_top(choice.logprobs, req.top_logprobs_num))
-            matched = text.update(upd.output_ids)
-            if matched is None and p.stop_regex:
-                matched = match_stop_regex(p.stop_regex, text.text)
-            if matched is not None:
-                upd.finish = {"type": "stop", "matched": matched}
-            elif choice.token_id in stop_ids and len(upd.output_ids) > p.min_new_tokens - 1:
-                upd.finish = {"type": "stop", "matched": choice.token_id}
-            elif len(upd.output_ids) >= limit:
-                upd.finish = {"type": "length", "length": len(upd.output_ids)}
-            upd.text = text.stable_text(upd.finish is not None)
-            emit(upd.snapshot())
-            if upd.finish is not None:
-                return upd
-            logits = self.runner.step(choice.token_id, pos)
-            self._cached.append(choice.token_id)
-        upd.text = text.stable_text(True)
-        emit(upd.snapshot())
-        return upd
+            self._finish(seq)
+            return
+        if req.processor is not None:
+            row = req.processor.process(row, upd.output_ids)
+        ban = seq.banned if len(upd.output_ids) < p.min_new_tokens else None
+        choice = self.sampler.choose(row, p, pos, ban)
+        if req.processor is not None:
+            req.processor.accept(choice.token_id)
+        upd.output_ids.append(choice.token_id)
+        seq.tokens.append(choice.token_id)
+        if req.return_logprob:
+            upd.logprobs.append(choice.logprob)
+            if req.top_logprobs_num > 0:
+                upd.top_logprobs.append(_top(choice.logprobs, req.top_logprobs_num))
+        matched = seq.text.update(upd.output_ids)
+        if matched is None and p.stop_regex:
+            matched = match_stop_regex(p.stop_regex, seq.text.text)
+        if matched is not None:
+            upd.finish = {"type": "stop", "matched": matched}
+        elif choice.token_id in seq.stop_ids and len(upd.output_ids) > p.min_new_tokens - 1:
+            upd.finish = {"type": "stop", "matched": choice.token_id}
+        elif len(upd.output_ids) >= seq.limit:
+            upd.finish = {"type": "length", "length": len(upd.output_ids)}
+        if upd.finish is not None:
+            self._finish(seq)
+        else:
+            upd.text = seq.text.stable_text(False)
+            seq.emit(upd.snapshot())
+
+    def _finish(self, seq: _Seq) -> None:
+        """Emit the final update, keep the sequence's prefix, drop it from the batch."""
+        seq.upd.text = seq.text.stable_text(True)
+        self.running.remove(seq)
+        self.cache.insert(seq.tokens[: seq.kv.length], seq.kv)
+        seq.emit(seq.upd.snapshot())
+
+    def abort_all(self) -> list[tuple[GenRequest, Callable[[Update], None]]]:
+        """Forget every running sequence (after a failure); return who to tell."""
+        out = [(s.req, s.emit) for s in self.running]
+        self.running.clear()
+        return out
+
+    def run(self, req: GenRequest, emit: Callable[[Update], None],
+            cancelled: Callable[[], bool]) -> Update:
+        """Generate ``req`` alone to the end (for benchmarks and tools); return the last."""
+        last: list[Update] = []
+
+        def keep(upd: Update) -> None:
+            last[:] = [upd]
+            emit(upd)
+
+        self.add(req, keep, cancelled)
+        while self.running:
+            self.step()
+        return last[0]

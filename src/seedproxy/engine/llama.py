@@ -1,23 +1,28 @@
-"""A minimal Llama forward pass over loaded weights, one token at a time.
+"""A Llama-family forward pass (Llama, Mistral, Qwen2, Qwen3) over rows of tokens.
 
 Invariants:
-- Every token, whether it belongs to the prompt or was generated, goes through the same
-  single-token code path (``LlamaRunner.step``) with the same tensor shapes for a given
-  position. The logits at position ``p`` therefore depend only on the token ids at
-  positions ``0..p``, bit for bit, on a given machine, torch build and thread count: a
-  prompt resubmitted with its generated prefix reproduces the original run exactly.
-- All maths is float32; matmuls are ``[1, k] x [k, n]`` GEMVs, which are memory-bound, so
-  one token costs about one read of the weights.
+- One forward call runs up to ``max_rows`` rows; a row is (token, position, its
+  sequence's ``KVBuffer``) and rows of one sequence are consecutive positions. Prompt
+  tokens and generated tokens go through the same per-row arithmetic.
+- A row's logits depend only on its sequence's ids at ``0..position``, bit for bit, never
+  on the other rows: matrix products are row-invariant (``linear.py``: unpadded when the
+  kernel is invariant to the row count, else padded to ``max_rows``), norms, RoPE and
+  activations are per row, and attention is computed per row over that row's own keys.
+- Float32 throughout; one call reads the weights once, however many rows it carries.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-__all__ = ["LayerWeights", "LlamaRunner", "LlamaWeights"]
+from .kvcache import KVBuffer
+from .linear import RowLinear, rows_invariant
+
+__all__ = ["BatchRunner", "LayerWeights", "LlamaWeights"]
 
 
 @dataclass(frozen=True)
@@ -25,11 +30,17 @@ class LayerWeights:
     """One decoder layer; ``qkv`` and ``gate_up`` are row-concatenated projections."""
 
     input_norm: torch.Tensor
-    qkv: torch.Tensor
-    o: torch.Tensor
+    qkv: RowLinear
+    q_norm: torch.Tensor | None
+    k_norm: torch.Tensor | None
+    o: RowLinear
     post_norm: torch.Tensor
-    gate_up: torch.Tensor
-    down: torch.Tensor
+    gate_up: RowLinear
+    down: RowLinear
+
+
+def _t(p: torch.Tensor) -> torch.Tensor:
+    return p.detach().float().contiguous()
 
 
 @dataclass(frozen=True)
@@ -39,7 +50,7 @@ class LlamaWeights:
     embed: torch.Tensor
     layers: tuple[LayerWeights, ...]
     final_norm: torch.Tensor
-    lm_head: torch.Tensor
+    lm_head: RowLinear
     num_heads: int
     num_kv_heads: int
     head_dim: int
@@ -48,49 +59,64 @@ class LlamaWeights:
     inv_freq: torch.Tensor
     rope_scaling: float
     max_positions: int
+    sliding_window: int | None = None
 
     @property
     def vocab_size(self) -> int:
-        return int(self.lm_head.shape[0])
+        return self.lm_head.out_features
+
+    def linears(self) -> list[RowLinear]:
+        out = [self.lm_head]
+        for layer in self.layers:
+            out += [layer.qkv, layer.o, layer.gate_up, layer.down]
+        return out
 
     def nbytes(self) -> int:
-        """Bytes read per decoded token (the embedding row read is negligible)."""
-        total = self.lm_head.numel() * self.lm_head.element_size()
-        total += self.final_norm.numel() * 4
+        """Bytes read per forward call (the embedding rows read are negligible)."""
+        total = sum(lin.nbytes() for lin in self.linears()) + self.final_norm.numel() * 4
         for layer in self.layers:
-            for t in (layer.input_norm, layer.qkv, layer.o, layer.post_norm, layer.gate_up,
-                      layer.down):
-                total += t.numel() * t.element_size()
+            total += (layer.input_norm.numel() + layer.post_norm.numel()) * 4
         return total
 
     @classmethod
-    def from_hf(cls, model: torch.nn.Module, max_positions: int) -> LlamaWeights:
+    def from_hf(cls, model: Any, max_positions: int) -> LlamaWeights:
         """Extract (and fuse) the weights of a transformers Llama-family causal LM."""
         cfg = model.config
         inner = model.model
         layers = []
         for layer in inner.layers:
             att, mlp = layer.self_attn, layer.mlp
-            if getattr(att.q_proj, "bias", None) is not None:
-                raise ValueError("attention biases are not supported")
+            if getattr(att.o_proj, "bias", None) is not None or any(
+                    getattr(p, "bias", None) is not None
+                    for p in (mlp.gate_proj, mlp.up_proj, mlp.down_proj)):
+                raise ValueError("o_proj and MLP biases are not supported")
+            biases = [getattr(p, "bias", None) for p in (att.q_proj, att.k_proj, att.v_proj)]
+            if any(b is not None for b in biases) and not all(b is not None for b in biases):
+                raise ValueError("biases on some of q/k/v only are not supported")
+            bias = torch.cat([b for b in biases if b is not None]) if biases[0] is not None \
+                else None
+            q_norm = getattr(att, "q_norm", None)
+            k_norm = getattr(att, "k_norm", None)
             layers.append(LayerWeights(
-                input_norm=layer.input_layernorm.weight.detach().float().contiguous(),
-                qkv=torch.cat([att.q_proj.weight, att.k_proj.weight, att.v_proj.weight])
-                .detach().float().contiguous(),
-                o=att.o_proj.weight.detach().float().contiguous(),
-                post_norm=layer.post_attention_layernorm.weight.detach().float().contiguous(),
-                gate_up=torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
-                .detach().float().contiguous(),
-                down=mlp.down_proj.weight.detach().float().contiguous(),
+                input_norm=_t(layer.input_layernorm.weight),
+                qkv=RowLinear(torch.cat([att.q_proj.weight, att.k_proj.weight,
+                                         att.v_proj.weight]), bias),
+                q_norm=None if q_norm is None else _t(q_norm.weight),
+                k_norm=None if k_norm is None else _t(k_norm.weight),
+                o=RowLinear(att.o_proj.weight),
+                post_norm=_t(layer.post_attention_layernorm.weight),
+                gate_up=RowLinear(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])),
+                down=RowLinear(mlp.down_proj.weight),
             ))
         rotary = inner.rotary_emb
         num_heads = int(cfg.num_attention_heads)
         head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // num_heads)
+        window = getattr(cfg, "sliding_window", None) if cfg.model_type == "mistral" else None
         return cls(
-            embed=inner.embed_tokens.weight.detach().float().contiguous(),
+            embed=_t(inner.embed_tokens.weight),
             layers=tuple(layers),
-            final_norm=inner.norm.weight.detach().float().contiguous(),
-            lm_head=model.lm_head.weight.detach().float().contiguous(),
+            final_norm=_t(inner.norm.weight),
+            lm_head=RowLinear(model.lm_head.weight),
             num_heads=num_heads,
             num_kv_heads=int(getattr(cfg, "num_key_value_heads", None) or num_heads),
             head_dim=head_dim,
@@ -99,74 +125,97 @@ class LlamaWeights:
             inv_freq=rotary.inv_freq.detach().float().clone(),
             rope_scaling=float(getattr(rotary, "attention_scaling", 1.0)),
             max_positions=max_positions,
+            sliding_window=int(window) if window else None,
         )
 
 
-class LlamaRunner:
-    """A KV cache plus the single-token forward step. Not thread-safe: one owner thread."""
+def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * weight
 
-    def __init__(self, weights: LlamaWeights) -> None:
+
+class BatchRunner:
+    """Runs rows through the model. Not thread-safe: one owner thread."""
+
+    def __init__(self, weights: LlamaWeights, max_rows: int, pad: bool | None = None) -> None:
         self.w = weights
-        self._capacity = 0
-        self._k: list[torch.Tensor] = []
-        self._v: list[torch.Tensor] = []
-        self._cos = torch.empty(0)
-        self._sin = torch.empty(0)
+        self.max_rows = max(1, max_rows)
+        self.pad = (not rows_invariant(weights.linears(), self.max_rows)) if pad is None \
+            else pad
         self._scale = weights.head_dim ** -0.5
+        self._cos = torch.empty(0, weights.head_dim)
+        self._sin = torch.empty(0, weights.head_dim)
 
-    def _ensure(self, length: int) -> None:
-        """Grow the cache and the rotary tables to hold ``length`` positions."""
-        if length <= self._capacity:
-            return
+    def new_buffer(self, capacity: int) -> KVBuffer:
         w = self.w
-        cap = min(w.max_positions, max(256, 1 << (length - 1).bit_length()))
-        cap = max(cap, length)
-        shape = (w.num_kv_heads, cap, w.head_dim)
-        new_k = [torch.zeros(shape) for _ in w.layers]
-        new_v = [torch.zeros(shape) for _ in w.layers]
-        if self._capacity:
-            for old, new in zip(self._k + self._v, new_k + new_v, strict=True):
-                new[:, : self._capacity].copy_(old)
-        self._k, self._v = new_k, new_v
+        return KVBuffer(len(w.layers), w.num_kv_heads, w.head_dim, capacity)
+
+    def _rotary(self, length: int) -> None:
+        if length <= self._cos.shape[0]:
+            return
+        cap = max(length, min(self.w.max_positions, 2 * self._cos.shape[0]), 256)
         pos = torch.arange(cap, dtype=torch.float64)
-        freqs = torch.outer(pos, w.inv_freq.double())
+        freqs = torch.outer(pos, self.w.inv_freq.double())
         emb = torch.cat([freqs, freqs], dim=-1)
-        self._cos = (emb.cos() * w.rope_scaling).float()
-        self._sin = (emb.sin() * w.rope_scaling).float()
-        self._capacity = cap
+        self._cos = (emb.cos() * self.w.rope_scaling).float()
+        self._sin = (emb.sin() * self.w.rope_scaling).float()
 
-    def step(self, token_id: int, position: int) -> torch.Tensor:
-        """Run token ``token_id`` at ``position``; return float32 logits of shape [vocab].
+    def forward(self, tokens: list[int], positions: list[int],
+                kvs: list[KVBuffer]) -> torch.Tensor:
+        """Logits [len(tokens), vocab]; each row's keys/values are written to its buffer.
 
-        The cache must already hold positions ``0..position-1`` (from earlier steps).
+        A row at position ``p`` needs its buffer to hold ``0..p-1`` (earlier calls or
+        earlier rows of this call). Afterwards each buffer's ``length`` is one past its
+        last row.
         """
         w = self.w
-        self._ensure(position + 1)
+        n = len(tokens)
+        if not 0 < n <= self.max_rows:
+            raise ValueError(f"{n} rows for a runner of at most {self.max_rows}")
+        m = self.max_rows if self.pad else n
+        self._rotary(max(positions) + 1)
         nh, nkv, hd = w.num_heads, w.num_kv_heads, w.head_dim
-        group = nh // nkv
-        q_size = nh * hd
-        cos = self._cos[position]
-        sin = self._sin[position]
-        half = hd // 2
-        eps = w.rms_eps
-        inter = w.intermediate
+        group, q_size, half, eps = nh // nkv, nh * hd, hd // 2, w.rms_eps
         kv_end = q_size + nkv * hd
-        x = w.embed[token_id].unsqueeze(0)
+        pos = torch.tensor(positions + [0] * (m - n))
+        cos, sin = self._cos[pos].unsqueeze(1), self._sin[pos].unsqueeze(1)
+        spans: list[tuple[KVBuffer, int, int, int]] = []  # buffer, first row, end row, pos
+        for r in range(n):
+            if spans and spans[-1][0] is kvs[r]:
+                buf, a, _, p0 = spans[-1]
+                spans[-1] = (buf, a, r + 1, p0)
+            else:
+                spans.append((kvs[r], r, r + 1, positions[r]))
+        for buf, a, b, p0 in spans:
+            buf.ensure(p0 + b - a)
+        window = w.sliding_window
+        x = w.embed[torch.tensor(tokens + [0] * (m - n))]
         for i, layer in enumerate(w.layers):
-            h = x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * layer.input_norm
-            qkv = F.linear(h, layer.qkv)[0]
-            qk = qkv[:kv_end].view(nh + nkv, hd)
-            qk = torch.addcmul(qk * cos, torch.cat([-qk[:, half:], qk[:, :half]], dim=-1), sin)
-            kc, vc = self._k[i], self._v[i]
-            kc[:, position] = qk[nh:]
-            vc[:, position] = qkv[kv_end:].view(nkv, hd)
-            att = F.scaled_dot_product_attention(
-                qk[:nh].view(1, nkv, group, hd), kc[None, :, : position + 1],
-                vc[None, :, : position + 1], scale=self._scale,
-            ).reshape(1, q_size)
-            x = x + F.linear(att, layer.o)
-            h = x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * layer.post_norm
-            gu = F.linear(h, layer.gate_up)
-            x = x + F.linear(F.silu(gu[:, :inter]) * gu[:, inter:], layer.down)
-        x = x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * w.final_norm
-        return F.linear(x, w.lm_head)[0]
+            qkv = layer.qkv(_rms(x, layer.input_norm, eps))
+            q = qkv[:, :q_size].reshape(m, nh, hd)
+            k = qkv[:, q_size:kv_end].reshape(m, nkv, hd)
+            v = qkv[:, kv_end:].reshape(m, nkv, hd)
+            if layer.q_norm is not None and layer.k_norm is not None:
+                q = _rms(q, layer.q_norm, eps)
+                k = _rms(k, layer.k_norm, eps)
+            q = torch.addcmul(q * cos, torch.cat([-q[..., half:], q[..., :half]], -1), sin)
+            k = torch.addcmul(k * cos, torch.cat([-k[..., half:], k[..., :half]], -1), sin)
+            for buf, a, b, p0 in spans:
+                buf.k[i, p0: p0 + b - a] = k[a:b]
+                buf.v[i, p0: p0 + b - a] = v[a:b]
+            att = torch.zeros(m, q_size)
+            for r in range(n):
+                p, buf = positions[r], kvs[r]
+                lo = max(0, p - window + 1) if window else 0
+                att[r] = F.scaled_dot_product_attention(
+                    q[r].view(1, nkv, group, hd),
+                    buf.k[i, lo: p + 1].permute(1, 0, 2).unsqueeze(0),
+                    buf.v[i, lo: p + 1].permute(1, 0, 2).unsqueeze(0),
+                    scale=self._scale,
+                ).reshape(q_size)
+            x = x + layer.o(att)
+            gu = layer.gate_up(_rms(x, layer.post_norm, eps))
+            x = x + layer.down(F.silu(gu[:, : w.intermediate]) * gu[:, w.intermediate:])
+        for buf, a, b, p0 in spans:
+            buf.length = max(buf.length, p0 + b - a)
+        logits = w.lm_head(_rms(x, w.final_norm, eps))
+        return logits[:n]

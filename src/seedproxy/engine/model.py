@@ -6,6 +6,8 @@ Invariants:
   (entries are written to a temporary folder and renamed into place).
 - A GGUF file's cache entry is keyed by its name, size and modification time, so a changed
   file is converted again and an unchanged one loads from safetensors in about a second.
+- The architecture is checked from metadata alone (``arch.py``) before any weight is read
+  or dequantised.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 
 import torch
 
+from .arch import Architecture, check_gguf, read_config
 from .errors import EngineError
 from .llama import LlamaWeights
 
@@ -48,6 +51,7 @@ class EngineModel:
     model_path: str
     source_dir: str
     eos_token_ids: frozenset[int] = field(default_factory=frozenset)
+    arch: Architecture = Architecture("llama", "LlamaForCausalLM")
 
     @property
     def vocab_size(self) -> int:
@@ -172,6 +176,8 @@ def load_from_dir(folder: Path, model_path: str, name: str) -> EngineModel:
     """Load a Hugging Face Llama-family model folder into an ``EngineModel``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    arch = read_config(folder, model_path)
+
     try:
         tok = AutoTokenizer.from_pretrained(str(folder))
         hf = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
@@ -181,6 +187,8 @@ def load_from_dir(folder: Path, model_path: str, name: str) -> EngineModel:
     cfg = hf.config
     ctx = int(getattr(cfg, "max_position_embeddings", 0) or 2048)
     try:
+        if type(hf).__name__ != arch.hf_class:
+            raise ValueError(f"expected {arch.hf_class}")
         weights = LlamaWeights.from_hf(hf, max_positions=ctx)
     except (AttributeError, ValueError) as exc:
         raise EngineError(
@@ -197,6 +205,7 @@ def load_from_dir(folder: Path, model_path: str, name: str) -> EngineModel:
     return EngineModel(
         name=name, context_length=ctx, tokenizer=tok, weights=weights,
         model_path=model_path, source_dir=str(folder), eos_token_ids=frozenset(eos),
+        arch=arch,
     )
 
 
@@ -215,6 +224,7 @@ def load_model(path: str | None = None) -> EngineModel:
     if target.is_file():
         if target.suffix.lower() != ".gguf":
             raise EngineError(f"not a .gguf file or a Hugging Face model folder: {shown}")
+        check_gguf(target)
         with tqdm(total=3, desc=f"loading {target.name}", unit="step", leave=False) as bar:
             try:
                 folder = gguf_cache_dir(target, progress=bar)

@@ -16,6 +16,7 @@ import httpx
 import uvicorn
 
 from .errors import EngineError
+from .generator import DEFAULT_CACHE_MB, DEFAULT_MAX_BATCH
 from .model import EngineModel, load_model
 from .server import create_engine_app
 
@@ -44,10 +45,12 @@ def _free_port(host: str) -> int:
 
 
 def start_engine_thread(model: EngineModel, host: str = "127.0.0.1", port: int = 0,
-                        timeout: float = 60.0) -> RunningEngine:
+                        timeout: float = 60.0, max_batch: int = DEFAULT_MAX_BATCH,
+                        cache_mb: int = DEFAULT_CACHE_MB) -> RunningEngine:
     """Serve ``model`` from a daemon thread; wait until it answers, then return."""
     port = port or _free_port(host)
-    config = uvicorn.Config(create_engine_app(model), host=host, port=port,
+    app = create_engine_app(model, max_batch=max_batch, cache_mb=cache_mb)
+    config = uvicorn.Config(app, host=host, port=port,
                             log_level="warning", lifespan="on", timeout_keep_alive=30)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="seedproxy-engine-http", daemon=True)
@@ -70,8 +73,10 @@ def start_engine_thread(model: EngineModel, host: str = "127.0.0.1", port: int =
     return RunningEngine(url, server, thread)
 
 
-def run_engine(host: str, port: int, model_path: str | None) -> None:
+def run_engine(host: str, port: int, model_path: str | None,
+               max_batch: int = DEFAULT_MAX_BATCH, cache_mb: int = DEFAULT_CACHE_MB) -> None:
     """Load the model and serve it until interrupted (for ``seedproxy engine``)."""
     model = load_model(model_path)
     logger.info("engine serving %s on http://%s:%d", model.name, host, port)
-    uvicorn.run(create_engine_app(model), host=host, port=port, log_level="info")
+    uvicorn.run(create_engine_app(model, max_batch=max_batch, cache_mb=cache_mb),
+                host=host, port=port, log_level="info")

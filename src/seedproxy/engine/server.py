@@ -28,6 +28,7 @@ from fastapi.responses import Response, StreamingResponse
 from .chat import chat_response, chat_stream, parse_chat
 from .completions import completion_response, completion_stream, parse_completion
 from .errors import InternalError, RequestError
+from .generator import DEFAULT_CACHE_MB, DEFAULT_MAX_BATCH
 from .model import EngineModel
 from .native import generate_response, generate_stream, parse_generate
 from .openai_common import error_body
@@ -110,9 +111,10 @@ def _sse(gen: AsyncIterator[bytes]) -> StreamingResponse:
     return StreamingResponse(gen, media_type="text/event-stream", headers=_SSE_HEADERS)
 
 
-def create_engine_app(model: EngineModel) -> FastAPI:
+def create_engine_app(model: EngineModel, max_batch: int = DEFAULT_MAX_BATCH,
+                      cache_mb: int = DEFAULT_CACHE_MB) -> FastAPI:
     """Build the SGLang-compatible app serving ``model``; its lifespan runs the worker."""
-    state = EngineState(model, Worker(model))
+    state = EngineState(model, Worker(model, max_batch=max_batch, cache_mb=cache_mb))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -144,15 +146,17 @@ def create_engine_app(model: EngineModel) -> FastAPI:
             "model_path": model.model_path, "tokenizer_path": model.model_path,
             "is_generation": True, "preferred_sampling_params": None,
             "weight_version": "default", "has_image_understanding": False,
-            "has_audio_understanding": False, "model_type": "llama",
-            "architectures": ["LlamaForCausalLM"],
+            "has_audio_understanding": False, "model_type": model.arch.model_type,
+            "architectures": [model.arch.hf_class],
         })
 
     @app.get("/get_server_info")
     async def server_info() -> Response:
         return _json({"model_path": model.model_path, "enable_deterministic_inference": True,
                       "sampling_backend": "pytorch", "context_length": model.context_length,
-                      "threads": state.worker.threads, "version": "seedproxy-engine"})
+                      "threads": state.worker.threads, "max_batch": state.worker.max_batch,
+                      "prefix_cache_mb": state.worker.cache_mb,
+                      "version": "seedproxy-engine"})
 
     @app.post("/detokenize")
     async def detokenize(request: Request) -> Response:

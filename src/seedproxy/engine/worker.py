@@ -1,14 +1,15 @@
-"""One worker thread that runs generations one at a time.
+"""One worker thread that runs up to ``max_batch`` generations together.
 
 Invariants:
-- Exactly one thread touches the model (its KV cache and forward pass), so a request's
-  tokens and logprobs never depend on what else is being served: there is no batching.
-- ``torch.set_num_threads(threads)`` is applied on that thread before any work; together
-  with float32 GEMVs of fixed shapes this makes results repeat bit for bit on one machine.
-  (Different thread counts or CPUs may round differently; the count is fixed per engine.)
+- Exactly one thread touches the model (its buffers, prefix cache and forward pass).
+  Requests are admitted in arrival order whenever the batch has room and advance one
+  token per step together; a request's tokens and logprobs never depend on its
+  batchmates (see ``generator.py``), only on the engine's fixed configuration.
+- ``torch.set_num_threads(threads)`` is applied on that thread before any work; results
+  repeat bit for bit on one machine, torch build and thread count.
 - Submitting is thread-safe; ``stream`` bridges updates to an asyncio loop with
   ``call_soon_threadsafe`` as each token is produced. A consumer that goes away cancels
-  its job at the next token.
+  its job at the next step.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .generator import Generator, GenRequest, Update
+from .generator import DEFAULT_CACHE_MB, DEFAULT_MAX_BATCH, Generator, GenRequest, Update
 from .model import EngineModel
 
 __all__ = ["Worker", "default_threads"]
@@ -47,11 +48,15 @@ class _Job:
 
 
 class Worker:
-    """A daemon thread draining a FIFO of generation jobs."""
+    """A daemon thread admitting queued jobs into one batched ``Generator``."""
 
-    def __init__(self, model: EngineModel, threads: int | None = None) -> None:
+    def __init__(self, model: EngineModel, threads: int | None = None,
+                 max_batch: int = DEFAULT_MAX_BATCH, cache_mb: int = DEFAULT_CACHE_MB
+                 ) -> None:
         self.model = model
         self.threads = threads or default_threads()
+        self.max_batch = max(1, max_batch)
+        self.cache_mb = max(0, cache_mb)
         self._jobs: queue.Queue[_Job | None] = queue.Queue()
         self._thread: threading.Thread | None = None
 
@@ -67,28 +72,49 @@ class Worker:
             self._thread.join(timeout=30)
             self._thread = None
 
+    def _generator(self) -> Generator:
+        return Generator(self.model, self.max_batch, self.cache_mb)
+
     def _loop(self) -> None:
         torch.set_num_threads(self.threads)
-        gen = Generator(self.model)
         with torch.inference_mode():
+            gen = self._generator()
             while True:
-                job = self._jobs.get()
-                if job is None:
-                    return
-                try:
-                    gen.run(job.req, job.on_update, job.cancel.is_set)
-                except Exception as exc:  # never let one request kill the worker
-                    logger.exception("generation failed")
-                    gen = Generator(self.model)
+                block = not gen.running
+                while gen.has_room:
                     try:
-                        # SGLang's FINISH_ABORT for an internal error: the routes
-                        # answer it with a 500.
-                        job.on_update(Update([], "", {
-                            "type": "abort", "message": f"{type(exc).__name__}: {exc}",
-                            "status_code": 500, "err_type": "InternalServerError"},
-                            len(job.req.prompt_ids), 0))
-                    except Exception:
-                        logger.exception("could not report a failed generation")
+                        job = self._jobs.get(block=block)
+                    except queue.Empty:
+                        break
+                    if job is None:
+                        return
+                    block = False
+                    try:
+                        gen.add(job.req, job.on_update, job.cancel.is_set)
+                    except Exception as exc:  # never let one request kill the worker
+                        self._fail([(job.req, job.on_update)], exc)
+                if not gen.running:
+                    continue
+                try:
+                    gen.step()
+                except Exception as exc:  # a failed step fails its batch, not the worker
+                    failed = gen.abort_all()
+                    gen = self._generator()
+                    self._fail(failed, exc)
+
+    @staticmethod
+    def _fail(jobs: list[tuple[GenRequest, Callable[[Update], None]]],
+              exc: Exception) -> None:
+        logger.error("generation failed", exc_info=exc)
+        for req, on_update in jobs:
+            try:
+                # SGLang's FINISH_ABORT for an internal error: the routes answer a 500.
+                on_update(Update([], "", {
+                    "type": "abort", "message": f"{type(exc).__name__}: {exc}",
+                    "status_code": 500, "err_type": "InternalServerError"},
+                    len(req.prompt_ids), 0))
+            except Exception:
+                logger.exception("could not report a failed generation")
 
     def submit(self, req: GenRequest, on_update: Callable[[Update], None],
                cancel: threading.Event | None = None) -> threading.Event:

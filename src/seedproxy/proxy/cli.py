@@ -36,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_proxy_options(serve)
     serve.add_argument("--model", help="engine model: a Hugging Face folder or a .gguf file")
     _add_tito_options(serve)
+    _add_engine_options(serve)
 
     sglang = commands.add_parser(
         "sglang-command", help="print the SGLang command line for deterministic inference"
@@ -57,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     engine.add_argument("--host", default="127.0.0.1")
     engine.add_argument("--port", type=int, default=30000)
     engine.add_argument("--model")
+    _add_engine_options(engine)
 
     doctor = commands.add_parser(
         "doctor", help="check that SGLang upstreams are set up for deterministic inference"
@@ -143,6 +145,13 @@ def _add_tito_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reasoning-parser", help="token-in-token-out: think (<think>...</think>)")
 
 
+def _add_engine_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-batch", type=int,
+                        help="engine: sequences decoded together (default 8)")
+    parser.add_argument("--prefix-cache-mb", type=int,
+                        help="engine: MB of cached KV prefixes (default 512)")
+
+
 def _add_sglang_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model-path", required=True)
     parser.add_argument("--attention-backend")
@@ -182,7 +191,9 @@ def _serve(args: argparse.Namespace) -> int:
     flags = {"upstream": args.upstream, "backend": args.backend, "model": args.model,
              "token_in_token_out": args.token_in_token_out, "tokenizer": args.tokenizer,
              "chat_template": args.chat_template, "tool_parser": args.tool_parser,
-             "reasoning_parser": args.reasoning_parser}
+             "reasoning_parser": args.reasoning_parser,
+             "engine_max_batch": args.max_batch,
+             "engine_prefix_cache_mb": args.prefix_cache_mb}
     return serve({**flags, **_proxy_flags(args)}, args.config)
 
 
@@ -245,7 +256,8 @@ def _launch(args: argparse.Namespace) -> int:
 def _engine(args: argparse.Namespace) -> int:
     from .serve import run_engine_only
 
-    return run_engine_only(args.host, args.port, args.model)
+    return run_engine_only(args.host, args.port, args.model, args.max_batch,
+                           args.prefix_cache_mb)
 
 
 def _doctor(args: argparse.Namespace) -> int:

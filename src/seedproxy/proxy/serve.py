@@ -40,7 +40,8 @@ def serve(flags: dict[str, Any], config_file: str | None) -> int:
     try:
         upstreams = settings.upstream
         if not upstreams:
-            engine = _start_engine(settings.model)
+            engine = _start_engine(settings.model, settings.engine_max_batch,
+                                   settings.engine_prefix_cache_mb)
             upstreams = [engine.url]
             log.info("embedded engine serving %s at %s", engine.model_name, engine.url)
         if engine is not None and settings.token_in_token_out is not False:
@@ -118,11 +119,18 @@ def _preflight(urls: list[str], *, enforce: bool) -> None:
         refuse_nondeterministic(urls)
 
 
-def run_engine_only(host: str, port: int, model: str | None) -> int:
+def run_engine_only(host: str, port: int, model: str | None, max_batch: int | None = None,
+                    prefix_cache_mb: int | None = None) -> int:
     configure_logging()
     engine_module = _import_engine()
+    if max_batch is not None and not 1 <= max_batch <= 64:
+        raise ConfigError(f"--max-batch must be between 1 and 64, got {max_batch}")
+    if prefix_cache_mb is not None and prefix_cache_mb < 0:
+        raise ConfigError(f"--prefix-cache-mb must be >= 0, got {prefix_cache_mb}")
+    extra = {k: v for k, v in (("max_batch", max_batch), ("cache_mb", prefix_cache_mb))
+             if v is not None}
     try:
-        engine_module.run_engine(host, port, model)
+        engine_module.run_engine(host, port, model, **extra)
     except engine_module.EngineError as exc:
         raise ConfigError(str(exc)) from None
     return 0
@@ -141,7 +149,8 @@ class _RunningEngine:
         self._handle.stop()
 
 
-def _start_engine(model_path: str | None) -> _RunningEngine:
+def _start_engine(model_path: str | None, max_batch: int, prefix_cache_mb: int
+                  ) -> _RunningEngine:
     engine_module = _import_engine()
     try:
         model = engine_module.load_model(model_path)
@@ -149,7 +158,9 @@ def _start_engine(model_path: str | None) -> _RunningEngine:
         raise ConfigError(str(exc)) from None
     from seedproxy.engine.tokens import prompt_counter
 
-    return _RunningEngine(engine_module.start_engine_thread(model), model, prompt_counter(model))
+    handle = engine_module.start_engine_thread(model, max_batch=max_batch,
+                                               cache_mb=prefix_cache_mb)
+    return _RunningEngine(handle, model, prompt_counter(model))
 
 
 def _import_engine() -> Any:
