@@ -233,7 +233,7 @@ def test_errors_come_in_anthropics_shape_and_use_no_index(proxy: str, http: http
         },
     )
     assert two.status_code == 400 and two.json()["error"]["type"] == "invalid_request_error"
-    assert http.get("/sessions/e").json()["next_index"] == 0  # nothing forwarded: no index used
+    assert http.get("/sessions/e").status_code == 404  # nothing forwarded: no session, no index
     with pytest.raises(anthropic.NotFoundError) as counting:
         sdk(proxy, "e").messages.count_tokens(
             model="m", messages=[{"role": "user", "content": "x"}]
