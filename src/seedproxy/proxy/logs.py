@@ -6,7 +6,7 @@ import logging
 import sys
 import threading
 import time
-from typing import Any, TextIO
+from typing import Any
 
 import orjson
 
@@ -23,13 +23,25 @@ class _RequestFormatter(logging.Formatter):
         return orjson.dumps(line).decode()
 
 
+class _CurrentStderr:
+    """Whatever ``sys.stderr`` is when a line is written, not when logging was set up
+    (a host that swaps it, a test runner that closes its capture, must not break us)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 class _BatchedHandler(logging.StreamHandler):  # type: ignore[type-arg]
     """Writes request lines in batches: one write per ``batch`` lines or per
     ``interval_s``, whichever comes first (a write per line cost more than the rest
     of logging put together). A daemon thread flushes a quiet tail; ``close()``
     and interpreter exit flush everything."""
 
-    def __init__(self, stream: TextIO, *, batch: int = 64, interval_s: float = 0.1) -> None:
+    def __init__(self, stream: _CurrentStderr, *, batch: int = 64,
+                 interval_s: float = 0.1) -> None:
         super().__init__(stream)
         self._lines: list[str] = []
         self._batch = batch
@@ -79,10 +91,10 @@ def configure_logging(level: str = "INFO") -> None:
     if getattr(root, "_seedproxy_configured", False):
         return
     root.setLevel(level)
-    plain = logging.StreamHandler(sys.stderr)
+    plain = logging.StreamHandler(_CurrentStderr())
     plain.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     plain.addFilter(lambda r: r.name != "seedproxy.request")
-    structured = _BatchedHandler(sys.stderr)
+    structured = _BatchedHandler(_CurrentStderr())
     structured.setFormatter(_RequestFormatter())
     structured.addFilter(lambda r: r.name == "seedproxy.request")
     root.addHandler(plain)
