@@ -61,6 +61,8 @@ class UpstreamReply:
     failovers: int = 0
     dispatch_weight_version: str | None = None
     """The server's weight version known when the request was sent to it."""
+    rid: str | None = None
+    """The request's id on that server (SGLang's ``rid``), for ``/abort_request``."""
     _closed: bool = field(default=False, repr=False)
 
     async def aclose(self) -> None:
@@ -140,6 +142,8 @@ class UpstreamPool:
             final = attempt == len(tried) - 1
             try:
                 reply = await self._attempt(upstream, request.path, content, headers, stream)
+                rid = request.body.get("rid")
+                reply.rid = rid if isinstance(rid, str) else None
             except UpstreamError as exc:
                 last = exc
             else:
@@ -221,6 +225,19 @@ class UpstreamPool:
         if response is not None:
             return response
         raise UpstreamUnavailable(f"no upstream answered GET {path}: {type(last).__name__}")
+
+    async def abort(self, reply: UpstreamReply) -> None:
+        """Ask the server that holds ``reply`` to stop generating it (SGLang's
+        ``/abort_request``), so a request nobody waits for frees its GPU. Best effort:
+        a server that does not answer is logged, never raised."""
+        if reply.rid is None:
+            return
+        try:
+            await self.client.post(reply.upstream + "/abort_request", json={"rid": reply.rid},
+                                   timeout=self.probe_timeout_s)
+        except httpx.HTTPError as exc:
+            log.warning("could not abort %s on %s: %s", reply.rid, reply.upstream,
+                        type(exc).__name__)
 
     async def probe(self) -> dict[str, str | None]:
         """Check every server's /health once; mark it up or down. Returns, per URL,

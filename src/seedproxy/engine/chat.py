@@ -35,7 +35,7 @@ from .openai_common import (
     want_bool,
     want_int,
 )
-from .state import EngineState, new_id
+from .state import EngineState, request_id
 
 __all__ = ["ChatJob", "chat_response", "chat_stream", "parse_chat", "render_messages"]
 
@@ -117,7 +117,7 @@ def parse_chat(state: EngineState, body: dict[str, Any], headers: Any) -> ChatJo
         raise RequestError("top_logprobs must be between 0 and 20", param="top_logprobs")
     opts = body.get("stream_options") or {}
     include_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
-    rid = new_id()
+    rid = request_id(body)
     reqs = [GenRequest(f"{rid}-{i}" if params.n > 1 else rid, prompt, params, logprobs,
                        top if logprobs else 0,
                        processor=state.processors.build(params, grammar))

@@ -34,7 +34,7 @@ from .openai_common import (
     want_bool,
     want_int,
 )
-from .state import EngineState, new_id
+from .state import EngineState, request_id
 
 __all__ = ["CompletionJob", "completion_response", "completion_stream", "parse_completion"]
 
@@ -75,7 +75,7 @@ def parse_completion(state: EngineState, body: dict[str, Any]) -> CompletionJob:
     grammar = state.processors.compile(params)
     echo = want_bool(body, "echo")
     opts = body.get("stream_options") or {}
-    rid = new_id()
+    rid = request_id(body)
     reqs = []
     for p_i, prompt in enumerate(prompts):
         for c in range(params.n):

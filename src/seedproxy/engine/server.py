@@ -158,6 +158,23 @@ def create_engine_app(model: EngineModel, max_batch: int = DEFAULT_MAX_BATCH,
                       "prefix_cache_mb": state.worker.cache_mb,
                       "version": "seedproxy-engine"})
 
+    @app.post("/abort_request")
+    async def abort_request(request: Request) -> Response:
+        """SGLang's ``/abort_request``: ``{"rid"}`` or ``{"abort_all": true}``."""
+        async def run() -> Response:
+            body = await _body(request)
+            rid = body.get("rid")
+            if body.get("abort_all") is True:
+                state.worker.abort(None)
+            elif isinstance(rid, str) and rid:
+                state.worker.abort(rid)
+            else:
+                raise RequestError("rid must be a non-empty string (or abort_all: true)",
+                                   param="rid")
+            return Response(status_code=200)
+
+        return await _guard(True, run)
+
     @app.post("/detokenize")
     async def detokenize(request: Request) -> Response:
         """SGLang's ``/detokenize``: ``{"tokens": [ids]}`` -> ``{"text"}``."""

@@ -24,6 +24,13 @@ def new_id() -> str:
     return uuid.uuid4().hex
 
 
+def request_id(body: dict[str, Any]) -> str:
+    """The body's ``rid`` (as SGLang takes it, to name the request for
+    ``/abort_request``), else a new id."""
+    rid = body.get("rid")
+    return rid if isinstance(rid, str) and rid else new_id()
+
+
 @dataclass
 class EngineState:
     model: EngineModel

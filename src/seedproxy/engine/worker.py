@@ -58,6 +58,8 @@ class Worker:
         self.max_batch = max(1, max_batch)
         self.cache_mb = max(0, cache_mb)
         self._jobs: queue.Queue[_Job | None] = queue.Queue()
+        self._live: dict[str, threading.Event] = {}
+        """Cancel flags of the requests submitted and not yet finished, by rid."""
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -118,10 +120,29 @@ class Worker:
 
     def submit(self, req: GenRequest, on_update: Callable[[Update], None],
                cancel: threading.Event | None = None) -> threading.Event:
-        """Queue ``req``; ``on_update`` runs on the worker thread. Returns its cancel flag."""
-        job = _Job(req, on_update, cancel or threading.Event())
-        self._jobs.put(job)
-        return job.cancel
+        """Queue ``req``; ``on_update`` runs on the worker thread. Returns its cancel flag,
+        which ``abort(req.rid)`` also sets until the request finishes."""
+        flag = cancel or threading.Event()
+        self._live[req.rid] = flag
+
+        def report(upd: Update) -> None:
+            if upd.finish is not None:
+                self._live.pop(req.rid, None)
+            on_update(upd)
+
+        self._jobs.put(_Job(req, report, flag))
+        return flag
+
+    def abort(self, rid: str | None) -> int:
+        """Cancel the running or queued requests named ``rid`` (a request's own rid, or
+        the base of its ``rid-i`` choices); every one when ``rid`` is None. Returns how
+        many were told; each ends with ``finish_reason`` abort at its next step."""
+        told = 0
+        for name, flag in list(self._live.items()):
+            if rid is None or name == rid or name.startswith(rid + "-"):
+                flag.set()
+                told += 1
+        return told
 
     async def stream(self, req: GenRequest) -> AsyncIterator[Update]:
         """Yield the cumulative updates of ``req`` on the running loop, ending at finish."""

@@ -98,7 +98,8 @@ def create_app(
     )
     metrics = Metrics()
     access = Access(sessions, settings.admin_key)
-    sender = ResumingSender(pool, gate, max_event_bytes=settings.max_upstream_body_bytes)
+    sender = ResumingSender(pool, gate, max_event_bytes=settings.max_upstream_body_bytes,
+                            rids=settings.backend == "sglang")
     forwarder = Forwarder(
         settings=settings, sessions=sessions, backend=backend, pool=pool, sender=sender,
         metrics=metrics, tito=tito,

@@ -23,6 +23,7 @@ Invariants:
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -35,11 +36,15 @@ from ..backends.pool import UpstreamPool, UpstreamReply
 from ..errors import UpstreamError
 from .sse import DONE, encode_event, event_json, split_events
 
-__all__ = ["ResumingSender", "resumable"]
+__all__ = ["ResumingSender", "new_rid", "resumable"]
 
 log = logging.getLogger("seedproxy.request")
 
 _WHOLE = frozenset({"/v1/chat/completions", "/v1/completions"})
+
+
+def new_rid() -> str:
+    return f"seedproxy-{uuid.uuid4().hex}"
 
 
 def resumable(request: UpstreamRequest) -> bool:
@@ -68,6 +73,8 @@ class _Progress:
 
     def next_request(self) -> UpstreamRequest:
         body = dict(self.request.body)
+        if "rid" in body:  # a new attempt is a new request on the server
+            body["rid"] = new_rid()
         body["input_ids"] = self.prompt + self.ids
         params = dict(body.get("sampling_params") or {})
         if self.budget is not None:
@@ -133,14 +140,19 @@ def _aborted(item: Any) -> bool:
 class ResumingSender:
     """``send`` as ``UpstreamPool.send``, resuming what a fleet abort cut short."""
 
-    def __init__(self, pool: UpstreamPool, gate: PauseGate, *, max_event_bytes: int) -> None:
+    def __init__(self, pool: UpstreamPool, gate: PauseGate, *, max_event_bytes: int,
+                 rids: bool = False) -> None:
+        """``rids``: name each request (SGLang's ``rid``) so that it can be aborted."""
         self.pool = pool
         self.gate = gate
         self.max_event_bytes = max_event_bytes
+        self.rids = rids
 
     async def send(
         self, request: UpstreamRequest, *, key: str | None, stream: bool
     ) -> UpstreamReply:
+        if self.rids and "rid" not in request.body:
+            request.body["rid"] = new_rid()
         if not resumable(request):
             if stream or request.path not in _WHOLE:
                 return await self.pool.send(request, key=key, stream=stream)
@@ -154,8 +166,10 @@ class ResumingSender:
         if stream:
             body = _Stitched(self, progress, key, reply, epoch)
             response = httpx.Response(200, headers=reply.response.headers, stream=body)
-            return UpstreamReply(reply.upstream, response, reply.waited_s, reply.failovers,
-                                 dispatched)
+            stitched = UpstreamReply(reply.upstream, response, reply.waited_s, reply.failovers,
+                                     dispatched, reply.rid)
+            body.whole = stitched
+            return stitched
         waited = 0.0
         while True:
             waited += reply.waited_s
@@ -168,7 +182,7 @@ class ResumingSender:
                 response = httpx.Response(200, headers=reply.response.headers,
                                           content=orjson.dumps(whole))
                 return UpstreamReply(reply.upstream, response, waited,
-                                     reply.failovers, dispatched)
+                                     reply.failovers, dispatched, reply.rid)
             progress.absorb(whole)
             epoch = self.gate.abort_epoch
             reply = await self.pool.send(progress.next_request(), key=key, stream=False)
@@ -208,6 +222,8 @@ class _Stitched(httpx.AsyncByteStream):
         self._key = key
         self._reply = reply
         self._epoch = epoch
+        self.whole: UpstreamReply | None = None
+        """The reply this stream is the body of: it names the attempt now running."""
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         while True:
@@ -237,6 +253,8 @@ class _Stitched(httpx.AsyncByteStream):
                 yield encode_event(held)
                 yield DONE
                 return
+            if self.whole is not None:
+                self.whole.upstream, self.whole.rid = self._reply.upstream, self._reply.rid
             if self._reply.response.status_code != 200:
                 yield encode_event(held)  # the abort stands: the client sees it
                 yield DONE

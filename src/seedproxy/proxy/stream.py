@@ -113,9 +113,15 @@ class StreamRecord:
         return None
 
     async def finish(self, *, abandoned: bool) -> None:
-        """The stream is over: close the replies, then record (if not yet) and observe."""
+        """The stream is over: close the replies, then record (if not yet) and observe.
+        A stream the client left before its end is also aborted on its servers, so the
+        GPU stops working on it."""
+        unfinished = abandoned and not self._recorded
         try:
             await close_all(self._replies)
         finally:
             await self.commit(abandoned=abandoned)
             self._fwd.observe(self._plan, self.status)
+            if unfinished:
+                for reply in self._replies:
+                    await self._fwd.pool.abort(reply)
