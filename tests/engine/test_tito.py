@@ -212,3 +212,33 @@ def test_verify_logprobs_checks_each_turn_at_its_temperature(
     args = ["verify-logprobs", "--url", tito_proxy, "--engine", engine.url, "--session", "warm"]
     assert main(args) == 0
     assert "match, max |diff| 0" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_anthropic_messages_go_through_token_in_token_out_too(
+        tito_proxy: str, admin_for: Any, stream: bool) -> None:
+    """A Messages conversation is rendered here and sent as token ids: the second
+    turn's prompt extends the first's prompt + completion exactly."""
+    anthropic = pytest.importorskip("anthropic")
+    session = f"msg-tito-{stream}"
+    client = anthropic.Anthropic(base_url=f"{tito_proxy}/sessions/{session}", api_key="x",
+                                 max_retries=0)
+    history: list[dict[str, Any]] = [{"role": "user", "content": "Say hello."}]
+    for turn in range(2):
+        kwargs: dict[str, Any] = {"model": "m", "max_tokens": 8, "messages": history}
+        if stream:
+            with client.messages.stream(**kwargs) as events:
+                message = events.get_final_message()
+        else:
+            message = client.messages.create(**kwargs)
+        text = "".join(b.text for b in message.content if b.type == "text")
+        history += [{"role": "assistant", "content": text or " "},
+                    {"role": "user", "content": f"Again {turn}."}]
+    turns = trajectory(admin_for(tito_proxy), session)["interactions"]
+    assert [t["endpoint"] for t in turns] == ["/v1/messages"] * 2
+    first, second = turns
+    assert first["response"]["type"] == "message" and first["lineage"]["extends"] is None
+    head = first["prompt_token_ids"] + first["completion_token_ids"]
+    assert first["response"]["content"][0]["text"].strip()  # this seed's reply is text
+    assert second["prompt_token_ids"][: len(head)] == head
+    assert second["lineage"]["extends"]["interaction_id"] == first["interaction_id"]

@@ -34,6 +34,7 @@ from .fanout import exchange_fanout
 from .headers import is_sdk_retry, pinned_index, seedproxy_headers
 from .keying import ContentSeat, content_seat
 from .metrics import Metrics
+from .presentation import Presentation, responses_presentation
 from .relay import RelayResponse
 from .request import ClientRequest, parse_body, read_body, request_digest
 from .responses import exchange_responses
@@ -65,6 +66,8 @@ class Plan:
     extra_headers: dict[str, str] = field(default_factory=dict)
     chat: dict[str, Any] | None = None
     dispatch_weight_version: str | None = None
+    present: Presentation | None = None
+    """How token-in-token-out answers are shown when the client did not speak chat."""
     seat: ContentSeat | None = None
     """The content key and occurrence, in a content-keyed session."""
     """A Responses request's chat translation, when the upstream serves it as chat."""
@@ -130,6 +133,8 @@ class Forwarder:
             turn = await prepare_tito(self, chat or client.body, session)  # a 4xx uses no index
         plan = await self.plan(client, session, pinned, is_sdk_retry(request.headers), arrived)
         plan.chat = chat
+        if chat is not None:
+            plan.present = responses_presentation(client.body)
         request.state.seedproxy_plan = plan
         if turn is not None:
             return await self.run(plan, exchange_tito(self, plan, turn))

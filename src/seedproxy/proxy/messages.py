@@ -30,10 +30,12 @@ from ..errors import BadRequest, SeedProxyError, SessionNotFound, UpstreamError
 from ..sessions import NewSession, SessionRecord
 from .access import Access
 from .headers import is_sdk_retry, pinned_index
+from .presentation import messages_presentation
 from .relay import RelayResponse
 from .request import parse_body, read_body
 from .sse import DONE, event_json, split_events
 from .stream import StreamRecord
+from .tito import exchange_tito, prepare_tito
 
 if TYPE_CHECKING:
     from .forward import Forwarder, Plan
@@ -124,10 +126,19 @@ async def forward_messages(
     if client.n != 1:
         raise BadRequest("n: the Messages API answers one message per request", param="n")
     chat = to_chat(client.body)  # before the slot: an untranslatable body uses no index
+    # Token in, token out: rendered here too (a 4xx still uses no index).
+    turn = await prepare_tito(fwd, chat, session) if fwd.tito is not None else None
     headers = request.headers
     plan = await fwd.plan(client, session, pinned_index(headers), is_sdk_retry(headers), arrived)
     request.state.seedproxy_plan = plan
-    return await fwd.run(plan, _exchange(fwd, plan, chat))
+    if turn is None:
+        return await fwd.run(plan, _exchange(fwd, plan, chat))
+    plan.present = messages_presentation(plan.client.body, _seed(plan))
+    answered = await fwd.run(plan, exchange_tito(fwd, plan, turn))
+    if answered.status_code >= 400:  # an upstream error, in OpenAI's shape: reshape it
+        error = orjson.loads(bytes(answered.body))["error"]
+        return _reshaped(answered, str(error["message"]))
+    return answered
 
 
 def _seed(plan: Plan) -> int | None:

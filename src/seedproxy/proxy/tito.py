@@ -27,13 +27,12 @@ from starlette.responses import Response
 from ..backends import Captured, UpstreamRequest
 from ..backends.answer_shape import MalformedAnswer
 from ..backends.pool import UpstreamReply
-from ..backends.responses_bridge import dumps, to_response
-from ..backends.responses_events import ResponsesEvents
 from ..backends.tito import AssistantStream, Delta, Prompt, TitoMode, tito_record, tool_call_id
 from ..backends.tito.dialect import Reader, Sample
 from ..backends.tito.matcher import message_key
-from ..errors import UpstreamError
+from ..errors import SeedProxyError, UpstreamError
 from ..sessions import ChoiceRecord, NewSession, SessionRecord
+from .presentation import Presentation
 from .relay import RelayResponse
 from .sse import event_json, split_events
 from .stream import StreamRecord
@@ -163,7 +162,7 @@ async def exchange_tito(fwd: Forwarder, plan: Plan, turn: TitoTurn) -> Response:
             choice.assistant.feed(token_id)
         choice.assistant.finish()
     answer = _chat_answer(fwd, plan, turn, choices, cid)
-    shown = to_response(plan.client.body, answer) if plan.chat is not None else answer
+    shown = plan.present.whole(answer) if plan.present is not None else answer
     await _record(fwd, plan, turn, 200, shown, choices, cid)
     headers["x-seedproxy-overhead-ms"] = f"{plan.overhead_ms():.3f}"
     fwd.observe(plan, 200)
@@ -276,9 +275,11 @@ async def _stream(fwd: Forwarder, plan: Plan, turn: TitoTurn, replies: list[Upst
                   choices: list[_Choice], cid: str, record: StreamRecord
                   ) -> AsyncIterator[bytes]:
     """Choices one after another (their upstream requests run concurrently); recorded
-    before the end through ``record`` (with the Responses shape when bridged)."""
+    before the end through ``record`` (in the client's protocol's shape when it is not
+    chat: ``plan.present``)."""
     created = int(time.time())
-    writer = ResponsesEvents(plan.client.body) if plan.chat is not None else None
+    present = plan.present
+    writer = present.events() if present is not None else None
     options = turn.chat.get("stream_options")
     usage_wanted = isinstance(options, dict) and options.get("include_usage") is True
     if writer is not None:
@@ -286,25 +287,25 @@ async def _stream(fwd: Forwarder, plan: Plan, turn: TitoTurn, replies: list[Upst
     try:
         for choice, reply in zip(choices, replies, strict=True):
             async for chunk in _choice_chunks(fwd, plan, turn, choice, reply, cid, created):
-                if writer is None:
+                if present is None or writer is None:
                     yield b"data: " + orjson.dumps(chunk) + b"\n\n"
                 else:
                     for out in writer.feed(chunk):
-                        yield dumps(out)
+                        yield present.encode(out)
         usage = _usage(turn, choices)
         model = turn.chat.get("model") or (fwd.tito.model_name if fwd.tito else None)
         final: dict[str, Any] = {"id": cid, "object": "chat.completion.chunk", "created": created,
                  "model": model, "choices": [], "usage": usage}
-        if writer is not None:
+        if present is not None and writer is not None:
             for out in writer.feed(final):
-                yield dumps(out)
+                yield present.encode(out)
             closing = writer.finish()
             unrecorded = await record.seal()
             if unrecorded is not None:
-                yield b"event: error\ndata: " + orjson.dumps(unrecorded.body()) + b"\n\n"
+                yield present.error(unrecorded)
                 return
             for out in closing:
-                yield dumps(out)
+                yield present.encode(out)
             return
         unrecorded = await record.seal()
         if unrecorded is not None:
@@ -316,11 +317,16 @@ async def _stream(fwd: Forwarder, plan: Plan, turn: TitoTurn, replies: list[Upst
     except httpx.HTTPError as exc:
         record.status = 502
         log.warning("upstream broke off a stream: %s", type(exc).__name__)
-        yield b"data: " + orjson.dumps(UpstreamError("an upstream broke off the stream").body()
-                                       ) + b"\n\n"
+        yield _error_event(present, UpstreamError("an upstream broke off the stream"))
     except UpstreamError as exc:  # MalformedAnswer included
         record.status = exc.status_code
-        yield b"data: " + orjson.dumps(exc.body()) + b"\n\n"
+        yield _error_event(present, exc)
     except Exception:
         record.status = 500  # seedproxy's own bug: recorded as such, and raised
         raise
+
+
+def _error_event(present: Presentation | None, exc: SeedProxyError) -> bytes:
+    if present is not None:
+        return present.error(exc)
+    return b"data: " + orjson.dumps(exc.body()) + b"\n\n"
