@@ -13,27 +13,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-import httpx
 import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
 from ..backends import Captured, Endpoint
-from ..backends.answer_shape import MalformedAnswer, check_answer, check_chunk
+from ..backends.answer_shape import MalformedAnswer, check_answer
 from ..backends.anthropic_bridge import anthropic_error, to_chat, to_message
-from ..backends.anthropic_events import MessageEvents, sse
-from ..backends.pool import UpstreamReply
 from ..errors import BadRequest, SeedProxyError, SessionNotFound, UpstreamError
 from ..sessions import NewSession, SessionRecord
 from .access import Access
 from .headers import is_sdk_retry, pinned_index
-from .presentation import messages_presentation
+from .presentation import messages_presentation, translated_events
 from .relay import RelayResponse
 from .request import parse_body, read_body
-from .sse import DONE, event_json, split_events
 from .stream import StreamRecord
 from .tito import exchange_tito, prepare_tito
 
@@ -156,14 +152,20 @@ async def _exchange(fwd: Forwarder, plan: Plan, chat: dict[str, Any]) -> Respons
     if plan.client.stream:
         headers["cache-control"] = "no-cache"
         tracker = fwd.backend.stream_capture(Endpoint.CHAT, chat) if plan.capture else None
-        writer = MessageEvents(plan.client.body, _seed(plan))
+        present = messages_presentation(plan.client.body, _seed(plan))
+        writer = present.events()
 
         def snapshot() -> tuple[Any, Captured]:
             return writer.result(), tracker.result() if tracker is not None else Captured()
 
         record = StreamRecord(fwd, plan, snapshot)
-        return RelayResponse(_events(fwd, plan, reply, record, tracker, writer), record,
-                             status_code=200, headers=headers, media_type="text/event-stream")
+        events = translated_events(
+            fwd.timed(plan, reply.response.aiter_raw()), upstream=reply.upstream,
+            max_event_bytes=fwd.settings.max_upstream_body_bytes, record=record,
+            tracker=tracker, writer=writer, present=present,
+        )
+        return RelayResponse(events, record, status_code=200, headers=headers,
+                             media_type="text/event-stream")
     try:
         answer = orjson.loads(reply.response.content)
     except orjson.JSONDecodeError:
@@ -182,41 +184,3 @@ async def _exchange(fwd: Forwarder, plan: Plan, chat: dict[str, Any]) -> Respons
     await fwd.record(plan, 200, result, captured)
     fwd.observe(plan, 200)
     return Response(orjson.dumps(result), headers=headers, media_type="application/json")
-
-
-async def _events(
-    fwd: Forwarder, plan: Plan, reply: UpstreamReply, record: StreamRecord, tracker: Any,
-    writer: MessageEvents,
-) -> AsyncIterator[bytes]:
-    """Translate the upstream's chunks as they arrive; record before ``message_stop``."""
-    chunks = fwd.timed(plan, reply.response.aiter_raw())
-    try:
-        async for event in split_events(chunks, fwd.settings.max_upstream_body_bytes):
-            if event.strip() == DONE.strip():
-                break
-            payload = event_json(event)
-            if payload is None:
-                continue
-            check_chunk(Endpoint.CHAT, payload)
-            shown = tracker.feed(payload) if tracker is not None else payload
-            if shown is not None:
-                for out in writer.feed(shown):
-                    yield sse(out)
-        closing = writer.finish()
-        unrecorded = await record.seal()  # recorded before the client sees the end
-        if unrecorded is not None:
-            yield sse(anthropic_error(unrecorded.status_code, unrecorded.message))
-            return
-        for out in closing:
-            yield sse(out)
-    except httpx.HTTPError as exc:
-        record.status = 502
-        log.warning("upstream %s broke off a stream: %s", reply.upstream, type(exc).__name__)
-        yield sse(anthropic_error(502, f"upstream {reply.upstream} broke off the stream"))
-    except MalformedAnswer as exc:
-        record.status = exc.status_code
-        log.warning("upstream %s sent a malformed chunk: %s", reply.upstream, exc.message)
-        yield sse(anthropic_error(exc.status_code, exc.message))
-    except Exception:
-        record.status = 500  # seedproxy's own bug: recorded as such, and raised
-        raise
