@@ -11,6 +11,31 @@ __all__ = ["Sampling", "sampling_of"]
 
 _MAX_STOPS = 16
 
+_NEUTRAL: dict[str, tuple[Any, ...]] = {
+    "frequency_penalty": (None, 0, 0.0),
+    "presence_penalty": (None, 0, 0.0),
+    "repetition_penalty": (None, 1, 1.0),
+    "logit_bias": (None, {}),
+    "regex": (None,),
+    "ebnf": (None,),
+    "json_schema": (None,),
+    "stop_regex": (None,),
+    "tool_choice": (None, "auto", "none"),
+}
+"""Fields this mode does not carry to the token-prompt request, and the values that ask
+for nothing: any other value is a 400 naming the field, never silently dropped."""
+
+
+def _refuse_uncarried(body: dict[str, Any]) -> None:
+    for key, neutral in _NEUTRAL.items():
+        value = body.get(key)
+        if not any(value == n and type(value) is type(n) for n in neutral) and value is not None:
+            raise BadRequest(f"{key} is not supported in token-in-token-out mode", param=key)
+    fmt = body.get("response_format")
+    if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") == "text"):
+        raise BadRequest("response_format is not supported in token-in-token-out mode",
+                         param="response_format")
+
 
 @dataclass(frozen=True, slots=True)
 class Sampling:
@@ -44,7 +69,9 @@ def _int(body: dict[str, Any], key: str, low: int) -> int | None:
 
 
 def sampling_of(body: dict[str, Any], stop_token_ids: tuple[int, ...]) -> Sampling:
-    """Read ``body``'s sampling fields; ``BadRequest`` names the first bad one."""
+    """Read ``body``'s sampling fields; ``BadRequest`` names the first bad one, or one
+    this mode cannot carry."""
+    _refuse_uncarried(body)
     stop = body.get("stop")
     if stop is None:
         stops: tuple[str, ...] = ()
