@@ -26,6 +26,7 @@ __all__ = [
     "AuthError",
     "BadRequest",
     "BodyTimeout",
+    "ClientClosed",
     "ConfigError",
     "Forbidden",
     "OverCapacity",
@@ -89,6 +90,14 @@ class Forbidden(AuthError):
 class SessionNotFound(SeedProxyError):
     status_code = 404
     error_type = "not_found_error"
+
+
+class ClientClosed(SeedProxyError):
+    """The client left before its answer was complete (nginx's 499); nobody reads it,
+    the record says it."""
+
+    status_code = 499
+    error_type = "client_closed"
 
 
 class OverCapacity(SeedProxyError):

@@ -27,6 +27,7 @@ import orjson
 from ..errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from .base import UpstreamRequest
 from .client import LeanClient
+from .dispatch import Abortable, Dispatch
 from .pause import PauseGate
 from .transport import UpstreamBodyTooLarge, read_response
 
@@ -117,7 +118,8 @@ class UpstreamPool:
         return [u for u in ranked if u.healthy] + [u for u in ranked if not u.healthy]
 
     async def send(
-        self, request: UpstreamRequest, *, key: str | None, stream: bool
+        self, request: UpstreamRequest, *, key: str | None, stream: bool,
+        dispatch: Dispatch | None = None,
     ) -> UpstreamReply:
         """Send ``request``, failing over on connection errors, timeouts, 502 and 503.
 
@@ -125,7 +127,8 @@ class UpstreamPool:
         has been read and the rest is unread. Raises ``UpstreamUnavailable`` (503)
         when every server tried failed, or the single server's error: 503 when it
         could not be reached, ``UpstreamTimeout`` (504), else ``UpstreamError`` (502). While the fleet is paused it
-        first waits at the gate (``FleetPaused`` past its bound).
+        first waits at the gate (``FleetPaused`` past its bound). ``dispatch`` is kept
+        naming the attempt being sent; once stopped, its error is raised instead.
         """
         if self.gate is not None:
             await self.gate.admit()
@@ -137,13 +140,18 @@ class UpstreamPool:
             raise UpstreamUnavailable(f"no upstream passes the determinism preflight: {reasons}")
         last: UpstreamError | None = None
         waited = 0.0
+        rid = request.body.get("rid")
+        rid = rid if isinstance(rid, str) else None
         for attempt, upstream in enumerate(tried):
             started = time.perf_counter()
             final = attempt == len(tried) - 1
+            if dispatch is not None:
+                if dispatch.stopped is not None:
+                    raise dispatch.stopped
+                dispatch.upstream, dispatch.rid = upstream.url, rid
             try:
                 reply = await self._attempt(upstream, request.path, content, headers, stream)
-                rid = request.body.get("rid")
-                reply.rid = rid if isinstance(rid, str) else None
+                reply.rid = rid
             except UpstreamError as exc:
                 last = exc
             else:
@@ -226,18 +234,18 @@ class UpstreamPool:
             return response
         raise UpstreamUnavailable(f"no upstream answered GET {path}: {type(last).__name__}")
 
-    async def abort(self, reply: UpstreamReply) -> None:
-        """Ask the server that holds ``reply`` to stop generating it (SGLang's
+    async def abort(self, request: Abortable) -> None:
+        """Ask the server that holds ``request`` to stop generating it (SGLang's
         ``/abort_request``), so a request nobody waits for frees its GPU. Best effort:
         a server that does not answer is logged, never raised."""
-        if reply.rid is None:
+        rid, upstream = request.rid, request.upstream
+        if rid is None or upstream is None:
             return
         try:
-            await self.client.post(reply.upstream + "/abort_request", json={"rid": reply.rid},
+            await self.client.post(upstream + "/abort_request", json={"rid": rid},
                                    timeout=self.probe_timeout_s)
         except httpx.HTTPError as exc:
-            log.warning("could not abort %s on %s: %s", reply.rid, reply.upstream,
-                        type(exc).__name__)
+            log.warning("could not abort %s on %s: %s", rid, upstream, type(exc).__name__)
 
     async def probe(self) -> dict[str, str | None]:
         """Check every server's /health once; mark it up or down. Returns, per URL,

@@ -16,6 +16,7 @@ from ..sessions import SessionManager
 from ..sessions.export import Style, select_sessions, trajectory
 from ..sessions.ids import check_id, encode_id
 from .access import Access
+from .inflight import InFlight
 from .listing import MAX_PAGE, session_page
 from .request import documented, read_model
 from .schemas import CreateSessions, ExportRequest, RewardRequest
@@ -34,6 +35,7 @@ def admin_router(
     *,
     deterministic: bool,
     max_body_bytes: int,
+    inflight: InFlight,
 ) -> APIRouter:
     router = APIRouter()
     store = sessions.store
@@ -164,6 +166,10 @@ def admin_router(
     async def delete_session(session_id: str, request: Request) -> Response:
         await access.require_admin(request)
         check_id(session_id, param="session_id")
+        # Its requests in flight stop first (aborted on their servers); their answers
+        # then find no session to be recorded in, and say so to their clients.
+        gone = SessionNotFound(f"session {session_id!r} was deleted while this request ran")
+        await inflight.stop_session(session_id, gone)
         if not await store.delete(session_id):
             raise SessionNotFound(f"session {session_id!r} not found")
         return Response(status_code=204)

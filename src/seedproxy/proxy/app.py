@@ -36,6 +36,7 @@ from .admin import admin_router
 from .fleet_routes import fleet_router
 from .forward import Forwarder
 from .health import readiness_router, warn_if_no_upstream
+from .inflight import InFlight
 from .hot import HotRoutes, ProxyApp
 from .logs import flush_logs
 from .messages import PromptCounter, messages_router
@@ -100,9 +101,10 @@ def create_app(
     access = Access(sessions, settings.admin_key)
     sender = ResumingSender(pool, gate, max_event_bytes=settings.max_upstream_body_bytes,
                             rids=settings.backend == "sglang")
+    inflight = InFlight(pool)
     forwarder = Forwarder(
         settings=settings, sessions=sessions, backend=backend, pool=pool, sender=sender,
-        metrics=metrics, tito=tito,
+        metrics=metrics, inflight=inflight, tito=tito,
     )
 
     @contextlib.asynccontextmanager
@@ -143,6 +145,7 @@ def create_app(
             access,
             deterministic=settings.deterministic,
             max_body_bytes=settings.max_body_bytes,
+            inflight=inflight,
         )
     )
     app.include_router(readiness_router(pool))

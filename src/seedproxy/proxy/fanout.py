@@ -22,7 +22,7 @@ import httpx
 import orjson
 from starlette.responses import Response
 
-from ..backends import Captured, Endpoint, UpstreamRequest
+from ..backends import Captured, Endpoint
 from ..backends.answer_shape import MalformedAnswer, check_answer, check_chunk
 from ..backends.pool import UpstreamReply
 from ..errors import UpstreamError
@@ -61,11 +61,8 @@ async def exchange_fanout(fwd: Forwarder, plan: Plan) -> Response:
         for seed in plan.seeds
     ]
 
-    async def send(request: UpstreamRequest) -> UpstreamReply:
-        # Owned by the plan the moment it exists, so a cancelled gather leaks nothing.
-        return plan.replies.add(await fwd.sender.send(request, key=key, stream=client.stream))
-
-    results = await asyncio.gather(*(send(r) for r in requests), return_exceptions=True)
+    results = await asyncio.gather(*(fwd.send(plan, r) for r in requests),
+                                   return_exceptions=True)
     replies = [r for r in results if isinstance(r, UpstreamReply)]
     plan.upstream = ",".join(dict.fromkeys(r.upstream for r in replies)) or None
     versions = {r.dispatch_weight_version for r in replies}

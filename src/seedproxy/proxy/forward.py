@@ -24,6 +24,8 @@ from starlette.responses import Response
 
 from ..backends import Backend, Captured, Endpoint
 from ..backends.answer_shape import MalformedAnswer, check_answer, check_chunk
+from ..backends.base import UpstreamRequest
+from ..backends.dispatch import Dispatch
 from ..backends.pool import UpstreamPool, UpstreamReply
 from ..backends.responses_bridge import to_chat
 from ..errors import BadRequest, SeedProxyError, UpstreamError, UpstreamTimeout
@@ -32,6 +34,7 @@ from ..sessions import Interaction, NewSession, SessionManager, SessionRecord, S
 from ..settings import Settings
 from .fanout import exchange_fanout
 from .headers import is_sdk_retry, pinned_index, seedproxy_headers
+from .inflight import InFlight, unless_client_leaves
 from .keying import ContentSeat, content_seat
 from .metrics import Metrics
 from .presentation import Presentation, responses_presentation
@@ -40,7 +43,7 @@ from .request import ClientRequest, parse_body, read_body, request_digest
 from .responses import exchange_responses
 from .resume import ResumingSender
 from .sse import DONE, encode_event, event_json, split_events
-from .stream import StreamRecord, UpstreamReplies
+from .stream import CLIENT_CLOSED, StreamRecord, UpstreamReplies
 from .tito import exchange_tito, prepare_tito
 from .transcript import StreamTranscript
 
@@ -73,6 +76,12 @@ class Plan:
     """A Responses request's chat translation, when the upstream serves it as chat."""
     replies: UpstreamReplies = field(default_factory=UpstreamReplies)
     """Every upstream answer opened for this request; see ``stream.py``."""
+    dispatches: list[Dispatch] = field(default_factory=list)
+    """Where each upstream request is running; see ``inflight.py``."""
+    abandoned: bool = False
+    """The client left before its (non-streamed) answer: the record says so."""
+    recording: bool = False
+    """A record of this request has begun (it is never cancelled from then on)."""
 
     @property
     def capture(self) -> bool:
@@ -105,9 +114,11 @@ class Forwarder:
         pool: UpstreamPool,
         sender: ResumingSender,
         metrics: Metrics,
+        inflight: InFlight,
         tito: TitoMode | None = None,
     ) -> None:
         self.tito = tito
+        self.inflight = inflight
         """Token-in-token-out mode: chat and Responses go through ``proxy/tito.py``."""
         self.settings = settings
         self.sessions = sessions
@@ -137,21 +148,35 @@ class Forwarder:
             plan.present = responses_presentation(client.body)
         request.state.seedproxy_plan = plan
         if turn is not None:
-            return await self.run(plan, exchange_tito(self, plan, turn))
-        return await self.run(plan, self.exchange(plan))
+            return await self.run(plan, exchange_tito(self, plan, turn), request)
+        return await self.run(plan, self.exchange(plan), request)
 
-    async def run(self, plan: Plan, exchange: Awaitable[Response]) -> Response:
-        """Await ``exchange`` (every protocol's upstream exchange for ``plan``): an error is
-        observed, and the plan's upstream replies are closed on every path (answer, error,
-        cancellation, bug) unless a stream response took them."""
+    async def run(self, plan: Plan, exchange: Awaitable[Response], request: Request) -> Response:
+        """Await ``exchange`` (every protocol's upstream exchange for ``plan``), in flight
+        (``inflight.py``) until it ends: an error is observed, a non-streamed request's
+        client that leaves stops it, and the plan's upstream replies are closed on every
+        path (answer, error, cancellation, bug) unless a stream response took them."""
+        self.inflight.enter(plan)
         try:
-            return await exchange
+            if plan.client.stream:
+                return await exchange
+            return await unless_client_leaves(self, plan, exchange, request.receive)
         except SeedProxyError as exc:
             self.observe(plan, exc.status_code)
             raise
         finally:
             if not plan.replies.taken:
+                self.inflight.leave(plan)
                 await plan.replies.close()
+
+    async def send(self, plan: Plan, request: UpstreamRequest) -> UpstreamReply:
+        """Send one of ``plan``'s upstream requests: its reply is the plan's to close the
+        moment it exists, and its dispatch can be stopped while it runs."""
+        dispatch = Dispatch()
+        plan.dispatches.append(dispatch)
+        key = plan.session.session_id if plan.session else None
+        return plan.replies.add(await self.sender.send(
+            request, key=key, stream=plan.client.stream, dispatch=dispatch))
 
     def _bridges_responses(self, endpoint: Endpoint) -> bool:
         return endpoint is Endpoint.RESPONSES and not self.backend.seeds_responses
@@ -220,11 +245,8 @@ class Forwarder:
         that never answered is recorded and raised; any answer fills in the plan."""
         inject = plan.seeds[0] if plan.seeds and self.settings.deterministic else None
         upstream_request = self.backend.prepare(endpoint, body, inject, capture=plan.capture)
-        key = plan.session.session_id if plan.session else None
         try:
-            reply = plan.replies.add(
-                await self.sender.send(upstream_request, key=key, stream=plan.client.stream)
-            )
+            reply = await self.send(plan, upstream_request)
         except UpstreamError as exc:
             plan.upstream_s = time.perf_counter() - plan.arrived
             await self.record(plan, exc.status_code, exc.body(), Captured())
@@ -371,6 +393,9 @@ class Forwarder:
     ) -> None:
         if plan.session is None or plan.slot is None:
             return
+        plan.recording = True
+        if plan.abandoned:
+            abandoned, status = True, CLIENT_CLOSED
         interaction = Interaction(
             interaction_id=plan.interaction_id,
             request_index=plan.slot.index,

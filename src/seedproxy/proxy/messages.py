@@ -128,9 +128,9 @@ async def forward_messages(
     plan = await fwd.plan(client, session, pinned_index(headers), is_sdk_retry(headers), arrived)
     request.state.seedproxy_plan = plan
     if turn is None:
-        return await fwd.run(plan, _exchange(fwd, plan, chat))
+        return await fwd.run(plan, _exchange(fwd, plan, chat), request)
     plan.present = messages_presentation(plan.client.body, _seed(plan))
-    answered = await fwd.run(plan, exchange_tito(fwd, plan, turn))
+    answered = await fwd.run(plan, exchange_tito(fwd, plan, turn), request)
     if answered.status_code >= 400:  # an upstream error, in OpenAI's shape: reshape it
         error = orjson.loads(bytes(answered.body))["error"]
         return _reshaped(answered, str(error["message"]))

@@ -13,7 +13,9 @@ Invariants:
   is recorded so. Text-prompt ``/generate`` is not resumed either.
 - A request resumes only when the abort came from the fleet's control plane: the gate's
   ``abort_epoch`` moved since the attempt was sent (a pause in ``abort`` mode, or a
-  weight-version change that aborts). Any other abort reaches the client as sent.
+  weight-version change that aborts). Any other abort reaches the client as sent, and
+  a request whose ``Dispatch`` was stopped (its client left, its session was deleted)
+  is never resubmitted.
 - The stitched answer is SGLang's shape: ``output_ids``, ``text`` and logprobs
   concatenated, ``completion_tokens`` counted once, ``prompt_tokens`` the original, and
   ``weight_versions`` spans offset to absolute output positions, one span list per
@@ -31,9 +33,10 @@ import httpx
 import orjson
 
 from ..backends import UpstreamRequest
+from ..backends.dispatch import Dispatch
 from ..backends.pause import PauseGate
 from ..backends.pool import UpstreamPool, UpstreamReply
-from ..errors import UpstreamError
+from ..errors import SeedProxyError
 from .sse import DONE, encode_event, event_json, split_events
 
 __all__ = ["ResumingSender", "new_rid", "resumable"]
@@ -60,8 +63,9 @@ def resumable(request: UpstreamRequest) -> bool:
 class _Progress:
     """What the attempts so far produced, and how to shift the next attempt's answer."""
 
-    def __init__(self, request: UpstreamRequest) -> None:
+    def __init__(self, request: UpstreamRequest, dispatch: Dispatch | None) -> None:
         self.request = request
+        self.dispatch = dispatch
         self.prompt: list[int] = list(request.body["input_ids"])
         params = request.body.get("sampling_params") or {}
         budget = params.get("max_new_tokens")
@@ -149,17 +153,19 @@ class ResumingSender:
         self.rids = rids
 
     async def send(
-        self, request: UpstreamRequest, *, key: str | None, stream: bool
+        self, request: UpstreamRequest, *, key: str | None, stream: bool,
+        dispatch: Dispatch | None = None,
     ) -> UpstreamReply:
+        """``dispatch`` names each attempt as it is sent (see ``Dispatch``)."""
         if self.rids and "rid" not in request.body:
             request.body["rid"] = new_rid()
         if not resumable(request):
             if stream or request.path not in _WHOLE:
-                return await self.pool.send(request, key=key, stream=stream)
-            return await self._send_whole(request, key)
-        progress = _Progress(request)
+                return await self.pool.send(request, key=key, stream=stream, dispatch=dispatch)
+            return await self._send_whole(request, key, dispatch)
+        progress = _Progress(request, dispatch)
         epoch = self.gate.abort_epoch
-        reply = await self.pool.send(request, key=key, stream=stream)
+        reply = await self.pool.send(request, key=key, stream=stream, dispatch=dispatch)
         if reply.response.status_code != 200:
             return reply
         dispatched = reply.dispatch_weight_version
@@ -185,16 +191,19 @@ class ResumingSender:
                                      reply.failovers, dispatched, reply.rid)
             progress.absorb(whole)
             epoch = self.gate.abort_epoch
-            reply = await self.pool.send(progress.next_request(), key=key, stream=False)
+            reply = await self.pool.send(progress.next_request(), key=key, stream=False,
+                                         dispatch=dispatch)
             if reply.response.status_code != 200:
                 return reply
 
-    async def _send_whole(self, request: UpstreamRequest, key: str | None) -> UpstreamReply:
+    async def _send_whole(self, request: UpstreamRequest, key: str | None,
+                          dispatch: Dispatch | None) -> UpstreamReply:
         """Send a non-streamed OpenAI request again while a fleet abort cuts it short."""
         while True:
             epoch = self.gate.abort_epoch
-            reply = await self.pool.send(request, key=key, stream=False)
-            if reply.response.status_code != 200 or self.gate.abort_epoch == epoch:
+            reply = await self.pool.send(request, key=key, stream=False, dispatch=dispatch)
+            if (reply.response.status_code != 200 or self.gate.abort_epoch == epoch
+                    or (dispatch is not None and dispatch.stopped is not None)):
                 return reply
             try:
                 answer = orjson.loads(reply.response.content)
@@ -207,8 +216,9 @@ class ResumingSender:
                 return reply
 
     def _resume(self, whole: Any, epoch: int, progress: _Progress) -> bool:
+        stopped = progress.dispatch is not None and progress.dispatch.stopped is not None
         return (_aborted(whole) and self.gate.abort_epoch != epoch
-                and not progress.exhausted())
+                and not progress.exhausted() and not stopped)
 
 
 class _Stitched(httpx.AsyncByteStream):
@@ -246,9 +256,11 @@ class _Stitched(httpx.AsyncByteStream):
             self._epoch = self._sender.gate.abort_epoch
             try:
                 self._reply = await self._sender.pool.send(
-                    self._progress.next_request(), key=self._key, stream=True
+                    self._progress.next_request(), key=self._key, stream=True,
+                    dispatch=self._progress.dispatch,
                 )
-            except UpstreamError as exc:  # no server took the rest: the abort stands
+            except SeedProxyError as exc:  # no server took the rest, or it was stopped:
+                # the abort stands
                 log.warning("could not resume a stream after a fleet abort: %s", exc.message)
                 yield encode_event(held)
                 yield DONE

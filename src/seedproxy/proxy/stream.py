@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..backends import Captured
 from ..backends.pool import UpstreamReply
-from ..errors import StoreError
+from ..errors import SessionNotFound, StoreError
 
 if TYPE_CHECKING:
     from .forward import Forwarder, Plan
@@ -100,13 +100,13 @@ class StreamRecord:
             response, captured = self.snapshot()
             await self._fwd.record(self._plan, self.status, response, captured, abandoned=abandoned)
 
-    async def seal(self) -> StoreError | None:
-        """Record before the terminal event. A store that fails is told to the client as
-        the error (returned, for the stream to send instead of its end); the interaction
-        is then never recorded later as a success."""
+    async def seal(self) -> StoreError | SessionNotFound | None:
+        """Record before the terminal event. A store that fails, or a session deleted
+        meanwhile, is told to the client as the error (returned, for the stream to send
+        instead of its end); the interaction is then never recorded later as a success."""
         try:
             await self.commit()
-        except StoreError as exc:
+        except (StoreError, SessionNotFound) as exc:
             log.warning("stream not recorded: %s", exc.message)
             self.status = exc.status_code
             return exc
@@ -117,10 +117,14 @@ class StreamRecord:
         A stream the client left before its end is also aborted on its servers, so the
         GPU stops working on it."""
         unfinished = abandoned and not self._recorded
+        self._fwd.inflight.leave(self._plan)
         try:
             await close_all(self._replies)
         finally:
-            await self.commit(abandoned=abandoned)
+            try:
+                await self.commit(abandoned=abandoned)
+            except SessionNotFound:  # deleted while it ran: there is nothing to record into
+                log.info("stream of a deleted session not recorded")
             self._fwd.observe(self._plan, self.status)
             if unfinished:
                 for reply in self._replies:

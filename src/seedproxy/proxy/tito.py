@@ -24,7 +24,7 @@ import httpx
 import orjson
 from starlette.responses import Response
 
-from ..backends import Captured, UpstreamRequest
+from ..backends import Captured
 from ..backends.answer_shape import MalformedAnswer
 from ..backends.pool import UpstreamReply
 from ..backends.tito import AssistantStream, Delta, Prompt, TitoMode, tito_record, tool_call_id
@@ -99,13 +99,8 @@ async def _send(fwd: Forwarder, plan: Plan, turn: TitoTurn) -> list[UpstreamRepl
     model = turn.chat.get("model") or mode.model_name
     requests = [mode.dialect.request(turn.prompt.ids, sampling, seed, plan.client.stream, model)
                 for seed in seeds]
-    key = plan.session.session_id if plan.session else None
-
-    async def send(request: UpstreamRequest) -> UpstreamReply:
-        # Owned by the plan the moment it exists: closed on every path.
-        return plan.replies.add(await fwd.sender.send(request, key=key, stream=plan.client.stream))
-
-    results = await asyncio.gather(*(send(r) for r in requests), return_exceptions=True)
+    results = await asyncio.gather(*(fwd.send(plan, r) for r in requests),
+                                   return_exceptions=True)
     replies = [r for r in results if isinstance(r, UpstreamReply)]
     plan.upstream = ",".join(dict.fromkeys(r.upstream for r in replies)) or None
     plan.upstream_s = max((r.waited_s for r in replies), default=time.perf_counter() - plan.arrived)

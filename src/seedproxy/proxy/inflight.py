@@ -1,0 +1,119 @@
+"""The requests in flight, by session, and how they are stopped: by
+``DELETE /sessions/{id}``, or because a non-streamed request's client left.
+
+Invariants:
+- A plan with a session is registered while ``Forwarder.run`` runs it, and a streamed
+  one until its response ends (``StreamRecord.finish``): exactly as long as its upstream
+  replies are open.
+- Stopping a plan stops each of its ``Dispatch``es (no further attempt, failover or
+  resubmission is sent) and asks each server holding one to abort it (SGLang's
+  ``/abort_request``). The server then ends the request with what it made so far, which
+  is recorded as any answer is; a server that cannot be asked keeps generating, and the
+  answer is recorded when it comes.
+- A non-streamed request whose client left is recorded once, as abandoned (499): with
+  the server's partial answer, or, when nothing could be aborted and no record had
+  begun, without one (the exchange is cancelled, which also closes the upstream
+  connection).
+- Per proxy process: another replica's requests for the same session are not seen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING
+
+from starlette.responses import Response
+from starlette.types import Receive
+
+from ..backends import Captured
+from ..backends.pool import UpstreamPool
+from ..errors import ClientClosed, SeedProxyError
+
+if TYPE_CHECKING:
+    from .forward import Forwarder, Plan
+
+__all__ = ["InFlight", "unless_client_leaves"]
+
+
+class InFlight:
+    """The plans in flight in this process, by session id."""
+
+    def __init__(self, pool: UpstreamPool) -> None:
+        self.pool = pool
+        self._by_session: dict[str, dict[int, Plan]] = {}
+
+    def enter(self, plan: Plan) -> None:
+        if plan.session is not None:
+            self._by_session.setdefault(plan.session.session_id, {})[id(plan)] = plan
+
+    def leave(self, plan: Plan) -> None:
+        if plan.session is None:
+            return
+        plans = self._by_session.get(plan.session.session_id)
+        if plans is not None:
+            plans.pop(id(plan), None)
+            if not plans:
+                del self._by_session[plan.session.session_id]
+
+    def count(self, session_id: str) -> int:
+        return len(self._by_session.get(session_id, ()))
+
+    async def stop(self, plan: Plan, why: SeedProxyError) -> bool:
+        """Stop ``plan``'s dispatches and abort them on their servers. Returns whether
+        any could be aborted (a server and a ``rid`` were known)."""
+        for dispatch in plan.dispatches:
+            dispatch.stop(why)
+        named = [d for d in plan.dispatches if d.rid is not None and d.upstream is not None]
+        await asyncio.gather(*(self.pool.abort(d) for d in named))
+        return bool(named)
+
+    async def stop_session(self, session_id: str, why: SeedProxyError) -> int:
+        """Stop every plan of ``session_id``; returns how many there were."""
+        plans = list(self._by_session.get(session_id, {}).values())
+        await asyncio.gather(*(self.stop(plan, why) for plan in plans))
+        return len(plans)
+
+
+async def _departure(receive: Receive) -> None:
+    """Return when the client disconnects. Only after the body was read whole: from
+    then on the next ASGI message is ``http.disconnect``."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def unless_client_leaves(
+    fwd: Forwarder, plan: Plan, exchange: Awaitable[Response], receive: Receive
+) -> Response:
+    """Await a non-streamed ``exchange`` while watching its client. A client that leaves
+    first gets its request stopped and aborted upstream, and recorded as abandoned."""
+    task = asyncio.ensure_future(exchange)
+    left = asyncio.ensure_future(_departure(receive))
+    try:
+        done, _ = await asyncio.wait({task, left}, return_when=asyncio.FIRST_COMPLETED)
+        if task in done:
+            return task.result()
+        await _abandon(fwd, plan, task)
+        return Response(status_code=ClientClosed.status_code)
+    finally:
+        left.cancel()
+        if not task.done():  # this handler itself was cancelled
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
+async def _abandon(fwd: Forwarder, plan: Plan, task: asyncio.Future[Response]) -> None:
+    gone = ClientClosed("the client closed the connection before the answer was complete")
+    plan.abandoned = True
+    aborted = await fwd.inflight.stop(plan, gone)
+    if not aborted and not plan.recording:
+        task.cancel()  # nothing to wait for: no record has begun, none will be cut
+    try:
+        await task  # an answer was recorded (as abandoned) and observed on its way
+    except asyncio.CancelledError:
+        if not task.cancelled():
+            raise  # this handler was cancelled, not the exchange
+        await fwd.record(plan, gone.status_code, gone.body(), Captured(), abandoned=True)
+        fwd.observe(plan, gone.status_code)
+    except SeedProxyError:  # recorded (or, in a deleted session, not) where it was raised
+        fwd.observe(plan, gone.status_code)
