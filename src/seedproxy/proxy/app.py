@@ -36,8 +36,8 @@ from .admin import admin_router
 from .fleet_routes import fleet_router
 from .forward import Forwarder
 from .health import readiness_router, warn_if_no_upstream
-from .inflight import InFlight
 from .hot import HotRoutes, ProxyApp
+from .inflight import InFlight
 from .logs import flush_logs
 from .messages import PromptCounter, messages_router
 from .metrics import Metrics

@@ -22,7 +22,7 @@ import httpx
 import orjson
 from starlette.responses import Response
 
-from ..backends import Captured, Endpoint
+from ..backends import Captured, Endpoint, UpstreamRequest
 from ..backends.answer_shape import MalformedAnswer, check_answer, check_chunk
 from ..backends.pool import UpstreamReply
 from ..errors import UpstreamError
@@ -34,7 +34,7 @@ from .transcript import StreamTranscript
 if TYPE_CHECKING:
     from .forward import Forwarder, Plan
 
-__all__ = ["exchange_fanout", "merge_answers", "merge_captured", "one_choice", "sum_usage"]
+__all__ = ["exchange_fanout", "send_choices", "merge_answers", "merge_captured", "one_choice", "sum_usage"]
 
 log = logging.getLogger("seedproxy.request")
 
@@ -51,16 +51,13 @@ def one_choice(endpoint: Endpoint, body: dict[str, Any]) -> dict[str, Any]:
     return single
 
 
-async def exchange_fanout(fwd: Forwarder, plan: Plan) -> Response:
-    """Answer an ``n``-choice request with ``len(plan.seeds)`` upstream requests."""
-    client = plan.client
-    key = plan.session.session_id if plan.session else None
-    requests = [
-        fwd.backend.prepare(client.endpoint, one_choice(client.endpoint, client.body), seed,
-                            capture=plan.capture)
-        for seed in plan.seeds
-    ]
-
+async def send_choices(
+    fwd: Forwarder, plan: Plan, requests: list[UpstreamRequest]
+) -> list[UpstreamReply] | Response:
+    """Send one upstream request per choice, together, and fill in the plan from the
+    replies. Returns them when every one answered below 400; else an upstream that
+    never answered is recorded and raised, and the first error answer is recorded and
+    returned as the client's response (the other replies are closed by the plan)."""
     results = await asyncio.gather(*(fwd.send(plan, r) for r in requests),
                                    return_exceptions=True)
     replies = [r for r in results if isinstance(r, UpstreamReply)]
@@ -72,15 +69,28 @@ async def exchange_fanout(fwd: Forwarder, plan: Plan) -> Response:
     if failovers:
         fwd.metrics.failovers.inc(failovers)
     failure = next((r for r in results if isinstance(r, BaseException)), None)
+    if isinstance(failure, UpstreamError):
+        await fwd.record(plan, failure.status_code, failure.body(), Captured())
+    if failure is not None:
+        raise failure
     bad = next((r for r in replies if r.response.status_code >= 400), None)
-    if failure is not None or bad is not None:  # the others are closed by the plan's owner
-        if isinstance(failure, UpstreamError):
-            await fwd.record(plan, failure.status_code, failure.body(), Captured())
-            raise failure
-        if failure is not None:
-            raise failure
-        assert bad is not None
+    if bad is not None:
         return await fwd.upstream_error(plan, bad)
+    return replies
+
+
+async def exchange_fanout(fwd: Forwarder, plan: Plan) -> Response:
+    """Answer an ``n``-choice request with ``len(plan.seeds)`` upstream requests."""
+    client = plan.client
+    requests = [
+        fwd.backend.prepare(client.endpoint, one_choice(client.endpoint, client.body), seed,
+                            capture=plan.capture)
+        for seed in plan.seeds
+    ]
+
+    replies = await send_choices(fwd, plan, requests)
+    if isinstance(replies, Response):
+        return replies
     headers = plan.headers()
     if client.stream:
         headers["x-seedproxy-overhead-ms"] = f"{plan.overhead_ms():.3f}"

@@ -11,7 +11,6 @@ logprobs and the lineage (``tito``).
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 import time
@@ -32,6 +31,7 @@ from ..backends.tito.dialect import Reader, Sample
 from ..backends.tito.matcher import message_key
 from ..errors import SeedProxyError, UpstreamError
 from ..sessions import ChoiceRecord, NewSession, SessionRecord
+from .fanout import send_choices
 from .presentation import Presentation
 from .relay import RelayResponse
 from .sse import event_json, split_events
@@ -87,7 +87,9 @@ def _finish_reason(choice: _Choice) -> str:
     return finish if finish in ("length", "abort") else "stop"
 
 
-async def _send(fwd: Forwarder, plan: Plan, turn: TitoTurn) -> list[UpstreamReply]:
+async def _send(
+    fwd: Forwarder, plan: Plan, turn: TitoTurn
+) -> list[UpstreamReply] | Response:
     mode = fwd.tito
     assert mode is not None
     sampling = mode.sampling(turn.chat)
@@ -99,38 +101,15 @@ async def _send(fwd: Forwarder, plan: Plan, turn: TitoTurn) -> list[UpstreamRepl
     model = turn.chat.get("model") or mode.model_name
     requests = [mode.dialect.request(turn.prompt.ids, sampling, seed, plan.client.stream, model)
                 for seed in seeds]
-    results = await asyncio.gather(*(fwd.send(plan, r) for r in requests),
-                                   return_exceptions=True)
-    replies = [r for r in results if isinstance(r, UpstreamReply)]
-    plan.upstream = ",".join(dict.fromkeys(r.upstream for r in replies)) or None
-    plan.upstream_s = max((r.waited_s for r in replies), default=time.perf_counter() - plan.arrived)
-    failure = next((r for r in results if isinstance(r, BaseException)), None)
-    bad = next((r for r in replies if r.response.status_code >= 400), None)
-    if failure is None and bad is None:
-        return replies
-    if isinstance(failure, UpstreamError):
-        await fwd.record(plan, failure.status_code, failure.body(), Captured())
-        raise failure
-    if failure is not None:
-        raise failure
-    assert bad is not None
-    raise _Answered(await fwd.upstream_error(plan, bad))
-
-
-class _Answered(Exception):
-    """Carries an already-built error response out of ``_send``."""
-
-    def __init__(self, response: Response) -> None:
-        self.response = response
+    return await send_choices(fwd, plan, requests)
 
 
 async def exchange_tito(fwd: Forwarder, plan: Plan, turn: TitoTurn) -> Response:
     mode = fwd.tito
     assert mode is not None
-    try:
-        replies = await _send(fwd, plan, turn)
-    except _Answered as answered:
-        return answered.response
+    replies = await _send(fwd, plan, turn)
+    if isinstance(replies, Response):
+        return replies
     cid = _completion_id(plan, turn.prompt)
     choices = [_Choice(j, mode.assistant(turn.prompt, turn.chat), mode.dialect.reader(), [])
                for j in range(len(replies))]
