@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 
 from seedproxy import derive_seed
 from tests.conftest import Fake
@@ -217,3 +218,47 @@ def test_replicas_follow_the_fleet_across_a_redis_restart(
     httpx.post(f"{b.url}/fleet/continue").raise_for_status()
     wait_until(paused_on(a, False))
     assert generate(a.url, "o-1", [1], 2).status_code == 200
+
+
+def test_an_abort_that_outruns_the_boards_message_is_still_resumed(
+    fake: Fake, redis_server: RedisServer, redis_url: str,
+    start_replicas: Callable[..., list[Replica]]
+) -> None:
+    """Another replica moved the board's abort epoch and the servers aborted, but B has
+    not received the board's message (here: the epoch is written with no message at
+    all): B reads the board on the aborted answer and resumes, streamed or not."""
+    (b,) = start_replicas(redis_url, [])
+    control = fake.switches.control
+    control.hold_at = 3
+    finals: dict[int, dict[str, Any]] = {}
+
+    def rollout(i: int) -> None:
+        body = {"input_ids": [i, 9], "sampling_params": {"max_new_tokens": 6},
+                "stream": i == 1}
+        url = f"{b.url}/sessions/m-{i}/generate"
+        if i == 0:
+            finals[i] = httpx.post(url, json=body, timeout=60).json()
+            return
+        with httpx.stream("POST", url, json=body, timeout=60) as response:
+            for line in response.iter_lines():
+                if line.startswith("data: {"):
+                    finals[i] = httpx.Response(200, content=line[6:]).json()
+
+    workers = [threading.Thread(target=rollout, args=(i,)) for i in range(2)]
+    for worker in workers:
+        worker.start()
+    wait_until(lambda: control.held == 2)
+    prefix = redis_url.split("prefix=", 1)[1]
+    direct = redis.Redis.from_url(redis_server.url)
+    try:
+        direct.hset(prefix + "fleet", mapping={"board": "other", "seq": 1, "epoch": 1})
+    finally:
+        direct.close()
+    httpx.post(f"{fake.url}/abort_request", json={"abort_all": True}).raise_for_status()
+    control.release.set()
+    for worker in workers:
+        worker.join(60)
+    for i in range(2):
+        seed = derive_seed(f"m-{i}", 0)
+        assert finals[i]["meta_info"]["finish_reason"]["type"] == "length"
+        assert finals[i]["output_ids"] == tokens_for([i, 9], seed, 1.0, 6)
