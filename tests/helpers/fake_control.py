@@ -60,6 +60,8 @@ class FakeControl:
     running: dict[str, Run] = field(default_factory=dict)
     aborted: list[str] = field(default_factory=list)
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    info_status: int = 200
+    """Any other status makes ``/get_server_info`` fail with it (the version unread)."""
     hold_at: int | None = None
     """Runs stop after this many tokens until ``release`` is set (a test's checkpoint)."""
     held: int = 0
@@ -119,6 +121,8 @@ class FakeControl:
             return data if isinstance(data, dict) else {}
 
         async def server_info(request: Request) -> Response:
+            if self.info_status != 200:
+                return JSONResponse({"error": "unavailable"}, status_code=self.info_status)
             return JSONResponse({**self.server_info, "weight_version": self.version})
 
         async def pause(request: Request) -> Response:

@@ -127,11 +127,14 @@ def test_chat_records_the_version_from_the_answers_metadata(
 
 
 def run_paused_load(fake: Fake, proxy: str, mode: str, *, bump: str | None,
-                    count: int = 32, new: int = 12) -> dict[int, dict[str, Any]]:
+                    count: int = 32, new: int = 12,
+                    admin: str | None = None) -> dict[int, dict[str, Any]]:
     """``count`` rollouts (even ones streamed) each stop at token 3 (the fake's
     checkpoint); the fleet pauses in ``mode``, the version moves to ``bump``, the fleet
-    continues. Returns each rollout's final answer."""
+    continues, each through ``admin`` (another replica; default ``proxy``). Returns
+    each rollout's final answer."""
     control = fake.switches.control
+    admin = admin or proxy
     control.hold_at = 3
     finals: dict[int, dict[str, Any]] = {}
 
@@ -154,13 +157,13 @@ def run_paused_load(fake: Fake, proxy: str, mode: str, *, bump: str | None,
     for worker in workers:
         worker.start()
     wait_until(lambda: control.held == count)
-    httpx.post(f"{proxy}/fleet/pause", json={"mode": mode}).raise_for_status()
+    httpx.post(f"{admin}/fleet/pause", json={"mode": mode}).raise_for_status()
     control.release.set()
     if bump is not None:
-        httpx.post(f"{proxy}/fleet/weight_version",
+        httpx.post(f"{admin}/fleet/weight_version",
                    json={"version": bump, "abort_all_requests": False}).raise_for_status()
     wait_until(lambda: not control.running if mode == "abort" else True)
-    httpx.post(f"{proxy}/fleet/continue").raise_for_status()
+    httpx.post(f"{admin}/fleet/continue").raise_for_status()
     for worker in workers:
         worker.join(60)
     return finals

@@ -1,14 +1,22 @@
 """The fleet's control plane: pause and continue, weight versions, and the preflight.
 
 Invariants:
-- Pausing closes the proxy's ``PauseGate`` (new requests wait there, see ``pause.py``)
-  before any server is paused, and continuing opens it after every server was told.
+- The fleet's state (paused, mode, abort epoch, last version set) lives on its board
+  (``board.py``): the process's own for memory and SQLite stores, shared by every
+  replica of a Redis store. Each change is written to the board first, then applied
+  to this process's ``PauseGate``; other replicas apply it as it is published.
+- Pausing writes the board and closes the gate (new requests wait there, see
+  ``pause.py``) before any server is paused; in ``abort`` mode the board's abort epoch
+  moves first, so a replica that sees an aborted answer finds the move on the board
+  (``refresh``) even before the publication reached it. Continuing tells every server
+  first, then opens the board and the gate. A board that cannot be written is a 503
+  and no server is told.
 - Pause, continue and weight-version changes go to every upstream; each server's answer
   is reported, and a server that did not take the change is named, never hidden.
 - The weight version a server reports (``/get_server_info``) or was told
-  (``/update_weight_version``) is kept on its ``Upstream``, which the pool reads at
-  dispatch.
-- The gate is per proxy process: with several replicas, pause each of them.
+  (``/update_weight_version``, here or through another replica's board write) is kept
+  on its ``Upstream``, which the pool reads at dispatch.
+- ``waiting`` (requests held at the gate) is per replica.
 """
 
 from __future__ import annotations
@@ -20,6 +28,8 @@ from typing import Any
 
 import httpx
 
+from ..errors import StoreError
+from .board import FleetBoard, FleetState, LocalBoard
 from .pause import PauseGate, PauseMode
 from .pool import Upstream, UpstreamPool
 from .preflight import Finding, check_server_info
@@ -63,9 +73,13 @@ class FleetControl:
     """Fans control calls out to every upstream and keeps what they report."""
 
     def __init__(self, pool: UpstreamPool, gate: PauseGate, *, sglang: bool, enforce: bool,
-                 timeout_s: float = 5.0) -> None:
+                 timeout_s: float = 5.0, board: FleetBoard | None = None) -> None:
         self.pool = pool
         self.gate = gate
+        self.board: FleetBoard = board if board is not None else LocalBoard()
+        self._state = FleetState()
+        self._version: str | None = None
+        """The board's weight version last applied to the upstreams."""
         self.sglang = sglang
         self.enforce = enforce
         self.timeout_s = timeout_s
@@ -103,26 +117,59 @@ class FleetControl:
                 upstream.weight_version = report.weight_version
         return report
 
+    def apply(self, state: FleetState) -> None:
+        """Take the board's ``state`` unless a newer one was taken: the gate follows it,
+        and a weight version set since the last one goes to every upstream."""
+        if not state.newer_than(self._state):
+            return
+        self._state = state
+        self.gate.apply(state.paused, state.mode, state.abort_epoch)
+        if state.weight_version is not None and state.weight_version != self._version:
+            self._version = state.weight_version
+            for upstream in self.pool.upstreams:
+                upstream.weight_version = state.weight_version
+
+    async def refresh(self) -> None:
+        """Read the whole board and apply it (``StoreError`` when it cannot be read)."""
+        self.apply(await self.board.read())
+
+    async def start(self) -> None:
+        """Apply the board before serving (a replica started while the fleet is paused
+        starts paused); a board that cannot be read yet is logged, ``follow`` catches up."""
+        try:
+            await self.refresh()
+        except StoreError as exc:
+            log.warning("could not read the fleet board at start: %s", exc.message)
+
+    async def follow(self) -> None:
+        """Apply what other replicas write to the board, until cancelled."""
+        await self.board.follow(self.apply)
+
     async def pause(self, mode: PauseMode) -> list[dict[str, Any]]:
-        """Hold new requests here, then pause every server in ``mode``."""
-        self.gate.close(mode)
+        """Hold new requests on every replica, then pause every server in ``mode``."""
+        self.apply(await self.board.pause(mode))
         return await self._fan_out("/pause_generation", {"mode": mode})
 
     async def resume(self) -> list[dict[str, Any]]:
-        """Continue every server, then let held requests go."""
+        """Continue every server, then let held requests go on every replica."""
         try:
             return await self._fan_out("/continue_generation", {})
         finally:
-            self.gate.open()
+            self.apply(await self.board.resume())
 
     async def set_weight_version(self, version: str, *, abort_all: bool) -> list[dict[str, Any]]:
         body = {"new_version": version, "abort_all_requests": abort_all}
         if abort_all:
-            self.gate.abort_epoch += 1
+            self.apply(await self.board.abort())
         results = await self._fan_out("/update_weight_version", body)
+        taken = False
         for upstream, result in zip(self.pool.upstreams, results, strict=True):
             if result["ok"]:
                 upstream.weight_version = version
+                taken = True
+        if taken:  # set here per server: applying it below changes no upstream here
+            self._version = version
+            self.apply(await self.board.set_weight_version(version))
         return results
 
     async def _fan_out(self, path: str, body: dict[str, Any]) -> list[dict[str, Any]]:

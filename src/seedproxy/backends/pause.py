@@ -4,7 +4,9 @@ Invariants:
 - Open, ``admit`` returns at once (one attribute read on the hot path).
 - Closed, a request waits (it is not failed) until the gate opens, or ``timeout_s``
   passes: then ``FleetPaused``, a 503 with ``Retry-After``.
-- The gate is per proxy process and event-loop bound.
+- The gate is event-loop bound, one per proxy process, and it mirrors the fleet's
+  shared state (``board.py``): ``FleetControl.apply`` is its only writer, so every
+  replica on one board holds and lets go together.
 """
 
 from __future__ import annotations
@@ -37,7 +39,9 @@ class PauseGate:
         self.mode: PauseMode | None = None
         self.waiting = 0
         self.abort_epoch = 0
-        """Moves each time the control plane aborts running requests."""
+        """Moves each time this process learns that the fleet's control plane (here
+        or on another replica) aborted running requests; compare it, never order it."""
+        self._fleet_epoch = 0
         self._open = asyncio.Event()
         self._open.set()
 
@@ -45,15 +49,19 @@ class PauseGate:
     def paused(self) -> bool:
         return not self._open.is_set()
 
-    def close(self, mode: PauseMode) -> None:
-        self.mode = mode
-        if mode == "abort":
+    def apply(self, paused: bool, mode: PauseMode | None, fleet_epoch: int) -> None:
+        """Take the fleet's state: closed with ``mode`` while ``paused``, else open.
+        ``abort_epoch`` moves when ``fleet_epoch`` (the board's count of aborts) differs
+        from the last one applied, so a board that restarted from nothing moves it too."""
+        if fleet_epoch != self._fleet_epoch:
+            self._fleet_epoch = fleet_epoch
             self.abort_epoch += 1
-        self._open.clear()
-
-    def open(self) -> None:
-        self.mode = None
-        self._open.set()
+        if paused:
+            self.mode = mode
+            self._open.clear()
+        else:
+            self.mode = None
+            self._open.set()
 
     async def admit(self) -> None:
         """Return at once when open; else wait for ``open`` up to the timeout."""

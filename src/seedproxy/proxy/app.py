@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from ..backends import BACKENDS, Backend
+from ..backends.board import open_board
 from ..backends.client import upstream_client
 from ..backends.fleet import FleetControl
 from ..backends.pause import PauseGate
@@ -96,11 +97,12 @@ def create_app(
     fleet = FleetControl(
         pool, gate, sglang=settings.backend == "sglang",
         enforce=settings.deterministic and not settings.allow_nondeterministic_upstream,
+        board=open_board(store),
     )
     metrics = Metrics()
     access = Access(sessions, settings.admin_key)
     sender = ResumingSender(pool, gate, max_event_bytes=settings.max_upstream_body_bytes,
-                            rids=settings.backend == "sglang")
+                            rids=settings.backend == "sglang", refresh=fleet.refresh)
     inflight = InFlight(pool)
     forwarder = Forwarder(
         settings=settings, sessions=sessions, backend=backend, pool=pool, sender=sender,
@@ -109,7 +111,9 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        tasks = [asyncio.create_task(warn_if_no_upstream(pool))]
+        await fleet.start()
+        tasks = [asyncio.create_task(warn_if_no_upstream(pool)),
+                 asyncio.create_task(fleet.follow())]
         if fleet.sglang:
             await fleet.inspect()
             tasks.append(asyncio.create_task(fleet.inspect_forever(settings.health_interval_s)))

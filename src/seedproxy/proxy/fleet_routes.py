@@ -2,7 +2,9 @@
 and replay verification of a session.
 
 Every route needs the admin key (when one is set). Each answer names every upstream
-with what it said, so a server that did not take a change is never hidden.
+with what it said, so a server that did not take a change is never hidden. ``paused``
+and ``mode`` are the fleet's, the same on every replica of one Redis store (told
+through any of them); ``waiting`` counts the requests held at this replica.
 """
 
 from __future__ import annotations

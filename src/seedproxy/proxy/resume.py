@@ -13,9 +13,12 @@ Invariants:
   is recorded so. Text-prompt ``/generate`` is not resumed either.
 - A request resumes only when the abort came from the fleet's control plane: the gate's
   ``abort_epoch`` moved since the attempt was sent (a pause in ``abort`` mode, or a
-  weight-version change that aborts). Any other abort reaches the client as sent, and
-  a request whose ``Dispatch`` was stopped (its client left, its session was deleted)
-  is never resubmitted.
+  weight-version change that aborts, through this replica or another on the same
+  board). An aborted answer whose epoch did not move here asks the board first (one
+  read, on that path only): the board's epoch moved before any server aborted, so an
+  answer that outran the board's publication is still resumed. Any other abort
+  reaches the client as sent, and a request whose ``Dispatch`` was stopped (its client
+  left, its session was deleted) is never resubmitted.
 - The stitched answer is SGLang's shape: ``output_ids``, ``text`` and logprobs
   concatenated, ``completion_tokens`` counted once, ``prompt_tokens`` the original, and
   ``weight_versions`` spans offset to absolute output positions, one span list per
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -36,7 +39,7 @@ from ..backends import UpstreamRequest
 from ..backends.dispatch import Dispatch
 from ..backends.pause import PauseGate
 from ..backends.pool import UpstreamPool, UpstreamReply
-from ..errors import SeedProxyError
+from ..errors import SeedProxyError, StoreError
 from .sse import DONE, encode_event, event_json, split_events
 
 __all__ = ["ResumingSender", "new_rid", "resumable"]
@@ -145,12 +148,15 @@ class ResumingSender:
     """``send`` as ``UpstreamPool.send``, resuming what a fleet abort cut short."""
 
     def __init__(self, pool: UpstreamPool, gate: PauseGate, *, max_event_bytes: int,
-                 rids: bool = False) -> None:
-        """``rids``: name each request (SGLang's ``rid``) so that it can be aborted."""
+                 rids: bool = False,
+                 refresh: Callable[[], Awaitable[None]] | None = None) -> None:
+        """``rids``: name each request (SGLang's ``rid``) so that it can be aborted.
+        ``refresh``: apply the fleet board's state to ``gate`` now (``FleetControl``)."""
         self.pool = pool
         self.gate = gate
         self.max_event_bytes = max_event_bytes
         self.rids = rids
+        self.refresh = refresh
 
     async def send(
         self, request: UpstreamRequest, *, key: str | None, stream: bool,
@@ -184,7 +190,7 @@ class ResumingSender:
             except orjson.JSONDecodeError:
                 return reply  # the caller reports an answer that is not JSON
             whole = progress.shifted(answer) if isinstance(answer, dict) else answer
-            if not self._resume(whole, epoch, progress):
+            if not await self._resume(whole, epoch, progress):
                 response = httpx.Response(200, headers=reply.response.headers,
                                           content=orjson.dumps(whole))
                 return UpstreamReply(reply.upstream, response, waited,
@@ -202,8 +208,8 @@ class ResumingSender:
         while True:
             epoch = self.gate.abort_epoch
             reply = await self.pool.send(request, key=key, stream=False, dispatch=dispatch)
-            if (reply.response.status_code != 200 or self.gate.abort_epoch == epoch
-                    or (dispatch is not None and dispatch.stopped is not None)):
+            if reply.response.status_code != 200 or (
+                    dispatch is not None and dispatch.stopped is not None):
                 return reply
             try:
                 answer = orjson.loads(reply.response.content)
@@ -212,13 +218,23 @@ class ResumingSender:
             choices = answer.get("choices") if isinstance(answer, dict) else None
             if not isinstance(choices, list) or not any(
                 isinstance(c, dict) and c.get("finish_reason") == "abort" for c in choices
-            ):
+            ) or not await self._fleet_aborted(epoch):
                 return reply
 
-    def _resume(self, whole: Any, epoch: int, progress: _Progress) -> bool:
+    async def _resume(self, whole: Any, epoch: int, progress: _Progress) -> bool:
         stopped = progress.dispatch is not None and progress.dispatch.stopped is not None
-        return (_aborted(whole) and self.gate.abort_epoch != epoch
-                and not progress.exhausted() and not stopped)
+        return (_aborted(whole) and not progress.exhausted() and not stopped
+                and await self._fleet_aborted(epoch))
+
+    async def _fleet_aborted(self, epoch: int) -> bool:
+        """Whether the fleet aborted running requests since ``epoch``, asking the board
+        when this replica has not heard of it yet."""
+        if self.gate.abort_epoch == epoch and self.refresh is not None:
+            try:
+                await self.refresh()
+            except StoreError as exc:  # the abort stands: the client sees it
+                log.warning("could not read the fleet board after an abort: %s", exc.message)
+        return self.gate.abort_epoch != epoch
 
 
 class _Stitched(httpx.AsyncByteStream):
@@ -243,7 +259,7 @@ class _Stitched(httpx.AsyncByteStream):
                 item = event_json(event)
                 if isinstance(item, dict):
                     whole = self._progress.shifted(item)
-                    if self._sender._resume(whole, self._epoch, self._progress):
+                    if await self._sender._resume(whole, self._epoch, self._progress):
                         held = whole
                         continue
                     yield encode_event(whole)

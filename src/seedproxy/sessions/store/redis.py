@@ -225,6 +225,31 @@ class RedisStore:
         (self._allocate, self._create, self._end, self._record, self._set_reward,
          self._mark_exported, self._occurrence) = (self._guarded(script) for script in scripts)
 
+    # Shared with the fleet board (backends/redis_board.py): one connection, one key
+    # prefix and the same outage rules for every replica's state.
+    @property
+    def key_prefix(self) -> str:
+        return self._p
+
+    def script(self, body: str) -> Any:
+        """``body`` as a Lua script run as the store's own are: with the deadline guard
+        (see Outages) and its deadline passed as the last ARGV."""
+        return self._guarded(self._redis.register_script(_GUARD + body))
+
+    async def run(self, awaitable: Any) -> Any:
+        """Await a command on ``client``; a Redis failure is a ``StoreError``."""
+        return await self._call(awaitable)
+
+    @property
+    def client(self) -> Any:
+        """The ``redis.asyncio.Redis`` client (its own connection per pub/sub)."""
+        return self._redis
+
+    @property
+    def errors(self) -> tuple[type[BaseException], ...]:
+        """What a Redis failure raises on ``client``."""
+        return self._errors
+
     def _k(self, kind: str, session_id: str) -> str:
         return f"{self._p}{kind}:{session_id}"
 
