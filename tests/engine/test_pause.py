@@ -160,10 +160,10 @@ def test_a_retract_requeues_the_batch_in_order_ahead_of_new_requests(
             for rid, p in prompts.items()}
     http.post("/pause_generation", json={"mode": "in_place"}).raise_for_status()
     runs = {}
-    for rid, prompt in prompts.items():  # queued in this order while paused
+    for queued, (rid, prompt) in enumerate(prompts.items(), 1):  # in this order
         runs[rid] = in_background(lambda p=prompt, r=rid: http.post(
             "/generate", json=body(p, r)))
-        wait_until(lambda n=len(runs): http.get("/get_server_info").json()["waiting"] == n)
+        wait_until(lambda n=queued: http.get("/get_server_info").json()["waiting"] == n)
     hold.arm(2, count=3)
     http.post("/continue_generation").raise_for_status()
     assert hold.held.wait(60)

@@ -1,5 +1,5 @@
 """A checkpoint for the engine's worker: an ``on_step`` hook that holds the worker thread
-once enough running requests have generated ``at`` tokens, until the test releases it.
+once enough running requests have generated ``at`` tokens or more, until the test releases it.
 No timing: the test waits on ``held`` and the worker on ``release``."""
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ class StepHold:
         """Every step's batch: (rid, tokens so far) of each running request."""
 
     def arm(self, at: int, count: int = 1) -> None:
-        """Hold after the first step where ``count`` running requests have ``at`` tokens."""
+        """Hold after the first step where ``count`` running requests have ``at`` tokens
+        or more."""
         self.count = count
         self.at = at
 
@@ -37,7 +38,7 @@ class StepHold:
 
     def __call__(self, batch: list[tuple[GenRequest, int]]) -> None:
         self.steps.append([(req.rid, n) for req, n in batch])
-        if self.at is None or sum(1 for _, n in batch if n == self.at) < self.count:
+        if self.at is None or sum(1 for _, n in batch if n >= self.at) < self.count:
             return
         self.at = None
         self.batch = list(batch)

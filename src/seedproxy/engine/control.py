@@ -69,7 +69,7 @@ def control_routes(state: EngineState) -> APIRouter:
             "threads": worker.threads, "max_batch": worker.max_batch,
             "prefix_cache_mb": worker.cache_mb, "version": "seedproxy-engine",
             "weight_version": worker.weight_version, "paused": worker.paused,
-            "waiting": worker.waiting,
+            "waiting": worker.waiting, "running": worker.running,
         })
 
     @router.post("/abort_request")

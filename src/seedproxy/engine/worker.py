@@ -93,6 +93,8 @@ class Worker:
         self._live: dict[str, threading.Event] = {}
         """Cancel flags of the requests submitted and not yet finished, by rid."""
         self._thread: threading.Thread | None = None
+        self.running = 0
+        """How many requests are in the batch (written by the worker thread only)."""
 
     def start(self) -> None:
         if self._thread is None:
@@ -168,19 +170,26 @@ class Worker:
                         admitted.append(self._waiting.popleft())
                 if mode is not None:
                     self._hold(gen, mode)
-                    continue
-                for entry in admitted:
-                    self._admit(gen, entry)
-                if not gen.running:
-                    continue
-                try:
-                    gen.step()
-                    if self.on_step is not None:
-                        self.on_step(gen.batch())
-                except Exception as exc:  # a failed step fails its batch, not the worker
-                    failed = gen.abort_all()
-                    gen = self._generator()
-                    self._fail(failed, exc)
+                else:
+                    gen = self._step(gen, admitted)
+                self.running = len(gen.running)
+
+    def _step(self, gen: Generator, admitted: list[_Job | Seq]) -> Generator:
+        """Admit, then advance the batch one token; returns the generator to go on with
+        (a fresh one after a failed step)."""
+        for entry in admitted:
+            self._admit(gen, entry)
+        if not gen.running:
+            return gen
+        try:
+            gen.step()
+            if self.on_step is not None:
+                self.on_step(gen.batch())
+        except Exception as exc:  # a failed step fails its batch, not the worker
+            failed = gen.abort_all()
+            self._fail(failed, exc)
+            return self._generator()
+        return gen
 
     def _admit(self, gen: Generator, entry: _Job | Seq) -> None:
         if isinstance(entry, Seq):
@@ -255,6 +264,11 @@ class Worker:
             self._poked = True
             self._cv.notify_all()
         return told
+
+    def stopping(self, rid: str) -> bool:
+        """Whether the unfinished request ``rid`` has been told to stop."""
+        flag = self._live.get(rid)
+        return flag is not None and flag.is_set()
 
     async def stream(self, req: GenRequest) -> AsyncIterator[Update]:
         """Yield the cumulative updates of ``req`` on the running loop, ending at finish."""
