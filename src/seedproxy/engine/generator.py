@@ -93,8 +93,7 @@ class Update:
         return Update(list(self.output_ids), self.text, self.finish, self.prompt_tokens,
                       self.cached_tokens, list(self.logprobs), list(self.top_logprobs),
                       self.input_logprobs, self.started, self.input_top_logprobs,
-                      list(self.versions),
-                      self.weight_version)
+                      list(self.versions), self.weight_version)
 
     @property
     def completion_tokens(self) -> int:
@@ -173,15 +172,16 @@ class Generator:
             banned[[i for i in stop_ids if 0 <= i < vocab]] = True
         text = TextState(self.model.tokenizer, p.stop, p.skip_special_tokens, p.no_stop_trim)
         self.running.append(Seq(req, emit, cancelled, kv, list(prompt), upd, text,
-                                 frozenset(stop_ids), banned, limit))
+                                frozenset(stop_ids), banned, limit))
 
     def _buffer(self, tokens: list[int], upd: Update, limit: int) -> KVBuffer:
         """A KV buffer for ``tokens``, its longest cached prefix copied in. Prompt
         positions whose input logprobs are still to be reported are always fed."""
-        reuse, cached = self.cache.lookup(tokens)
-        reuse = min(reuse, len(tokens) - 1)
+        cap = len(tokens) - 1
         if upd.input_logprobs:
-            reuse = min(reuse, len(upd.input_logprobs) - 1)
+            cap = min(cap, len(upd.input_logprobs) - 1)
+        reuse, cached = self.cache.lookup(tokens) if cap > 0 else (0, None)
+        reuse = min(reuse, cap)
         left = limit - len(upd.output_ids)
         kv = self.runner.new_buffer(max(256, len(tokens) + min(max(left, 0), 256)))
         if cached is not None and reuse > 0:
