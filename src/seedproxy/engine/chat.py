@@ -183,7 +183,7 @@ async def chat_response(state: EngineState, job: ChatJob) -> dict[str, Any]:
         "id": job.reqs[0].rid, "object": "chat.completion", "created": int(time.time()),
         "model": job.model, "choices": choices,
         "usage": usage(finals[0].prompt_tokens, finals),
-        "metadata": {"weight_version": "default"},
+        "metadata": {"weight_version": finals[0].weight_version},
     }
     ext = _sglext(job, finals)
     if ext is not None:

@@ -148,7 +148,7 @@ async def completion_response(state: EngineState, job: CompletionJob) -> dict[st
         choices.append(choice)
     return {"id": job.reqs[0].rid, "object": "text_completion", "created": int(time.time()),
             "model": job.model, "choices": choices, "usage": _prompt_usage(job, finals),
-            "metadata": {"weight_version": "default"}}
+            "metadata": {"weight_version": finals[0].weight_version}}
 
 
 def _chunk(job: CompletionJob, choices: list[dict[str, Any]], **extra: Any) -> bytes:

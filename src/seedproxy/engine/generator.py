@@ -11,6 +11,11 @@ Invariants:
   prompt that extends a cached prefix (``cached_tokens``) reproduces a cold run exactly.
 - Each step, running sequences get one row each first; prompts being prefilled share the
   remaining rows in arrival order, so a long prompt does not stall the others' decoding.
+- ``retract`` parks a sequence (its KV freed, its fed prefix kept in the prefix cache);
+  ``readmit`` prefills prompt + output so far again and sampling goes on at the next
+  position, so a retracted request's tokens and logprobs equal an unpaused run's.
+- Every sampled token records the weight version in effect when it was sampled
+  (``Update.versions``); each update carries the version at its emission.
 """
 
 from __future__ import annotations
@@ -31,10 +36,24 @@ from .sampler import Sampler
 from .stop_regex import match_stop_regex
 from .text import TextState
 
-__all__ = ["DEFAULT_CACHE_MB", "DEFAULT_MAX_BATCH", "GenRequest", "Generator", "Update"]
+__all__ = ["DEFAULT_CACHE_MB", "DEFAULT_MAX_BATCH", "DEFAULT_WEIGHT_VERSION", "GenRequest",
+           "Generator", "Seq", "Update", "version_spans"]
 
 DEFAULT_MAX_BATCH = 8
 DEFAULT_CACHE_MB = 512
+DEFAULT_WEIGHT_VERSION = "default"
+_CANCELLED = {"type": "abort", "message": "request cancelled"}
+
+
+def version_spans(versions: list[str]) -> list[dict[str, Any]]:
+    """Runs of equal versions over output positions: ``[{version, start, end}]``."""
+    spans: list[dict[str, Any]] = []
+    for position, version in enumerate(versions):
+        if spans and spans[-1]["version"] == version:
+            spans[-1]["end"] = position + 1
+        else:
+            spans.append({"version": version, "start": position, "end": position + 1})
+    return spans
 
 
 @dataclass(frozen=True)
@@ -64,12 +83,17 @@ class Update:
     input_logprobs: list[float | None] = field(default_factory=list)
     started: float = 0.0
     input_top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
+    versions: list[str] = field(default_factory=list)
+    """The weight version each output token was sampled under."""
+    weight_version: str = DEFAULT_WEIGHT_VERSION
+    """The engine's weight version when this update was emitted."""
 
     def snapshot(self) -> Update:
         """A copy safe to hand to another thread while generation goes on."""
         return Update(list(self.output_ids), self.text, self.finish, self.prompt_tokens,
                       self.cached_tokens, list(self.logprobs), list(self.top_logprobs),
-                      self.input_logprobs, self.started, self.input_top_logprobs)
+                      self.input_logprobs, self.started, self.input_top_logprobs,
+                      list(self.versions), self.weight_version)
 
     @property
     def completion_tokens(self) -> int:
@@ -77,8 +101,9 @@ class Update:
 
 
 @dataclass
-class _Seq:
-    """One running sequence: ``tokens`` = prompt + output; ``kv.length`` of them are fed."""
+class Seq:
+    """One sequence, running or parked by ``retract``: ``tokens`` = prompt + output;
+    ``kv.length`` of them are fed."""
 
     req: GenRequest
     emit: Callable[[Update], None]
@@ -105,13 +130,16 @@ class Generator:
     """Owns the forward pass, the sampler, the running sequences and the prefix cache."""
 
     def __init__(self, model: EngineModel, max_batch: int = DEFAULT_MAX_BATCH,
-                 cache_mb: int = DEFAULT_CACHE_MB, pad: bool | None = None) -> None:
+                 cache_mb: int = DEFAULT_CACHE_MB, pad: bool | None = None,
+                 version: Callable[[], str] | None = None) -> None:
+        """``version`` reads the weight version in effect (a fixed default when None)."""
         self.model = model
         self.max_batch = max(1, max_batch)
         self.runner = BatchRunner(model.weights, self.max_batch, pad)
         self.sampler = Sampler(model.vocab_size)
         self.cache = PrefixCache(cache_mb * 1024 * 1024)
-        self.running: list[_Seq] = []
+        self.running: list[Seq] = []
+        self.version = version or (lambda: DEFAULT_WEIGHT_VERSION)
 
     @property
     def has_room(self) -> bool:
@@ -130,14 +158,10 @@ class Generator:
                      input_top_logprobs=[[]] if req.return_input_logprob else [])
         if limit <= 0 and not req.return_input_logprob:
             upd.finish = {"type": "length", "length": 0}
-            emit(upd.snapshot())
+            self._emit(emit, upd)
             return
-        reuse, cached = (0, None) if req.return_input_logprob else self.cache.lookup(prompt)
-        reuse = min(reuse, len(prompt) - 1)
-        kv = self.runner.new_buffer(max(256, len(prompt) + min(limit, 256)))
-        if cached is not None and reuse > 0:
-            kv.copy_prefix(cached, reuse)
-        upd.cached_tokens = reuse
+        kv = self._buffer(list(prompt), upd, limit)
+        upd.cached_tokens = kv.length
         stop_ids = set(p.stop_token_ids)
         if not p.ignore_eos:
             stop_ids |= set(self.model.eos_token_ids)
@@ -147,17 +171,61 @@ class Generator:
             banned = torch.zeros(vocab, dtype=torch.bool)
             banned[[i for i in stop_ids if 0 <= i < vocab]] = True
         text = TextState(self.model.tokenizer, p.stop, p.skip_special_tokens, p.no_stop_trim)
-        self.running.append(_Seq(req, emit, cancelled, kv, list(prompt), upd, text,
-                                 frozenset(stop_ids), banned, limit))
+        self.running.append(Seq(req, emit, cancelled, kv, list(prompt), upd, text,
+                                frozenset(stop_ids), banned, limit))
+
+    def _buffer(self, tokens: list[int], upd: Update, limit: int) -> KVBuffer:
+        """A KV buffer for ``tokens``, its longest cached prefix copied in. Prompt
+        positions whose input logprobs are still to be reported are always fed."""
+        cap = len(tokens) - 1
+        if upd.input_logprobs:
+            cap = min(cap, len(upd.input_logprobs) - 1)
+        reuse, cached = self.cache.lookup(tokens) if cap > 0 else (0, None)
+        reuse = min(reuse, cap)
+        left = limit - len(upd.output_ids)
+        kv = self.runner.new_buffer(max(256, len(tokens) + min(max(left, 0), 256)))
+        if cached is not None and reuse > 0:
+            kv.copy_prefix(cached, reuse)
+        return kv
+
+    def retract(self) -> list[Seq]:
+        """Park every running sequence (in batch order): its fed prefix goes to the
+        prefix cache, its KV is freed; ``readmit`` continues it."""
+        parked = list(self.running)
+        self.running.clear()
+        for seq in parked:
+            self.cache.insert(seq.tokens[: seq.kv.length], seq.kv)
+            seq.kv = self.runner.new_buffer(1)
+        return parked
+
+    def readmit(self, seq: Seq) -> None:
+        """Run a parked sequence again: prompt + output so far is prefilled (from the
+        prefix cache where it can be), then sampling goes on where it stopped."""
+        seq.kv = self._buffer(seq.tokens, seq.upd, seq.limit)
+        self.running.append(seq)
+
+    def reap(self) -> None:
+        """End the cancelled running sequences with ``finish_reason`` abort."""
+        for seq in [s for s in self.running if s.cancelled()]:
+            seq.upd.finish = dict(_CANCELLED)
+            self._finish(seq)
+
+    def close(self, seq: Seq) -> None:
+        """End a parked ``seq`` as aborted, with its output so far."""
+        seq.upd.finish = dict(_CANCELLED)
+        seq.upd.text = seq.text.stable_text(True)
+        self._emit(seq.emit, seq.upd)
+
+    def batch(self) -> list[tuple[GenRequest, int]]:
+        """Each running request and how many tokens it has generated."""
+        return [(s.req, len(s.upd.output_ids)) for s in self.running]
 
     def step(self) -> None:
         """One forward call over the running sequences; emits and retires as they finish."""
-        for seq in [s for s in self.running if s.cancelled()]:
-            seq.upd.finish = {"type": "abort", "message": "request cancelled"}
-            self._finish(seq)
+        self.reap()
         if not self.running:
             return
-        rows: list[tuple[_Seq, int]] = []  # (sequence, position)
+        rows: list[tuple[Seq, int]] = []  # (sequence, position)
         for seq in self.running:
             if seq.pending == 1:
                 rows.append((seq, len(seq.tokens) - 1))
@@ -170,12 +238,13 @@ class Generator:
                                      [s.kv for s, _ in rows])
         for r, (seq, pos) in enumerate(rows):
             if pos + 1 < len(seq.tokens):
-                if seq.req.return_input_logprob:
+                if pos + 1 < len(seq.req.prompt_ids) and pos + 1 == len(
+                        seq.upd.input_logprobs):  # not yet reported (a readmit re-feeds)
                     self._input_logprob(seq, logits[r], seq.tokens[pos + 1])
             elif seq.upd.finish is None:
                 self._sample(seq, logits[r], pos + 1)
 
-    def _input_logprob(self, seq: _Seq, row: torch.Tensor, token_id: int) -> None:
+    def _input_logprob(self, seq: Seq, row: torch.Tensor, token_id: int) -> None:
         """A prompt token's logprob as the sampler reports a sampled one (the
         temperature-scaled distribution; the raw one when greedy), so teacher forcing a
         sampled sequence at its temperature reproduces its logprobs bit for bit."""
@@ -188,7 +257,7 @@ class Generator:
         if seq.req.top_logprobs_num > 0:
             seq.upd.input_top_logprobs.append(_top(logprobs, seq.req.top_logprobs_num))
 
-    def _sample(self, seq: _Seq, row: torch.Tensor, pos: int) -> None:
+    def _sample(self, seq: Seq, row: torch.Tensor, pos: int) -> None:
         req, p, upd = seq.req, seq.req.params, seq.upd
         if len(upd.output_ids) >= seq.limit:  # only with input logprobs and no room left
             upd.finish = {"type": "length", "length": 0}
@@ -201,6 +270,7 @@ class Generator:
         if req.processor is not None:
             req.processor.accept(choice.token_id)
         upd.output_ids.append(choice.token_id)
+        upd.versions.append(self.version())
         seq.tokens.append(choice.token_id)
         if req.return_logprob:
             upd.logprobs.append(choice.logprob)
@@ -219,14 +289,18 @@ class Generator:
             self._finish(seq)
         else:
             upd.text = seq.text.stable_text(False)
-            seq.emit(upd.snapshot())
+            self._emit(seq.emit, upd)
 
-    def _finish(self, seq: _Seq) -> None:
+    def _finish(self, seq: Seq) -> None:
         """Emit the final update, keep the sequence's prefix, drop it from the batch."""
         seq.upd.text = seq.text.stable_text(True)
         self.running.remove(seq)
         self.cache.insert(seq.tokens[: seq.kv.length], seq.kv)
-        seq.emit(seq.upd.snapshot())
+        self._emit(seq.emit, seq.upd)
+
+    def _emit(self, emit: Callable[[Update], None], upd: Update) -> None:
+        upd.weight_version = self.version()
+        emit(upd.snapshot())
 
     def abort_all(self) -> list[tuple[GenRequest, Callable[[Update], None]]]:
         """Forget every running sequence (after a failure); return who to tell."""

@@ -4,6 +4,9 @@ Invariants:
 - Unknown top-level keys are ignored; unknown ``sampling_params`` keys are a 400.
 - Streaming chunks are cumulative: each carries the whole ``text``/``output_ids`` so far.
 - ``n > 1`` runs the same params (seed included) n times, so the outputs are identical.
+- ``meta_info.weight_version`` is the engine's version at that update;
+  ``meta_info.weight_versions`` spans the output positions by the version each token was
+  sampled under (``[{version, start, end}]``).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Any
 import orjson
 
 from .errors import RequestError
-from .generator import GenRequest, Update
+from .generator import GenRequest, Update, version_spans
 from .jobs import complete
 from .openai_common import check_context_budget, raise_for_failure, want_bool, want_int
 from .params import parse_sampling_params
@@ -72,7 +75,8 @@ def meta_info(req: GenRequest, upd: Update, start_len: int = 0) -> dict[str, Any
         "id": req.rid,
         "finish_reason": upd.finish,
         "prompt_tokens": upd.prompt_tokens,
-        "weight_version": "default",
+        "weight_version": upd.weight_version,
+        "weight_versions": version_spans(upd.versions),
         "completion_tokens": upd.completion_tokens,
         "cached_tokens": upd.cached_tokens,
         "e2e_latency": time.perf_counter() - upd.started,

@@ -1,4 +1,5 @@
-"""One worker thread that runs up to ``max_batch`` generations together.
+"""One worker thread that runs up to ``max_batch`` generations together, and its
+control plane: pause and continue (SGLang's three modes), and the weight-version label.
 
 Invariants:
 - Exactly one thread touches the model (its buffers, prefix cache and forward pass).
@@ -10,6 +11,14 @@ Invariants:
 - Submitting is thread-safe; ``stream`` bridges updates to an asyncio loop with
   ``call_soon_threadsafe`` as each token is produced. A consumer that goes away cancels
   its job at the next step.
+- ``pause``, ``resume``, ``abort`` and ``set_weight_version`` only set state under a lock
+  and wake the worker: they never wait for a step to end. The worker reads that state
+  between steps. While paused (any mode) no step runs and nothing is admitted; new
+  requests wait in the queue. ``abort`` mode cancels every request running or queued at
+  the pause; ``in_place`` keeps the batch (and its KV) as it is; ``retract`` parks the
+  batch at the front of the queue, in order, to be prefilled again on continue.
+- Cancelled requests end (``finish_reason`` abort, output so far) even while paused.
+- ``on_step`` (a test seam) runs on the worker thread after each step, with the batch.
 """
 
 from __future__ import annotations
@@ -17,19 +26,34 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import queue
 import threading
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 
-from .generator import DEFAULT_CACHE_MB, DEFAULT_MAX_BATCH, Generator, GenRequest, Update
+from .generator import (
+    DEFAULT_CACHE_MB,
+    DEFAULT_MAX_BATCH,
+    DEFAULT_WEIGHT_VERSION,
+    Generator,
+    GenRequest,
+    Seq,
+    Update,
+)
 from .model import EngineModel
 
-__all__ = ["Worker", "default_threads"]
+__all__ = ["PAUSE_MODES", "PauseMode", "StepHook", "Worker", "default_threads"]
 
 logger = logging.getLogger("seedproxy.engine")
+
+PauseMode = Literal["abort", "in_place", "retract"]
+PAUSE_MODES: tuple[PauseMode, ...] = ("abort", "in_place", "retract")
+
+StepHook = Callable[[list[tuple[GenRequest, int]]], None]
+"""Called after each step with every running request and its tokens so far."""
 
 
 def default_threads() -> int:
@@ -51,61 +75,153 @@ class Worker:
     """A daemon thread admitting queued jobs into one batched ``Generator``."""
 
     def __init__(self, model: EngineModel, threads: int | None = None,
-                 max_batch: int = DEFAULT_MAX_BATCH, cache_mb: int = DEFAULT_CACHE_MB
-                 ) -> None:
+                 max_batch: int = DEFAULT_MAX_BATCH, cache_mb: int = DEFAULT_CACHE_MB,
+                 on_step: StepHook | None = None) -> None:
         self.model = model
         self.threads = threads or default_threads()
         self.max_batch = max(1, max_batch)
         self.cache_mb = max(0, cache_mb)
-        self._jobs: queue.Queue[_Job | None] = queue.Queue()
+        self.on_step = on_step
+        self.weight_version = DEFAULT_WEIGHT_VERSION
+        self._cv = threading.Condition()
+        self._waiting: deque[_Job | Seq] = deque()
+        """Jobs not yet admitted, after the sequences a retract parked (all under _cv)."""
+        self._paused: PauseMode | None = None
+        self._poked = False
+        """Set (under _cv) when a paused worker has something to do: abort, re-pause."""
+        self._stopping = False
         self._live: dict[str, threading.Event] = {}
         """Cancel flags of the requests submitted and not yet finished, by rid."""
         self._thread: threading.Thread | None = None
+        self.running = 0
+        """How many requests are in the batch (written by the worker thread only)."""
 
     def start(self) -> None:
         if self._thread is None:
+            self._stopping = False
             self._thread = threading.Thread(target=self._loop, name="seedproxy-engine",
                                             daemon=True)
             self._thread.start()
 
     def stop(self) -> None:
         if self._thread is not None:
-            self._jobs.put(None)
+            with self._cv:
+                self._stopping = True
+                self._cv.notify_all()
             self._thread.join(timeout=30)
             self._thread = None
 
+    @property
+    def paused(self) -> PauseMode | None:
+        return self._paused
+
+    @property
+    def waiting(self) -> int:
+        """Requests queued and not admitted (parked ones included)."""
+        return len(self._waiting)
+
+    def pause(self, mode: PauseMode) -> None:
+        """Stop stepping before the next step; in ``abort`` mode every request running or
+        queued now is cancelled. Returns at once."""
+        with self._cv:
+            self._paused = mode
+            self._poked = True
+            self._cv.notify_all()
+        if mode == "abort":
+            self.abort(None)
+
+    def resume(self) -> None:
+        with self._cv:
+            self._paused = None
+            self._cv.notify_all()
+
+    def set_weight_version(self, version: str, *, abort_all: bool) -> None:
+        """Label the tokens sampled from now on ``version``; with ``abort_all`` every
+        request running or queued ends with ``finish_reason`` abort."""
+        with self._cv:
+            self.weight_version = version
+        if abort_all:
+            self.abort(None)
+
     def _generator(self) -> Generator:
-        return Generator(self.model, self.max_batch, self.cache_mb)
+        return Generator(self.model, self.max_batch, self.cache_mb,
+                         version=lambda: self.weight_version)
 
     def _loop(self) -> None:
         torch.set_num_threads(self.threads)
         with torch.inference_mode():
             gen = self._generator()
             while True:
-                block = not gen.running
-                while gen.has_room:
-                    try:
-                        job = self._jobs.get(block=block)
-                    except queue.Empty:
-                        break
-                    if job is None:
-                        return
-                    block = False
-                    try:
-                        gen.add(job.req, job.on_update, job.cancel.is_set)
-                    except Exception as exc:  # never let one request kill the worker
-                        self._fail([(job.req, job.on_update)], exc)
-                if not gen.running:
-                    continue
-                try:
-                    gen.step()
-                except Exception as exc:  # a failed step fails its batch, not the worker
-                    failed = gen.abort_all()
-                    gen = self._generator()
-                    self._fail(failed, exc)
+                with self._cv:
+                    while True:
+                        if self._stopping:
+                            return
+                        if self._paused is not None:
+                            if self._poked:
+                                self._poked = False
+                                break
+                        elif self._waiting or gen.running:
+                            break
+                        self._cv.wait()
+                    mode = self._paused
+                    admitted: list[_Job | Seq] = []
+                    while mode is None and self._waiting and (
+                            len(gen.running) + len(admitted) < self.max_batch):
+                        admitted.append(self._waiting.popleft())
+                if mode is not None:
+                    self._hold(gen, mode)
+                else:
+                    gen = self._step(gen, admitted)
+                self.running = len(gen.running)
 
-    @staticmethod
-    def _fail(jobs: list[tuple[GenRequest, Callable[[Update], None]]],
+    def _step(self, gen: Generator, admitted: list[_Job | Seq]) -> Generator:
+        """Admit, then advance the batch one token; returns the generator to go on with
+        (a fresh one after a failed step)."""
+        for entry in admitted:
+            self._admit(gen, entry)
+        if not gen.running:
+            return gen
+        try:
+            gen.step()
+            if self.on_step is not None:
+                self.on_step(gen.batch())
+        except Exception as exc:  # a failed step fails its batch, not the worker
+            failed = gen.abort_all()
+            self._fail(failed, exc)
+            return self._generator()
+        return gen
+
+    def _admit(self, gen: Generator, entry: _Job | Seq) -> None:
+        if isinstance(entry, Seq):
+            gen.readmit(entry)
+            return
+        try:
+            gen.add(entry.req, entry.on_update, entry.cancel.is_set)
+        except Exception as exc:  # never let one request kill the worker
+            self._fail([(entry.req, entry.on_update)], exc)
+
+    def _hold(self, gen: Generator, mode: PauseMode) -> None:
+        """While paused: park the batch in ``retract`` mode, and end what was cancelled
+        (running or queued) without stepping."""
+        if mode == "retract":
+            parked = gen.retract()
+            with self._cv:
+                self._waiting.extendleft(reversed(parked))
+        gen.reap()
+        with self._cv:
+            gone = [e for e in self._waiting
+                    if (e.cancelled() if isinstance(e, Seq) else e.cancel.is_set())]
+            for entry in gone:
+                self._waiting.remove(entry)
+        for entry in gone:
+            if isinstance(entry, Seq):
+                gen.close(entry)
+            else:
+                entry.on_update(Update([], "", {"type": "abort", "message": "request cancelled"},
+                                       len(entry.req.prompt_ids), 0,
+                                       weight_version=self.weight_version))
+
+    def _fail(self, jobs: list[tuple[GenRequest, Callable[[Update], None]]],
               exc: Exception) -> None:
         logger.error("generation failed", exc_info=exc)
         for req, on_update in jobs:
@@ -114,7 +230,7 @@ class Worker:
                 on_update(Update([], "", {
                     "type": "abort", "message": f"{type(exc).__name__}: {exc}",
                     "status_code": 500, "err_type": "InternalServerError"},
-                    len(req.prompt_ids), 0))
+                    len(req.prompt_ids), 0, weight_version=self.weight_version))
             except Exception:
                 logger.exception("could not report a failed generation")
 
@@ -130,7 +246,9 @@ class Worker:
                 self._live.pop(req.rid, None)
             on_update(upd)
 
-        self._jobs.put(_Job(req, report, flag))
+        with self._cv:
+            self._waiting.append(_Job(req, report, flag))
+            self._cv.notify_all()
         return flag
 
     def abort(self, rid: str | None) -> int:
@@ -142,7 +260,15 @@ class Worker:
             if rid is None or name == rid or name.startswith(rid + "-"):
                 flag.set()
                 told += 1
+        with self._cv:  # a paused worker ends them now
+            self._poked = True
+            self._cv.notify_all()
         return told
+
+    def stopping(self, rid: str) -> bool:
+        """Whether the unfinished request ``rid`` has been told to stop."""
+        flag = self._live.get(rid)
+        return flag is not None and flag.is_set()
 
     async def stream(self, req: GenRequest) -> AsyncIterator[Update]:
         """Yield the cumulative updates of ``req`` on the running loop, ending at finish."""

@@ -1,0 +1,70 @@
+"""What every engine route shares: JSON answers, body parsing and the error boundary.
+
+Invariants:
+- A body is a JSON object, or the route answers 400 before doing anything.
+- ``guard`` turns a ``RequestError`` into its status (4xx) and anything else into a
+  logged 500 (``InternalServerError``), never passed off as the client's fault.
+  Native routes answer SGLang's ``{"error": {"message"}}``; OpenAI routes its
+  ``ErrorResponse``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from fastapi import Request
+from fastapi.responses import Response
+
+from .errors import InternalError, RequestError
+from .openai_common import error_body
+
+__all__ = ["ClientGone", "guard", "json_response", "read_body"]
+
+logger = logging.getLogger("seedproxy.engine")
+
+
+def json_response(body: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+
+
+async def read_body(request: Request, empty_ok: bool = False) -> dict[str, Any]:
+    """The body as a JSON object; an empty body is ``{}`` when ``empty_ok``."""
+    raw = await request.body()
+    if empty_ok and not raw.strip():
+        return {}
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise RequestError(f"Invalid JSON body: {exc}") from exc
+    if not isinstance(body, dict):
+        raise RequestError("The request body must be a JSON object.")
+    return body
+
+
+class ClientGone(Exception):
+    """The client disconnected before its non-streamed answer was ready."""
+
+
+async def guard(native: bool, handler: Callable[[], Awaitable[Response]]) -> Response:
+    """Run ``handler``; a ``RequestError`` is its status (4xx), anything else a 500."""
+    err_type = "BadRequestError"
+    try:
+        return await handler()
+    except ClientGone:  # nobody will read this; the job was cancelled
+        return Response(status_code=499)
+    except RequestError as exc:
+        status, msg, param = exc.status, exc.message, exc.param
+    except InternalError as exc:
+        logger.error("generation failed inside the engine: %s", exc.message)
+        status, msg, param = exc.status, f"Internal server error: {exc.message}", None
+        err_type = "InternalServerError"
+    except Exception as exc:  # the boundary: our own bug, answered as a 500 and logged
+        logger.exception("request failed inside the engine")
+        status, msg, param = 500, f"Internal server error: {type(exc).__name__}: {exc}", None
+        err_type = "InternalServerError"
+    if native:
+        return json_response({"error": {"message": msg}}, status)
+    return json_response(error_body(msg, status, err_type=err_type, param=param), status)
