@@ -49,7 +49,10 @@ CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_toke
 
 
 @pytest.mark.parametrize(("path", "body"), [("/generate", GENERATE),
-                                            ("/v1/chat/completions", CHAT)])
+                                            ("/v1/chat/completions", CHAT),
+                                            ("/v1/messages", CHAT),
+                                            ("/v1/responses", {"model": "m", "input": "hi",
+                                                               "max_output_tokens": 8})])
 def test_a_client_that_leaves_a_non_streamed_request_gets_it_aborted_and_recorded(
     path: str, body: dict[str, Any], fake: Fake, start_proxy: Callable[..., str]
 ) -> None:

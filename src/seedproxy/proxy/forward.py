@@ -40,12 +40,12 @@ from .metrics import Metrics
 from .presentation import Presentation, responses_presentation
 from .relay import RelayResponse
 from .request import ClientRequest, parse_body, read_body, request_digest
-from .responses import exchange_responses
 from .resume import ResumingSender
 from .sse import DONE, encode_event, event_json, split_events
 from .stream import CLIENT_CLOSED, StreamRecord, UpstreamReplies
 from .tito import exchange_tito, prepare_tito
 from .transcript import StreamTranscript
+from .translated import exchange_translated
 
 if TYPE_CHECKING:
     from ..backends.tito import TitoMode
@@ -227,7 +227,8 @@ class Forwarder:
     async def exchange(self, plan: Plan) -> Response:
         """Call the upstream for ``plan`` and answer the client."""
         if plan.chat is not None:
-            return await exchange_responses(self, plan, plan.chat)
+            assert plan.present is not None  # set with ``chat`` in ``forward``
+            return await exchange_translated(self, plan, plan.chat, plan.present)
         if len(plan.seeds) > 1:
             return await exchange_fanout(self, plan)
         client = plan.client

@@ -20,18 +20,16 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
-from ..backends import Captured, Endpoint
-from ..backends.answer_shape import MalformedAnswer, check_answer
-from ..backends.anthropic_bridge import anthropic_error, to_chat, to_message
-from ..errors import BadRequest, SeedProxyError, SessionNotFound, UpstreamError
+from ..backends import Endpoint
+from ..backends.anthropic_bridge import anthropic_error, to_chat
+from ..errors import BadRequest, SeedProxyError, SessionNotFound
 from ..sessions import NewSession, SessionRecord
 from .access import Access
 from .headers import is_sdk_retry, pinned_index
-from .presentation import messages_presentation, translated_events
-from .relay import RelayResponse
+from .presentation import messages_presentation
 from .request import parse_body, read_body
-from .stream import StreamRecord
 from .tito import exchange_tito, prepare_tito
+from .translated import exchange_translated
 
 if TYPE_CHECKING:
     from .forward import Forwarder, Plan
@@ -127,11 +125,12 @@ async def forward_messages(
     headers = request.headers
     plan = await fwd.plan(client, session, pinned_index(headers), is_sdk_retry(headers), arrived)
     request.state.seedproxy_plan = plan
-    if turn is None:
-        return await fwd.run(plan, _exchange(fwd, plan, chat), request)
     plan.present = messages_presentation(plan.client.body, _seed(plan))
-    answered = await fwd.run(plan, exchange_tito(fwd, plan, turn), request)
-    if answered.status_code >= 400:  # an upstream error, in OpenAI's shape: reshape it
+    exchange = (exchange_translated(fwd, plan, chat, plan.present) if turn is None
+                else exchange_tito(fwd, plan, turn))
+    answered = await fwd.run(plan, exchange, request)
+    if answered.status_code >= 400 and answered.body:  # an upstream error: reshape it
+        # (an empty body is the 499 for a client that left: nobody reads it)
         error = orjson.loads(bytes(answered.body))["error"]
         return _reshaped(answered, str(error["message"]))
     return answered
@@ -139,48 +138,3 @@ async def forward_messages(
 
 def _seed(plan: Plan) -> int | None:
     return plan.seeds[0] if plan.seeds else None
-
-
-async def _exchange(fwd: Forwarder, plan: Plan, chat: dict[str, Any]) -> Response:
-    reply = await fwd.call_upstream(plan, Endpoint.CHAT, dict(chat))
-    if reply.response.status_code >= 400:
-        plain = await fwd.upstream_error(plan, reply)
-        error = orjson.loads(plain.body)["error"]
-        return _reshaped(plain, str(error["message"]))
-    headers = plan.headers()
-    headers["x-seedproxy-overhead-ms"] = f"{plan.overhead_ms():.3f}"
-    if plan.client.stream:
-        headers["cache-control"] = "no-cache"
-        tracker = fwd.backend.stream_capture(Endpoint.CHAT, chat) if plan.capture else None
-        present = messages_presentation(plan.client.body, _seed(plan))
-        writer = present.events()
-
-        def snapshot() -> tuple[Any, Captured]:
-            return writer.result(), tracker.result() if tracker is not None else Captured()
-
-        record = StreamRecord(fwd, plan, snapshot)
-        events = translated_events(
-            fwd.timed(plan, reply.response.aiter_raw()), upstream=reply.upstream,
-            max_event_bytes=fwd.settings.max_upstream_body_bytes, record=record,
-            tracker=tracker, writer=writer, present=present,
-        )
-        return RelayResponse(events, record, status_code=200, headers=headers,
-                             media_type="text/event-stream")
-    try:
-        answer = orjson.loads(reply.response.content)
-    except orjson.JSONDecodeError:
-        answer = None
-    if not isinstance(answer, dict):
-        no_object = UpstreamError(f"upstream {reply.upstream} returned no JSON object")
-        raise await fwd.reject_answer(plan, no_object)
-    try:
-        check_answer(Endpoint.CHAT, answer)
-    except MalformedAnswer as exc:
-        raise await fwd.reject_answer(plan, exc) from None
-    captured = Captured()
-    if plan.capture:
-        answer, captured = fwd.backend.finish(Endpoint.CHAT, chat, answer)
-    result = to_message(plan.client.body, answer, _seed(plan))
-    await fwd.record(plan, 200, result, captured)
-    fwd.observe(plan, 200)
-    return Response(orjson.dumps(result), headers=headers, media_type="application/json")

@@ -1,15 +1,16 @@
-"""Serving /v1/responses through the upstream's chat route, with the derived seed.
+"""A request in another protocol (OpenAI Responses, Anthropic Messages) served through
+the upstream's chat route with the derived seed, and shown to its client through the
+request's ``Presentation``.
 
-Used when the backend's own Responses API drops ``seed`` (SGLang). The client's
-Responses body is translated to a chat request, sent through the backend's usual
-capture path (so token ids and logprobs are recorded), and the answer is translated
-back. The interaction records the Responses request and the Responses object the
-client received.
+Used where the upstream cannot take the protocol with a seed (SGLang's Responses API
+drops ``seed``; no upstream speaks Messages). The translated chat request goes through
+the backend's usual capture path, so token ids and logprobs are recorded; the
+interaction records the client's request and the answer the client received, in its
+protocol. An upstream error is answered in OpenAI's shape (the caller reshapes it).
 """
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -17,54 +18,49 @@ from starlette.responses import Response
 
 from ..backends import Captured, Endpoint
 from ..backends.answer_shape import MalformedAnswer, check_answer
-from ..backends.responses_bridge import to_response
 from ..errors import UpstreamError
-from .presentation import responses_presentation, translated_events
+from .presentation import Presentation, translated_events
 from .relay import RelayResponse
 from .stream import StreamRecord
 
 if TYPE_CHECKING:
     from .forward import Forwarder, Plan
 
-__all__ = ["exchange_responses"]
-
-log = logging.getLogger("seedproxy.request")
+__all__ = ["exchange_translated"]
 
 
-async def exchange_responses(fwd: Forwarder, plan: Plan, chat: dict[str, Any]) -> Response:
-    """Answer a Responses request by way of ``chat`` (its translation), sent upstream."""
-    client = plan.client
+async def exchange_translated(
+    fwd: Forwarder, plan: Plan, chat: dict[str, Any], present: Presentation
+) -> Response:
+    """Send ``chat`` (the client's request translated) upstream; answer as ``present``."""
     reply = await fwd.call_upstream(plan, Endpoint.CHAT, dict(chat))
     if reply.response.status_code >= 400:
         return await fwd.upstream_error(plan, reply)
-    if client.stream:
-        headers = plan.headers()
+    headers = plan.headers()
+    if plan.client.stream:
         headers["x-seedproxy-overhead-ms"] = f"{plan.overhead_ms():.3f}"
         headers["cache-control"] = "no-cache"
         tracker = fwd.backend.stream_capture(Endpoint.CHAT, chat) if plan.capture else None
-        present = responses_presentation(plan.client.body)
         writer = present.events()
 
         def snapshot() -> tuple[Any, Captured]:
             return writer.result(), tracker.result() if tracker is not None else Captured()
 
         record = StreamRecord(fwd, plan, snapshot)
-        return RelayResponse(
-            translated_events(
-                fwd.timed(plan, reply.response.aiter_raw()), upstream=reply.upstream,
-                max_event_bytes=fwd.settings.max_upstream_body_bytes, record=record,
-                tracker=tracker, writer=writer, present=present,
-            ),
-            record,
-            status_code=200,
-            headers=headers,
-            media_type="text/event-stream",
+        events = translated_events(
+            fwd.timed(plan, reply.response.aiter_raw()), upstream=reply.upstream,
+            max_event_bytes=fwd.settings.max_upstream_body_bytes, record=record,
+            tracker=tracker, writer=writer, present=present,
         )
+        return RelayResponse(events, record, status_code=200, headers=headers,
+                             media_type="text/event-stream")
     try:
         answer = orjson.loads(reply.response.content)
     except orjson.JSONDecodeError:
-        no_json = UpstreamError(f"upstream {reply.upstream} returned invalid JSON")
-        raise await fwd.reject_answer(plan, no_json) from None
+        answer = None
+    if not isinstance(answer, dict):
+        no_object = UpstreamError(f"upstream {reply.upstream} returned no JSON object")
+        raise await fwd.reject_answer(plan, no_object)
     try:
         check_answer(Endpoint.CHAT, answer)
     except MalformedAnswer as exc:
@@ -72,9 +68,8 @@ async def exchange_responses(fwd: Forwarder, plan: Plan, chat: dict[str, Any]) -
     captured = Captured()
     if plan.capture:
         answer, captured = fwd.backend.finish(Endpoint.CHAT, chat, answer)
-    result = to_response(client.body, answer)
+    result = present.whole(answer)
     await fwd.record(plan, 200, result, captured)
-    headers = plan.headers()
     headers["x-seedproxy-overhead-ms"] = f"{plan.overhead_ms():.3f}"
     fwd.observe(plan, 200)
     return Response(orjson.dumps(result), headers=headers, media_type="application/json")
