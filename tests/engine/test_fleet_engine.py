@@ -7,7 +7,6 @@ the tokens and logprobs equal a run with no pause (the label moved, not the weig
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -18,6 +17,7 @@ from seedproxy import derive_seed
 from seedproxy.engine import RunningEngine, start_engine_thread
 from seedproxy.engine.testing import tiny_model
 from tests.helpers.step_hold import StepHold
+from tests.helpers.waiting import wait_until
 
 ROLLOUTS = 32
 BATCH = 8
@@ -36,13 +36,6 @@ def held_engine(hold: StepHold) -> Iterator[RunningEngine]:
     yield running
     running.stop()
 
-
-def wait_until(condition: Callable[[], bool], timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not met")
-        time.sleep(0.01)
 
 
 def prompt_of(i: int) -> list[int]:

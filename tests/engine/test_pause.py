@@ -6,7 +6,6 @@ per-token weight-version spans. The worker is held at a known token count by an
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -16,6 +15,7 @@ import pytest
 from seedproxy.engine import RunningEngine, start_engine_thread
 from seedproxy.engine.testing import tiny_model
 from tests.helpers.step_hold import StepHold
+from tests.helpers.waiting import wait_until
 
 NEW = 12
 
@@ -63,13 +63,6 @@ def in_background(call: Callable[[], httpx.Response]) -> tuple[threading.Thread,
     thread.start()
     return thread, out
 
-
-def wait_until(condition: Callable[[], bool], timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not met")
-        time.sleep(0.01)
 
 
 def tokens(answer: dict[str, Any]) -> tuple[list[int], list[float]]:

@@ -4,7 +4,6 @@ as abandoned."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -12,14 +11,7 @@ import httpx
 import pytest
 
 from tests.conftest import Fake
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not met")
-        time.sleep(0.01)
+from tests.helpers.waiting import wait_until
 
 
 def leave_after_first_chunk(url: str, body: dict[str, Any]) -> None:

@@ -7,7 +7,6 @@ import base64
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -19,14 +18,7 @@ from tests.conftest import Fake
 from tests.helpers.fake_sglang import routed_experts_of, tokens_for
 from tests.helpers.fleet import Fleet
 from tests.helpers.procs import free_port, seedproxy_env, start_seedproxy
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not met")
-        time.sleep(0.01)
+from tests.helpers.waiting import wait_until
 
 
 def generate(proxy: str, session: str, prompt: list[int], max_new: int,

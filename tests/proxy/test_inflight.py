@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
@@ -19,14 +18,7 @@ import pytest
 from seedproxy import derive_seed
 from tests.conftest import Fake
 from tests.helpers.fake_sglang import tokens_for
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not met")
-        time.sleep(0.01)
+from tests.helpers.waiting import wait_until
 
 
 def open_request(proxy: str, path: str, body: dict[str, Any]) -> socket.socket:

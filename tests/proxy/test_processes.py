@@ -19,6 +19,7 @@ import pytest
 from seedproxy import derive_seed
 from tests.conftest import Fake
 from tests.helpers.procs import free_port, seedproxy_env, start_seedproxy, wait_http
+from tests.helpers.waiting import wait_until
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 
@@ -198,9 +199,3 @@ def test_two_replicas_on_one_redis_act_as_one_proxy(
     assert sorted(line["index"] for line in logged if line["session"] == "shared") == list(range(total))
 
 
-def wait_until(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not met")
-        time.sleep(0.01)

@@ -5,7 +5,6 @@ with an SSE error event, and a restarted Redis is reconnected to, not a 503."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -15,6 +14,7 @@ import pytest
 
 from tests.conftest import Fake
 from tests.helpers.redis_server import RedisServer, redis_or_skip
+from tests.helpers.waiting import wait_until
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 
@@ -34,12 +34,6 @@ def proxy_on(redis: RedisServer, fake: Fake, start_proxy: Callable[..., str]) ->
     assert httpx.post(f"{proxy}/sessions", json={"session_id": "r"}).status_code == 201
     return proxy
 
-
-def wait_until(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met"
-        time.sleep(0.01)
 
 
 class InFlight:
