@@ -197,5 +197,3 @@ def test_two_replicas_on_one_redis_act_as_one_proxy(
             if line.startswith(b"{"):
                 logged.append(orjson.loads(line))
     assert sorted(line["index"] for line in logged if line["session"] == "shared") == list(range(total))
-
-
