@@ -19,7 +19,8 @@ from tests.conftest import Fake
 from tests.helpers.fake_sglang import tokens_for
 from tests.helpers.procs import free_port, start_seedproxy, wait_http
 from tests.helpers.redis_server import RedisServer, redis_or_skip
-from tests.proxy.test_fleet_control import generate, run_paused_load, wait_until
+from tests.helpers.waiting import wait_until
+from tests.proxy.test_fleet_control import generate, run_paused_load
 
 
 class Replica:
@@ -262,3 +263,23 @@ def test_an_abort_that_outruns_the_boards_message_is_still_resumed(
         seed = derive_seed(f"m-{i}", 0)
         assert finals[i]["meta_info"]["finish_reason"]["type"] == "length"
         assert finals[i]["output_ids"] == tokens_for([i, 9], seed, 1.0, 6)
+
+
+def test_delete_through_one_replica_aborts_the_sessions_requests_on_another(
+    fake: Fake, redis_url: str, start_replicas: Callable[..., list[Replica]]
+) -> None:
+    a, b = start_replicas(redis_url, [], [])
+    control = fake.switches.control
+    control.hold_at = 2  # B's request stops mid-generation until released
+    answers: list[httpx.Response] = []
+    worker = threading.Thread(target=lambda: answers.append(generate(b.url, "del-r", [4, 5], 8)))
+    worker.start()
+    wait_until(lambda: control.held == 1)
+    rid = fake.received[-1]["rid"]
+    assert httpx.delete(f"{a.url}/sessions/del-r").status_code == 204
+    wait_until(lambda: ("abort", {"rid": rid}) in control.calls)  # B was told, and aborted
+    control.release.set()
+    worker.join(60)
+    assert answers[0].status_code == 404
+    assert answers[0].json()["error"]["type"] == "not_found_error"
+    assert control.aborted == [rid]

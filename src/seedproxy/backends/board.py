@@ -10,6 +10,9 @@ Invariants:
 - ``LocalBoard`` is one process's state (memory and SQLite stores), with no I/O.
   ``RedisBoard`` (``redis_board.py``) shares it between the replicas of a Redis store
   and publishes each write; ``follow`` applies what others write until cancelled.
+- ``stop_session`` tells every replica (this one included) to stop a session's requests
+  in flight; it is a message, not state: a replica that was not listening misses it,
+  and those requests then end as they would have, finding no session to record in.
 """
 
 from __future__ import annotations
@@ -55,8 +58,14 @@ class FleetBoard(Protocol):
 
     async def set_weight_version(self, version: str) -> FleetState: ...
 
-    async def follow(self, apply: Callable[[FleetState], None]) -> None:
-        """Call ``apply`` with each state another writer makes, until cancelled."""
+    async def stop_session(self, session_id: str) -> None:
+        """Tell every follower to stop ``session_id``'s requests in flight."""
+        ...
+
+    async def follow(self, apply: Callable[[FleetState], None],
+                     stop: Callable[[str], None]) -> None:
+        """Call ``apply`` with each state another writer makes, and ``stop`` with each
+        session told to stop, until cancelled."""
         ...
 
 
@@ -86,7 +95,11 @@ class LocalBoard:
     async def set_weight_version(self, version: str) -> FleetState:
         return self._write(weight_version=version)
 
-    async def follow(self, apply: Callable[[FleetState], None]) -> None:
+    async def stop_session(self, session_id: str) -> None:
+        return None
+
+    async def follow(self, apply: Callable[[FleetState], None],
+                     stop: Callable[[str], None]) -> None:
         return None
 
 

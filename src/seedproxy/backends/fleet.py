@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -141,9 +142,10 @@ class FleetControl:
         except StoreError as exc:
             log.warning("could not read the fleet board at start: %s", exc.message)
 
-    async def follow(self) -> None:
-        """Apply what other replicas write to the board, until cancelled."""
-        await self.board.follow(self.apply)
+    async def follow(self, stop: Callable[[str], None]) -> None:
+        """Apply what other replicas write to the board, and call ``stop`` with each
+        session whose requests are to stop, until cancelled."""
+        await self.board.follow(self.apply, stop)
 
     async def pause(self, mode: PauseMode) -> list[dict[str, Any]]:
         """Hold new requests on every replica, then pause every server in ``mode``."""

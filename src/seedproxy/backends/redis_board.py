@@ -5,8 +5,9 @@ Invariants:
 - Every write is one Lua script (the store's deadline guard included): it changes the
   hash, adds one to ``seq``, and publishes the whole hash, so replicas receive states
   in the order Redis made them.
-- ``follow`` reads the whole hash each time its subscription is (re)made: a message
-  published while a replica was not listening is never lost to it.
+- ``follow`` reads the whole hash each time its subscription is (re)made: a state
+  published while a replica was not listening is never lost to it. Sessions to stop go
+  on a second channel, ``{p}fleet:stop`` (one session id per message).
 - An outage never ends ``follow``: it logs, waits (0.1 s doubling to 5 s) and
   subscribes again; meanwhile the replica keeps the last state it knew. A write or a
   read during an outage is a ``StoreError`` (503), never a hang past the store's timeout.
@@ -23,7 +24,8 @@ from typing import Any
 
 import orjson
 
-from ..errors import StoreError
+from ..errors import BadRequest, StoreError
+from ..sessions.ids import check_id
 from ..sessions.store.redis import RedisStore
 from .board import FleetState
 from .pause import PAUSE_MODES, PauseMode
@@ -65,6 +67,7 @@ class RedisBoard:
         self._store = store
         self._key = store.key_prefix + "fleet"
         self._channel = self._key
+        self._stops = self._key + ":stop"
         self._id = uuid.uuid4().hex
         """This board's lifetime, if this replica is the first to write it."""
         self._write = store.script(_WRITE)
@@ -92,13 +95,18 @@ class RedisBoard:
     async def set_weight_version(self, version: str) -> FleetState:
         return await self._op("version", version)
 
-    async def follow(self, apply: Callable[[FleetState], None]) -> None:
+    async def stop_session(self, session_id: str) -> None:
+        await self._store.run(self._store.client.publish(self._stops, session_id))
+
+    async def follow(self, apply: Callable[[FleetState], None],
+                     stop: Callable[[str], None]) -> None:
         delay = _MIN_BACKOFF_S
         errors: tuple[type[BaseException], ...] = (*self._store.errors, StoreError)
+        stops = self._stops.encode()
         while True:
             pubsub = self._store.client.pubsub()
             try:
-                await pubsub.subscribe(self._channel)
+                await pubsub.subscribe(self._channel, self._stops)
                 while True:
                     message = await pubsub.get_message(timeout=None)
                     if message is None:
@@ -106,6 +114,10 @@ class RedisBoard:
                     if message["type"] == "subscribe":  # (re)subscribed: catch up
                         apply(await self.read())
                         delay = _MIN_BACKOFF_S
+                    elif message["type"] == "message" and message["channel"] == stops:
+                        session_id = _session_id(message["data"])
+                        if session_id is not None:
+                            stop(session_id)
                     elif message["type"] == "message":
                         state = _published(message["data"])
                         if state is not None:
@@ -118,6 +130,15 @@ class RedisBoard:
                     await pubsub.aclose()
             await asyncio.sleep(delay)
             delay = min(delay * 2, _MAX_BACKOFF_S)
+
+
+def _session_id(data: Any) -> str | None:
+    """A published session id, or None (logged) when it is not one."""
+    try:
+        return check_id(data.decode("utf-8"), param="session_id")
+    except (UnicodeDecodeError, BadRequest) as exc:
+        log.warning("ignored a malformed session-stop message: %s", exc)
+        return None
 
 
 def _published(data: Any) -> FleetState | None:

@@ -166,10 +166,9 @@ def admin_router(
     async def delete_session(session_id: str, request: Request) -> Response:
         await access.require_admin(request)
         check_id(session_id, param="session_id")
-        # Its requests in flight stop first (aborted on their servers); their answers
-        # then find no session to be recorded in, and say so to their clients.
-        gone = SessionNotFound(f"session {session_id!r} was deleted while this request ran")
-        await inflight.stop_session(session_id, gone)
+        # Its requests in flight stop first, on every replica (aborted on their servers);
+        # their answers then find no session to be recorded in, and say so to their clients.
+        await inflight.delete_session(session_id)
         if not await store.delete(session_id):
             raise SessionNotFound(f"session {session_id!r} not found")
         return Response(status_code=204)

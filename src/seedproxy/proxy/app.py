@@ -103,7 +103,7 @@ def create_app(
     access = Access(sessions, settings.admin_key)
     sender = ResumingSender(pool, gate, max_event_bytes=settings.max_upstream_body_bytes,
                             rids=settings.backend == "sglang", refresh=fleet.refresh)
-    inflight = InFlight(pool)
+    inflight = InFlight(pool, fleet.board)
     forwarder = Forwarder(
         settings=settings, sessions=sessions, backend=backend, pool=pool, sender=sender,
         metrics=metrics, inflight=inflight, tito=tito,
@@ -113,7 +113,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await fleet.start()
         tasks = [asyncio.create_task(warn_if_no_upstream(pool)),
-                 asyncio.create_task(fleet.follow())]
+                 asyncio.create_task(fleet.follow(inflight.stop_soon))]
         if fleet.sglang:
             await fleet.inspect()
             tasks.append(asyncio.create_task(fleet.inspect_forever(settings.health_interval_s)))

@@ -14,7 +14,9 @@ Invariants:
   the server's partial answer, or, when nothing could be aborted and no record had
   begun, without one (the exchange is cancelled, which also closes the upstream
   connection).
-- Per proxy process: another replica's requests for the same session are not seen.
+- The registry is per proxy process; ``delete_session`` also tells the other replicas
+  of a shared board (``FleetBoard.stop_session``), each of which stops its own
+  (``stop_soon``, in a task of its own so that the board's follower never waits).
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ from starlette.responses import Response
 from starlette.types import Receive
 
 from ..backends import Captured
+from ..backends.board import FleetBoard
 from ..backends.pool import UpstreamPool
-from ..errors import ClientClosed, SeedProxyError
+from ..errors import ClientClosed, SeedProxyError, SessionNotFound
 
 if TYPE_CHECKING:
     from .forward import Forwarder, Plan
@@ -39,9 +42,11 @@ __all__ = ["InFlight", "unless_client_leaves"]
 class InFlight:
     """The plans in flight in this process, by session id."""
 
-    def __init__(self, pool: UpstreamPool) -> None:
+    def __init__(self, pool: UpstreamPool, board: FleetBoard) -> None:
         self.pool = pool
+        self.board = board
         self._by_session: dict[str, dict[int, Plan]] = {}
+        self._stopping: set[asyncio.Task[int]] = set()
 
     def enter(self, plan: Plan) -> None:
         if plan.session is not None:
@@ -68,11 +73,23 @@ class InFlight:
         await asyncio.gather(*(self.pool.abort(d) for d in named))
         return bool(named)
 
-    async def stop_session(self, session_id: str, why: SeedProxyError) -> int:
-        """Stop every plan of ``session_id``; returns how many there were."""
+    async def stop_session(self, session_id: str) -> int:
+        """Stop every plan of ``session_id`` here; returns how many there were."""
+        why = SessionNotFound(f"session {session_id!r} was deleted while this request ran")
         plans = list(self._by_session.get(session_id, {}).values())
         await asyncio.gather(*(self.stop(plan, why) for plan in plans))
         return len(plans)
+
+    async def delete_session(self, session_id: str) -> None:
+        """Stop the session's requests here, then tell every other replica."""
+        await self.stop_session(session_id)
+        await self.board.stop_session(session_id)
+
+    def stop_soon(self, session_id: str) -> None:
+        """``stop_session`` in a task of its own (for the board's follower)."""
+        task = asyncio.get_running_loop().create_task(self.stop_session(session_id))
+        self._stopping.add(task)
+        task.add_done_callback(self._stopping.discard)
 
 
 async def _departure(receive: Receive) -> None:
