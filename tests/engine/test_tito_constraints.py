@@ -93,3 +93,13 @@ def test_penalties_and_logit_bias_change_the_tokens(tito: str) -> None:
         changed = through_tito(tito, f"p{k}", max_tokens=24, seed=1, **fields)[1]
         assert changed != plain, fields
     assert changed == [42] * 24
+
+
+def test_the_responses_api_text_format_is_carried_too(tito: str) -> None:
+    openai = pytest.importorskip("openai")
+    with openai.OpenAI(base_url=f"{tito}/sessions/resp/v1", api_key="x", max_retries=0,
+                       timeout=120) as client:
+        reply = client.responses.create(
+            model="m", input="Describe a person.", max_output_tokens=60,
+            text={"format": {"type": "json_schema", "name": "person", "schema": SCHEMA}})
+    check_person(reply.output_text)

@@ -49,6 +49,8 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"logit_bias": {"x": 1}}, "logit_bias"),
     ({"logit_bias": {"-1": 1}}, "logit_bias"),
     ({"logit_bias": {"49152": 1}}, "logit_bias"),  # SmolLM2's vocabulary is 49152
+    ({"logit_bias": {"9" * 5000: 1}}, "logit_bias"),  # past int()'s digit limit
+    ({"logit_bias": {"٥": 1}}, "logit_bias"),  # a digit, not an ASCII one
     ({"logit_bias": {"5": "high"}}, "logit_bias"),
     ({"regex": 5}, "regex"),
     ({"ebnf": ""}, "ebnf"),

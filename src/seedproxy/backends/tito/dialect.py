@@ -13,7 +13,8 @@
   and ``logprobs``. Penalties and ``logit_bias`` keep their names; ``response_format``
   goes as is (vLLM's completions map it as its chat route does); ``regex`` / ``ebnf``
   / ``json_schema`` become ``structured_outputs`` ``regex`` / ``grammar`` / ``json``
-  (vLLM >= 0.10; the ``guided_*`` fields are gone). ``stop_regex`` has no equivalent.
+  (vLLM >= 0.10.2; the ``guided_*`` fields were removed in 0.12.0). ``stop_regex`` has
+  no equivalent there.
 
 ``carries`` is each dialect's table of the optional fields it carries; any other is
 refused by ``sampling_of`` (a 400 naming it) before anything is sent.

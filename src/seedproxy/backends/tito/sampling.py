@@ -75,8 +75,8 @@ def _logit_bias(body: dict[str, Any], vocab_size: int) -> tuple[tuple[int, float
         raise BadRequest("logit_bias must be an object of token id -> bias", param="logit_bias")
     bias: dict[int, float] = {}
     for key, amount in value.items():
-        if not (isinstance(key, str) and key.isascii() and key.isdigit()
-                and int(key) < vocab_size):
+        if not (isinstance(key, str) and 0 < len(key) <= 12 and key.isascii()
+                and key.isdigit() and int(key) < vocab_size):
             raise BadRequest(f"logit_bias keys must be token ids in [0, {vocab_size - 1}]",
                              param="logit_bias")
         if isinstance(amount, bool) or not isinstance(amount, int | float) or not (
