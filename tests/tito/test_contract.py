@@ -166,23 +166,3 @@ def test_without_determinism_n_choices_carry_no_seed(
     answer = httpx.post(f"{base}/sessions/nd/v1/chat/completions", json=body, timeout=60).json()
     assert [c["message"]["content"] for c in answer["choices"]] == ["a", "b"]
     assert all("sampling_seed" not in r["sampling_params"] for r in generated(fake))
-
-
-@pytest.mark.parametrize(
-    ("field", "value"),
-    [("frequency_penalty", 0.5), ("presence_penalty", 1), ("repetition_penalty", 1.2),
-     ("logit_bias", {"5": 10}), ("regex", "a+"), ("tool_choice", "required"),
-     ("response_format", {"type": "json_object"})],
-)
-def test_fields_this_mode_cannot_carry_are_a_400_not_dropped(
-        fake: Fake, start_proxy: Callable[..., str], field: str, value: Any) -> None:
-    base = tito(start_proxy, fake)
-    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], field: value}
-    answer = httpx.post(f"{base}/sessions/u/v1/chat/completions", json=body)
-    assert answer.status_code == 400 and answer.json()["error"]["param"] == field
-    assert generated(fake) == []
-    neutral = {**body, field: {"frequency_penalty": 0, "presence_penalty": 0.0,
-                               "repetition_penalty": 1.0, "logit_bias": {}, "regex": None,
-                               "tool_choice": "auto", "response_format": {"type": "text"}}[field]}
-    fake.switches.script = [[1, 2]]
-    assert httpx.post(f"{base}/sessions/u/v1/chat/completions", json=neutral).status_code == 200

@@ -3,10 +3,21 @@
 - ``GenerateDialect`` (SGLang and the embedded engine): ``POST /generate`` with
   ``input_ids``, ``sampling_params`` (the seed as ``sampling_seed``) and
   ``return_logprob``. Streamed chunks are cumulative (SGLang's default); incremental
-  chunks are recognised by ``meta_info.completion_tokens``.
+  chunks are recognised by ``meta_info.completion_tokens``. Penalties, ``logit_bias``,
+  ``stop_regex`` and grammars keep their names in ``sampling_params``; a
+  ``response_format`` becomes ``json_schema`` as SGLang's chat route writes it, and
+  with a reasoning parser a constrained request carries ``require_reasoning`` (the
+  chat route's flag: the grammar starts after the reasoning).
 - ``CompletionsDialect`` (vLLM, OpenAI-compatible servers that take token prompts):
   ``POST /v1/completions`` with ``prompt`` as ids, ``seed``, ``return_token_ids``
-  and ``logprobs``.
+  and ``logprobs``. Penalties and ``logit_bias`` keep their names; ``response_format``
+  goes as is (vLLM's completions map it as its chat route does); ``regex`` / ``ebnf``
+  / ``json_schema`` become ``structured_outputs`` ``regex`` / ``grammar`` / ``json``
+  (vLLM >= 0.10.2; the ``guided_*`` fields were removed in 0.12.0). ``stop_regex`` has
+  no equivalent there.
+
+``carries`` is each dialect's table of the optional fields it carries; any other is
+refused by ``sampling_of`` (a 400 naming it) before anything is sent.
 
 A reader checks the fields it reads and raises ``MalformedAnswer`` (a 502 naming the
 field) on an answer without the ids it promised; anything else it raises is a bug.
@@ -20,7 +31,7 @@ from typing import Any, ClassVar
 from ..answer_shape import MalformedAnswer
 from ..base import UpstreamRequest
 from ..shapes import ints
-from .sampling import Sampling
+from .sampling import CARRIABLE, Sampling
 
 __all__ = ["DIALECTS", "CompletionsDialect", "Dialect", "GenerateDialect", "Sample"]
 
@@ -67,6 +78,8 @@ def _logprob_rows(value: Any, where: str) -> list[list[Any]]:
 
 class Dialect:
     path: ClassVar[str]
+    carries: ClassVar[frozenset[str]]
+    """The fields out of ``CARRIABLE`` this dialect puts on its request."""
 
     def __init__(self, auth: dict[str, str], model: str | None = None) -> None:
         self._auth = auth
@@ -96,8 +109,18 @@ class Reader:
         raise NotImplementedError
 
 
+def _penalties_and_bias(sampling: Sampling, out: dict[str, Any]) -> None:
+    for key in ("frequency_penalty", "presence_penalty", "repetition_penalty"):
+        value = getattr(sampling, key)
+        if value is not None:
+            out[key] = value
+    if sampling.logit_bias:
+        out["logit_bias"] = {str(i): bias for i, bias in sampling.logit_bias}
+
+
 class GenerateDialect(Dialect):
     path = "/generate"
+    carries = CARRIABLE
 
     def request(self, ids: list[int], sampling: Sampling, seed: int | None,
                 stream: bool, model: Any) -> UpstreamRequest:
@@ -111,10 +134,19 @@ class GenerateDialect(Dialect):
         params["stop_token_ids"] = list(sampling.stop_token_ids)
         if seed is not None:
             params["sampling_seed"] = seed
+        _penalties_and_bias(sampling, params)
+        if sampling.stop_regex:
+            params["stop_regex"] = list(sampling.stop_regex)
+        constraint = sampling.constraint
+        if constraint is not None:
+            field = "json_schema" if constraint.field == "response_format" else constraint.field
+            params[field] = constraint.source
         body: dict[str, Any] = {"input_ids": ids, "sampling_params": params,
                                 "return_logprob": True, "stream": stream}
         if sampling.top_logprobs:
             body["top_logprobs_num"] = sampling.top_logprobs
+        if constraint is not None and sampling.require_reasoning:
+            body["require_reasoning"] = True
         return UpstreamRequest(self.path, body, dict(self._auth))
 
     def reader(self) -> Reader:
@@ -163,8 +195,12 @@ class _GenerateReader(Reader):
         return self._sample
 
 
+_STRUCTURED_OUTPUTS = {"regex": "regex", "ebnf": "grammar", "json_schema": "json"}
+
+
 class CompletionsDialect(Dialect):
     path = "/v1/completions"
+    carries = CARRIABLE - {"stop_regex"}
 
     def request(self, ids: list[int], sampling: Sampling, seed: int | None,
                 stream: bool, model: Any) -> UpstreamRequest:
@@ -184,6 +220,13 @@ class CompletionsDialect(Dialect):
             body["stop"] = list(sampling.stop)
         if seed is not None:
             body["seed"] = seed
+        _penalties_and_bias(sampling, body)
+        constraint = sampling.constraint
+        if constraint is not None and constraint.response_format is not None:
+            body["response_format"] = constraint.response_format
+        elif constraint is not None:
+            body["structured_outputs"] = {_STRUCTURED_OUTPUTS[constraint.field]:
+                                          constraint.source}
         return UpstreamRequest(self.path, body, dict(self._auth))
 
     def reader(self) -> Reader:

@@ -49,7 +49,9 @@ class TitoMode:
         return build_prompt(self.renderer, body, history)
 
     def sampling(self, body: dict[str, Any]) -> Sampling:
-        return sampling_of(body, self.renderer.stop_token_ids)
+        return sampling_of(body, self.renderer.stop_token_ids, carries=self.dialect.carries,
+                           vocab_size=len(self.renderer.tokenizer),
+                           reasoning=self._reasoning is not None)
 
     def assistant(self, prompt: Prompt, body: dict[str, Any]) -> AssistantStream:
         """A fresh parser chain for one choice of ``body``."""

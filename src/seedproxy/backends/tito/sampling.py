@@ -1,40 +1,105 @@
-"""A chat request's sampling fields, checked, for building token-prompt requests."""
+"""A chat request's sampling fields, checked, for building token-prompt requests.
+
+Invariants:
+- Every field is checked for type and range here, before a slot is taken: a bad value
+  is a 400 naming the field that uses no index. Ranges are SGLang's (penalties in
+  [-2, 2], ``repetition_penalty`` in (0, 2], ``logit_bias`` keys in the vocabulary).
+- A field the dialect cannot carry (outside its ``carries``) with a value other than a
+  neutral one is a 400 naming it, never dropped; so is a forcing ``tool_choice``.
+"""
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from ...errors import BadRequest
+from .constraints import Constraint, constraint_of
 
-__all__ = ["Sampling", "sampling_of"]
+__all__ = ["CARRIABLE", "Sampling", "sampling_of"]
 
 _MAX_STOPS = 16
 
+CARRIABLE = frozenset({
+    "frequency_penalty", "presence_penalty", "repetition_penalty", "logit_bias", "regex",
+    "ebnf", "json_schema", "stop_regex", "response_format",
+})
+"""The optional fields a dialect may carry; each dialect says which in ``carries``."""
+
 _NEUTRAL: dict[str, tuple[Any, ...]] = {
-    "frequency_penalty": (None, 0, 0.0),
-    "presence_penalty": (None, 0, 0.0),
-    "repetition_penalty": (None, 1, 1.0),
-    "logit_bias": (None, {}),
-    "regex": (None,),
-    "ebnf": (None,),
-    "json_schema": (None,),
-    "stop_regex": (None,),
-    "tool_choice": (None, "auto", "none"),
+    "frequency_penalty": (0, 0.0),
+    "presence_penalty": (0, 0.0),
+    "repetition_penalty": (1, 1.0),
+    "logit_bias": ({},),
+    "stop_regex": ([],),
+    "response_format": ({"type": "text"},),
 }
-"""Fields this mode does not carry to the token-prompt request, and the values that ask
-for nothing: any other value is a 400 naming the field, never silently dropped."""
+"""Values that ask for nothing (as does ``None``): a dialect that cannot carry a field
+still takes these; any other value is a 400 naming the field, never silently dropped."""
+
+_FORCING_FREE = ("auto", "none")
 
 
-def _refuse_uncarried(body: dict[str, Any]) -> None:
-    for key, neutral in _NEUTRAL.items():
+def _refuse_uncarried(body: dict[str, Any], carries: frozenset[str]) -> None:
+    for key in sorted(CARRIABLE - carries):
         value = body.get(key)
-        if not any(value == n and type(value) is type(n) for n in neutral) and value is not None:
-            raise BadRequest(f"{key} is not supported in token-in-token-out mode", param=key)
-    fmt = body.get("response_format")
-    if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") == "text"):
-        raise BadRequest("response_format is not supported in token-in-token-out mode",
-                         param="response_format")
+        neutral = _NEUTRAL.get(key, ())
+        if value is not None and not any(value == n and type(value) is type(n)
+                                         for n in neutral):
+            raise BadRequest(f"{key} is not supported in token-in-token-out mode with "
+                             "this upstream", param=key)
+    choice = body.get("tool_choice")
+    if choice is not None and choice not in _FORCING_FREE:
+        # SGLang forces a tool call with a parser-specific structural tag (and renders
+        # only the named tool): not reproducible exactly from here.
+        raise BadRequest("tool_choice other than auto or none is not supported in "
+                         "token-in-token-out mode", param="tool_choice")
+
+
+def _penalty(body: dict[str, Any], key: str, low: float, high: float,
+             open_low: bool = False) -> float | None:
+    value = _number(body, key)
+    if value is not None and not (low < value <= high if open_low else low <= value <= high):
+        span = f"({low:g}, {high:g}]" if open_low else f"[{low:g}, {high:g}]"
+        raise BadRequest(f"{key} must be in {span}", param=key)
+    return value
+
+
+def _logit_bias(body: dict[str, Any], vocab_size: int) -> tuple[tuple[int, float], ...]:
+    value = body.get("logit_bias")
+    if value is None:
+        return ()
+    if not isinstance(value, dict):
+        raise BadRequest("logit_bias must be an object of token id -> bias", param="logit_bias")
+    bias: dict[int, float] = {}
+    for key, amount in value.items():
+        if not (isinstance(key, str) and 0 < len(key) <= 12 and key.isascii()
+                and key.isdigit() and int(key) < vocab_size):
+            raise BadRequest(f"logit_bias keys must be token ids in [0, {vocab_size - 1}]",
+                             param="logit_bias")
+        if isinstance(amount, bool) or not isinstance(amount, int | float) or not (
+                math.isfinite(amount)):
+            raise BadRequest("logit_bias values must be finite numbers", param="logit_bias")
+        bias[int(key)] = float(amount)
+    return tuple(bias.items())
+
+
+def _stop_regex(body: dict[str, Any]) -> tuple[str, ...]:
+    value = body.get("stop_regex")
+    patterns = [value] if isinstance(value, str) else value if value is not None else []
+    if not isinstance(patterns, list) or len(patterns) > _MAX_STOPS or not all(
+            isinstance(p, str) and p for p in patterns):
+        raise BadRequest(f"stop_regex must be a regex or up to {_MAX_STOPS} regexes",
+                         param="stop_regex")
+    for pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise BadRequest(f"stop_regex {pattern!r} is not a valid regex: {exc}",
+                             param="stop_regex") from None
+    return tuple(patterns)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +113,15 @@ class Sampling:
     stop_token_ids: tuple[int, ...]
     logprobs: bool
     top_logprobs: int
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    repetition_penalty: float | None = None
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    stop_regex: tuple[str, ...] = ()
+    constraint: Constraint | None = None
+    require_reasoning: bool = False
+    """A reasoning parser is on: SGLang's chat route then leaves the reasoning free and
+    starts a constraint after it (``require_reasoning`` on ``/generate``)."""
 
 
 def _number(body: dict[str, Any], key: str) -> float | None:
@@ -68,10 +142,12 @@ def _int(body: dict[str, Any], key: str, low: int) -> int | None:
     return value
 
 
-def sampling_of(body: dict[str, Any], stop_token_ids: tuple[int, ...]) -> Sampling:
+def sampling_of(body: dict[str, Any], stop_token_ids: tuple[int, ...], *,
+                carries: frozenset[str], vocab_size: int,
+                reasoning: bool = False) -> Sampling:
     """Read ``body``'s sampling fields; ``BadRequest`` names the first bad one, or one
-    this mode cannot carry."""
-    _refuse_uncarried(body)
+    the dialect cannot carry (``carries``: its fields out of ``CARRIABLE``)."""
+    _refuse_uncarried(body, carries)
     stop = body.get("stop")
     if stop is None:
         stops: tuple[str, ...] = ()
@@ -104,4 +180,11 @@ def sampling_of(body: dict[str, Any], stop_token_ids: tuple[int, ...]) -> Sampli
         stop_token_ids=tuple(dict.fromkeys([*stop_token_ids, *extra])),
         logprobs=bool(logprobs),
         top_logprobs=top,
+        frequency_penalty=_penalty(body, "frequency_penalty", -2.0, 2.0),
+        presence_penalty=_penalty(body, "presence_penalty", -2.0, 2.0),
+        repetition_penalty=_penalty(body, "repetition_penalty", 0.0, 2.0, open_low=True),
+        logit_bias=_logit_bias(body, vocab_size),
+        stop_regex=_stop_regex(body),
+        constraint=constraint_of(body),
+        require_reasoning=reasoning,
     )
