@@ -4,6 +4,7 @@ SGLang (which detokenizes like SGLang's /detokenize), with sessions made by the 
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -12,8 +13,10 @@ import httpx
 import pytest
 
 from seedproxy.client import Sample, SeedProxyClient
+from tests.conftest import Fake
 from tests.helpers.fake_sglang import Switches, create_fake_sglang, detok
 from tests.helpers.servers import ServerThread
+from tests.helpers.waiting import wait_until
 from tests.ui.browser import chromium_driver, screenshot
 
 pytest.importorskip("selenium")
@@ -242,3 +245,27 @@ def test_ui_responses_carry_a_strict_content_security_policy(
         headers={"authorization": f"Bearer {ADMIN}"},
     )
     assert elsewhere.status_code == 400 and elsewhere.json()["error"]["param"] == "upstream"
+
+
+def test_a_completion_marks_where_each_weight_version_starts(
+    driver: Any, fake: Fake, start_proxy: Callable[..., str]
+) -> None:
+    control = fake.switches.control
+    control.hold_at = 3  # the server stops after three tokens until released
+    proxy = start_proxy([fake.url])
+    body = {"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 6}}
+    worker = threading.Thread(target=lambda: httpx.post(
+        f"{proxy}/sessions/wv-1/generate", json=body, timeout=60))
+    worker.start()
+    wait_until(lambda: control.held == 1)
+    control.version = "v2"  # as the server's /update_weight_version does, mid-generation
+    control.release.set()
+    worker.join(60)
+    assert trajectory(proxy, "wv-1")["interactions"][0]["weight_versions"] == [
+        {"version": "default", "start": 0, "end": 3}, {"version": "v2", "start": 3, "end": 6}]
+    driver.get(f"{proxy}/ui#/session/wv-1")
+    wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, ".completion .tok"))
+    shown = driver.execute_script(
+        "return [...document.querySelectorAll('.completion > span')].map((s) =>"
+        " s.classList.contains('version-mark') ? 'mark:' + s.textContent : 'tok')")
+    assert shown == ["mark:default", "tok", "tok", "tok", "mark:v2", "tok", "tok", "tok"]

@@ -169,8 +169,20 @@ function tokenSpan(id, logprob, texts, extraClass) {
 function choices(interaction) {
   const ids = interaction.completion_token_ids || [];
   const lps = interaction.logprobs || [];
-  if (ids.length && Array.isArray(ids[0])) return ids.map((c, i) => ({ ids: c, logprobs: lps[i] || [] }));
-  return [{ ids, logprobs: lps }];
+  const spans = interaction.weight_versions || [];
+  if (ids.length && Array.isArray(ids[0])) return ids.map((c, i) => ({ ids: c, logprobs: lps[i] || [], spans: spans[i] || [] }));
+  return [{ ids, logprobs: lps, spans }];
+}
+
+function completionTokens(c, texts) {
+  // A mark where each weight-version span starts: which weights made the tokens after it.
+  const starts = new Map(c.spans.filter((s) => s && Number.isInteger(s.start)).map((s) => [s.start, s.version]));
+  const out = [];
+  c.ids.forEach((t, p) => {
+    if (starts.has(p)) out.push(el("span", { className: "version-mark", title: "weight version", text: String(starts.get(p)) }));
+    out.push(tokenSpan(t, c.logprobs[p], texts));
+  });
+  return out;
 }
 
 async function decodeAll(interactions, extra) {
@@ -244,7 +256,7 @@ function interactionCard(it, turn, texts) {
     el("div", { className: "msg" }, el("span", { className: "role", text: role }), renderContent(content), calls ? " " + JSON.stringify(calls) : "")));
   const answer = el("div", { className: "msg answer" }, el("span", { className: "role", text: "→ answer" }), answerText(it));
   const completions = choices(it).map((c, i) => el("div", { className: "tokens completion", dataset: { choice: i } },
-    c.ids.map((t, p) => tokenSpan(t, c.logprobs[p], texts))));
+    completionTokens(c, texts)));
   return el("section", { className: "card interaction", dataset: { index: it.request_index } },
     meta, msgs, answer, el("h2", { text: "completion tokens" }), completions);
 }
