@@ -168,3 +168,16 @@ def test_a_bug_in_request_handling_is_a_500_not_a_400(client: httpx.Client,
     assert any(rec.exc_info for rec in caplog.records)
     monkeypatch.undo()  # a bad request is still a 400
     assert client.post("/v1/chat/completions", json={"messages": "x"}).status_code == 400
+
+
+def test_a_null_max_new_tokens_runs_to_the_context_and_an_absent_one_stops_at_128(
+        client: httpx.Client) -> None:
+    """SGLang: absent is 128; null is "up to the context window", what its chat routes
+    send when no max_tokens was given (token-in-token-out sends the same)."""
+    prompt = [5] * 1900  # the tiny model's context is 2048
+    params = {"ignore_eos": True}
+    absent = client.post("/generate", json={"input_ids": prompt, "sampling_params": params})
+    null = client.post("/generate", json={"input_ids": prompt,
+                                          "sampling_params": {**params, "max_new_tokens": None}})
+    assert absent.json()["meta_info"]["completion_tokens"] == 128
+    assert null.json()["meta_info"]["completion_tokens"] == 2048 - 1900

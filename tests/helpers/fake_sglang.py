@@ -64,6 +64,9 @@ class Switches:
     fail_next: int = 0
     fail_status: int = 503
     token_delay_s: float = 0.0
+    context_length: int = 256
+    """A ``max_new_tokens`` of null generates up to here (prompt included), as SGLang
+    does up to its context window; left out, it is 16."""
     break_stream_after: int | None = None
     received: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
@@ -217,7 +220,8 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
         if isinstance(seed, bool) or not isinstance(seed, int):
             return error("sampling_seed must be an integer")
         prompt = body.get("input_ids") or tokenize(body.get("text") or "")
-        count = int(params.get("max_new_tokens", 16))
+        limit = params.get("max_new_tokens", 16)
+        count = max(0, sw.context_length - len(prompt) - 1) if limit is None else int(limit)
         temperature = params.get("temperature", 1.0)
         n = int(params.get("n", 1))
         control = sw.control

@@ -189,3 +189,32 @@ def test_vllm_refuses_stop_regex_which_it_cannot_carry(
     ok = httpx.post(f"{base}/sessions/v/v1/chat/completions", timeout=60,
                     json={"model": "m", "messages": HI, "stop_regex": [], "max_tokens": 2})
     assert ok.status_code == 200 and ok.headers["x-seedproxy-request-index"] == "0"
+
+
+def test_no_max_tokens_generates_up_to_the_context_as_the_chat_route_does(
+        fake: Fake, start_proxy: Callable[..., str]) -> None:
+    """Left out, /generate's max_new_tokens is 128; SGLang's chat route sends null (up to
+    the context window) when the client set no max_tokens, and so does this mode."""
+    base = tito(start_proxy, fake)
+    reply = httpx.post(f"{base}/sessions/c/v1/chat/completions", timeout=60,
+                       json={"model": "m", "messages": HI})
+    assert reply.status_code == 200, reply.text
+    [request] = generated(fake)
+    assert request["sampling_params"]["max_new_tokens"] is None
+    answer = reply.json()
+    room = fake.switches.context_length - len(request["input_ids"]) - 1
+    assert answer["usage"]["completion_tokens"] == room > 16
+    assert answer["choices"][0]["finish_reason"] == "length"
+
+
+def test_vllm_gets_a_null_max_tokens_when_none_was_asked(
+        vllm: tuple[str, CompatSwitches], start_proxy: Callable[..., str]) -> None:
+    """vLLM's /v1/completions stops at 16 when max_tokens is left out; null is "up to
+    the context", what its chat route does with no max_tokens."""
+    url, switches = vllm
+    base = start_proxy([url], backend="vllm", token_in_token_out=True, tokenizer=TOKENIZER)
+    reply = httpx.post(f"{base}/sessions/v/v1/chat/completions", timeout=60,
+                       json={"model": "m", "messages": HI})
+    assert reply.status_code == 200, reply.text
+    [request] = [r for r in switches.received if isinstance(r.get("prompt"), list)]
+    assert "max_tokens" in request and request["max_tokens"] is None

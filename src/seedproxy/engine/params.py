@@ -181,7 +181,8 @@ def parse_sampling_params(raw: Any, vocab_size: int) -> SamplingParams:
     top_p = _num(raw, "top_p", 1.0)
     top_k = _int(raw, "top_k", -1)
     min_p = _num(raw, "min_p", 0.0)
-    max_new = _int(raw, "max_new_tokens", 128)
+    # SGLang: absent is 128; an explicit null is "up to the context" (its chat routes).
+    max_new = None if raw.get("max_new_tokens", 0) is None else _int(raw, "max_new_tokens", 128)
     min_new = _int(raw, "min_new_tokens", 0)
     n = _int(raw, "n", 1)
     assert top_k is not None and min_new is not None and n is not None

@@ -124,8 +124,11 @@ class GenerateDialect(Dialect):
 
     def request(self, ids: list[int], sampling: Sampling, seed: int | None,
                 stream: bool, model: Any) -> UpstreamRequest:
-        params: dict[str, Any] = {"skip_special_tokens": False, "no_stop_trim": True}
-        for key in ("max_new_tokens", "temperature", "top_p", "top_k", "min_p"):
+        # max_new_tokens always: null (no max_tokens asked) is "up to the context", as on
+        # the chat route; left out, /generate would stop at 128.
+        params: dict[str, Any] = {"skip_special_tokens": False, "no_stop_trim": True,
+                                  "max_new_tokens": sampling.max_new_tokens}
+        for key in ("temperature", "top_p", "top_k", "min_p"):
             value = getattr(sampling, key)
             if value is not None:
                 params[key] = value
@@ -210,8 +213,9 @@ class CompletionsDialect(Dialect):
             "include_stop_str_in_output": True, "stream": stream,
             "stop_token_ids": list(sampling.stop_token_ids),
         }
-        if sampling.max_new_tokens is not None:
-            body["max_tokens"] = sampling.max_new_tokens
+        # Always: null (no max_tokens asked) is "up to the context" in vLLM, as on its chat
+        # route; left out, /v1/completions stops at 16.
+        body["max_tokens"] = sampling.max_new_tokens
         for key in ("temperature", "top_p", "top_k", "min_p"):
             value = getattr(sampling, key)
             if value is not None:
