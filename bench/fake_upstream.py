@@ -110,6 +110,11 @@ MODELS = orjson.dumps(
         "data": [{"id": "bench-model", "object": "model", "created": 1, "owned_by": "bench"}],
     }
 )
+SERVER_INFO = orjson.dumps(  # a deterministic SGLang server, for seedproxy's preflight
+    {"enable_deterministic_inference": True, "attention_backend": "fa3",
+     "disable_radix_cache": False, "speculative_algorithm": None,
+     "sampling_backend": "pytorch", "weight_version": "default"}
+)
 GAP_S = float(os.environ.get("BENCH_CHUNK_GAP_MS", "1")) / 1000
 JSON = [(b"content-type", b"application/json")]
 SSE = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
@@ -126,7 +131,8 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
                 return
     path = scope["path"]
     if scope["method"] == "GET":
-        body = MODELS if path.endswith("/models") else b"{}"
+        body = (MODELS if path.endswith("/models")
+                else SERVER_INFO if path == "/get_server_info" else b"{}")
         await _send(send, 200, JSON, body)
         return
     raw = b""

@@ -32,9 +32,10 @@ from ..errors import BadRequest, SeedProxyError, UpstreamError, UpstreamTimeout
 from ..seeds import choice_seeds, client_choice_seeds, content_seeds
 from ..sessions import Interaction, NewSession, SessionManager, SessionRecord, Slot
 from ..settings import Settings
+from .departure import unless_client_leaves
 from .fanout import exchange_fanout
 from .headers import is_sdk_retry, pinned_index, seedproxy_headers
-from .inflight import InFlight, unless_client_leaves
+from .inflight import InFlight
 from .keying import ContentSeat, content_seat
 from .metrics import Metrics
 from .presentation import Presentation, responses_presentation

@@ -1,5 +1,6 @@
 """The requests in flight, by session, and how they are stopped: by
-``DELETE /sessions/{id}``, or because a non-streamed request's client left.
+``DELETE /sessions/{id}``, or because a non-streamed request's client left
+(``departure.py``).
 
 Invariants:
 - A plan with a session is registered while ``Forwarder.run`` runs it, and a streamed
@@ -10,10 +11,6 @@ Invariants:
   ``/abort_request``). The server then ends the request with what it made so far, which
   is recorded as any answer is; a server that cannot be asked keeps generating, and the
   answer is recorded when it comes.
-- A non-streamed request whose client left is recorded once, as abandoned (499): with
-  the server's partial answer, or, when nothing could be aborted and no record had
-  begun, without one (the exchange is cancelled, which also closes the upstream
-  connection).
 - The registry is per proxy process; ``delete_session`` also tells the other replicas
   of a shared board (``FleetBoard.stop_session``), each of which stops its own
   (``stop_soon``, in a task of its own so that the board's follower never waits).
@@ -22,21 +19,16 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
-from starlette.responses import Response
-from starlette.types import Receive
-
-from ..backends import Captured
 from ..backends.board import FleetBoard
 from ..backends.pool import UpstreamPool
-from ..errors import ClientClosed, SeedProxyError, SessionNotFound
+from ..errors import SeedProxyError, SessionNotFound
 
 if TYPE_CHECKING:
-    from .forward import Forwarder, Plan
+    from .forward import Plan
 
-__all__ = ["InFlight", "unless_client_leaves"]
+__all__ = ["InFlight"]
 
 
 class InFlight:
@@ -90,47 +82,3 @@ class InFlight:
         task = asyncio.get_running_loop().create_task(self.stop_session(session_id))
         self._stopping.add(task)
         task.add_done_callback(self._stopping.discard)
-
-
-async def _departure(receive: Receive) -> None:
-    """Return when the client disconnects. Only after the body was read whole: from
-    then on the next ASGI message is ``http.disconnect``."""
-    while (await receive())["type"] != "http.disconnect":
-        pass
-
-
-async def unless_client_leaves(
-    fwd: Forwarder, plan: Plan, exchange: Awaitable[Response], receive: Receive
-) -> Response:
-    """Await a non-streamed ``exchange`` while watching its client. A client that leaves
-    first gets its request stopped and aborted upstream, and recorded as abandoned."""
-    task = asyncio.ensure_future(exchange)
-    left = asyncio.ensure_future(_departure(receive))
-    try:
-        done, _ = await asyncio.wait({task, left}, return_when=asyncio.FIRST_COMPLETED)
-        if task in done:
-            return task.result()
-        await _abandon(fwd, plan, task)
-        return Response(status_code=ClientClosed.status_code)
-    finally:
-        left.cancel()
-        if not task.done():  # this handler itself was cancelled
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-
-
-async def _abandon(fwd: Forwarder, plan: Plan, task: asyncio.Future[Response]) -> None:
-    gone = ClientClosed("the client closed the connection before the answer was complete")
-    plan.abandoned = True
-    aborted = await fwd.inflight.stop(plan, gone)
-    if not aborted and not plan.recording:
-        task.cancel()  # nothing to wait for: no record has begun, none will be cut
-    try:
-        await task  # an answer was recorded (as abandoned) and observed on its way
-    except asyncio.CancelledError:
-        if not task.cancelled():
-            raise  # this handler was cancelled, not the exchange
-        await fwd.record(plan, gone.status_code, gone.body(), Captured(), abandoned=True)
-        fwd.observe(plan, gone.status_code)
-    except SeedProxyError:  # recorded (or, in a deleted session, not) where it was raised
-        fwd.observe(plan, gone.status_code)

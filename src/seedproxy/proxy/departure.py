@@ -1,0 +1,85 @@
+"""A non-streamed request whose client leaves before its answer (a closed connection,
+an SDK timeout). Streams have their own watcher (``relay.py``).
+
+Invariants:
+- The exchange runs in the handler's own task. A request still running after
+  ``WATCH_AFTER_S`` gets one watcher task reading the ASGI channel (the body was read
+  whole, so the next message is ``http.disconnect``); one answered sooner costs a timer
+  and nothing else, and a client that left in that time is not noticed.
+- A client that left has its request stopped and aborted upstream (``InFlight.stop``),
+  and is recorded once, as abandoned (499): with the server's partial answer when it
+  could be aborted, or, when nothing could and no record had begun, without one (the
+  exchange is cancelled, which also closes the upstream connection).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING
+
+from starlette.responses import Response
+from starlette.types import Receive
+
+from ..backends import Captured
+from ..errors import ClientClosed
+
+if TYPE_CHECKING:
+    from .forward import Forwarder, Plan
+
+__all__ = ["WATCH_AFTER_S", "unless_client_leaves"]
+
+WATCH_AFTER_S = 0.05
+
+
+class _Watch:
+    """Watches one request's client from ``WATCH_AFTER_S`` on."""
+
+    def __init__(self, fwd: Forwarder, plan: Plan, receive: Receive,
+                 handler: asyncio.Task[object]) -> None:
+        self._fwd, self._plan, self._receive, self._handler = fwd, plan, receive, handler
+        self._task: asyncio.Task[None] | None = None
+        self.cancelled_exchange = False
+        """The exchange was cancelled here (not by the server or the caller)."""
+        self.gone = ClientClosed("the client closed the connection before the answer was "
+                                 "complete")
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._watch())
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    async def _watch(self) -> None:
+        while (await self._receive())["type"] != "http.disconnect":
+            pass
+        plan = self._plan
+        plan.abandoned = True  # whatever is recorded from now on says so
+        aborted = await self._fwd.inflight.stop(plan, self.gone)
+        if not aborted and not plan.recording and not self._handler.done():
+            self.cancelled_exchange = True  # nothing to wait for; no record will be cut
+            self._handler.cancel()
+
+
+async def unless_client_leaves(
+    fwd: Forwarder, plan: Plan, exchange: Awaitable[Response], receive: Receive
+) -> Response:
+    """Await a non-streamed ``exchange`` while watching its client (see the module)."""
+    handler = asyncio.current_task()
+    assert handler is not None
+    watch = _Watch(fwd, plan, receive, handler)
+    timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, watch.start)
+    try:
+        return await exchange
+    except asyncio.CancelledError:
+        if not watch.cancelled_exchange:
+            raise  # the handler itself was cancelled
+        handler.uncancel()
+        gone = watch.gone
+        await fwd.record(plan, gone.status_code, gone.body(), Captured(), abandoned=True)
+        fwd.observe(plan, gone.status_code)
+        return Response(status_code=gone.status_code)
+    finally:
+        timer.cancel()
+        watch.stop()
