@@ -4,8 +4,9 @@ an SDK timeout). Streams have their own watcher (``relay.py``).
 Invariants:
 - The exchange runs in the handler's own task. A request still running after
   ``WATCH_AFTER_S`` gets one watcher task reading the ASGI channel (the body was read
-  whole, so the next message is ``http.disconnect``); one answered sooner costs a timer
-  and nothing else, and a client that left in that time is not noticed.
+  whole, so the next message is ``http.disconnect``, at once if the client already
+  left); one answered sooner costs a timer and nothing else, and is recorded as
+  answered even if its client had left.
 - A client that left has its request stopped and aborted upstream (``InFlight.stop``),
   and is recorded once, as abandoned (499): with the server's partial answer when it
   could be aborted, or, when nothing could and no record had begun, without one (the
