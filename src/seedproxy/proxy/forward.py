@@ -17,18 +17,17 @@ from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import httpx
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
 from ..backends import Backend, Captured, Endpoint
-from ..backends.answer_shape import MalformedAnswer, check_answer, check_chunk
+from ..backends.answer_shape import MalformedAnswer, check_answer
 from ..backends.base import UpstreamRequest
 from ..backends.dispatch import Dispatch
 from ..backends.pool import UpstreamPool, UpstreamReply
 from ..backends.responses_bridge import to_chat
-from ..errors import BadRequest, SeedProxyError, UpstreamError, UpstreamTimeout
+from ..errors import BadRequest, SeedProxyError, UpstreamError
 from ..seeds import choice_seeds, client_choice_seeds, content_seeds
 from ..sessions import Interaction, NewSession, SessionManager, SessionRecord, Slot
 from ..settings import Settings
@@ -38,14 +37,12 @@ from .headers import is_sdk_retry, pinned_index, seedproxy_headers
 from .inflight import InFlight
 from .keying import ContentSeat, content_seat
 from .metrics import Metrics
+from .passthrough import relay_passthrough
 from .presentation import Presentation, responses_presentation
-from .relay import RelayResponse
 from .request import ClientRequest, parse_body, read_body, request_digest
 from .resume import ResumingSender
-from .sse import DONE, encode_event, event_json, split_events
-from .stream import CLIENT_CLOSED, StreamRecord, UpstreamReplies
+from .stream import CLIENT_CLOSED, UpstreamReplies
 from .tito import exchange_tito, prepare_tito
-from .transcript import StreamTranscript
 from .translated import exchange_translated
 
 if TYPE_CHECKING:
@@ -237,7 +234,7 @@ class Forwarder:
         if reply.response.status_code >= 400:
             return await self.upstream_error(plan, reply)
         if client.stream:
-            return self._relay(plan, reply)
+            return relay_passthrough(self, plan, reply)
         return await self._answer(plan, reply)
 
     async def call_upstream(
@@ -292,76 +289,6 @@ class Forwarder:
             headers=headers,
             media_type=reply.response.headers.get("content-type", "application/json"),
         )
-
-    def _relay(self, plan: Plan, reply: UpstreamReply) -> Response:
-        headers = plan.headers()
-        headers["x-seedproxy-overhead-ms"] = f"{plan.overhead_ms():.3f}"
-        headers["cache-control"] = "no-cache"
-        client = plan.client
-        capture = plan.capture
-        tracker = self.backend.stream_capture(client.endpoint, client.body) if capture else None
-        transcript = StreamTranscript(client.endpoint)
-
-        def snapshot() -> tuple[Any, Captured]:
-            return transcript.result(), tracker.result() if tracker is not None else Captured()
-
-        record = StreamRecord(self, plan, snapshot)
-        return RelayResponse(
-            self._events(plan, reply, record, tracker, transcript),
-            record,
-            status_code=reply.response.status_code,
-            headers=headers,
-            media_type=reply.response.headers.get("content-type", "text/event-stream"),
-        )
-
-    async def _events(
-        self,
-        plan: Plan,
-        reply: UpstreamReply,
-        record: StreamRecord,
-        tracker: Any,
-        transcript: StreamTranscript,
-    ) -> AsyncIterator[bytes]:
-        """Forward events as they arrive; capture on the way; record before [DONE]."""
-        record.status = reply.response.status_code
-        # The stream itself rather than aiter_raw(): the same chunks, without httpx's
-        # chunker and bookkeeping per chunk; the record closes the response.
-        chunks = aiter(reply.response.stream)  # type: ignore[arg-type]
-        try:
-            async for event in split_events(
-                self.timed(plan, chunks), self.settings.max_upstream_body_bytes
-            ):
-                payload = event_json(event) if plan.capture else None
-                if payload is None:
-                    if event.strip() == DONE.strip():
-                        unrecorded = await record.seal()
-                        if unrecorded is not None:
-                            yield encode_event(unrecorded.body())
-                            return
-                    yield event
-                    continue
-                assert tracker is not None
-                check_chunk(plan.client.endpoint, payload)
-                shown = tracker.feed(payload)
-                if shown is not None:
-                    transcript.add(shown)
-                    yield encode_event(shown)
-        except httpx.HTTPError as exc:
-            log.warning("upstream %s broke off a stream: %s", reply.upstream, type(exc).__name__)
-            error = (
-                UpstreamTimeout(f"upstream {reply.upstream} timed out mid-stream")
-                if isinstance(exc, httpx.TimeoutException)
-                else UpstreamError(f"upstream {reply.upstream} broke off the stream")
-            )
-            record.status = error.status_code
-            yield encode_event(error.body())
-        except MalformedAnswer as exc:
-            log.warning("upstream %s sent a malformed chunk: %s", reply.upstream, exc.message)
-            record.status = exc.status_code
-            yield encode_event(exc.body())
-        except Exception:
-            record.status = 500  # seedproxy's own bug: recorded as such, and raised
-            raise
 
     async def timed(self, plan: Plan, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         """Yield upstream chunks, adding the time spent waiting for them to the plan."""
