@@ -166,3 +166,20 @@ def test_without_determinism_n_choices_carry_no_seed(
     answer = httpx.post(f"{base}/sessions/nd/v1/chat/completions", json=body, timeout=60).json()
     assert [c["message"]["content"] for c in answer["choices"]] == ["a", "b"]
     assert all("sampling_seed" not in r["sampling_params"] for r in generated(fake))
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_weight_versions_of_the_token_prompt_answer_are_recorded(
+        fake: Fake, start_proxy: Callable[..., str], stream: bool) -> None:
+    base = tito(start_proxy, fake)
+    fake.switches.control.version = "step-7"  # as /update_weight_version sets it
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3,
+            "stream": stream}
+    with httpx.stream("POST", f"{base}/sessions/wv/v1/chat/completions", json=body,
+                      timeout=60) as reply:
+        assert reply.status_code == 200
+        reply.read()
+    record = httpx.get(f"{base}/sessions/wv/trajectory").json()["interactions"][0]
+    assert record["weight_version"] == "step-7"
+    assert record["weight_versions"] == [
+        {"version": "step-7", "start": 0, "end": len(record["completion_token_ids"])}]

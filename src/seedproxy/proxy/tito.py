@@ -193,8 +193,12 @@ def _chat_answer(fwd: Forwarder, plan: Plan, turn: TitoTurn, choices: list[_Choi
 
 
 def _captured(turn: TitoTurn, choices: list[_Choice], cid: str) -> Captured:
-    records = [ChoiceRecord.of(c.sample().token_ids, c.sample().logprobs,
-                               _finish_reason(c)) for c in choices]
+    records = []
+    for c in choices:
+        sample = c.sample()
+        record = ChoiceRecord.of(sample.token_ids, sample.logprobs, _finish_reason(c))
+        record.take_versions(sample.versions)
+        records.append(record)
     replies = [(message_key(_message(c, cid)), c.assistant.reply.reasoning) for c in choices]
     return Captured(list(turn.prompt.ids), records, lineage=tito_record(turn.prompt, replies))
 

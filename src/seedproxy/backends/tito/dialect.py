@@ -46,6 +46,8 @@ class Sample:
     finish: str | None = None
     matched: str | None = None
     """The stop string that ended it, when one did."""
+    versions: dict[str, Any] = field(default_factory=dict)
+    """The last ``meta_info``'s ``weight_version`` and ``weight_versions``, as sent."""
 
 
 def _ids(value: Any, where: str) -> list[int]:
@@ -186,6 +188,7 @@ class _GenerateReader(Reader):
             new = ids
             sample.token_ids += ids
             sample.logprobs += logprobs
+        sample.versions = {k: meta[k] for k in ("weight_version", "weight_versions") if k in meta}
         finish = meta.get("finish_reason")
         if isinstance(finish, dict):
             kind = finish.get("type")
