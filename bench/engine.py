@@ -9,6 +9,10 @@ for 1 rollout at a time (each seed alone, one after another), 4 and 8 concurrent
 ratio to batch 1, and the memory-bandwidth bound ``B x copy bandwidth / weight bytes``
 (one read of the weights per step serves all B rows). Every batched rollout's tokens and
 logprobs are checked bitwise against the same seed run alone.
+
+``cpu tok/s`` divides by the process's CPU time instead of wall time: on a machine shared
+with other work, run with ``SEEDPROXY_ENGINE_THREADS=1`` and compare that column (time
+spent waiting for a core is not counted; memory-bandwidth contention still is).
 """
 
 from __future__ import annotations
@@ -37,15 +41,16 @@ def copy_bandwidth(mib: int = 512, repeats: int = 10) -> float:
 
 def rollouts(model: Any, prompt: list[int], seeds: list[int], tokens: int, max_batch: int,
              temperature: float = 1.0
-             ) -> tuple[float, dict[int, tuple[list[int], list[float]]], bool]:
-    """Run ``seeds`` together; return wall seconds, outputs by seed, and whether padded."""
+             ) -> tuple[float, float, dict[int, tuple[list[int], list[float]]], bool]:
+    """Run ``seeds`` together; return wall and CPU seconds, outputs by seed, and whether
+    the runner pads."""
     from seedproxy.engine.generator import Generator, GenRequest
     from seedproxy.engine.params import parse_sampling_params
 
     gen = Generator(model, max_batch=max_batch, cache_mb=0)
     out: dict[int, tuple[list[int], list[float]]] = {}
     with torch.inference_mode():
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for seed in seeds:
             params = parse_sampling_params({"max_new_tokens": tokens, "temperature": temperature,
                                             "sampling_seed": seed, "ignore_eos": True},
@@ -59,8 +64,8 @@ def rollouts(model: Any, prompt: list[int], seeds: list[int], tokens: int, max_b
                     lambda: False)
         while gen.running:
             gen.step()
-        wall = time.perf_counter() - t0
-    return wall, out, gen.runner.pad
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return wall, cpu, out, gen.runner.pad
 
 
 def main() -> None:
@@ -87,17 +92,20 @@ def main() -> None:
     rollouts(model, prompt, [0], 8, 8)  # warm-up
 
     alone: dict[int, tuple[list[int], list[float]]] = {}
-    wall1 = 0.0
+    wall1 = cpu1 = 0.0
     for seed in range(8):
-        wall, out, padded = rollouts(model, prompt, [seed], args.tokens, 8, args.temperature)
-        wall1 += wall
+        wall, cpu, out, padded = rollouts(model, prompt, [seed], args.tokens, 8,
+                                          args.temperature)
+        wall1, cpu1 = wall1 + wall, cpu1 + cpu
         alone.update(out)
     rates = {1: 8 * args.tokens / wall1}
+    cpu_rates = {1: 8 * args.tokens / cpu1}
     exact = {}
     for n in (4, 8):
-        wall, out, _ = rollouts(model, prompt, list(range(n)), args.tokens, 8,
-                                args.temperature)
+        wall, cpu, out, _ = rollouts(model, prompt, list(range(n)), args.tokens, 8,
+                                     args.temperature)
         rates[n] = n * args.tokens / wall
+        cpu_rates[n] = n * args.tokens / cpu
         exact[n] = all(out[s] == alone[s] for s in range(n))
     kernel = model.weights.lm_head.kernel + (", padded to 8 rows" if padded else ", unpadded")
     res = {
@@ -106,17 +114,20 @@ def main() -> None:
         "prompt_tokens": len(prompt), "weight_bytes": nbytes,
         "copy_bandwidth_gbs": bw / 1e9,
         "rows": [{"concurrent": n, "tok_s": rates[n], "vs_batch1": rates[n] / rates[1],
-                  "bound_tok_s": n * bw / nbytes,
+                  "bound_tok_s": n * bw / nbytes, "cpu_tok_s": cpu_rates[n],
+                  "cpu_vs_batch1": cpu_rates[n] / cpu_rates[1],
                   "bitwise_equal_to_batch1": exact.get(n, True)} for n in (1, 4, 8)],
     }
     print(f"{model.name}: {nbytes / 1e6:.0f} MB float32 weights, copy bandwidth "
           f"{bw / 1e9:.1f} GB/s, {threads} threads, {kernel}, {args.tokens} new tokens "
           f"per rollout, temperature {args.temperature}, prompt {len(prompt)} tokens "
           "(prefill included)")
-    print(f"{'concurrent':>10}{'tok/s':>9}{'vs 1':>7}{'bound':>9}{'of bound':>10}  bitwise")
+    print(f"{'concurrent':>10}{'tok/s':>9}{'vs 1':>7}{'bound':>9}{'of bound':>10}"
+          f"{'cpu tok/s':>11}{'vs 1':>7}  bitwise")
     for row in res["rows"]:
         print(f"{row['concurrent']:>10}{row['tok_s']:9.1f}{row['vs_batch1']:7.2f}"
-              f"{row['bound_tok_s']:9.1f}{row['tok_s'] / row['bound_tok_s']:10.0%}  "
+              f"{row['bound_tok_s']:9.1f}{row['tok_s'] / row['bound_tok_s']:10.0%}"
+              f"{row['cpu_tok_s']:11.1f}{row['cpu_vs_batch1']:7.2f}  "
               f"{row['bitwise_equal_to_batch1']}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
