@@ -53,9 +53,6 @@ class InFlight:
             if not plans:
                 del self._by_session[plan.session.session_id]
 
-    def count(self, session_id: str) -> int:
-        return len(self._by_session.get(session_id, ()))
-
     async def stop(self, plan: Plan, why: SeedProxyError) -> bool:
         """Stop ``plan``'s dispatches and abort them on their servers. Returns whether
         any could be aborted (a server and a ``rid`` were known)."""
