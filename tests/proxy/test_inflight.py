@@ -151,3 +151,27 @@ def test_a_deleted_sessions_request_held_by_a_pause_is_never_sent(
     assert results[0].status_code == 404
     assert "was deleted" in results[0].json()["error"]["message"]
     assert fake.received == []
+
+
+def test_a_client_that_leaves_while_its_resubmission_waits_for_continue_is_recorded(
+    fake: Fake, start_proxy: Callable[..., str]
+) -> None:
+    """An abort pause cut the request; its resubmission waits at the paused gate when
+    the client leaves: it is never sent, and the interaction is recorded abandoned."""
+    control = fake.switches.control
+    control.hold_at = 2
+    proxy = start_proxy([fake.url])
+    conn = open_request(proxy, "/sessions/left-3/generate", GENERATE)
+    wait_until(lambda: control.held == 1)
+    httpx.post(f"{proxy}/fleet/pause", json={"mode": "abort"}).raise_for_status()
+    control.release.set()  # the aborted answer comes back; its resubmission is held
+    wait_until(lambda: httpx.get(f"{proxy}/fleet").json()["waiting"] == 1)
+    conn.close()
+    rid = fake.received[-1]["rid"]
+    wait_until(lambda: ("abort", {"rid": rid}) in control.calls)  # the client was noticed
+    httpx.post(f"{proxy}/fleet/continue").raise_for_status()
+    wait_until(lambda: len(interactions(proxy, "left-3")) == 1)
+    record = interactions(proxy, "left-3")[0]
+    assert (record["abandoned"], record["status"]) == (True, 499)
+    assert record["response"]["error"]["type"] == "client_closed"
+    assert len(fake.received) == 1  # the resubmission was never sent

@@ -9,8 +9,9 @@ Invariants:
   answered even if its client had left.
 - A client that left has its request stopped and aborted upstream (``InFlight.stop``),
   and is recorded once, as abandoned (499): with the server's partial answer when it
-  could be aborted, or, when nothing could and no record had begun, without one (the
-  exchange is cancelled, which also closes the upstream connection).
+  could be aborted, or without one when nothing could and no record had begun (the
+  exchange is cancelled, which also closes the upstream connection) or when the request
+  was waiting to be sent again (a failover, a resubmission held by a pause).
 """
 
 from __future__ import annotations
@@ -77,10 +78,13 @@ async def unless_client_leaves(
         if not watch.cancelled_exchange:
             raise  # the handler itself was cancelled
         handler.uncancel()
-        gone = watch.gone
-        await fwd.record(plan, gone.status_code, gone.body(), Captured(), abandoned=True)
-        fwd.observe(plan, gone.status_code)
-        return Response(status_code=gone.status_code)
+    except ClientClosed:  # a stopped dispatch refused to send another attempt
+        pass
     finally:
         timer.cancel()
         watch.stop()
+    gone = watch.gone
+    if not plan.recording:
+        await fwd.record(plan, gone.status_code, gone.body(), Captured(), abandoned=True)
+    fwd.observe(plan, gone.status_code)
+    return Response(status_code=gone.status_code)
