@@ -23,7 +23,7 @@ import orjson
 from starlette.responses import Response
 
 from ..backends import Captured, Endpoint, UpstreamRequest
-from ..backends.answer_shape import MalformedAnswer, check_answer, check_chunk
+from ..backends.answer_shape import MalformedAnswer, check_chunk
 from ..backends.pool import UpstreamReply
 from ..errors import UpstreamError
 from .relay import RelayResponse
@@ -99,15 +99,7 @@ async def exchange_fanout(fwd: Forwarder, plan: Plan) -> Response:
     answers: list[Any] = []
     parts: list[Captured] = []
     for reply in replies:
-        try:
-            answer = orjson.loads(reply.response.content)
-        except orjson.JSONDecodeError:
-            no_json = UpstreamError(f"upstream {reply.upstream} returned invalid JSON")
-            raise await fwd.reject_answer(plan, no_json) from None
-        try:
-            check_answer(client.endpoint, answer)
-        except MalformedAnswer as exc:
-            raise await fwd.reject_answer(plan, exc) from None
+        answer = await fwd.checked_answer(plan, reply, client.endpoint)
         captured = Captured()
         if plan.capture:
             answer, captured = fwd.backend.finish(client.endpoint, client.body, answer)

@@ -66,12 +66,12 @@ class Plan:
     upstream: str | None = None
     extra_headers: dict[str, str] = field(default_factory=dict)
     chat: dict[str, Any] | None = None
+    """A Responses request's chat translation, when the upstream serves it as chat."""
     dispatch_weight_version: str | None = None
     present: Presentation | None = None
     """How token-in-token-out answers are shown when the client did not speak chat."""
     seat: ContentSeat | None = None
     """The content key and occurrence, in a content-keyed session."""
-    """A Responses request's chat translation, when the upstream serves it as chat."""
     replies: UpstreamReplies = field(default_factory=UpstreamReplies)
     """Every upstream answer opened for this request; see ``stream.py``."""
     dispatches: list[Dispatch] = field(default_factory=list)
@@ -116,8 +116,8 @@ class Forwarder:
         tito: TitoMode | None = None,
     ) -> None:
         self.tito = tito
-        self.inflight = inflight
         """Token-in-token-out mode: chat and Responses go through ``proxy/tito.py``."""
+        self.inflight = inflight
         self.settings = settings
         self.sessions = sessions
         self.backend = backend
@@ -257,6 +257,20 @@ class Forwarder:
             self.metrics.failovers.inc(reply.failovers)
         return reply
 
+    async def checked_answer(self, plan: Plan, reply: UpstreamReply, endpoint: Endpoint) -> Any:
+        """``reply``'s whole JSON answer, checked to be one for ``endpoint``; an answer
+        that is not is recorded and raised (502 naming what is wrong)."""
+        try:
+            answer = orjson.loads(reply.response.content)
+        except orjson.JSONDecodeError:
+            invalid = UpstreamError(f"upstream {reply.upstream} returned invalid JSON")
+            raise await self.reject_answer(plan, invalid) from None
+        try:
+            check_answer(endpoint, answer)
+        except MalformedAnswer as exc:
+            raise await self.reject_answer(plan, exc) from None
+        return answer
+
     async def reject_answer(self, plan: Plan, error: UpstreamError) -> UpstreamError:
         """Record an answer the proxy cannot use; return the error to raise."""
         await self.record(plan, error.status_code, error.body(), Captured())
@@ -268,15 +282,7 @@ class Forwarder:
         client = plan.client
         content = reply.response.content
         if plan.capture:
-            try:
-                answer = orjson.loads(content)
-            except orjson.JSONDecodeError:
-                invalid = UpstreamError(f"upstream {reply.upstream} returned invalid JSON")
-                raise await self.reject_answer(plan, invalid) from None
-            try:
-                check_answer(client.endpoint, answer)
-            except MalformedAnswer as exc:
-                raise await self.reject_answer(plan, exc) from None
+            answer = await self.checked_answer(plan, reply, client.endpoint)
             answer, captured = self.backend.finish(client.endpoint, client.body, answer)
             await self.record(plan, reply.response.status_code, answer, captured)
             content = orjson.dumps(answer)

@@ -17,8 +17,6 @@ import orjson
 from starlette.responses import Response
 
 from ..backends import Captured, Endpoint
-from ..backends.answer_shape import MalformedAnswer, check_answer
-from ..errors import UpstreamError
 from .presentation import Presentation, translated_events
 from .relay import RelayResponse
 from .stream import StreamRecord
@@ -54,17 +52,7 @@ async def exchange_translated(
         )
         return RelayResponse(events, record, status_code=200, headers=headers,
                              media_type="text/event-stream")
-    try:
-        answer = orjson.loads(reply.response.content)
-    except orjson.JSONDecodeError:
-        answer = None
-    if not isinstance(answer, dict):
-        no_object = UpstreamError(f"upstream {reply.upstream} returned no JSON object")
-        raise await fwd.reject_answer(plan, no_object)
-    try:
-        check_answer(Endpoint.CHAT, answer)
-    except MalformedAnswer as exc:
-        raise await fwd.reject_answer(plan, exc) from None
+    answer = await fwd.checked_answer(plan, reply, Endpoint.CHAT)
     captured = Captured()
     if plan.capture:
         answer, captured = fwd.backend.finish(Endpoint.CHAT, chat, answer)
