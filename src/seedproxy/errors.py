@@ -144,7 +144,7 @@ class UpstreamTimeout(UpstreamError):
 
 
 def error_body(
-    message: str, error_type: str, *, param: str | None = None, code: str | None = None
+    message: str, error_type: str, *, param: str | None = None, code: str | int | None = None
 ) -> dict[str, Any]:
     """Return OpenAI's error object: ``{"error": {message, type, param, code}}``."""
     return {"error": {"message": message, "type": error_type, "param": param, "code": code}}

@@ -21,6 +21,7 @@ __all__ = [
     "content_key",
     "content_seeds",
     "derive_seed",
+    "answer_basis",
 ]
 
 MAX_SEED = 0x7FFFFFFF
@@ -83,3 +84,11 @@ def content_seeds(identity: str, key: str, occurrence: int, n: int) -> list[int]
     ``identity``: ``choice_seeds(f"{identity}:{key}", occurrence, n)``, so choice 0 gets
     ``int(sha256(f"{identity}:{key}:{occurrence}")[:4]) & MAX_SEED``."""
     return choice_seeds(f"{identity}:{key}", occurrence, n)
+
+
+def answer_basis(identity: str, position: str) -> str:
+    """The 24-hex basis of the ids a request's answer shows its client (``chatcmpl-``,
+    ``cmpl-``, ``call_``...): a pure function of the rollout ``identity`` and the
+    request's ``position`` in it (its index, or its content key and occurrence), so a
+    replay of the same identity shows the same ids."""
+    return hashlib.sha256(f"answer:{identity}:{position}".encode()).hexdigest()[:24]

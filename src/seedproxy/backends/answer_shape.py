@@ -16,11 +16,15 @@ from typing import Any
 from ..errors import UpstreamError
 from .base import Endpoint
 
-__all__ = ["MalformedAnswer", "check_answer", "check_chunk"]
+__all__ = ["MalformedAnswer", "UpstreamFailed", "check_answer", "check_chunk", "check_error"]
 
 
 class MalformedAnswer(UpstreamError):
     """502: an upstream's 200 answer that is not shaped as its protocol promises."""
+
+
+class UpstreamFailed(UpstreamError):
+    """An upstream ended its stream with an error event (status: the error's code)."""
 
 
 def check_answer(endpoint: Endpoint, answer: Any) -> None:
@@ -36,13 +40,28 @@ def check_answer(endpoint: Endpoint, answer: Any) -> None:
 
 
 def check_chunk(endpoint: Endpoint, event: Any) -> None:
-    """Raise ``MalformedAnswer`` unless ``event`` is one stream chunk for ``endpoint``."""
+    """Raise ``UpstreamFailed`` for an error event, ``MalformedAnswer`` unless ``event``
+    is one stream chunk for ``endpoint``."""
+    check_error(event)
     if endpoint is Endpoint.GENERATE:
         _generate_item(event, "chunk")
     elif endpoint in (Endpoint.CHAT, Endpoint.COMPLETIONS):
         _openai(event, chat=endpoint is Endpoint.CHAT, chunk=True)
     else:
         _object(event, "the chunk")
+
+
+def check_error(event: Any) -> None:
+    """Raise ``UpstreamFailed`` when a stream event is an error event."""
+    if not isinstance(event, dict) or event.get("error") is None:
+        return
+    error = event["error"]
+    inner = error if isinstance(error, dict) else {"message": error}
+    message = inner.get("message")
+    code = inner.get("code")
+    status = code if type(code) is int and 400 <= code <= 599 else 502
+    text = message if isinstance(message, str) else "the upstream ended the stream with an error"
+    raise UpstreamFailed(f"upstream error mid-stream: {text[:2000]}", status_code=status)
 
 
 def _bad(where: str, what: str) -> MalformedAnswer:

@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import httpx
 import orjson
@@ -64,6 +64,8 @@ class UpstreamReply:
     """The server's weight version known when the request was sent to it."""
     rid: str | None = None
     """The request's id on that server (SGLang's ``rid``), for ``/abort_request``."""
+    parsed: tuple[Any] | None = None
+    """The answer's JSON, when a sender already parsed it (so it is parsed once)."""
     _closed: bool = field(default=False, repr=False)
 
     async def aclose(self) -> None:

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from ..errors import AuthError, Forbidden
 from ..sessions import NewSession, SessionManager, SessionRecord
 from ..sessions.ids import check_id, decode_header_id
-from .headers import client_key
+from ..pipeline.headers import client_key
 
 __all__ = ["Access", "named_session"]
 

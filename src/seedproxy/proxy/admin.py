@@ -16,9 +16,9 @@ from ..sessions import SessionManager
 from ..sessions.export import Style, select_sessions, trajectory
 from ..sessions.ids import check_id, encode_id
 from .access import Access
-from .inflight import InFlight
+from ..pipeline.inflight import InFlight
 from .listing import MAX_PAGE, session_page
-from .request import documented, read_model
+from ..pipeline.request import documented, read_model
 from .schemas import CreateSessions, ExportRequest, RewardRequest
 
 __all__ = ["WAIT_DEFAULT_S", "WAIT_MAX_S", "admin_router"]

@@ -31,19 +31,20 @@ from ..errors import (
 )
 from ..sessions import SessionManager, SessionStore, open_store
 from ..sessions.eviction import Evictor
+from ..pipeline.admission import Admission
+from ..pipeline.inflight import InFlight
+from ..pipeline.metrics import Metrics
+from ..pipeline.resume import ResumingSender
+from ..pipeline.services import Services
 from ..settings import Settings
 from .access import Access
 from .admin import admin_router
 from .fleet_routes import fleet_router
-from .forward import Forwarder
 from .health import readiness_router, warn_if_no_upstream
 from .hot import HotRoutes, ProxyApp
-from .inflight import InFlight
 from .logs import flush_logs
 from .messages import PromptCounter, messages_router
-from .metrics import Metrics
 from .replay import Verifier
-from .resume import ResumingSender
 from .routes import openai_router
 from .ui import TokenDecoder, ui_router
 
@@ -104,10 +105,11 @@ def create_app(
     sender = ResumingSender(pool, gate, max_event_bytes=settings.max_upstream_body_bytes,
                             rids=settings.backend == "sglang", refresh=fleet.refresh)
     inflight = InFlight(pool, fleet.board)
-    forwarder = Forwarder(
+    services = Services(
         settings=settings, sessions=sessions, backend=backend, pool=pool, sender=sender,
         metrics=metrics, inflight=inflight, tito=tito,
     )
+    openai = Admission(services)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -135,14 +137,15 @@ def create_app(
             flush_logs()
 
     app = ProxyApp(title="seedproxy", version="0.1.0", lifespan=lifespan)
-    app.hot = HotRoutes(forwarder=forwarder, access=access, on_error=on_seedproxy_error)
+    app.hot = HotRoutes(admission=openai, access=access, on_error=on_seedproxy_error)
     app.state.settings = settings
     app.state.sessions = sessions
     app.state.pool = pool
     app.state.fleet = fleet
     app.state.metrics = metrics
-    app.include_router(openai_router(forwarder, access, pool))
-    app.include_router(messages_router(forwarder, access, on_seedproxy_error, prompt_counter))
+    app.include_router(openai_router(openai, access, pool))
+    app.include_router(messages_router(Admission(services, messages=True), access,
+                                       prompt_counter))
     app.include_router(
         admin_router(
             sessions,
@@ -188,21 +191,9 @@ def open_tito_mode(settings: Settings, *, tokenizer: Any = None,
     )
 
 
-def _proxied_headers(request: Request) -> dict[str, str]:
-    """The ``x-seedproxy-*`` headers for an error the proxy raised while forwarding."""
-    plan = getattr(request.state, "seedproxy_plan", None)
-    if plan is not None:
-        headers: dict[str, str] = plan.headers()
-        headers["x-seedproxy-overhead-ms"] = f"{plan.overhead_ms():.3f}"
-        return headers
-    arrived = getattr(request.state, "seedproxy_arrived", None)
-    if arrived is None:
-        return {}
-    return {"x-seedproxy-overhead-ms": f"{(time.perf_counter() - arrived) * 1000:.3f}"}
-
-
 async def on_seedproxy_error(request: Request, exc: SeedProxyError) -> JSONResponse:
-    headers = _proxied_headers(request)
+    """A refusal outside the pipeline (auth, admin routes) in OpenAI's shape."""
+    headers: dict[str, str] = {}
     if exc.retry_after_s is not None:
         headers["retry-after"] = str(exc.retry_after_s)
     if exc.status_code >= 500 and not isinstance(exc, UpstreamError | StoreError):

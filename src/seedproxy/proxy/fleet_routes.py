@@ -17,7 +17,7 @@ from ..backends.fleet import FleetControl
 from ..sessions.ids import check_id
 from .access import Access
 from .replay import Verifier
-from .request import documented, read_model
+from ..pipeline.request import documented, read_model
 from .schemas import FleetPause, FleetWeightVersion
 
 __all__ = ["fleet_router"]

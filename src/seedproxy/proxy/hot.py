@@ -4,7 +4,7 @@ FastAPI's per-request routing (a scan of every route, the request/response and
 dependency wrappers) cost about as much as the proxy's own work, and its middleware
 stack (a native-telemetry check that reads the environment, server-error, telemetry
 and body-limit wrappers) a few percent more, so ``ProxyApp`` sends POSTs to the
-OpenAI routes (also under ``/sessions/{id}``) straight to the forwarder. Once any
+OpenAI routes (also under ``/sessions/{id}``) straight to their ``Admission``. Once any
 middleware is added with ``add_middleware`` (CORS, tracing: seedproxy adds none),
 every request takes FastAPI's stack instead, so that middleware sees all of them;
 the same handlers answer there. Everything else, and the OpenAPI schema of these
@@ -25,7 +25,7 @@ from starlette.types import Receive, Scope, Send
 from ..backends import OPENAI_ENDPOINTS, Endpoint
 from ..errors import SeedProxyError, error_body
 from .access import Access
-from .forward import Forwarder
+from ..pipeline.admission import Admission
 
 __all__ = ["HotRoutes", "ProxyApp"]
 
@@ -55,16 +55,16 @@ class ProxyApp(FastAPI):
 
 
 class HotRoutes:
-    """Matches the hot requests and answers them through the forwarder."""
+    """Matches the hot requests and answers them through the OpenAI admission."""
 
     def __init__(
         self,
         *,
-        forwarder: Forwarder,
+        admission: Admission,
         access: Access,
         on_error: Callable[[Request, SeedProxyError], Awaitable[Response]],
     ) -> None:
-        self._forwarder = forwarder
+        self._admission = admission
         self._access = access
         self._on_error = on_error
         self._endpoints = {endpoint.value: endpoint for endpoint in OPENAI_ENDPOINTS}
@@ -90,7 +90,7 @@ class HotRoutes:
         request = Request(scope, receive)
         try:
             session = await self._access.session_for(request, session_id)
-            response = await self._forwarder.forward(request, endpoint, session)
+            response = await self._admission.handle(request, endpoint, session)
         except SeedProxyError as exc:
             response = await self._on_error(request, exc)
         except Exception:

@@ -22,7 +22,7 @@ from ..backends.pool import UpstreamPool
 from ..backends.responses_bridge import to_chat
 from ..errors import UpstreamError
 from ..sessions import ChoiceRecord, Interaction, SessionStore
-from .fanout import one_choice
+from ..pipeline.readers.fanout import one_choice
 
 __all__ = ["Verifier"]
 

@@ -12,7 +12,7 @@ from ..backends import OPENAI_ENDPOINTS, Endpoint
 from ..backends.pool import UpstreamPool
 from ..errors import UpstreamError, error_body
 from .access import Access
-from .forward import Forwarder
+from ..pipeline.admission import Admission
 
 __all__ = ["find_model", "openai_router"]
 
@@ -25,13 +25,13 @@ _BODY = {
 }
 
 
-def openai_router(forwarder: Forwarder, access: Access, pool: UpstreamPool) -> APIRouter:
+def openai_router(admission: Admission, access: Access, pool: UpstreamPool) -> APIRouter:
     router = APIRouter()
 
     def route(endpoint: Endpoint):  # type: ignore[no-untyped-def]
         async def handler(request: Request) -> Response:
             session = await access.session_for(request, request.path_params.get("session_id"))
-            return await forwarder.forward(request, endpoint, session)
+            return await admission.handle(request, endpoint, session)
 
         handler.__name__ = endpoint.name.lower()
         return handler

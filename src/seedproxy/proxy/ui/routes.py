@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ...backends.pool import UpstreamPool
 from ...errors import BadRequest
 from ..access import Access
-from ..request import documented, read_model
+from ...pipeline.request import documented, read_model
 from .decode import TokenDecoder
 
 __all__ = ["CSP", "ui_router"]

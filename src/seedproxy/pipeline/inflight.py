@@ -3,10 +3,10 @@
 (``departure.py``).
 
 Invariants:
-- A plan with a session is registered while ``Forwarder.run`` runs it, and a streamed
-  one until its response ends (``StreamRecord.finish``): exactly as long as its upstream
-  replies are open.
-- Stopping a plan stops each of its ``Dispatch``es (no further attempt, failover or
+- An exchange with a session is registered while ``admission.run`` runs it, and a
+  streamed one until its response ends (``Exchange.finish_stream``): exactly as long as
+  its upstream replies are open.
+- Stopping an exchange stops each of its ``Dispatch``es (no further attempt, failover or
   resubmission is sent) and asks each server holding one to abort it (SGLang's
   ``/abort_request``). The server then ends the request with what it made so far, which
   is recorded as any answer is; a server that cannot be asked keeps generating, and the
@@ -26,48 +26,48 @@ from ..backends.pool import UpstreamPool
 from ..errors import SeedProxyError, SessionNotFound
 
 if TYPE_CHECKING:
-    from .forward import Plan
+    from .exchange import Exchange
 
 __all__ = ["InFlight"]
 
 
 class InFlight:
-    """The plans in flight in this process, by session id."""
+    """The exchanges in flight in this process, by session id."""
 
     def __init__(self, pool: UpstreamPool, board: FleetBoard) -> None:
         self.pool = pool
         self.board = board
-        self._by_session: dict[str, dict[int, Plan]] = {}
+        self._by_session: dict[str, dict[int, Exchange]] = {}
         self._stopping: set[asyncio.Task[int]] = set()
 
-    def enter(self, plan: Plan) -> None:
-        if plan.session is not None:
-            self._by_session.setdefault(plan.session.session_id, {})[id(plan)] = plan
+    def enter(self, ex: Exchange) -> None:
+        if ex.session is not None:
+            self._by_session.setdefault(ex.session.session_id, {})[id(ex)] = ex
 
-    def leave(self, plan: Plan) -> None:
-        if plan.session is None:
+    def leave(self, ex: Exchange) -> None:
+        if ex.session is None:
             return
-        plans = self._by_session.get(plan.session.session_id)
-        if plans is not None:
-            plans.pop(id(plan), None)
-            if not plans:
-                del self._by_session[plan.session.session_id]
+        exchanges = self._by_session.get(ex.session.session_id)
+        if exchanges is not None:
+            exchanges.pop(id(ex), None)
+            if not exchanges:
+                del self._by_session[ex.session.session_id]
 
-    async def stop(self, plan: Plan, why: SeedProxyError) -> bool:
-        """Stop ``plan``'s dispatches and abort them on their servers. Returns whether
+    async def stop(self, ex: Exchange, why: SeedProxyError) -> bool:
+        """Stop ``ex``'s dispatches and abort them on their servers. Returns whether
         any could be aborted (a server and a ``rid`` were known)."""
-        for dispatch in plan.dispatches:
+        for dispatch in ex.dispatches:
             dispatch.stop(why)
-        named = [d for d in plan.dispatches if d.rid is not None and d.upstream is not None]
+        named = [d for d in ex.dispatches if d.rid is not None and d.upstream is not None]
         await asyncio.gather(*(self.pool.abort(d) for d in named))
         return bool(named)
 
     async def stop_session(self, session_id: str) -> int:
-        """Stop every plan of ``session_id`` here; returns how many there were."""
+        """Stop every exchange of ``session_id`` here; returns how many there were."""
         why = SessionNotFound(f"session {session_id!r} was deleted while this request ran")
-        plans = list(self._by_session.get(session_id, {}).values())
-        await asyncio.gather(*(self.stop(plan, why) for plan in plans))
-        return len(plans)
+        exchanges = list(self._by_session.get(session_id, {}).values())
+        await asyncio.gather(*(self.stop(ex, why) for ex in exchanges))
+        return len(exchanges)
 
     async def delete_session(self, session_id: str) -> None:
         """Stop the session's requests here, then tell every other replica."""

@@ -77,11 +77,13 @@ class _Progress:
         self.text = ""
         self.logprobs: list[Any] = []
         self.spans: list[dict[str, Any]] = []
+        self.attempts = 1
 
     def next_request(self) -> UpstreamRequest:
         body = dict(self.request.body)
-        if "rid" in body:  # a new attempt is a new request on the server
-            body["rid"] = new_rid()
+        if "rid" in body:  # a new attempt is a new request on the server, named after it
+            body["rid"] = f"{self.request.body['rid']}.{self.attempts}"
+        self.attempts += 1
         body["input_ids"] = self.prompt + self.ids
         params = dict(body.get("sampling_params") or {})
         if self.budget is not None:
@@ -191,10 +193,13 @@ class ResumingSender:
                 return reply  # the caller reports an answer that is not JSON
             whole = progress.shifted(answer) if isinstance(answer, dict) else answer
             if not await self._resume(whole, epoch, progress):
+                if whole is answer:  # never resumed: the reply as it came, parsed
+                    reply.parsed = (answer,)
+                    return reply
                 response = httpx.Response(200, headers=reply.response.headers,
                                           content=orjson.dumps(whole))
-                return UpstreamReply(reply.upstream, response, waited,
-                                     reply.failovers, dispatched, reply.rid)
+                return UpstreamReply(reply.upstream, response, waited, reply.failovers,
+                                     dispatched, reply.rid, parsed=(whole,))
             progress.absorb(whole)
             epoch = self.gate.abort_epoch
             reply = await self.pool.send(progress.next_request(), key=key, stream=False,
@@ -215,6 +220,7 @@ class ResumingSender:
                 answer = orjson.loads(reply.response.content)
             except orjson.JSONDecodeError:
                 return reply
+            reply.parsed = (answer,)
             choices = answer.get("choices") if isinstance(answer, dict) else None
             if not isinstance(choices, list) or not any(
                 isinstance(c, dict) and c.get("finish_reason") == "abort" for c in choices

@@ -27,7 +27,7 @@ from ..backends import Captured
 from ..errors import ClientClosed
 
 if TYPE_CHECKING:
-    from .forward import Forwarder, Plan
+    from .exchange import Exchange
 
 __all__ = ["WATCH_AFTER_S", "unless_client_leaves"]
 
@@ -37,9 +37,8 @@ WATCH_AFTER_S = 0.05
 class _Watch:
     """Watches one request's client from ``WATCH_AFTER_S`` on."""
 
-    def __init__(self, fwd: Forwarder, plan: Plan, receive: Receive,
-                 handler: asyncio.Task[object]) -> None:
-        self._fwd, self._plan, self._receive, self._handler = fwd, plan, receive, handler
+    def __init__(self, ex: Exchange, receive: Receive, handler: asyncio.Task[object]) -> None:
+        self._ex, self._receive, self._handler = ex, receive, handler
         self._task: asyncio.Task[None] | None = None
         self.cancelled_exchange = False
         """The exchange was cancelled here (not by the server or the caller)."""
@@ -56,21 +55,21 @@ class _Watch:
     async def _watch(self) -> None:
         while (await self._receive())["type"] != "http.disconnect":
             pass
-        plan = self._plan
-        plan.abandoned = True  # whatever is recorded from now on says so
-        aborted = await self._fwd.inflight.stop(plan, self.gone)
-        if not aborted and not plan.recording and not self._handler.done():
+        ex = self._ex
+        ex.abandoned = True  # whatever is recorded from now on says so
+        aborted = await ex.services.inflight.stop(ex, self.gone)
+        if not aborted and not ex.recording and not self._handler.done():
             self.cancelled_exchange = True  # nothing to wait for; no record will be cut
             self._handler.cancel()
 
 
 async def unless_client_leaves(
-    fwd: Forwarder, plan: Plan, exchange: Awaitable[Response], receive: Receive
+    ex: Exchange, exchange: Awaitable[Response], receive: Receive
 ) -> Response:
     """Await a non-streamed ``exchange`` while watching its client (see the module)."""
     handler = asyncio.current_task()
     assert handler is not None
-    watch = _Watch(fwd, plan, receive, handler)
+    watch = _Watch(ex, receive, handler)
     timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, watch.start)
     try:
         return await exchange
@@ -84,7 +83,7 @@ async def unless_client_leaves(
         timer.cancel()
         watch.stop()
     gone = watch.gone
-    if not plan.recording:
-        await fwd.record(plan, gone.status_code, gone.body(), Captured(), abandoned=True)
-    fwd.observe(plan, gone.status_code)
+    if not ex.recording:
+        await ex.record(gone.status_code, gone.body(), Captured())
+    ex.observe(gone.status_code)
     return Response(status_code=gone.status_code)

@@ -1,0 +1,142 @@
+"""The front half of every request, one ``Admission`` per client protocol, and ``run``.
+
+An admission reads and checks the body, translates it, renders a token-in-token-out
+prompt (all before the slot: a 4xx here uses no index), seats the exchange, and picks
+its strategies: the ``Reader`` from the mode (passthrough, bridge, TITO) and ``n``,
+the ``Presenter`` from the client's protocol. The hot routes, the FastAPI router and
+the Messages router all call ``handle``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from ..backends import Endpoint
+from ..backends import anthropic_bridge, responses_bridge
+from ..errors import BadRequest, ClientClosed, SeedProxyError
+from ..sessions import NewSession, SessionRecord
+from .departure import unless_client_leaves
+from .exchange import Exchange
+from .headers import is_sdk_retry, pinned_index
+from .presenters import MessagesPresenter, OpenAIPresenter, Presenter, ResponsesPresenter
+from .readers import Reader
+from .readers.fanout import FanoutReader
+from .readers.passthrough import PassthroughReader
+from .readers.tito import TitoReader, TitoTurn, prepare
+from .request import ClientRequest, parse_body, read_body
+from .seating import seat
+from .services import Services
+from .streaming import stream_response
+
+__all__ = ["Admission", "run"]
+
+
+class Admission:
+    """``messages``: Anthropic's Messages protocol (its shapes, errors included);
+    otherwise OpenAI's routes (chat, completions, Responses, ``/generate``)."""
+
+    def __init__(self, services: Services, *, messages: bool = False) -> None:
+        self.services = services
+        self.messages = messages
+        self._refusal: Presenter = (MessagesPresenter({}, None) if messages
+                                    else OpenAIPresenter(Endpoint.CHAT))
+
+    async def handle(self, request: Request, endpoint: Endpoint,
+                     session: SessionRecord | NewSession | None) -> Response:
+        """Answer one request; any refusal in the protocol's error shape."""
+        arrived = time.perf_counter()
+        ex: Exchange | None = None
+        try:
+            raw = await read_body(request, self.services.settings.max_body_bytes)
+            client = parse_body(endpoint, raw)
+            chat, turn = await self._translate(client, session)
+            headers = request.headers
+            ex = await seat(self.services, client, session, pinned=pinned_index(headers),
+                            retry=is_sdk_retry(headers), arrived=arrived)
+            reader, presenter = self._strategies(ex, chat, turn)
+            return await run(ex, reader, presenter, request)
+        except SeedProxyError as exc:
+            shown = {"x-seedproxy-overhead-ms": f"{(time.perf_counter() - arrived) * 1000:.3f}"}
+            return self._refusal.error_response(exc, ex.headers() if ex is not None else shown)
+
+    async def _translate(self, client: ClientRequest,
+                         session: SessionRecord | NewSession | None
+                         ) -> tuple[dict[str, object] | None, TitoTurn | None]:
+        """The chat request an upstream is sent instead (a bridge), and the rendered
+        token-in-token-out turn; both raise their 4xx before the slot."""
+        services, endpoint = self.services, client.endpoint
+        chat = None
+        if self.messages:
+            if client.n != 1:
+                raise BadRequest("n: the Messages API answers one message per request",
+                                 param="n")
+            chat = anthropic_bridge.to_chat(client.body)
+        elif endpoint is Endpoint.RESPONSES and (
+                services.tito is not None or not services.backend.seeds_responses):
+            chat = responses_bridge.to_chat(client.body)
+        mode = services.tito
+        if mode is None or not (self.messages or endpoint in (Endpoint.CHAT, Endpoint.RESPONSES)):
+            return chat, None
+        turn = await prepare(mode, services.sessions.store, chat or client.body, session)
+        return chat, turn
+
+    def _strategies(self, ex: Exchange, chat: dict[str, object] | None,
+                    turn: TitoTurn | None) -> tuple[Reader, Presenter]:
+        client = ex.client
+        presenter: Presenter
+        if self.messages:
+            presenter = MessagesPresenter(client.body, ex.seeds[0] if ex.seeds else None)
+        elif chat is not None:
+            presenter = ResponsesPresenter(client.body)
+        else:
+            presenter = OpenAIPresenter(client.endpoint)
+        reader: Reader
+        inject = ex.seeds[0] if ex.seeds and self.services.settings.deterministic else None
+        if turn is not None:
+            assert self.services.tito is not None
+            reader = TitoReader(ex, self.services.tito, turn,
+                                chat_client=client.endpoint is Endpoint.CHAT)
+        elif chat is not None:
+            reader = PassthroughReader(ex, Endpoint.CHAT, dict(chat), inject, raw=False)
+        elif len(ex.seeds) > 1:
+            reader = FanoutReader(ex, client.endpoint, client.body)
+        else:
+            reader = PassthroughReader(ex, client.endpoint, client.body, inject, raw=True)
+        return reader, presenter
+
+
+async def run(ex: Exchange, reader: Reader, presenter: Presenter, request: Request) -> Response:
+    """Run the exchange in flight (``inflight.py``) until it ends: a non-streamed
+    request's client that leaves stops it, and its upstream replies are closed on every
+    path (answer, error, cancellation, bug) unless a stream response took them."""
+    inflight = ex.services.inflight
+    inflight.enter(ex)
+    try:
+        if ex.client.stream:
+            return await _respond(ex, reader, presenter)
+        return await unless_client_leaves(ex, _respond(ex, reader, presenter), request.receive)
+    finally:
+        if not ex.streaming:
+            inflight.leave(ex)
+            await ex.close()
+
+
+async def _respond(ex: Exchange, reader: Reader, presenter: Presenter) -> Response:
+    """Send, read, present: a whole answer recorded before it is returned, or a stream."""
+    try:
+        await reader.open(ex)
+        if ex.client.stream:
+            return stream_response(ex, reader, presenter.writer())
+        answer, captured = await reader.whole(ex)
+        shown = presenter.whole(answer)
+        await ex.record(200, shown, captured)
+        content = shown if isinstance(shown, bytes) else orjson.dumps(shown)
+        return ex.answer(content, reader.media_type)
+    except ClientClosed:
+        raise  # the departure watcher answers (and records) a client that left
+    except SeedProxyError as exc:
+        return await ex.fail(exc, presenter)

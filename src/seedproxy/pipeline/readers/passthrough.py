@@ -1,0 +1,118 @@
+"""One upstream request in the client's dialect (or a bridge's chat translation).
+
+In a session each event is parsed, checked (``check_chunk``: an error event or a
+malformed chunk raises), captured by the backend and stamped with the derived ids.
+Outside a session nothing is recorded, so events pass as sent (the raw fast path),
+parsed only when one may carry ``error``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from ...backends import Captured, Endpoint, StreamCapture, UpstreamRequest
+from ...backends.answer_shape import check_answer, check_chunk, check_error
+from ...backends.pool import UpstreamReply
+from ...errors import UpstreamError
+from ..sse import DONE, event_json, split_events
+from .ids import stamp
+
+if TYPE_CHECKING:
+    from ..exchange import Exchange
+
+__all__ = ["PassthroughReader", "parsed_answer"]
+
+_DONE = DONE.strip()
+
+
+def parsed_answer(reply: UpstreamReply) -> Any:
+    """``reply``'s JSON answer, parsed once (a sender that read it already kept it)."""
+    if reply.parsed is not None:
+        return reply.parsed[0]
+    try:
+        return orjson.loads(reply.response.content)
+    except orjson.JSONDecodeError:
+        raise UpstreamError(f"upstream {reply.upstream} returned invalid JSON") from None
+
+
+class PassthroughReader:
+    def __init__(self, ex: Exchange, endpoint: Endpoint, body: dict[str, Any],
+                 seed: int | None, *, raw: bool, stamped: bool = True) -> None:
+        """``body``: what is sent (a private copy is made); ``seed``: placed by the
+        backend; ``raw``: the answer passes as sent (nothing captured, shown as is);
+        ``stamped``: replace the upstream's ids (a fan-out stamps the merged chunks)."""
+        self.endpoint = endpoint
+        self.body = body
+        self.seed = seed
+        self.media_type = "application/json"
+        self.reply: UpstreamReply | None = None
+        services = ex.services
+        self._backend = services.backend
+        self._max_event = services.settings.max_upstream_body_bytes
+        self._basis = ex.basis if stamped else None
+        self._capture = ex.capture
+        self._raw = raw and not ex.capture
+        self._tracker: StreamCapture | None = (
+            self._backend.stream_capture(endpoint, body) if ex.capture and ex.client.stream
+            else None)
+
+    def request(self) -> UpstreamRequest:
+        return self._backend.prepare(self.endpoint, dict(self.body), self.seed,
+                                     capture=self._capture)
+
+    async def open(self, ex: Exchange) -> None:
+        (self.reply,) = await ex.send_all([self.request()])
+
+    async def whole(self, ex: Exchange) -> tuple[Any, Captured]:
+        reply = self.reply
+        assert reply is not None
+        self.media_type = reply.response.headers.get("content-type", "application/json")
+        if self._raw:
+            return reply.response.content, Captured()
+        answer = parsed_answer(reply)
+        check_answer(self.endpoint, answer)
+        captured = Captured()
+        if self._capture:
+            answer, captured = self._backend.finish(self.endpoint, self.body, answer)
+        if self._basis is not None:
+            stamp(self.endpoint, answer, self._basis, self.body)
+        self.media_type = "application/json"
+        return answer, captured
+
+    async def chunks(self, ex: Exchange, *, timed: bool = True
+                     ) -> AsyncIterator[dict[str, Any] | bytes]:
+        """The upstream's events until its ``[DONE]``: parsed, checked, captured and
+        stamped in a session; as sent outside one."""
+        reply = self.reply
+        assert reply is not None
+        # The stream itself rather than aiter_raw(): the same chunks, without httpx's
+        # chunker and bookkeeping per chunk; the exchange closes the response.
+        chunks = aiter(reply.response.stream)  # type: ignore[arg-type]
+        async for event in split_events(ex.timed(chunks) if timed else chunks, self._max_event):
+            if self._raw:
+                if b'"error"' in event:
+                    check_error(event_json(event))
+                if event.strip() == _DONE:
+                    return
+                yield event
+                continue
+            payload = event_json(event)
+            if payload is None:
+                if event.strip() == _DONE:
+                    return
+                continue  # comments and keep-alives
+            check_chunk(self.endpoint, payload)
+            shown = self._tracker.feed(payload) if self._tracker is not None else payload
+            if shown is not None:
+                if self._basis is not None:
+                    stamp(self.endpoint, shown, self._basis, self.body)
+                yield shown
+
+    def captured(self) -> Captured:
+        return self._tracker.result() if self._tracker is not None else Captured()
+
+    def recorded(self, shown: Any) -> Any:
+        return shown

@@ -1,0 +1,215 @@
+"""Chat (and Responses, Messages) in token-in-token-out mode.
+
+The prompt is rendered from the session's recorded turns (``prepare``) before the slot
+is taken, so a message the template cannot render is a 400 that uses no index. Each
+choice is one ``/generate`` (or token-prompt completions) request with its contract
+seed. The sampled ids are decoded and parsed token by token on every path, so a
+streamed answer and a whole one carry the same message; the interaction records the
+prompt ids, the completion ids as sampled, their logprobs and the lineage (``tito``).
+Chunks are built here as chat chunks; the presenter shows them in the client's
+protocol. A chat client's record is the whole chat answer, streamed or not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from array import array
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ...backends import Captured
+from ...backends.answer_shape import check_error
+from ...backends.pool import UpstreamReply
+from ...backends.tito import AssistantStream, Delta, Prompt, TitoMode, tito_record, tool_call_id
+from ...backends.tito.dialect import Reader as SampleReader
+from ...backends.tito.dialect import Sample
+from ...backends.tito.matcher import message_key
+from ...sessions import ChoiceRecord, NewSession, SessionRecord, SessionStore
+from ..sse import event_json, split_events
+from .passthrough import parsed_answer
+
+if TYPE_CHECKING:
+    from ..exchange import Exchange
+
+__all__ = ["TitoReader", "TitoTurn", "prepare"]
+
+
+@dataclass(slots=True)
+class TitoTurn:
+    chat: dict[str, Any]
+    prompt: Prompt
+
+
+async def prepare(mode: TitoMode, store: SessionStore, chat: dict[str, Any],
+                  session: SessionRecord | NewSession | None) -> TitoTurn:
+    """Render the prompt (a 4xx here uses no index)."""
+    mode.sampling(chat)  # checked now: a bad field is a 400 before the slot
+    history = (  # a new session has no history yet
+        await store.interactions(session.session_id)
+        if isinstance(session, SessionRecord) else []
+    )
+    return TitoTurn(chat, mode.prompt(chat, history))
+
+
+@dataclass(slots=True)
+class _Choice:
+    index: int
+    assistant: AssistantStream
+    reader: SampleReader
+    call_ids: list[str]
+
+    def sample(self) -> Sample:
+        return self.reader.result()
+
+    def finish_reason(self) -> str:
+        if self.assistant.reply.tool_calls:
+            return "tool_calls"
+        finish = self.sample().finish
+        return finish if finish in ("length", "abort") else "stop"
+
+    def message(self, cid: str) -> dict[str, Any]:
+        reply = self.assistant.reply
+        if not self.call_ids:
+            base = f"{cid}:{self.index}"
+            self.call_ids = [tool_call_id(base, k) for k in range(len(reply.tool_calls))]
+        return reply.message(self.call_ids)
+
+
+class TitoReader:
+    media_type = "application/json"
+
+    def __init__(self, ex: Exchange, mode: TitoMode, turn: TitoTurn, *,
+                 chat_client: bool) -> None:
+        """``chat_client``: the client spoke chat (its usage chunk only when asked, its
+        record the whole chat answer); else every chunk feeds a translating presenter."""
+        self.mode = mode
+        self.turn = turn
+        self.chat_client = chat_client
+        self.model = turn.chat.get("model") or mode.model_name
+        self.cid = _completion_id(ex, turn.prompt)
+        self.created = int(time.time())
+        self.replies: list[UpstreamReply] = []
+        self.choices: list[_Choice] = []
+        self._max_event = ex.services.settings.max_upstream_body_bytes
+
+    async def open(self, ex: Exchange) -> None:
+        mode, n = self.mode, ex.client.n
+        sampling = mode.sampling(self.turn.chat)
+        # One request per choice; without derived seeds (--no-deterministic) every choice
+        # carries the client's own seed, or none.
+        seeds: list[int | None] = list(ex.seeds) if len(ex.seeds) == n else (
+            [ex.seeds[0] if ex.seeds else None] * n)
+        requests = [mode.dialect.request(self.turn.prompt.ids, sampling, seed, ex.client.stream,
+                                         self.model) for seed in seeds]
+        self.replies = await ex.send_all(requests)
+        self.choices = [_Choice(j, mode.assistant(self.turn.prompt, self.turn.chat),
+                                mode.dialect.reader(), []) for j in range(len(self.replies))]
+
+    async def whole(self, ex: Exchange) -> tuple[Any, Captured]:
+        for choice, reply in zip(self.choices, self.replies, strict=True):
+            for token_id in choice.reader.feed(parsed_answer(reply)):
+                choice.assistant.feed(token_id)
+            choice.assistant.finish()
+        return self._answer(), self.captured()
+
+    async def chunks(self, ex: Exchange) -> AsyncIterator[dict[str, Any] | bytes]:
+        """Choices one after another (their upstream requests run concurrently)."""
+        for choice, reply in zip(self.choices, self.replies, strict=True):
+            async for chunk in self._choice_chunks(ex, choice, reply):
+                yield chunk
+        options = self.turn.chat.get("stream_options")
+        wanted = isinstance(options, dict) and options.get("include_usage") is True
+        if wanted or not self.chat_client:
+            yield {"id": self.cid, "object": "chat.completion.chunk", "created": self.created,
+                   "model": self.model, "choices": [], "usage": self._usage()}
+
+    async def _choice_chunks(self, ex: Exchange, choice: _Choice, reply: UpstreamReply
+                             ) -> AsyncIterator[dict[str, Any]]:
+        yield self._chunk(choice.index, {"role": "assistant", "content": ""})
+        chunks = ex.timed(aiter(reply.response.stream))  # type: ignore[arg-type]
+        async for event in split_events(chunks, self._max_event):
+            payload = event_json(event)
+            if payload is None:
+                continue
+            check_error(payload)
+            for token_id in choice.reader.feed(payload):
+                for delta in choice.assistant.feed(token_id):
+                    yield self._delta(choice.index, delta)
+        for delta in choice.assistant.finish():
+            yield self._delta(choice.index, delta)
+        message = choice.message(self.cid)
+        if message.get("tool_calls"):
+            calls = [{"index": k, **call} for k, call in enumerate(message["tool_calls"])]
+            yield self._chunk(choice.index, {"tool_calls": calls})
+        yield self._chunk(choice.index, {}, choice.finish_reason())
+
+    def captured(self) -> Captured:
+        records = []
+        for c in self.choices:
+            sample = c.sample()
+            record = ChoiceRecord.of(sample.token_ids, sample.logprobs, c.finish_reason())
+            record.take_versions(sample.versions)
+            records.append(record)
+        replies = [(message_key(c.message(self.cid)), c.assistant.reply.reasoning)
+                   for c in self.choices]
+        return Captured(list(self.turn.prompt.ids), records,
+                        lineage=tito_record(self.turn.prompt, replies))
+
+    def recorded(self, shown: Any) -> Any:
+        return self._answer() if self.chat_client else shown
+
+    def _answer(self) -> dict[str, Any]:
+        wants_logprobs = self.turn.chat.get("logprobs") is True
+        return {
+            "id": self.cid, "object": "chat.completion", "created": self.created,
+            "model": self.model,
+            "choices": [{
+                "index": c.index, "message": c.message(self.cid),
+                "logprobs": self._logprobs(c) if wants_logprobs else None,
+                "finish_reason": c.finish_reason(),
+            } for c in self.choices],
+            "usage": self._usage(),
+        }
+
+    def _usage(self) -> dict[str, int]:
+        prompt = len(self.turn.prompt.ids)
+        completion = sum(len(c.sample().token_ids) for c in self.choices)
+        return {"prompt_tokens": prompt, "completion_tokens": completion,
+                "total_tokens": prompt + completion}
+
+    def _logprobs(self, choice: _Choice) -> dict[str, Any]:
+        mode, sample = self.mode, choice.sample()
+        content = []
+        for position, (token_id, logprob) in enumerate(
+                zip(sample.token_ids, sample.logprobs, strict=False)):
+            if token_id in mode.hidden:
+                continue
+            text = mode.token_text(token_id)
+            tops = sample.top_logprobs[position] if position < len(sample.top_logprobs) else []
+            content.append({
+                "token": text, "logprob": logprob, "bytes": list(text.encode()),
+                "top_logprobs": [{"token": (t := mode.token_text(i)), "logprob": lp,
+                                  "bytes": list(t.encode())} for i, lp in tops],
+            })
+        return {"content": content, "refusal": None}
+
+    def _chunk(self, index: int, delta: dict[str, Any], finish: str | None = None
+               ) -> dict[str, Any]:
+        return {"id": self.cid, "object": "chat.completion.chunk", "created": self.created,
+                "model": self.model, "choices": [{"index": index, "delta": delta,
+                                                  "logprobs": None, "finish_reason": finish}]}
+
+    def _delta(self, index: int, delta: Delta) -> dict[str, Any]:
+        return self._chunk(index, {delta.kind: delta.text})
+
+
+def _completion_id(ex: Exchange, prompt: Prompt) -> str:
+    """The exchange's derived id in a session; else a hash of the prompt and seeds."""
+    if ex.basis is not None:
+        return "chatcmpl-" + ex.basis
+    digest = hashlib.blake2b(digest_size=12)
+    digest.update(array("i", prompt.ids).tobytes())
+    digest.update(repr(ex.seeds).encode())
+    return "chatcmpl-" + digest.hexdigest()

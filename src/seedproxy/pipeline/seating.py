@@ -1,0 +1,57 @@
+"""Seating a request: its seeds and its slot, taken once every check has passed.
+
+Invariant: everything that can refuse the request raises before the slot is taken
+(a 4xx uses no index, and a new session is created only when the request is sound);
+the slot is taken atomically, before any await on the upstream.
+"""
+
+from __future__ import annotations
+
+from ..errors import BadRequest
+from ..seeds import choice_seeds, client_choice_seeds, content_seeds
+from ..sessions import NewSession, SessionRecord
+from .exchange import Exchange
+from .keying import content_seat
+from .request import ClientRequest, request_digest
+from .services import Services
+
+__all__ = ["seat"]
+
+
+async def seat(services: Services, client: ClientRequest,
+               session: SessionRecord | NewSession | None, *, pinned: int | None,
+               retry: bool, arrived: float) -> Exchange:
+    """Check the seed rules, create the session if new, take the slot, derive seeds."""
+    settings = services.settings
+    deterministic = settings.deterministic
+    fixed = client.seed
+    if fixed is None and deterministic and session is not None:
+        own = session.seed if isinstance(session, SessionRecord) else None
+        fixed = own if own is not None else settings.seed
+    configured = fixed is not None and client.seed is None
+    if deterministic and client.n > 1 and configured and session is not None:
+        raise BadRequest(
+            f"a shared seed ({fixed}) with n={client.n} makes every choice identical; "
+            "drop `seed` and let seedproxy derive one per choice",
+            param="seed",
+        )
+    if session is None:
+        seeds = [client.seed] if client.seed is not None else []
+        return Exchange(services, client, None, None, seeds, arrived)
+    if isinstance(session, NewSession):
+        session = await services.sessions.get_or_create(session.session_id)
+    store = services.sessions.store
+    digest = request_digest(client.endpoint, client.raw)
+    slot = await store.allocate(session.session_id, digest=digest, retry=retry, pinned=pinned)
+    position = await content_seat(store, session, client, slot, pinned)
+    if not deterministic:
+        seeds = [client.seed] if client.seed is not None else []
+    elif client.seed is not None and client.n > 1:
+        seeds = client_choice_seeds(client.seed, client.n)
+    elif fixed is not None:
+        seeds = [fixed]
+    elif position is not None:
+        seeds = content_seeds(session.identity, position.key, position.occurrence, client.n)
+    else:
+        seeds = choice_seeds(session.identity, slot.index, client.n)
+    return Exchange(services, client, session, slot, seeds, arrived, seat=position)

@@ -1,0 +1,32 @@
+"""What every request's exchange uses, built once by the app and passed in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..backends import Backend
+from ..backends.pool import UpstreamPool
+from ..sessions import SessionManager
+from ..settings import Settings
+from .inflight import InFlight
+from .metrics import Metrics
+from .resume import ResumingSender
+
+if TYPE_CHECKING:
+    from ..backends.tito import TitoMode
+
+__all__ = ["Services"]
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    settings: Settings
+    sessions: SessionManager
+    backend: Backend
+    pool: UpstreamPool
+    sender: ResumingSender
+    metrics: Metrics
+    inflight: InFlight
+    tito: TitoMode | None = None
+    """Token-in-token-out mode: chat, Responses and Messages render prompts here."""
