@@ -14,7 +14,7 @@ import pytest
 
 from seedproxy.engine import RunningEngine
 from seedproxy.engine.model import default_gguf_path, gguf_tokenizer_dir
-from seedproxy.proxy.cli import main
+from seedproxy.commands.cli import main
 
 TEMPLATE = str(Path(__file__).parents[1] / "helpers" / "qwen3_style.jinja")
 TOOLS = [{"type": "function", "function": {

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from seedproxy.proxy.cli import main
+from seedproxy.commands.cli import main
 from tests.conftest import Fake
 from tests.helpers.procs import free_port, start_seedproxy, wait_http
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from seedproxy import __version__
-from seedproxy.proxy.cli import main
+from seedproxy.commands.cli import main
 from seedproxy.settings import load_settings
 from tests.helpers.procs import start_seedproxy
 

@@ -12,10 +12,10 @@ import uvicorn
 
 from ..errors import ConfigError
 from ..settings import Settings, load_settings
-from .app import create_app, open_tito_mode
-from .factory import APP_FACTORY, export_settings
-from .logs import configure_logging
-from .protocol import guarded_http_protocol
+from ..proxy.app import create_app, open_tito_mode
+from ..proxy.factory import APP_FACTORY, export_settings
+from ..proxy.logs import configure_logging
+from ..proxy.protocol import guarded_http_protocol
 
 __all__ = ["bind", "run_engine_only", "serve"]
 

@@ -223,7 +223,7 @@ def _proxy_flags(args: argparse.Namespace) -> dict[str, Any]:
 
 def _sglang_command(args: argparse.Namespace) -> int:
     from .launch import warn_attention_backend
-    from .sglang_command import render, sglang_args
+    from .sglang import render, sglang_args
 
     line = render(sglang_args(
         args.model_path, attention_backend=args.attention_backend, tp=args.tp,
@@ -267,13 +267,13 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _verify_replay(args: argparse.Namespace) -> int:
-    from .replay_cli import verify_session
+    from .replay import verify_session
 
     return verify_session(args.url, args.session, admin_key=args.admin_key)
 
 
 def _export(args: argparse.Namespace) -> int:
-    from .export_cli import export_to_file
+    from .export import export_to_file
 
     return export_to_file(
         args.url, out=args.out, group=args.group, count=args.count,
@@ -282,7 +282,7 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _verify_logprobs(args: argparse.Namespace) -> int:
-    from .verify_cli import verify_logprobs
+    from .verify import verify_logprobs
 
     return verify_logprobs(args.url, args.engine, args.session, admin_key=args.admin_key,
                            tolerance=args.tolerance)
