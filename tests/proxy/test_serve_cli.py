@@ -47,7 +47,8 @@ def test_serve_on_a_public_host_without_an_admin_key_refuses_with_one_line() -> 
 def test_bad_serve_flags_are_one_line_and_exit_2(
     argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["serve", "--upstream", "http://127.0.0.1:9", "--port", str(free_port()), *argv]) == 2
+    port = str(free_port())
+    assert main(["serve", "--upstream", "http://127.0.0.1:9", "--port", port, *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0], err
 
@@ -135,9 +136,10 @@ def busy_port() -> Iterator[int]:
         (["--upstream", "http://127.0.0.1:9", "--store", "sqlite:////nonexistent-dir/x/y.db"],
          "cannot open SQLite store"),
         (["--upstream", "http://127.0.0.1:9", "--session-ttl-s", "0"], "session_ttl_s"),
-        (["--upstream", "http://127.0.0.1:9", "--workers", "2"], "--workers 2 needs a shared store"),
-        (["--upstream", "http://127.0.0.1:9", "--token-in-token-out", "--tokenizer", "/nope/tok"],
-         "tokenizer not found"),
+        (["--upstream", "http://127.0.0.1:9", "--workers", "2"],
+         "--workers 2 needs a shared store"),
+        (["--upstream", "http://127.0.0.1:9", "--token-in-token-out",
+          "--tokenizer", "/nope/tok"], "tokenizer not found"),
         (["--model", "/nope/model.gguf"], "model path not found"),
     ],
 )
