@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from seedproxy.proxy.sglang_command import DETERMINISTIC_ATTENTION
+from seedproxy.commands.sglang import DETERMINISTIC_ATTENTION
 from tests.helpers.procs import free_port
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -3,7 +3,7 @@ import hashlib
 import pytest
 
 from seedproxy import choice_seeds, client_choice_seeds, derive_seed
-from seedproxy.proxy.cli import main
+from seedproxy.commands.cli import main
 from seedproxy.seeds import content_key, content_seeds
 
 

@@ -1,3 +1,3 @@
-from .proxy.cli import main
+from .commands.cli import main
 
 raise SystemExit(main())

@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from seedproxy import derive_seed
-from seedproxy.proxy.cli import main
+from seedproxy.commands.cli import main
 from tests.helpers.fake_compat import CompatSwitches, create_fake_openai
 from tests.helpers.fake_sglang import chat_prompt, logprob_of, tokenize, tokens_for
 from tests.helpers.servers import ServerThread

@@ -15,8 +15,8 @@ import openai
 import pytest
 
 from seedproxy.errors import ConfigError
-from seedproxy.proxy.cli import main
-from seedproxy.proxy.launch import parse_gpus, plan_servers
+from seedproxy.commands.cli import main
+from seedproxy.commands.launch import parse_gpus, plan_servers
 from tests.helpers.procs import free_port, seedproxy_env, start_seedproxy, wait_http
 
 ROOT = Path(__file__).resolve().parents[2]

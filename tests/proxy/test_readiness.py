@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from seedproxy.proxy.cli import main
+from seedproxy.commands.cli import main
 from tests.conftest import Fake
 from tests.helpers.procs import free_port, start_seedproxy, wait_http
 
@@ -79,6 +79,7 @@ def test_a_port_in_use_is_one_line_and_exit_2_without_listening() -> None:
 def test_a_blank_or_padded_admin_key_is_refused_at_start(
     key: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["serve", "--upstream", "http://127.0.0.1:9", "--admin-key", key]) == 2
+    assert main(["serve", "--upstream", "http://127.0.0.1:9", "--admin-key", key,
+                 "--port", str(free_port())]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "admin_key" in err[0], err

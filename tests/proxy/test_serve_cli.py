@@ -3,15 +3,17 @@ limit flags read from flags, ``SEEDPROXY_*`` and the config file."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from seedproxy import __version__
-from seedproxy.proxy.cli import main
+from seedproxy.commands.cli import main
 from seedproxy.settings import load_settings
-from tests.helpers.procs import start_seedproxy
+from tests.helpers.procs import free_port, start_seedproxy
 
 
 def test_serve_on_a_public_host_without_an_admin_key_refuses_with_one_line() -> None:
@@ -36,6 +38,8 @@ def test_serve_on_a_public_host_without_an_admin_key_refuses_with_one_line() -> 
         (["--max-body-bytes", "10"], "max_body_bytes"),
         (["--max-upstream-body-bytes", "10"], "max_upstream_body_bytes"),
         (["--read-timeout", "-1"], "read_timeout_s"),
+        (["--read-timeout-s", "-1"], "read_timeout_s"),
+        (["--engine-max-batch", "65"], "engine_max_batch"),
         (["--max-batch", "0"], "engine_max_batch"),
         (["--prefix-cache-mb", "-1"], "engine_prefix_cache_mb"),
     ],
@@ -43,7 +47,8 @@ def test_serve_on_a_public_host_without_an_admin_key_refuses_with_one_line() -> 
 def test_bad_serve_flags_are_one_line_and_exit_2(
     argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["serve", "--upstream", "http://127.0.0.1:9", *argv]) == 2
+    port = str(free_port())
+    assert main(["serve", "--upstream", "http://127.0.0.1:9", "--port", port, *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0], err
 
@@ -53,7 +58,7 @@ def test_an_unsupported_proxy_variable_is_one_line_and_exit_2(
 ) -> None:
     monkeypatch.setenv("HTTPS_PROXY", "socks5://127.0.0.1:1080")
     monkeypatch.delenv("https_proxy", raising=False)
-    assert main(["serve", "--upstream", "https://127.0.0.1:9"]) == 2
+    assert main(["serve", "--upstream", "https://127.0.0.1:9", "--port", str(free_port())]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "only http:// forward proxies" in err[0], err
 
@@ -109,6 +114,46 @@ def test_index_by_reads_from_flag_env_and_file(
     monkeypatch.setenv("SEEDPROXY_INDEX_BY", "arrival")
     assert load_settings({}, str(config)).index_by == "arrival"
     assert load_settings({"index_by": "content"}, str(config)).index_by == "content"
-    assert main(["serve", "--upstream", "http://127.0.0.1:9", "--index-by", "order"]) == 2
+    assert main(["serve", "--upstream", "http://127.0.0.1:9", "--port", str(free_port()),
+                 "--index-by", "order"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "index_by" in err[0], err
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    """A port another socket listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield int(sock.getsockname()[1])
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--upstream", "http://127.0.0.1:9", "--store", "mongodb://x"], "unsupported store URL"),
+        (["--upstream", "http://127.0.0.1:9", "--store", "sqlite:////nonexistent-dir/x/y.db"],
+         "cannot open SQLite store"),
+        (["--upstream", "http://127.0.0.1:9", "--session-ttl-s", "0"], "session_ttl_s"),
+        (["--upstream", "http://127.0.0.1:9", "--workers", "2"],
+         "--workers 2 needs a shared store"),
+        (["--upstream", "http://127.0.0.1:9", "--token-in-token-out",
+          "--tokenizer", "/nope/tok"], "tokenizer not found"),
+        (["--model", "/nope/model.gguf"], "model path not found"),
+    ],
+)
+def test_a_bad_flag_on_a_busy_port_names_the_flag_not_the_port(
+    argv: list[str], needle: str, busy_port: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["serve", "--port", str(busy_port), *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0] and "cannot listen" not in err[0], err
+
+
+def test_good_settings_on_a_busy_port_name_the_port(
+    busy_port: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["serve", "--upstream", "http://127.0.0.1:9", "--port", str(busy_port)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"cannot listen on 127.0.0.1:{busy_port}" in err[0], err

@@ -1,4 +1,5 @@
-"""The HTTP surface (a FastAPI app built by ``create_app``) and the command line."""
+"""The HTTP surface: a FastAPI app built by ``create_app``. It never imports
+``seedproxy.commands`` (the command line), which imports it."""
 
 from __future__ import annotations
 

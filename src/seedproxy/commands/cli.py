@@ -11,10 +11,15 @@ from typing import Any
 from .. import __version__
 from ..errors import ConfigError
 from ..seeds import derive_seed
+from .options import add_settings_flags, flag_values
 
 __all__ = ["main"]
 
 EXIT_USAGE = 2
+
+_NOT_FOR_LAUNCH = frozenset(
+    {"upstream", "backend", "model", "engine_max_batch", "engine_prefix_cache_mb"})
+"""Settings ``launch`` decides itself (its SGLang servers) or has no use for (the engine)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -31,12 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     serve = commands.add_parser("serve", help="run the proxy (with the embedded engine if no --upstream)")
-    serve.add_argument("--upstream", action="append", help="an upstream's root URL; repeatable")
-    serve.add_argument("--backend", help="sglang (default), vllm, openai")
-    _add_proxy_options(serve)
-    serve.add_argument("--model", help="engine model: a Hugging Face folder or a .gguf file")
-    _add_tito_options(serve)
-    _add_engine_options(serve)
+    serve.add_argument("--config", help="a TOML config file")
+    add_settings_flags(serve)
 
     sglang = commands.add_parser(
         "sglang-command", help="print the SGLang command line for deterministic inference"
@@ -52,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_argument("--base-port", type=int, default=30000, help="first SGLang port (0: free ports)")
     launch.add_argument("--health-timeout", type=float, default=1800.0, help="seconds to wait for /health")
     launch.add_argument("--python", default=sys.executable, help="a Python that has sglang installed")
-    _add_proxy_options(launch)
+    launch.add_argument("--config", help="a TOML config file")
+    add_settings_flags(launch, exclude=_NOT_FOR_LAUNCH)
 
     engine = commands.add_parser("engine", help="run the embedded CPU engine as an SGLang-compatible server")
     engine.add_argument("--host", default="127.0.0.1")
@@ -98,58 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_proxy_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--host", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, help="port to bind (default 8000)")
-    parser.add_argument(
-        "--deterministic", action=argparse.BooleanOptionalAction, default=None,
-        help="derive and send seeds (default on); --no-deterministic passes requests through",
-    )
-    parser.add_argument("--admin-key", help="required for a non-loopback --host")
-    parser.add_argument("--store", help="memory:// | sqlite:///PATH | redis://HOST:PORT/DB")
-    parser.add_argument("--workers", type=int, help="uvicorn worker processes (needs --store redis://)")
-    parser.add_argument("--max-body-bytes", type=int, help="larger request bodies get 413")
-    parser.add_argument("--max-open-sessions", type=int, help="more open sessions get 429")
-    parser.add_argument(
-        "--max-upstream-body-bytes", type=int,
-        help="a larger upstream answer, or SSE event, gets 502 (default 64 MiB)",
-    )
-    parser.add_argument("--connect-timeout", type=float, help="seconds to connect upstream (504)")
-    parser.add_argument("--read-timeout", type=float, help="seconds to wait on upstream reads (504)")
-    parser.add_argument("--session-ttl", type=float, help="evict sessions idle or ended this long (s)")
-    parser.add_argument(
-        "--client-timeout", type=float,
-        help="seconds a client has to send a request head, and again its body (default 30)",
-    )
-    parser.add_argument("--graceful-shutdown", type=float, help="seconds to drain on SIGTERM")
-    parser.add_argument("--pause-timeout", type=float,
-                        help="seconds a request waits while the fleet is paused (then 503)")
-    parser.add_argument("--allow-nondeterministic-upstream", action="store_true", default=None,
-                        help="serve through upstreams that fail the determinism preflight")
-    parser.add_argument("--capture-routed-experts", action="store_true", default=None,
-                        help="record MoE routed experts from /generate (routing replay)")
-    parser.add_argument("--index-by", help="arrival (default): seeds by arrival index; "
-                        "content: by what each request asks (see README)")
-    parser.add_argument("--config", help="a TOML config file")
-
-
-def _add_tito_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--token-in-token-out", action=argparse.BooleanOptionalAction, default=None,
-        help="render chat templates here and send token ids upstream "
-             "(default: on with the embedded engine, off otherwise)",
-    )
-    parser.add_argument("--tokenizer", help="token-in-token-out: a model folder or .gguf file")
-    parser.add_argument("--chat-template", help="token-in-token-out: a Jinja template file")
-    parser.add_argument("--tool-parser", help="token-in-token-out: hermes, llama3-json, mistral")
-    parser.add_argument("--reasoning-parser", help="token-in-token-out: think (<think>...</think>)")
-
-
 def _add_engine_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--max-batch", type=int,
+    """``engine`` runs without ``Settings``; it takes ``serve``'s spellings too."""
+    parser.add_argument("--engine-max-batch", "--max-batch", dest="max_batch", type=int,
                         help="engine: sequences decoded together (default 8)")
-    parser.add_argument("--prefix-cache-mb", type=int,
-                        help="engine: MB of cached KV prefixes (default 512)")
+    parser.add_argument("--engine-prefix-cache-mb", "--prefix-cache-mb", dest="prefix_cache_mb",
+                        type=int, help="engine: MB of cached KV prefixes (default 512)")
 
 
 def _add_sglang_options(parser: argparse.ArgumentParser) -> None:
@@ -188,42 +144,12 @@ def _seed(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from .serve import serve
 
-    flags = {"upstream": args.upstream, "backend": args.backend, "model": args.model,
-             "token_in_token_out": args.token_in_token_out, "tokenizer": args.tokenizer,
-             "chat_template": args.chat_template, "tool_parser": args.tool_parser,
-             "reasoning_parser": args.reasoning_parser,
-             "engine_max_batch": args.max_batch,
-             "engine_prefix_cache_mb": args.prefix_cache_mb}
-    return serve({**flags, **_proxy_flags(args)}, args.config)
-
-
-def _proxy_flags(args: argparse.Namespace) -> dict[str, Any]:
-    """The settings that ``_add_proxy_options`` adds, keyed as ``Settings`` names them."""
-    return {
-        "host": args.host,
-        "port": args.port,
-        "deterministic": args.deterministic,
-        "admin_key": args.admin_key,
-        "store": args.store,
-        "workers": args.workers,
-        "max_body_bytes": args.max_body_bytes,
-        "max_open_sessions": args.max_open_sessions,
-        "max_upstream_body_bytes": args.max_upstream_body_bytes,
-        "connect_timeout_s": args.connect_timeout,
-        "read_timeout_s": args.read_timeout,
-        "session_ttl_s": args.session_ttl,
-        "client_timeout_s": args.client_timeout,
-        "graceful_shutdown_s": args.graceful_shutdown,
-        "pause_timeout_s": args.pause_timeout,
-        "allow_nondeterministic_upstream": args.allow_nondeterministic_upstream,
-        "capture_routed_experts": args.capture_routed_experts,
-        "index_by": args.index_by,
-    }
+    return serve(flag_values(args), args.config)
 
 
 def _sglang_command(args: argparse.Namespace) -> int:
     from .launch import warn_attention_backend
-    from .sglang_command import render, sglang_args
+    from .sglang import render, sglang_args
 
     line = render(sglang_args(
         args.model_path, attention_backend=args.attention_backend, tp=args.tp,
@@ -245,7 +171,7 @@ def _launch(args: argparse.Namespace) -> int:
         extra=args.extra, python=args.python,
     )
     warn_attention_backend(args.attention_backend)
-    flags = {"backend": "sglang", **_proxy_flags(args)}
+    flags = {**flag_values(args), "backend": "sglang"}
     load_settings({**flags, "upstream": plan.urls}, args.config)  # fail before starting anything
     return launch(
         plan, lambda urls: serve({**flags, "upstream": urls}, args.config),
@@ -267,13 +193,13 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _verify_replay(args: argparse.Namespace) -> int:
-    from .replay_cli import verify_session
+    from .replay import verify_session
 
     return verify_session(args.url, args.session, admin_key=args.admin_key)
 
 
 def _export(args: argparse.Namespace) -> int:
-    from .export_cli import export_to_file
+    from .export import export_to_file
 
     return export_to_file(
         args.url, out=args.out, group=args.group, count=args.count,
@@ -282,7 +208,7 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _verify_logprobs(args: argparse.Namespace) -> int:
-    from .verify_cli import verify_logprobs
+    from .verify import verify_logprobs
 
     return verify_logprobs(args.url, args.engine, args.session, admin_key=args.admin_key,
                            tolerance=args.tolerance)

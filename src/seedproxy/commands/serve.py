@@ -3,21 +3,28 @@ and the engine alone."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import socket
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
+from ..backends.client import upstream_client
 from ..errors import ConfigError
+from ..sessions import open_store
 from ..settings import Settings, load_settings
-from .app import create_app, open_tito_mode
-from .factory import APP_FACTORY, export_settings
-from .logs import configure_logging
-from .protocol import guarded_http_protocol
+from ..proxy.app import create_app, open_tito_mode
+from ..proxy.factory import APP_FACTORY, export_settings
+from ..proxy.logs import configure_logging
+from ..proxy.protocol import guarded_http_protocol
 
-__all__ = ["bind", "run_engine_only", "serve"]
+if TYPE_CHECKING:
+    from ..backends.tito import TitoMode
+
+__all__ = ["bind", "check_before_binding", "run_engine_only", "serve"]
 
 log = logging.getLogger("seedproxy")
 
@@ -25,18 +32,13 @@ _ENGINE_EXTRA = "the embedded engine needs torch and transformers: pip install '
 
 
 def serve(flags: dict[str, Any], config_file: str | None) -> int:
+    """Run the proxy. Every setting is checked before the port is bound (a bad flag on
+    a busy port names the flag), and the port before any engine loads."""
     settings = load_settings(flags, config_file)
-    if settings.workers > 1 and settings.store.startswith("memory:"):
-        raise ConfigError(
-            f"--workers {settings.workers} needs a shared store (--store redis://...): "
-            "the memory store is single-process"
-        )
+    tito = check_before_binding(settings)
     configure_logging()
-    # Bound first: a port in use is one line and exit 2 before any engine loads or
-    # anything says "listening".
     sock = bind(settings.host, settings.port)
     engine = None
-    tito = None
     try:
         upstreams = settings.upstream
         if not upstreams:
@@ -51,7 +53,7 @@ def serve(flags: dict[str, Any], config_file: str | None) -> int:
             settings = settings.model_copy(update={
                 "token_in_token_out": True, "tokenizer": settings.tokenizer or engine.model_path})
         counter = engine.counter if engine is not None else None
-        app = create_app(  # also checks the store URL
+        app = create_app(
             settings, upstreams=upstreams, tito=tito, prompt_counter=counter
         )
         if settings.upstream and settings.backend == "sglang" and settings.deterministic:
@@ -86,6 +88,31 @@ def serve(flags: dict[str, Any], config_file: str | None) -> int:
         if engine is not None:
             engine.stop()
     return 0
+
+
+def check_before_binding(settings: Settings) -> TitoMode | None:
+    """Refuse (``ConfigError``) what ``create_app`` or the engine would refuse, without
+    binding: the store (opened, then closed), the upstream client (proxy variables),
+    the engine's model path, and token-in-token-out, opened here for an upstream."""
+    if settings.workers > 1 and settings.store.startswith("memory:"):
+        raise ConfigError(
+            f"--workers {settings.workers} needs a shared store (--store redis://...): "
+            "the memory store is single-process"
+        )
+    asyncio.run(_open_and_close(settings))
+    if not settings.upstream:
+        if settings.model and not Path(settings.model).expanduser().exists():
+            raise ConfigError(f"model path not found: {settings.model}")
+        return None  # token-in-token-out then uses the engine's tokenizer
+    return open_tito_mode(settings) if settings.token_in_token_out else None
+
+
+async def _open_and_close(settings: Settings) -> None:
+    store = open_store(settings.store)
+    await store.close()
+    client = upstream_client(read_timeout_s=settings.read_timeout_s,
+                             connect_timeout_s=settings.connect_timeout_s)
+    await client.aclose()
 
 
 def _client_limits(settings: Settings) -> dict[str, Any]:

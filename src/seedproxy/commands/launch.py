@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 
 from ..errors import ConfigError
-from .sglang_command import check_attention_backend, sglang_args
+from .sglang import check_attention_backend, sglang_args
 
 __all__ = ["LaunchPlan", "ServerSpec", "SGLangFleet", "launch", "parse_gpus", "plan_servers"]
 

@@ -1,0 +1,81 @@
+"""``Settings``' flags, generated from its fields so that each option has one
+definition: the field ``name`` is the flag ``--name-with-dashes``, and its docstring
+the help. Booleans are ``--x/--no-x``; lists repeat; every flag defaults to None
+(unset: the environment, the TOML file or the default decides, in ``load_settings``).
+Older spellings (``ALIASES``) are hidden flags with the same destination."""
+
+from __future__ import annotations
+
+import argparse
+import types
+import typing
+from collections.abc import Collection
+from typing import Any, Literal
+
+from pydantic.fields import FieldInfo
+
+from ..settings import ALIASES, Settings
+
+__all__ = ["LEGACY_NAMES", "add_settings_flags", "flag_name", "flag_values"]
+
+LEGACY_NAMES = ALIASES
+"""Older spelling -> field name; each is a hidden flag, env name and TOML key."""
+
+
+def flag_name(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+def add_settings_flags(parser: argparse.ArgumentParser, *,
+                       exclude: Collection[str] = ()) -> None:
+    """Add a flag for every ``Settings`` field not in ``exclude``, with ``dest`` the
+    field name, so ``flag_values`` reads them back."""
+    group = parser.add_argument_group(
+        "settings", "each also SEEDPROXY_<NAME> in the environment, or <name> in --config")
+    for name, info in Settings.model_fields.items():
+        if name in exclude:
+            continue
+        group.add_argument(flag_name(name), dest=name, default=None, help=_help(info),
+                           **_kind(name, info))
+    for old, name in ALIASES.items():
+        if name not in exclude:
+            info = Settings.model_fields[name]
+            group.add_argument(flag_name(old), dest=name, default=None,
+                               help=argparse.SUPPRESS, **_kind(name, info))
+
+
+def flag_values(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings flags in ``args``, keyed by field name (None: not given)."""
+    return {name: getattr(args, name) for name in Settings.model_fields if hasattr(args, name)}
+
+
+def _base(annotation: Any) -> Any:
+    """``X | None`` -> ``X``."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return annotation
+
+
+def _kind(name: str, info: FieldInfo) -> dict[str, Any]:
+    """argparse keywords for the field's type. Values are checked by ``Settings``
+    (one error naming the field), so a ``Literal`` gets a metavar, not ``choices``."""
+    kind = _base(info.annotation)
+    if kind is bool:
+        return {"action": argparse.BooleanOptionalAction}
+    if typing.get_origin(kind) is list:
+        return {"action": "append", "metavar": name.upper()}
+    if typing.get_origin(kind) is Literal:
+        return {"metavar": "{" + ",".join(str(v) for v in typing.get_args(kind)) + "}"}
+    if kind in (int, float, str):
+        return {"type": kind, "metavar": name.upper()}
+    raise TypeError(f"Settings.{name}: no flag for type {info.annotation!r}")
+
+
+def _help(info: FieldInfo) -> str:
+    text = " ".join((info.description or "").split())
+    default = info.get_default(call_default_factory=True)
+    if default not in (None, []) and not isinstance(default, bool):
+        text += f" (default {default})"
+    return text.replace("%", "%%")
