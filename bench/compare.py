@@ -1,8 +1,9 @@
 """Compare seedproxy at several git revisions, interleaved in one run, against the
-benchmark's fake upstream: proxy CPU per request, sequential p50, streaming TTFB
-and requests per second at concurrency 16.
+benchmark's fake upstream: proxy CPU per request (sequential, and at concurrency
+``--concurrency``, 64 by default), sequential p50, streaming TTFB and requests per
+second at that concurrency.
 
-    python bench/compare.py REV [REV...] [--rounds 4] [--seq 300]
+    python bench/compare.py REV [REV...] [--rounds 4] [--seq 300] [--concurrency 64]
 
 Each revision's ``src/`` is exported with ``git archive`` to a temporary folder;
 the working tree is used for the revision ``WORKTREE``. This is how the effect of
@@ -48,7 +49,7 @@ def start(src: Path, upstream: ov.Target, workdir: Path, name: str) -> ov.Target
 
 
 async def one_round(targets: list[ov.Target], results: dict[str, dict[str, list[float]]],
-                    warm: bool, seq: int = 300) -> None:
+                    warm: bool, seq: int = 300, concurrency: int = 64) -> None:
     for t in targets:
         t.runs += 1
         cpu0 = ov.cpu_seconds(t.proc.pid)  # type: ignore[union-attr]
@@ -64,9 +65,12 @@ async def one_round(targets: list[ov.Target], results: dict[str, dict[str, list[
             results[t.name]["ttfb_ms"].append(ov.pct(ttfb, 0.5) * 1e3)
     for t in targets:
         t.runs += 1
-        rps, _ = await ov.throughput(t, 16, 1.5)
+        cpu0, served0 = ov.cpu_seconds(t.proc.pid), t.served  # type: ignore[union-attr]
+        rps, _ = await ov.throughput(t, concurrency, 1.5)
+        cpu = ov.cpu_seconds(t.proc.pid) - cpu0  # type: ignore[union-attr]
         if not warm:
-            results[t.name]["rps_c16"].append(rps)
+            results[t.name]["rps"].append(rps)
+            results[t.name]["cpu_us_c"].append(cpu / max(1, t.served - served0) * 1e6)
 
 
 def main() -> int:
@@ -75,6 +79,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--seq", type=int, default=300,
                         help="sequential requests per round (CPU time is read in 10 ms ticks)")
+    parser.add_argument("--concurrency", type=int, default=64)
     args = parser.parse_args()
     with contextlib.suppress(ImportError):
         import uvloop
@@ -89,18 +94,24 @@ def main() -> int:
         for i, rev in enumerate(args.revs):  # each one stopped on exit, even if a later one fails
             proxies.append(start(export(rev, workdir / f"rev{i}"), upstream, workdir, rev))
             targets.append(proxies[-1])
-        results = {p.name: {"cpu_us": [], "p50_ms": [], "ttfb_ms": [], "rps_c16": []}
-                   for p in proxies}
-        asyncio.run(one_round(proxies, results, warm=True))
+        results: dict[str, dict[str, list[float]]] = {
+            p.name: {"cpu_us": [], "cpu_us_c": [], "p50_ms": [], "ttfb_ms": [], "rps": []}
+            for p in proxies}
+        asyncio.run(one_round(proxies, results, warm=True, concurrency=args.concurrency))
         for _ in range(args.rounds):
-            asyncio.run(one_round(proxies, results, warm=False, seq=args.seq))
-    print("| revision | proxy CPU/request (us) | seq p50 (ms) | stream TTFB p50 (ms) "
-          "| req/s c=16 |")
-    print("|---|---|---|---|---|")
+            asyncio.run(one_round(proxies, results, warm=False, seq=args.seq,
+                                  concurrency=args.concurrency))
+    c = args.concurrency
+    print(f"| revision | proxy CPU/request (us) | CPU/request c={c} (us) | seq p50 (ms) "
+          f"| stream TTFB p50 (ms) | req/s c={c} |")
+    print("|---|---|---|---|---|---|")
+    base = None
     for name, figures in results.items():
         m = {k: statistics.median(v) for k, v in figures.items()}
-        print(f"| {name} | {m['cpu_us']:,.0f} | {m['p50_ms']:.3f} | {m['ttfb_ms']:.3f} | "
-              f"{m['rps_c16']:,.0f} |")
+        base = base or m
+        ratio = m["cpu_us_c"] / base["cpu_us_c"] if base["cpu_us_c"] else float("nan")
+        print(f"| {name} | {m['cpu_us']:,.0f} | {m['cpu_us_c']:,.0f} (x{ratio:.2f}) | "
+              f"{m['p50_ms']:.3f} | {m['ttfb_ms']:.3f} | {m['rps']:,.0f} |")
     return 0
 
 

@@ -19,16 +19,25 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..backends.board import FleetBoard
+from ..backends.dispatch import Dispatch
 from ..backends.pool import UpstreamPool
 from ..errors import SeedProxyError, SessionNotFound
-
-if TYPE_CHECKING:
-    from .exchange import Exchange
+from ..sessions import SessionRecord
 
 __all__ = ["InFlight"]
+
+
+class Exchange(Protocol):
+    """What the registry reads of an exchange (``exchange.Exchange``)."""
+
+    @property
+    def session(self) -> SessionRecord | None: ...
+
+    @property
+    def dispatches(self) -> list[Dispatch]: ...
 
 
 class InFlight:

@@ -193,7 +193,7 @@ class ResumingSender:
                 return reply  # the caller reports an answer that is not JSON
             whole = progress.shifted(answer) if isinstance(answer, dict) else answer
             if not await self._resume(whole, epoch, progress):
-                if whole is answer:  # never resumed: the reply as it came, parsed
+                if progress.attempts == 1:  # never resumed: the reply as it came, parsed
                     reply.parsed = (answer,)
                     return reply
                 response = httpx.Response(200, headers=reply.response.headers,
