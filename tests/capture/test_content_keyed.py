@@ -17,7 +17,7 @@ from seedproxy.seeds import content_key, content_seeds
 from tests.conftest import Fake
 
 STEPS, SIBLINGS = 5, 4
-VARYING = ("request_index", "latency_ms")
+VARYING = ("request_index", "latency_ms", "created", "created_at")
 """The fields of an interaction that count arrivals or read a clock."""
 
 
