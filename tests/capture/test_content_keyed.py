@@ -15,10 +15,12 @@ import orjson
 from seedproxy import derive_seed
 from seedproxy.seeds import content_key, content_seeds
 from tests.conftest import Fake
+from tests.helpers.replay_fields import strip_documented
 
 STEPS, SIBLINGS = 5, 4
-VARYING = ("request_index", "latency_ms")
-"""The fields of an interaction that count arrivals or read a clock."""
+VARYING = ("request_index",)
+"""The field of an interaction that counts arrivals; the documented clock fields
+(``latency_ms``, ``created``, timestamps, at any depth) go too (``strip_documented``)."""
 
 
 def ask(step: int, branch: int, context: str) -> dict[str, Any]:
@@ -74,7 +76,8 @@ async def agent(
 def stable(export: dict[str, Any]) -> bytes:
     """The export without the physical session's name and the per-arrival fields."""
     interactions = [
-        {k: v for k, v in i.items() if k not in VARYING} for i in export["interactions"]
+        {k: v for k, v in strip_documented(i).items() if k not in VARYING}
+        for i in export["interactions"]
     ]
     return orjson.dumps({"identity": export["identity"], "interactions": interactions})
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -155,6 +157,9 @@ def _create(sw: CompatSwitches, *, vllm: bool) -> Starlette:
             count = body.get("max_tokens") or 8
         n = int(body.get("n") or 1)
         outs = [draw(body, prompt, int(count)) for _ in range(n)]
+        # a fresh id per request and the clock, as vLLM and OpenAI give
+        cid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        created = int(time.time())
         ids_on = vllm and body.get("return_token_ids") is True
         want_lp = bool(body.get("logprobs")) if chat else body.get("logprobs") is not None
         obj = "chat.completion" if chat else "text_completion"
@@ -204,9 +209,9 @@ def _create(sw: CompatSwitches, *, vllm: bool) -> Starlette:
                     choice["token_ids"] = ids
                 choices.append(choice)
             answer: dict[str, Any] = {
-                "id": "cmpl-1",
+                "id": cid,
                 "object": obj,
-                "created": 1,
+                "created": created,
                 "model": sw.name,
                 "choices": choices,
                 "usage": usage,
@@ -241,9 +246,9 @@ def _create(sw: CompatSwitches, *, vllm: bool) -> Starlette:
                     if ids_on:
                         choice["token_ids"] = [token]
                     chunk: dict[str, Any] = {
-                        "id": "cmpl-1",
+                        "id": cid,
                         "object": obj + ".chunk" if chat else obj,
-                        "created": 1,
+                        "created": created,
                         "model": sw.name,
                         "choices": [choice],
                     }
@@ -257,9 +262,9 @@ def _create(sw: CompatSwitches, *, vllm: bool) -> Starlette:
                     b"data: "
                     + orjson.dumps(
                         {
-                            "id": "cmpl-1",
+                            "id": cid,
                             "object": obj,
-                            "created": 1,
+                            "created": created,
                             "model": sw.name,
                             "choices": [end],
                         }
@@ -287,14 +292,14 @@ def _create(sw: CompatSwitches, *, vllm: bool) -> Starlette:
         ids = draw(body, tokenize(text), int(body.get("max_output_tokens") or 8))
         return JSONResponse(
             {
-                "id": "resp_1",
+                "id": "resp_" + uuid.uuid4().hex,
                 "object": "response",
-                "created_at": 1,
+                "created_at": int(time.time()),
                 "model": sw.name,
                 "status": "completed",
                 "output": [
                     {
-                        "id": "msg_1",
+                        "id": "msg_" + uuid.uuid4().hex,
                         "type": "message",
                         "role": "assistant",
                         "status": "completed",

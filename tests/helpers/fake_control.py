@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,7 +82,7 @@ class FakeControl:
 
     def start(self, rid: str | None) -> Run:
         self._counter += 1
-        run = Run(rid if isinstance(rid, str) and rid else f"fake-{self._counter}")
+        run = Run(rid if isinstance(rid, str) and rid else uuid.uuid4().hex)  # SGLang: a fresh uuid
         self.running[run.rid] = run
         return run
 

@@ -31,6 +31,7 @@ import hashlib
 import struct
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,6 +93,17 @@ class Switches:
     that finishes its turn), whatever ``max_tokens`` allows."""
     reply: str | None = None
     """When set, OpenAI routes answer with this text, one token per character."""
+    error_after: int | None = None
+    """Streamed chat, completions and /generate: after this many tokens of a stream,
+    the stream ends with an error event, ``data: {"error": {"message", "type", "code":
+    error_status}}``, then ``data: [DONE]``, as SGLang and vLLM end a stream that
+    fails mid-way (the HTTP status stays 200: the head went out already)."""
+    error_status: int = 500
+    stall_after: int | None = None
+    """Streamed chat, completions and /generate: after this many tokens of a stream,
+    the stream stalls (nothing more is sent) until ``stall_release`` is set: a proxy's
+    read timeout ends it. ``stall_release`` set, the stream goes on."""
+    stall_release: threading.Event = field(default_factory=threading.Event)
 
 
 def tokens_for(prompt_ids: list[int], seed: int | None, temperature: float, count: int,
@@ -182,6 +194,19 @@ def _call_piece(call: dict[str, Any], k: int, count: int) -> dict[str, Any]:
         return {"index": 0, "id": call["id"], "type": "function",
                 "function": {"name": call["function"]["name"], "arguments": piece}}
     return {"index": 0, "function": {"arguments": piece}}
+
+
+def stream_error_event(status: int) -> bytes:
+    """The event SGLang (and vLLM) send in place of the rest of a failing stream."""
+    kind = "InternalServerError" if status >= 500 else "BadRequestError"
+    body = {"error": {"message": "injected mid-stream failure", "type": kind, "param": None,
+                      "code": status}}
+    return b"data: " + orjson.dumps(body) + b"\n\n"
+
+
+def fresh_id(prefix: str = "") -> str:
+    """A new request id, as SGLang gives each request (``uuid4().hex``)."""
+    return prefix + uuid.uuid4().hex
 
 
 def error(message: str, status: int = 400) -> JSONResponse:
@@ -275,8 +300,18 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
         if body.get("stream"):
             async def events():  # cumulative chunks, SGLang's default
                 for index in range(n):
-                    async for run, sofar, finish in produce(index):
-                        yield b"data: " + orjson.dumps(item(run, sofar, finish, index)) + b"\n\n"
+                    chunks = produce(index)
+                    try:
+                        async for run, sofar, finish in chunks:
+                            if sw.error_after is not None and len(sofar) > sw.error_after:
+                                yield stream_error_event(sw.error_status)
+                                yield b"data: [DONE]\n\n"
+                                return
+                            if sw.stall_after is not None and len(sofar) > sw.stall_after:
+                                await asyncio.to_thread(sw.stall_release.wait, 60)
+                            yield b"data: " + orjson.dumps(item(run, sofar, finish, index)) + b"\n\n"
+                    finally:
+                        await chunks.aclose()
                 yield b"data: [DONE]\n\n"
 
             return StreamingResponse(events(), media_type="text/event-stream")
@@ -319,6 +354,11 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
             ids = tokenize(sw.reply)[: int(count)]
         want_lp = bool(body.get("logprobs")) if chat else body.get("logprobs") is not None
         obj = "chat.completion" if chat else "text_completion"
+        # SGLang's answer id is the request's rid (a fresh uuid when none is given), and
+        # ``created`` is the clock: neither repeats when a request is run again.
+        rid = body.get("rid")
+        cid = rid if isinstance(rid, str) and rid else fresh_id()
+        created = int(time.time())
 
         def logprobs(tokens: list[int]) -> Any:
             if not want_lp:
@@ -372,7 +412,7 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
                         choice["token_ids"] = ids
                         choice["prompt_token_ids"] = prompt
                 choices.append(choice)
-            answer = {"id": "cmpl-1", "object": obj, "created": 1, "model": sw.name,
+            answer = {"id": cid, "object": obj, "created": created, "model": sw.name,
                       "choices": choices, "usage": usage}
             if chat:
                 answer["metadata"] = {"weight_version": sw.control.version}
@@ -389,7 +429,7 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
                 for k, word in enumerate(reasoning.split()):
                     delta = {"reasoning_content": word if k == 0 else " " + word}
                     choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
-                    yield b"data: " + orjson.dumps({"id": "cmpl-1", "object": obj + ".chunk", "created": 1,
+                    yield b"data: " + orjson.dumps({"id": cid, "object": obj + ".chunk", "created": created,
                                                      "model": sw.name, "choices": [choice]}) + b"\n\n"
             for i in range(n):
                 for k, token in enumerate(ids):
@@ -399,6 +439,13 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
                         break
                     if sw.break_stream_after is not None and sent >= sw.break_stream_after:
                         raise ConnectionResetError("injected stream break")
+                    if sw.error_after is not None and k >= sw.error_after:
+                        sw.control.finish(run)
+                        yield stream_error_event(sw.error_status)
+                        yield b"data: [DONE]\n\n"
+                        return
+                    if sw.stall_after is not None and k >= sw.stall_after:
+                        await asyncio.to_thread(sw.stall_release.wait, 60)
                     sent += 1
                     text = detok([token])
                     if chat:
@@ -414,7 +461,7 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
                             choice["token_ids"] = [token]
                             if k == 0:
                                 choice["prompt_token_ids"] = prompt
-                    chunk = {"id": "cmpl-1", "object": obj + ".chunk" if chat else obj, "created": 1,
+                    chunk = {"id": cid, "object": obj + ".chunk" if chat else obj, "created": created,
                              "model": sw.name, "choices": [choice]}
                     yield b"data: " + orjson.dumps(chunk) + b"\n\n"
                     if sent == 1 and sw.stream_barrier is not None:
@@ -423,7 +470,7 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
                 ended = finish_now if call is None or finish_now == "abort" else "tool_calls"
                 end = {"index": i, "logprobs": None, "finish_reason": ended}
                 end.update({"delta": {}} if chat else {"text": ""})
-                yield b"data: " + orjson.dumps({"id": "cmpl-1", "object": obj, "created": 1,
+                yield b"data: " + orjson.dumps({"id": cid, "object": obj, "created": created,
                                                  "model": sw.name, "choices": [end]}) + b"\n\n"
             sglext: dict[str, Any] = {}
             if chat and headers.get("x-sglext-return-input-ids") == "1":
@@ -431,10 +478,10 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
             if chat and headers.get("x-sglext-return-output-ids") == "1":
                 sglext["output_ids"] = [produced for _ in range(n)]
             if sglext:
-                yield b"data: " + orjson.dumps({"id": "cmpl-1", "object": obj, "created": 1,
+                yield b"data: " + orjson.dumps({"id": cid, "object": obj, "created": created,
                                                  "model": sw.name, "choices": [], "sglext": sglext}) + b"\n\n"
             if (body.get("stream_options") or {}).get("include_usage"):
-                yield b"data: " + orjson.dumps({"id": "cmpl-1", "object": obj, "created": 1,
+                yield b"data: " + orjson.dumps({"id": cid, "object": obj, "created": created,
                                                  "model": sw.name, "choices": [], "usage": usage}) + b"\n\n"
             if sw.hold is not None:
                 await asyncio.to_thread(sw.hold.wait)

@@ -16,6 +16,7 @@ import pytest
 from seedproxy import derive_seed
 from seedproxy.backends.pool import rendezvous_order
 from tests.helpers.fleet import Fleet
+from tests.helpers.replay_fields import strip_documented
 
 SESSIONS = [f"ep-{i}" for i in range(8)]
 TURNS = 4
@@ -75,11 +76,12 @@ def rollout(
 
 
 def without_upstream(trajectories: list[Any]) -> list[Any]:
-    """The export less what legitimately differs between runs: who answered, and when."""
+    """The export less what legitimately differs between runs: who answered (a failover
+    here), and the documented clock fields (``latency_ms``, ``created``, timestamps)."""
     out = []
     for t in trajectories:
         interactions = [
-            {k: v for k, v in i.items() if k not in ("upstream", "latency_ms")}
+            {k: v for k, v in strip_documented(i).items() if k != "upstream"}
             for i in t["interactions"]
         ]
         out.append({**t, "interactions": interactions})

@@ -10,6 +10,8 @@ Invariants:
 - ``LocalBoard`` is one process's state (memory and SQLite stores), with no I/O.
   ``RedisBoard`` (``redis_board.py``) shares it between the replicas of a Redis store
   and publishes each write; ``follow`` applies what others write until cancelled.
+  The state and the board's protocol live in ``fleet_state.py``, which both boards
+  import: ``redis_board`` never imports this module back.
 - ``stop_session`` tells every replica (this one included) to stop a session's requests
   in flight; it is a message, not state: a replica that was not listening misses it,
   and those requests then end as they would have, finding no session to record in.
@@ -17,56 +19,18 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Protocol
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
+from .fleet_state import FleetBoard, FleetState
 from .pause import PauseMode
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..sessions import SessionStore
 
 __all__ = ["FleetBoard", "FleetState", "LocalBoard", "open_board"]
-
-
-@dataclass(frozen=True, slots=True)
-class FleetState:
-    paused: bool = False
-    mode: PauseMode | None = None
-    abort_epoch: int = 0
-    weight_version: str | None = None
-    """The version last set through ``/fleet/weight_version`` (None: never)."""
-    seq: int = 0
-    board: str | None = None
-
-    def newer_than(self, other: FleetState) -> bool:
-        return self.board != other.board or self.seq > other.seq
-
-
-class FleetBoard(Protocol):
-    async def read(self) -> FleetState: ...
-
-    async def pause(self, mode: PauseMode) -> FleetState:
-        """Paused in ``mode``; in ``abort`` mode the epoch moves too."""
-        ...
-
-    async def resume(self) -> FleetState: ...
-
-    async def abort(self) -> FleetState:
-        """Move the epoch: running requests are about to be aborted."""
-        ...
-
-    async def set_weight_version(self, version: str) -> FleetState: ...
-
-    async def stop_session(self, session_id: str) -> None:
-        """Tell every follower to stop ``session_id``'s requests in flight."""
-        ...
-
-    async def follow(self, apply: Callable[[FleetState], None],
-                     stop: Callable[[str], None]) -> None:
-        """Call ``apply`` with each state another writer makes, and ``stop`` with each
-        session told to stop, until cancelled."""
-        ...
 
 
 class LocalBoard:

@@ -27,7 +27,7 @@ import orjson
 from ..errors import BadRequest, StoreError
 from ..sessions.ids import check_id
 from ..sessions.store.redis import RedisStore
-from .board import FleetState
+from .fleet_state import FleetState
 from .pause import PAUSE_MODES, PauseMode
 
 __all__ = ["RedisBoard"]

@@ -1,0 +1,22 @@
+"""The record fields that may differ between two runs of the same rollout (the
+contract: "``created`` and timestamps are the only clock fields"; the session id names
+the physical session, ``latency_ms`` is a clock reading). Everything else, answer ids
+included, must be equal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["MAY_DIFFER", "strip_documented"]
+
+MAY_DIFFER = frozenset({"session_id", "latency_ms", "created", "created_at", "timestamp"})
+
+
+def strip_documented(value: Any) -> Any:
+    """``value`` without the fields that may differ (and ``*_at`` timestamps), at any depth."""
+    if isinstance(value, dict):
+        return {k: strip_documented(v) for k, v in value.items()
+                if k not in MAY_DIFFER and not k.endswith("_at")}
+    if isinstance(value, list):
+        return [strip_documented(v) for v in value]
+    return value
