@@ -1,6 +1,7 @@
 """The record fields that may differ between two runs of the same rollout (the
 contract: "``created`` and timestamps are the only clock fields"; the session id names
-the physical session, ``latency_ms`` is a clock reading). Everything else, answer ids
+the physical session, and ``group_id`` its default group, named after it;
+``latency_ms`` is a clock reading). Everything else, answer ids
 included, must be equal."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from typing import Any
 
 __all__ = ["MAY_DIFFER", "strip_documented"]
 
-MAY_DIFFER = frozenset({"session_id", "latency_ms", "created", "created_at", "timestamp"})
+MAY_DIFFER = frozenset({"session_id", "group_id", "latency_ms", "created", "created_at", "timestamp"})
 
 
 def strip_documented(value: Any) -> Any:

@@ -24,7 +24,13 @@ class MalformedAnswer(UpstreamError):
 
 
 class UpstreamFailed(UpstreamError):
-    """An upstream ended its stream with an error event (status: the error's code)."""
+    """An upstream ended its stream with an error event (status: the error's code, which
+    the client's error event carries as SGLang's does)."""
+
+    def body(self) -> dict[str, Any]:
+        body = super().body()
+        body["error"]["code"] = self.status_code
+        return body
 
 
 def check_answer(endpoint: Endpoint, answer: Any) -> None:

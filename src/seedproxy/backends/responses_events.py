@@ -152,5 +152,9 @@ class ResponsesEvents:
         return events
 
     def result(self) -> dict[str, Any] | None:
-        """The completed response (None until ``finish``)."""
-        return self._final
+        """The completed response once finished; before that, what arrived so far as an
+        ``incomplete`` response (a stream that failed), or None when nothing did."""
+        if self._final is not None or self._id is None:
+            return self._final
+        return envelope(self._body, self._id, self._created, self._model, status="incomplete",
+                        output=list(self._output), usage=self._usage)
