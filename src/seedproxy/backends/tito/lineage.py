@@ -8,8 +8,9 @@ render, and ``forked_from`` names the earlier turn sharing the longest message
 prefix. The template kwargs are part of the context key, so a turn whose kwargs
 differ from the earlier one's is a full render (a new branch). A request continuing
 its final assistant message (``continue_final_message``) records the messages before
-it; its reply is matched later as that message's content + the sampled content. The state read here is the session's recorded interactions, so it is the
-same in every store.
+it; its reply is matched later as that message's content + the sampled content.
+The state read here is the session's recorded interactions, so it is the same in
+every store.
 """
 
 from __future__ import annotations
