@@ -59,12 +59,13 @@ def tool_call_id(completion_id: str, position: int) -> str:
 
 class AssistantStream:
     def __init__(self, decoder: IncrementalDecoder, reasoning: ThinkParser | None,
-                 tools: ToolParser | None, stops: tuple[str, ...] = ()) -> None:
+                 tools: ToolParser | None, stops: tuple[str, ...] = (), *,
+                 continues: bool = False) -> None:
         self._decoder = decoder
         self._stop = StopTrim(stops) if stops else None
         self._reasoning = reasoning
         self._tools = tools
-        self._content = Held()
+        self._content = Held(strip_leading=not continues)
         self.reply = Reply()
 
     def feed(self, token_id: int) -> list[Delta]:

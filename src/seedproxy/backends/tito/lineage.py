@@ -5,8 +5,12 @@ message matching one of t's recorded replies, then at least one new message, wit
 the same tools. Its prompt is then t's prompt ids + that choice's completion ids
 exactly as sampled + the ids of the new messages only. Otherwise it is a full
 render, and ``forked_from`` names the earlier turn sharing the longest message
-prefix. The state read here is the session's recorded interactions, so it is the
-same in every store.
+prefix. The template kwargs are part of the context key, so a turn whose kwargs
+differ from the earlier one's is a full render (a new branch). A request continuing
+its final assistant message (``continue_final_message``) records the messages before
+it; its reply is matched later as that message's content + the sampled content.
+The state read here is the session's recorded interactions, so it is the same in
+every store.
 """
 
 from __future__ import annotations
@@ -17,8 +21,9 @@ from typing import Any
 from ...sessions import Interaction
 from .matcher import context_key, message_key, reasoning_key, reasoning_of
 from .renderer import Renderer
+from .template_input import RenderOptions, render_options, template_messages
 
-__all__ = ["Prompt", "build_prompt", "tito_record"]
+__all__ = ["Prompt", "build_prompt", "reply_key", "tito_record"]
 
 
 @dataclass(slots=True)
@@ -31,6 +36,8 @@ class Prompt:
     message_keys: list[str]
     extends: dict[str, Any] | None = None
     forked_from: dict[str, Any] | None = None
+    prefix: str | None = None
+    """The continued final assistant message's text (``continue_final_message``)."""
 
 
 def _replies(turn: Interaction) -> list[dict[str, Any]]:
@@ -72,28 +79,35 @@ def _common(a: list[str], b: list[str]) -> int:
     return size
 
 
-def build_prompt(renderer: Renderer, body: dict[str, Any],
-                 history: list[Interaction]) -> Prompt:
+def build_prompt(renderer: Renderer, body: dict[str, Any], history: list[Interaction],
+                 options: RenderOptions | None = None) -> Prompt:
     """The prompt for chat ``body`` given the session's earlier interactions."""
-    messages: list[dict[str, Any]] = body["messages"]
+    if options is None:
+        options = render_options(body, renderer.reserved)
+    sent: list[dict[str, Any]] = body["messages"]
+    messages = template_messages(sent, renderer.content_format)
     tools = body.get("tools") or None
     context = context_key(body)
-    keys = [message_key(m) for m in messages]
+    keys = [message_key(m) for m in sent]
+    recorded = keys[:-1] if options.continue_final else keys
+    prefix = _text(messages[-1].get("content")) if options.continue_final else None
     for turn in reversed(history):
-        choice = _extends(turn, messages, keys, context)
+        choice = _extends(turn, sent, keys, context)
         if choice is None:
             continue
         completion = turn.choices[choice].token_ids.tolist()
         closed = completion[-1] == renderer.eot_id
         new = messages[len((turn.tito or {})["messages"]) + 1:]
-        suffix = renderer.suffix_text(new, tools, closed=closed)
+        suffix = renderer.suffix_text(new, tools, closed=closed, options=options)
         ids = turn.prompt_token_ids.tolist() + completion + renderer.encode(suffix)
-        return Prompt(ids, _opens(suffix), context, keys,
-                      extends={"interaction_id": turn.interaction_id, "choice": choice})
-    text = renderer.full_text(messages, tools)
-    prompt = Prompt(renderer.encode(text), _opens(text), context, keys)
+        return Prompt(ids, _opens(suffix, options), context, recorded,
+                      extends={"interaction_id": turn.interaction_id, "choice": choice},
+                      prefix=prefix)
+    text = renderer.full_text(messages, tools, options)
+    prompt = Prompt(renderer.encode(text), _opens(text, options), context, recorded,
+                    prefix=prefix)
     best = max(
-        ((_common(keys, (t.tito or {}).get("messages") or []), t.request_index, t)
+        ((_common(recorded, (t.tito or {}).get("messages") or []), t.request_index, t)
          for t in history if t.tito and t.status < 400),
         key=lambda item: (item[0], item[1]), default=None,
     )
@@ -102,8 +116,25 @@ def build_prompt(renderer: Renderer, body: dict[str, Any],
     return prompt
 
 
-def _opens(text: str) -> bool:
-    """Whether the generation prompt itself opened a reasoning block."""
+def _text(content: Any) -> str:
+    if isinstance(content, list):
+        return "".join(str(part.get("text", "")) for part in content)
+    return content if isinstance(content, str) else ""
+
+
+def reply_key(prompt: Prompt, message: dict[str, Any]) -> str:
+    """The matching key of a choice's reply: with a continued message, that message's
+    content followed by the sampled content (what a client sends back)."""
+    if prompt.prefix is None:
+        return message_key(message)
+    return message_key({**message, "content": prompt.prefix + (message.get("content") or "")})
+
+
+def _opens(text: str, options: RenderOptions) -> bool:
+    """Whether the prompt leaves a reasoning block open: the generation prompt opened
+    one, or the continued message stops inside one."""
+    if options.continue_final:
+        return text.rfind("<think>") > text.rfind("</think>")
     return text.rstrip().endswith("<think>")
 
 

@@ -62,7 +62,8 @@ class TitoMode:
             body.get("tool_choice") != "none")
         tools = self._tool_parser() if use_tools and self._tool_parser else None
         decoder = IncrementalDecoder(self.renderer.tokenizer, self.hidden)
-        return AssistantStream(decoder, reasoning, tools, self.sampling(body).stop)
+        return AssistantStream(decoder, reasoning, tools, self.sampling(body).stop,
+                               continues=prompt.prefix is not None)
 
     def token_text(self, token_id: int) -> str:
         text: str = self.renderer.tokenizer.decode([token_id], skip_special_tokens=False)

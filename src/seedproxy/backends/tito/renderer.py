@@ -11,13 +11,17 @@ Invariants:
 - ``check`` (run once at start-up) proves the template composes this way: the full
   render of [user, assistant, user] equals render([user]) + assistant content +
   end-of-turn + suffix, with and without tools.
+- A request's ``RenderOptions`` (template kwargs, generation prompt, continuing the
+  final message) apply to the full render and to the suffix alike.
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from ...errors import BadRequest, ConfigError
+from .template_input import RenderOptions, content_format
 
 __all__ = ["Renderer"]
 
@@ -30,6 +34,21 @@ _PROBE_TOOLS = [{
         "parameters": {"type": "object", "properties": {"x": {"type": "string"}}},
     },
 }]
+
+
+_DEFAULT = RenderOptions()
+
+
+def _reserved(tokenizer: Any) -> frozenset[str]:
+    """Names a template kwarg may not take: ``apply_chat_template``'s own parameters."""
+    try:
+        params = inspect.signature(tokenizer.apply_chat_template).parameters.values()
+        names = {p.name for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD}
+    except (TypeError, ValueError):
+        names = set()
+    return frozenset(names | {"messages", "conversation", "tools", "documents",
+                              "chat_template", "add_generation_prompt",
+                              "continue_final_message", "tokenize", "return_dict"})
 
 
 def _template_errors() -> tuple[type[BaseException], ...]:
@@ -49,6 +68,8 @@ class Renderer:
         if not isinstance(self.template, str) or not self.template:
             raise ConfigError("the tokenizer has no chat template: pass --chat-template FILE")
         self._errors = _template_errors()
+        self.content_format = content_format(self.template)
+        self.reserved = _reserved(tokenizer)
         self.eot_text, self.eot_id = self._find_end_of_turn()
         eos = tokenizer.eos_token_id
         self.stop_token_ids: tuple[int, ...] = tuple(
@@ -56,12 +77,17 @@ class Renderer:
         )
 
     def render(self, messages: list[dict[str, Any]], tools: list[Any] | None,
-               *, generation_prompt: bool) -> str:
+               *, generation_prompt: bool, continue_final: bool = False,
+               kwargs: dict[str, Any] | None = None) -> str:
         """The template's text; ``BadRequest`` when it cannot render these messages."""
+        extra = dict(kwargs or {})
+        if continue_final:
+            extra["continue_final_message"] = True
         try:
             text = self.tokenizer.apply_chat_template(
                 messages, tools=tools or None, chat_template=self.template,
-                add_generation_prompt=generation_prompt, tokenize=False,
+                add_generation_prompt=generation_prompt and not continue_final,
+                tokenize=False, **extra,
             )
         except self._errors as exc:
             raise BadRequest(f"the chat template cannot render these messages: {exc}",
@@ -73,14 +99,16 @@ class Renderer:
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
-    def full_text(self, messages: list[dict[str, Any]], tools: list[Any] | None) -> str:
-        return self.render(messages, tools, generation_prompt=True)
+    def full_text(self, messages: list[dict[str, Any]], tools: list[Any] | None,
+                  options: RenderOptions = _DEFAULT) -> str:
+        return self.render(messages, tools, generation_prompt=options.generation_prompt,
+                           continue_final=options.continue_final, kwargs=options.kwargs)
 
     def suffix_text(self, new: list[dict[str, Any]], tools: list[Any] | None,
-                    *, closed: bool) -> str:
+                    *, closed: bool, options: RenderOptions = _DEFAULT) -> str:
         """What follows a sampled assistant turn for the ``new`` messages (see above)."""
         probe = [_PROBE_USER, {"role": "assistant", "content": _SENTINEL}]
-        text = self.render(probe + new, tools, generation_prompt=True)
+        text = self.full_text(probe + new, tools, options)
         if text.count(_SENTINEL) != 1:
             raise BadRequest("the chat template does not render an assistant turn verbatim",
                              param="messages")

@@ -2,7 +2,8 @@
 
 ``Held`` trims a segment: leading whitespace is dropped, trailing whitespace is held
 until something follows it, so a segment streamed piece by piece equals the same
-segment given whole, stripped. ``partial_tag`` finds a tail that may begin a tag.
+segment given whole, stripped (a continued message keeps its leading whitespace:
+it follows the client's text). ``partial_tag`` finds a tail that may begin a tag.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ def partial_tag(text: str, tag: str) -> int:
 class Held:
     """Strips one segment while it streams; ``feed`` returns what can be shown now."""
 
-    def __init__(self) -> None:
-        self._started = False
+    def __init__(self, *, strip_leading: bool = True) -> None:
+        self._started = not strip_leading
         self._pending = ""
 
     def feed(self, text: str) -> str:

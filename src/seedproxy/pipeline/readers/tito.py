@@ -23,9 +23,9 @@ from ...backends import Captured
 from ...backends.answer_shape import check_error
 from ...backends.pool import UpstreamReply
 from ...backends.tito import AssistantStream, Delta, Prompt, TitoMode, tito_record, tool_call_id
+from ...backends.tito.lineage import reply_key
 from ...backends.tito.dialect import Reader as SampleReader
 from ...backends.tito.dialect import Sample
-from ...backends.tito.matcher import message_key
 from ...sessions import ChoiceRecord, NewSession, SessionRecord, SessionStore
 from ..sse import event_json, split_events
 from .passthrough import parsed_answer
@@ -152,7 +152,8 @@ class TitoReader:
             record = ChoiceRecord.of(sample.token_ids, sample.logprobs, c.finish_reason())
             record.take_versions(sample.versions)
             records.append(record)
-        replies = [(message_key(c.message(self.cid)), c.assistant.reply.reasoning)
+        prompt = self.turn.prompt
+        replies = [(reply_key(prompt, c.message(self.cid)), c.assistant.reply.reasoning)
                    for c in self.choices]
         return Captured(list(self.turn.prompt.ids), records,
                         lineage=tito_record(self.turn.prompt, replies))

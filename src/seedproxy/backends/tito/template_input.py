@@ -1,0 +1,176 @@
+"""What a chat request hands the chat template, prepared as SGLang's chat route does.
+
+Invariants (SGLang 0.5.23 ``serving_chat.py`` / ``jinja_template_utils.py``):
+- ``chat_template_kwargs`` reach the template as extra variables. They are a JSON
+  object of at most ``_MAX_KWARGS_BYTES`` whose keys are not ``apply_chat_template``'s
+  own parameters; anything else is a 400 naming the field, before the slot.
+- ``add_generation_prompt`` (default true) and ``continue_final_message`` are booleans;
+  continuing needs a final assistant message and an ``add_generation_prompt`` that was
+  not set true (transformers refuses both at once).
+- A template whose content format is "string" (no loop over ``message.content``) gets
+  text parts joined with a space; an "openai" one keeps the text parts as a list. A
+  media part is a 400: token prompts carry no images or audio.
+- ``content: null`` is "", keys whose value is null are dropped, and a tool call's
+  ``arguments`` string that holds a JSON object is parsed into it (any other string
+  stays a string).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from ...errors import BadRequest
+
+__all__ = ["RenderOptions", "content_format", "render_options", "template_messages"]
+
+_MAX_KWARGS_BYTES = 4096
+_TEXT_PARTS = frozenset({"text", "input_text"})
+_MEDIA_WORDS = ("image", "audio", "video", "vision")
+_CONTENT_NAMES = ("message", "msg", "m")
+
+
+@dataclass(frozen=True, slots=True)
+class RenderOptions:
+    """How one request's messages are rendered, besides the messages and tools."""
+
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    generation_prompt: bool = True
+    continue_final: bool = False
+
+
+def _flag(body: dict[str, Any], key: str) -> bool | None:
+    value = body.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise BadRequest(f"{key} must be a boolean", param=key)
+    return value
+
+
+def render_options(body: dict[str, Any], reserved: frozenset[str]) -> RenderOptions:
+    """The request's template options; ``BadRequest`` names the first bad field."""
+    raw = body.get("chat_template_kwargs")
+    kwargs: dict[str, Any] = {}
+    if raw is not None:
+        if not isinstance(raw, dict) or not all(isinstance(k, str) for k in raw):
+            raise BadRequest("chat_template_kwargs must be an object with string keys",
+                             param="chat_template_kwargs")
+        clash = sorted(set(raw) & reserved)
+        if clash:
+            raise BadRequest(f"chat_template_kwargs cannot set {clash[0]!r}: it is a field "
+                             "of the request, not a template variable",
+                             param="chat_template_kwargs")
+        try:
+            size = len(orjson.dumps(raw))
+        except (TypeError, orjson.JSONEncodeError):
+            raise BadRequest("chat_template_kwargs must be JSON",
+                             param="chat_template_kwargs") from None
+        if size > _MAX_KWARGS_BYTES:
+            raise BadRequest(f"chat_template_kwargs must be at most {_MAX_KWARGS_BYTES} "
+                             "bytes of JSON", param="chat_template_kwargs")
+        kwargs = dict(raw)
+    generation = _flag(body, "add_generation_prompt")
+    continued = bool(_flag(body, "continue_final_message"))
+    if continued:
+        if generation:
+            raise BadRequest("continue_final_message and add_generation_prompt cannot both "
+                             "be true", param="continue_final_message")
+        messages = body.get("messages") or []
+        if not messages or not isinstance(messages[-1], dict) or (
+                messages[-1].get("role") != "assistant"):
+            raise BadRequest("continue_final_message needs the last message to be the "
+                             "assistant's", param="continue_final_message")
+        return RenderOptions(kwargs, generation_prompt=False, continue_final=True)
+    return RenderOptions(kwargs, generation_prompt=generation is not False)
+
+
+def content_format(template: str) -> str:
+    """``openai`` when the template loops over a message's content, else ``string``
+    (SGLang's detection: a template naming media is taken as ``openai``)."""
+    if any(word in template for word in _MEDIA_WORDS):
+        return "openai"
+    from jinja2 import Environment, nodes
+    from jinja2.exceptions import TemplateError
+
+    try:
+        tree = Environment(extensions=["jinja2.ext.loopcontrols", "jinja2.ext.do"]
+                           ).parse(template)
+    except TemplateError:
+        return "string"
+
+    def reads_content(node: nodes.Node) -> bool:
+        while isinstance(node, nodes.Filter | nodes.Test) or (
+                isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Slice)):
+            node = node.node
+            if node is None:
+                return False
+        if isinstance(node, nodes.Getattr):
+            key: Any = node.attr
+        elif isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const):
+            key = node.arg.value
+        else:
+            return False
+        base = node.node
+        return key == "content" and isinstance(base, nodes.Name) and (
+            base.name in _CONTENT_NAMES)
+
+    loops = tree.find_all(nodes.For)
+    return "openai" if any(reads_content(loop.iter) for loop in loops) else "string"
+
+
+def _content(content: Any, fmt: str) -> Any:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise BadRequest("message content must be a string or a list of content parts",
+                         param="messages")
+    texts: list[str] = []
+    for part in content:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in _TEXT_PARTS and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+            continue
+        name = kind if isinstance(kind, str) else type(part).__name__
+        raise BadRequest(f"content parts of type {name!r} are not supported: in "
+                         "token-in-token-out mode the model takes text only (send text "
+                         "parts)", param="messages")
+    if fmt == "openai":
+        return [{"type": "text", "text": text} for text in texts]
+    return " ".join(texts)
+
+
+def _arguments(raw: Any) -> Any:
+    if isinstance(raw, str):
+        try:
+            parsed = json.loads(raw)
+        except ValueError:
+            return raw
+        return parsed if isinstance(parsed, dict) else raw
+    return raw
+
+
+def _calls(calls: list[Any]) -> list[Any]:
+    out = []
+    for call in calls:
+        fn = call.get("function") if isinstance(call, dict) else None
+        if isinstance(fn, dict) and "arguments" in fn:
+            call = {**call, "function": {**fn, "arguments": _arguments(fn["arguments"])}}
+        out.append(call)
+    return out
+
+
+def template_messages(messages: list[dict[str, Any]], fmt: str) -> list[dict[str, Any]]:
+    """Copies of ``messages`` as the template gets them (see the module's invariants)."""
+    out = []
+    for message in messages:
+        copy = {k: v for k, v in message.items() if v is not None}
+        copy["content"] = _content(message.get("content"), fmt)
+        calls = copy.get("tool_calls")
+        if isinstance(calls, list):
+            copy["tool_calls"] = _calls(calls)
+        out.append(copy)
+    return out
