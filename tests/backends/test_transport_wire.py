@@ -4,6 +4,7 @@ re-send rule for reused connections, and the body bound."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import os
 import shutil
@@ -305,3 +306,60 @@ async def test_a_body_over_the_bound_is_refused_without_buffering_it() -> None:
                 await read_response(response)
         response = await client.post_stream(server.url + "/ok", b"", {})  # still usable
         assert await read_response(response) == b"fine"
+
+
+async def test_interim_1xx_answers_are_skipped_and_the_connection_stays_in_step() -> None:
+    """A 103 Early Hints (or 100 Continue) before the answer is not the answer: the
+    final response is read, and the next request on the kept connection gets its own."""
+
+    def script(request: RawRequest) -> bytes:
+        hints = b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n"
+        return hints + b"HTTP/1.1 100 Continue\r\n\r\n" + answer(request.body)
+
+    async with RawServer(script) as server, _client() as client:
+        for body in (b"one", b"two", b"three"):
+            response = await client.post_stream(server.url + "/x", body, {})
+            assert response.status_code == 200
+            assert "link" not in response.headers
+            assert await read_response(response) == body
+        assert (await client.get(server.url + "/x")).status_code == 200
+    assert [r.connection for r in server.requests] == [0, 0, 0, 0]
+
+
+async def test_endless_interim_answers_are_a_protocol_error() -> None:
+    def script(request: RawRequest) -> bytes:
+        return b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n" * 100 + answer(b"late")
+
+    async with RawServer(script) as server, _client() as client:
+        with pytest.raises(httpx.TransportError, match="interim"):
+            await client.post_stream(server.url + "/x", b"{}", {})
+
+
+async def test_an_early_hint_sent_apart_is_not_taken_for_the_answer() -> None:
+    """The 103 arrives alone, the answer 50 ms later (as a real server flushes hints)."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                               if line.lower().startswith(b"content-length:")), 0)
+                body = await reader.readexactly(length)
+                writer.write(b"HTTP/1.1 103 Early Hints\r\nLink: </a>; rel=preload\r\n\r\n")
+                await writer.drain()
+                await asyncio.sleep(0.05)
+                writer.write(answer(b"re:" + body))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/x"
+    try:
+        async with _client() as client:
+            for body in (b"one", b"two"):
+                response = await client.post_stream(url, body, {})
+                assert response.status_code == 200
+                assert await read_response(response) == b"re:" + body
+    finally:
+        server.close()

@@ -87,6 +87,9 @@ class Switches:
     answer_tools: bool = True
     call_tool: str | None = None
     call_arguments: dict[str, Any] | None = None
+    call_arguments_text: str | None = None
+    """When set (with ``call_tool``), the call's arguments as this exact text (a model's
+    malformed or deeply nested output)."""
     reasoning: bool = False
     stop_after: int | None = None
     """Chat answers end after this many tokens with ``finish_reason: stop`` (a model
@@ -182,6 +185,8 @@ def _tool_call(body: dict[str, Any], ids: list[int], sw: Switches) -> dict[str, 
     name = sw.call_tool if sw.call_tool in names else names[0]
     chosen = sw.call_arguments if sw.call_tool in names else None
     arguments = orjson.dumps(chosen if chosen is not None else {"query": detok(ids).strip()}).decode()
+    if sw.call_arguments_text is not None and sw.call_tool in names:
+        arguments = sw.call_arguments_text
     return {"id": f"call_{ids[0]}", "type": "function", "function": {"name": name, "arguments": arguments}}
 
 

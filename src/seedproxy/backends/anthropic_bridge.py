@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 
 from ..errors import BadRequest
+from ..nesting import too_deep
 
 __all__ = [
     "MessageIds",
@@ -262,14 +263,17 @@ def _hex(text: str, size: int) -> str:
 
 def tool_input(arguments: Any) -> dict[str, Any]:
     """A tool call's JSON arguments as the ``input`` object; arguments that are not a
-    JSON object (a model's broken output) are kept whole under ``_raw_arguments``."""
+    JSON object, or nest deeper than ``nesting.MAX_DEPTH`` (a model's broken output), are kept
+    whole under ``_raw_arguments``."""
     if not isinstance(arguments, str) or not arguments.strip():
         return {}
     try:
         parsed = orjson.loads(arguments)
     except orjson.JSONDecodeError:
         return {"_raw_arguments": arguments}
-    return parsed if isinstance(parsed, dict) else {"_raw_arguments": arguments}
+    if not isinstance(parsed, dict) or too_deep(parsed):
+        return {"_raw_arguments": arguments}
+    return parsed
 
 
 def stop_reason(

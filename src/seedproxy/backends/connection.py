@@ -1,7 +1,10 @@
 """One HTTP/1.1 connection to an upstream (or to a forward proxy), parsed by httptools
 (uvicorn's parser), as an asyncio protocol.
 
-Invariants: one response at a time; ``received_any`` tells whether any byte came back
+Invariants: one response at a time, the final one: interim 1xx answers (``100
+Continue``, ``103 Early Hints``) are skipped, at most ``MAX_INTERIM`` of them per
+request (more is a protocol error), so a pooled connection never holds an unread
+answer; ``received_any`` tells whether any byte came back
 since the last request was written (the transport's retry rule depends on it); reading
 pauses while more than ``HIGH_WATER`` bytes wait unread, so a slow reader bounds memory.
 """
@@ -15,9 +18,11 @@ import socket
 import httptools
 import httpx
 
-__all__ = ["HIGH_WATER", "Closed", "Connection"]
+__all__ = ["HIGH_WATER", "MAX_INTERIM", "Closed", "Connection"]
 
 HIGH_WATER = 256 * 1024
+MAX_INTERIM = 16
+"""Interim (1xx) answers skipped before one request's final answer."""
 _MAX_TUNNEL_HEAD = 16 * 1024
 
 
@@ -47,6 +52,9 @@ class Connection(asyncio.Protocol):
         self.complete = False
         self.received_any = False
         self.keep_alive = False
+        self.interim = 0
+        """1xx answers skipped so far for this request."""
+        self._in_interim = False
         self.error: BaseException | None = None
         self.chunks: collections.deque[bytes] = collections.deque()
         self.buffered = 0
@@ -69,7 +77,10 @@ class Connection(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            self.error = httpx.RemoteProtocolError(f"invalid HTTP from upstream: {exc}")
+            # A callback's own refusal reaches here wrapped (HttpParserCallbackError).
+            cause = exc.__context__
+            self.error = (cause if isinstance(cause, httpx.RemoteProtocolError)
+                          else httpx.RemoteProtocolError(f"invalid HTTP from upstream: {exc}"))
             self.close()
         self._wake()
 
@@ -89,7 +100,16 @@ class Connection(asyncio.Protocol):
         self.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
-        self.status = self.parser.get_status_code()
+        status = self.parser.get_status_code()
+        if 100 <= status < 200:  # interim: its (bodiless) message ends; the answer follows
+            self.interim += 1
+            self._in_interim = True
+            self.headers = []
+            if self.interim > MAX_INTERIM:
+                raise httpx.RemoteProtocolError(
+                    f"upstream sent over {MAX_INTERIM} interim (1xx) answers")
+            return
+        self.status = status
         self.head_done = True
         if not self.expect_body:  # a HEAD answer: no body, whatever its headers say
             self.complete = True
@@ -102,6 +122,9 @@ class Connection(asyncio.Protocol):
             self.transport.pause_reading()
 
     def on_message_complete(self) -> None:
+        if self._in_interim:
+            self._in_interim = False
+            return
         self.complete = True
         self.keep_alive = self.expect_body and self.parser.should_keep_alive()
 

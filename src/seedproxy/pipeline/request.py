@@ -17,6 +17,7 @@ from starlette.requests import ClientDisconnect, Request
 
 from ..backends import Endpoint
 from ..errors import BadRequest, BodyTimeout, PayloadTooLarge
+from ..nesting import MAX_DEPTH, too_deep
 
 __all__ = [
     "MAX_CHOICES",
@@ -72,6 +73,7 @@ async def read_model(request: Request, model: type[M], limit: int) -> M:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise BadRequest(f"request body is not valid JSON: {exc}") from None
+    _check_depth(raw, data)
     try:
         return model.model_validate(data)
     except ValidationError as exc:
@@ -132,22 +134,14 @@ def _check_prompt(endpoint: Endpoint, body: dict[str, Any]) -> None:
             raise BadRequest("input_ids must be a list", param="input_ids")
 
 
-_DEPTH_MARGIN = 8
-"""Levels kept free under orjson's nesting limit (254) for the records that wrap a body."""
-
-
-def _check_depth(raw: bytes, body: dict[str, Any]) -> None:
-    """Refuse bodies nested too deeply to be forwarded, stored and exported (400).
-    Counting brackets is cheap, so only bodies that could be that deep are re-encoded."""
-    if raw.count(b"[") + raw.count(b"{") < 254 - _DEPTH_MARGIN:
+def _check_depth(raw: bytes, body: Any) -> None:
+    """Refuse a body nested more than ``MAX_DEPTH`` (64) levels (400, before any work):
+    deeper JSON could not be stored and exported. A body with fewer brackets than that
+    cannot be so deep, so most are never walked."""
+    if raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:
         return
-    wrapped: Any = body
-    for _ in range(_DEPTH_MARGIN):
-        wrapped = [wrapped]
-    try:
-        orjson.dumps(wrapped)
-    except orjson.JSONEncodeError:
-        raise BadRequest("request body is nested too deeply") from None
+    if too_deep(body):
+        raise BadRequest(f"request body is nested more than {MAX_DEPTH} levels deep")
 
 
 _INT64 = range(-(2**63), 2**63)

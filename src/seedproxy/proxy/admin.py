@@ -8,11 +8,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import orjson
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 
 from ..errors import Forbidden, SessionNotFound, WaitTimeout
-from ..sessions import SessionManager
+from ..sessions import SessionManager, SessionRecord
 from ..sessions.export import Style, select_sessions, trajectory
 from ..sessions.ids import check_id, encode_id
 from .access import Access
@@ -122,7 +123,7 @@ def admin_router(
         wait: bool = False,
         timeout_s: float = Query(default=WAIT_DEFAULT_S, gt=0, le=WAIT_MAX_S),
         style: Style = "individual",
-    ) -> dict[str, Any]:
+    ) -> Response:
         """``wait=true`` (the admin's act) waits up to ``timeout_s`` for the session to
         end and takes it out of later batch exports; past the timeout it is a 504 and
         nothing is taken."""
@@ -139,14 +140,24 @@ def admin_router(
                     raise WaitTimeout(f"session {session_id!r} did not end within {timeout_s} s")
                 await asyncio.sleep(0.05)
                 record = await sessions.require(session_id)
+        # Serialised whole before the session is marked: nothing is marked undelivered.
+        content = orjson.dumps(await trajectory(store, record, style))
+        if wait:
             async with exporting:
                 await store.mark_exported([session_id])
-        return await trajectory(store, record, style)
+        return Response(content, media_type="application/json")
 
     @router.post("/trajectories/export", openapi_extra=documented(ExportRequest))
-    async def export(request: Request) -> dict[str, Any]:
+    async def export(request: Request) -> Response:
         await access.require_admin(request)
         body = await read_model(request, ExportRequest, max_body_bytes)
+        built: list[bytes] = []
+
+        async def build(chosen: list[SessionRecord]) -> None:
+            # The whole answer, serialised, before anything is marked exported.
+            trajectories = [await trajectory(store, r, body.style) for r in chosen]
+            built.append(orjson.dumps({"trajectories": trajectories}))
+
         chosen = await select_sessions(
             store,
             session_ids=body.session_ids,
@@ -155,12 +166,12 @@ def admin_router(
             timeout_s=body.timeout_s,
             deterministic=deterministic,
             lock=exporting,
+            prepare=build,
         )
-        trajectories = [await trajectory(store, r, body.style) for r in chosen]
         if body.remove:
             for record in chosen:
                 await store.delete(record.session_id)
-        return {"trajectories": trajectories}
+        return Response(built[0], media_type="application/json")
 
     @router.delete("/sessions/{session_id}")
     async def delete_session(session_id: str, request: Request) -> Response:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 from .branches import branch_of, branch_records, is_tito
@@ -36,9 +37,11 @@ async def select_sessions(
     timeout_s: float = 0.0,
     deterministic: bool = True,
     lock: asyncio.Lock | None = None,
+    prepare: Callable[[list[SessionRecord]], Awaitable[None]] | None = None,
 ) -> list[SessionRecord]:
     """Return the sessions to export, marked exported, waiting up to ``timeout_s``
-    for ``count`` of them.
+    for ``count`` of them. ``prepare`` (building the whole answer) runs under the lock
+    before anything is marked: when it raises, nothing is.
 
     Named ``session_ids`` are taken whatever their state; otherwise only ended,
     unexported sessions (of ``group_id``, if given) are candidates. On timeout the
@@ -51,6 +54,8 @@ async def select_sessions(
                 store, session_ids, group_id, count, deterministic
             )
             if complete or time.monotonic() >= deadline:
+                if prepare is not None:
+                    await prepare(chosen)
                 await store.mark_exported([r.session_id for r in chosen])
                 return chosen
         await asyncio.sleep(_POLL_S)

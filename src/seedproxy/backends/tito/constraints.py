@@ -8,18 +8,21 @@ Invariants:
   its ``json_schema`` object), so each dialect maps it as its own chat route does:
   SGLang turns ``json_object`` into the schema ``{"type": "object"}`` and a schema into
   ``json.dumps(schema)``; vLLM's completions take ``response_format`` as its chat does.
+- A ``regex`` must compile with Python's ``re`` (a 400 naming it otherwise), so an
+  upstream's refusal of it never uses an index.
 - ``structural_tag`` and other kinds are a 400: no dialect here reproduces them exactly.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from ...errors import BadRequest
 
-__all__ = ["Constraint", "constraint_of"]
+__all__ = ["Constraint", "check_regex", "constraint_of"]
 
 _GRAMMARS = ("regex", "ebnf", "json_schema")
 
@@ -36,12 +39,25 @@ class Constraint:
     "json_schema": {...as sent}}``."""
 
 
+def check_regex(pattern: str, param: str) -> None:
+    """A 400 naming ``param`` unless Python's ``re`` compiles ``pattern``: checked before
+    the slot, so the upstream's own refusal never uses an index. ``re`` raises
+    ``re.error``, ``OverflowError`` for a repeat count past its range, and
+    ``RecursionError`` for groups nested past the recursion limit."""
+    try:
+        re.compile(pattern)
+    except (re.error, OverflowError, RecursionError) as exc:
+        shown = pattern if len(pattern) <= 64 else pattern[:64] + "..."
+        raise BadRequest(f"{param} {shown!r} is not a valid regex: {exc}",
+                         param=param) from None
+
+
 def _schema_text(value: Any, field: str) -> str:
     """A schema given inline (an object) or as JSON text; the text SGLang would send."""
     if isinstance(value, str):
         try:
             parsed = json.loads(value)
-        except ValueError:
+        except (RecursionError, ValueError):  # past json's recursion or int-digit limits
             raise BadRequest(f"{field} is not valid JSON", param=field) from None
         if not isinstance(parsed, dict | bool):
             raise BadRequest(f"{field} must be a JSON schema", param=field)
@@ -63,6 +79,8 @@ def _grammar(body: dict[str, Any]) -> Constraint | None:
         return Constraint(key, _schema_text(value, key))
     if not isinstance(value, str) or not value:
         raise BadRequest(f"{key} must be a non-empty string", param=key)
+    if key == "regex":
+        check_regex(value, key)
     return Constraint(key, value)
 
 

@@ -3,7 +3,10 @@
 A key is a digest of a message normalised the way SDKs re-send it: content stripped
 (text parts joined, None = ""), tool calls as (name, arguments parsed and re-dumped
 with sorted keys), ids and reasoning left out. Reasoning is checked on its own and
-only when the client sent it back (agents commonly drop it).
+only when the client sent it back (agents commonly drop it). Arguments that are not
+JSON are keyed as text; arguments that are JSON but nest deeper than
+``nesting.MAX_DEPTH`` (or past ``json``'s recursion limit), or hold an integer past
+Python's digit limit, are a 400 (before any index is taken).
 """
 
 from __future__ import annotations
@@ -13,6 +16,9 @@ import json
 from typing import Any
 
 import orjson
+
+from ...errors import BadRequest
+from ...nesting import MAX_DEPTH, too_deep
 
 __all__ = ["context_key", "message_key", "reasoning_key", "reasoning_of"]
 
@@ -36,12 +42,22 @@ def _text(content: Any) -> str:
 
 
 def _arguments(raw: Any) -> Any:
-    if isinstance(raw, str):
-        try:
-            return json.loads(raw)
-        except json.JSONDecodeError:
-            return raw.strip()
-    return raw
+    if not isinstance(raw, str):
+        return raw
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        return raw.strip()
+    except (RecursionError, ValueError):  # too deep for json; an int over 4,300 digits
+        raise _unreadable() from None
+    if too_deep(value):
+        raise _unreadable()
+    return value
+
+
+def _unreadable() -> BadRequest:
+    return BadRequest(f"a tool call's arguments nest more than {MAX_DEPTH} levels deep or "
+                      "hold an integer too long to read", param="messages")
 
 
 def _calls(calls: Any) -> list[Any]:

@@ -40,8 +40,9 @@ class TitoMode:
     def prompt(self, body: dict[str, Any], history: list[Interaction]) -> Prompt:
         """The token prompt for chat ``body``; ``BadRequest`` before anything is sent."""
         for message in body["messages"]:
-            if message.get("role") not in _ROLES:
-                raise BadRequest(f"unsupported message role {message.get('role')!r}",
+            role = message.get("role")
+            if not isinstance(role, str) or role not in _ROLES:  # a list is unhashable
+                raise BadRequest(f"unsupported message role {str(role)[:64]!r}",
                                  param="messages")
         tools = body.get("tools")
         if tools is not None and not isinstance(tools, list):

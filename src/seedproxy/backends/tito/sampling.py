@@ -11,12 +11,11 @@ Invariants:
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from ...errors import BadRequest
-from .constraints import Constraint, constraint_of
+from .constraints import Constraint, check_regex, constraint_of
 
 __all__ = ["CARRIABLE", "Sampling", "sampling_of"]
 
@@ -94,12 +93,9 @@ def _stop_regex(body: dict[str, Any]) -> tuple[str, ...]:
         raise BadRequest(f"stop_regex must be a regex or up to {_MAX_STOPS} regexes",
                          param="stop_regex")
     for pattern in patterns:
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise BadRequest(f"stop_regex {pattern!r} is not a valid regex: {exc}",
-                             param="stop_regex") from None
+        check_regex(pattern, "stop_regex")
     return tuple(patterns)
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,13 +147,13 @@ def sampling_of(body: dict[str, Any], stop_token_ids: tuple[int, ...], *,
     stop = body.get("stop")
     if stop is None:
         stops: tuple[str, ...] = ()
-    elif isinstance(stop, str):
+    elif isinstance(stop, str) and stop:  # "" would end the reply before its first token
         stops = (stop,)
     elif isinstance(stop, list) and len(stop) <= _MAX_STOPS and all(
             isinstance(s, str) and s for s in stop):
         stops = tuple(stop)
     else:
-        raise BadRequest(f"stop must be a string or up to {_MAX_STOPS} strings", param="stop")
+        raise BadRequest(f"stop must be a non-empty string or up to {_MAX_STOPS} of them", param="stop")
     extra = body.get("stop_token_ids") or []
     if not isinstance(extra, list) or not all(type(i) is int and i >= 0 for i in extra):
         raise BadRequest("stop_token_ids must be a list of token ids", param="stop_token_ids")

@@ -2,8 +2,9 @@
 
 Each parser streams content until its start marker, then captures everything to the
 end of the completion and parses it once. A capture that does not parse into calls
-(malformed JSON, a missing name, text between calls) is returned as content, exactly
-as generated: never an error. Streaming and whole input give the same result.
+(malformed JSON, a missing name, text between calls, JSON nested deeper than
+``nesting.MAX_DEPTH`` or that Python's ``json`` refuses: past its recursion limit, an
+integer over 4,300 digits) is returned as content, exactly as generated: never an error. Streaming and whole input give the same result.
 
 - ``hermes`` (Qwen, Hermes): ``<tool_call>{"name", "arguments"}</tool_call>``, repeated.
 - ``llama3-json``: the whole reply is ``{"name", "parameters"}`` (``<|python_tag|>`` or
@@ -17,6 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from ...nesting import too_deep
 from .segments import partial_tag
 
 __all__ = ["TOOL_PARSERS", "ToolCall", "ToolParser"]
@@ -34,20 +36,21 @@ def _call(item: Any, args_key: str = "arguments") -> ToolCall | None:
         return None
     args = item.get(args_key, item.get("arguments", {}))
     if isinstance(args, str):
-        try:
-            args = json.loads(args)
-        except json.JSONDecodeError:
-            return None
+        args = _loads(args)
     if not isinstance(args, dict):
         return None
     return ToolCall(item["name"], json.dumps(args, ensure_ascii=False))
 
 
 def _loads(text: str) -> Any:
+    """The JSON value of ``text``, or None when it is not one we keep: invalid, too deep
+    for ``json``'s recursion (RecursionError), an integer past Python's digit limit
+    (ValueError, as JSONDecodeError is), or deeper than ``MAX_DEPTH``."""
     try:
-        return json.loads(text)
-    except json.JSONDecodeError:
+        value = json.loads(text)
+    except (RecursionError, ValueError):
         return None
+    return None if too_deep(value) else value
 
 
 class ToolParser:

@@ -1,0 +1,34 @@
+"""How deeply JSON may nest where it enters seedproxy.
+
+orjson encodes at most about 254 levels, and every record wraps what it stores in a
+few more, so a value nested deeper than ``MAX_DEPTH`` is refused (or, for a model's
+own output, kept as text) where it enters: client bodies, admin bodies (``metadata``),
+tool-call arguments. Everything stored then serialises, and an export never fails.
+Imports no other seedproxy module.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["MAX_DEPTH", "too_deep"]
+
+MAX_DEPTH = 64
+"""The deepest nesting accepted: ``{}`` and ``[]`` are 1 level, ``{"a": []}`` 2."""
+
+
+def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether ``value`` (parsed JSON) nests more than ``limit`` objects or arrays deep.
+    Iterative: any depth is measured without recursion."""
+    if not isinstance(value, dict | list):
+        return False
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if level > limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, level + 1) for child in children
+                     if isinstance(child, dict | list))
+    return False
+

@@ -1,0 +1,110 @@
+"""JSON nesting is bounded where it enters (``seedproxy.nesting.MAX_DEPTH``, 64): a
+client's body, an admin body's ``metadata``, and a model's tool-call arguments. Deeper
+client input is a 400 that uses no index; a model's deep arguments stay text. Whatever
+was stored then exports, and ``GET /sessions`` lists it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import orjson
+
+from seedproxy.nesting import MAX_DEPTH, too_deep
+from tests.conftest import Fake
+
+
+def nested(depth: int, kind: str = "{") -> str:
+    """JSON text exactly ``depth`` containers deep."""
+    if kind == "[":
+        return "[" * depth + "]" * depth
+    return '{"a":' * (depth - 1) + "{}" + "}" * (depth - 1)
+
+
+def test_too_deep_counts_levels_without_recursion() -> None:
+    assert not too_deep(orjson.loads(nested(MAX_DEPTH)))
+    assert too_deep(orjson.loads(nested(MAX_DEPTH + 1)))
+    assert not too_deep(orjson.loads(nested(MAX_DEPTH, "[")))
+    assert too_deep(orjson.loads(nested(MAX_DEPTH + 1, "[")))
+    deep: Any = []
+    for _ in range(100_000):
+        deep = [deep]
+    assert too_deep(deep)
+    assert not too_deep("[[[[") and not too_deep(3)
+
+
+def test_a_chat_body_nested_past_the_bound_is_a_400_using_no_index(
+        http: httpx.Client, fake: Fake) -> None:
+    for depth in (MAX_DEPTH, 100, 253, 300, 1000):
+        raw = ('{"model": "m", "messages": [{"role": "user", "content": "hi", "x": '
+               + nested(depth - 3) + "}]}")
+        answer = http.post("/sessions/deep/v1/chat/completions", content=raw,
+                           headers={"content-type": "application/json"})
+        if depth <= MAX_DEPTH:
+            assert answer.status_code == 200, answer.text
+        else:
+            assert answer.status_code == 400, (depth, answer.text)
+            assert "nested" in answer.json()["error"]["message"]
+    assert http.get("/sessions/deep").json()["next_index"] == 1
+    assert len(fake.received) == 1
+    assert http.post("/trajectories/export", json={"session_ids": ["deep"]}).status_code == 200
+
+
+def test_session_metadata_nested_past_the_bound_is_refused(http: httpx.Client) -> None:
+    for depth in (255, 300, 1000):
+        raw = '{"session_id": "meta%d", "metadata": {"m": %s}}' % (depth, nested(depth))
+        answer = http.post("/sessions", content=raw, headers={"content-type": "application/json"})
+        assert answer.status_code == 400, (depth, answer.status_code, answer.text[:200])
+        assert http.get(f"/sessions/meta{depth}").status_code == 404
+    fine = {"session_id": "meta-ok", "metadata": orjson.loads(nested(MAX_DEPTH - 2))}
+    assert http.post("/sessions", json=fine).status_code == 201
+    assert http.get("/sessions").status_code == 200
+    export = http.post("/trajectories/export", json={"session_ids": ["meta-ok"]})
+    assert export.status_code == 200
+    assert export.json()["trajectories"][0]["metadata"] == fine["metadata"]
+
+
+TOOLS = [{"name": "search", "description": "look up",
+          "input_schema": {"type": "object", "properties": {"query": {"type": "string"}}}}]
+
+
+def test_a_models_deep_tool_arguments_stay_text_and_the_session_exports(
+        http: httpx.Client, fake: Fake) -> None:
+    deep = '{"q": ' + nested(600, "[") + "}"
+    fake.switches.call_tool = "search"
+    fake.switches.call_arguments_text = deep
+    answer = http.post("/sessions/tools-deep/v1/messages", json={
+        "model": "m", "max_tokens": 8, "tools": TOOLS,
+        "messages": [{"role": "user", "content": "find it"}]})
+    assert answer.status_code == 200, answer.text
+    use = [b for b in answer.json()["content"] if b["type"] == "tool_use"]
+    assert use and use[0]["input"] == {"_raw_arguments": deep}
+    http.post("/sessions/tools-deep/end")
+    assert http.get("/sessions").status_code == 200
+    export = http.post("/trajectories/export", json={"session_ids": ["tools-deep"]})
+    assert export.status_code == 200, export.text[:300]
+    assert len(export.json()["trajectories"][0]["interactions"]) == 1
+
+
+def test_an_export_that_cannot_be_serialised_marks_nothing(
+        fake: Fake, start_proxy: Any) -> None:
+    """A record stored before the bound (here: put straight into the store) that cannot
+    be encoded fails the export, and the session stays unexported for the next one."""
+    import asyncio
+
+    from seedproxy.sessions import MemoryStore, SessionManager
+
+    store = MemoryStore()
+    deep: Any = {}
+    for _ in range(300):
+        deep = {"a": deep}
+    asyncio.run(SessionManager(store).create_group(session_id="legacy", metadata=deep))
+    proxy = start_proxy([fake.url], _app={"store": store})
+    assert httpx.post(proxy + "/sessions/legacy/end").status_code == 200
+    asks = [("POST", "/trajectories/export", {"session_ids": ["legacy"]}),
+            ("POST", "/trajectories/export", {}),
+            ("GET", "/sessions/legacy/trajectory?wait=true", None)]
+    for method, path, ask in asks:  # a fresh connection each: a 500 may close one
+        assert httpx.request(method, proxy + path, json=ask, timeout=30).status_code == 500
+        record = asyncio.run(store.get("legacy"))
+        assert record is not None and not record.exported, path
