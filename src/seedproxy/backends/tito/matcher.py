@@ -20,7 +20,7 @@ import orjson
 from ...errors import BadRequest
 from ...nesting import MAX_DEPTH, too_deep
 
-__all__ = ["context_key", "message_key", "reasoning_key", "reasoning_of"]
+__all__ = ["context_key", "message_key", "reasoning_key", "reasoning_of", "unreadable_arguments"]
 
 _SIZE = 16
 
@@ -49,13 +49,14 @@ def _arguments(raw: Any) -> Any:
     except json.JSONDecodeError:
         return raw.strip()
     except (RecursionError, ValueError):  # too deep for json; an int over 4,300 digits
-        raise _unreadable() from None
+        raise unreadable_arguments() from None
     if too_deep(value):
-        raise _unreadable()
+        raise unreadable_arguments()
     return value
 
 
-def _unreadable() -> BadRequest:
+def unreadable_arguments() -> BadRequest:
+    """The 400 for a client's tool-call arguments no JSON reader can take."""
     return BadRequest(f"a tool call's arguments nest more than {MAX_DEPTH} levels deep or "
                       "hold an integer too long to read", param="messages")
 

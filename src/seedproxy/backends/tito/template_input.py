@@ -24,6 +24,8 @@ from typing import Any
 import orjson
 
 from ...errors import BadRequest
+from ...nesting import too_deep
+from .matcher import unreadable_arguments
 
 __all__ = ["RenderOptions", "content_format", "render_options", "template_messages"]
 
@@ -147,8 +149,12 @@ def _arguments(raw: Any) -> Any:
     if isinstance(raw, str):
         try:
             parsed = json.loads(raw)
-        except ValueError:
+        except json.JSONDecodeError:
             return raw
+        except (RecursionError, ValueError):  # too deep for json; an int over 4,300 digits
+            raise unreadable_arguments() from None
+        if too_deep(parsed):
+            raise unreadable_arguments()
         return parsed if isinstance(parsed, dict) else raw
     return raw
 
