@@ -110,6 +110,8 @@ class RedisLeases:
         if raw is None:
             return False
         batch = Batch.from_json(orjson.loads(raw))
+        if now >= batch.until + BATCH_KEEP_S:
+            return False  # forgotten, as in every store (Redis's own TTL may lag)
         if not batch.acked:
             batch.acked, batch.until = True, min(batch.until, now)
         ids = [s for s, _ in batch.sessions]
