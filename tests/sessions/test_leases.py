@@ -45,7 +45,9 @@ async def test_ack_marks_exported_releases_the_lease_and_is_idempotent(store: Se
     assert await store.ack("b4", 104)  # an empty batch is a batch too
 
 
-async def test_a_late_ack_still_counts_and_a_forgotten_batch_is_unknown(store: SessionStore) -> None:
+async def test_a_late_ack_still_counts_and_a_forgotten_batch_is_unknown(
+    store: SessionStore,
+) -> None:
     (a,) = await made(store, "a")
     assert await store.lease("b1", [a], now=100, until=110, remove=False, named=False) == []
     assert await store.lease("b2", [a], now=200, until=210, remove=False, named=False) == []
