@@ -243,3 +243,21 @@ def test_sqlite_leases_and_acks_survive_a_restart(fake: Fake, tmp_path: Path) ->
             assert state == {ids[0]: True, ids[1]: False, ids[2]: True}
     finally:
         second.stop()
+
+
+def test_ack_needs_what_export_needs(fake: Fake, start_proxy: Callable[..., str]) -> None:
+    url = start_proxy([fake.url], admin_key="ack-admin")
+    admin = {"authorization": "Bearer ack-admin"}
+    made = httpx.post(f"{url}/sessions", json={"identity": "auth"}, headers=admin).json()
+    session_key = {"authorization": f"Bearer {made['sessions'][0]['api_key']}"}
+    httpx.post(f"{url}/sessions/auth/end", headers=admin).raise_for_status()
+    taken = httpx.post(f"{url}/trajectories/export", json={}, headers=admin).json()
+    body = {"batch_id": taken["batch_id"]}
+    for headers, status in (({}, 401), ({"authorization": "Bearer wrong"}, 401),
+                            (session_key, 403)):
+        answer = httpx.post(f"{url}/trajectories/ack", json=body, headers=headers)
+        assert answer.status_code == status
+        assert set(answer.json()["error"]) == {"message", "type", "param", "code"}
+    assert httpx.get(f"{url}/sessions/auth", headers=admin).json()["exported"] is False
+    assert httpx.post(f"{url}/trajectories/ack", json=body, headers=admin).status_code == 200
+    assert httpx.get(f"{url}/sessions/auth", headers=admin).json()["exported"] is True
