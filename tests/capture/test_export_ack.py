@@ -189,28 +189,31 @@ def _replica(fake: Fake, store: str) -> ServerThread:
 def test_two_replicas_on_one_redis_never_export_the_same_session(
     fake: Fake, redis_url: str
 ) -> None:
+    """Several exporters on each of two replicas drain one group at once: every session
+    is delivered exactly once (the replicas select the same prefix; one lease wins)."""
     one, two = _replica(fake, redis_url), _replica(fake, redis_url)
     try:
         with httpx.Client(base_url=one.url, timeout=60) as http:
-            ids = ended_group(http, "race", 24)
-        got: dict[str, list[list[str]]] = {one.url: [], two.url: []}
-        start = threading.Barrier(2)
+            ids = ended_group(http, "race", 30)
+        exporters = [one.url, two.url] * 3
+        got: list[list[list[str]]] = [[] for _ in exporters]
+        start = threading.Barrier(len(exporters))
 
-        def drain(url: str) -> None:
-            with httpx.Client(base_url=url, timeout=60) as client:
+        def drain(i: int) -> None:
+            with httpx.Client(base_url=exporters[i], timeout=60) as client:
                 start.wait()
                 while batch := ids_of(export(client, group_id="race", count=2, timeout_s=0)):
-                    got[url].append(batch)
+                    got[i].append(batch)
 
-        threads = [threading.Thread(target=drain, args=(u,)) for u in got]
+        threads = [threading.Thread(target=drain, args=(i,)) for i in range(len(exporters))]
         for t in threads:
             t.start()
         for t in threads:
             t.join(timeout=120)
-        taken = [s for batches in got.values() for batch in batches for s in batch]
+        taken = [s for batches in got for batch in batches for s in batch]
         assert sorted(taken) == sorted(ids)  # each exactly once, none lost
         assert len(taken) == len(set(taken))
-        for batches in got.values():  # each replica's batches in creation order
+        for batches in got:  # each exporter's batches in creation order
             flat = [s for batch in batches for s in batch]
             assert flat == sorted(flat, key=ids.index)
     finally:
