@@ -15,7 +15,8 @@ store-wide ``created``/``ended`` counters. Per session, keys are::
                 ``i:{interaction_id}`` -> the number it took
 
 plus ``{p}all`` and ``{p}g:{group}`` (zsets by ``created_seq``), ``{p}open`` (set),
-``{p}k:{sha256(api_key)}`` -> session id. ``?ended_ttl_s=N`` in the URL lets Redis
+``{p}k:{sha256(api_key)}`` -> session id; export leases add ``{p}l:{id}`` and
+``{p}b:{batch_id}`` (``redis_leases.py``). ``?ended_ttl_s=N`` in the URL lets Redis
 expire a session N seconds after it is both ended and exported (never before export:
 dropping un-exported work is the evictor's job, which logs it).
 
