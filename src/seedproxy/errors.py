@@ -25,6 +25,7 @@ from typing import Any
 __all__ = [
     "AuthError",
     "BadRequest",
+    "BatchNotFound",
     "BodyTimeout",
     "ClientClosed",
     "ConfigError",
@@ -88,6 +89,13 @@ class Forbidden(AuthError):
 
 
 class SessionNotFound(SeedProxyError):
+    status_code = 404
+    error_type = "not_found_error"
+
+
+class BatchNotFound(SeedProxyError):
+    """An ack names no export batch this proxy knows (or one long forgotten)."""
+
     status_code = 404
     error_type = "not_found_error"
 

@@ -117,6 +117,9 @@ def test_remove_forgets_the_exported_sessions_and_keeping_them_hides_them(
         http.post(f"/sessions/{sid}/end")
     r = http.post("/trajectories/export", json={"session_ids": [ids[0]], "remove": True})
     assert len(r.json()["trajectories"][0]["interactions"]) == 1
+    assert http.get(f"/sessions/{ids[0]}").status_code == 200  # deleted on ack, not before
+    acked = http.post("/trajectories/ack", json={"batch_id": r.json()["batch_id"]})
+    assert acked.status_code == 200
     assert http.get(f"/sessions/{ids[0]}").status_code == 404
     assert export(http, group_id="rm") == [ids[1]]
     assert http.get(f"/sessions/{ids[1]}").status_code == 200

@@ -92,6 +92,8 @@ def test_sessions_past_their_ttl_are_evicted_and_unexported_ones_are_logged(
         http.post("/sessions/ended/end")
         taken = http.post("/trajectories/export", json={"session_ids": ["exported"]})
         assert len(taken.json()["trajectories"]) == 1
+        acked = http.post("/trajectories/ack", json={"batch_id": taken.json()["batch_id"]})
+        assert acked.status_code == 200  # exported once acknowledged
         now = time.time()
         early = Evictor(store, 60.0, clock=lambda: now + 59.0)
         assert asyncio.run(early.sweep()) == []  # nothing is past its TTL yet

@@ -34,7 +34,9 @@ def test_the_list_pages_filters_and_reports_state(
     chat(proxy, "t:0")
     chat(proxy, "solo")
     httpx.post(proxy + "/sessions/t:1/end", headers=AUTH).raise_for_status()
-    httpx.post(proxy + "/trajectories/export", json={"session_ids": ["t:2"]}, headers=AUTH)
+    taken = httpx.post(proxy + "/trajectories/export", json={"session_ids": ["t:2"]}, headers=AUTH)
+    httpx.post(proxy + "/trajectories/ack", json={"batch_id": taken.json()["batch_id"]},
+               headers=AUTH).raise_for_status()  # exported once acknowledged
 
     page = httpx.get(proxy + "/sessions", params={"limit": 2}, headers=AUTH).json()
     assert [s["session_id"] for s in page["sessions"]] == ["t:0", "t:1"]

@@ -3,17 +3,19 @@
     async with SeedProxyClient(url) as proxy:
         group = await proxy.create_group("task7", k=8)
         await group.run(agent, concurrency=4, reward=score, end=True)
-        write_jsonl(await group.export(), "rollouts.jsonl")
+        await group.export(out="rollouts.jsonl")  # written, fsynced, then acknowledged
 """
 
 from __future__ import annotations
 
-from ._client import Group, Sample, SeedProxyAPIError, SeedProxyClient
+from ._client import EXPORT_MARGIN_S, ExportBatch, Group, Sample, SeedProxyAPIError, SeedProxyClient
 from ._files import write_jsonl, write_parquet
 from ._types import ConcatError, Interaction, Style, Trajectory
 
 __all__ = [
+    "EXPORT_MARGIN_S",
     "ConcatError",
+    "ExportBatch",
     "Group",
     "Interaction",
     "Sample",

@@ -9,6 +9,7 @@ seeded and recorded for that sample.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -18,11 +19,27 @@ from urllib.parse import quote
 import httpx
 from openai import AsyncOpenAI, OpenAI
 
+from ._files import write_jsonl
 from ._types import Style, Trajectory
 
-__all__ = ["Group", "Sample", "SeedProxyAPIError", "SeedProxyClient"]
+__all__ = ["EXPORT_MARGIN_S", "ExportBatch", "Group", "Sample", "SeedProxyAPIError",
+           "SeedProxyClient"]
 
 T = TypeVar("T")
+
+EXPORT_MARGIN_S = 30.0
+"""An export's HTTP call waits this much longer than the server's own wait (``timeout_s``)."""
+
+Target = str | os.PathLike[str]
+
+
+class ExportBatch(list[Trajectory]):
+    """The trajectories of one export, in delivery order, with the ``batch_id`` that
+    acknowledges them (``SeedProxyClient.ack``)."""
+
+    def __init__(self, batch_id: str, trajectories: list[Trajectory]) -> None:
+        super().__init__(trajectories)
+        self.batch_id = batch_id
 
 
 class SeedProxyAPIError(Exception):
@@ -104,12 +121,20 @@ class Group:
             await self.proxy.end(sample.session_id)
 
     async def export(
-        self, *, style: Style = "individual", timeout_s: float = 60.0
-    ) -> list[Trajectory]:
+        self,
+        *,
+        style: Style = "individual",
+        timeout_s: float = 60.0,
+        out: Target | None = None,
+        ack: bool = True,
+        visibility_timeout_s: float | None = None,
+    ) -> ExportBatch:
         """Wait (up to ``timeout_s``) for every sample to end, then export them in
-        sample order; each is exported once."""
+        sample order. With ``out`` they are written to that JSON Lines file (fsynced)
+        and acknowledged only then; see ``SeedProxyClient.export`` for ``ack``."""
         return await self.proxy.export(
-            group_id=self.group_id, count=len(self.samples), timeout_s=timeout_s, style=style
+            group_id=self.group_id, count=len(self.samples), timeout_s=timeout_s,
+            style=style, out=out, ack=ack, visibility_timeout_s=visibility_timeout_s,
         )
 
 
@@ -129,6 +154,7 @@ class SeedProxyClient:
         http: httpx.AsyncClient | None = None,
     ) -> None:
         headers = {"authorization": f"Bearer {admin_key}"} if admin_key else {}
+        self.timeout_s = timeout_s
         self._own_http = http is None
         self.http = http or httpx.AsyncClient(
             base_url=url.rstrip("/"),
@@ -152,8 +178,14 @@ class SeedProxyClient:
         if self._own_http:
             await self.http.aclose()
 
-    async def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        response = await self.http.request(method, path, json=body)
+    async def _call(
+        self, method: str, path: str, body: dict[str, Any] | None = None,
+        *, timeout_s: float | None = None,
+    ) -> Any:
+        if timeout_s is None:
+            response = await self.http.request(method, path, json=body)
+        else:
+            response = await self.http.request(method, path, json=body, timeout=timeout_s)
         if response.is_success:
             return response.json() if response.content else None
         message, kind = response.text, None
@@ -195,6 +227,11 @@ class SeedProxyClient:
         data = await self._call("GET", f"/sessions/{_quote(session_id)}/trajectory?style={style}")
         return Trajectory.from_json(data)
 
+    def export_timeout_s(self, timeout_s: float) -> float:
+        """The HTTP timeout of an export that asks the server to wait ``timeout_s``:
+        never shorter than that wait plus ``EXPORT_MARGIN_S``."""
+        return max(self.timeout_s, timeout_s + EXPORT_MARGIN_S)
+
     async def export(
         self,
         *,
@@ -204,14 +241,53 @@ class SeedProxyClient:
         timeout_s: float = 0.0,
         style: Style = "individual",
         remove: bool = False,
-    ) -> list[Trajectory]:
-        """``POST /trajectories/export``: see the README for selection and order."""
+        out: Target | None = None,
+        ack: bool = True,
+        visibility_timeout_s: float | None = None,
+    ) -> ExportBatch:
+        """``POST /trajectories/export``: see the README for selection and order.
+
+        Delivery is at least once: the server leases the batch until it is
+        acknowledged. With ``out`` the batch is written to that JSON Lines file and
+        fsynced, then acknowledged. Without it, ``ack=True`` acknowledges it as soon as
+        it has been received; ``ack=False`` leaves that to ``ack(batch.batch_id)``
+        once it is safe (unacknowledged, it is exported again after
+        ``visibility_timeout_s``, 300 s by default)."""
         body: dict[str, Any] = {"timeout_s": timeout_s, "style": style, "remove": remove}
-        for name, value in (("group_id", group_id), ("session_ids", session_ids), ("count", count)):
+        for name, value in (("group_id", group_id), ("session_ids", session_ids),
+                            ("count", count), ("visibility_timeout_s", visibility_timeout_s)):
             if value is not None:
                 body[name] = value
-        data = await self._call("POST", "/trajectories/export", body)
-        return [Trajectory.from_json(t) for t in data["trajectories"]]
+        data = await self._call("POST", "/trajectories/export", body,
+                                timeout_s=self.export_timeout_s(timeout_s))
+        batch = ExportBatch(data["batch_id"],
+                            [Trajectory.from_json(t) for t in data["trajectories"]])
+        if out is not None:
+            await asyncio.to_thread(_write_durably, batch, out)
+        if ack or out is not None:
+            await self.ack(batch.batch_id)
+        return batch
+
+    async def ack(self, batch_id: str) -> None:
+        """``POST /trajectories/ack``: the batch is delivered (idempotent)."""
+        await self._call("POST", "/trajectories/ack", {"batch_id": batch_id})
+
+
+def _write_durably(trajectories: list[Trajectory], out: Target) -> None:
+    with open(out, "wb") as handle:
+        write_jsonl(trajectories, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+    try:
+        fd = os.open(os.path.dirname(os.path.abspath(out)), os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)  # the new file's directory entry
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _quote(session_id: str) -> str:

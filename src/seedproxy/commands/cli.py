@@ -88,6 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--style", choices=["individual", "concat"], default="individual",
                         help="individual (default): one trajectory per line with its "
                         "interactions; concat: one token sequence with a loss mask")
+    export.add_argument("--visibility-timeout", type=float,
+                        help="seconds the batch stays leased without an ack (server: 300)")
     export.add_argument("--out", required=True)
 
     verify = commands.add_parser(
@@ -204,6 +206,7 @@ def _export(args: argparse.Namespace) -> int:
     return export_to_file(
         args.url, out=args.out, group=args.group, count=args.count,
         timeout_s=args.timeout, admin_key=args.admin_key, style=args.style,
+        visibility_timeout_s=args.visibility_timeout,
     )
 
 

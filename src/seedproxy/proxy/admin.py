@@ -6,28 +6,33 @@ Every route checks auth first and only then reads its body (bounded by
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import orjson
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 
-from ..errors import Forbidden, SessionNotFound, WaitTimeout
+from ..errors import BatchNotFound, Forbidden, SessionNotFound, WaitTimeout
 from ..sessions import SessionManager, SessionRecord
-from ..sessions.export import Style, select_sessions, trajectory
+from ..sessions.export import Style, lease_batch, trajectory
 from ..sessions.ids import check_id, encode_id
 from .access import Access
 from ..pipeline.inflight import InFlight
 from .listing import MAX_PAGE, session_page
 from ..pipeline.request import documented, read_model
-from .schemas import CreateSessions, ExportRequest, RewardRequest
+from .schemas import AckRequest, CreateSessions, ExportRequest, RewardRequest
 
-__all__ = ["WAIT_DEFAULT_S", "WAIT_MAX_S", "admin_router"]
+__all__ = ["VISIBILITY_DEFAULT_S", "VISIBILITY_MAX_S", "WAIT_DEFAULT_S", "WAIT_MAX_S",
+           "admin_router"]
 
 WAIT_DEFAULT_S = 60.0
 """How long ``?wait=true`` waits for a session to end unless ``timeout_s`` says."""
 WAIT_MAX_S = 3600.0
 """The longest ``timeout_s`` accepted (a 400 above it)."""
+VISIBILITY_DEFAULT_S = 300.0
+"""How long an export's batch stays leased without an ack, unless it says."""
+VISIBILITY_MAX_S = 86400.0
 
 
 def admin_router(
@@ -40,7 +45,8 @@ def admin_router(
 ) -> APIRouter:
     router = APIRouter()
     store = sessions.store
-    exporting = asyncio.Lock()  # select + mark exported, atomically per app
+    exporting = asyncio.Lock()  # select + lease, one at a time per app (the store's
+    # lease is atomic across apps: this only saves a replica racing itself)
 
     @router.post("/sessions", status_code=201, openapi_extra=documented(CreateSessions))
     async def create_sessions(request: Request) -> JSONResponse:
@@ -123,42 +129,64 @@ def admin_router(
         wait: bool = False,
         timeout_s: float = Query(default=WAIT_DEFAULT_S, gt=0, le=WAIT_MAX_S),
         style: Style = "individual",
+        visibility_timeout_s: float = Query(
+            default=VISIBILITY_DEFAULT_S, gt=0, le=VISIBILITY_MAX_S),
     ) -> Response:
         """``wait=true`` (the admin's act) waits up to ``timeout_s`` for the session to
-        end and takes it out of later batch exports; past the timeout it is a 504 and
-        nothing is taken."""
+        end (and for another export's live lease on it to go), then leases it as a
+        batch of one (``batch_id``): acknowledged, it is out of later batch exports.
+        Past the timeout it is a 504 and nothing is taken."""
         check_id(session_id, param="session_id")
         record = await access.require_session_reader(request, session_id)
-        if wait:
-            if not access.may_export(request):
-                raise Forbidden("wait=true takes the trajectory out of batch export: "
-                                "that needs the admin key", param="wait")
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + timeout_s
-            while not record.ended:
-                if loop.time() >= deadline:
-                    raise WaitTimeout(f"session {session_id!r} did not end within {timeout_s} s")
-                await asyncio.sleep(0.05)
-                record = await sessions.require(session_id)
-        # Serialised whole before the session is marked: nothing is marked undelivered.
-        content = orjson.dumps(await trajectory(store, record, style))
-        if wait:
-            async with exporting:
-                await store.mark_exported([session_id])
-        return Response(content, media_type="application/json")
+        if not wait:
+            return Response(orjson.dumps(await trajectory(store, record, style)),
+                            media_type="application/json")
+        if not access.may_export(request):
+            raise Forbidden("wait=true takes the trajectory out of batch export: "
+                            "that needs the admin key", param="wait")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        built: list[dict[str, Any]] = []
+
+        async def build(chosen: list[SessionRecord]) -> None:
+            # The whole answer, serialisable, before anything is leased.
+            built[:] = [await trajectory(store, r, style) for r in chosen]
+            orjson.dumps(built)
+
+        while True:
+            if record.ended and not await store.held([session_id], time.time()):
+                batch_id, taken = await lease_batch(
+                    store, session_ids=[session_id], lock=exporting,
+                    visibility_timeout_s=visibility_timeout_s, prepare=build)
+                if taken:
+                    break  # else another export leased it meanwhile: wait on
+            if loop.time() >= deadline:
+                raise WaitTimeout(f"session {session_id!r} did not end within {timeout_s} s")
+            await asyncio.sleep(0.05)
+            record = await sessions.require(session_id)
+        return Response(orjson.dumps({**built[0], "batch_id": batch_id}),
+                        media_type="application/json")
 
     @router.post("/trajectories/export", openapi_extra=documented(ExportRequest))
     async def export(request: Request) -> Response:
+        """Lease a batch (see ``sessions/export.py``): it is exported again after
+        ``visibility_timeout_s`` unless ``POST /trajectories/ack`` names it first."""
         await access.require_admin(request)
         body = await read_model(request, ExportRequest, max_body_bytes)
         built: list[bytes] = []
 
         async def build(chosen: list[SessionRecord]) -> None:
-            # The whole answer, serialised, before anything is marked exported.
-            trajectories = [await trajectory(store, r, body.style) for r in chosen]
-            built.append(orjson.dumps({"trajectories": trajectories}))
+            # The whole answer, serialised, before anything is leased: a record that
+            # cannot be encoded fails this export and leases nothing.
+            trajectories = []
+            for record in chosen:
+                try:
+                    trajectories.append(await trajectory(store, record, body.style))
+                except SessionNotFound:  # deleted since it was chosen: nothing to deliver
+                    continue
+            built[:] = [orjson.dumps(trajectories)]
 
-        chosen = await select_sessions(
+        batch_id, chosen = await lease_batch(
             store,
             session_ids=body.session_ids,
             group_id=body.group_id,
@@ -166,12 +194,24 @@ def admin_router(
             timeout_s=body.timeout_s,
             deterministic=deterministic,
             lock=exporting,
+            visibility_timeout_s=body.visibility_timeout_s,
+            remove=body.remove,
             prepare=build,
         )
-        if body.remove:
-            for record in chosen:
-                await store.delete(record.session_id)
-        return Response(built[0], media_type="application/json")
+        content = (b'{"batch_id":' + orjson.dumps(batch_id) + b',"trajectories":'
+                   + built[0] + b"}")
+        return Response(content, media_type="application/json")
+
+    @router.post("/trajectories/ack", openapi_extra=documented(AckRequest))
+    async def ack(request: Request) -> dict[str, Any]:
+        """The exporter has the batch: its sessions leave later exports (``remove``:
+        they are deleted now). Idempotent, and still accepted after the lease ran out."""
+        await access.require_admin(request)
+        body = await read_model(request, AckRequest, max_body_bytes)
+        if not await store.ack(body.batch_id, time.time()):
+            raise BatchNotFound(f"batch {body.batch_id!r} not found (or forgotten)",
+                           param="batch_id")
+        return {"batch_id": body.batch_id, "acknowledged": True}
 
     @router.delete("/sessions/{session_id}")
     async def delete_session(session_id: str, request: Request) -> Response:

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
+    "AckRequest",
     "CreateSessions",
     "ExportRequest",
     "FleetPause",
@@ -41,6 +42,12 @@ class ExportRequest(_Body):
     timeout_s: float = Field(default=0.0, ge=0, le=3600)
     remove: bool = False
     style: Literal["individual", "concat"] = "individual"
+    visibility_timeout_s: float = Field(default=300.0, gt=0, le=86400)
+    """How long the batch stays leased without an ack before it is exported again."""
+
+
+class AckRequest(_Body):
+    batch_id: str = Field(min_length=1, max_length=256)
 
 
 class FleetPause(_Body):

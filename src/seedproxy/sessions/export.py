@@ -1,11 +1,14 @@
-"""Choosing which sessions an export takes, and in which order.
+"""Choosing which sessions an export takes, and in which order; leasing them.
 
 Deterministic mode takes sessions in creation order and never skips an earlier
 session for one that ended first (AReaL's ``_select_results``): the batch is the
-first ``count`` unexported sessions (all of them without ``count``), and only its
-ended prefix is ever taken. Without determinism the batch is the first ``count``
-sessions to end, in the order they ended. Selecting and marking as exported happen
-under one lock, so two concurrent exports never take the same session.
+first ``count`` sessions not exported and not under a live lease (all of them without
+``count``), and only its ended prefix is ever taken. Without determinism the batch is
+the first ``count`` sessions to end, in the order they ended. The batch is then leased
+atomically in the store (``store/leases.py``): two concurrent exports, on one replica
+or several, never take the same session; one that loses a race selects again. Only an
+ack takes a batch out of later exports; an unacknowledged lease runs out and its
+sessions come back in the same order (creation or end order never changes).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
@@ -21,14 +25,18 @@ from .concat import concat_record
 from .record import SessionRecord
 from .store.base import SessionStore
 
-__all__ = ["Style", "select_sessions", "trajectory"]
+__all__ = ["Style", "lease_batch", "new_batch_id", "trajectory"]
 
 Style = Literal["individual", "concat"]
 
 _POLL_S = 0.05
 
 
-async def select_sessions(
+def new_batch_id() -> str:
+    return "batch-" + uuid.uuid4().hex
+
+
+async def lease_batch(
     store: SessionStore,
     *,
     session_ids: list[str] | None = None,
@@ -37,27 +45,39 @@ async def select_sessions(
     timeout_s: float = 0.0,
     deterministic: bool = True,
     lock: asyncio.Lock | None = None,
+    visibility_timeout_s: float = 300.0,
+    remove: bool = False,
+    clock: Callable[[], float] = time.time,
     prepare: Callable[[list[SessionRecord]], Awaitable[None]] | None = None,
-) -> list[SessionRecord]:
-    """Return the sessions to export, marked exported, waiting up to ``timeout_s``
-    for ``count`` of them. ``prepare`` (building the whole answer) runs under the lock
-    before anything is marked: when it raises, nothing is.
+) -> tuple[str, list[SessionRecord]]:
+    """Lease the sessions to export under a new batch id, waiting up to ``timeout_s``
+    for ``count`` of them; returns (batch_id, sessions in delivery order).
+    ``prepare`` (building the whole answer) runs under the lock before anything is
+    leased: when it raises, nothing is.
 
-    Named ``session_ids`` are taken whatever their state; otherwise only ended,
-    unexported sessions (of ``group_id``, if given) are candidates. On timeout the
-    result is what is ready: in deterministic mode the ended prefix of the batch.
+    Named ``session_ids`` are taken whatever their ended or exported state (but not
+    while another live lease holds them); otherwise only ended sessions not exported
+    (of ``group_id``, if given) are candidates. On timeout the result is what is
+    ready: in deterministic mode the ended prefix of the batch.
     """
+    batch_id = new_batch_id()
     deadline = time.monotonic() + timeout_s
     while True:
         async with lock if lock is not None else contextlib.nullcontext():
+            now = clock()
             chosen, complete = await _select_once(
-                store, session_ids, group_id, count, deterministic
+                store, session_ids, group_id, count, deterministic, now
             )
             if complete or time.monotonic() >= deadline:
                 if prepare is not None:
                     await prepare(chosen)
-                await store.mark_exported([r.session_id for r in chosen])
-                return chosen
+                refused = await store.lease(
+                    batch_id, chosen, now=now, until=now + visibility_timeout_s,
+                    remove=remove, named=session_ids is not None,
+                )
+                if not refused:
+                    return batch_id, chosen
+                continue  # another export (or an ack) got there first: select again
         await asyncio.sleep(_POLL_S)
 
 
@@ -67,11 +87,16 @@ async def _select_once(
     group_id: str | None,
     count: int | None,
     deterministic: bool,
+    now: float,
 ) -> tuple[list[SessionRecord], bool]:
     if session_ids is not None:
         found = [r for r in [await store.get(s) for s in session_ids] if r is not None]
-        return sorted(found, key=lambda r: r.created_seq), True
-    pending = [r for r in await store.list(group_id) if not r.exported]
+        held = await store.held([r.session_id for r in found], now)
+        return sorted((r for r in found if r.session_id not in held),
+                      key=lambda r: r.created_seq), True
+    unexported = [r for r in await store.list(group_id) if not r.exported]
+    held = await store.held([r.session_id for r in unexported], now)
+    pending = [r for r in unexported if r.session_id not in held]
     if deterministic:
         batch = pending if count is None else pending[:count]
         ready: list[SessionRecord] = []

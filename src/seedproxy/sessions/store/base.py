@@ -66,6 +66,23 @@ class SessionStore(Protocol):
     async def mark_exported(self, session_ids: builtins.list[str]) -> None:
         """Flag sessions as taken by an export; unknown ids are ignored."""
 
+    async def lease(
+        self, batch_id: str, records: builtins.list[SessionRecord], *,
+        now: float, until: float, remove: bool, named: bool,
+    ) -> builtins.list[str]:
+        """Atomically lease ``records`` (in delivery order) to a new ``batch_id`` until
+        ``until``, all or none (see ``leases.py``); an empty batch is recorded too.
+        Returns the ids refused: gone (or a newer session under the id), under another
+        live lease at ``now``, or, unless ``named``, already exported. Empty: leased."""
+
+    async def held(self, session_ids: builtins.list[str], now: float) -> set[str]:
+        """Those of ``session_ids`` under a live lease at ``now``."""
+
+    async def ack(self, batch_id: str, now: float) -> bool:
+        """The batch was delivered: mark its sessions exported (delete them when it was
+        leased with ``remove``) and release their lease. Idempotent, also after the
+        lease ran out; False for an unknown (or long forgotten) batch."""
+
     async def delete(self, session_id: str) -> bool:
         """Forget the session; False when it was unknown."""
 

@@ -12,13 +12,15 @@ from ..interaction import Interaction
 from ..record import SessionRecord, Slot
 from ..session import Session
 from .base import RETRY_MEMORY
+from .leases import MemoryLeases
 
 __all__ = ["MemoryStore"]
 
 
-class MemoryStore:
+class MemoryStore(MemoryLeases):
     """``SessionStore`` over a dict of ``Session`` objects. Safe across threads;
-    not shared across processes (use Redis for several workers or replicas)."""
+    not shared across processes (use Redis for several workers or replicas). Export
+    leases are kept in memory too (``leases.py``)."""
 
     def __init__(self, *, retry_memory: int = RETRY_MEMORY) -> None:
         self._sessions: dict[str, Session] = {}
@@ -29,6 +31,7 @@ class MemoryStore:
         self._open: set[str] = set()
         """Ids of sessions not ended, kept as they change: ``count_open`` is O(1)."""
         self._retry_memory = retry_memory
+        self._init_leases()
 
     def _session(self, session_id: str) -> Session:
         try:
@@ -107,6 +110,7 @@ class MemoryStore:
                 return False
             self._by_key.pop(session.api_key, None)
             self._open.discard(session_id)
+            self._leases.pop(session_id, None)
             return True
 
     async def count_open(self) -> int:

@@ -15,7 +15,8 @@ store-wide ``created``/``ended`` counters. Per session, keys are::
                 ``i:{interaction_id}`` -> the number it took
 
 plus ``{p}all`` and ``{p}g:{group}`` (zsets by ``created_seq``), ``{p}open`` (set),
-``{p}k:{sha256(api_key)}`` -> session id. ``?ended_ttl_s=N`` in the URL lets Redis
+``{p}k:{sha256(api_key)}`` -> session id; export leases add ``{p}l:{id}`` and
+``{p}b:{batch_id}`` (``redis_leases.py``). ``?ended_ttl_s=N`` in the URL lets Redis
 expire a session N seconds after it is both ended and exported (never before export:
 dropping un-exported work is the evictor's job, which logs it).
 
@@ -42,6 +43,7 @@ from ...errors import ConfigError, SessionNotFound, StoreError
 from ..interaction import Interaction
 from ..record import SessionRecord, Slot
 from .base import RETRY_MEMORY
+from .redis_leases import RedisLeases
 
 __all__ = ["RedisStore"]
 
@@ -195,7 +197,7 @@ def _positive(query: dict[str, builtins.list[str]], name: str) -> float | None:
     return value
 
 
-class RedisStore:
+class RedisStore(RedisLeases):
     """``SessionStore`` on Redis, shared by every replica pointed at the same database."""
 
     def __init__(self, url: str, *, retry_memory: int = RETRY_MEMORY) -> None:
@@ -224,6 +226,7 @@ class RedisStore:
         )]
         (self._allocate, self._create, self._end, self._record, self._set_reward,
          self._mark_exported, self._occurrence) = (self._guarded(script) for script in scripts)
+        self._init_leases()  # export leases: redis_leases.py
 
     # Shared with the fleet board (backends/redis_board.py): one connection, one key
     # prefix and the same outage rules for every replica's state.
@@ -254,7 +257,8 @@ class RedisStore:
         return f"{self._p}{kind}:{session_id}"
 
     def _session_keys(self, session_id: str) -> builtins.list[str]:
-        return [self._k(kind, session_id) for kind in ("s", "i", "r", "rz", "p", "o", "w", "c")]
+        kinds = ("s", "i", "r", "rz", "p", "o", "w", "c", "l")  # l: its export lease
+        return [self._k(kind, session_id) for kind in kinds]
 
     def _key_of(self, api_key: str) -> str:
         return self._p + "k:" + hashlib.sha256(api_key.encode()).hexdigest()

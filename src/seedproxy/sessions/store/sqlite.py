@@ -26,6 +26,7 @@ from ...errors import SessionNotFound, StoreError
 from ..interaction import Interaction
 from ..record import SessionRecord, Slot
 from .base import RETRY_MEMORY
+from .sqlite_leases import LEASE_SCHEMA, SqliteLeases
 
 __all__ = ["SqliteStore"]
 
@@ -85,9 +86,10 @@ def path_of(url: str) -> str:
     return path
 
 
-class SqliteStore:
+class SqliteStore(SqliteLeases):
     """``SessionStore`` over one SQLite file. Safe across threads and tasks; several
-    processes may share the file (``BEGIN IMMEDIATE`` serialises their writes)."""
+    processes may share the file (``BEGIN IMMEDIATE`` serialises their writes). Export
+    leases live in the file too (``sqlite_leases.py``)."""
 
     def __init__(self, path: str, *, retry_memory: int = RETRY_MEMORY) -> None:
         self._retry_memory = retry_memory
@@ -100,7 +102,7 @@ class SqliteStore:
             db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")
-            db.executescript(_SCHEMA)
+            db.executescript(_SCHEMA + LEASE_SCHEMA)
             # The open-session count is kept as sessions change (count_open is O(1));
             # a file from before it existed gets it counted once, here.
             db.execute(
@@ -384,18 +386,18 @@ class SqliteStore:
         await self._run(work)
 
     async def delete(self, session_id: str) -> bool:
-        def work(db: sqlite3.Connection) -> bool:
-            row = db.execute(
-                "DELETE FROM sessions WHERE session_id = ? RETURNING ended", (session_id,)
-            ).fetchone()
-            gone = row is not None
-            if gone and not row[0]:
-                self._count_open(db, -1)
-            for table in ("recent", "pins", "occurrences", "interactions"):
-                db.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
-            return bool(gone)
+        return await self._run(self._delete_rows, session_id)
 
-        return await self._run(work)
+    def _delete_rows(self, db: sqlite3.Connection, session_id: str) -> bool:
+        row = db.execute(
+            "DELETE FROM sessions WHERE session_id = ? RETURNING ended", (session_id,)
+        ).fetchone()
+        gone = row is not None
+        if gone and not row[0]:
+            self._count_open(db, -1)
+        for table in ("recent", "pins", "occurrences", "interactions", "leases"):
+            db.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
+        return bool(gone)
 
     async def count_open(self) -> int:
         def work(db: sqlite3.Connection) -> int:

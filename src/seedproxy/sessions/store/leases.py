@@ -1,0 +1,126 @@
+"""Export leases: at-least-once delivery, as a queue with a visibility timeout.
+
+An export leases its batch (``batch_id``) until ``until``: while the lease is live no
+other export takes those sessions. Only ``ack`` takes them out of later exports for
+good (marked exported, or deleted when the batch was leased with ``remove``); a lease
+never acknowledged simply runs out and its sessions are candidates again, in the same
+order as before (the order comes from ``created_seq``/``ended_seq``, never from the
+lease). A batch names its sessions by ``(session_id, created_seq)``, so an ack never
+touches a newer session that reused the id of a deleted one.
+
+Times are wall-clock seconds passed in by the caller (``now``), so a lease outlives a
+restart (SQLite) and means the same on every replica (Redis); tests pass their own.
+This module holds the memory store's leases; ``sqlite_leases`` and ``redis_leases``
+hold the durable ones, with the same rules.
+"""
+
+from __future__ import annotations
+
+import builtins
+import heapq
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from ..record import SessionRecord
+
+__all__ = ["BATCH_KEEP_S", "Batch", "MemoryLeases"]
+
+BATCH_KEEP_S = 86400.0
+"""How long a batch id is remembered past its lease's end (or its ack): an ack within
+that time is answered (idempotently), one later is an unknown batch (404)."""
+
+
+@dataclass(slots=True)
+class Batch:
+    sessions: list[tuple[str, int]]
+    """(session_id, created_seq) in delivery order."""
+    remove: bool
+    until: float
+    acked: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"sessions": self.sessions, "remove": self.remove, "until": self.until,
+                "acked": self.acked}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Batch:
+        return cls([(str(s), int(q)) for s, q in data["sessions"]], bool(data["remove"]),
+                   float(data["until"]), bool(data["acked"]))
+
+
+class MemoryLeases:
+    """Leases of ``MemoryStore`` (a mixin over its ``_sessions`` and ``_lock``)."""
+
+    _lock: threading.Lock
+    _sessions: dict[str, Any]
+
+    def _init_leases(self) -> None:
+        self._leases: dict[str, tuple[str, float]] = {}
+        """session_id -> (batch_id, until) of its latest lease."""
+        self._batches: dict[str, Batch] = {}
+        self._forget: list[tuple[float, str]] = []
+        """(when to forget, batch_id): a heap, so pruning costs what it prunes."""
+
+    def _prune(self, now: float) -> None:
+        while self._forget and self._forget[0][0] <= now:
+            _, batch_id = heapq.heappop(self._forget)
+            batch = self._batches.get(batch_id)
+            if batch is not None and self._keep_until(batch) <= now:
+                del self._batches[batch_id]
+
+    @staticmethod
+    def _keep_until(batch: Batch) -> float:
+        return batch.until + BATCH_KEEP_S
+
+    def _current(self, session_id: str, created_seq: int) -> SessionRecord | None:
+        session = self._sessions.get(session_id)
+        record = session.snapshot() if session is not None else None
+        return record if record is not None and record.created_seq == created_seq else None
+
+    async def lease(
+        self, batch_id: str, records: builtins.list[SessionRecord], *,
+        now: float, until: float, remove: bool, named: bool,
+    ) -> builtins.list[str]:
+        with self._lock:
+            self._prune(now)
+            refused = []
+            for r in records:
+                current = self._current(r.session_id, r.created_seq)
+                held = self._leases.get(r.session_id)
+                if (current is None or (held is not None and held[1] > now)
+                        or (not named and current.exported)):
+                    refused.append(r.session_id)
+            if refused:
+                return refused
+            for r in records:
+                self._leases[r.session_id] = (batch_id, until)
+            batch = Batch([(r.session_id, r.created_seq) for r in records], remove, until)
+            self._batches[batch_id] = batch
+            heapq.heappush(self._forget, (self._keep_until(batch), batch_id))
+            return []
+
+    async def held(self, session_ids: builtins.list[str], now: float) -> set[str]:
+        with self._lock:
+            return {s for s in session_ids
+                    if (held := self._leases.get(s)) is not None and held[1] > now}
+
+    async def ack(self, batch_id: str, now: float) -> bool:
+        with self._lock:
+            self._prune(now)
+            batch = self._batches.get(batch_id)
+            if batch is None:
+                return False
+            mine = [s for s, seq in batch.sessions if self._current(s, seq) is not None]
+            for session_id in mine:
+                self._sessions[session_id].mark_exported()
+                if self._leases.get(session_id, ("",))[0] == batch_id:
+                    del self._leases[session_id]
+            if not batch.acked:
+                batch.acked = True
+                batch.until = min(batch.until, now)
+                heapq.heappush(self._forget, (self._keep_until(batch), batch_id))
+        if batch.remove:
+            for session_id in mine:
+                await self.delete(session_id)  # type: ignore[attr-defined]  # MemoryStore's
+        return True

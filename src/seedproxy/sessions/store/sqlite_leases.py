@@ -1,0 +1,117 @@
+"""Export leases in the SQLite file (see ``leases.py`` for the rules): a lease and its
+batch are rows committed with the transaction that takes them, so an unacknowledged
+lease outlives a restart and still runs out, and an acknowledged batch stays
+acknowledged. Each call is one ``BEGIN IMMEDIATE`` transaction: two processes on one
+file never lease the same session."""
+
+from __future__ import annotations
+
+import builtins
+import sqlite3
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import orjson
+
+from ..record import SessionRecord
+from .leases import BATCH_KEEP_S, Batch
+
+__all__ = ["LEASE_SCHEMA", "SqliteLeases"]
+
+T = TypeVar("T")
+
+LEASE_SCHEMA = """
+CREATE TABLE IF NOT EXISTS leases (
+    session_id TEXT PRIMARY KEY,
+    batch_id TEXT NOT NULL,
+    until REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS leases_until ON leases (until);
+CREATE TABLE IF NOT EXISTS batches (
+    batch_id TEXT PRIMARY KEY,
+    data BLOB NOT NULL,
+    keep_until REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS batches_keep ON batches (keep_until);
+"""
+
+
+class SqliteLeases:
+    """Leases of ``SqliteStore`` (a mixin over its transactions and helpers)."""
+
+    if TYPE_CHECKING:  # what SqliteStore provides
+        async def _run(self, fn: Callable[..., T], *args: Any) -> T: ...
+        async def _read(self, fn: Callable[..., T], *args: Any) -> T: ...
+        @staticmethod
+        def _load(db: sqlite3.Connection, session_id: str) -> SessionRecord | None: ...
+        @staticmethod
+        def _save(db: sqlite3.Connection, record: SessionRecord) -> None: ...
+        def _delete_rows(self, db: sqlite3.Connection, session_id: str) -> bool: ...
+
+    async def lease(
+        self, batch_id: str, records: builtins.list[SessionRecord], *,
+        now: float, until: float, remove: bool, named: bool,
+    ) -> builtins.list[str]:
+        def work(db: sqlite3.Connection) -> builtins.list[str]:
+            db.execute("DELETE FROM batches WHERE keep_until <= ?", (now,))
+            refused = []
+            for r in records:
+                current = self._load(db, r.session_id)
+                held = db.execute(
+                    "SELECT until FROM leases WHERE session_id = ?", (r.session_id,)
+                ).fetchone()
+                if (current is None or current.created_seq != r.created_seq
+                        or (held is not None and held[0] > now)
+                        or (not named and current.exported)):
+                    refused.append(r.session_id)
+            if refused:
+                return refused
+            db.executemany(
+                "INSERT OR REPLACE INTO leases (session_id, batch_id, until) VALUES (?, ?, ?)",
+                [(r.session_id, batch_id, until) for r in records],
+            )
+            batch = Batch([(r.session_id, r.created_seq) for r in records], remove, until)
+            db.execute(
+                "INSERT INTO batches (batch_id, data, keep_until) VALUES (?, ?, ?)",
+                (batch_id, orjson.dumps(batch.to_json()), until + BATCH_KEEP_S),
+            )
+            return []
+
+        return await self._run(work)
+
+    async def held(self, session_ids: builtins.list[str], now: float) -> set[str]:
+        def work(db: sqlite3.Connection) -> set[str]:
+            rows = db.execute("SELECT session_id FROM leases WHERE until > ?", (now,))
+            return {str(row[0]) for row in rows}
+
+        wanted = set(session_ids)
+        return wanted & await self._read(work) if wanted else set()
+
+    async def ack(self, batch_id: str, now: float) -> bool:
+        def work(db: sqlite3.Connection) -> bool:
+            row = db.execute(
+                "SELECT data FROM batches WHERE batch_id = ? AND keep_until > ?", (batch_id, now)
+            ).fetchone()
+            if row is None:
+                return False
+            batch = Batch.from_json(orjson.loads(row[0]))
+            for session_id, created_seq in batch.sessions:
+                record = self._load(db, session_id)
+                if record is None or record.created_seq != created_seq:
+                    continue  # gone, or a newer session under that id
+                db.execute("DELETE FROM leases WHERE session_id = ? AND batch_id = ?",
+                           (session_id, batch_id))
+                if batch.remove:
+                    self._delete_rows(db, session_id)
+                elif not record.exported:
+                    record.exported = True
+                    self._save(db, record)
+            if not batch.acked:
+                batch.acked, batch.until = True, min(batch.until, now)
+                db.execute(
+                    "UPDATE batches SET data = ?, keep_until = ? WHERE batch_id = ?",
+                    (orjson.dumps(batch.to_json()), now + BATCH_KEEP_S, batch_id),
+                )
+            return True
+
+        return await self._run(work)
