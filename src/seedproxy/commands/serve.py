@@ -14,12 +14,12 @@ import uvicorn
 
 from ..backends.client import upstream_client
 from ..errors import ConfigError
-from ..sessions import open_store
-from ..settings import Settings, load_settings
 from ..proxy.app import create_app, open_tito_mode
 from ..proxy.factory import APP_FACTORY, export_settings
 from ..proxy.logs import configure_logging
 from ..proxy.protocol import guarded_http_protocol
+from ..sessions import open_store
+from ..settings import Settings, load_settings
 
 if TYPE_CHECKING:
     from ..backends.tito import TitoMode

@@ -15,8 +15,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..backends import Endpoint
-from ..backends import anthropic_bridge, responses_bridge
+from ..backends import Endpoint, anthropic_bridge, responses_bridge
 from ..errors import BadRequest, ClientClosed, SeedProxyError
 from ..sessions import NewSession, SessionRecord
 from .departure import unless_client_leaves

@@ -14,9 +14,9 @@ import hmac
 from starlette.requests import Request
 
 from ..errors import AuthError, Forbidden
+from ..pipeline.headers import client_key
 from ..sessions import NewSession, SessionManager, SessionRecord
 from ..sessions.ids import check_id, decode_header_id
-from ..pipeline.headers import client_key
 
 __all__ = ["Access", "named_session"]
 

@@ -14,13 +14,13 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 
 from ..errors import BatchNotFound, Forbidden, SessionNotFound, WaitTimeout
+from ..pipeline.inflight import InFlight
+from ..pipeline.request import documented, read_model
 from ..sessions import SessionManager, SessionRecord
 from ..sessions.export import Style, lease_batch, trajectory
 from ..sessions.ids import check_id, encode_id
 from .access import Access
-from ..pipeline.inflight import InFlight
 from .listing import MAX_PAGE, session_page
-from ..pipeline.request import documented, read_model
 from .schemas import AckRequest, CreateSessions, ExportRequest, RewardRequest
 
 __all__ = ["VISIBILITY_DEFAULT_S", "VISIBILITY_MAX_S", "WAIT_DEFAULT_S", "WAIT_MAX_S",

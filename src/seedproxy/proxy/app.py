@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -29,13 +28,13 @@ from ..errors import (
     UpstreamError,
     error_body,
 )
-from ..sessions import SessionManager, SessionStore, open_store
-from ..sessions.eviction import Evictor
 from ..pipeline.admission import Admission
 from ..pipeline.inflight import InFlight
 from ..pipeline.metrics import Metrics
 from ..pipeline.resume import ResumingSender
 from ..pipeline.services import Services
+from ..sessions import SessionManager, SessionStore, open_store
+from ..sessions.eviction import Evictor
 from ..settings import Settings
 from .access import Access
 from .admin import admin_router

@@ -14,10 +14,10 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from ..backends.fleet import FleetControl
+from ..pipeline.request import documented, read_model
 from ..sessions.ids import check_id
 from .access import Access
 from .replay import Verifier
-from ..pipeline.request import documented, read_model
 from .schemas import FleetPause, FleetWeightVersion
 
 __all__ = ["fleet_router"]

@@ -24,8 +24,8 @@ from starlette.types import Receive, Scope, Send
 
 from ..backends import OPENAI_ENDPOINTS, Endpoint
 from ..errors import SeedProxyError, error_body
-from .access import Access
 from ..pipeline.admission import Admission
+from .access import Access
 
 __all__ = ["HotRoutes", "ProxyApp"]
 

@@ -21,8 +21,8 @@ from ..backends import Backend, Endpoint
 from ..backends.pool import UpstreamPool
 from ..backends.responses_bridge import to_chat
 from ..errors import UpstreamError
-from ..sessions import ChoiceRecord, Interaction, SessionStore
 from ..pipeline.readers.fanout import one_choice
+from ..sessions import ChoiceRecord, Interaction, SessionStore
 
 __all__ = ["Verifier"]
 

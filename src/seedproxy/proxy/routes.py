@@ -11,8 +11,8 @@ from fastapi.responses import JSONResponse, Response
 from ..backends import OPENAI_ENDPOINTS, Endpoint
 from ..backends.pool import UpstreamPool
 from ..errors import UpstreamError, error_body
-from .access import Access
 from ..pipeline.admission import Admission
+from .access import Access
 
 __all__ = ["find_model", "openai_router"]
 

@@ -18,8 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ...backends.pool import UpstreamPool
 from ...errors import BadRequest
-from ..access import Access
 from ...pipeline.request import documented, read_model
+from ..access import Access
 from .decode import TokenDecoder
 
 __all__ = ["CSP", "ui_router"]
