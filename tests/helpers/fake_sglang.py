@@ -107,6 +107,8 @@ class Switches:
     the stream stalls (nothing more is sent) until ``stall_release`` is set: a proxy's
     read timeout ends it. ``stall_release`` set, the stream goes on."""
     stall_release: threading.Event = field(default_factory=threading.Event)
+    usage_patch: dict[str, Any] | None = None
+    """Merged into the ``usage`` of chat and completions answers (a broken server)."""
 
 
 def tokens_for(prompt_ids: list[int], seed: int | None, temperature: float, count: int,
@@ -384,6 +386,8 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
         reasoning = " ".join(reversed(detok(ids).split())) if chat and sw.reasoning else None
         usage = {"prompt_tokens": len(prompt), "completion_tokens": len(ids) * n,
                  "total_tokens": len(prompt) + len(ids) * n}
+        if sw.usage_patch is not None:
+            usage.update(sw.usage_patch)
         if not stream:
             run = sw.control.start(body.get("rid"))
             try:  # token by token, so that a pause or an abort can reach it

@@ -93,6 +93,7 @@ def _openai(answer: Any, *, chat: bool, chunk: bool) -> None:
     if not isinstance(choices, list) and (choices is not None or not chunk):
         raise _bad("choices", "a list")
     _optional(top, "usage", (dict,), "answer")
+    _usage(top.get("usage"))
     _optional(top, "sglext", (dict,), "answer")
     for i, raw in enumerate(choices or []):
         where = f"choices[{i}]"
@@ -112,6 +113,18 @@ def _openai(answer: Any, *, chat: bool, chunk: bool) -> None:
         for j, call in enumerate(message.get("tool_calls") or []):
             call_where = f"{where}.{key}.tool_calls[{j}]"
             _optional(_object(call, call_where), "function", (dict,), call_where)
+
+
+def _usage(usage: Any) -> None:
+    """The counts the bridges and the fan-out merge read (ints or null)."""
+    if not isinstance(usage, dict):
+        return
+    for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        _optional(usage, key, (int,), "usage")
+    _optional(usage, "prompt_tokens_details", (dict,), "usage")
+    details = usage.get("prompt_tokens_details")
+    if isinstance(details, dict):
+        _optional(details, "cached_tokens", (int,), "usage.prompt_tokens_details")
 
 
 def _generate_item(item: Any, where: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 __all__ = [
     "AckRequest",
@@ -40,7 +40,7 @@ class ExportRequest(_Body):
     group_id: str | None = None
     count: int | None = Field(default=None, ge=1)
     timeout_s: float = Field(default=0.0, ge=0, le=3600)
-    remove: bool = False
+    remove: StrictBool = False
     style: Literal["individual", "concat"] = "individual"
     visibility_timeout_s: float = Field(default=300.0, gt=0, le=86400)
     """How long the batch stays leased without an ack before it is exported again."""
@@ -56,4 +56,4 @@ class FleetPause(_Body):
 
 class FleetWeightVersion(_Body):
     version: str = Field(min_length=1, max_length=256)
-    abort_all_requests: bool = False
+    abort_all_requests: StrictBool = False
