@@ -152,6 +152,9 @@ class Settings(BaseSettings):
         for url in value:
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"upstream {url!r} must start with http:// or https://")
+            if url.rstrip("/").endswith("/v1"):  # every route adds /v1/... itself
+                raise ValueError(f"upstream {url!r} ends in /v1: pass the server's root URL "
+                                 f"({url.rstrip('/')[:-3]})")
         return [url.rstrip("/") for url in value]
 
     @field_validator("admin_key")

@@ -30,3 +30,10 @@ def test_a_model_id_with_a_slash_is_one_model(http: httpx.Client, fake: Fake) ->
     fake.switches.name = "Qwen/Qwen3-8B"
     answer = http.get("/v1/models/Qwen/Qwen3-8B")
     assert answer.status_code == 200 and answer.json()["id"] == "Qwen/Qwen3-8B"
+
+
+def test_default_names_the_served_model(http: httpx.Client, fake: Fake) -> None:
+    """Every example sends ``model: "default"``: retrieving it gives the served card."""
+    fake.switches.name = "Qwen/Qwen3-8B"
+    answer = http.get("/v1/models/default")
+    assert answer.status_code == 200 and answer.json()["id"] == "Qwen/Qwen3-8B"

@@ -42,6 +42,7 @@ def test_serve_on_a_public_host_without_an_admin_key_refuses_with_one_line() -> 
         (["--engine-max-batch", "65"], "engine_max_batch"),
         (["--max-batch", "0"], "engine_max_batch"),
         (["--prefix-cache-mb", "-1"], "engine_prefix_cache_mb"),
+        (["--upstream", "http://127.0.0.1:9/v1/"], "pass the server's root URL"),
     ],
 )
 def test_bad_serve_flags_are_one_line_and_exit_2(

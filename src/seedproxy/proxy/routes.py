@@ -77,8 +77,8 @@ def openai_router(admission: Admission, access: Access, pool: UpstreamPool) -> A
 
 
 def find_model(listing: bytes, name: str) -> dict[str, Any] | None:
-    """The card named ``name`` in an upstream's ``/v1/models`` answer; None when it lists
-    no such model. A listing not in OpenAI's shape is the upstream's fault (502)."""
+    """The card named ``name`` in an upstream's ``/v1/models`` answer (``default``: the
+    first it lists); None when it lists no such model. A listing not in OpenAI's shape is the upstream's fault (502)."""
     try:
         data = orjson.loads(listing)
     except orjson.JSONDecodeError:
@@ -89,4 +89,6 @@ def find_model(listing: bytes, name: str) -> dict[str, Any] | None:
     for card in cards:
         if isinstance(card, dict) and card.get("id") == name:
             return card
+    if name == "default":  # what the examples send: the model the upstream serves
+        return next((card for card in cards if isinstance(card, dict)), None)
     return None
