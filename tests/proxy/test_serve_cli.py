@@ -3,6 +3,7 @@ limit flags read from flags, ``SEEDPROXY_*`` and the config file."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -34,6 +35,9 @@ def test_serve_on_a_public_host_without_an_admin_key_refuses_with_one_line() -> 
         (["--store", "mongodb://x"], "unsupported store URL"),
         (["--store", "sqlite:///"], "sqlite URL needs a path"),
         (["--store", "sqlite:////nonexistent-dir/x/y.db"], "cannot open SQLite store"),
+        (["--store", "sqlite:///nonexistent-dir/y.db"],
+         f"store {os.getcwd()}/nonexistent-dir/y.db (a relative path; an absolute one is "
+         f"sqlite:///{os.getcwd()}/nonexistent-dir/y.db)"),
         (["--session-ttl", "0"], "session_ttl_s"),
         (["--max-body-bytes", "10"], "max_body_bytes"),
         (["--max-upstream-body-bytes", "10"], "max_upstream_body_bytes"),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import os
 import sqlite3
 import time
 from collections.abc import Callable
@@ -110,7 +111,10 @@ class SqliteStore(SqliteLeases):
                 "SELECT 'open', count(*) FROM sessions WHERE ended = 0"
             )
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot open SQLite store {path}: {exc}") from exc
+            where = os.path.abspath(path)
+            form = ("" if os.path.isabs(path) else
+                    f" (a relative path; an absolute one is sqlite:///{where})")
+            raise StoreError(f"cannot open SQLite store {where}{form}: {exc}") from exc
         return db
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
