@@ -139,3 +139,20 @@ def test_the_first_request_after_a_redis_restart_is_served(
     again = httpx.post(url, json=BODY, timeout=30)
     assert again.status_code == 200, again.text
     assert [index for index, _ in recorded(proxy_on)] == [0, 1]
+
+
+def test_readiness_says_not_ready_while_the_store_is_down(
+    redis: RedisServer, proxy_on: str
+) -> None:
+    """Every session request is a 503 while Redis is down: /readyz says so too."""
+    ready = httpx.get(f"{proxy_on}/readyz", timeout=30)
+    assert ready.status_code == 200 and ready.json()["store"] == {"up": True, "reason": None}
+    redis.pause()
+    try:
+        down = httpx.get(f"{proxy_on}/readyz", timeout=30)
+    finally:
+        redis.resume()
+    assert down.status_code == 503, down.text
+    assert down.json()["ready"] is False and down.json()["store"]["up"] is False
+    assert down.json()["upstreams"][0]["up"] is True
+    assert httpx.get(f"{proxy_on}/readyz", timeout=30).status_code == 200

@@ -154,7 +154,7 @@ def create_app(
             inflight=inflight,
         )
     )
-    app.include_router(readiness_router(pool))
+    app.include_router(readiness_router(pool, store))
     app.include_router(fleet_router(
         fleet, Verifier(store, backend, pool), access, max_body_bytes=settings.max_body_bytes
     ))

@@ -1,5 +1,6 @@
 """Readiness, apart from liveness: ``/healthz`` says the proxy runs, ``/readyz`` says
-whether some upstream answers (200) or none does (503, with each one's reason)."""
+whether it can serve: some upstream answers and the session store does (200), or not
+(503, with each one's reason)."""
 
 from __future__ import annotations
 
@@ -9,26 +10,34 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from ..backends.pool import UpstreamPool
+from ..errors import StoreError
+from ..sessions import SessionStore
 
 __all__ = ["readiness_router", "warn_if_no_upstream"]
 
 log = logging.getLogger("seedproxy")
 
 
-def readiness_router(pool: UpstreamPool) -> APIRouter:
+def readiness_router(pool: UpstreamPool, store: SessionStore) -> APIRouter:
     router = APIRouter()
 
     @router.get("/readyz")
     async def readyz() -> JSONResponse:
-        """Probe every upstream's ``/health`` now; open even with an admin key."""
+        """Probe every upstream's ``/health`` and the store (one O(1) read) now; open
+        even with an admin key."""
         reasons = await pool.probe()
-        ready = any(reason is None for reason in reasons.values())
         upstreams = [
             {"url": url, "up": reason is None, "reason": reason} for url, reason in reasons.items()
         ]
-        return JSONResponse(
-            {"ready": ready, "upstreams": upstreams}, status_code=200 if ready else 503
-        )
+        try:
+            await store.count_open()
+            stored: str | None = None
+        except StoreError as exc:
+            stored = exc.message
+        ready = stored is None and any(reason is None for reason in reasons.values())
+        body = {"ready": ready, "upstreams": upstreams,
+                "store": {"up": stored is None, "reason": stored}}
+        return JSONResponse(body, status_code=200 if ready else 503)
 
     return router
 
