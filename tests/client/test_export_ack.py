@@ -137,3 +137,16 @@ def test_the_cli_acknowledges_only_what_it_wrote(
     assert exported(http, ids) == [True, True]
     bad = _cli("--url", proxy, "--visibility-timeout", "0", "--out", str(out))
     assert bad.returncode == 2 and b"--visibility-timeout" in bad.stderr
+
+
+def test_an_empty_export_says_what_is_still_open(
+    proxy: str, http: httpx.Client, tmp_path: Path
+) -> None:
+    """Only ended sessions are exported: an export that finds none says so, and counts
+    the sessions still open, instead of exiting 0 with no word."""
+    for name in ("open-a", "open-b", "open-c"):
+        assert http.post("/sessions", json={"session_id": name}).status_code == 201
+    out = tmp_path / "empty.jsonl"
+    done = _cli("--url", proxy, "--timeout", "0.1", "--out", str(out))
+    assert done.returncode == 0 and out.read_bytes() == b""
+    assert b"no ended session to export; 3 sessions still open" in done.stderr, done.stderr

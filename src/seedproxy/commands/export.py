@@ -73,6 +73,13 @@ def export_to_file(
     except OSError as exc:
         raise ConfigError(f"cannot write {out}: {exc.strerror}") from None
     _post(url, "/trajectories/ack", {"batch_id": batch_id}, headers, http_timeout_s(0))
+    still_open = answer.get("open_sessions")
+    if not trajectories:
+        waiting = (f"; {still_open} session{'s' if still_open != 1 else ''} still open"
+                   if isinstance(still_open, int) and still_open else "")
+        print(f"seedproxy: export: no ended session to export{waiting} (only ended "
+              f"sessions are exported: POST /sessions/{{id}}/end); wrote 0 to {out}",
+              file=sys.stderr)
     if count is not None and len(trajectories) < count:
         print(
             f"seedproxy: export: only {len(trajectories)} of {count} sessions had ended "

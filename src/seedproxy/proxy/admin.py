@@ -198,7 +198,9 @@ def admin_router(
             remove=body.remove,
             prepare=build,
         )
-        content = (b'{"batch_id":' + orjson.dumps(batch_id) + b',"trajectories":'
+        # Only ended sessions are exported: say how many are still open (O(1) count).
+        content = (b'{"batch_id":' + orjson.dumps(batch_id) + b',"open_sessions":'
+                   + orjson.dumps(await store.count_open()) + b',"trajectories":'
                    + built[0] + b"}")
         return Response(content, media_type="application/json")
 
