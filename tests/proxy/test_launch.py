@@ -14,9 +14,9 @@ import httpx
 import openai
 import pytest
 
-from seedproxy.errors import ConfigError
 from seedproxy.commands.cli import main
 from seedproxy.commands.launch import parse_gpus, plan_servers
+from seedproxy.errors import ConfigError
 from tests.helpers.procs import free_port, seedproxy_env, start_seedproxy, wait_http
 
 ROOT = Path(__file__).resolve().parents[2]

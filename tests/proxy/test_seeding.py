@@ -6,8 +6,8 @@ import asyncio
 from typing import Any
 
 import httpx
-import orjson
 import openai
+import orjson
 import pytest
 
 from seedproxy import derive_seed
