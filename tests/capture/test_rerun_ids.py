@@ -126,3 +126,24 @@ def test_a_rerun_records_the_same_interactions_outside_the_documented_fields(
               if one != other]
     assert not differ, "records differ: " + ", ".join(differ)
     assert a == b
+
+
+def test_every_chunk_of_a_fanned_out_stream_shows_one_derived_id(
+    proxy: str, http: httpx.Client
+) -> None:
+    """n=2 with usage: the choices' chunks and the merged usage chunk carry one id, the
+    derived one (a replay of the identity shows it again)."""
+    seen = []
+    for _ in range(2):
+        session = http.post("/sessions", json={"identity": "fan-usage"}).json()
+        sid = session["sessions"][0]["session_id"]
+        body = {"model": "m", "messages": MSG, "max_tokens": 4, "n": 2, "stream": True,
+                "stream_options": {"include_usage": True}}
+        with http.stream("POST", f"/sessions/{sid}/v1/chat/completions", json=body) as r:
+            events = [orjson.loads(line[6:]) for line in r.iter_lines()
+                      if line.startswith("data: {")]
+        assert events[-1]["usage"] is not None and not events[-1]["choices"]
+        ids = {event["id"] for event in events}
+        assert len(ids) == 1 and ids.pop().startswith("chatcmpl-"), ids
+        seen.append(events[0]["id"])
+    assert seen[0] == seen[1]

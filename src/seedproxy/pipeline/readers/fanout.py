@@ -117,6 +117,8 @@ class FanoutReader:
                 yield item
             if usage_chunk is not None:
                 usage_chunk["usage"] = sum_usage([u for u in usages if u is not None])
+                if self._basis is not None:
+                    stamp(self.endpoint, usage_chunk, self._basis, self.body)
                 yield usage_chunk
         finally:  # the pumps are this loop's own; the replies are the exchange's
             for task in tasks:
