@@ -90,3 +90,35 @@ def test_nonsense_from_upstream_is_never_a_500(
         trajectory = http.get("/sessions/g/trajectory")
         assert trajectory.status_code == 200
         assert len(trajectory.json()["interactions"]) == sent
+
+
+@pytest.fixture
+def cut_error() -> Iterator[str]:
+    """An upstream whose error answer (500) breaks off mid-body: it promises 100 bytes
+    and closes after 10."""
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        while (await receive()).get("more_body"):
+            pass
+        await send({"type": "http.response.start", "status": 500,
+                    "headers": [(b"content-length", b"100")]})
+        await send({"type": "http.response.body", "body": b'{"error": '})
+
+    with ServerThread(app) as server:
+        yield server.url
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_error_answer_that_breaks_off_is_a_502_recorded_so(
+    cut_error: str, start_proxy: Callable[..., str], stream: bool
+) -> None:
+    proxy = start_proxy([cut_error], max_failover=0)
+    body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": stream}
+    with httpx.Client(base_url=proxy, timeout=30) as http:
+        response = http.post("/sessions/cut/v1/chat/completions", json=body)
+        assert response.status_code == 502, response.text
+        assert response.json()["error"]["type"] == "upstream_error"
+        interactions = http.get("/sessions/cut/trajectory").json()["interactions"]
+        assert [i["status"] for i in interactions] == [502]
