@@ -10,18 +10,29 @@ from __future__ import annotations
 import builtins
 from typing import Protocol
 
+from ...errors import OverCapacity
 from ..interaction import Interaction
 from ..record import SessionRecord, Slot
 
-__all__ = ["RETRY_MEMORY", "SessionStore"]
+__all__ = ["RETRY_MEMORY", "SessionStore", "over_capacity"]
 
 RETRY_MEMORY = 64
 """How many recent request digests a session remembers for SDK-retry matching."""
 
 
+def over_capacity(max_open: int) -> OverCapacity:
+    """The 429 of a create that would take the open sessions past ``max_open``."""
+    return OverCapacity(f"at most {max_open} open sessions; end or delete some first")
+
+
 class SessionStore(Protocol):
-    async def create(self, record: SessionRecord) -> bool:
-        """Insert ``record``, setting its ``created_seq``; False if the id is taken."""
+    async def create(
+        self, record: SessionRecord, *, max_open: int | None = None, reserve: int = 1
+    ) -> bool:
+        """Insert ``record``, setting its ``created_seq``; False if the id is taken.
+        With ``max_open``, raise ``over_capacity`` instead when the open sessions plus
+        ``reserve`` (this one and any its caller will add next) exceed it: counted and
+        inserted in one atomic step."""
 
     async def get(self, session_id: str) -> SessionRecord | None:
         """Return the session, or None when unknown."""

@@ -11,7 +11,7 @@ from ...errors import SessionNotFound
 from ..interaction import Interaction
 from ..record import SessionRecord, Slot
 from ..session import Session
-from .base import RETRY_MEMORY
+from .base import RETRY_MEMORY, over_capacity
 from .leases import MemoryLeases
 
 __all__ = ["MemoryStore"]
@@ -39,10 +39,14 @@ class MemoryStore(MemoryLeases):
         except KeyError:
             raise SessionNotFound(f"session {session_id!r} not found") from None
 
-    async def create(self, record: SessionRecord) -> bool:
+    async def create(
+        self, record: SessionRecord, *, max_open: int | None = None, reserve: int = 1
+    ) -> bool:
         with self._lock:
             if record.session_id in self._sessions:
                 return False
+            if max_open is not None and len(self._open) + reserve > max_open:
+                raise over_capacity(max_open)
             record.created_seq = next(self._created)
             record.created_at = record.last_active_at = time.time()
             self._sessions[record.session_id] = Session(record, retry_memory=self._retry_memory)

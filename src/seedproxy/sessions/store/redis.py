@@ -42,7 +42,7 @@ import orjson
 from ...errors import ConfigError, SessionNotFound, StoreError
 from ..interaction import Interaction
 from ..record import SessionRecord, Slot
-from .base import RETRY_MEMORY
+from .base import RETRY_MEMORY, over_capacity
 from .redis_leases import RedisLeases
 
 __all__ = ["RedisStore"]
@@ -107,9 +107,13 @@ redis.call('HSET', KEYS[2], 'i:' .. ARGV[2], number)
 return number
 """
 
-# KEYS: s, all, open, key, created-counter, [group] ; ARGV: id, rec-json, now, has-group
+# KEYS: s, all, open, key, created-counter, [group] ;
+# ARGV: id, rec-json, now, has-group, max open ("" = none), reserve
 _CREATE = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
+if ARGV[5] ~= '' and redis.call('SCARD', KEYS[3]) + tonumber(ARGV[6]) > tonumber(ARGV[5]) then
+  return -2
+end
 local seq = redis.call('INCR', KEYS[5]) - 1
 redis.call('HSET', KEYS[1], 'rec', ARGV[2], 'next_index', 0, 'last_active_at', ARGV[3],
   'ended', 0, 'ended_seq', '', 'reward', '', 'exported', 0, 'created_seq', seq)
@@ -292,7 +296,9 @@ class RedisStore(RedisLeases):
         data["exported"] = raw[b"exported"] == b"1"
         return SessionRecord.from_dict(data)
 
-    async def create(self, record: SessionRecord) -> bool:
+    async def create(
+        self, record: SessionRecord, *, max_open: int | None = None, reserve: int = 1
+    ) -> bool:
         now = time.time()
         fixed = {k: v for k, v in record.to_dict().items() if k not in _MUTABLE}
         fixed["created_at"] = now
@@ -306,9 +312,12 @@ class RedisStore(RedisLeases):
         if record.group_id is not None:
             keys.append(self._k("g", record.group_id))
         args: builtins.list[bytes | str] = [
-            record.session_id, orjson.dumps(fixed), repr(now), "1" if record.group_id else "0"
+            record.session_id, orjson.dumps(fixed), repr(now), "1" if record.group_id else "0",
+            "" if max_open is None else str(max_open), str(reserve),
         ]
         seq = await self._call(self._create(keys=keys, args=args))
+        if int(seq) == -2 and max_open is not None:
+            raise over_capacity(max_open)
         if int(seq) < 0:
             return False
         record.created_seq = int(seq)

@@ -26,7 +26,7 @@ import orjson
 from ...errors import SessionNotFound, StoreError
 from ..interaction import Interaction
 from ..record import SessionRecord, Slot
-from .base import RETRY_MEMORY
+from .base import RETRY_MEMORY, over_capacity
 from .sqlite_leases import LEASE_SCHEMA, SqliteLeases
 
 __all__ = ["SqliteStore"]
@@ -180,10 +180,14 @@ class SqliteStore(SqliteLeases):
 
     # -- SessionStore ------------------------------------------------------------------
 
-    async def create(self, record: SessionRecord) -> bool:
+    async def create(
+        self, record: SessionRecord, *, max_open: int | None = None, reserve: int = 1
+    ) -> bool:
         def work(db: sqlite3.Connection) -> bool:
             if self._load(db, record.session_id) is not None:
                 return False
+            if max_open is not None and self._open_now(db) + reserve > max_open:
+                raise over_capacity(max_open)
             record.created_seq = self._next(db, "created")
             record.created_at = record.last_active_at = time.time()
             db.execute(
@@ -404,11 +408,12 @@ class SqliteStore(SqliteLeases):
         return bool(gone)
 
     async def count_open(self) -> int:
-        def work(db: sqlite3.Connection) -> int:
-            row = db.execute("SELECT value FROM counters WHERE name = 'open'").fetchone()
-            return int(row[0])
+        return await self._read(self._open_now)
 
-        return await self._read(work)
+    @staticmethod
+    def _open_now(db: sqlite3.Connection) -> int:
+        row = db.execute("SELECT value FROM counters WHERE name = 'open'").fetchone()
+        return int(row[0])
 
     async def close(self) -> None:
         def shut() -> None:
