@@ -390,30 +390,40 @@ async def test_redis_reward_and_export_marks_are_one_script_each(redis_url: str)
         await store.close()
 
 
+async def seat(store: SessionStore, session_id: str, digest: bytes, key: str | None, *,
+               retry: bool = False) -> tuple[str, int | None]:
+    slot = await store.allocate(session_id, digest=digest, retry=retry, pinned=None,
+                                content_key=key)
+    return slot.interaction_id, slot.occurrence
+
+
 async def test_occurrences_count_per_key_and_come_back_for_the_same_interaction(
     store: SessionStore,
 ) -> None:
     await store.create(rec("s"))
-    assert [await store.occurrence("s", "k1", f"i{n}") for n in range(3)] == [0, 1, 2]
-    assert await store.occurrence("s", "k2", "i3") == 0
-    assert await store.occurrence("s", "k1", "i1") == 1  # a retry gets its number back
-    assert await store.occurrence("s", "k1", "i4") == 3
+    assert [await seat(store, "s", b"d%d" % n, "k1") for n in range(3)] == [
+        ("i0", 0), ("i1", 1), ("i2", 2)]
+    assert await seat(store, "s", b"d3", "k2") == ("i3", 0)
+    assert await seat(store, "s", b"d1", "k1", retry=True) == ("i1", 1)  # its number back
+    assert await seat(store, "s", b"d4", "k1") == ("i4", 3)
+    assert await seat(store, "s", b"d5", None) == ("i5", None)  # arrival mode: no number
     await store.create(rec("t"))
-    assert await store.occurrence("t", "k1", "i0") == 0  # per session
+    assert await seat(store, "t", b"d0", "k1") == ("i0", 0)  # per session
     with pytest.raises(SessionNotFound):
-        await store.occurrence("nope", "k1", "i0")
+        await seat(store, "nope", b"d0", "k1")
     assert await store.delete("s")
     await store.create(rec("s"))
-    assert await store.occurrence("s", "k1", "i0") == 0  # forgotten with the session
+    assert await seat(store, "s", b"d0", "k1") == ("i0", 0)  # forgotten with the session
 
 
 async def test_concurrent_occurrences_of_one_key_are_distinct(opener: Opener) -> None:
     handles = [opener() for _ in range(4)]
     await handles[0].create(rec("s"))
-    numbers = await asyncio.gather(*(
-        handles[n % 4].occurrence("s", "k", f"i{n}") for n in range(40)
+    seats = await asyncio.gather(*(
+        seat(handles[n % 4], "s", b"d%d" % n, "k") for n in range(40)
     ))
-    assert sorted(numbers) == list(range(40))
+    assert sorted(number for _, number in seats) == list(range(40))
+    assert len({interaction for interaction, _ in seats}) == 40
     for handle in {id(h): h for h in handles}.values():
         await handle.close()
 

@@ -44,8 +44,10 @@ class SessionRecord:
 
 @dataclass(frozen=True, slots=True)
 class Slot:
-    """A request's place in its session: its index, and the interaction it writes."""
+    """A request's place in its session: its index, the interaction it writes and, in a
+    content-keyed session, the occurrence of its content key (taken with the index)."""
 
     index: int
     interaction_id: str
     reused: bool = False
+    occurrence: int | None = None

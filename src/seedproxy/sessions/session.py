@@ -66,13 +66,15 @@ class Session:
         self._record.last_active_at = time.time()
         return index
 
-    def allocate(self, *, digest: bytes, retry: bool, pinned: int | None) -> Slot:
+    def allocate(self, *, digest: bytes, retry: bool, pinned: int | None,
+                 content_key: str | None = None) -> Slot:
         """See ``SessionStore.allocate``."""
         with self._lock:
             if retry and digest in self._recent:
                 self._recent.move_to_end(digest)
                 kept = self._recent[digest]
-                return Slot(kept.index, kept.interaction_id, reused=True)
+                return self._seat(Slot(kept.index, kept.interaction_id, reused=True),
+                                  content_key)
             if pinned is not None:
                 extra = self._pins.get(pinned, 0)
                 self._pins[pinned] = extra + 1
@@ -84,18 +86,18 @@ class Session:
             self._recent[digest] = slot
             if len(self._recent) > self._retry_memory:
                 self._recent.popitem(last=False)
-            return slot
+            return self._seat(slot, content_key)
 
-    def occurrence(self, key: str, interaction_id: str) -> int:
-        """See ``SessionStore.occurrence``."""
-        with self._lock:
-            known = self._occurrences.get(interaction_id)
-            if known is not None:
-                return known
+    def _seat(self, slot: Slot, key: str | None) -> Slot:
+        """``slot`` with its content key's occurrence (under the lock)."""
+        if key is None:
+            return slot
+        number = self._occurrences.get(slot.interaction_id)
+        if number is None:
             number = self._key_counts.get(key, 0)
             self._key_counts[key] = number + 1
-            self._occurrences[interaction_id] = number
-            return number
+            self._occurrences[slot.interaction_id] = number
+        return Slot(slot.index, slot.interaction_id, slot.reused, number)
 
     def record(self, interaction: Interaction) -> None:
         with self._lock:

@@ -44,19 +44,18 @@ class SessionStore(Protocol):
         """Return sessions (of one group, if given) in creation order."""
 
     async def allocate(
-        self, session_id: str, *, digest: bytes, retry: bool, pinned: int | None
+        self, session_id: str, *, digest: bytes, retry: bool, pinned: int | None,
+        content_key: str | None = None,
     ) -> Slot:
         """Atomically give a request its slot.
 
         ``pinned`` uses that index and leaves the counter alone. Otherwise, when
         ``retry`` is set and ``digest`` matches a recent request, that request's slot
-        comes back with ``reused=True``; else the counter's next index.
+        comes back with ``reused=True``; else the counter's next index. With a
+        ``content_key``, the same step numbers the slot's interaction among that key's:
+        0 for the first, then 1, 2, ...; a reused slot gets its number back. All or
+        nothing: a failure takes neither the index nor the number.
         """
-
-    async def occurrence(self, session_id: str, key: str, interaction_id: str) -> int:
-        """Atomically number the interactions of one content ``key``: 0 for the first,
-        then 1, 2, ...; an ``interaction_id`` numbered before (a retry that reused its
-        slot) gets its number back."""
 
     async def record(self, session_id: str, interaction: Interaction) -> None:
         """Store ``interaction``, replacing one with the same ``interaction_id``.

@@ -72,12 +72,11 @@ class MemoryStore(MemoryLeases):
         return sorted(records, key=lambda r: r.created_seq)
 
     async def allocate(
-        self, session_id: str, *, digest: bytes, retry: bool, pinned: int | None
+        self, session_id: str, *, digest: bytes, retry: bool, pinned: int | None,
+        content_key: str | None = None,
     ) -> Slot:
-        return self._session(session_id).allocate(digest=digest, retry=retry, pinned=pinned)
-
-    async def occurrence(self, session_id: str, key: str, interaction_id: str) -> int:
-        return self._session(session_id).occurrence(key, interaction_id)
+        return self._session(session_id).allocate(digest=digest, retry=retry, pinned=pinned,
+                                                  content_key=content_key)
 
     async def record(self, session_id: str, interaction: Interaction) -> None:
         self._session(session_id).record(interaction)

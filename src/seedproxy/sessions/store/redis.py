@@ -63,16 +63,26 @@ _DEADLINE_SHARE = 0.75
 
 _MUTABLE = ("next_index", "last_active_at", "ended", "ended_seq", "reward", "exported")
 
-# KEYS: s, r, rz, p ; ARGV: digest, retry, pinned ("" = none), memory, now
+# KEYS: s, r, rz, p, c ; ARGV: digest, retry, pinned ("" = none), memory, now,
+# content key ("" = none). Returns {status, "index|interaction_id", occurrence or -1}.
 _ALLOCATE = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
+local function seat(slot)
+  if ARGV[6] == '' then return -1 end
+  local id = string.sub(slot, string.find(slot, '|', 1, true) + 1)
+  local known = redis.call('HGET', KEYS[5], 'i:' .. id)
+  if known then return tonumber(known) end
+  local number = redis.call('HINCRBY', KEYS[5], 'k:' .. ARGV[6], 1) - 1
+  redis.call('HSET', KEYS[5], 'i:' .. id, number)
+  return number
+end
 local clock
 if ARGV[2] == '1' then
   local kept = redis.call('HGET', KEYS[2], ARGV[1])
   if kept then
     clock = redis.call('HINCRBY', KEYS[1], 'rclock', 1)
     redis.call('ZADD', KEYS[3], clock, ARGV[1])
-    return {1, kept}
+    return {1, kept, seat(kept)}
   end
 end
 local slot
@@ -94,17 +104,7 @@ if redis.call('ZCARD', KEYS[3]) > tonumber(ARGV[4]) then
   redis.call('ZREM', KEYS[3], oldest)
   redis.call('HDEL', KEYS[2], oldest)
 end
-return {0, slot}
-"""
-
-# KEYS: s, c ; ARGV: key, interaction id
-_OCCURRENCE = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
-local known = redis.call('HGET', KEYS[2], 'i:' .. ARGV[2])
-if known then return tonumber(known) end
-local number = redis.call('HINCRBY', KEYS[2], 'k:' .. ARGV[1], 1) - 1
-redis.call('HSET', KEYS[2], 'i:' .. ARGV[2], number)
-return number
+return {0, slot, seat(slot)}
 """
 
 # KEYS: s, all, open, key, created-counter, [group] ;
@@ -226,10 +226,10 @@ class RedisStore(RedisLeases):
         )
         self._retry_memory = retry_memory
         scripts = [self._redis.register_script(_GUARD + body) for body in (
-            _ALLOCATE, _CREATE, _END, _RECORD, _SET_REWARD, _MARK_EXPORTED, _OCCURRENCE
+            _ALLOCATE, _CREATE, _END, _RECORD, _SET_REWARD, _MARK_EXPORTED
         )]
         (self._allocate, self._create, self._end, self._record, self._set_reward,
-         self._mark_exported, self._occurrence) = (self._guarded(script) for script in scripts)
+         self._mark_exported) = (self._guarded(script) for script in scripts)
         self._init_leases()  # export leases: redis_leases.py
 
     # Shared with the fleet board (backends/redis_board.py): one connection, one key
@@ -350,28 +350,25 @@ class RedisStore(RedisLeases):
         return [r for r in records if r is not None]
 
     async def allocate(
-        self, session_id: str, *, digest: bytes, retry: bool, pinned: int | None
+        self, session_id: str, *, digest: bytes, retry: bool, pinned: int | None,
+        content_key: str | None = None,
     ) -> Slot:
-        keys = [self._k(kind, session_id) for kind in ("s", "r", "rz", "p")]
+        keys = [self._k(kind, session_id) for kind in ("s", "r", "rz", "p", "c")]
         args: builtins.list[bytes | str | int] = [
             digest,
             "1" if retry else "0",
             "" if pinned is None else str(pinned),
             self._retry_memory,
             repr(time.time()),
+            content_key or "",
         ]
         reply = await self._call(self._allocate(keys=keys, args=args))
         if int(reply[0]) < 0:
             raise SessionNotFound(f"session {session_id!r} not found")
         index, _, interaction_id = reply[1].decode().partition("|")
-        return Slot(int(index), interaction_id, reused=int(reply[0]) == 1)
-
-    async def occurrence(self, session_id: str, key: str, interaction_id: str) -> int:
-        keys = [self._k("s", session_id), self._k("c", session_id)]
-        number = int(await self._call(self._occurrence(keys=keys, args=[key, interaction_id])))
-        if number < 0:
-            raise SessionNotFound(f"session {session_id!r} not found")
-        return number
+        number = int(reply[2])
+        return Slot(int(index), interaction_id, reused=int(reply[0]) == 1,
+                    occurrence=None if number < 0 else number)
 
     async def record(self, session_id: str, interaction: Interaction) -> None:
         keys = [self._k(kind, session_id) for kind in ("s", "i", "o", "w")]

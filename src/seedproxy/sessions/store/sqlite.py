@@ -232,9 +232,17 @@ class SqliteStore(SqliteLeases):
         return await self._read(work)
 
     async def allocate(
-        self, session_id: str, *, digest: bytes, retry: bool, pinned: int | None
+        self, session_id: str, *, digest: bytes, retry: bool, pinned: int | None,
+        content_key: str | None = None,
     ) -> Slot:
-        return await self._run(self._allocate, session_id, digest, retry, pinned)
+        def work(db: sqlite3.Connection) -> Slot:
+            slot = self._allocate(db, session_id, digest, retry, pinned)
+            if content_key is None:
+                return slot
+            number = self._occurrence(db, session_id, content_key, slot.interaction_id)
+            return Slot(slot.index, slot.interaction_id, slot.reused, number)
+
+        return await self._run(work)
 
     def _allocate(
         self,
@@ -287,27 +295,26 @@ class SqliteStore(SqliteLeases):
         )
         return slot
 
-    async def occurrence(self, session_id: str, key: str, interaction_id: str) -> int:
-        def work(db: sqlite3.Connection) -> int:
-            self._require(db, session_id)
-            known = db.execute(
-                "SELECT occurrence FROM occurrences WHERE session_id = ? AND interaction_id = ?",
-                (session_id, interaction_id),
-            ).fetchone()
-            if known is not None:
-                return int(known[0])
-            number = int(db.execute(
-                "SELECT count(*) FROM occurrences WHERE session_id = ? AND key = ?",
-                (session_id, key),
-            ).fetchone()[0])
-            db.execute(
-                "INSERT INTO occurrences (session_id, interaction_id, key, occurrence) "
-                "VALUES (?, ?, ?, ?)",
-                (session_id, interaction_id, key, number),
-            )
-            return number
-
-        return await self._run(work)
+    @staticmethod
+    def _occurrence(db: sqlite3.Connection, session_id: str, key: str,
+                    interaction_id: str) -> int:
+        """The occurrence of ``key`` that ``interaction_id`` takes (or took)."""
+        known = db.execute(
+            "SELECT occurrence FROM occurrences WHERE session_id = ? AND interaction_id = ?",
+            (session_id, interaction_id),
+        ).fetchone()
+        if known is not None:
+            return int(known[0])
+        number = int(db.execute(
+            "SELECT count(*) FROM occurrences WHERE session_id = ? AND key = ?",
+            (session_id, key),
+        ).fetchone()[0])
+        db.execute(
+            "INSERT INTO occurrences (session_id, interaction_id, key, occurrence) "
+            "VALUES (?, ?, ?, ?)",
+            (session_id, interaction_id, key, number),
+        )
+        return number
 
     async def record(self, session_id: str, interaction: Interaction) -> None:
         data = orjson.dumps(interaction.to_storage())
