@@ -440,3 +440,36 @@ async def test_the_index_mode_is_kept_with_the_session(opener: Opener) -> None:
     assert plain is not None and plain.index_by == "arrival"
     for h in {id(handle): handle, id(again): again}.values():
         await h.close()
+
+
+async def test_records_carry_the_store_epoch_kept_by_every_handle(opener: Opener) -> None:
+    """One epoch per store, the same on every handle (a restarted proxy, a replica)."""
+    first = opener()
+    a, b = rec("a"), rec("b")
+    await first.create(a)
+    again = opener()
+    await again.create(b)
+    assert a.store_epoch is not None and len(a.store_epoch) == 16
+    assert b.store_epoch == a.store_epoch
+    got = await again.get("a")
+    assert got is not None and got.store_epoch == a.store_epoch
+    listed = await first.list()
+    assert [r.store_epoch for r in listed] == [a.store_epoch] * 2
+    for handle in {id(first): first, id(again): again}.values():
+        await handle.close()
+
+
+async def test_a_new_store_has_a_new_epoch_and_the_same_indices(tmp_path: Path) -> None:
+    """A new SQLite file (or memory store) starts indices again at 0 under a new epoch."""
+    epochs, indices = [], []
+    for url in (f"sqlite:///{tmp_path / 'one.db'}", f"sqlite:///{tmp_path / 'two.db'}",
+                "memory://", "memory://"):
+        store = open_store(url)
+        record = rec("s")
+        await store.create(record)
+        slot = await store.allocate("s", digest=b"d", retry=False, pinned=None)
+        epochs.append(record.store_epoch)
+        indices.append(slot.index)
+        await store.close()
+    assert indices == [0, 0, 0, 0]
+    assert len(set(epochs)) == 4

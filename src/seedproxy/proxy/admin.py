@@ -88,6 +88,7 @@ def admin_router(
             "exported": record.exported,
             "reward": record.reward,
             "metadata": record.metadata,
+            "store_epoch": record.store_epoch,
         }
 
     @router.get("/sessions")

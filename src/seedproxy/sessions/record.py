@@ -33,6 +33,10 @@ class SessionRecord:
     seed: int | None = None
     index_by: str = "arrival"
     """"arrival" (the contract's seed rule) or "content" (seeds keyed by what is asked)."""
+    store_epoch: str | None = None
+    """The store's epoch when the session was created: a store that starts again from
+    nothing (a new SQLite file, an emptied Redis, a restarted memory store) has a new
+    one, so its records are told apart from the old ones. Seeds never depend on it."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

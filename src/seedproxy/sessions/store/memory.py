@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import itertools
+import secrets
 import threading
 import time
 
@@ -31,6 +32,7 @@ class MemoryStore(MemoryLeases):
         self._open: set[str] = set()
         """Ids of sessions not ended, kept as they change: ``count_open`` is O(1)."""
         self._retry_memory = retry_memory
+        self._epoch = secrets.token_hex(8)  # each process's store starts from nothing
         self._init_leases()
 
     def _session(self, session_id: str) -> Session:
@@ -48,6 +50,7 @@ class MemoryStore(MemoryLeases):
             if max_open is not None and len(self._open) + reserve > max_open:
                 raise over_capacity(max_open)
             record.created_seq = next(self._created)
+            record.store_epoch = self._epoch
             record.created_at = record.last_active_at = time.time()
             self._sessions[record.session_id] = Session(record, retry_memory=self._retry_memory)
             self._by_key[record.api_key] = record.session_id

@@ -15,10 +15,12 @@ store-wide ``created``/``ended`` counters. Per session, keys are::
                 ``i:{interaction_id}`` -> the number it took
 
 plus ``{p}all`` and ``{p}g:{group}`` (zsets by ``created_seq``), ``{p}open`` (set),
-``{p}k:{sha256(api_key)}`` -> session id; export leases add ``{p}l:{id}`` and
-``{p}b:{batch_id}`` (``redis_leases.py``). ``?ended_ttl_s=N`` in the URL lets Redis
-expire a session N seconds after it is both ended and exported (never before export:
-dropping un-exported work is the evictor's job, which logs it).
+``{p}k:{sha256(api_key)}`` -> session id, ``{p}epoch`` (the store's epoch, drawn by
+the first create on an empty database; each session's hash keeps its own); export
+leases add ``{p}l:{id}`` and ``{p}b:{batch_id}`` (``redis_leases.py``).
+``?ended_ttl_s=N`` in the URL (``redis_url.py``) lets Redis expire a session N seconds
+after it is both ended and exported (never before export: dropping un-exported work is
+the evictor's job, which logs it).
 
 Outages: what a caller is told and what Redis holds must agree. A command waits at
 most ``?timeout_s=N`` (5 s) for its answer, and every script refuses to run (error
@@ -33,9 +35,9 @@ from __future__ import annotations
 
 import builtins
 import hashlib
+import secrets
 import time
 from typing import Any
-from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import orjson
 
@@ -44,6 +46,7 @@ from ..interaction import Interaction
 from ..record import SessionRecord, Slot
 from .base import RETRY_MEMORY, over_capacity
 from .redis_leases import RedisLeases
+from .redis_url import parse_url
 
 __all__ = ["RedisStore"]
 
@@ -107,21 +110,26 @@ end
 return {0, slot, seat(slot)}
 """
 
-# KEYS: s, all, open, key, created-counter, [group] ;
-# ARGV: id, rec-json, now, has-group, max open ("" = none), reserve
+# KEYS: s, all, open, key, created-counter, epoch, [group] ;
+# ARGV: id, rec-json, now, has-group, max open ("" = none), reserve, a new epoch.
+# Returns {-1} id taken, {-2} over the cap, else {created_seq, the store's epoch}; the
+# epoch is drawn by the first create on an empty database (``SET NX``).
 _CREATE = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
+if redis.call('EXISTS', KEYS[1]) == 1 then return {-1} end
 if ARGV[5] ~= '' and redis.call('SCARD', KEYS[3]) + tonumber(ARGV[6]) > tonumber(ARGV[5]) then
-  return -2
+  return {-2}
 end
+redis.call('SET', KEYS[6], ARGV[7], 'NX')
+local epoch = redis.call('GET', KEYS[6])
 local seq = redis.call('INCR', KEYS[5]) - 1
 redis.call('HSET', KEYS[1], 'rec', ARGV[2], 'next_index', 0, 'last_active_at', ARGV[3],
-  'ended', 0, 'ended_seq', '', 'reward', '', 'exported', 0, 'created_seq', seq)
+  'ended', 0, 'ended_seq', '', 'reward', '', 'exported', 0, 'created_seq', seq,
+  'epoch', epoch)
 redis.call('ZADD', KEYS[2], seq, ARGV[1])
 redis.call('SADD', KEYS[3], ARGV[1])
 redis.call('SET', KEYS[4], ARGV[1])
-if ARGV[4] == '1' then redis.call('ZADD', KEYS[6], seq, ARGV[1]) end
-return seq
+if ARGV[4] == '1' then redis.call('ZADD', KEYS[7], seq, ARGV[1]) end
+return {seq, epoch}
 """
 
 # KEYS: s, open, ended-counter ; ARGV: id
@@ -177,30 +185,6 @@ def _order_member(interaction: Interaction) -> str:
     return f"{interaction.request_index:020d}|{interaction.interaction_id}"
 
 
-def _parse(url: str) -> tuple[str, str, float | None, float]:
-    parts = urlsplit(url)
-    query = parse_qs(parts.query)
-    prefix = query.pop("prefix", ["sp:"])[0]
-    ttl = _positive(query, "ended_ttl_s")
-    timeout = _positive(query, "timeout_s")
-    if query:
-        raise ConfigError(f"unknown redis store option(s): {', '.join(sorted(query))}")
-    return urlunsplit(parts._replace(query="")), prefix, ttl, 5.0 if timeout is None else timeout
-
-
-def _positive(query: dict[str, builtins.list[str]], name: str) -> float | None:
-    text = query.pop(name, [None])[0]
-    if text is None:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise ConfigError(f"{name} must be a number, got {text!r}") from None
-    if not value > 0:
-        raise ConfigError(f"{name} must be positive")
-    return value
-
-
 class RedisStore(RedisLeases):
     """``SessionStore`` on Redis, shared by every replica pointed at the same database."""
 
@@ -215,7 +199,7 @@ class RedisStore(RedisLeases):
             raise ConfigError(
                 "the Redis store needs the redis package: pip install 'seedproxy[redis]'"
             ) from exc
-        base, self._p, self._ended_ttl, self._timeout = _parse(url)
+        base, self._p, self._ended_ttl, self._timeout = parse_url(url)
         self._errors: tuple[type[BaseException], ...] = (RedisError, OSError)
         self._redis: Any = aioredis.Redis.from_url(
             base,
@@ -294,13 +278,15 @@ class RedisStore(RedisLeases):
         data["ended_seq"] = int(raw[b"ended_seq"]) if raw[b"ended_seq"] else None
         data["reward"] = float(raw[b"reward"]) if raw[b"reward"] else None
         data["exported"] = raw[b"exported"] == b"1"
+        data["store_epoch"] = raw[b"epoch"].decode() if b"epoch" in raw else None
         return SessionRecord.from_dict(data)
 
     async def create(
         self, record: SessionRecord, *, max_open: int | None = None, reserve: int = 1
     ) -> bool:
         now = time.time()
-        fixed = {k: v for k, v in record.to_dict().items() if k not in _MUTABLE}
+        fixed = {k: v for k, v in record.to_dict().items()
+                 if k not in _MUTABLE and k != "store_epoch"}  # kept in its own field
         fixed["created_at"] = now
         keys = [
             self._k("s", record.session_id),
@@ -308,19 +294,21 @@ class RedisStore(RedisLeases):
             self._p + "open",
             self._key_of(record.api_key),
             self._p + "seq:created",
+            self._p + "epoch",
         ]
         if record.group_id is not None:
             keys.append(self._k("g", record.group_id))
         args: builtins.list[bytes | str] = [
             record.session_id, orjson.dumps(fixed), repr(now), "1" if record.group_id else "0",
-            "" if max_open is None else str(max_open), str(reserve),
+            "" if max_open is None else str(max_open), str(reserve), secrets.token_hex(8),
         ]
-        seq = await self._call(self._create(keys=keys, args=args))
-        if int(seq) == -2 and max_open is not None:
+        reply = await self._call(self._create(keys=keys, args=args))
+        if int(reply[0]) == -2 and max_open is not None:
             raise over_capacity(max_open)
-        if int(seq) < 0:
+        if int(reply[0]) < 0:
             return False
-        record.created_seq = int(seq)
+        record.created_seq = int(reply[0])
+        record.store_epoch = reply[1].decode()
         record.created_at = record.last_active_at = now
         return True
 

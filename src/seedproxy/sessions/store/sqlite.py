@@ -6,14 +6,17 @@ bumps the counter in one ``BEGIN IMMEDIATE`` transaction (reads take a plain ``B
 a snapshot that never waits for, nor blocks, another process's writer), so an index is handed out
 once even by several processes on one file; the store-wide ``created``/``ended``
 counters and every session's ``next_index`` live in the file, so a restart goes on
-from where it stopped and never reuses an index. All SQLite work runs on one
-dedicated thread: the event loop never waits on disk.
+from where it stopped and never reuses an index. A file deleted or replaced under the
+proxy stops the store (503s), and each file's records carry its epoch
+(``sqlite_identity.py``). All SQLite work runs on one dedicated thread: the event loop
+never waits on disk.
 """
 
 from __future__ import annotations
 
 import asyncio
 import builtins
+import logging
 import os
 import sqlite3
 import time
@@ -27,9 +30,12 @@ from ...errors import SessionNotFound, StoreError
 from ..interaction import Interaction
 from ..record import SessionRecord, Slot
 from .base import RETRY_MEMORY, over_capacity
+from .sqlite_identity import META_SCHEMA, FileIdentity, file_epoch
 from .sqlite_leases import LEASE_SCHEMA, SqliteLeases
 
 __all__ = ["SqliteStore"]
+
+log = logging.getLogger("seedproxy")
 
 T = TypeVar("T")
 
@@ -95,15 +101,17 @@ class SqliteStore(SqliteLeases):
     def __init__(self, path: str, *, retry_memory: int = RETRY_MEMORY) -> None:
         self._retry_memory = retry_memory
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="seedproxy-sqlite")
-        self._db = self._executor.submit(self._connect, path).result()
+        self._db, self._identity, self._epoch = self._executor.submit(self._connect, path).result()
 
     @staticmethod
-    def _connect(path: str) -> sqlite3.Connection:
+    def _connect(path: str) -> tuple[sqlite3.Connection, FileIdentity | None, str]:
+        fresh = not os.path.exists(path)
         try:
             db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")
-            db.executescript(_SCHEMA + LEASE_SCHEMA)
+            db.executescript(_SCHEMA + LEASE_SCHEMA + META_SCHEMA)
+            epoch = file_epoch(db)
             # The open-session count is kept as sessions change (count_open is O(1));
             # a file from before it existed gets it counted once, here.
             db.execute(
@@ -115,7 +123,10 @@ class SqliteStore(SqliteLeases):
             form = ("" if os.path.isabs(path) else
                     f" (a relative path; an absolute one is sqlite:///{where})")
             raise StoreError(f"cannot open SQLite store {where}{form}: {exc}") from exc
-        return db
+        if fresh:
+            log.info("created SQLite store %s (store epoch %s): indices start at 0",
+                     os.path.abspath(path), epoch)
+        return db, FileIdentity.of(path), epoch
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn`` in one write transaction (``BEGIN IMMEDIATE``)."""
@@ -129,7 +140,10 @@ class SqliteStore(SqliteLeases):
         return await loop.run_in_executor(self._executor, self._guarded, "DEFERRED", fn, args)
 
     def _guarded(self, mode: str, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
-        """Run ``fn`` in one ``BEGIN {mode}`` transaction on the store's thread."""
+        """Run ``fn`` in one ``BEGIN {mode}`` transaction on the store's thread, on the
+        file that was opened only."""
+        if self._identity is not None:
+            self._identity.check()
         db = self._db
         try:
             db.execute(f"BEGIN {mode}")
@@ -190,6 +204,7 @@ class SqliteStore(SqliteLeases):
                 raise over_capacity(max_open)
             record.created_seq = self._next(db, "created")
             record.created_at = record.last_active_at = time.time()
+            record.store_epoch = self._epoch
             db.execute(
                 "INSERT INTO sessions (session_id, api_key, group_id, created_seq, ended, record) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
