@@ -3,14 +3,14 @@ upstream dialect, built and checked once at start-up."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ...errors import BadRequest, ConfigError
-from ...sessions import Interaction
 from .assistant import AssistantStream
 from .decode import IncrementalDecoder
 from .dialect import DIALECTS, Dialect
-from .lineage import Prompt, build_prompt
+from .lineage import Prompt, RecordedTurn, build_prompt
 from .reasoning import REASONING_PARSERS, ThinkParser
 from .renderer import Renderer
 from .sampling import Sampling, sampling_of
@@ -37,7 +37,7 @@ class TitoMode:
                 if isinstance(i, int) and i != tok.unk_token_id}
         self.hidden = frozenset(int(i) for i in tok.all_special_ids) - keep
 
-    def prompt(self, body: dict[str, Any], history: list[Interaction]) -> Prompt:
+    def prompt(self, body: dict[str, Any], history: Sequence[RecordedTurn]) -> Prompt:
         """The token prompt for chat ``body``; ``BadRequest`` before anything is sent."""
         for message in body["messages"]:
             role = message.get("role")
