@@ -109,18 +109,22 @@ class Switches:
     stall_release: threading.Event = field(default_factory=threading.Event)
     usage_patch: dict[str, Any] | None = None
     """Merged into the ``usage`` of chat and completions answers (a broken server)."""
+    vocab_base: int = VOCAB_BASE
+    """/generate's unscripted output ids are ``vocab_base`` + 0..25: set it inside a
+    real tokenizer's vocabulary (token-in-token-out mode decodes them)."""
 
 
 def tokens_for(prompt_ids: list[int], seed: int | None, temperature: float, count: int,
-               version: str = "default") -> list[int]:
-    """Deterministic tokens; weights other than ``default`` give other tokens."""
+               version: str = "default", base: int = VOCAB_BASE) -> list[int]:
+    """Deterministic tokens (ids ``base`` to ``base + 25``); weights other than
+    ``default`` give other tokens."""
     greedy = temperature is not None and temperature <= 1e-5
     out: list[int] = []
     weights = "" if version == "default" else f"|w={version}"
     for position in range(len(prompt_ids), len(prompt_ids) + count):
         key = f"{'greedy' if greedy else seed}|{position}|{_tail(prompt_ids + out)}{weights}"
         h = int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big")
-        out.append(VOCAB_BASE + h % len(WORDS))
+        out.append(base + h % len(WORDS))
     return out
 
 
@@ -138,9 +142,9 @@ def routed_experts_b64(sequence: list[int]) -> str:
     return base64.b64encode(struct.pack(f"<{len(ids)}i", *ids)).decode()
 
 
-def flipped(token: int) -> int:
+def flipped(token: int, base: int = VOCAB_BASE) -> int:
     """Another word than ``token``."""
-    return VOCAB_BASE + (token - VOCAB_BASE + 1) % len(WORDS)
+    return base + (token - base + 1) % len(WORDS)
 
 
 def _tail(ids: list[int]) -> str:
@@ -293,8 +297,9 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
                         yield run, ids, {"type": "abort", "message": "Abort in waiting queue"}
                         return
                     token = (scripted[len(ids)] if scripted is not None
-                             else tokens_for(prompt + ids, seed, temperature, 1, control.version)[0])
-                    ids.append(flipped(token) if len(ids) == sw.flip_at else token)
+                             else tokens_for(prompt + ids, seed, temperature, 1, control.version,
+                                             sw.vocab_base)[0])
+                    ids.append(flipped(token, sw.vocab_base) if len(ids) == sw.flip_at else token)
                     run.versions.append(control.version)
                     await control.checkpoint(len(ids))
                     done = len(ids) == count

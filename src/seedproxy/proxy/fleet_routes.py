@@ -14,6 +14,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from ..backends.fleet import FleetControl
+from ..pipeline.departure import stop_when_client_leaves
 from ..pipeline.request import documented, read_model
 from ..sessions.ids import check_id
 from .access import Access
@@ -61,6 +62,7 @@ def fleet_router(
         check_id(session_id, param="session_id")
         await access.require_admin(request)
         await access.sessions.require(session_id)
-        return await verifier.verify(session_id)
+        # A client that leaves stops the replay: nothing more is sent upstream.
+        return await stop_when_client_leaves(verifier.verify(session_id), request.receive)
 
     return router
