@@ -109,6 +109,10 @@ class Switches:
     stall_release: threading.Event = field(default_factory=threading.Event)
     usage_patch: dict[str, Any] | None = None
     """Merged into the ``usage`` of chat and completions answers (a broken server)."""
+    detokenize: bool = True
+    """False: ``/detokenize`` answers 404, as a server without the route does."""
+    detokenized: list[Any] = field(default_factory=list)
+    """The bodies ``/detokenize`` received."""
     vocab_base: int = VOCAB_BASE
     """/generate's unscripted output ids are ``vocab_base`` + 0..25: set it inside a
     real tokenizer's vocabulary (token-in-token-out mode decodes them)."""
@@ -519,18 +523,26 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
         return Response(status_code=200)
 
     async def detokenize(request: Request) -> Response:
-        """SGLang's ``/detokenize``: ``{"tokens": [ids]}`` -> ``{"text"}``."""
+        """SGLang's ``/detokenize``: ``{"tokens": [ids]}`` -> ``{"text": str}``, or
+        ``{"tokens": [[ids], ...]}`` -> ``{"text": [str, ...]}``; each request is kept
+        in ``Switches.detokenized``, and ``detokenize=False`` answers 404."""
         try:
             body = orjson.loads(await request.body())
         except orjson.JSONDecodeError:
             return error("invalid JSON")
+        sw.detokenized.append(body)
+        if not sw.detokenize:
+            return JSONResponse({"detail": "Not Found"}, status_code=404)
         tokens = body.get("tokens") if isinstance(body, dict) else None
+        batch = isinstance(tokens, list) and bool(tokens) and isinstance(tokens[0], list)
+        rows = tokens if batch else [tokens]
         top = VOCAB_BASE + len(WORDS)
-        if not isinstance(tokens, list) or not all(
-            isinstance(t, int) and 0 <= t < top and not 0xD800 <= t < 0xE000 for t in tokens
-        ):
-            return error("tokens must be a list of token ids")
-        return JSONResponse({"text": detok(tokens)})
+        if not isinstance(rows, list) or not all(isinstance(row, list) and all(
+            isinstance(t, int) and 0 <= t < top and not 0xD800 <= t < 0xE000 for t in row
+        ) for row in rows):
+            return error("tokens must be a list of token ids, or a list of such lists")
+        texts = [detok(row) for row in rows]
+        return JSONResponse({"text": texts if batch else texts[0]})
 
     return Starlette(routes=[
         *sw.control.routes(),
