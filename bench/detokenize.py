@@ -1,8 +1,8 @@
 """The viewer's token text: one ``/ui/api/detokenize`` call of ``--ids`` distinct ids
 through a real proxy, against the baseline of one upstream request per id (16 at a
-time on the proxy's upstream client, as the viewer's decoder asked before), both to the test suite's fake SGLang
-under uvicorn, measured in the same run. Also an upstream that cannot detokenize:
-``--calls`` calls, counting the requests it receives.
+time on the proxy's upstream client, as the viewer's decoder asked before), both to
+the test suite's fake SGLang under uvicorn, measured in the same run. Also an upstream
+that cannot detokenize: ``--calls`` calls, counting the requests it receives.
 
     python bench/detokenize.py [--ids 8192] [--calls 10] [--repeat 1]
 """

@@ -5,6 +5,8 @@ Every route needs the admin key (when one is set). Each answer names every upstr
 with what it said, so a server that did not take a change is never hidden. ``paused``
 and ``mode`` are the fleet's, the same on every replica of one Redis store (told
 through any of them); ``waiting`` counts the requests held at this replica.
+Verification runs one per upstream at a time (429 beyond, ``replay.Verifier``), and
+stops when its client leaves.
 """
 
 from __future__ import annotations
