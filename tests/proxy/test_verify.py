@@ -15,6 +15,7 @@ import pytest
 
 from seedproxy import derive_seed
 from tests.conftest import Fake
+from tests.helpers.fleet import Fleet
 from tests.helpers.waiting import wait_until
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
@@ -166,3 +167,33 @@ def test_a_token_in_token_out_session_replays_its_prompt_ids_to_generate(
     diverged = verify(proxy, "t").json()["first_divergence"]
     assert (diverged["request_index"], diverged["choice"], diverged["position"]) == (0, 0, 2)
     assert diverged["expected"]["token_id"] == recorded[0]["completion_token_ids"][2]
+
+
+def test_two_upstreams_run_two_verifications_at_a_time(
+    start_proxy: Callable[..., str]
+) -> None:
+    fleet = Fleet(2)
+    release = threading.Event()
+    try:
+        proxy = start_proxy(fleet.urls)
+        for session in ("a", "b", "c"):
+            assert httpx.post(f"{proxy}/sessions/{session}/v1/chat/completions", json=CHAT,
+                              timeout=30).status_code == 200
+        for server in fleet.servers:
+            server.switches.hold = release
+        before = fleet.total_received()
+        answers: dict[str, httpx.Response] = {}
+        workers = [threading.Thread(target=lambda s=s: answers.__setitem__(s, verify(proxy, s)))
+                   for s in ("a", "b")]
+        for worker in workers:
+            worker.start()
+        wait_until(lambda: fleet.total_received() == before + 2)  # both replaying
+        assert verify(proxy, "c").status_code == 429
+        release.set()
+        for worker in workers:
+            worker.join(60)
+        assert [answers[s].json()["ok"] for s in ("a", "b")] == [True, True]
+        assert verify(proxy, "c").json()["ok"] is True
+    finally:
+        release.set()
+        fleet.close()
