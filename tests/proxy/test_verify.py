@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -127,12 +128,18 @@ def tokenizer_path() -> str:
     return str(gguf_tokenizer_dir(default_gguf_path()))
 
 
-@pytest.mark.parametrize("route", ["chat", "messages"])
+@pytest.mark.parametrize(("route", "store"),
+                         [("chat", "memory"), ("messages", "memory"), ("chat", "sqlite")])
 def test_a_token_in_token_out_session_replays_its_prompt_ids_to_generate(
-    route: str, fake: Fake, start_proxy: Callable[..., str], tokenizer_path: str
+    route: str, store: str, fake: Fake, start_proxy: Callable[..., str],
+    tokenizer_path: str, tmp_path: Path
 ) -> None:
+    """The second turn's prompt is stored as a reference to the first turn plus the
+    ids it adds: the replay sends the whole prompt, in every store."""
     fake.switches.vocab_base = 1000  # ordinary SmolLM2 tokens, sampled from seed and prompt
-    proxy = start_proxy([fake.url], token_in_token_out=True, tokenizer=tokenizer_path)
+    url = f"sqlite:///{tmp_path / 's.db'}" if store == "sqlite" else "memory://"
+    proxy = start_proxy([fake.url], token_in_token_out=True, tokenizer=tokenizer_path,
+                        store=url)
     messages: list[dict[str, Any]] = [{"role": "user", "content": "hi"}]
     for turn in range(2):
         if route == "chat":
@@ -160,6 +167,9 @@ def test_a_token_in_token_out_session_replays_its_prompt_ids_to_generate(
     expected = [(turn["prompt_token_ids"], seed) for turn in recorded
                 for seed in (turn["seed"] if isinstance(turn["seed"], list) else [turn["seed"]])]
     assert [(r["input_ids"], r["sampling_params"]["sampling_seed"]) for r in replayed] == expected
+    first, second = recorded
+    head = first["prompt_token_ids"] + first["completion_token_ids"]
+    assert second["prompt_token_ids"][:len(head)] == head  # an extending turn
     assert all(r["sampling_params"]["temperature"] == 0.7 and
                r["sampling_params"]["max_new_tokens"] == 4 for r in replayed)
 
