@@ -6,7 +6,7 @@ the cap, and a group either fits whole or creates nothing."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from tests.conftest import Fake
+from tests.proxy.test_fleet_replicas import Replica
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 CAP = 3
@@ -43,15 +44,22 @@ def caller(url: str, path: str, body: dict[str, Any]) -> Callable[[], httpx.Resp
 
 
 @pytest.fixture(params=["sqlite", "redis"])
-def urls(request: pytest.FixtureRequest, fake: Fake, start_proxy: Callable[..., str],
-         tmp_path: Path) -> list[str]:
-    """Two proxies on one store with the cap: two replicas of one Redis, or two app
-    instances on one SQLite file."""
+def urls(request: pytest.FixtureRequest, fake: Fake, tmp_path: Path) -> Iterator[list[str]]:
+    """Two ``seedproxy serve`` processes on one store with the cap: two replicas of one
+    Redis, or two proxies on one SQLite file."""
     if request.param == "sqlite":
         store = f"sqlite:///{tmp_path / 'cap.db'}"
     else:
         store = request.getfixturevalue("redis_url")
-    return [start_proxy([fake.url], store=store, max_open_sessions=CAP) for _ in range(2)]
+    replicas = [Replica("--upstream", fake.url, "--store", store, "--max-open-sessions",
+                        str(CAP), log=tmp_path / f"replica-{n}.log") for n in range(2)]
+    try:
+        yield [replica.wait().url for replica in replicas]
+    finally:
+        for replica in replicas:
+            replica.stop()
+        for replica in replicas:
+            assert b"Traceback" not in replica.log.read_bytes(), replica.log.read_text()
 
 
 def open_count(url: str) -> int:
