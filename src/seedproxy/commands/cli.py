@@ -95,7 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     verify = commands.add_parser(
         "verify-logprobs", help="teacher-force a session through an engine; compare logprobs")
     verify.add_argument("--url", required=True, help="the proxy's root URL")
-    verify.add_argument("--engine", required=True, help="an SGLang or seedproxy engine root URL")
+    verify.add_argument("--engine", help="an SGLang or seedproxy engine root URL "
+                        "(default: the proxy's embedded engine, as GET /fleet names it)")
     verify.add_argument("--session", required=True)
     verify.add_argument("--admin-key")
     verify.add_argument("--tolerance", type=float, default=0.0)

@@ -45,7 +45,9 @@ def serve(flags: dict[str, Any], config_file: str | None) -> int:
             engine = _start_engine(settings.model, settings.engine_max_batch,
                                    settings.engine_prefix_cache_mb)
             upstreams = [engine.url]
-            log.info("embedded engine serving %s at %s", engine.model_name, engine.url)
+            log.info("embedded engine serving %s at %s (GET /fleet names it; "
+                     "seedproxy verify-logprobs uses it by default)",
+                     engine.model_name, engine.url)
         if engine is not None and settings.token_in_token_out is not False:
             # The embedded engine's own tokenizer: token in, token out by default.
             tito = open_tito_mode(settings, tokenizer=engine.tokenizer,
@@ -54,7 +56,8 @@ def serve(flags: dict[str, Any], config_file: str | None) -> int:
                 "token_in_token_out": True, "tokenizer": settings.tokenizer or engine.model_path})
         counter = engine.counter if engine is not None else None
         app = create_app(
-            settings, upstreams=upstreams, tito=tito, prompt_counter=counter
+            settings, upstreams=upstreams, tito=tito, prompt_counter=counter,
+            engine_url=engine.url if engine is not None else None,
         )
         if settings.upstream and settings.backend == "sglang" and settings.deterministic:
             _preflight(settings.upstream, enforce=not settings.allow_nondeterministic_upstream)
@@ -62,7 +65,8 @@ def serve(flags: dict[str, Any], config_file: str | None) -> int:
         if settings.workers > 1:
             sock.close()  # uvicorn's workers bind their own shared socket
             # Each worker imports the factory and rebuilds these settings from the env.
-            export_settings(settings.model_copy(update={"upstream": upstreams}))
+            export_settings(settings.model_copy(update={"upstream": upstreams}),
+                            engine_url=engine.url if engine is not None else None)
             uvicorn.run(
                 APP_FACTORY,
                 factory=True,

@@ -49,11 +49,23 @@ def _owners(mask: list[int], interaction_ids: list[str]) -> dict[int, str]:
     return owners
 
 
-def verify_logprobs(url: str, engine: str, session: str, *, admin_key: str | None = None,
-                    tolerance: float = 0.0) -> int:
-    """Print one line per branch; return 0 when every sampled token matches."""
+def _embedded_engine(client: httpx.Client, url: str) -> str:
+    """The proxy's embedded engine, as its ``GET /fleet`` names it."""
+    engine = _get(client, f"{url.rstrip('/')}/fleet", method="GET").get("engine")
+    if not isinstance(engine, str):
+        raise ConfigError(f"the proxy at {url} runs no embedded engine (it was started "
+                          "with --upstream): pass --engine with that server's root URL")
+    return engine
+
+
+def verify_logprobs(url: str, engine: str | None, session: str, *,
+                    admin_key: str | None = None, tolerance: float = 0.0) -> int:
+    """Print one line per branch; return 0 when every sampled token matches. With no
+    ``engine``, the proxy's embedded engine."""
     headers = {"authorization": f"Bearer {admin_key}"} if admin_key else {}
     with httpx.Client(timeout=600, headers=headers) as client:
+        if engine is None:
+            engine = _embedded_engine(client, url)
         data = _get(client, f"{url.rstrip('/')}/sessions/{session}/trajectory",
                     method="GET", params={"style": "concat"})
         branches = data.get("branches")
