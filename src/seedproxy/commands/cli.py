@@ -4,6 +4,7 @@ a bad argument prints one line naming it and exits 2, never a traceback."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -144,9 +145,17 @@ def _seed(args: argparse.Namespace) -> int:
     return 0
 
 
+def _warn_unknown_env() -> None:
+    from ..settings import unknown_env
+
+    for line in unknown_env(os.environ):
+        print(f"seedproxy: warning: {line}", file=sys.stderr)
+
+
 def _serve(args: argparse.Namespace) -> int:
     from .serve import serve
 
+    _warn_unknown_env()
     return serve(flag_values(args), args.config)
 
 
@@ -174,6 +183,7 @@ def _launch(args: argparse.Namespace) -> int:
         extra=args.extra, python=args.python,
     )
     warn_attention_backend(args.attention_backend)
+    _warn_unknown_env()
     flags = {**flag_values(args), "backend": "sglang"}
     load_settings({**flags, "upstream": plan.urls}, args.config)  # fail before starting anything
     return launch(
