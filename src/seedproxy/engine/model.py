@@ -20,6 +20,7 @@ import logging
 import os
 import shutil
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -230,14 +231,21 @@ def load_from_dir(folder: Path, model_path: str, name: str, *, cached: bool = Fa
 
     arch = read_config(folder, model_path)
     try:
-        tok = _tokenizer(folder, cached=cached)
         cfg = read_hf_config(folder, arch)
     except Exception as exc:  # transformers raises many kinds; all mean "not loadable"
         raise EngineError(f"cannot load model from {model_path}: {_first_line(exc)}") from exc
     ctx = int(getattr(cfg, "max_position_embeddings", 0) or 2048)
+    # Packing the weights runs in torch, without the GIL: it overlaps the tokenizer's load
+    # (imports, in Python). Either one's error is raised here, from this thread.
+    with ThreadPoolExecutor(1, thread_name_prefix="seedproxy-weights") as pool:
+        mapped = pool.submit(read_checkpoint, folder, cfg, ctx)
+        try:
+            tok = _tokenizer(folder, cached=cached)
+        except Exception as exc:  # transformers raises many kinds; all mean "not loadable"
+            raise EngineError(
+                f"cannot load model from {model_path}: {_first_line(exc)}") from exc
     try:
-        weights = read_checkpoint(folder, cfg, ctx) or _from_transformers(
-            folder, model_path, arch, ctx)
+        weights = mapped.result() or _from_transformers(folder, model_path, arch, ctx)
     except (SafetensorError, OSError) as exc:
         raise EngineError(f"cannot load model from {model_path}: {_first_line(exc)}") from exc
     except (AttributeError, KeyError, ValueError) as exc:
