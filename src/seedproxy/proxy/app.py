@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from ..backends import BACKENDS, Backend
+from ..backends.anthropic_bridge import anthropic_error
 from ..backends.board import open_board
 from ..backends.client import upstream_client
 from ..backends.fleet import FleetControl
@@ -53,6 +54,8 @@ if TYPE_CHECKING:
 __all__ = ["create_app", "open_tito_mode"]
 
 log = logging.getLogger("seedproxy")
+
+_MESSAGES_PATHS = ("/v1/messages", "/v1/messages/count_tokens")
 
 
 def create_app(
@@ -228,5 +231,10 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unexpected error on %s", request.url.path)
+        """seedproxy's own bug: logged, a 500 in the route's protocol shape, and the
+        connection kept (``ProxyApp`` ends the re-raise that would reset it)."""
+        path = request.url.path
+        log.exception("unexpected error on %s", path)
+        if path.endswith(_MESSAGES_PATHS):
+            return JSONResponse(anthropic_error(500, "internal error"), status_code=500)
         return JSONResponse(error_body("internal error", "internal_error"), status_code=500)
