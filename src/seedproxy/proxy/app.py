@@ -85,6 +85,7 @@ def create_app(
         read_timeout_s=settings.read_timeout_s,
         connect_timeout_s=settings.connect_timeout_s,
         max_body_bytes=settings.max_upstream_body_bytes,
+        api_key=settings.upstream_api_key,
     )
     backend = backend or BACKENDS[settings.backend](
         api_key=settings.upstream_api_key, routed_experts=settings.capture_routed_experts
