@@ -125,14 +125,17 @@ def upstream_client(
     verify: bool | str | ssl.SSLContext = True,
     proxies: Proxies | None = None,
     api_key: str | None = None,
+    max_connections: int = 1024,
+    pool_timeout_s: float = 5.0,
 ) -> LeanClient:
     """The default upstream client: ``LeanClient`` over ``FastTransport``; proxies
-    from the environment unless given; ``api_key`` sent on every request."""
+    from the environment unless given; ``api_key`` sent on every request; at most
+    ``max_connections`` to each upstream, waited for ``pool_timeout_s``."""
     return LeanClient(
         api_key=api_key,
-        timeout=httpx.Timeout(read_timeout_s, connect=connect_timeout_s),
+        timeout=httpx.Timeout(read_timeout_s, connect=connect_timeout_s, pool=pool_timeout_s),
         transport=FastTransport(
-            max_connections=1024,
+            max_connections=max_connections,
             max_idle=256,
             verify=verify,
             proxies=proxies,

@@ -86,6 +86,8 @@ def create_app(
         connect_timeout_s=settings.connect_timeout_s,
         max_body_bytes=settings.max_upstream_body_bytes,
         api_key=settings.upstream_api_key,
+        max_connections=settings.max_upstream_connections,
+        pool_timeout_s=settings.pool_timeout_s,
     )
     backend = backend or BACKENDS[settings.backend](
         api_key=settings.upstream_api_key, routed_experts=settings.capture_routed_experts
