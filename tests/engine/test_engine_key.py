@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import signal
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -64,6 +65,8 @@ def served(tiny_model_dir: Path) -> Iterator[tuple[str, str]]:
     try:
         assert proc.stderr is not None
         engine = _engine_url(proc.stderr)
+        # Keep reading its log, so a full pipe never blocks it.
+        threading.Thread(target=proc.stderr.read, daemon=True).start()
         proxy = f"http://127.0.0.1:{port}"
         wait_http(f"{proxy}/healthz", 120, proc)
         yield proxy, engine
