@@ -93,13 +93,13 @@ class TokenDecoder:
         out: list[tuple[int, int, str]] = []
         start = 0
         while start < len(ids):
-            end = next((b for b in range(start + 2, start + MAX_GLYPH_TOKENS + 1)
-                        if (start, b) in whole), None)
-            if end is None:
+            stop = next((b for b in range(start + 2, start + MAX_GLYPH_TOKENS + 1)
+                         if (start, b) in whole), None)
+            if stop is None:
                 start += 1
                 continue
-            out.append((start, end, whole[(start, end)]))
-            start = end
+            out.append((start, stop, whole[(start, stop)]))
+            start = stop
         return out
 
     async def _ask(self, upstream: str, rows: list[list[int]]) -> list[str] | None:

@@ -82,7 +82,7 @@ def ui_router(
 
     @router.post("/ui/api/detokenize", openapi_extra=documented(DetokenizeRequest))
     async def detokenize(request: Request) -> JSONResponse:
-        """``{ids, upstream?, sequence?}`` -> ``{tokens: {id: text} | null, glyphs}``;
+        """``{ids, upstream?, sequence?}`` -> ``{tokens: {id: text} | null, glyphs?}``;
         ``upstream`` must be one of the proxy's own (the first when absent), never an
         arbitrary URL. ``tokens`` covers ``ids`` and ``sequence``; ``glyphs`` (with a
         ``sequence``) lists ``[start, end, text]`` for each character spread over
@@ -93,13 +93,13 @@ def ui_router(
         upstream = (body.upstream or known[0]).rstrip("/")
         if upstream not in known:
             raise BadRequest("upstream is not one of this proxy's upstreams", param="upstream")
-        sequence = body.sequence or []
-        texts = await decoder.decode(upstream, [*body.ids, *sequence])
-        tokens: dict[str, Any] | None = (
-            None if texts is None else {str(k): v for k, v in texts.items()}
-        )
-        glyphs = [] if texts is None or not sequence else [
-            list(g) for g in await decoder.glyphs(upstream, sequence, texts)]
-        return JSONResponse({"tokens": tokens, "glyphs": glyphs}, headers=_SECURITY)
+        sequence = body.sequence
+        texts = await decoder.decode(upstream, [*body.ids, *(sequence or [])])
+        answer: dict[str, Any] = {
+            "tokens": None if texts is None else {str(k): v for k, v in texts.items()}}
+        if sequence is not None:
+            answer["glyphs"] = [] if texts is None else [
+                list(g) for g in await decoder.glyphs(upstream, sequence, texts)]
+        return JSONResponse(answer, headers=_SECURITY)
 
     return router
