@@ -59,8 +59,11 @@ class Admission:
             pinned = pinned_index(headers)
             ex = await seat(self.services, client, session, pinned=pinned,
                             retry=is_sdk_retry(headers), arrived=arrived)
-            recorded = await self.services.replays.lookup(
-                ex, pinned=pinned is not None, streamable=self.messages or chat is None)
+            recorded = None
+            if ex.session is not None and ex.session.replays and ex.slot is not None:
+                recorded = await self.services.replays.lookup(
+                    ex.session, ex.slot.index, ex.interaction_id, client,
+                    pinned=pinned is not None, streamable=self.messages or chat is None)
             if recorded is not None:
                 ex.replay(recorded)
             reader, presenter = self._strategies(ex, chat, turn, recorded)

@@ -23,17 +23,15 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.responses import Response
 
 from ..errors import SeedProxyError, SessionNotFound
 from ..seeds import content_key
-from ..sessions import Interaction, SessionStore
+from ..sessions import Interaction, SessionRecord, SessionStore
 from .presenters import Presenter, Writer
-
-if TYPE_CHECKING:
-    from .exchange import Exchange
+from .request import ClientRequest
 
 __all__ = ["REPLAY_IGNORED", "AsRecorded", "ReplayBook", "replay_key"]
 
@@ -57,24 +55,26 @@ class ReplayBook:
         self._capacity = capacity
         self._sources: OrderedDict[str, dict[str, Interaction]] = OrderedDict()
 
-    async def lookup(self, ex: Exchange, *, pinned: bool, streamable: bool) -> Interaction | None:
-        """The recorded interaction that answers ``ex``, or None (it goes live)."""
-        session, slot = ex.session, ex.slot
-        if session is None or slot is None or session.replays is None or pinned:
+    async def lookup(self, session: SessionRecord, index: int, interaction_id: str,
+                     client: ClientRequest, *, pinned: bool, streamable: bool
+                     ) -> Interaction | None:
+        """The recorded interaction that answers ``client``'s request, seated at
+        ``index`` as ``interaction_id``, or None (it goes live)."""
+        if session.replays is None or pinned:
             return None
         at = session.replays.get("at")
-        if at is not None and slot.index >= at:
+        if at is not None and index >= at:
             return None
-        if ex.client.stream and not streamable:
+        if client.stream and not streamable:
             return None
-        recorded = (await self._source(str(session.replays["session"]))).get(ex.interaction_id)
-        endpoint = ex.client.endpoint.value
+        recorded = (await self._source(str(session.replays["session"]))).get(interaction_id)
+        endpoint = client.endpoint.value
         if (recorded is None or recorded.endpoint != endpoint or recorded.status != 200
                 or recorded.abandoned or not isinstance(recorded.request, dict)
-                or replay_key(endpoint, recorded.request) != replay_key(endpoint, ex.client.body)):
+                or replay_key(endpoint, recorded.request) != replay_key(endpoint, client.body)):
             return None
         if session.index_by != "content":
-            store, sid, index = self._store, session.session_id, slot.index
+            store, sid = self._store, session.session_id
             if index > 0 and await store.occurrence(
                     sid, f"replay:{index - 1}", f"replay:{index - 1}:probe") != 1:
                 return None
