@@ -20,7 +20,7 @@ from ..errors import BadRequest, ClientClosed, SeedProxyError
 from ..sessions import Interaction, NewSession, SessionRecord
 from .departure import unless_client_leaves
 from .exchange import Exchange
-from .headers import is_sdk_retry, pinned_index
+from .headers import compacted_from, is_sdk_retry, pinned_index
 from .presenters import MessagesPresenter, OpenAIPresenter, Presenter, ResponsesPresenter
 from .readers import Reader
 from .readers.fanout import FanoutReader
@@ -58,7 +58,8 @@ class Admission:
             headers = request.headers
             pinned = pinned_index(headers)
             ex = await seat(self.services, client, session, pinned=pinned,
-                            retry=is_sdk_retry(headers), arrived=arrived)
+                            retry=is_sdk_retry(headers), arrived=arrived,
+                            compacted=compacted_from(headers))
             recorded = None
             if ex.session is not None and ex.session.replays and ex.slot is not None:
                 recorded = await self.services.replays.lookup(

@@ -62,6 +62,8 @@ class Exchange:
     arrived: float
     seat: ContentSeat | None = None
     """The content key and occurrence, in a content-keyed session."""
+    compacted_from: str | None = None
+    """The interaction whose history this request's summary replaces (the client said)."""
     upstream_s: float = 0.0
     upstream: str | None = None
     dispatch_weight_version: str | None = None
@@ -227,6 +229,7 @@ class Exchange:
             content_key=self.seat.key if self.seat is not None else None,
             occurrence=self.seat.occurrence if self.seat is not None else None,
             replayed=self.replayed,
+            compacted_from=self.compacted_from,
         )
         await self.services.sessions.store.record(self.session.session_id, interaction)
         self.services.metrics.recorded_tokens.inc(interaction.token_count)
