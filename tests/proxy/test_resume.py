@@ -142,6 +142,26 @@ def test_a_changed_field_or_a_pinned_index_goes_live_metadata_does_not(
     assert "x-seedproxy-replayed" not in pinned.headers
 
 
+def test_a_content_keyed_session_replays_siblings_in_any_order(
+        fake: Fake, proxy: str) -> None:
+    def ask(session: str, word: str) -> httpx.Response:
+        return httpx.post(f"{proxy}/sessions/{session}/v1/completions",
+                          json={"model": "m", "prompt": word, "max_tokens": 3})
+
+    create(proxy, session_id="ck", index_by="content")
+    originals = [ask("ck", w).json() for w in ("a", "b", "a")]
+    made = create(proxy, resume="ck")
+    assert made.json()["sessions"][0]["session_id"] == "ck-1"
+    assert httpx.get(f"{proxy}/sessions/ck-1").json()["replays"] == {"session": "ck",
+                                                                       "at": None}
+    count = len(fake.received)
+    answers = [ask("ck-1", w) for w in ("b", "a", "a", "a")]
+    assert [a.headers.get("x-seedproxy-replayed") for a in answers] == [
+        "true", "true", "true", None]  # "a" came twice in the record, not three times
+    assert [a.json() for a in answers[:3]] == [originals[1], originals[0], originals[2]]
+    assert [r["prompt"] for r in fake.received[count:]] == ["a"]
+
+
 def test_messages_are_replayed_whole_and_streamed_in_anthropics_shapes(
         fake: Fake, proxy: str) -> None:
     tools: list[Any] = [{"name": "search", "description": "look up",

@@ -47,10 +47,11 @@ def replay_key(endpoint: str, body: dict[str, Any]) -> str:
 
 
 class ReplayBook:
-    """Source records by session, read on first use and kept (at most ``capacity``
-    sources, least recently used dropped) for this process."""
+    """Source records by session, read on first use and kept for this process: at most
+    ``capacity`` sources (a long rollout's record can be megabytes), the least recently
+    used dropped first and read again when next needed."""
 
-    def __init__(self, store: SessionStore, *, capacity: int = 256) -> None:
+    def __init__(self, store: SessionStore, *, capacity: int = 16) -> None:
         self._store = store
         self._capacity = capacity
         self._sources: OrderedDict[str, dict[str, Interaction]] = OrderedDict()

@@ -96,6 +96,7 @@ def admin_router(
             "exported": record.exported,
             "reward": record.reward,
             "metadata": record.metadata,
+            "replays": record.replays,
         }
 
     @router.get("/sessions")
