@@ -21,14 +21,18 @@ TOKEN_FIELDS = ("prompt_token_ids", "completion_token_ids", "logprobs", "seed", 
                 "finish_reason", "request", "interaction_id", "request_index")
 
 
-def agent(base: str, session: str, turns: int, *, first: str = "task") -> list[str]:
+def agent(base: str | list[str], session: str, turns: int, *, first: str = "task"
+          ) -> list[str]:
     """A scripted chat agent: each turn sends the whole history and one new user message;
-    odd turns stream. Returns what the assistant said at each turn."""
-    client = openai.OpenAI(base_url=f"{base}/sessions/{session}/v1", api_key="x",
-                           max_retries=0)
+    odd turns stream; with several proxies, turn t goes to proxy t mod their number.
+    Returns what the assistant said at each turn."""
+    bases = [base] if isinstance(base, str) else base
+    clients = [openai.OpenAI(base_url=f"{b}/sessions/{session}/v1", api_key="x",
+                             max_retries=0) for b in bases]
     messages: list[Any] = []
     said = []
     for turn in range(turns):
+        client = clients[turn % len(clients)]
         messages.append({"role": "user", "content": first if turn == 0 else f"step {turn}"})
         if turn % 2:
             stream = client.chat.completions.create(model="m", messages=messages,
@@ -86,6 +90,19 @@ def test_a_resumed_rollout_replays_its_record_then_goes_live_with_the_same_seeds
     for live_turn, fresh_turn in zip(replay[3:], again[3:], strict=True):
         assert live_turn["completion_token_ids"] == fresh_turn["completion_token_ids"]
         assert live_turn["seed"] == fresh_turn["seed"]
+
+
+def test_replicas_on_one_redis_store_share_the_replay(
+        fake: Fake, start_proxy: Callable[..., str], redis_url: str) -> None:
+    one, two = (start_proxy([fake.url], store=redis_url) for _ in range(2))
+    agent([one, two], "rep", 4)
+    assert create(two, resume="rep").status_code == 201
+    count = len(fake.received)
+    agent([two, one], "rep-1", 6)
+    assert [r["seed"] for r in fake.received[count:]] == [derive_seed("rep", 4),
+                                                          derive_seed("rep", 5)]
+    assert [i.get("replayed", False) for i in interactions(one, "rep-1")] == [True] * 4 + [
+        False] * 2
 
 
 def test_headers_say_replayed_and_carry_the_recorded_seed(
