@@ -12,6 +12,7 @@ from typing import Any
 import anthropic
 import httpx
 import openai
+import orjson
 import pytest
 
 from seedproxy import derive_seed
@@ -119,6 +120,48 @@ def test_headers_say_replayed_and_carry_the_recorded_seed(
     assert "x-seedproxy-upstream" not in again.headers
     assert again.json() == first.json()
     assert "x-seedproxy-replayed" not in first.headers
+
+
+ROUTES = {
+    "/v1/chat/completions": {"model": "m", "messages": [{"role": "user", "content": "hi"}],
+                             "max_tokens": 3},
+    "/v1/completions": {"model": "m", "prompt": "hi", "max_tokens": 3},
+    "/v1/responses": {"model": "m", "input": "hi", "max_output_tokens": 3},
+    "/generate": {"text": "hi", "sampling_params": {"max_new_tokens": 3}},
+}
+
+
+@pytest.mark.parametrize("route", list(ROUTES))
+def test_every_route_replays_its_answer_whole_and_streamed(
+        fake: Fake, proxy: str, route: str) -> None:
+    """A stream is rebuilt from the record (chat, completions, /generate); a streamed
+    Responses request goes live."""
+    def send(session: str, stream: bool) -> httpx.Response:
+        return httpx.post(f"{proxy}/sessions/{session}{route}",
+                          json={**ROUTES[route], "stream": stream}, timeout=30)
+
+    def shown(answer: httpx.Response) -> Any:
+        """A whole answer; a stream's text (``/generate`` streams cumulative text)."""
+        if not answer.headers["content-type"].startswith("text/event-stream"):
+            return answer.json()
+        events = [orjson.loads(line[6:]) for line in answer.text.splitlines()
+                  if line.startswith("data: ") and line != "data: [DONE]"]
+        if route == "/generate":
+            return events[-1]["text"]
+        if route == "/v1/responses":
+            return "".join(e.get("delta") or "" for e in events
+                           if e["type"] == "response.output_text.delta")
+        return "".join(c.get("text") or (c.get("delta") or {}).get("content") or ""
+                       for e in events for c in e["choices"])
+
+    originals = [shown(send("rt", stream)) for stream in (False, True)]
+    create(proxy, resume="rt")
+    count = len(fake.received)
+    again = [send("rt-1", stream) for stream in (False, True)]
+    assert [a.headers.get("x-seedproxy-replayed") for a in again] == (
+        ["true", None] if route == "/v1/responses" else ["true", "true"])
+    assert [shown(a) for a in again] == originals
+    assert len(fake.received) == count + (1 if route == "/v1/responses" else 0)
 
 
 def test_once_a_request_differs_every_later_one_goes_live(fake: Fake, proxy: str) -> None:
