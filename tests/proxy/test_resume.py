@@ -122,7 +122,7 @@ def test_headers_say_replayed_and_carry_the_recorded_seed(
     assert "x-seedproxy-replayed" not in first.headers
 
 
-ROUTES = {
+ROUTES: dict[str, dict[str, Any]] = {
     "/v1/chat/completions": {"model": "m", "messages": [{"role": "user", "content": "hi"}],
                              "max_tokens": 3},
     "/v1/completions": {"model": "m", "prompt": "hi", "max_tokens": 3},
@@ -186,15 +186,16 @@ def test_once_a_request_differs_every_later_one_goes_live(fake: Fake, proxy: str
 
 def test_a_changed_field_or_a_pinned_index_goes_live_metadata_does_not(
         fake: Fake, proxy: str) -> None:
-    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+    body: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}],
+                            "max_tokens": 3}
     httpx.post(f"{proxy}/sessions/p/v1/chat/completions", json={**body, "user": "u1"})
     httpx.post(f"{proxy}/sessions/p/v1/chat/completions", json=body)
-    for n, (extra, headers, replayed) in enumerate([
-            ({"user": "u2", "metadata": {"run": "2"}}, {}, "true"),
-            ({"max_tokens": 4}, {}, None)]):
+    cases: list[tuple[dict[str, Any], str | None]] = [
+        ({"user": "u2", "metadata": {"run": "2"}}, "true"), ({"max_tokens": 4}, None)]
+    for n, (extra, replayed) in enumerate(cases):
         create(proxy, resume="p")
         sent = httpx.post(f"{proxy}/sessions/p-{n + 1}/v1/chat/completions",
-                          json={**body, **extra}, headers=headers)
+                          json={**body, **extra})
         assert sent.headers.get("x-seedproxy-replayed") == replayed
     create(proxy, resume="p")
     pinned = httpx.post(f"{proxy}/sessions/p-3/v1/chat/completions", json=body,
@@ -236,7 +237,8 @@ def test_messages_are_replayed_whole_and_streamed_in_anthropics_shapes(
         whole = client.messages.create(model="m", max_tokens=6, messages=history, tools=tools)
         history += [{"role": "assistant", "content": [b.model_dump() for b in whole.content]},
                     {"role": "user", "content": [{"type": "tool_result",
-                                                  "tool_use_id": whole.content[-1].id,
+                                                  "tool_use_id": whole.content[-1]
+                                                  .model_dump()["id"],
                                                   "content": "found"}]}]
         with client.messages.stream(model="m", max_tokens=6, messages=history,
                                     tools=tools) as stream:
