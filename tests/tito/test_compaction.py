@@ -15,6 +15,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
+from seedproxy import derive_seed  # noqa: E402
 from seedproxy.engine.model import default_gguf_path, gguf_tokenizer_dir  # noqa: E402
 from tests.conftest import Fake  # noqa: E402
 
@@ -96,6 +97,28 @@ def test_a_rollout_compacting_every_20_turns_exports_its_segments_in_order(
     again = httpx.get(f"{base}/sessions/long-1/trajectory", params={"style": "concat"},
                       timeout=60).json()
     assert again["chain"] == concat["chain"] and again["branches"] == concat["branches"]
+
+    # A fork at turn 30 replays 30 turns, then samples with its own seeds; its live turns
+    # extend the replayed ones exactly (no new branch at the fork point).
+    httpx.post(f"{base}/sessions", json={"identity": "long.b",
+                                         "fork": {"session": "long", "at": 30}})
+    fake.switches.script = [encode(f"Other {t}.") for t in range(30, TURNS)]
+    count = len(fake.received)
+    forked = compacting_agent(base, "long.b")
+    assert forked == said[:30] + [f"Other {t}." for t in range(30, TURNS)]
+    live = fake.received[count:]
+    assert [r["sampling_params"]["sampling_seed"] for r in live] == [
+        derive_seed("long.b", t) for t in range(30, TURNS)]
+    branch = httpx.get(f"{base}/sessions/long.b/trajectory", params={"style": "concat"},
+                       timeout=60).json()
+    assert branch["chain"] == ["i0", "i20", "i40"]
+    second = {b["branch_id"]: b for b in branch["branches"]}["i20"]
+    assert second["error"] is None
+    assert second["interaction_ids"] == [f"i{t}" for t in range(20, 40)]
+    source_second = segments["i20"]
+    prefix = turns["i29"]["prompt_token_ids"] + turns["i29"]["completion_token_ids"]
+    assert second["token_ids"][:len(prefix)] == source_second["token_ids"][:len(prefix)]
+    assert second["token_ids"] != source_second["token_ids"]
 
 
 def test_a_malformed_compaction_header_is_a_400_that_uses_no_index(
