@@ -120,6 +120,7 @@ def test_headers_say_replayed_and_carry_the_recorded_seed(
     assert "x-seedproxy-upstream" not in again.headers
     assert again.json() == first.json()
     assert "x-seedproxy-replayed" not in first.headers
+    assert "seedproxy_replayed_total 1.0" in httpx.get(f"{proxy}/metrics").text
 
 
 ROUTES: dict[str, dict[str, Any]] = {

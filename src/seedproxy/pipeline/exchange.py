@@ -113,6 +113,7 @@ class Exchange:
         record keeps (a fork's replayed part was sampled with the source's)."""
         self.seeds = list(recorded.seeds)
         self.replayed = True
+        self.services.metrics.replayed.inc()
 
     def overhead_ms(self) -> float:
         return max(0.0, (time.perf_counter() - self.arrived - self.upstream_s) * 1000)
