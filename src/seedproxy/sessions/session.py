@@ -11,6 +11,7 @@ from dataclasses import fields
 
 from .interaction import Interaction
 from .record import SessionRecord, Slot
+from .summary import apply_summary
 
 __all__ = ["Session"]
 
@@ -99,7 +100,9 @@ class Session:
 
     def record(self, interaction: Interaction) -> None:
         with self._lock:
+            new = interaction.interaction_id not in self._interactions
             self._interactions[interaction.interaction_id] = interaction
+            apply_summary(self._record, interaction, new=new)
             self._record.last_active_at = time.time()
 
     def interactions(self) -> list[Interaction]:
