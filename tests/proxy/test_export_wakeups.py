@@ -12,6 +12,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+import pytest
 import redis
 
 from seedproxy.sessions import open_store
@@ -74,10 +75,11 @@ def test_a_waiting_export_returns_when_the_session_ends(
 
 
 def test_an_end_on_one_replica_wakes_an_export_waiting_on_another(
-    fake: Fake, redis_url: str, start_replicas: Callable[..., list[Replica]]
+    fake: Fake, redis_url: str, request: pytest.FixtureRequest
 ) -> None:
+    start: Callable[..., list[Replica]] = request.getfixturevalue("start_replicas")
     url = redis_url + "&watch_check_s=3600"  # no version backstop: only pub/sub can wake it
-    a, b = start_replicas(url, [], [])
+    a, b = start(url, [], [])
     chat(b.url, "r1")
     prefix = dict(p.split("=") for p in urlsplit(url).query.split("&"))["prefix"]
     probe = redis.Redis.from_url(redis_url.split("?")[0])

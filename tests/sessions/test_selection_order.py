@@ -13,7 +13,7 @@ from seedproxy.proxy.listing import session_page
 from seedproxy.sessions import SessionRecord, SessionStore
 from seedproxy.sessions import export as export_module
 from seedproxy.sessions.export import lease_batch
-from tests.sessions.test_stores import Opener, interaction, opener, store  # noqa: F401
+from tests.sessions.test_stores import interaction
 
 HELD_UNTIL = 10.0**12
 """The lease on ``d`` outlives every clock below."""

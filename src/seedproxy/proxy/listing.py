@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from ..sessions import SessionRecord, SessionStore
+from ..sessions.store.base import View
 
 __all__ = ["MAX_PAGE", "SEQ_MAX", "session_page", "state_of"]
 
@@ -53,8 +54,9 @@ async def session_page(
         records, more = rest[offset : offset + limit], len(rest) > offset + limit
         total = len(matching)
     else:
-        view, key = (("identity", identity) if identity is not None
-                     else ("group", group_id) if group_id is not None else ("all", None))
+        view: View = ("identity" if identity is not None
+                      else "group" if group_id is not None else "all")
+        key = identity if identity is not None else group_id
         found = await store.scan(view, key=key, after=after, offset=offset, limit=limit + 1)
         records, more = found[:limit], len(found) > limit
         total = await store.count(view, key=key)

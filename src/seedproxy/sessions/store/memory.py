@@ -11,7 +11,7 @@ from ...errors import SessionNotFound
 from ..interaction import Interaction
 from ..record import SessionRecord, Slot
 from ..session import Session
-from .base import RETRY_MEMORY
+from .base import RETRY_MEMORY, View
 from .leases import MemoryLeases
 from .memory_reads import MemoryReads
 
@@ -64,7 +64,7 @@ class MemoryStore(MemoryLeases, MemoryReads):
         return await self.get(session_id) if session_id else None
 
     async def list(self, group_id: str | None = None) -> builtins.list[SessionRecord]:
-        view = "all" if group_id is None else "group"
+        view: View = "all" if group_id is None else "group"
         return await self.scan(view, key=group_id, limit=len(self._sessions) + 1)
 
     async def allocate(

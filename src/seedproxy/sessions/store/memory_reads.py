@@ -109,7 +109,7 @@ class MemoryReads:
             return 0 if index is None else len(index)
 
     async def idle(self, cutoff: float, limit: int) -> builtins.list[SessionRecord]:
-        found = []
+        found: builtins.list[SessionRecord] = []
         with self._lock:
             for session_id in self._activity:
                 record = self._sessions[session_id].snapshot()

@@ -137,7 +137,9 @@ if redis.call('HGET', KEYS[1], 'ended') == '0' then
   local seq = redis.call('INCR', KEYS[3]) - 1
   redis.call('HSET', KEYS[1], 'ended', 1, 'ended_seq', seq)
   redis.call('SREM', KEYS[2], ARGV[1])
-  if redis.call('HGET', KEYS[1], 'exported') ~= '1' then redis.call('ZADD', KEYS[4], seq, ARGV[1]) end
+  if redis.call('HGET', KEYS[1], 'exported') ~= '1' then
+    redis.call('ZADD', KEYS[4], seq, ARGV[1])
+  end
   redis.call('INCR', KEYS[5])
   redis.call('PUBLISH', ARGV[2], 'ended')
 end

@@ -27,7 +27,7 @@ from ...errors import SessionNotFound, StoreError
 from ..interaction import Interaction
 from ..record import SessionRecord, Slot
 from ..summary import apply_summary
-from .base import RETRY_MEMORY
+from .base import RETRY_MEMORY, View
 from .changes import ChangeSignal
 from .sqlite_leases import LEASE_SCHEMA, SqliteLeases
 from .sqlite_reads import SqliteReads, migrate
@@ -238,7 +238,7 @@ class SqliteStore(SqliteLeases, SqliteReads):
         return await self._read(work)
 
     async def list(self, group_id: str | None = None) -> builtins.list[SessionRecord]:
-        view = "all" if group_id is None else "group"
+        view: View = "all" if group_id is None else "group"
         return await self.scan(view, key=group_id, limit=-1)  # SQLite: no limit
 
     async def allocate(
