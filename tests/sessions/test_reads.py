@@ -271,3 +271,25 @@ async def test_an_old_sqlite_file_gets_its_indexes_from_its_records(tmp_path: Pa
     assert [r.session_id for r in await reopened.scan("ready", limit=9)] == ["b"]
     assert len(await reopened.idle(10.0**12, 9)) == 2
     await reopened.close()
+
+
+async def test_redis_sessions_stored_before_the_indexes_are_indexed_once(redis_url: str) -> None:
+    import redis.asyncio as aioredis
+
+    old = open_store(redis_url)
+    for name in ("a", "b"):
+        assert await old.create(SessionRecord(name, "same", f"k-{name}"))
+    await old.end("b")
+    await old.close()
+    prefix = redis_url.split("prefix=")[1]
+    raw = aioredis.Redis.from_url(redis_url.split("?")[0])
+    # as a store from before: none of the new indexes, no marker
+    await raw.delete(*(prefix + k for k in ("id:same", "unexp", "ready", "active", "idx:1")))
+    await raw.aclose()
+    reopened = open_store(redis_url)
+    assert [r.session_id for r in await reopened.scan("identity", key="same", limit=9)] == [
+        "a", "b"]
+    assert [r.session_id for r in await reopened.scan("unexported", limit=9)] == ["a", "b"]
+    assert [r.session_id for r in await reopened.scan("ready", limit=9)] == ["b"]
+    assert len(await reopened.idle(10.0**12, 9)) == 2
+    await reopened.close()

@@ -41,6 +41,7 @@ class RedisReads:
         _p: str
         _timeout: float
         _check_s: float | None
+        _errors: tuple[type[BaseException], ...]
         def _k(self, kind: str, session_id: str) -> str: ...
         async def _call(self, awaitable: Any) -> Any: ...
         @staticmethod
@@ -124,7 +125,7 @@ class RedisReads:
             yield _FeedWatch(pubsub, self._call, self.version, await self.version(),
                              self._check_s)
         finally:
-            with contextlib.suppress(Exception):  # a broken connection is being dropped
+            with contextlib.suppress(*self._errors):  # a broken connection is dropped anyway
                 await pubsub.aclose()
 
     async def _ensure_indexed(self) -> None:
