@@ -8,7 +8,8 @@ export that finds nothing. The proxy's CPU per request is the process's CPU less
 main thread's (so the client is not counted; a Redis server's own CPU is not either).
 The figure to read is the ratio of 100k to 1k, measured in the same run.
 
-    python bench/sessions_scale.py [--sizes 1000,100000] [--requests 50] [--stores memory,sqlite,redis]
+    python bench/sessions_scale.py [--sizes 1000,100000] [--requests 50]
+                                   [--stores memory,sqlite,redis]
 
 Redis needs ``redis-server`` on the PATH (it is started on a free port); SQLite's
 file lies in /dev/shm when there is one, so filling 100k sessions is quick.
@@ -54,13 +55,14 @@ async def fill(store: SessionStore, start: int, stop: int) -> None:
         await store.create(SessionRecord(sid, sid, f"key-{sid}", f"g{k // 8}"))
         await store.end(sid)
 
+    sem = asyncio.Semaphore(FILL_CONCURRENCY)
+
+    async def bounded(k: int) -> None:
+        async with sem:
+            await one(k)
+
     for base in range(start, stop, 1024):
         top = min(stop, base + 1024)
-        sem = asyncio.Semaphore(FILL_CONCURRENCY)
-
-        async def bounded(k: int) -> None:
-            async with sem:
-                await one(k)
 
         await asyncio.gather(*(bounded(k) for k in range(base, top)))
         await store.mark_exported([f"s{k:07d}" for k in range(base, top)])
