@@ -80,7 +80,7 @@ class Admission:
         mode = services.tito
         if mode is None or not (self.messages or endpoint in (Endpoint.CHAT, Endpoint.RESPONSES)):
             return chat, None
-        turn = await prepare(mode, services.sessions.store, chat or client.body, session)
+        turn = await prepare(mode, services.sessions, chat or client.body, session)
         return chat, turn
 
     def _strategies(self, ex: Exchange, chat: dict[str, object] | None,

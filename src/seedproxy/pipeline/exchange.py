@@ -217,7 +217,10 @@ class Exchange:
             content_key=self.seat.key if self.seat is not None else None,
             occurrence=self.seat.occurrence if self.seat is not None else None,
         )
-        await self.services.sessions.store.record(self.session.session_id, interaction)
+        sessions = self.services.sessions
+        view = await sessions.cursors.view(sessions.store, self.session)
+        link, sent = view.link_for(interaction)  # stored once: what it adds to its base
+        await sessions.store.record(self.session.session_id, interaction, link=link, sent=sent)
         self.services.metrics.recorded_tokens.inc(interaction.token_count)
 
     def observe(self, status: int) -> None:

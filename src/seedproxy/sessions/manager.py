@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import BadRequest, OverCapacity, SessionNotFound
+from .cursor import Cursors
 from .ids import MAX_ID_BYTES, MAX_IDENTITY_BYTES, check_id
 from .record import SessionRecord
 from .store.base import SessionStore
@@ -42,10 +43,13 @@ class SessionManager:
         max_open_sessions: int | None = None,
         default_seed: int | None = None,
         default_index_by: str = "arrival",
+        cursors: Cursors | None = None,
     ) -> None:
         """``default_seed`` is the configured seed for requests without one (deterministic
         mode only); like a group's own ``seed``, it is refused for groups of more than one."""
         self.store = store
+        self.cursors = cursors if cursors is not None else Cursors()
+        """This process's views of recently used sessions (``cursor.py``)."""
         self._max_open = max_open_sessions
         self._default_seed = default_seed
         self._default_index_by = default_index_by
