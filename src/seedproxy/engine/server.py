@@ -103,14 +103,25 @@ def create_engine_app(model: EngineModel, max_batch: int = DEFAULT_MAX_BATCH,
 
     @app.post("/detokenize")
     async def detokenize(request: Request) -> Response:
-        """SGLang's ``/detokenize``: ``{"tokens": [ids]}`` -> ``{"text"}``."""
+        """SGLang's ``/detokenize``: ``{"tokens": [ids]}`` -> ``{"text": str}``, or a
+        batch ``{"tokens": [[ids], ...]}`` -> ``{"text": [str, ...]}``;
+        ``skip_special_tokens`` (default true, as SGLang) drops special tokens."""
         async def run() -> Response:
-            tokens = (await read_body(request)).get("tokens")
+            body = await read_body(request)
+            tokens, skip = body.get("tokens"), body.get("skip_special_tokens", True)
+            if not isinstance(skip, bool):
+                raise RequestError("skip_special_tokens must be a boolean",
+                                   param="skip_special_tokens")
+            batch = isinstance(tokens, list) and bool(tokens) and isinstance(tokens[0], list)
+            rows = tokens if batch else [tokens]
             vocab = len(model.tokenizer)
-            if not isinstance(tokens, list) or not all(
-                    type(t) is int and 0 <= t < vocab for t in tokens):
-                raise RequestError("tokens must be a list of token ids", param="tokens")
-            return json_response({"text": str(model.tokenizer.decode(tokens))})
+            if not isinstance(rows, list) or not all(
+                    isinstance(row, list) and all(type(t) is int and 0 <= t < vocab for t in row)
+                    for row in rows):
+                raise RequestError("tokens must be a list of token ids, or a list of such "
+                                   "lists", param="tokens")
+            texts = [str(model.tokenizer.decode(row, skip_special_tokens=skip)) for row in rows]
+            return json_response({"text": texts if batch else texts[0]})
         return await guard(False, run)
 
     @app.post("/generate")

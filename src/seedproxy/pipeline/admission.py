@@ -15,7 +15,8 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..backends import Endpoint, anthropic_bridge, responses_bridge
+from ..backends import Endpoint
+from ..backends.bridging import as_chat
 from ..errors import BadRequest, ClientClosed, SeedProxyError
 from ..sessions import NewSession, SessionRecord
 from .departure import unless_client_leaves
@@ -68,15 +69,10 @@ class Admission:
         """The chat request an upstream is sent instead (a bridge), and the rendered
         token-in-token-out turn; both raise their 4xx before the slot."""
         services, endpoint = self.services, client.endpoint
-        chat = None
-        if self.messages:
-            if client.n != 1:
-                raise BadRequest("n: the Messages API answers one message per request",
-                                 param="n")
-            chat = anthropic_bridge.to_chat(client.body)
-        elif endpoint is Endpoint.RESPONSES and (
-                services.tito is not None or not services.backend.seeds_responses):
-            chat = responses_bridge.to_chat(client.body)
+        if self.messages and client.n != 1:
+            raise BadRequest("n: the Messages API answers one message per request", param="n")
+        chat = as_chat(endpoint, client.body, tito=services.tito is not None,
+                       seeds_responses=services.backend.seeds_responses)
         mode = services.tito
         if mode is None or not (self.messages or endpoint in (Endpoint.CHAT, Endpoint.RESPONSES)):
             return chat, None

@@ -156,7 +156,7 @@ def create_app(
     )
     app.include_router(readiness_router(pool, store))
     app.include_router(fleet_router(
-        fleet, Verifier(store, backend, pool), access, max_body_bytes=settings.max_body_bytes
+        fleet, Verifier(store, backend, pool, tito), access, max_body_bytes=settings.max_body_bytes
     ))
     app.include_router(
         ui_router(access, pool, TokenDecoder(client), max_body_bytes=settings.max_body_bytes)
