@@ -40,6 +40,9 @@ class SessionRecord:
     """``summary.order_key`` of the last interaction (None: none yet)."""
     last_upstream: str | None = None
     last_weight_version: Any = None
+    replays: dict[str, Any] | None = None
+    """A resumed or forked session: ``{"session": source id, "at": K or None}``; its
+    requests matching the source's record are answered from it (``pipeline/replaying.py``)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
