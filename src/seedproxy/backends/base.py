@@ -9,6 +9,7 @@ in ``BACKENDS``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar, Protocol
@@ -50,7 +51,8 @@ class UpstreamRequest:
 class Captured:
     """Token-level data the proxy keeps for training, per choice in choice order."""
 
-    prompt_token_ids: list[int] = field(default_factory=list)
+    prompt_token_ids: Sequence[int] = field(default_factory=list)
+    """A list, or an ``array('i')`` (kept as is when recorded)."""
     choices: list[ChoiceRecord] = field(default_factory=list)
     lineage: dict[str, Any] | None = None
     """Token-in-token-out: which earlier turn this prompt extends (its matching keys)."""

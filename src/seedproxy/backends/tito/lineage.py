@@ -15,11 +15,13 @@ interactions), so it is the same in every store.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ...sessions import ChoiceRecord
+from ...sessions.token_ids import TokenIds
 from .matcher import context_key, message_key, reasoning_key, reasoning_of
 from .renderer import Renderer
 from .template_input import RenderOptions, render_options, template_messages
@@ -42,13 +44,14 @@ class RecordedTurn(Protocol):
     def choices(self) -> list[ChoiceRecord]: ...
     @property
     def prompt_token_ids(self) -> Any: ...
+    def prompt_ids(self) -> TokenIds: ...
 
 
 @dataclass(slots=True)
 class Prompt:
     """The token prompt for one request, and where it came from."""
 
-    ids: list[int]
+    ids: TokenIds
     opens_reasoning: bool
     context: str
     message_keys: list[str]
@@ -98,32 +101,44 @@ def _common(a: list[str], b: list[str]) -> int:
 
 
 def build_prompt(renderer: Renderer, body: dict[str, Any], history: Sequence[RecordedTurn],
-                 options: RenderOptions | None = None) -> Prompt:
-    """The prompt for chat ``body`` given the session's earlier interactions."""
+                 options: RenderOptions | None = None, *, known: Sequence[str] = ()
+                 ) -> Prompt:
+    """The prompt for chat ``body`` given the session's earlier interactions.
+    ``known``: the message keys of the body's first messages, when a recorded turn
+    sent them byte for byte (only the messages past them are keyed here)."""
     if options is None:
         options = render_options(body, renderer.reserved)
     sent: list[dict[str, Any]] = body["messages"]
-    messages = template_messages(sent, renderer.content_format)
+    fmt = renderer.content_format
     tools = body.get("tools") or None
     context = context_key(body)
-    keys = [message_key(m) for m in sent]
+    seen = len(known) if len(known) < len(sent) else 0
+    # Checked in the old order (conversion, then keys), so the same message is refused.
+    converted = template_messages(sent[seen:], fmt)
+    keys = list(known[:seen]) + [message_key(m) for m in sent[seen:]]
+
+    def messages_from(start: int) -> list[dict[str, Any]]:
+        if start >= seen:
+            return converted[start - seen:]
+        return template_messages(sent[start:seen], fmt) + converted
+
     recorded = keys[:-1] if options.continue_final else keys
-    prefix = _text(messages[-1].get("content")) if options.continue_final else None
+    prefix = _text(converted[-1].get("content")) if options.continue_final else None
     for turn in reversed(history):
         choice = _extends(turn, sent, keys, context)
         if choice is None:
             continue
-        completion = turn.choices[choice].token_ids.tolist()
-        closed = completion[-1] == renderer.eot_id
-        new = messages[len((turn.tito or {})["messages"]) + 1:]
+        completion = turn.choices[choice].token_ids
+        closed = bool(completion) and completion[-1] == renderer.eot_id
+        new = messages_from(len((turn.tito or {})["messages"]))[1:]
         suffix = renderer.suffix_text(new, tools, closed=closed, options=options)
-        ids = turn.prompt_token_ids.tolist() + completion + renderer.encode(suffix)
+        ids = turn.prompt_ids().extended(array("i", completion) + array("i", renderer.encode(suffix)))
         return Prompt(ids, _opens(suffix, options), context, recorded,
                       extends={"interaction_id": turn.interaction_id, "choice": choice},
                       prefix=prefix)
-    text = renderer.full_text(messages, tools, options)
-    prompt = Prompt(renderer.encode(text), _opens(text, options), context, recorded,
-                    prefix=prefix)
+    text = renderer.full_text(messages_from(0), tools, options)
+    prompt = Prompt(TokenIds(array("i", renderer.encode(text))), _opens(text, options),
+                    context, recorded, prefix=prefix)
     best = max(
         ((_common(recorded, (t.tito or {}).get("messages") or []), t.request_index, t)
          for t in history if t.tito and t.status < 400),

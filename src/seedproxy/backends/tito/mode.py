@@ -40,9 +40,12 @@ class TitoMode:
         self._vocab_size = len(tok)  # the wrapper's len() costs a microsecond a request
         self._token_texts: dict[int, str] = {}  # bounded by the vocabulary
 
-    def prompt(self, body: dict[str, Any], history: Sequence[RecordedTurn]) -> Prompt:
-        """The token prompt for chat ``body``; ``BadRequest`` before anything is sent."""
-        for message in body["messages"]:
+    def prompt(self, body: dict[str, Any], history: Sequence[RecordedTurn], *,
+               known: Sequence[str] = ()) -> Prompt:
+        """The token prompt for chat ``body``; ``BadRequest`` before anything is sent.
+        ``known``: keys of its first messages, as a recorded turn sent them (those
+        were checked then)."""
+        for message in body["messages"][len(known):]:
             role = message.get("role")
             if not isinstance(role, str) or role not in _ROLES:  # a list is unhashable
                 raise BadRequest(f"unsupported message role {str(role)[:64]!r}",
@@ -50,7 +53,7 @@ class TitoMode:
         tools = body.get("tools")
         if tools is not None and not isinstance(tools, list):
             raise BadRequest("tools must be a list", param="tools")
-        return build_prompt(self.renderer, body, history)
+        return build_prompt(self.renderer, body, history, known=known)
 
     def sampling(self, body: dict[str, Any]) -> Sampling:
         return sampling_of(body, self.renderer.stop_token_ids, carries=self.dialect.carries,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import time
-from array import array
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -47,11 +46,10 @@ async def prepare(mode: TitoMode, sessions: SessionManager, chat: dict[str, Any]
     """Render the prompt (a 4xx here uses no index). The session's turns come from
     this process's view of it, brought up to date in one store operation."""
     mode.sampling(chat)  # checked now: a bad field is a 400 before the slot
-    history = (  # a new session has no history yet
-        (await sessions.cursors.view(sessions.store, session)).turns()
-        if isinstance(session, SessionRecord) else []
-    )
-    return TitoTurn(chat, mode.prompt(chat, history))
+    if not isinstance(session, SessionRecord):  # a new session has no history yet
+        return TitoTurn(chat, mode.prompt(chat, []))
+    view = await sessions.cursors.view(sessions.store, session)
+    return TitoTurn(chat, mode.prompt(chat, view.turns(), known=view.known_keys(chat)))
 
 
 @dataclass(slots=True)
@@ -156,7 +154,7 @@ class TitoReader:
         prompt = self.turn.prompt
         replies = [(reply_key(prompt, c.message(self.cid)), c.assistant.reply.reasoning)
                    for c in self.choices]
-        return Captured(list(self.turn.prompt.ids), records,
+        return Captured(self.turn.prompt.ids.ids, records,
                         lineage=tito_record(self.turn.prompt, replies))
 
     def recorded(self, shown: Any) -> Any:
@@ -212,6 +210,6 @@ def _completion_id(ex: Exchange, prompt: Prompt) -> str:
     if ex.basis is not None:
         return "chatcmpl-" + ex.basis
     digest = hashlib.blake2b(digest_size=12)
-    digest.update(array("i", prompt.ids).tobytes())
+    digest.update(prompt.ids.ids.tobytes())
     digest.update(repr(ex.seeds).encode())
     return "chatcmpl-" + digest.hexdigest()
