@@ -111,7 +111,8 @@ def main() -> None:
     parser.add_argument("--modes", default="passthrough,tito")
     args = parser.parse_args()
     redis = RedisServer(redis_or_skip()) if "redis" in args.stores else None
-    switches = Switches(context_length=1 << 20)
+    # A real tokenizer's count of prompt ids (about 4 characters each), not one a character.
+    switches = Switches(context_length=1 << 20, chars_per_token=4)
     print(f"{args.turns} turns, {args.words} words per user message, max_tokens 32")
     with tempfile.TemporaryDirectory() as tmp, ServerThread(
             create_fake_sglang(switches)) as fake:

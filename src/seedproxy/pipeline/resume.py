@@ -37,6 +37,7 @@ import orjson
 
 from ..backends import UpstreamRequest
 from ..backends.dispatch import Dispatch
+from ..backends.echo import loads_echoed
 from ..backends.pause import PauseGate
 from ..backends.pool import UpstreamPool, UpstreamReply
 from ..errors import SeedProxyError, StoreError
@@ -223,7 +224,7 @@ class ResumingSender:
                     dispatch is not None and dispatch.stopped is not None):
                 return reply
             try:
-                answer = orjson.loads(reply.response.content)
+                answer = loads_echoed(reply.response.content, request.echo)
             except orjson.JSONDecodeError:
                 return reply
             reply.parsed = (answer,)

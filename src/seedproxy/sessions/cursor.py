@@ -112,6 +112,13 @@ class SessionView:
         for matching when read, so reading the last few costs what they hold."""
         return _Turns(self)
 
+    def last_prompt(self) -> TokenIds | None:
+        """The prompt of the turn recorded last, with its JSON text; None without one."""
+        last = self._turns.get(self._last) if self._last is not None else None
+        if last is None or not (last.added or last.link):
+            return None
+        return self.prompt_ids(last)
+
     def known_keys(self, request: dict[str, Any]) -> list[str]:
         """The token-in-token-out keys of ``request``'s first messages when they are,
         byte for byte, the messages the last turn recorded sent (its keys, then); else
@@ -273,6 +280,12 @@ class Cursors:
         seq, blobs = await store.changes(record.session_id, view.seq)
         view.apply(seq, blobs)
         return view
+
+    def peek(self, record: SessionRecord) -> SessionView | None:
+        """The session's view as it stands (no store operation; it may lag)."""
+        view = self._views.get(record.session_id)
+        created = (record.created_seq, record.created_at)
+        return view if view is not None and view.created == created else None
 
     def forget(self, session_id: str) -> None:
         self._views.pop(session_id, None)
