@@ -26,7 +26,8 @@ from .matcher import context_key, message_key, reasoning_key, reasoning_of
 from .renderer import Renderer
 from .template_input import RenderOptions, render_options, template_messages
 
-__all__ = ["Prompt", "RecordedTurn", "build_prompt", "reply_key", "tito_record"]
+__all__ = ["FullRender", "Prompt", "RecordedTurn", "build_prompt", "plan_prompt", "reply_key",
+           "tito_record"]
 
 
 class RecordedTurn(Protocol):
@@ -100,12 +101,48 @@ def _common(a: list[str], b: list[str]) -> int:
     return size
 
 
+@dataclass(slots=True)
+class FullRender:
+    """A full render still to run (the template over every message, then tokenising),
+    with everything else about the prompt decided. It reads no session state, so it
+    may run on a worker thread."""
+
+    renderer: Renderer
+    messages: list[dict[str, Any]]
+    tools: list[Any] | None
+    options: RenderOptions
+    context: str
+    recorded: list[str]
+    prefix: str | None
+    forked_from: dict[str, Any] | None
+
+    @property
+    def size(self) -> int:
+        """The characters of message text it renders (what its cost grows with)."""
+        return sum(len(_text(m.get("content"))) for m in self.messages)
+
+    def run(self) -> Prompt:
+        text = self.renderer.full_text(self.messages, self.tools, self.options)
+        return Prompt(TokenIds(array("i", self.renderer.encode(text))),
+                      _opens(text, self.options), self.context, self.recorded,
+                      prefix=self.prefix, forked_from=self.forked_from)
+
+
 def build_prompt(renderer: Renderer, body: dict[str, Any], history: Sequence[RecordedTurn],
                  options: RenderOptions | None = None, *, known: Sequence[str] = ()
                  ) -> Prompt:
-    """The prompt for chat ``body`` given the session's earlier interactions.
-    ``known``: the message keys of the body's first messages, when a recorded turn
-    sent them byte for byte (only the messages past them are keyed here)."""
+    """The prompt for chat ``body`` given the session's earlier interactions."""
+    plan = plan_prompt(renderer, body, history, options, known=known)
+    return plan.run() if isinstance(plan, FullRender) else plan
+
+
+def plan_prompt(renderer: Renderer, body: dict[str, Any], history: Sequence[RecordedTurn],
+                options: RenderOptions | None = None, *, known: Sequence[str] = ()
+                ) -> Prompt | FullRender:
+    """The prompt for chat ``body`` given the session's earlier interactions: a turn
+    that extends one is built here (its cost is what it adds); else the full render
+    to run. ``known``: the message keys of the body's first messages, when a recorded
+    turn sent them byte for byte (only the messages past them are keyed here)."""
     if options is None:
         options = render_options(body, renderer.reserved)
     sent: list[dict[str, Any]] = body["messages"]
@@ -136,17 +173,15 @@ def build_prompt(renderer: Renderer, body: dict[str, Any], history: Sequence[Rec
         return Prompt(ids, _opens(suffix, options), context, recorded,
                       extends={"interaction_id": turn.interaction_id, "choice": choice},
                       prefix=prefix)
-    text = renderer.full_text(messages_from(0), tools, options)
-    prompt = Prompt(TokenIds(array("i", renderer.encode(text))), _opens(text, options),
-                    context, recorded, prefix=prefix)
     best = max(
         ((_common(recorded, (t.tito or {}).get("messages") or []), t.request_index, t)
          for t in history if t.tito and t.status < 400),
         key=lambda item: (item[0], item[1]), default=None,
     )
-    if best is not None and best[0] > 0:
-        prompt.forked_from = {"interaction_id": best[2].interaction_id, "messages": best[0]}
-    return prompt
+    forked = ({"interaction_id": best[2].interaction_id, "messages": best[0]}
+              if best is not None and best[0] > 0 else None)
+    return FullRender(renderer, messages_from(0), tools, options, context, recorded, prefix,
+                      forked)
 
 
 def _text(content: Any) -> str:

@@ -12,6 +12,7 @@ protocol. A chat client's record is the whole chat answer, streamed or not.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from collections.abc import AsyncIterator
@@ -23,6 +24,7 @@ from ...backends.answer_shape import check_error
 from ...backends.pool import UpstreamReply
 from ...backends.tito import AssistantStream, Delta, Prompt, TitoMode, tito_record, tool_call_id
 from ...backends.tito.dialect import Reader as SampleReader
+from ...backends.tito.lineage import FullRender
 from ...backends.tito.dialect import Sample
 from ...backends.tito.lineage import reply_key
 from ...sessions import ChoiceRecord, NewSession, SessionManager, SessionRecord
@@ -41,15 +43,26 @@ class TitoTurn:
     prompt: Prompt
 
 
+OFFLOAD_CHARS = 16_384
+"""A full render of at least this much message text runs on a worker thread."""
+
+
 async def prepare(mode: TitoMode, sessions: SessionManager, chat: dict[str, Any],
-                  session: SessionRecord | NewSession | None) -> TitoTurn:
+                  session: SessionRecord | NewSession | None, *,
+                  offload_chars: int = OFFLOAD_CHARS) -> TitoTurn:
     """Render the prompt (a 4xx here uses no index). The session's turns come from
-    this process's view of it, brought up to date in one store operation."""
+    this process's view of it, brought up to date in one store operation; a turn
+    extending one renders only what it adds, and a large full render (a brought
+    history, a fork) runs on a worker thread, so other sessions are not held up."""
     mode.sampling(chat)  # checked now: a bad field is a 400 before the slot
     if not isinstance(session, SessionRecord):  # a new session has no history yet
-        return TitoTurn(chat, mode.prompt(chat, []))
-    view = await sessions.cursors.view(sessions.store, session)
-    return TitoTurn(chat, mode.prompt(chat, view.turns(), known=view.known_keys(chat)))
+        plan = mode.plan(chat, [])
+    else:
+        view = await sessions.cursors.view(sessions.store, session)
+        plan = mode.plan(chat, view.turns(), known=view.known_keys(chat))
+    if isinstance(plan, FullRender):  # a whole history: a large one off the event loop
+        plan = await asyncio.to_thread(plan.run) if plan.size >= offload_chars else plan.run()
+    return TitoTurn(chat, plan)
 
 
 @dataclass(slots=True)
