@@ -28,10 +28,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from ...sessions.token_ids import TokenIds
 from ..answer_shape import MalformedAnswer
 from ..base import UpstreamRequest
 from ..shapes import ints
-from ...sessions.token_ids import TokenIds
 from .sampling import CARRIABLE, Sampling
 
 __all__ = ["DIALECTS", "CompletionsDialect", "Dialect", "GenerateDialect", "Sample"]

@@ -169,7 +169,8 @@ def plan_prompt(renderer: Renderer, body: dict[str, Any], history: Sequence[Reco
         closed = bool(completion) and completion[-1] == renderer.eot_id
         new = messages_from(len((turn.tito or {})["messages"]))[1:]
         suffix = renderer.suffix_text(new, tools, closed=closed, options=options)
-        ids = turn.prompt_ids().extended(array("i", completion) + array("i", renderer.encode(suffix)))
+        added = array("i", completion) + array("i", renderer.encode(suffix))
+        ids = turn.prompt_ids().extended(added)
         return Prompt(ids, _opens(suffix, options), context, recorded,
                       extends={"interaction_id": turn.interaction_id, "choice": choice},
                       prefix=prefix)

@@ -24,9 +24,8 @@ from ...backends.answer_shape import check_error
 from ...backends.pool import UpstreamReply
 from ...backends.tito import AssistantStream, Delta, Prompt, TitoMode, tito_record, tool_call_id
 from ...backends.tito.dialect import Reader as SampleReader
-from ...backends.tito.lineage import FullRender
 from ...backends.tito.dialect import Sample
-from ...backends.tito.lineage import reply_key
+from ...backends.tito.lineage import FullRender, reply_key
 from ...sessions import ChoiceRecord, NewSession, SessionManager, SessionRecord
 from ..sse import event_json, split_events
 from .passthrough import parsed_answer
