@@ -416,6 +416,23 @@ async def test_occurrences_count_per_key_and_come_back_for_the_same_interaction(
     assert await seat(store, "s", b"d0", "k1") == ("i0", 0)  # forgotten with the session
 
 
+async def test_occurrence_numbers_any_key_apart_from_allocate(
+    store: SessionStore,
+) -> None:
+    await store.create(rec("s"))
+    assert [await store.occurrence("s", "k1", f"i{n}") for n in range(3)] == [0, 1, 2]
+    assert await store.occurrence("s", "k2", "i3") == 0
+    assert await store.occurrence("s", "k1", "i1") == 1  # a retry gets its number back
+    assert await store.occurrence("s", "k1", "i4") == 3
+    await store.create(rec("t"))
+    assert await store.occurrence("t", "k1", "i0") == 0  # per session
+    with pytest.raises(SessionNotFound):
+        await store.occurrence("nope", "k1", "i0")
+    assert await store.delete("s")
+    await store.create(rec("s"))
+    assert await store.occurrence("s", "k1", "i0") == 0  # forgotten with the session
+
+
 async def test_concurrent_occurrences_of_one_key_are_distinct(opener: Opener) -> None:
     handles = [opener() for _ in range(4)]
     await handles[0].create(rec("s"))

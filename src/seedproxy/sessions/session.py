@@ -12,6 +12,7 @@ from dataclasses import fields
 from .codec import Link, Sent, decode, encode, resolve, with_reward
 from .interaction import Interaction
 from .record import SessionRecord, Slot
+from .summary import apply_summary
 
 __all__ = ["Session"]
 
@@ -95,20 +96,32 @@ class Session:
         """``slot`` with its content key's occurrence (under the lock)."""
         if key is None:
             return slot
-        number = self._occurrences.get(slot.interaction_id)
-        if number is None:
-            number = self._key_counts.get(key, 0)
-            self._key_counts[key] = number + 1
-            self._occurrences[slot.interaction_id] = number
-        return Slot(slot.index, slot.interaction_id, slot.reused, number)
+        return Slot(slot.index, slot.interaction_id, slot.reused,
+                    self._number(key, slot.interaction_id))
+
+    def occurrence(self, key: str, interaction_id: str) -> int:
+        """See ``SessionStore.occurrence``."""
+        with self._lock:
+            return self._number(key, interaction_id)
+
+    def _number(self, key: str, interaction_id: str) -> int:
+        known = self._occurrences.get(interaction_id)
+        if known is not None:
+            return known
+        number = self._key_counts.get(key, 0)
+        self._key_counts[key] = number + 1
+        self._occurrences[interaction_id] = number
+        return number
 
     def record(self, interaction: Interaction, link: Link | None = None,
                sent: Sent | None = None) -> None:
         blob = encode(interaction, link, sent)
         with self._lock:
+            new = interaction.interaction_id not in self._blobs
             self._seq += 1
             self._blobs.pop(interaction.interaction_id, None)  # the dict stays in seq order
             self._blobs[interaction.interaction_id] = (interaction.request_index, self._seq, blob)
+            apply_summary(self._record, interaction, new=new)
             self._record.last_active_at = time.time()
 
     def interactions(self) -> list[Interaction]:
