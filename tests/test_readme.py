@@ -1,4 +1,5 @@
-"""The README's first-screen examples work as a newcomer would type them."""
+"""The README's first-screen examples work as a newcomer would type them, and the
+commands it gives are the ones CI runs."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from tests.conftest import Fake
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
+SEEDS_PAGE = (ROOT / "docs" / "seeds.md").read_text()
 
 
 def first_block(pattern: str) -> str:
@@ -25,16 +27,28 @@ def first_block(pattern: str) -> str:
     return match.group(1)
 
 
+def head_and_body(output: bytes) -> tuple[str, bytes]:
+    """Split what ``curl -i`` prints into its header block and its body."""
+    head, _, body = output.partition(b"\r\n\r\n")
+    return head.decode().lower(), body
+
+
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
-def test_the_curl_example_gets_a_seeded_answer(proxy: str, fake: Fake) -> None:
+def test_the_curl_example_shows_the_seed_and_gets_a_seeded_answer(proxy: str, fake: Fake) -> None:
     command = first_block(r"\n    (curl .*?)\n\n").replace("\\\n", " ")
+    assert command.startswith("curl -si ")
     command = command.replace("http://127.0.0.1:8000", proxy)
-    done = subprocess.run(["bash", "-c", command + " -D /dev/stderr"], capture_output=True, timeout=60)
+    done = subprocess.run(["bash", "-c", command], capture_output=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    answer = orjson.loads(done.stdout)
+    head, body = head_and_body(done.stdout)
+    answer = orjson.loads(body)
     assert answer["object"] == "chat.completion" and answer["choices"][0]["message"]["content"]
-    assert f"x-seedproxy-seed: {derive_seed('ep-1', 0)}" in done.stderr.decode()
-    assert fake.received[0]["seed"] == derive_seed("ep-1", 0)
+    seed = derive_seed("ep-1", 0)
+    lines = head.split("\r\n")
+    assert f"x-seedproxy-seed: {seed}" in lines and "x-seedproxy-request-index: 0" in lines
+    assert fake.received[0]["seed"] == seed
+    # the value the README quotes for that header is the rule's
+    assert f"`x-seedproxy-seed: {seed}`" in README
 
 
 def test_the_sdk_example_prints_the_seed_and_the_reply(
@@ -53,7 +67,8 @@ def test_the_replay_example_gives_the_curls_answer_again(proxy: str, fake: Fake)
         command = command.replace("\\\n", " ").replace("http://127.0.0.1:8000", proxy)
         done = subprocess.run(["bash", "-c", command], capture_output=True, timeout=60)
         assert done.returncode == 0, done.stderr
-        return orjson.loads(done.stdout)  # type: ignore[no-any-return]
+        body = head_and_body(done.stdout)[1] if "curl -si" in command else done.stdout
+        return orjson.loads(body)  # type: ignore[no-any-return]
 
     first = run(first_block(r"\n    (curl .*?)\n\n"))
     opened, replayed = first_block(r"\n    (curl -s \S+/sessions -H.*?)\n\n").split("\n", 1)
@@ -95,7 +110,13 @@ def test_the_content_keyed_known_values_are_the_code_s() -> None:
 
     body = {"model": "m", "messages": [{"role": "user", "content": "héllo"}], "temperature": 0.7}
     key = content_key("/v1/chat/completions", body)
-    words = " ".join(README.split())
+    words = " ".join(SEEDS_PAGE.split())
     assert f"the key is `{key}`" in words
     seeds = [content_seeds("17:3", key, k, 1)[0] for k in (0, 1)]
     assert f"gets seed {seeds[0]} for occurrence 0 and {seeds[1]} for occurrence 1" in words
+
+
+def test_ci_runs_the_readme_s_test_command_verbatim() -> None:
+    command = first_block(r"\*\*Test\*\*.*?\n    (pip install .*?)\n")
+    assert command.endswith("&& pytest") and "torch==2.13.0" in command
+    assert command in (ROOT / ".ci" / "run").read_text().splitlines()
