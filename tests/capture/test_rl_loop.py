@@ -51,7 +51,7 @@ def test_the_rl_loop_reruns_to_byte_identical_exports(
 ) -> None:
     first, port = run_once(start_proxy, tmp_path / "a.jsonl")
     second, _ = run_once(start_proxy, tmp_path / "b.jsonl", port)
-    at = next((k for k, (a, b) in enumerate(zip(first, second)) if a != b), None)
+    at = next((k for k, (a, b) in enumerate(zip(first, second, strict=False)) if a != b), None)
     assert first == second, first[max(0, (at or 0) - 80):(at or 0) + 80]
     records = [orjson.loads(line) for line in first.split(b"\n")]
     assert [r["session_id"] for r in records] == [

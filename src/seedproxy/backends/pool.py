@@ -128,9 +128,10 @@ class UpstreamPool:
         Returns the first other answer (any status); when ``stream`` its first chunk
         has been read and the rest is unread. Raises ``UpstreamUnavailable`` (503)
         when every server tried failed, or the single server's error: 503 when it
-        could not be reached, ``UpstreamTimeout`` (504), else ``UpstreamError`` (502). While the fleet is paused it
-        first waits at the gate (``FleetPaused`` past its bound). ``dispatch`` is kept
-        naming the attempt being sent; once stopped, its error is raised instead.
+        could not be reached, ``UpstreamTimeout`` (504), else ``UpstreamError`` (502).
+        While the fleet is paused it first waits at the gate (``FleetPaused`` past its
+        bound). ``dispatch`` is kept naming the attempt being sent; once stopped, its
+        error is raised instead.
         """
         if self.gate is not None:
             await self.gate.admit()

@@ -72,7 +72,9 @@ def create_app(
     ``prompt_counter`` (a tokenizer, e.g. the engine's) enables count_tokens."""
     urls = upstreams if upstreams is not None else settings.upstream
     if not urls:
-        raise ConfigError("no upstream: pass --upstream URL, or run `seedproxy serve` for the engine")
+        raise ConfigError(
+            "no upstream: pass --upstream URL, or run `seedproxy serve` for the engine"
+        )
     if tito is None and settings.token_in_token_out:
         tito = open_tito_mode(settings)
     own_store = store is None
