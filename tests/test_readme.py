@@ -4,8 +4,10 @@ commands it gives are the ones CI runs."""
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -15,8 +17,8 @@ import pytest
 
 from seedproxy import derive_seed
 from tests.conftest import Fake
+from tests.doc_blocks import ROOT, Block, blocks, pages
 
-ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 SEEDS_PAGE = (ROOT / "docs" / "seeds.md").read_text()
 
@@ -120,3 +122,92 @@ def test_ci_runs_the_readme_s_test_command_verbatim() -> None:
     command = first_block(r"\*\*Test\*\*.*?\n    (pip install .*?)\n")
     assert command.endswith("&& pytest") and "torch==2.13.0" in command
     assert command in (ROOT / ".ci" / "run").read_text().splitlines()
+
+
+# Every block of the README and the docs pages either runs here or says why not.
+
+BLOCKS = [block for page in pages() for block in blocks(page)]
+PYTHON = [block for block in BLOCKS if block.lang == "python" and block.not_run is None]
+
+
+def kind(block: Block) -> str | None:
+    """Which test below runs ``block`` (None: none does)."""
+    first = block.text.lstrip().split("\n", 1)[0]
+    if block.lang in ("python", "toml"):
+        return block.lang
+    if block.lang == "" and first.startswith("curl ") and block.page == "README.md":
+        return "curl"  # the curl and replay tests above
+    if block.lang == "" and first.startswith("$ "):
+        return "transcript"
+    if first.startswith("seed(identity, index) = "):
+        return "formula"
+    if first == "src/seedproxy/":
+        return "layout"
+    return None
+
+
+def test_every_block_runs_or_says_why_not() -> None:
+    assert len(BLOCKS) >= 15 and {b.page for b in BLOCKS} >= {"README.md", "docs/seeds.md"}
+    for block in BLOCKS:
+        if block.not_run is not None:
+            assert len(block.not_run) > 10, block.name
+        else:
+            assert kind(block), f"{block.name} is neither run by a test nor marked not run"
+
+
+@pytest.mark.parametrize("block", PYTHON, ids=[b.name for b in PYTHON])
+def test_every_python_block_runs(
+    block: Block, proxy: str, fake: Fake, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = block.text.replace("http://127.0.0.1:8000", proxy)
+    code = code.replace('"rollouts.jsonl"', repr(str(tmp_path / "rollouts.jsonl")))
+    exec(compile(code, block.name, "exec"), {"__name__": "docs"})  # noqa: S102 - our docs
+    assert capsys.readouterr().out.strip()
+    assert fake.received and all("seed" in body for body in fake.received)
+
+
+def test_the_toml_examples_are_valid_configuration(tmp_path: Path) -> None:
+    from seedproxy.settings import load_settings
+
+    examples = [b for b in BLOCKS if b.lang == "toml"]
+    assert examples
+    for block in examples:
+        config = tmp_path / "seedproxy.toml"
+        config.write_text(block.text)
+        settings = load_settings({}, str(config))
+        for key, value in tomllib.loads(block.text).items():
+            assert getattr(settings, key) == value, (block.name, key)
+
+
+def test_transcripts_print_what_they_show(tmp_path: Path) -> None:
+    shown = [b for b in BLOCKS if kind(b) == "transcript"]
+    assert shown
+    for block in shown:
+        command, *expected = block.text.strip().split("\n")
+        argv = shlex.split(command.removeprefix("$ "))
+        assert argv[0] == "seedproxy", block.name
+        done = subprocess.run([sys.executable, "-m", "seedproxy", *argv[1:]], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)
+        assert (done.stdout + done.stderr).strip().split("\n") == expected, block.name
+
+
+def test_the_seed_formula_is_the_code_s() -> None:
+    import hashlib
+
+    (formula,) = [b.text.strip() for b in BLOCKS if kind(b) == "formula"]
+    expression = formula.removeprefix("seed(identity, index) = ")
+    for identity, index in [("17:3", 0), ("17:3", 1), ("ep-1", 0), ("☃", 7)]:
+        scope = {"sha256": hashlib.sha256, "identity": identity, "index": index}
+        assert eval(expression, scope) == derive_seed(identity, index)  # noqa: S307 - our docs
+
+
+def test_the_layout_names_the_package_s_modules() -> None:
+    (tree,) = [b.text for b in BLOCKS if kind(b) == "layout"]
+    named = re.findall(r"^  (\S+)", tree, re.M)
+    assert "seeds.py" in named and "engine/" in named
+    package = ROOT / "src" / "seedproxy"
+    for name in named:
+        assert (package / name).exists(), name
+    listed = {name.split("/")[0].removesuffix(".py") for name in named}
+    real = {p.name for p in package.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert real <= listed, real - listed
