@@ -120,7 +120,7 @@ def test_the_content_keyed_known_values_are_the_code_s() -> None:
 
 def test_ci_runs_the_readme_s_test_command_verbatim() -> None:
     command = first_block(r"\*\*Test\*\*.*?\n    (pip install .*?)\n")
-    assert command.endswith("&& pytest") and "torch==2.13.0" in command
+    assert command.endswith("&& pytest -n 4") and "torch==2.13.0" in command
     assert command in (ROOT / ".ci" / "run").read_text().splitlines()
 
 
@@ -211,3 +211,11 @@ def test_the_layout_names_the_package_s_modules() -> None:
     listed = {name.split("/")[0].removesuffix(".py") for name in named}
     real = {p.name for p in package.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     assert real <= listed, real - listed
+
+
+def test_ci_runs_the_checks_the_development_page_lists() -> None:
+    (steps,) = [b for b in BLOCKS if b.page == "docs/development.md" and b.lang == "sh"]
+    ci = [" ".join(line.replace(" -q ", " ").split()) for line in
+          (ROOT / ".ci" / "run").read_text().splitlines()]
+    for step in steps.text.strip().split("\n"):
+        assert any(line.startswith(step) for line in ci), step
