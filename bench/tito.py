@@ -33,6 +33,9 @@ def _fake(port: int) -> None:
     from transformers import AutoTokenizer
 
     sys.path.insert(0, str(ROOT / "src"))
+    sys.path.insert(0, str(ROOT / "bench"))
+    from fake_upstream import SERVER_INFO
+
     from seedproxy.engine.model import default_gguf_path, gguf_tokenizer_dir
 
     tok = AutoTokenizer.from_pretrained(str(gguf_tokenizer_dir(default_gguf_path())))
@@ -48,6 +51,12 @@ def _fake(port: int) -> None:
             body += message.get("body", b"")
             if not message.get("more_body"):
                 break
+        if scope["method"] == "GET":  # /get_server_info: a deterministic SGLang (preflight)
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": SERVER_INFO
+                        if scope["path"] == "/get_server_info" else b"{}"})
+            return
         request = orjson.loads(body) if body else {}
         if scope["path"] == "/generate":
             answer: dict[str, Any] = {"text": TEXT, "output_ids": ids, "meta_info": {

@@ -217,6 +217,21 @@ def test_verify_logprobs_checks_each_turn_at_its_temperature(
 
 
 @pytest.mark.parametrize("stream", [False, True])
+def test_verify_replays_a_token_in_token_out_agent_exactly(
+        tito_proxy: str, admin_for: Any, stream: bool) -> None:
+    """The replay sends each turn's recorded prompt ids to /generate with its seed and
+    sampling fields: a 4-turn tool-using agent at temperature 0.7 verifies, every
+    token and logprob identical (the chat route would re-render and drift)."""
+    session = f"replay-{stream}"
+    run_agent(tito_proxy, session, stream=stream, turns=4, temperature=0.7)
+    admin = admin_for(tito_proxy)
+    report = admin.post(f"/sessions/{session}/verify")
+    assert report.status_code == 200, report.text
+    assert report.json() == {"session_id": session, "ok": True, "checked": 4, "skipped": 0,
+                             "first_divergence": None}
+
+
+@pytest.mark.parametrize("stream", [False, True])
 def test_anthropic_messages_go_through_token_in_token_out_too(
         tito_proxy: str, admin_for: Any, stream: bool) -> None:
     """A Messages conversation is rendered here and sent as token ids: the second
@@ -244,3 +259,5 @@ def test_anthropic_messages_go_through_token_in_token_out_too(
     assert first["response"]["content"][0]["text"].strip()  # this seed's reply is text
     assert second["prompt_token_ids"][: len(head)] == head
     assert second["lineage"]["extends"]["interaction_id"] == first["interaction_id"]
+    report = admin_for(tito_proxy).post(f"/sessions/{session}/verify").json()
+    assert (report["ok"], report["checked"]) == (True, 2), report

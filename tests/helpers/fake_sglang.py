@@ -109,18 +109,26 @@ class Switches:
     stall_release: threading.Event = field(default_factory=threading.Event)
     usage_patch: dict[str, Any] | None = None
     """Merged into the ``usage`` of chat and completions answers (a broken server)."""
+    detokenize: bool = True
+    """False: ``/detokenize`` answers 404, as a server without the route does."""
+    detokenized: list[Any] = field(default_factory=list)
+    """The bodies ``/detokenize`` received."""
+    vocab_base: int = VOCAB_BASE
+    """/generate's unscripted output ids are ``vocab_base`` + 0..25: set it inside a
+    real tokenizer's vocabulary (token-in-token-out mode decodes them)."""
 
 
 def tokens_for(prompt_ids: list[int], seed: int | None, temperature: float, count: int,
-               version: str = "default") -> list[int]:
-    """Deterministic tokens; weights other than ``default`` give other tokens."""
+               version: str = "default", base: int = VOCAB_BASE) -> list[int]:
+    """Deterministic tokens (ids ``base`` to ``base + 25``); weights other than
+    ``default`` give other tokens."""
     greedy = temperature is not None and temperature <= 1e-5
     out: list[int] = []
     weights = "" if version == "default" else f"|w={version}"
     for position in range(len(prompt_ids), len(prompt_ids) + count):
         key = f"{'greedy' if greedy else seed}|{position}|{_tail(prompt_ids + out)}{weights}"
         h = int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big")
-        out.append(VOCAB_BASE + h % len(WORDS))
+        out.append(base + h % len(WORDS))
     return out
 
 
@@ -138,9 +146,9 @@ def routed_experts_b64(sequence: list[int]) -> str:
     return base64.b64encode(struct.pack(f"<{len(ids)}i", *ids)).decode()
 
 
-def flipped(token: int) -> int:
+def flipped(token: int, base: int = VOCAB_BASE) -> int:
     """Another word than ``token``."""
-    return VOCAB_BASE + (token - VOCAB_BASE + 1) % len(WORDS)
+    return base + (token - base + 1) % len(WORDS)
 
 
 def _tail(ids: list[int]) -> str:
@@ -298,12 +306,10 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
                     if not await control.step(run):
                         yield run, ids, {"type": "abort", "message": "Abort in waiting queue"}
                         return
-                    token = (
-                        scripted[len(ids)]
-                        if scripted is not None
-                        else tokens_for(prompt + ids, seed, temperature, 1, control.version)[0]
-                    )
-                    ids.append(flipped(token) if len(ids) == sw.flip_at else token)
+                    token = (scripted[len(ids)] if scripted is not None
+                             else tokens_for(prompt + ids, seed, temperature, 1, control.version,
+                                             sw.vocab_base)[0])
+                    ids.append(flipped(token, sw.vocab_base) if len(ids) == sw.flip_at else token)
                     run.versions.append(control.version)
                     await control.checkpoint(len(ids))
                     done = len(ids) == count
@@ -598,18 +604,26 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
         return Response(status_code=200)
 
     async def detokenize(request: Request) -> Response:
-        """SGLang's ``/detokenize``: ``{"tokens": [ids]}`` -> ``{"text"}``."""
+        """SGLang's ``/detokenize``: ``{"tokens": [ids]}`` -> ``{"text": str}``, or
+        ``{"tokens": [[ids], ...]}`` -> ``{"text": [str, ...]}``; each request is kept
+        in ``Switches.detokenized``, and ``detokenize=False`` answers 404."""
         try:
             body = orjson.loads(await request.body())
         except orjson.JSONDecodeError:
             return error("invalid JSON")
+        sw.detokenized.append(body)
+        if not sw.detokenize:
+            return JSONResponse({"detail": "Not Found"}, status_code=404)
         tokens = body.get("tokens") if isinstance(body, dict) else None
+        batch = isinstance(tokens, list) and bool(tokens) and isinstance(tokens[0], list)
+        rows = tokens if batch else [tokens]
         top = VOCAB_BASE + len(WORDS)
-        if not isinstance(tokens, list) or not all(
-            isinstance(t, int) and 0 <= t < top and not 0xD800 <= t < 0xE000 for t in tokens
-        ):
-            return error("tokens must be a list of token ids")
-        return JSONResponse({"text": detok(tokens)})
+        if not isinstance(rows, list) or not all(isinstance(row, list) and all(
+            isinstance(t, int) and 0 <= t < top and not 0xD800 <= t < 0xE000 for t in row
+        ) for row in rows):
+            return error("tokens must be a list of token ids, or a list of such lists")
+        texts = [detok(row) for row in rows]
+        return JSONResponse({"text": texts if batch else texts[0]})
 
     return Starlette(routes=[
         *sw.control.routes(),

@@ -12,6 +12,7 @@ Invariants:
   (``{object: "error", message, type, param, code}``); ``/generate`` with SGLang's
   ``{"error": {"message": ...}}``.
 - The app's lifespan starts the worker thread and stops it.
+- With ``api_key``, every route but ``/health`` needs it (``auth.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
+from .auth import KeyGuard
 from .chat import chat_response, chat_stream, parse_chat
 from .completions import completion_response, completion_stream, parse_completion
 from .control import control_routes
@@ -69,10 +71,11 @@ def _sse(gen: AsyncIterator[bytes]) -> StreamingResponse:
 
 
 def create_engine_app(model: EngineModel, max_batch: int = DEFAULT_MAX_BATCH,
-                      cache_mb: int = DEFAULT_CACHE_MB, on_step: StepHook | None = None
-                      ) -> FastAPI:
+                      cache_mb: int = DEFAULT_CACHE_MB, on_step: StepHook | None = None,
+                      api_key: str | None = None) -> FastAPI:
     """Build the SGLang-compatible app serving ``model``; its lifespan runs the worker.
-    ``on_step`` runs on the worker thread after each step (a test seam)."""
+    ``on_step`` runs on the worker thread after each step (a test seam); ``api_key``
+    (if given) is required on every route but ``/health``."""
     state = EngineState(model, Worker(model, max_batch=max_batch, cache_mb=cache_mb,
                                       on_step=on_step))
 
@@ -88,6 +91,8 @@ def create_engine_app(model: EngineModel, max_batch: int = DEFAULT_MAX_BATCH,
     app = FastAPI(title="seedproxy engine", lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url=None)
     app.state.engine = state
+    if api_key is not None:
+        app.add_middleware(KeyGuard, key=api_key)
     app.include_router(control_routes(state))
 
     @app.get("/health")
@@ -103,14 +108,25 @@ def create_engine_app(model: EngineModel, max_batch: int = DEFAULT_MAX_BATCH,
 
     @app.post("/detokenize")
     async def detokenize(request: Request) -> Response:
-        """SGLang's ``/detokenize``: ``{"tokens": [ids]}`` -> ``{"text"}``."""
+        """SGLang's ``/detokenize``: ``{"tokens": [ids]}`` -> ``{"text": str}``, or a
+        batch ``{"tokens": [[ids], ...]}`` -> ``{"text": [str, ...]}``;
+        ``skip_special_tokens`` (default true, as SGLang) drops special tokens."""
         async def run() -> Response:
-            tokens = (await read_body(request)).get("tokens")
+            body = await read_body(request)
+            tokens, skip = body.get("tokens"), body.get("skip_special_tokens", True)
+            if not isinstance(skip, bool):
+                raise RequestError("skip_special_tokens must be a boolean",
+                                   param="skip_special_tokens")
+            batch = isinstance(tokens, list) and bool(tokens) and isinstance(tokens[0], list)
+            rows = tokens if batch else [tokens]
             vocab = len(model.tokenizer)
-            if not isinstance(tokens, list) or not all(
-                    type(t) is int and 0 <= t < vocab for t in tokens):
-                raise RequestError("tokens must be a list of token ids", param="tokens")
-            return json_response({"text": str(model.tokenizer.decode(tokens))})
+            if not isinstance(rows, list) or not all(
+                    isinstance(row, list) and all(type(t) is int and 0 <= t < vocab for t in row)
+                    for row in rows):
+                raise RequestError("tokens must be a list of token ids, or a list of such "
+                                   "lists", param="tokens")
+            texts = [str(model.tokenizer.decode(row, skip_special_tokens=skip)) for row in rows]
+            return json_response({"text": texts if batch else texts[0]})
         return await guard(False, run)
 
     @app.post("/generate")

@@ -12,13 +12,16 @@ Invariants:
   could be aborted, or without one when nothing could and no record had begun (the
   exchange is cancelled, which also closes the upstream connection) or when the request
   was waiting to be sent again (a failover, a resubmission held by a pause).
+- Work that is no exchange (a replay verification) is cancelled when its client
+  leaves (``stop_when_client_leaves``): its upstream requests are closed, and nothing
+  more is sent.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from starlette.responses import Response
 from starlette.types import Receive
@@ -29,9 +32,18 @@ from ..errors import ClientClosed
 if TYPE_CHECKING:
     from .exchange import Exchange
 
-__all__ = ["WATCH_AFTER_S", "unless_client_leaves"]
+__all__ = ["WATCH_AFTER_S", "client_left", "stop_when_client_leaves", "unless_client_leaves"]
 
 WATCH_AFTER_S = 0.05
+
+T = TypeVar("T")
+
+
+async def client_left(receive: Receive) -> None:
+    """Return once the ASGI channel says the client disconnected (any body still
+    unread is read and dropped)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 class _Watch:
@@ -53,8 +65,7 @@ class _Watch:
             self._task.cancel()
 
     async def _watch(self) -> None:
-        while (await self._receive())["type"] != "http.disconnect":
-            pass
+        await client_left(self._receive)
         ex = self._ex
         ex.abandoned = True  # whatever is recorded from now on says so
         aborted = await ex.services.inflight.stop(ex, self.gone)
@@ -87,3 +98,32 @@ async def unless_client_leaves(
         await ex.record(gone.status_code, gone.body(), Captured())
     ex.observe(gone.status_code)
     return Response(status_code=gone.status_code)
+
+
+async def stop_when_client_leaves(work: Awaitable[T], receive: Receive) -> T:
+    """Await ``work`` in this task while watching its client; a client that leaves
+    first cancels it, and ``ClientClosed`` is raised instead."""
+    handler = asyncio.current_task()
+    assert handler is not None
+    state = {"running": True, "left": False}
+
+    async def watch() -> None:
+        await client_left(receive)
+        if state["running"]:  # never cancel the handler once ``work`` is over
+            state["left"] = True
+            handler.cancel()
+
+    watcher = asyncio.get_running_loop().create_task(watch())
+    try:
+        result = await work
+        state["running"] = False  # no await since ``work`` ended: the watcher saw nothing
+        return result
+    except asyncio.CancelledError:
+        if not state["left"]:
+            raise  # the handler itself was cancelled
+        handler.uncancel()
+        raise ClientClosed("the client closed the connection before the answer was "
+                           "complete") from None
+    finally:
+        state["running"] = False
+        watcher.cancel()

@@ -59,8 +59,9 @@ def resumable(request: UpstreamRequest) -> bool:
     params = body.get("sampling_params")
     n = params.get("n", 1) if isinstance(params, dict) else 1
     ids = body.get("input_ids")
+    # ``set(map(type, ...))`` runs in C: a 55k-token prompt costs no Python loop.
     return (request.path == "/generate" and n == 1 and isinstance(ids, list)
-            and all(type(i) is int for i in ids))
+            and set(map(type, ids)) <= {int})
 
 
 class _Progress:

@@ -19,6 +19,7 @@ from ..pipeline.request import documented, read_model
 from ..sessions import SessionManager, SessionRecord
 from ..sessions.export import Style, lease_batch, trajectory
 from ..sessions.ids import check_id, encode_id
+from ..sessions.resuming import replay_options
 from .access import Access
 from .listing import MAX_PAGE, session_page
 from .schemas import AckRequest, CreateSessions, ExportRequest, RewardRequest
@@ -52,13 +53,20 @@ def admin_router(
     async def create_sessions(request: Request) -> JSONResponse:
         await access.require_admin(request)
         body = await read_model(request, CreateSessions, max_body_bytes)
+        replay = await replay_options(
+            store, resume=body.resume,
+            fork=(body.fork.session, body.fork.at) if body.fork is not None else None,
+            identity=body.identity, group_size=body.group_size, index_by=body.index_by,
+            seed=body.seed,
+        )
         group = await sessions.create_group(
-            identity=body.identity,
+            identity=replay.identity,
             session_id=body.session_id,
             group_size=body.group_size,
             metadata=body.metadata,
-            seed=body.seed,
-            index_by=body.index_by,
+            seed=replay.seed,
+            index_by=replay.index_by,
+            replays=replay.replays,
         )
         root = str(request.base_url).rstrip("/")
         members = [
@@ -88,6 +96,7 @@ def admin_router(
             "exported": record.exported,
             "reward": record.reward,
             "metadata": record.metadata,
+            "replays": record.replays,
         }
 
     @router.get("/sessions")

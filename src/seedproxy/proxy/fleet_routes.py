@@ -5,6 +5,8 @@ Every route needs the admin key (when one is set). Each answer names every upstr
 with what it said, so a server that did not take a change is never hidden. ``paused``
 and ``mode`` are the fleet's, the same on every replica of one Redis store (told
 through any of them); ``waiting`` counts the requests held at this replica.
+Verification runs one per upstream at a time (429 beyond, ``replay.Verifier``), and
+stops when its client leaves.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from ..backends.fleet import FleetControl
+from ..pipeline.departure import stop_when_client_leaves
 from ..pipeline.request import documented, read_model
 from ..sessions.ids import check_id
 from .access import Access
@@ -61,6 +64,7 @@ def fleet_router(
         check_id(session_id, param="session_id")
         await access.require_admin(request)
         await access.sessions.require(session_id)
-        return await verifier.verify(session_id)
+        # A client that leaves stops the replay: nothing more is sent upstream.
+        return await stop_when_client_leaves(verifier.verify(session_id), request.receive)
 
     return router

@@ -3,11 +3,17 @@ compare what comes back with what was recorded, token for token and logprob for 
 
 Invariants:
 - Each recorded choice is re-sent alone, non-streamed, with its recorded seed, through
-  the same dialect and pool as live traffic (so any server of the fleet may answer).
+  the same pool as live traffic (so any server of the fleet may answer), asking the
+  upstream what the live request asked: a Messages or Responses request translated as
+  live traffic translates it (``backends.bridging``); an interaction the proxy rendered
+  itself (token-in-token-out) as its recorded ``prompt_token_ids`` to the mode's
+  token route, with the sampling parameters its recorded request maps to.
 - Token ids compare exactly; logprobs compare as the stored float32 values, bit for bit.
 - The report names the first divergence (turn, choice, position, expected and got); a
   session verifies only when every compared interaction matched.
 - Interactions that were not a completed 200 answer are skipped and counted.
+- At most ``limit`` verifications run at a time (one per upstream); one more is
+  ``OverCapacity`` (429) before anything is read or sent.
 """
 
 from __future__ import annotations
@@ -18,9 +24,10 @@ from typing import Any
 import orjson
 
 from ..backends import Backend, Endpoint
-from ..backends.pool import UpstreamPool
-from ..backends.responses_bridge import to_chat
-from ..errors import UpstreamError
+from ..backends.bridging import as_chat
+from ..backends.pool import UpstreamPool, UpstreamReply
+from ..backends.tito import TitoMode
+from ..errors import BadRequest, OverCapacity, UpstreamError
 from ..pipeline.readers.fanout import one_choice
 from ..sessions import ChoiceRecord, Interaction, SessionStore
 
@@ -28,13 +35,30 @@ __all__ = ["Verifier"]
 
 
 class Verifier:
-    def __init__(self, store: SessionStore, backend: Backend, pool: UpstreamPool) -> None:
+    def __init__(self, store: SessionStore, backend: Backend, pool: UpstreamPool,
+                 tito: TitoMode | None = None, *, limit: int | None = None) -> None:
+        """``tito``: the proxy's token-in-token-out mode, which replays the interactions
+        it rendered; ``limit``: verifications at a time (default: one per upstream)."""
         self.store = store
         self.backend = backend
         self.pool = pool
+        self.tito = tito
+        self.limit = limit if limit is not None else len(pool.upstreams)
+        self._running = 0
 
     async def verify(self, session_id: str) -> dict[str, Any]:
-        """Return ``{session_id, ok, checked, skipped, first_divergence}``."""
+        """Return ``{session_id, ok, checked, skipped, first_divergence}``;
+        ``OverCapacity`` while ``limit`` verifications run."""
+        if self._running >= self.limit:
+            raise OverCapacity(f"{self._running} verifications are running (one per upstream "
+                               "at a time); retry when one ends")
+        self._running += 1  # no await since the check: the count never passes the limit
+        try:
+            return await self._verify(session_id)
+        finally:
+            self._running -= 1
+
+    async def _verify(self, session_id: str) -> dict[str, Any]:
         checked = skipped = 0
         for interaction in await self.store.interactions(session_id):
             if interaction.status != 200 or not interaction.choices:
@@ -48,16 +72,22 @@ class Verifier:
 
     async def _check(self, session_id: str, interaction: Interaction) -> dict[str, Any] | None:
         endpoint = Endpoint(interaction.endpoint)
+        rendered = interaction.tito is not None
         body = dict(interaction.request)
-        if endpoint is Endpoint.RESPONSES:
-            endpoint, body = Endpoint.CHAT, to_chat(body)
+        chat = as_chat(endpoint, body, tito=rendered,
+                       seeds_responses=self.backend.seeds_responses)
+        if chat is not None:
+            endpoint, body = Endpoint.CHAT, chat
         body.pop("stream", None)
         body.pop("stream_options", None)
         seeds: list[int | None] = list(interaction.seeds) or [None]
         for choice, expected in enumerate(interaction.choices):
             seed = seeds[choice] if choice < len(seeds) else None
-            single = one_choice(endpoint, body) if len(interaction.choices) > 1 else dict(body)
-            got = await self._resend(session_id, endpoint, single, seed)
+            if rendered:
+                got = await self._regenerate(session_id, body, interaction, seed)
+            else:
+                single = one_choice(endpoint, body) if len(interaction.choices) > 1 else dict(body)
+                got = await self._resend(session_id, endpoint, single, seed)
             divergence = _first_divergence(expected, got)
             if divergence is not None:
                 return {"interaction_id": interaction.interaction_id,
@@ -69,22 +99,42 @@ class Verifier:
         self, session_id: str, endpoint: Endpoint, body: dict[str, Any], seed: int | None
     ) -> ChoiceRecord:
         request = self.backend.prepare(endpoint, body, seed, capture=True)
-        reply = await self.pool.send(request, key=session_id, stream=False)
-        try:
-            status = reply.response.status_code
-            content = reply.response.content
-        finally:
-            await reply.aclose()
-        if status != 200:
-            raise UpstreamError(f"verify: upstream {reply.upstream} answered {status}")
-        try:
-            answer = orjson.loads(content)
-        except orjson.JSONDecodeError:
-            raise UpstreamError(f"verify: upstream {reply.upstream} sent no JSON") from None
-        _, captured = self.backend.finish(endpoint, body, answer)
+        upstream, parsed = await _answer(
+            await self.pool.send(request, key=session_id, stream=False))
+        _, captured = self.backend.finish(endpoint, body, parsed)
         if not captured.choices:
-            raise UpstreamError(f"verify: upstream {reply.upstream} answered no choice")
+            raise UpstreamError(f"verify: upstream {upstream} answered no choice")
         return captured.choices[0]
+
+    async def _regenerate(self, session_id: str, chat: dict[str, Any],
+                          interaction: Interaction, seed: int | None) -> ChoiceRecord:
+        """One choice of a token-in-token-out turn: its recorded prompt ids, sent as
+        the live turn was (``TitoMode.dialect``, ``TitoMode.sampling``)."""
+        mode = self.tito
+        if mode is None:
+            raise BadRequest("this session was recorded in token-in-token-out mode: verify "
+                             "it through a proxy in that mode (--token-in-token-out)")
+        model = chat.get("model") or mode.model_name
+        request = mode.dialect.request(interaction.prompt_token_ids.tolist(),
+                                       mode.sampling(chat), seed, False, model)
+        _, parsed = await _answer(await self.pool.send(request, key=session_id, stream=False))
+        sample = mode.dialect.read(parsed)
+        return ChoiceRecord.of(sample.token_ids, sample.logprobs, sample.finish)
+
+
+async def _answer(reply: UpstreamReply) -> tuple[str, Any]:
+    """The upstream's name and its whole 200 answer, parsed; the reply is closed."""
+    try:
+        status = reply.response.status_code
+        content = reply.response.content
+    finally:
+        await reply.aclose()
+    if status != 200:
+        raise UpstreamError(f"verify: upstream {reply.upstream} answered {status}")
+    try:
+        return reply.upstream, orjson.loads(content)
+    except orjson.JSONDecodeError:
+        raise UpstreamError(f"verify: upstream {reply.upstream} sent no JSON") from None
 
 
 def _first_divergence(expected: ChoiceRecord, got: ChoiceRecord) -> dict[str, Any] | None:

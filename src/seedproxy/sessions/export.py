@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
-from .branches import branch_of, branch_records, is_tito
+from .branches import branch_of, branch_records, compaction_chain, is_tito
 from .concat import concat_record
 from .record import SessionRecord
 from .store.base import SessionStore
@@ -161,4 +161,5 @@ def _tito_concat(interactions: list[Any]) -> dict[str, Any]:
         "concat_error": None if first and first["error"] is None else (
             first["error"] if first else {"reason": "no turns"}),
         "branches": branches,
+        "chain": compaction_chain(branches),
     }

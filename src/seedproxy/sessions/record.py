@@ -33,6 +33,9 @@ class SessionRecord:
     seed: int | None = None
     index_by: str = "arrival"
     """"arrival" (the contract's seed rule) or "content" (seeds keyed by what is asked)."""
+    replays: dict[str, Any] | None = None
+    """A resumed or forked session: ``{"session": source id, "at": K or None}``; its
+    requests matching the source's record are answered from it (``pipeline/replaying.py``)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -9,6 +9,7 @@ import time
 from collections import OrderedDict
 from dataclasses import fields
 
+from .codec import Link, Sent, decode, encode, resolve, with_reward
 from .interaction import Interaction
 from .record import SessionRecord, Slot
 
@@ -26,7 +27,9 @@ class Session:
     def __init__(self, record: SessionRecord, *, retry_memory: int = 64) -> None:
         self._record = record
         self._lock = threading.Lock()
-        self._interactions: dict[str, Interaction] = {}
+        self._blobs: dict[str, tuple[int, int, bytes]] = {}
+        """interaction id -> (request_index, record sequence number, stored blob)."""
+        self._seq = 0
         self._recent: OrderedDict[bytes, Slot] = OrderedDict()
         self._retry_memory = retry_memory
         self._pins: dict[int, int] = {}
@@ -97,33 +100,50 @@ class Session:
             self._occurrences[interaction_id] = number
             return number
 
-    def record(self, interaction: Interaction) -> None:
+    def record(self, interaction: Interaction, link: Link | None = None,
+               sent: Sent | None = None) -> None:
+        blob = encode(interaction, link, sent)
         with self._lock:
-            self._interactions[interaction.interaction_id] = interaction
+            self._seq += 1
+            self._blobs.pop(interaction.interaction_id, None)  # the dict stays in seq order
+            self._blobs[interaction.interaction_id] = (interaction.request_index, self._seq, blob)
             self._record.last_active_at = time.time()
 
     def interactions(self) -> list[Interaction]:
         with self._lock:
-            items = list(self._interactions.values())
+            blobs = [b for _, _, b in self._blobs.values()]
+        items = resolve(decode(b) for b in blobs)
         return sorted(items, key=lambda i: (i.request_index, i.interaction_id))
+
+    def changes(self, after: int) -> tuple[int, list[bytes]]:
+        """See ``SessionStore.changes``."""
+        newer: list[bytes] = []
+        with self._lock:
+            for _, seq, blob in reversed(self._blobs.values()):  # newest first: O(changes)
+                if seq <= after:
+                    break
+                newer.append(blob)
+            return self._seq, newer[::-1]
 
     def set_reward(self, reward: float, interaction_id: str | None) -> str | None:
         with self._lock:
             self._record.reward = reward
             if interaction_id is None:
-                if not self._interactions:
+                if not self._blobs:
                     return None
-                target = max(
-                    self._interactions.values(), key=lambda i: (i.request_index, i.interaction_id)
-                )
-            else:
-                target = self._interactions[interaction_id]
-            target.reward = reward
-            return target.interaction_id
+                interaction_id = max(self._blobs, key=lambda i: (self._blobs[i][0], i))
+            index, seq, blob = self._blobs[interaction_id]
+            self._blobs[interaction_id] = (index, seq, with_reward(blob, reward))  # in place
+            return interaction_id
 
     def has_interaction(self, interaction_id: str) -> bool:
         with self._lock:
-            return interaction_id in self._interactions
+            return interaction_id in self._blobs
+
+    def stored_bytes(self) -> int:
+        """The bytes of the session's stored interaction records."""
+        with self._lock:
+            return sum(len(b) for _, _, b in self._blobs.values())
 
     def end(self, ended_seq: int) -> SessionRecord:
         with self._lock:

@@ -9,21 +9,39 @@ prefix. The template kwargs are part of the context key, so a turn whose kwargs
 differ from the earlier one's is a full render (a new branch). A request continuing
 its final assistant message (``continue_final_message``) records the messages before
 it; its reply is matched later as that message's content + the sampled content.
-The state read here is the session's recorded interactions, so it is the same in
-every store.
+The state read here is the session's recorded turns (a ``SessionView``'s, or whole
+interactions), so it is the same in every store.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from ...sessions import Interaction
+from ...sessions import ChoiceRecord
 from .matcher import context_key, message_key, reasoning_key, reasoning_of
 from .renderer import Renderer
 from .template_input import RenderOptions, render_options, template_messages
 
-__all__ = ["Prompt", "build_prompt", "reply_key", "tito_record"]
+__all__ = ["Prompt", "RecordedTurn", "build_prompt", "reply_key", "tito_record"]
+
+
+class RecordedTurn(Protocol):
+    """What matching reads of an earlier turn (an ``Interaction`` or a view's ``Turn``)."""
+
+    @property
+    def interaction_id(self) -> str: ...
+    @property
+    def request_index(self) -> int: ...
+    @property
+    def status(self) -> int: ...
+    @property
+    def tito(self) -> dict[str, Any] | None: ...
+    @property
+    def choices(self) -> list[ChoiceRecord]: ...
+    @property
+    def prompt_token_ids(self) -> Any: ...
 
 
 @dataclass(slots=True)
@@ -40,7 +58,7 @@ class Prompt:
     """The continued final assistant message's text (``continue_final_message``)."""
 
 
-def _replies(turn: Interaction) -> list[dict[str, Any]]:
+def _replies(turn: RecordedTurn) -> list[dict[str, Any]]:
     tito = turn.tito or {}
     replies = tito.get("replies")
     return replies if isinstance(replies, list) else []
@@ -53,7 +71,7 @@ def _matches(reply: dict[str, Any], message: dict[str, Any]) -> bool:
     return not sent or reasoning_key(sent) == reply.get("reasoning")
 
 
-def _extends(turn: Interaction, messages: list[dict[str, Any]], keys: list[str],
+def _extends(turn: RecordedTurn, messages: list[dict[str, Any]], keys: list[str],
              context: str) -> int | None:
     """The choice of ``turn`` that ``messages`` continue, or None."""
     tito = turn.tito
@@ -79,7 +97,7 @@ def _common(a: list[str], b: list[str]) -> int:
     return size
 
 
-def build_prompt(renderer: Renderer, body: dict[str, Any], history: list[Interaction],
+def build_prompt(renderer: Renderer, body: dict[str, Any], history: Sequence[RecordedTurn],
                  options: RenderOptions | None = None) -> Prompt:
     """The prompt for chat ``body`` given the session's earlier interactions."""
     if options is None:

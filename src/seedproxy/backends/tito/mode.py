@@ -3,14 +3,14 @@ upstream dialect, built and checked once at start-up."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ...errors import BadRequest, ConfigError
-from ...sessions import Interaction
 from .assistant import AssistantStream
-from .decode import IncrementalDecoder
+from .decode import IncrementalDecoder, decoder_of
 from .dialect import DIALECTS, Dialect
-from .lineage import Prompt, build_prompt
+from .lineage import Prompt, RecordedTurn, build_prompt
 from .reasoning import REASONING_PARSERS, ThinkParser
 from .renderer import Renderer
 from .sampling import Sampling, sampling_of
@@ -36,8 +36,11 @@ class TitoMode:
         keep = {i for t in _PARSER_TAGS for i in [tok.convert_tokens_to_ids(t)]
                 if isinstance(i, int) and i != tok.unk_token_id}
         self.hidden = frozenset(int(i) for i in tok.all_special_ids) - keep
+        self._decode = decoder_of(tok)
+        self._vocab_size = len(tok)  # the wrapper's len() costs a microsecond a request
+        self._token_texts: dict[int, str] = {}  # bounded by the vocabulary
 
-    def prompt(self, body: dict[str, Any], history: list[Interaction]) -> Prompt:
+    def prompt(self, body: dict[str, Any], history: Sequence[RecordedTurn]) -> Prompt:
         """The token prompt for chat ``body``; ``BadRequest`` before anything is sent."""
         for message in body["messages"]:
             role = message.get("role")
@@ -51,7 +54,7 @@ class TitoMode:
 
     def sampling(self, body: dict[str, Any]) -> Sampling:
         return sampling_of(body, self.renderer.stop_token_ids, carries=self.dialect.carries,
-                           vocab_size=len(self.renderer.tokenizer),
+                           vocab_size=self._vocab_size,
                            reasoning=self._reasoning is not None)
 
     def assistant(self, prompt: Prompt, body: dict[str, Any]) -> AssistantStream:
@@ -62,12 +65,18 @@ class TitoMode:
         use_tools = self._tool_parser is not None and bool(body.get("tools")) and (
             body.get("tool_choice") != "none")
         tools = self._tool_parser() if use_tools and self._tool_parser else None
-        decoder = IncrementalDecoder(self.renderer.tokenizer, self.hidden)
+        decoder = IncrementalDecoder(self.renderer.tokenizer, self.hidden,
+                                     decode=self._decode)
         return AssistantStream(decoder, reasoning, tools, self.sampling(body).stop,
                                continues=prompt.prefix is not None)
 
     def token_text(self, token_id: int) -> str:
-        text: str = self.renderer.tokenizer.decode([token_id], skip_special_tokens=False)
+        """One token's text as ``tokenizer.decode([token_id])`` gives it (cached)."""
+        text = self._token_texts.get(token_id)
+        if text is None:
+            text = str(self.renderer.tokenizer.decode([token_id], skip_special_tokens=False))
+            if 0 <= token_id < self._vocab_size:
+                self._token_texts[token_id] = text
         return text
 
 

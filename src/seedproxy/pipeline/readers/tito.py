@@ -26,7 +26,7 @@ from ...backends.tito import AssistantStream, Delta, Prompt, TitoMode, tito_reco
 from ...backends.tito.dialect import Reader as SampleReader
 from ...backends.tito.dialect import Sample
 from ...backends.tito.lineage import reply_key
-from ...sessions import ChoiceRecord, NewSession, SessionRecord, SessionStore
+from ...sessions import ChoiceRecord, NewSession, SessionManager, SessionRecord
 from ..sse import event_json, split_events
 from .passthrough import parsed_answer
 
@@ -42,12 +42,13 @@ class TitoTurn:
     prompt: Prompt
 
 
-async def prepare(mode: TitoMode, store: SessionStore, chat: dict[str, Any],
+async def prepare(mode: TitoMode, sessions: SessionManager, chat: dict[str, Any],
                   session: SessionRecord | NewSession | None) -> TitoTurn:
-    """Render the prompt (a 4xx here uses no index)."""
+    """Render the prompt (a 4xx here uses no index). The session's turns come from
+    this process's view of it, brought up to date in one store operation."""
     mode.sampling(chat)  # checked now: a bad field is a 400 before the slot
     history = (  # a new session has no history yet
-        await store.interactions(session.session_id)
+        (await sessions.cursors.view(sessions.store, session)).turns()
         if isinstance(session, SessionRecord) else []
     )
     return TitoTurn(chat, mode.prompt(chat, history))

@@ -1,15 +1,22 @@
 """Token ids to text for the viewer, through the upstream's SGLang ``/detokenize``.
 
-The proxy records ids only; the upstream holds the tokenizer. Each distinct id is
-decoded on its own (``{"tokens": [id]}`` -> ``{"text": str}``), so a token's text is
-exactly what that id decodes to. An upstream without the route (or one that answers
-something else) yields None: the viewer then shows ids. Results are cached per decoder,
-bounded by ``max_cached``.
+The proxy records ids only; the upstream holds the tokenizer. One call decodes every
+distinct id not yet cached in one upstream request, each id on its own
+(``{"tokens": [[id], ...], "skip_special_tokens": false}`` -> ``{"text": [str, ...]}``,
+SGLang's batch form), so a token's text is exactly what that id decodes to, special
+tokens included. Results are cached per decoder, bounded by ``max_cached``.
+
+An upstream that cannot decode (no such route, an error, an answer of another shape,
+no answer) yields None, and the viewer shows ids; it is remembered for
+``retry_after_s``, during which calls for it answer None without asking it again.
+Only the proxy's own upstreams reach here, so that memory holds one entry per upstream
+at most.
 """
 
 from __future__ import annotations
 
-import asyncio
+import time
+from collections.abc import Callable
 
 import httpx
 import orjson
@@ -19,39 +26,53 @@ __all__ = ["TokenDecoder"]
 
 class TokenDecoder:
     def __init__(
-        self, client: httpx.AsyncClient, *, concurrency: int = 16, max_cached: int = 200_000
+        self, client: httpx.AsyncClient, *, max_cached: int = 200_000,
+        retry_after_s: float = 60.0, clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client = client
-        self._limit = asyncio.Semaphore(concurrency)
         self._cache: dict[tuple[str, int], str] = {}
         self._max_cached = max_cached
+        self._retry_after_s = retry_after_s
+        self._clock = clock
+        self._failed_until: dict[str, float] = {}
 
     async def decode(self, upstream: str, ids: list[int]) -> dict[int, str] | None:
-        """Each distinct id's text, or None when ``upstream`` cannot decode."""
-        known = {i: self._cache[(upstream, i)] for i in set(ids) if (upstream, i) in self._cache}
-        wanted = sorted(set(ids) - known.keys())
-        texts = await asyncio.gather(*(self._one(upstream, i) for i in wanted))
+        """Each distinct id's text, or None when ``upstream`` cannot decode (or could
+        not within the last ``retry_after_s``)."""
+        if self._failed_until.get(upstream, float("-inf")) > self._clock():
+            return None
+        distinct = set(ids)
+        known = {i: self._cache[(upstream, i)] for i in distinct if (upstream, i) in self._cache}
+        wanted = sorted(distinct - known.keys())
+        if not wanted:
+            return known
+        texts = await self._ask(upstream, wanted)
+        if texts is None:
+            self._failed_until[upstream] = self._clock() + self._retry_after_s
+            return None
+        self._failed_until.pop(upstream, None)
         if len(self._cache) + len(wanted) > self._max_cached:
             self._cache.clear()
         for token, text in zip(wanted, texts, strict=True):
-            if text is None:
-                return None
             self._cache[(upstream, token)] = known[token] = text
         return known
 
-    async def _one(self, upstream: str, token: int) -> str | None:
-        async with self._limit:
-            try:
-                response = await self._client.post(
-                    upstream + "/detokenize", json={"tokens": [token]}, timeout=10.0
-                )
-            except httpx.HTTPError:
-                return None
+    async def _ask(self, upstream: str, wanted: list[int]) -> list[str] | None:
+        """One request for every id of ``wanted``; None unless each came back as text."""
+        body = {"tokens": [[token] for token in wanted], "skip_special_tokens": False}
+        try:
+            response = await self._client.post(upstream + "/detokenize", json=body,
+                                               timeout=10.0)
+        except httpx.HTTPError:
+            return None
         if response.status_code != 200:
             return None
         try:
-            body = orjson.loads(response.content)
+            answer = orjson.loads(response.content)
         except orjson.JSONDecodeError:
             return None
-        text = body.get("text") if isinstance(body, dict) else None
-        return text if isinstance(text, str) else None
+        texts = answer.get("text") if isinstance(answer, dict) else None
+        if not (isinstance(texts, list) and len(texts) == len(wanted)
+                and all(isinstance(text, str) for text in texts)):
+            return None
+        return texts

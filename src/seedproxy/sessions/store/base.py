@@ -10,6 +10,7 @@ from __future__ import annotations
 import builtins
 from typing import Protocol
 
+from ..codec import Link, Sent
 from ..interaction import Interaction
 from ..record import SessionRecord, Slot
 
@@ -47,12 +48,20 @@ class SessionStore(Protocol):
         then 1, 2, ...; an ``interaction_id`` numbered before (a retry that reused its
         slot) gets its number back."""
 
-    async def record(self, session_id: str, interaction: Interaction) -> None:
-        """Store ``interaction``, replacing one with the same ``interaction_id``.
-        Durable stores return only once it is durable."""
+    async def record(self, session_id: str, interaction: Interaction, *,
+                     link: Link | None = None, sent: Sent | None = None) -> None:
+        """Store ``interaction`` (``codec.encode``: once, as what it adds to ``link``),
+        replacing one with the same ``interaction_id``, under the session's next record
+        sequence number. Durable stores return only once it is durable."""
 
     async def interactions(self, session_id: str) -> builtins.list[Interaction]:
-        """Return the session's interactions ordered by (request_index, interaction_id)."""
+        """Return the session's interactions, whole, ordered by (request_index,
+        interaction_id)."""
+
+    async def changes(self, session_id: str, after: int) -> tuple[int, builtins.list[bytes]]:
+        """One operation: the session's record sequence number and the stored blobs of
+        the interactions recorded after sequence number ``after`` (every one for -1),
+        each as last written. A sequence number never repeats within a session."""
 
     async def set_reward(
         self, session_id: str, reward: float, interaction_id: str | None

@@ -8,6 +8,7 @@ import threading
 import time
 
 from ...errors import SessionNotFound
+from ..codec import Link, Sent
 from ..interaction import Interaction
 from ..record import SessionRecord, Slot
 from ..session import Session
@@ -75,11 +76,21 @@ class MemoryStore(MemoryLeases):
     async def occurrence(self, session_id: str, key: str, interaction_id: str) -> int:
         return self._session(session_id).occurrence(key, interaction_id)
 
-    async def record(self, session_id: str, interaction: Interaction) -> None:
-        self._session(session_id).record(interaction)
+    async def record(self, session_id: str, interaction: Interaction, *,
+                     link: Link | None = None, sent: Sent | None = None) -> None:
+        self._session(session_id).record(interaction, link, sent)
 
     async def interactions(self, session_id: str) -> builtins.list[Interaction]:
         return self._session(session_id).interactions()
+
+    async def changes(self, session_id: str, after: int) -> tuple[int, builtins.list[bytes]]:
+        return self._session(session_id).changes(after)
+
+    async def stored_bytes(self) -> int:
+        """The bytes of every stored interaction record (what a rollout costs here)."""
+        with self._lock:
+            sessions = list(self._sessions.values())
+        return sum(s.stored_bytes() for s in sessions)
 
     async def set_reward(
         self, session_id: str, reward: float, interaction_id: str | None

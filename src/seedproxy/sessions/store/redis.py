@@ -5,7 +5,8 @@ digest reuse, pins and the counter) is atomic across replicas, and so are the
 store-wide ``created``/``ended`` counters. Per session, keys are::
 
     {p}s:{id}   hash: ``rec`` (the record's fixed fields, JSON) + one field per mutable one
-    {p}i:{id}   hash: interaction_id -> ``Interaction.to_storage()`` JSON
+    {p}i:{id}   hash: interaction_id -> its stored blob (``codec.py``)
+    {p}q:{id}   zset: interaction_id by record sequence number (``rseq`` in {p}s:{id})
     {p}r:{id}   hash digest -> "index|interaction_id"; {p}rz:{id} zset digest by recency
     {p}p:{id}   hash: pinned index -> extra requests pinned to it
     {p}o:{id}   zset (lexical): "%020d|interaction_id" % request_index, the export order
@@ -40,6 +41,7 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 import orjson
 
 from ...errors import ConfigError, SessionNotFound, StoreError
+from ..codec import Link, Sent, decode, encode, resolve
 from ..interaction import Interaction
 from ..record import SessionRecord, Slot
 from .base import RETRY_MEMORY
@@ -131,7 +133,7 @@ end
 return redis.call('HGET', KEYS[1], 'exported')
 """
 
-# KEYS: s, i, o, w ; ARGV: interaction_id, data, now, order member
+# KEYS: s, i, o, w, q ; ARGV: interaction_id, data, now, order member
 # A replaced interaction (a retry) starts with no reward, as in every store.
 _RECORD = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
@@ -139,7 +141,21 @@ redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 redis.call('ZADD', KEYS[3], 0, ARGV[4])
 redis.call('HDEL', KEYS[4], ARGV[1])
 redis.call('HSET', KEYS[1], 'last_active_at', ARGV[3])
+local seq = redis.call('HINCRBY', KEYS[1], 'rseq', 1)
+redis.call('ZADD', KEYS[5], seq, ARGV[1])
 return 1
+"""
+
+# KEYS: s, i, q ; ARGV: after. Returns {-1} for no session, else {seq, blobs}.
+_CHANGES = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
+local seq = tonumber(redis.call('HGET', KEYS[1], 'rseq') or '0')
+local after = tonumber(ARGV[1])
+if after < 0 then return {seq, redis.call('HVALS', KEYS[2])} end
+if seq <= after then return {seq, {}} end
+local ids = redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. ARGV[1], '+inf')
+if #ids == 0 then return {seq, {}} end
+return {seq, redis.call('HMGET', KEYS[2], unpack(ids))}
 """
 
 # KEYS: s, i, o, w ; ARGV: reward, interaction_id ("" = the last one)
@@ -222,10 +238,11 @@ class RedisStore(RedisLeases):
         )
         self._retry_memory = retry_memory
         scripts = [self._redis.register_script(_GUARD + body) for body in (
-            _ALLOCATE, _CREATE, _END, _RECORD, _SET_REWARD, _MARK_EXPORTED, _OCCURRENCE
+            _ALLOCATE, _CREATE, _END, _RECORD, _SET_REWARD, _MARK_EXPORTED, _OCCURRENCE, _CHANGES
         )]
         (self._allocate, self._create, self._end, self._record, self._set_reward,
-         self._mark_exported, self._occurrence) = (self._guarded(script) for script in scripts)
+         self._mark_exported, self._occurrence, self._changes) = (
+            self._guarded(script) for script in scripts)
         self._init_leases()  # export leases: redis_leases.py
 
     # Shared with the fleet board (backends/redis_board.py): one connection, one key
@@ -257,7 +274,7 @@ class RedisStore(RedisLeases):
         return f"{self._p}{kind}:{session_id}"
 
     def _session_keys(self, session_id: str) -> builtins.list[str]:
-        kinds = ("s", "i", "r", "rz", "p", "o", "w", "c", "l")  # l: its export lease
+        kinds = ("s", "i", "r", "rz", "p", "o", "w", "c", "q", "l")  # l: its export lease
         return [self._k(kind, session_id) for kind in kinds]
 
     def _key_of(self, api_key: str) -> str:
@@ -364,9 +381,10 @@ class RedisStore(RedisLeases):
             raise SessionNotFound(f"session {session_id!r} not found")
         return number
 
-    async def record(self, session_id: str, interaction: Interaction) -> None:
-        keys = [self._k(kind, session_id) for kind in ("s", "i", "o", "w")]
-        data = orjson.dumps(interaction.to_storage())
+    async def record(self, session_id: str, interaction: Interaction, *,
+                     link: Link | None = None, sent: Sent | None = None) -> None:
+        keys = [self._k(kind, session_id) for kind in ("s", "i", "o", "w", "q")]
+        data = encode(interaction, link, sent)
         args: builtins.list[bytes | str] = [
             interaction.interaction_id, data, repr(time.time()), _order_member(interaction)
         ]
@@ -381,12 +399,27 @@ class RedisStore(RedisLeases):
         exists, values, rewards = await self._call(pipe.execute())
         if not exists:
             raise SessionNotFound(f"session {session_id!r} not found")
-        items = [Interaction.from_storage(orjson.loads(v)) for v in values]
+        items = resolve(decode(v) for v in values)
         for item in items:
             reward = rewards.get(item.interaction_id.encode())
             if reward is not None:
                 item.reward = float(reward)
         return sorted(items, key=lambda i: (i.request_index, i.interaction_id))
+
+    async def changes(self, session_id: str, after: int) -> tuple[int, builtins.list[bytes]]:
+        keys = [self._k(kind, session_id) for kind in ("s", "i", "q")]
+        reply = await self._call(self._changes(keys=keys, args=[after]))
+        if int(reply[0]) < 0:
+            raise SessionNotFound(f"session {session_id!r} not found")
+        return int(reply[0]), [blob for blob in reply[1] if blob is not None]
+
+    async def stored_bytes(self) -> int:
+        """The bytes of every stored interaction record (what a rollout costs here)."""
+        total = 0
+        async for key in self._redis.scan_iter(match=self._p + "i:*"):
+            for value in await self._call(self._redis.hvals(key)):
+                total += len(value)
+        return total
 
     async def interactions(self, session_id: str) -> builtins.list[Interaction]:
         return await self._raw_interactions(session_id)

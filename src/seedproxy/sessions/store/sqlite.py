@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import orjson
 
 from ...errors import SessionNotFound, StoreError
+from ..codec import Link, Sent, decode, encode, resolve, with_reward
 from ..interaction import Interaction
 from ..record import SessionRecord, Slot
 from .base import RETRY_MEMORY
@@ -73,9 +74,14 @@ CREATE TABLE IF NOT EXISTS interactions (
     interaction_id TEXT NOT NULL,
     request_index INTEGER NOT NULL,
     data BLOB NOT NULL,
+    seq INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (session_id, interaction_id)
 );
 """
+
+_SEQ_INDEX = "CREATE INDEX IF NOT EXISTS interactions_seq ON interactions (session_id, seq)"
+"""``changes`` reads a session's newest records through it (a file from before the
+column gets the column, its rows sequence number 0)."""
 
 
 def path_of(url: str) -> str:
@@ -104,6 +110,10 @@ class SqliteStore(SqliteLeases):
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")
             db.executescript(_SCHEMA + LEASE_SCHEMA)
+            columns = {row[1] for row in db.execute("PRAGMA table_info(interactions)")}
+            if "seq" not in columns:
+                db.execute("ALTER TABLE interactions ADD COLUMN seq INTEGER NOT NULL DEFAULT 0")
+            db.execute(_SEQ_INDEX)
             # The open-session count is kept as sessions change (count_open is O(1));
             # a file from before it existed gets it counted once, here.
             db.execute(
@@ -305,15 +315,17 @@ class SqliteStore(SqliteLeases):
 
         return await self._run(work)
 
-    async def record(self, session_id: str, interaction: Interaction) -> None:
-        data = orjson.dumps(interaction.to_storage())
+    async def record(self, session_id: str, interaction: Interaction, *,
+                     link: Link | None = None, sent: Sent | None = None) -> None:
+        data = encode(interaction, link, sent)
 
         def work(db: sqlite3.Connection) -> None:
             record = self._require(db, session_id)
             db.execute(
                 "INSERT OR REPLACE INTO interactions "
-                "(session_id, interaction_id, request_index, data) VALUES (?, ?, ?, ?)",
-                (session_id, interaction.interaction_id, interaction.request_index, data),
+                "(session_id, interaction_id, request_index, data, seq) VALUES (?, ?, ?, ?, ?)",
+                (session_id, interaction.interaction_id, interaction.request_index, data,
+                 self._next(db, "records") + 1),
             )
             record.last_active_at = time.time()
             self._save(db, record)
@@ -321,14 +333,34 @@ class SqliteStore(SqliteLeases):
         await self._run(work)
 
     async def interactions(self, session_id: str) -> builtins.list[Interaction]:
-        def work(db: sqlite3.Connection) -> builtins.list[Interaction]:
+        def work(db: sqlite3.Connection) -> builtins.list[bytes]:
             self._require(db, session_id)
             rows = db.execute(
                 "SELECT data FROM interactions WHERE session_id = ? "
                 "ORDER BY request_index, interaction_id",
                 (session_id,),
             ).fetchall()
-            return [Interaction.from_storage(orjson.loads(r[0])) for r in rows]
+            return [r[0] for r in rows]
+
+        return resolve(decode(blob) for blob in await self._read(work))
+
+    async def changes(self, session_id: str, after: int) -> tuple[int, builtins.list[bytes]]:
+        def work(db: sqlite3.Connection) -> tuple[int, builtins.list[bytes]]:
+            self._require(db, session_id)
+            rows = db.execute(
+                "SELECT seq, data FROM interactions WHERE session_id = ? AND seq > ? "
+                "ORDER BY seq",
+                (session_id, after),
+            ).fetchall()
+            return (int(rows[-1][0]) if rows else after), [r[1] for r in rows]
+
+        return await self._read(work)
+
+    async def stored_bytes(self) -> int:
+        """The bytes of every stored interaction record (what a rollout costs here)."""
+        def work(db: sqlite3.Connection) -> int:
+            row = db.execute("SELECT coalesce(sum(length(data)), 0) FROM interactions")
+            return int(row.fetchone()[0])
 
         return await self._read(work)
 
@@ -357,11 +389,9 @@ class SqliteStore(SqliteLeases):
             self._save(db, record)
             if row is None:
                 return None
-            data = orjson.loads(row[1])
-            data["reward"] = reward
             db.execute(
                 "UPDATE interactions SET data = ? WHERE session_id = ? AND interaction_id = ?",
-                (orjson.dumps(data), session_id, row[0]),
+                (with_reward(row[1], reward), session_id, row[0]),
             )
             return str(row[0])
 

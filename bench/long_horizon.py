@@ -1,0 +1,138 @@
+"""A long rollout's proxy time per turn and stored bytes, in every store and mode.
+
+One rollout of ``--turns`` turns (200: about 55k tokens in token-in-token-out mode),
+each turn a user message of ``--words`` words and ``max_tokens`` 32, through a proxy
+in front of the fake SGLang (tests/helpers), for passthrough and token-in-token-out
+(SmolLM2's tokenizer, the Qwen3-style test template) over the memory, SQLite and Redis
+stores, all in one run. It prints the proxy's own time per turn
+(``x-seedproxy-overhead-ms``, the mean over turns 1-10, 91-100 and 191-200, and the
+last window's ratio to the first) and the stored interaction bytes against the size
+of the rollout's ``?style=concat`` export.
+
+    python bench/long_horizon.py [--turns 200] [--words 60] [--stores memory,sqlite,redis]
+
+Goals (ratios within the run): last window / first window <= 2, stored / concat <= 2.
+Each measurement is one function of a ``Run``; add one to ``MEASURES`` to extend it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
+
+from seedproxy.engine.model import default_gguf_path, gguf_tokenizer_dir  # noqa: E402
+from seedproxy.proxy.app import create_app  # noqa: E402
+from seedproxy.sessions import SessionStore, open_store  # noqa: E402
+from seedproxy.settings import Settings  # noqa: E402
+from tests.helpers.fake_sglang import Switches, create_fake_sglang  # noqa: E402
+from tests.helpers.redis_server import RedisServer, redis_or_skip  # noqa: E402
+from tests.helpers.servers import ServerThread  # noqa: E402
+
+TITO = {"token_in_token_out": True,
+        "tokenizer": str(gguf_tokenizer_dir(default_gguf_path())),
+        "chat_template": str(ROOT / "tests" / "helpers" / "qwen3_style.jinja")}
+WINDOWS = ((1, 10), (91, 100), (191, 200))
+
+
+@dataclass
+class Run:
+    """One rollout through one proxy: what the measures read."""
+
+    mode: str
+    store: str
+    url: str
+    base: str
+    session: str
+    overhead_ms: list[float] = field(default_factory=list)
+    """Per turn, in order (turn 1 first)."""
+
+
+def _windows(run: Run) -> str:
+    means = []
+    for first, last in WINDOWS:
+        values = run.overhead_ms[first - 1:last]
+        means.append(statistics.fmean(values) if values else float("nan"))
+    shown = " ".join(f"{a}-{b}: {m:6.2f} ms" for (a, b), m in zip(WINDOWS, means, strict=True))
+    return f"{shown}   last/first {means[-1] / means[0]:.2f}x"
+
+
+def _stored(run: Run) -> str:
+    async def measure() -> int:
+        store = open_store(run.url)
+        try:
+            return int(await store.stored_bytes())  # type: ignore[attr-defined]
+        finally:
+            await store.close()
+
+    stored = _memory_bytes[run.base]() if run.store == "memory" else asyncio.run(measure())
+    concat = len(httpx.get(f"{run.base}/sessions/{run.session}/trajectory",
+                           params={"style": "concat"}, timeout=120).content)
+    tokens = httpx.get(f"{run.base}/sessions/{run.session}/trajectory",
+                       params={"style": "concat"}, timeout=120).json()["token_ids"]
+    return (f"stored {stored / 1e6:6.2f} MB, concat {concat / 1e6:6.2f} MB "
+            f"({len(tokens or [])} tokens): stored/concat {stored / concat:.2f}x")
+
+
+MEASURES: dict[str, Callable[[Run], str]] = {"per turn": _windows, "bytes": _stored}
+_memory_bytes: dict[str, Callable[[], int]] = {}
+
+
+def _rollout(run: Run, turns: int, words: int) -> None:
+    messages: list[Any] = [{"role": "system", "content": "You are a careful agent."}]
+    with httpx.Client(base_url=f"{run.base}/sessions/{run.session}", timeout=120) as http:
+        for turn in range(turns):
+            text = " ".join(f"w{(turn * words + k) % 997}" for k in range(words))
+            messages.append({"role": "user", "content": f"Step {turn}: {text}"})
+            answer = http.post("/v1/chat/completions",
+                               json={"model": "m", "messages": messages, "max_tokens": 32})
+            answer.raise_for_status()
+            run.overhead_ms.append(float(answer.headers["x-seedproxy-overhead-ms"]))
+            reply = answer.json()["choices"][0]["message"]
+            messages.append({"role": "assistant", "content": reply["content"]})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--turns", type=int, default=200)
+    parser.add_argument("--words", type=int, default=60)
+    parser.add_argument("--stores", default="memory,sqlite,redis")
+    parser.add_argument("--modes", default="passthrough,tito")
+    args = parser.parse_args()
+    redis = RedisServer(redis_or_skip()) if "redis" in args.stores else None
+    switches = Switches(context_length=1 << 20)
+    print(f"{args.turns} turns, {args.words} words per user message, max_tokens 32")
+    with tempfile.TemporaryDirectory() as tmp, ServerThread(
+            create_fake_sglang(switches)) as fake:
+        for mode in args.modes.split(","):
+            for kind in args.stores.split(","):
+                url = {"memory": "memory://", "sqlite": f"sqlite:///{tmp}/{mode}.db",
+                       "redis": f"{redis.url}?prefix={mode}:" if redis else ""}[kind]
+                store: SessionStore | None = open_store(url) if kind == "memory" else None
+                settings = Settings(upstream=[fake.url], store=url,
+                                    **(TITO if mode == "tito" else {}))
+                with ServerThread(create_app(settings, store=store)) as proxy:
+                    if store is not None:
+                        _memory_bytes[proxy.url] = lambda s=store: asyncio.run(
+                            s.stored_bytes())  # type: ignore[attr-defined]
+                    run = Run(mode, kind, url, proxy.url, f"long-{mode}")
+                    _rollout(run, args.turns, args.words)
+                    for name, measure in MEASURES.items():
+                        print(f"{mode:11s} {kind:6s} {name:8s} {measure(run)}", flush=True)
+    if redis is not None:
+        redis.stop()
+
+
+if __name__ == "__main__":
+    main()

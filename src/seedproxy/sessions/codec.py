@@ -1,0 +1,267 @@
+"""The stored form of an interaction: each rollout's tokens and messages stored once.
+
+An interaction that extends an earlier one (its ``link``) stores its prompt as that
+interaction's prompt + one choice's completion (a reference) plus the ids it adds, its
+request's message list as that interaction's first messages plus the ones it adds, and
+its token-in-token-out keys likewise. Token ids and logprobs are packed little-endian
+4-byte arrays after a JSON header, never JSON lists. ``resolve`` rebuilds the whole
+interactions on read, equal field for field to what was recorded. A blob that starts
+with ``{`` is the older whole-JSON form (``Interaction.to_storage``), still read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import sys
+from array import array
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from ..errors import StoreError
+from .interaction import ChoiceRecord, Interaction
+from .routing import RoutedExperts
+
+__all__ = ["MESSAGE_FIELDS", "Link", "Sent", "Stored", "decode", "encode", "repeats",
+           "resolve", "sent_of", "with_reward"]
+
+_MAGIC = b"\x00SP2"
+_HEAD = struct.Struct("<4sI")
+_SWAP = sys.byteorder != "little"
+
+MESSAGE_FIELDS = ("messages", "input")
+"""Request fields holding a conversation that grows turn by turn."""
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """What an interaction extends: the first ``prompt`` ids of ``interaction_id``'s
+    prompt + choice ``choice``'s completion (-1: its prompt alone), its first
+    ``messages`` request messages (of field ``field``) and its first ``keys``
+    token-in-token-out message keys (0: none taken)."""
+
+    interaction_id: str
+    choice: int
+    prompt: int
+    messages: int
+    keys: int
+    field: str = "messages"
+
+    def storage(self) -> list[Any]:
+        return [self.interaction_id, self.choice, self.prompt, self.messages, self.keys,
+                self.field]
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """An interaction's request messages as serialised: how many, the serialised
+    length without the closing ``]``, and that prefix's digest. A later request whose
+    serialisation starts with the same bytes repeats those messages exactly."""
+
+    field: str
+    count: int
+    size: int
+    digest: str
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def _messages(request: Any) -> tuple[str, list[Any]] | None:
+    if not isinstance(request, dict):
+        return None
+    for name in MESSAGE_FIELDS:
+        value = request.get(name)
+        if isinstance(value, list):
+            return name, value
+    return None
+
+
+def sent_of(request: Any) -> tuple[Sent, bytes] | None:
+    """The request's ``Sent`` and its messages serialised; None without a message list
+    (or one orjson cannot write)."""
+    found = _messages(request)
+    if found is None:
+        return None
+    name, messages = found
+    try:
+        data = orjson.dumps(messages)
+    except orjson.JSONEncodeError:
+        return None
+    return Sent(name, len(messages), len(data) - 1, _digest(data[:-1])), data
+
+
+def repeats(base: Sent, field: str, data: bytes) -> bool:
+    """Whether serialised messages ``data`` (of ``field``) start with ``base``'s."""
+    if base.field != field or len(data) <= base.size or base.count == 0:
+        return False
+    return data[base.size:base.size + 1] in (b",", b"]") and _digest(
+        data[:base.size]) == base.digest
+
+
+@dataclass(slots=True)
+class Stored:
+    """One decoded blob: ``interaction`` holds only what it adds where ``link`` is
+    set (its prompt ids, request messages and keys past the linked prefix)."""
+
+    interaction: Interaction
+    link: Link | None
+    sent: Sent | None
+
+
+def _pack(values: array[Any]) -> bytes:
+    if _SWAP:
+        values = array(values.typecode, values)
+        values.byteswap()
+    return values.tobytes()
+
+
+def _unpack(typecode: str, data: memoryview) -> array[Any]:
+    out = array(typecode)
+    out.frombytes(data)
+    if _SWAP:
+        out.byteswap()
+    return out
+
+
+def encode(interaction: Interaction, link: Link | None = None, sent: Sent | None = None) -> bytes:
+    """The stored blob of ``interaction``; with ``link``, only what it adds to it."""
+    i = interaction
+    prompt = i.prompt_token_ids[link.prompt:] if link else i.prompt_token_ids
+    request, tito = i.request, i.tito
+    if link is not None and link.messages:
+        request = dict(request)
+        request[link.field] = request[link.field][link.messages:]
+    if link is not None and link.keys and tito is not None:
+        tito = {**tito, "messages": tito["messages"][link.keys:]}
+    header = {
+        "interaction_id": i.interaction_id, "request_index": i.request_index,
+        "seeds": i.seeds, "endpoint": i.endpoint, "status": i.status,
+        "request": request, "response": i.response, "reward": i.reward,
+        "latency_ms": i.latency_ms, "upstream": i.upstream, "abandoned": i.abandoned,
+        "dispatch_weight_version": i.dispatch_weight_version, "tito": tito,
+        "content_key": i.content_key, "occurrence": i.occurrence,
+        "link": link.storage() if link else None,
+        "sent": [sent.field, sent.count, sent.size, sent.digest] if sent else None,
+        "prompt": len(prompt),
+        "choices": [{
+            "ids": len(c.token_ids), "logprobs": len(c.logprobs),
+            "finish_reason": c.finish_reason, "weight_version": c.weight_version,
+            "weight_versions": [list(span) for span in c.weight_versions],
+            "routed_experts": c.routed_experts.to_dict() if c.routed_experts else None,
+        } for c in i.choices],
+    }
+    if i.replayed:  # rarely set: only then stored
+        header["replayed"] = True
+    if i.compacted_from is not None:
+        header["compacted_from"] = i.compacted_from
+    parts = [b"", orjson.dumps(header), _pack(prompt)]
+    for c in i.choices:
+        parts += [_pack(c.token_ids), _pack(c.logprobs)]
+    parts[0] = _HEAD.pack(_MAGIC, len(parts[1]))
+    return b"".join(parts)
+
+
+def _header(blob: bytes) -> tuple[dict[str, Any], int]:
+    magic, size = _HEAD.unpack_from(blob)
+    if magic != _MAGIC:
+        raise StoreError("unreadable interaction record (neither JSON nor a packed record)")
+    start = _HEAD.size
+    return orjson.loads(blob[start:start + size]), start + size
+
+
+def decode(blob: bytes) -> Stored:
+    """The blob as stored (``resolve`` rebuilds whole interactions)."""
+    if blob[:1] == b"{":
+        return Stored(Interaction.from_storage(orjson.loads(blob)), None, None)
+    head, at = _header(blob)
+    view = memoryview(blob)
+
+    def take(typecode: str, count: int) -> array[Any]:
+        nonlocal at
+        out = _unpack(typecode, view[at:at + 4 * count])
+        at += 4 * count
+        return out
+
+    prompt = take("i", head["prompt"])
+    choices = []
+    for c in head["choices"]:
+        ids, logprobs = take("i", c["ids"]), take("f", c["logprobs"])
+        choices.append(ChoiceRecord(
+            ids, logprobs, c["finish_reason"], c["weight_version"],
+            [(str(v), int(a), int(b)) for v, a, b in c["weight_versions"]],
+            RoutedExperts.from_dict(c["routed_experts"])))
+    interaction = Interaction(
+        interaction_id=head["interaction_id"], request_index=head["request_index"],
+        seeds=head["seeds"], endpoint=head["endpoint"], request=head["request"],
+        response=head["response"], status=head["status"], prompt_token_ids=prompt,
+        choices=choices, reward=head["reward"], latency_ms=head["latency_ms"],
+        upstream=head["upstream"], abandoned=head["abandoned"],
+        dispatch_weight_version=head["dispatch_weight_version"], tito=head["tito"],
+        content_key=head["content_key"], occurrence=head["occurrence"],
+        replayed=head.get("replayed", False), compacted_from=head.get("compacted_from"))
+    link = Link(*head["link"]) if head["link"] else None
+    sent = Sent(*head["sent"]) if head["sent"] else None
+    return Stored(interaction, link, sent)
+
+
+def with_reward(blob: bytes, reward: float) -> bytes:
+    """``blob`` with its interaction's reward set (either form)."""
+    if blob[:1] == b"{":
+        data = orjson.loads(blob)
+        data["reward"] = reward
+        return orjson.dumps(data)
+    head, at = _header(blob)
+    head["reward"] = reward
+    data = orjson.dumps(head)
+    return _HEAD.pack(_MAGIC, len(data)) + data + blob[at:]
+
+
+def resolve(stored: Iterable[Stored]) -> list[Interaction]:
+    """Whole interactions, in the order given: each linked prompt, message list and
+    key list rebuilt from what it extends. ``StoreError`` when a link names an
+    interaction that is not there."""
+    by_id = {s.interaction.interaction_id: s for s in stored}
+    done: dict[str, Interaction] = {}
+
+    def whole(iid: str) -> Interaction:
+        chain: list[Stored] = []
+        current: str | None = iid
+        while current is not None and current not in done:
+            item = by_id.get(current)
+            if item is None or item in chain:
+                raise StoreError(f"interaction record {chain[-1].interaction.interaction_id!r}"
+                                 f" extends {current!r}, which is not stored (or extends it back)")
+            chain.append(item)
+            current = item.link.interaction_id if item.link else None
+        for item in reversed(chain):
+            done[item.interaction.interaction_id] = _rebuilt(item, done)
+        return done[iid]
+
+    return [whole(iid) for iid in by_id]
+
+
+def _rebuilt(item: Stored, done: dict[str, Interaction]) -> Interaction:
+    i, link = item.interaction, item.link
+    if link is None:
+        return i
+    base = done[link.interaction_id]
+    if link.prompt:
+        prompt = array("i", base.prompt_token_ids)
+        if link.choice >= 0:
+            prompt.extend(base.choices[link.choice].token_ids)
+        del prompt[link.prompt:]
+        prompt.extend(i.prompt_token_ids)
+        i.prompt_token_ids = prompt
+    if link.messages:
+        request = dict(i.request)
+        request[link.field] = base.request[link.field][:link.messages] + request[link.field]
+        i.request = request  # dict() then assignment keeps the key order
+    if link.keys and i.tito is not None and base.tito is not None:
+        i.tito = {**i.tito, "messages": base.tito["messages"][:link.keys] + i.tito["messages"]}
+    return i
+

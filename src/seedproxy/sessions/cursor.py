@@ -1,0 +1,214 @@
+"""A session's recorded turns as the hot path needs them, kept per process.
+
+A ``SessionView`` holds each recorded interaction in its stored-once form (what it adds
+to the turn it extends), enough to match a new turn against (token-in-token-out) and to
+link a new record to the turn it extends (``codec.Link``). ``Cursors`` keeps one view
+per session and brings it up to date with one store operation per call
+(``SessionStore.changes``: the records written since the view's sequence number, by
+this replica or any other), so a turn costs what it adds, never a reload of the
+session. A view is keyed by the session's ``created_seq`` and ``created_at``: a
+session deleted and created again under its id starts a fresh view.
+"""
+
+from __future__ import annotations
+
+import bisect
+from array import array
+from collections import OrderedDict
+from typing import Any
+
+from .codec import Link, Sent, Stored, decode, repeats, sent_of
+from .interaction import ChoiceRecord, Interaction
+from .record import SessionRecord
+from .store.base import SessionStore
+
+__all__ = ["Cursors", "SessionView", "Turn"]
+
+
+class Turn:
+    """One recorded interaction as the view holds it; ``prompt_token_ids`` and the
+    ``tito`` message keys are rebuilt from the turns it extends on first use."""
+
+    __slots__ = ("_keys", "_view", "added", "choices", "interaction_id", "link",
+                 "request_index", "sent", "status", "tito")
+
+    def __init__(self, stored: Stored, view: SessionView) -> None:
+        i = stored.interaction
+        self.interaction_id = i.interaction_id
+        self.request_index = i.request_index
+        self.status = i.status
+        self.choices: list[ChoiceRecord] = i.choices
+        self.tito: dict[str, Any] | None = i.tito
+        self.added = i.prompt_token_ids
+        self.link = stored.link
+        self.sent = stored.sent
+        self._keys: list[str] | None = None if stored.link and stored.link.keys else (
+            (i.tito or {}).get("messages") or [])
+        self._view = view
+
+    @property
+    def prompt_token_ids(self) -> array[int]:
+        return self._view.prompt_of(self)
+
+    def keys(self) -> list[str]:
+        """The token-in-token-out keys of its messages, whole."""
+        if self._keys is None:
+            link = self.link
+            assert link is not None and self.tito is not None
+            base = self._view.turn(link.interaction_id).keys()
+            self._keys = base[:link.keys] + (self.tito.get("messages") or [])
+            self.tito = {**self.tito, "messages": self._keys}
+        return self._keys
+
+    def matching(self) -> Turn:
+        """Itself, with ``tito["messages"]`` whole (what lineage matching reads)."""
+        if self.tito is not None:
+            self.keys()
+        return self
+
+
+class SessionView:
+    """The recorded turns of one session, up to store sequence number ``seq``."""
+
+    def __init__(self, created: tuple[int, float]) -> None:
+        self.created = created
+        self.seq = -1
+        self._turns: dict[str, Turn] = {}
+        self._order: list[tuple[int, str]] = []
+        self._last: str | None = None
+        self._memo: tuple[str, array[int]] | None = None
+
+    def apply(self, seq: int, blobs: list[bytes]) -> None:
+        """Take the records of a ``changes`` answer; an answer older than what the
+        view holds already (a concurrent call that returned late) is skipped."""
+        if seq <= self.seq:
+            return
+        self.seq = seq
+        for blob in blobs:
+            self._put(decode(blob))
+
+    def _put(self, stored: Stored) -> None:
+        turn = Turn(stored, self)
+        iid = turn.interaction_id
+        old = self._turns.get(iid)
+        if old is not None:
+            self._order.remove((old.request_index, iid))
+            self._memo = None
+        self._turns[iid] = turn
+        bisect.insort(self._order, (turn.request_index, iid))
+        self._last = iid
+
+    def turn(self, interaction_id: str) -> Turn:
+        return self._turns[interaction_id]
+
+    def turns(self) -> list[Turn]:
+        """Every turn, ordered by (request_index, interaction_id)."""
+        return [self._turns[iid].matching() for _, iid in self._order]
+
+    def prompt_of(self, turn: Turn) -> array[int]:
+        """The turn's whole prompt ids: the linked prefix, then what it added. The last
+        one rebuilt is kept, so the next turn of a branch costs only what it adds."""
+        chain: list[Turn] = []  # from ``turn`` back to a root, or to the kept one
+        current: Turn | None = turn
+        out = array("i")
+        while current is not None:
+            if self._memo is not None and self._memo[0] == current.interaction_id:
+                out.extend(self._memo[1])
+                break
+            chain.append(current)
+            link = current.link
+            current = self._turns[link.interaction_id] if link and link.prompt else None
+        for step in reversed(chain):
+            link = step.link
+            if link is not None and link.prompt:  # ``out`` is its base's prompt now
+                if link.choice >= 0:
+                    out.extend(self._turns[link.interaction_id].choices[link.choice].token_ids)
+                del out[link.prompt:]
+            out.extend(step.added)
+        self._memo = (turn.interaction_id, out)
+        return out
+
+    def link_for(self, interaction: Interaction) -> tuple[Link | None, Sent | None]:
+        """How ``interaction`` is stored once: the turn it extends (its token-in-token-out
+        lineage, else the last turn recorded) and how much of it it repeats."""
+        found = sent_of(interaction.request)
+        sent = found[0] if found else None
+        base = self._base(interaction)
+        if base is None:
+            return None, sent
+        prompt, choice = self._prompt_link(base, interaction)
+        messages = 0
+        if found is not None and base.sent is not None and repeats(base.sent, *_field(found)):
+            messages = base.sent.count
+        keys = 0
+        if interaction.tito is not None and base.tito is not None:
+            earlier = base.keys()
+            mine = interaction.tito.get("messages") or []
+            if earlier and mine[:len(earlier)] == earlier:
+                keys = len(earlier)
+        if not (prompt or messages or keys):
+            return None, sent
+        field = sent.field if sent is not None else "messages"
+        return Link(base.interaction_id, choice, prompt, messages, keys, field), sent
+
+    def _base(self, interaction: Interaction) -> Turn | None:
+        extends = (interaction.tito or {}).get("extends")
+        wanted = extends.get("interaction_id") if isinstance(extends, dict) else self._last
+        base = self._turns.get(wanted) if isinstance(wanted, str) else None
+        iid = interaction.interaction_id
+        if base is None or base.interaction_id == iid:
+            return None
+        if iid in self._turns:  # a replacement: never link into a cycle
+            current: Turn | None = base
+            while current is not None and current.link is not None:
+                if current.link.interaction_id == iid:
+                    return None
+                current = self._turns.get(current.link.interaction_id)
+        return base
+
+    def _prompt_link(self, base: Turn, interaction: Interaction) -> tuple[int, int]:
+        ids = interaction.prompt_token_ids
+        if not ids:
+            return 0, 0
+        whole = base.prompt_token_ids
+        size = len(whole)
+        if size > len(ids) or ids[:size] != whole:
+            return 0, 0
+        extends = (interaction.tito or {}).get("extends")
+        wanted = extends.get("choice") if isinstance(extends, dict) else None
+        for choice, record in enumerate(base.choices):
+            if wanted is not None and choice != wanted:
+                continue
+            end = size + len(record.token_ids)
+            if end <= len(ids) and ids[size:end] == record.token_ids:
+                return end, choice
+        return (size, -1) if size else (0, 0)
+
+
+def _field(found: tuple[Sent, bytes]) -> tuple[str, bytes]:
+    return found[0].field, found[1]
+
+
+class Cursors:
+    """One ``SessionView`` per recently used session (at most ``capacity``), each
+    brought up to date by one store operation per ``view`` call."""
+
+    def __init__(self, *, capacity: int = 256) -> None:
+        self._views: OrderedDict[str, SessionView] = OrderedDict()
+        self._capacity = capacity
+
+    async def view(self, store: SessionStore, record: SessionRecord) -> SessionView:
+        created = (record.created_seq, record.created_at)
+        view = self._views.get(record.session_id)
+        if view is None or view.created != created:
+            view = SessionView(created)
+            self._views[record.session_id] = view
+        self._views.move_to_end(record.session_id)
+        while len(self._views) > self._capacity:
+            self._views.popitem(last=False)
+        seq, blobs = await store.changes(record.session_id, view.seq)
+        view.apply(seq, blobs)
+        return view
+
+    def forget(self, session_id: str) -> None:
+        self._views.pop(session_id, None)
