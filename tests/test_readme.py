@@ -120,7 +120,7 @@ def test_the_content_keyed_known_values_are_the_code_s() -> None:
 
 def test_ci_runs_the_readme_s_test_command_verbatim() -> None:
     command = first_block(r"\*\*Test\*\*.*?\n    (pip install .*?)\n")
-    assert command.endswith("&& pytest -n 4") and "torch==2.13.0" in command
+    assert command.endswith("&& pytest -n 4 --dist loadfile") and "torch==2.13.0" in command
     assert command in (ROOT / ".ci" / "run").read_text().splitlines()
 
 
