@@ -20,7 +20,7 @@ import logging
 import time
 import uuid
 from array import array
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -220,7 +220,7 @@ class Exchange:
             request=self.client.body,
             response=response,
             status=status,
-            prompt_token_ids=array("i", captured.prompt_token_ids),
+            prompt_token_ids=_packed(captured.prompt_token_ids),
             choices=captured.choices,
             latency_ms=round((time.perf_counter() - self.arrived) * 1000, 3),
             upstream=self.upstream,
@@ -312,6 +312,13 @@ class Exchange:
                 if unfinished:
                     for reply in self._replies:
                         await self.services.pool.abort(reply)
+
+
+def _packed(ids: Sequence[int]) -> array[int]:
+    """``ids`` as an ``array('i')``: one the reader packed already is taken as it is."""
+    if isinstance(ids, array) and ids.typecode == "i":
+        return ids
+    return array("i", ids)
 
 
 async def _close_all(replies: list[UpstreamReply]) -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .routing import RoutedExperts
+from .token_ids import TokenIds
 
 __all__ = ["ChoiceRecord", "Interaction", "VersionSpan", "version_spans"]
 
@@ -145,6 +146,9 @@ class Interaction:
     @property
     def token_count(self) -> int:
         return len(self.prompt_token_ids) + sum(len(c.token_ids) for c in self.choices)
+
+    def prompt_ids(self) -> TokenIds:
+        return TokenIds(self.prompt_token_ids)
 
     def to_dict(self) -> dict[str, Any]:
         """Return the contract's JSON shape. ``n == 1`` gives flat per-choice fields;
