@@ -11,8 +11,10 @@ from typing import Any
 
 __all__ = ["MAY_DIFFER", "strip_documented"]
 
-MAY_DIFFER = frozenset({"session_id", "group_id", "latency_ms", "created", "created_at",
-                        "timestamp", "store_epoch"})
+MAY_DIFFER = frozenset(
+    {"session_id", "group_id", "latency_ms", "created", "created_at", "timestamp",
+     "store_epoch"}
+)
 
 
 def strip_documented(value: Any) -> Any:
