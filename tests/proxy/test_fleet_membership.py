@@ -98,6 +98,20 @@ def test_a_server_that_fails_the_preflight_is_refused_with_every_reason(
     assert (joined.json()["deterministic"], joined.json()["state"]) == (True, "active")
 
 
+def test_with_the_preflight_as_a_warning_a_nondeterministic_server_joins(
+    fleet: Fleet, serve: Callable[..., Replica]
+) -> None:
+    a, b, _ = fleet.servers
+    b.switches.control.server_info["sampling_backend"] = "flashinfer"
+    proxy = serve([a.url], "--allow-nondeterministic-upstream")
+    joined = join(proxy, b.url)
+    assert joined.status_code == 201
+    assert joined.json()["deterministic"] is False
+    assert joined.json()["problems"] == [
+        "sampling backend 'flashinfer' is not deterministic; fix: --sampling-backend pytorch"]
+    assert b.url in [u for u, _ in members(proxy)]
+
+
 def test_a_server_that_cannot_be_reached_is_refused(
     fleet: Fleet, serve: Callable[..., Replica]
 ) -> None:
@@ -241,6 +255,9 @@ def test_a_server_on_other_weights_is_refused_until_it_reports_the_fleets_versio
     assert error["code"] == "weight_version_mismatch"
     assert "it reports weight version 'default', the fleet is on 'v3'" in error["message"]
     assert members(proxy) == [(a.url, "active")]
+    c = fleet.servers[2]
+    c.switches.control.version = "v9"
+    assert "the fleet is on 'v3'" in join(proxy, c.url).json()["error"]["message"]
     b.switches.control.version = "v3"  # its trainer loaded v3
     joined = join(proxy, b.url)
     assert joined.status_code == 201 and joined.json()["weight_version"] == "v3"
@@ -250,6 +267,19 @@ def test_a_server_on_other_weights_is_refused_until_it_reports_the_fleets_versio
     assert answer.json()["output_ids"] == tokens_for([2], derive_seed(session, 0), 1.0, 3, "v3")
     record = httpx.get(f"{proxy.url}/sessions/{session}/trajectory").json()["interactions"][0]
     assert (record["dispatch_weight_version"], record["weight_version"]) == ("v3", "v3")
+
+
+def test_with_no_version_set_the_fleets_is_the_one_its_servers_report(
+    fleet: Fleet, serve: Callable[..., Replica]
+) -> None:
+    a, b, c = fleet.servers
+    a.switches.control.version = "v7"
+    proxy = serve([a.url])
+    refused = join(proxy, b.url).json()["error"]
+    assert refused["code"] == "weight_version_mismatch"
+    assert "it reports weight version 'default', the fleet is on 'v7'" in refused["message"]
+    c.switches.control.version = "v7"
+    assert join(proxy, c.url).status_code == 201
 
 
 def test_replicas_follow_the_membership_and_a_later_replica_reads_it(
