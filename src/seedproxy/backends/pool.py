@@ -27,6 +27,7 @@ import httpx
 import orjson
 
 from ..errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
+from ..sessions.token_ids import orjson_default
 from .base import UpstreamRequest
 from .client import LeanClient
 from .dispatch import Abortable, Dispatch
@@ -187,7 +188,7 @@ class UpstreamPool:
         """
         if self.gate is not None:
             await self.gate.admit()
-        content = orjson.dumps(request.body)
+        content = orjson.dumps(request.body, default=orjson_default)
         headers = {"content-type": "application/json", **request.headers}
         tried = self.candidates(key)[: self.max_failover + 1]
         if not tried:

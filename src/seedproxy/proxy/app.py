@@ -32,6 +32,7 @@ from ..errors import (
 from ..pipeline.admission import Admission
 from ..pipeline.inflight import InFlight
 from ..pipeline.metrics import Metrics
+from ..pipeline.replaying import ReplayBook
 from ..pipeline.resume import ResumingSender
 from ..pipeline.services import Services
 from ..sessions import SessionManager, SessionStore, open_store
@@ -112,7 +113,7 @@ def create_app(
     inflight = InFlight(pool, fleet.board)
     services = Services(
         settings=settings, sessions=sessions, backend=backend, pool=pool, sender=sender,
-        metrics=metrics, inflight=inflight, tito=tito,
+        metrics=metrics, inflight=inflight, replays=ReplayBook(sessions.store), tito=tito,
     )
     openai = Admission(services)
 
