@@ -27,13 +27,6 @@ AUTH = {"authorization": f"Bearer {ADMIN}"}
 
 
 @pytest.fixture
-def fleet() -> Iterator[Fleet]:
-    fleet = Fleet(3)
-    yield fleet
-    fleet.close()
-
-
-@pytest.fixture
 def serve(tmp_path: Path) -> Iterator[Callable[..., Replica]]:
     """``serve(upstream urls, *extra args)``: one ``seedproxy serve`` process, ready."""
     started: list[Replica] = []
