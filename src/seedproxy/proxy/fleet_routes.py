@@ -24,7 +24,7 @@ from ..errors import BadRequest
 from ..pipeline.departure import stop_when_client_leaves
 from ..pipeline.request import documented, read_model
 from ..sessions.ids import check_id
-from ..settings import check_upstream_url
+from ..settings import MAX_URL_LENGTH, check_upstream_url
 from .access import Access
 from .replay import Verifier
 from .schemas import FleetPause, FleetUpstream, FleetWeightVersion
@@ -58,7 +58,9 @@ def fleet_router(
         report, joined = await fleet.join(upstream_url(body.url))
         return JSONResponse(report.to_dict(), status_code=201 if joined else 200)
 
-    @router.delete("/fleet/upstreams")
+    @router.delete("/fleet/upstreams", openapi_extra={"parameters": [{
+        "name": "url", "in": "query", "required": True,
+        "schema": {"type": "string", "minLength": 1, "maxLength": MAX_URL_LENGTH}}]})
     async def leave(request: Request) -> dict[str, Any]:
         """``?url=URL``: the server drains; ``state`` is ``draining`` while it holds
         requests, then ``removed``."""
