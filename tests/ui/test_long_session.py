@@ -18,7 +18,7 @@ from seedproxy.sessions import SessionRecord, open_store
 from seedproxy.sessions.interaction import ChoiceRecord, Interaction
 from tests.helpers.fake_sglang import VOCAB_BASE, Switches, create_fake_sglang, detok
 from tests.helpers.servers import ServerThread
-from tests.ui.test_viewer import driver, wait  # noqa: F401 (the module's browser)
+from tests.ui.browser import wait
 
 pytest.importorskip("selenium")
 from selenium.webdriver.common.by import By  # noqa: E402
@@ -91,7 +91,7 @@ def shown_turns(driver: Any) -> list[dict[str, Any]]:
 
 
 def test_a_long_session_page_shows_a_page_of_turns_each_with_what_it_added(
-    driver: Any, long_proxy: str  # noqa: F811
+    driver: Any, long_proxy: str
 ) -> None:
     driver.get(f"{long_proxy}/ui#/session/long")
     wait(driver, lambda d: len(shown_turns(d)) == PAGE)
@@ -134,8 +134,7 @@ def test_the_turns_route_pages_without_the_history(long_proxy: str) -> None:
     assert head["next_offset"] == 3 and head["turns"][0]["messages_from"] == 0
     assert head["turns"][0]["request"]["messages"] == [SYSTEM, user(0)]
 
-    for params, field in (({"limit": 0}, "limit"), ({"limit": 101}, "limit"),
-                          ({"offset": -1}, "offset")):
+    for params in ({"limit": 0}, {"limit": 101}, {"offset": -1}):
         refused = httpx.get(route, params=params)
         assert refused.status_code == 400, params
         assert refused.json()["error"]["type"] == "invalid_request_error"

@@ -17,37 +17,13 @@ from tests.conftest import Fake
 from tests.helpers.fake_sglang import Switches, create_fake_sglang, detok
 from tests.helpers.servers import ServerThread
 from tests.helpers.waiting import wait_until
-from tests.ui.browser import chromium_driver, screenshot
+from tests.ui.browser import screenshot, wait
 
 pytest.importorskip("selenium")
-from selenium.common.exceptions import (  # noqa: E402
-    StaleElementReferenceException,
-    TimeoutException,
-)
 from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 ADMIN = "admin-secret-key"
 XSS = "<script>window.__pwned = 1</script><img src=x onerror=\"window.__pwned = 2\">"
-
-
-@pytest.fixture(scope="module")
-def driver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    browser = chromium_driver(tmp_path_factory.mktemp("chromium-profile"))
-    yield browser
-    browser.quit()
-
-
-def wait(driver: Any, condition: Callable[[Any], Any]) -> Any:
-    """Wait for ``condition``; on timeout, fail with what the page shows instead."""
-    try:
-        return WebDriverWait(
-            driver, 30, ignored_exceptions=(StaleElementReferenceException,)
-        ).until(condition)
-    except TimeoutException:
-        shown = driver.find_element(By.TAG_NAME, "body").text
-        logs = driver.get_log("browser")
-        raise AssertionError(f"page shows: {shown[:2000]!r}; console: {logs}") from None
 
 
 def rollout(
