@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from seedproxy.sessions import SessionRecord, open_store
+from seedproxy.sessions.cursor import Cursors
 from seedproxy.sessions.interaction import ChoiceRecord, Interaction
 from tests.helpers.fake_sglang import VOCAB_BASE, Switches, create_fake_sglang, detok
 from tests.helpers.servers import ServerThread
@@ -64,10 +65,15 @@ def long_proxy(tmp_path: Path, start_proxy: Callable[..., str]) -> Iterator[str]
         url = f"sqlite:///{tmp_path / 'long.db'}"
 
         async def fill() -> None:
-            store = open_store(url)
+            store, cursors = open_store(url), Cursors()
             assert await store.create(SessionRecord("long", "long", "key-long"))
-            for k in range(TURNS):
-                await store.record("long", turn(k, fake.url))
+            record = await store.get("long")
+            assert record is not None
+            for k in range(TURNS):  # stored once, as the proxy records a turn
+                interaction = turn(k, fake.url)
+                link, sent = (await cursors.view(store, record)).link_for(interaction)
+                assert (link is None) == (k == 0)
+                await store.record("long", interaction, link=link, sent=sent)
             await store.end("long")
             await store.close()
 
