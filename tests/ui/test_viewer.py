@@ -135,7 +135,7 @@ def test_a_session_page_shows_one_token_span_per_recorded_completion_id(
     # the drift where the export reports it.
     concat = httpx.get(f"{proxy}/sessions/{session}/trajectory?style=concat").json()
     drift = concat["concat_error"]
-    shown = driver.find_element(By.ID, "drift").text
+    shown = wait(driver, lambda d: d.find_elements(By.ID, "drift"))[0].text  # loads when seen
     assert f"drift at turn {drift['turn']} " in shown and f"position {drift['position']}" in shown
     screenshot(driver, "ui-session.png", tmp_path)
 
@@ -282,7 +282,7 @@ def test_an_emoji_over_byte_tokens_shows_as_one_glyph(
         assert [len(g) for g in covered if len(g) > 1] == [4, 4, 4]
         wave = spans[3].get_attribute("title")
         assert all(f"id {i}" in wave for i in covered[3])
-        concat = driver.find_element(By.ID, "concat").find_elements(By.CSS_SELECTOR, ".tok.gen")
+        concat = wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#concat .tok.gen"))
         assert "".join(s.get_attribute("textContent") for s in concat) == EMOJI_REPLY
 
 
