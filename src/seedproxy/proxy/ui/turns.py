@@ -15,22 +15,13 @@ from __future__ import annotations
 from typing import Any
 
 from ...sessions.branches import branch_of, is_tito
-from ...sessions.codec import MESSAGE_FIELDS
+from ...sessions.codec import conversation
 from ...sessions.interaction import Interaction
 
 __all__ = ["MAX_TURNS_PAGE", "turns_page"]
 
 MAX_TURNS_PAGE = 100
 """The most turns one page holds."""
-
-
-def _conversation(request: Any) -> tuple[str, list[Any]] | None:
-    if isinstance(request, dict):
-        for name in MESSAGE_FIELDS:
-            value = request.get(name)
-            if isinstance(value, list):
-                return name, value
-    return None
 
 
 def _answers(response: Any) -> list[Any]:
@@ -43,8 +34,8 @@ def _answers(response: Any) -> list[Any]:
 
 def repeated(turn: Interaction, before: Interaction | None) -> int:
     """How many leading messages of ``turn``'s request repeat ``before``'s history."""
-    mine = _conversation(turn.request)
-    theirs = _conversation(before.request) if before is not None else None
+    mine = conversation(turn.request)
+    theirs = conversation(before.request) if before is not None else None
     if mine is None or theirs is None or mine[0] != theirs[0]:
         return 0
     messages, history = mine[1], theirs[1]
@@ -83,7 +74,7 @@ def turns_page(interactions: list[Interaction], offset: int, limit: int) -> dict
         shown["turn"] = k
         shown["messages_from"] = skip
         if skip:
-            name, messages = _conversation(turn.request) or ("messages", [])
+            name, messages = conversation(turn.request) or ("messages", [])
             shown["request"] = {**turn.request, name: messages[skip:]}
         if branch:
             shown["branch"] = branch.get(turn.interaction_id)
