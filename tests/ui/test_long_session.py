@@ -45,14 +45,28 @@ def history(k: int) -> list[dict[str, Any]]:
     return [*out, user(k)]
 
 
+def completion(k: int) -> array[int]:
+    return array("i", [VOCAB_BASE + (k + j) % 7 for j in range(3)])
+
+
+def prompt(k: int) -> array[int]:
+    """Turn k's prompt: turn k-1's prompt and completion, then 10 ids of its own."""
+    out = array("i")
+    for j in range(k + 1):
+        out.extend(range(97, 107))
+        if j < k:
+            out.extend(completion(j))
+    return out
+
+
 def turn(k: int, upstream: str) -> Interaction:
-    ids = array("i", [VOCAB_BASE + (k + j) % 7 for j in range(3)])
+    ids = completion(k)
     return Interaction(
         interaction_id=f"i{k}", request_index=k, seeds=[1000 + k],
         endpoint="/v1/chat/completions",
         request={"model": "m", "messages": history(k)},
         response={"choices": [{"index": 0, "message": answer(k), "finish_reason": "stop"}]},
-        prompt_token_ids=array("i", range(10 * (k + 1))),
+        prompt_token_ids=prompt(k),
         choices=[ChoiceRecord(ids, array("f", [-0.5] * 3), "stop")],
         latency_ms=1.0, upstream=upstream,
     )
@@ -111,6 +125,7 @@ def test_a_long_session_page_shows_a_page_of_turns_each_with_what_it_added(
     # One page of turns fetched; neither the whole trajectory nor its concat view.
     assert fetched(driver, "/turns?") == 1
     assert fetched(driver, "/trajectory") == 0
+
     spans = driver.find_elements(By.CSS_SELECTOR, ".completion .tok")
     assert len(spans) == 3 * PAGE
     assert [s.text.strip() for s in spans[:3]] == [
@@ -123,6 +138,23 @@ def test_a_long_session_page_shows_a_page_of_turns_each_with_what_it_added(
     assert [c["turn"] for c in shown_turns(driver)] == list(range(2 * PAGE))
     assert fetched(driver, "/trajectory") == 0
 
+    # Once every turn is in, the concat view loads when seen, 2,000 tokens at a time.
+    while len(shown_turns(driver)) < TURNS:
+        count = len(shown_turns(driver))
+        driver.execute_script("document.getElementById('turns-more').scrollIntoView()")
+        wait(driver, lambda d, count=count: len(shown_turns(d)) > count)
+    assert fetched(driver, "/turns?") == TURNS // PAGE
+    driver.execute_script("document.getElementById('concat').scrollIntoView()")
+    strip = "#concat .tok"
+    wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, strip))
+    total = 13 * TURNS  # 3,900: two steps
+    assert len(driver.find_elements(By.CSS_SELECTOR, strip)) == 2000
+    driver.execute_script("document.getElementById('concat-more').scrollIntoView()")
+    wait(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, strip)) == total)
+    gen = driver.execute_script("return [...document.querySelectorAll('#concat .tok.gen')]"
+                                ".map((t) => Number(t.dataset.id))")
+    assert gen == [i for k in range(TURNS) for i in completion(k)]
+
 
 def test_the_turns_route_pages_without_the_history(long_proxy: str) -> None:
     route = f"{long_proxy}/ui/api/sessions/long/turns"
@@ -132,7 +164,7 @@ def test_the_turns_route_pages_without_the_history(long_proxy: str) -> None:
     last = tail["turns"][-1]
     assert last["request"] == {"model": "m", "messages": [user(TURNS - 1)]}
     assert last["messages_from"] == 2 * (TURNS - 1) + 1
-    assert last["prompt_tokens"] == 10 * TURNS and "prompt_token_ids" not in last
+    assert last["prompt_tokens"] == 13 * TURNS - 3 and "prompt_token_ids" not in last
     whole = httpx.get(f"{long_proxy}/sessions/long/trajectory").json()["interactions"][-1]
     for field in ("interaction_id", "seed", "completion_token_ids", "logprobs", "response"):
         assert last[field] == whole[field]
