@@ -78,7 +78,9 @@ def create_app(
     ``engine_url`` names the embedded engine (``GET /fleet`` shows it)."""
     urls = upstreams if upstreams is not None else settings.upstream
     if not urls:
-        raise ConfigError("no upstream: pass --upstream URL, or run `seedproxy serve` for the engine")
+        raise ConfigError(
+            "no upstream: pass --upstream URL, or run `seedproxy serve` for the engine"
+        )
     if tito is None and settings.token_in_token_out:
         tito = open_tito_mode(settings)
     own_store = store is None
@@ -127,8 +129,7 @@ def create_app(
         if fleet.sglang:
             await fleet.inspect()
             tasks.append(asyncio.create_task(fleet.inspect_forever(settings.health_interval_s)))
-        if len(pool.upstreams) > 1:
-            tasks.append(asyncio.create_task(pool.probe_forever(settings.health_interval_s)))
+        tasks.append(asyncio.create_task(pool.probe_forever(settings.health_interval_s)))
         if settings.session_ttl_s is not None:
             tasks.append(asyncio.create_task(Evictor(store, settings.session_ttl_s).run()))
         try:
