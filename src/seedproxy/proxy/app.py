@@ -170,7 +170,8 @@ def create_app(
         max_body_bytes=settings.max_body_bytes, engine_url=engine_url,
     ))
     app.include_router(
-        ui_router(access, pool, TokenDecoder(client), max_body_bytes=settings.max_body_bytes)
+        ui_router(access, pool, TokenDecoder(client), store,
+                  max_body_bytes=settings.max_body_bytes)
     )
 
     @app.get("/healthz")
