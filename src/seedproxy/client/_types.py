@@ -87,9 +87,6 @@ class Trajectory:
     loss_mask: list[int] | None = None
     logprobs: list[float] | None = None
     concat_error: ConcatError | None = None
-    store_epoch: str | None = None
-    """The epoch of the store that recorded it: a store started again from nothing (a
-    new SQLite file) has a new one, and its indices and seeds start again at 0."""
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -107,7 +104,6 @@ class Trajectory:
             loss_mask=data.get("loss_mask"),
             logprobs=data.get("logprobs"),
             concat_error=ConcatError(**error) if error else None,
-            store_epoch=data.get("store_epoch"),
             raw=data,
         )
 
