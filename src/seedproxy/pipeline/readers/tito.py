@@ -13,8 +13,8 @@ protocol. A chat client's record is the whole chat answer, streamed or not.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import time
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -99,7 +99,7 @@ class TitoReader:
         self.turn = turn
         self.chat_client = chat_client
         self.model = turn.chat.get("model") or mode.model_name
-        self.cid = _completion_id(ex, turn.prompt)
+        self.cid = _completion_id(ex)
         self.created = int(time.time())
         self.replies: list[UpstreamReply] = []
         self.choices: list[_Choice] = []
@@ -217,11 +217,7 @@ class TitoReader:
         return self._chunk(index, {delta.kind: delta.text})
 
 
-def _completion_id(ex: Exchange, prompt: Prompt) -> str:
-    """The exchange's derived id in a session; else a hash of the prompt and seeds."""
-    if ex.basis is not None:
-        return "chatcmpl-" + ex.basis
-    digest = hashlib.blake2b(digest_size=12)
-    digest.update(prompt.ids.ids.tobytes())
-    digest.update(repr(ex.seeds).encode())
-    return "chatcmpl-" + digest.hexdigest()
+def _completion_id(ex: Exchange) -> str:
+    """The exchange's derived id in a session (replays match); else a fresh random one,
+    as SGLang's request ids are, so no two requests outside a session share an id."""
+    return "chatcmpl-" + (ex.basis if ex.basis is not None else uuid.uuid4().hex[:24])
