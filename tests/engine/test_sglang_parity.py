@@ -40,3 +40,35 @@ def test_ids_outside_a_session_are_distinct(tito: str) -> None:
     replay_id = again["sessions"][0]["session_id"]
     in_b = chat(tito, f"/sessions/{replay_id}/v1/chat/completions").json()["id"]
     assert in_a == in_b and in_a not in ids
+
+
+def _turn(base: str, session: str) -> dict[str, Any]:
+    trajectory = httpx.get(f"{base}/sessions/{session}/trajectory", timeout=30).json()
+    return trajectory["interactions"][-1]  # type: ignore[no-any-return]
+
+
+def test_ignore_eos_generates_past_the_end_of_turn(tito: str, engine: RunningEngine) -> None:
+    """A bias that makes the end-of-turn token the likeliest: without ``ignore_eos`` the
+    turn ends at once; with it, it runs to ``max_tokens``, token for token what the
+    engine's own chat route samples with the same seed."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf_tokenizer_dir(default_gguf_path())))
+    eot = [tokenizer.convert_tokens_to_ids("<|im_end|>")]
+    bias = {"logit_bias": {str(eot[0]): 100}, "max_tokens": 5}
+    stops = chat(tito, "/sessions/eos-off/v1/chat/completions", **bias).json()
+    assert stops["choices"][0]["finish_reason"] == "stop"
+    assert _turn(tito, "eos-off")["completion_token_ids"] == eot
+    runs = chat(tito, "/sessions/eos-on/v1/chat/completions", ignore_eos=True, **bias)
+    assert runs.status_code == 200, runs.text
+    assert runs.json()["choices"][0]["finish_reason"] == "length"
+    turn = _turn(tito, "eos-on")
+    assert turn["completion_token_ids"] == eot * 5
+    own = httpx.post(engine.url + "/v1/chat/completions", timeout=120, json={
+        "model": "m", "messages": MESSAGES, "seed": int(runs.headers["x-seedproxy-seed"]),
+        "ignore_eos": True, "return_token_ids": True, **bias}).json()["choices"][0]
+    assert own["prompt_token_ids"] == turn["prompt_token_ids"]
+    assert own["response_token_ids"] == turn["completion_token_ids"]
+    assert own["finish_reason"] == "length"
+    bad = chat(tito, ignore_eos="yes")
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "ignore_eos"

@@ -138,6 +138,8 @@ class GenerateDialect(Dialect):
         if sampling.stop:
             params["stop"] = list(sampling.stop)
         params["stop_token_ids"] = list(sampling.stop_token_ids)
+        if sampling.ignore_eos:
+            params["ignore_eos"] = True
         if seed is not None:
             params["sampling_seed"] = seed
         _penalties_and_bias(sampling, params)
@@ -226,6 +228,8 @@ class CompletionsDialect(Dialect):
                 body[key] = value
         if sampling.stop:
             body["stop"] = list(sampling.stop)
+        if sampling.ignore_eos:
+            body["ignore_eos"] = True
         if seed is not None:
             body["seed"] = seed
         _penalties_and_bias(sampling, body)
