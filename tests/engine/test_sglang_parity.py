@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import json
+
 import httpx
 import pytest
 
@@ -42,6 +44,14 @@ def test_ids_outside_a_session_are_distinct(tito: str) -> None:
     assert in_a == in_b and in_a not in ids
 
 
+def _eot() -> int:
+    """SmolLM2's end-of-turn token id, from its tokenizer."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf_tokenizer_dir(default_gguf_path())))
+    return int(tokenizer.convert_tokens_to_ids("<|im_end|>"))
+
+
 def _turn(base: str, session: str) -> dict[str, Any]:
     trajectory = httpx.get(f"{base}/sessions/{session}/trajectory", timeout=30).json()
     return trajectory["interactions"][-1]  # type: ignore[no-any-return]
@@ -51,10 +61,7 @@ def test_ignore_eos_generates_past_the_end_of_turn(tito: str, engine: RunningEng
     """A bias that makes the end-of-turn token the likeliest: without ``ignore_eos`` the
     turn ends at once; with it, it runs to ``max_tokens``, token for token what the
     engine's own chat route samples with the same seed."""
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf_tokenizer_dir(default_gguf_path())))
-    eot = [tokenizer.convert_tokens_to_ids("<|im_end|>")]
+    eot = [_eot()]
     bias = {"logit_bias": {str(eot[0]): 100}, "max_tokens": 5}
     stops = chat(tito, "/sessions/eos-off/v1/chat/completions", **bias).json()
     assert stops["choices"][0]["finish_reason"] == "stop"
@@ -72,3 +79,51 @@ def test_ignore_eos_generates_past_the_end_of_turn(tito: str, engine: RunningEng
     assert own["finish_reason"] == "length"
     bad = chat(tito, ignore_eos="yes")
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "ignore_eos"
+
+
+def _events(reply: httpx.Response) -> list[dict[str, Any]]:
+    lines = [line[6:] for line in reply.text.splitlines() if line.startswith("data: ")]
+    assert lines[-1] == "[DONE]"
+    return [json.loads(line) for line in lines[:-1]]
+
+
+def test_matched_stop_as_the_engine_chat_route_reports_it(tito: str, engine: RunningEngine
+                                                          ) -> None:
+    """A turn ended by the end-of-turn token names it in ``matched_stop``, as the
+    engine's own chat route does for the same request; a turn cut by ``max_tokens``
+    names none. Streamed, the finish chunk carries it."""
+    eot = _eot()
+    forced = {"logit_bias": {str(eot): 100}, "max_tokens": 5}
+    answer = chat(tito, "/sessions/ms-a/v1/chat/completions", **forced).json()["choices"][0]
+    seed = int(httpx.get(tito + "/sessions/ms-a/trajectory", timeout=30)
+               .json()["interactions"][0]["seed"])
+    own = httpx.post(engine.url + "/v1/chat/completions", timeout=120, json={
+        "model": "m", "messages": MESSAGES, "seed": seed, **forced}).json()["choices"][0]
+    assert answer["matched_stop"] == own["matched_stop"] == eot
+    assert answer["finish_reason"] == own["finish_reason"] == "stop"
+    cut = chat(tito, "/sessions/ms-b/v1/chat/completions", max_tokens=1, ignore_eos=True)
+    assert cut.json()["choices"][0]["matched_stop"] is None
+    streamed = _events(chat(tito, "/sessions/ms-c/v1/chat/completions", stream=True, **forced))
+    finish = [c["choices"][0] for c in streamed if c["choices"][0]["finish_reason"]]
+    assert [(f["finish_reason"], f["matched_stop"]) for f in finish] == [("stop", eot)]
+
+
+def test_continuous_usage_stats_on_the_stream(tito: str) -> None:
+    """Each delta chunk carries the usage so far; without the option none does."""
+    options = {"include_usage": True, "continuous_usage_stats": True}
+    reply = chat(tito, "/sessions/cu-a/v1/chat/completions", stream=True, max_tokens=6,
+                 ignore_eos=True, stream_options=options)
+    assert reply.status_code == 200, reply.text
+    chunks = _events(reply)
+    final = chunks[-1]["usage"]
+    assert final["completion_tokens"] == 6
+    deltas = [c for c in chunks[1:-1] if c["choices"] and not c["choices"][0]["finish_reason"]]
+    assert deltas and all("usage" in c for c in deltas)
+    counts = [c["usage"]["completion_tokens"] for c in deltas]
+    assert counts == sorted(counts) and 1 <= counts[0] and counts[-1] <= 6
+    assert all(c["usage"]["prompt_tokens"] == final["prompt_tokens"] for c in deltas)
+    assert all(c["usage"]["total_tokens"] == final["prompt_tokens"] + n
+               for c, n in zip(deltas, counts, strict=True))
+    plain = _events(chat(tito, "/sessions/cu-b/v1/chat/completions", stream=True,
+                         max_tokens=6, ignore_eos=True))
+    assert not any("usage" in c for c in plain)
