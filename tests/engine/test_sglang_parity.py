@@ -127,3 +127,23 @@ def test_continuous_usage_stats_on_the_stream(tito: str) -> None:
     plain = _events(chat(tito, "/sessions/cu-b/v1/chat/completions", stream=True,
                          max_tokens=6, ignore_eos=True))
     assert not any("usage" in c for c in plain)
+
+
+@pytest.mark.parametrize("where", ["engine", "tito"])
+def test_every_streamed_delta_carries_reasoning_content(where: str, tito: str,
+                                                        engine: RunningEngine) -> None:
+    """As SGLang's stream test reads them through the openai SDK: every choice's delta,
+    the finish chunk's included, has ``reasoning_content`` (null here) and every
+    choice ``matched_stop``."""
+    import openai
+
+    base = engine.url if where == "engine" else tito + "/sessions/rc-a"
+    client = openai.OpenAI(base_url=base + "/v1", api_key="x", max_retries=0, timeout=120)
+    stream = client.chat.completions.create(model="m", messages=MESSAGES,  # type: ignore[arg-type]
+                                            max_tokens=4, stream=True)
+    choices = [c.choices[0] for c in stream if c.choices]
+    assert choices[0].delta.role == "assistant" and choices[-1].finish_reason is not None
+    for choice in choices:
+        assert choice.delta.reasoning_content is None  # type: ignore[attr-defined]
+        assert "matched_stop" in choice.model_dump()
+    client.close()
