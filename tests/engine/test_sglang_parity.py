@@ -3,10 +3,9 @@ proxy under uvicorn in front of the engine (tiny model), driven over HTTP."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
-
-import json
 
 import httpx
 import pytest
@@ -147,3 +146,34 @@ def test_every_streamed_delta_carries_reasoning_content(where: str, tito: str,
         assert choice.delta.reasoning_content is None  # type: ignore[attr-defined]
         assert "matched_stop" in choice.model_dump()
     client.close()
+
+
+def test_server_routes_are_the_engines(engine: RunningEngine,
+                                       start_proxy: Callable[..., str]) -> None:
+    """In front of the engine, SGLang's server routes answer as the engine does; the
+    engine's ``/tokenize`` gives the tokenizer's ids, and ``/detokenize`` reverses it."""
+    proxy = start_proxy([engine.url])
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf_tokenizer_dir(default_gguf_path())))
+    for path in ("/get_model_info", "/get_server_info", "/health", "/health_generate"):
+        ours, theirs = httpx.get(proxy + path, timeout=30), httpx.get(engine.url + path)
+        assert ours.status_code == theirs.status_code == 200, path
+        assert ours.content == theirs.content or path == "/get_server_info"
+    assert httpx.get(proxy + "/get_server_info").json()["model_path"] == \
+        httpx.get(engine.url + "/get_server_info").json()["model_path"]
+    text = "The sea is wide."
+    for path in ("/tokenize", "/v1/tokenize"):
+        answer = httpx.post(proxy + path, json={"prompt": text}, timeout=30).json()
+        assert answer["tokens"] == tokenizer.encode(text)
+        assert answer["count"] == len(answer["tokens"]) and answer["max_model_len"] > 0
+    batch = httpx.post(proxy + "/tokenize", json={"prompt": [text, "Hi"],
+                                                  "add_special_tokens": False}).json()
+    assert batch["tokens"] == [tokenizer.encode(text, add_special_tokens=False),
+                               tokenizer.encode("Hi", add_special_tokens=False)]
+    assert batch["count"] == [len(t) for t in batch["tokens"]]
+    back = httpx.post(proxy + "/detokenize", json={"tokens": batch["tokens"][0]}).json()
+    assert back["text"] == text
+    bad = httpx.post(proxy + "/tokenize", json={"prompt": 3}, timeout=30)
+    assert bad.status_code == 400 and bad.json()["param"] == "prompt"  # SGLang's shape
+    assert bad.content == httpx.post(engine.url + "/tokenize", json={"prompt": 3}).content

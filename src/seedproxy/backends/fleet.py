@@ -153,12 +153,12 @@ class FleetControl:
     async def pause(self, mode: PauseMode) -> list[dict[str, Any]]:
         """Hold new requests on every replica, then pause every server in ``mode``."""
         self.apply(await self.board.pause(mode))
-        return await self._fan_out("/pause_generation", {"mode": mode})
+        return await self.fan_out("/pause_generation", {"mode": mode})
 
     async def resume(self) -> list[dict[str, Any]]:
         """Continue every server, then let held requests go on every replica."""
         try:
-            return await self._fan_out("/continue_generation", {})
+            return await self.fan_out("/continue_generation", {})
         finally:
             self.apply(await self.board.resume())
 
@@ -166,7 +166,7 @@ class FleetControl:
         body = {"new_version": version, "abort_all_requests": abort_all}
         if abort_all:
             self.apply(await self.board.abort())
-        results = await self._fan_out("/update_weight_version", body)
+        results = await self.fan_out("/update_weight_version", body)
         taken = False
         for upstream, result in zip(self.pool.upstreams, results, strict=True):
             if result["ok"]:
@@ -177,7 +177,9 @@ class FleetControl:
             self.apply(await self.board.set_weight_version(version))
         return results
 
-    async def _fan_out(self, path: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+    async def fan_out(self, path: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+        """POST ``body`` to ``path`` on every server at once: per server, in the fleet's
+        order, ``{url, ok, status, error}``."""
         async def one(upstream: Upstream) -> dict[str, Any]:
             try:
                 response = await self.pool.client.post(
