@@ -4,6 +4,7 @@ a bad argument prints one line naming it and exits 2, never a traceback."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -35,7 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"seedproxy {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    serve = commands.add_parser("serve", help="run the proxy (with the embedded engine if no --upstream)")
+    serve = commands.add_parser(
+        "serve", help="run the proxy (with the embedded engine if no --upstream)"
+    )
     serve.add_argument("--config", help="a TOML config file")
     add_settings_flags(serve)
 
@@ -50,13 +53,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_sglang_options(launch)
     launch.add_argument("--gpus", required=True, help="comma-separated GPU ids, e.g. 0,1,2,3")
-    launch.add_argument("--base-port", type=int, default=30000, help="first SGLang port (0: free ports)")
-    launch.add_argument("--health-timeout", type=float, default=1800.0, help="seconds to wait for /health")
-    launch.add_argument("--python", default=sys.executable, help="a Python that has sglang installed")
+    launch.add_argument(
+        "--base-port", type=int, default=30000, help="first SGLang port (0: free ports)"
+    )
+    launch.add_argument(
+        "--health-timeout", type=float, default=1800.0, help="seconds to wait for /health"
+    )
+    launch.add_argument(
+        "--python", default=sys.executable, help="a Python that has sglang installed"
+    )
     launch.add_argument("--config", help="a TOML config file")
     add_settings_flags(launch, exclude=_NOT_FOR_LAUNCH)
 
-    engine = commands.add_parser("engine", help="run the embedded CPU engine as an SGLang-compatible server")
+    engine = commands.add_parser(
+        "engine", help="run the embedded CPU engine as an SGLang-compatible server"
+    )
     engine.add_argument("--host", default="127.0.0.1")
     engine.add_argument("--port", type=int, default=30000)
     engine.add_argument("--model")
@@ -95,7 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     verify = commands.add_parser(
         "verify-logprobs", help="teacher-force a session through an engine; compare logprobs")
     verify.add_argument("--url", required=True, help="the proxy's root URL")
-    verify.add_argument("--engine", required=True, help="an SGLang or seedproxy engine root URL")
+    verify.add_argument("--engine", help="an SGLang or seedproxy engine root URL "
+                        "(default: the proxy's embedded engine, as GET /fleet names it)")
     verify.add_argument("--session", required=True)
     verify.add_argument("--admin-key")
     verify.add_argument("--tolerance", type=float, default=0.0)
@@ -143,9 +155,17 @@ def _seed(args: argparse.Namespace) -> int:
     return 0
 
 
+def _warn_unknown_env() -> None:
+    from ..settings import unknown_env
+
+    for line in unknown_env(os.environ):
+        print(f"seedproxy: warning: {line}", file=sys.stderr)
+
+
 def _serve(args: argparse.Namespace) -> int:
     from .serve import serve
 
+    _warn_unknown_env()
     return serve(flag_values(args), args.config)
 
 
@@ -173,6 +193,7 @@ def _launch(args: argparse.Namespace) -> int:
         extra=args.extra, python=args.python,
     )
     warn_attention_backend(args.attention_backend)
+    _warn_unknown_env()
     flags = {**flag_values(args), "backend": "sglang"}
     load_settings({**flags, "upstream": plan.urls}, args.config)  # fail before starting anything
     return launch(
