@@ -177,3 +177,33 @@ def test_server_routes_are_the_engines(engine: RunningEngine,
     bad = httpx.post(proxy + "/tokenize", json={"prompt": 3}, timeout=30)
     assert bad.status_code == 400 and bad.json()["param"] == "prompt"  # SGLang's shape
     assert bad.content == httpx.post(engine.url + "/tokenize", json={"prompt": 3}).content
+
+
+def test_generate_honours_logprob_start_len_and_text_in_logprobs(
+        engine: RunningEngine, start_proxy: Callable[..., str]) -> None:
+    """Input logprobs start at ``logprob_start_len`` (the same values as from 0, cut);
+    ``return_text_in_logprobs`` fills each row's text slot with its token's text."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf_tokenizer_dir(default_gguf_path())))
+    proxy = start_proxy([engine.url])
+    prompt = tokenizer.encode("The sea is wide and deep.")
+    assert len(prompt) > 4
+
+    def generate(**fields: Any) -> httpx.Response:
+        body = {"input_ids": prompt, "return_logprob": True,
+                "sampling_params": {"max_new_tokens": 3, "temperature": 0}, **fields}
+        return httpx.post(proxy + "/sessions/lp-a/generate", json=body, timeout=120)
+
+    whole = generate(logprob_start_len=0).json()["meta_info"]
+    cut = generate(logprob_start_len=3, return_text_in_logprobs=True).json()["meta_info"]
+    assert [row[1] for row in whole["input_token_logprobs"]] == prompt
+    assert [row[:2] for row in cut["input_token_logprobs"]] == [
+        row[:2] for row in whole["input_token_logprobs"][3:]]
+    assert all(row[2] is None for row in whole["input_token_logprobs"])
+    for row in cut["input_token_logprobs"] + cut["output_token_logprobs"]:
+        assert row[2] == tokenizer.decode([row[1]])
+    assert [row[:2] for row in cut["output_token_logprobs"]] == [
+        row[:2] for row in whole["output_token_logprobs"]]
+    over = generate(logprob_start_len=len(prompt))
+    assert over.status_code == 400 and "logprob_start_len" in over.text
