@@ -17,6 +17,12 @@ Invariants:
   (``/update_weight_version``, here or through another replica's board write) is kept
   on its ``Upstream``, which the pool reads at dispatch.
 - ``waiting`` (requests held at the gate) is per replica.
+- Membership is board state too (``members_of``): every replica follows the servers
+  added and removed at run time (``join``, ``leave``), a replica started later included.
+  A server joins only once it passes the preflight (``joining.py``) and reports the
+  fleet's weight version; one that leaves drains on each replica (``pool.py``).
+- Every fan-out and inspection works on one snapshot of the list of servers, so a
+  change of membership while it awaits never mismatches servers and answers.
 """
 
 from __future__ import annotations
@@ -29,8 +35,9 @@ from typing import Any
 
 import httpx
 
-from ..errors import StoreError
+from ..errors import Conflict, StoreError, UpstreamNotFound
 from .board import FleetBoard, FleetState, LocalBoard
+from .joining import join_refusal
 from .pause import PauseGate, PauseMode
 from .pool import Upstream, UpstreamPool
 from .preflight import Finding, check_server_info
@@ -54,6 +61,8 @@ class UpstreamReport:
     refused: bool = False
     degraded: bool = False
     """Its recent requests all timed out (``Upstream.degraded``)."""
+    draining: bool = False
+    """It left the fleet and still holds requests (``Upstream.draining``)."""
 
     @property
     def deterministic(self) -> bool | None:
@@ -69,6 +78,7 @@ class UpstreamReport:
             "refused": self.refused,
             "inflight": self.inflight,
             "degraded": self.degraded,
+            "state": "draining" if self.draining else "active",
             "error": self.error,
         }
 
@@ -79,6 +89,8 @@ class FleetControl:
     def __init__(self, pool: UpstreamPool, gate: PauseGate, *, sglang: bool, enforce: bool,
                  timeout_s: float = 5.0, board: FleetBoard | None = None) -> None:
         self.pool = pool
+        self._startup = [u.url for u in pool.upstreams]
+        """This replica's ``--upstream`` list, which the board's membership amends."""
         self.gate = gate
         self.board: FleetBoard = board if board is not None else LocalBoard()
         self._state = FleetState()
@@ -92,8 +104,9 @@ class FleetControl:
         """Read every server's ``/get_server_info`` (SGLang only) and report. With
         ``enforce``, a server with findings is refused (no request goes to it) until a
         later inspection finds it clean; one that could not be checked keeps its state."""
-        reports = await asyncio.gather(*(self._inspect_one(u) for u in self.pool.upstreams))
-        for upstream, report in zip(self.pool.upstreams, reports, strict=True):
+        upstreams = self.pool.upstreams
+        reports = await asyncio.gather(*(self._inspect_one(u) for u in upstreams))
+        for upstream, report in zip(upstreams, reports, strict=True):
             if report.checked:
                 refused = "; ".join(f.line(upstream.url) for f in report.findings) or None
                 if refused and refused != upstream.refused:
@@ -114,7 +127,8 @@ class FleetControl:
 
     async def _inspect_one(self, upstream: Upstream) -> UpstreamReport:
         report = UpstreamReport(upstream.url, upstream.healthy, upstream.inflight,
-                                upstream.weight_version, degraded=upstream.degraded)
+                                upstream.weight_version, degraded=upstream.degraded,
+                                draining=upstream.draining)
         if self.sglang:
             await read_server_info(self.pool.client, report, self.timeout_s)
             if report.weight_version is not None:
@@ -123,7 +137,8 @@ class FleetControl:
 
     def apply(self, state: FleetState) -> None:
         """Take the board's ``state`` unless a newer one was taken: the gate follows it,
-        and a weight version set since the last one goes to every upstream."""
+        a weight version set since the last one goes to every upstream, and the list
+        of upstreams becomes the board's membership."""
         if not state.newer_than(self._state):
             return
         self._state = state
@@ -132,6 +147,58 @@ class FleetControl:
             self._version = state.weight_version
             for upstream in self.pool.upstreams:
                 upstream.weight_version = state.weight_version
+        self.pool.set_members(state.members_of(self._startup),  # a joining server was
+                              weight_version=self.weight_version())  # checked to be on it
+
+    def weight_version(self) -> str | None:
+        """The fleet's weight version: the one last set on the board, else the one
+        every serving upstream last reported (None when they differ or none did)."""
+        if self._state.weight_version is not None:
+            return self._state.weight_version
+        known = {u.weight_version for u in self.pool.upstreams if not u.draining}
+        return known.pop() if len(known) == 1 else None
+
+    async def join(self, url: str) -> tuple[UpstreamReport, bool]:
+        """Add ``url`` to the fleet on every replica, once it passes the preflight
+        and reports the fleet's weight version (``Conflict`` otherwise, naming every
+        reason; ``UpstreamUnavailable`` when it cannot be reached). Returns its report
+        and whether it joined now (False: it was serving already)."""
+        current = self.pool.find(url)
+        if current is not None and not current.draining:
+            return await self._inspect_one(current), False
+        report = UpstreamReport(url, True, 0)
+        if self.sglang:
+            await read_server_info(self.pool.client, report, self.timeout_s)
+        else:
+            report.error = await self.pool.check(url)
+            report.up = report.error is None
+        join_refusal(report, sglang=self.sglang, enforce=self.enforce,
+                     fleet_version=self.weight_version())
+        if report.findings:
+            log.warning("%s (allowed)", "; ".join(f.line(url) for f in report.findings))
+        self.apply(await self.board.set_member(url, True))
+        joined = self.pool.find(url)
+        assert joined is not None  # the board's membership names it now
+        if report.weight_version is not None:
+            joined.weight_version = report.weight_version
+        report.inflight = joined.inflight
+        return report, True
+
+    async def leave(self, url: str) -> Upstream:
+        """Take ``url`` out of the fleet on every replica: it drains (no new request;
+        those it holds finish, or fail over with the same seed) and is then forgotten.
+        ``UpstreamNotFound`` for a server not in the fleet, ``Conflict`` for the last
+        one serving. Returns it, draining (already forgotten when it held nothing)."""
+        upstream = self.pool.find(url)
+        if upstream is None:
+            raise UpstreamNotFound(f"{url} is not one of the fleet's upstreams", param="url")
+        if upstream.draining:
+            return upstream
+        if not any(not u.draining for u in self.pool.upstreams if u is not upstream):
+            raise Conflict(f"{url} is the fleet's last upstream: add another one first",
+                           param="url", code="last_upstream")
+        self.apply(await self.board.set_member(url, False))
+        return upstream
 
     async def refresh(self) -> None:
         """Read the whole board and apply it (``StoreError`` when it cannot be read)."""
@@ -153,12 +220,12 @@ class FleetControl:
     async def pause(self, mode: PauseMode) -> list[dict[str, Any]]:
         """Hold new requests on every replica, then pause every server in ``mode``."""
         self.apply(await self.board.pause(mode))
-        return await self.fan_out("/pause_generation", {"mode": mode})
+        return await self.fan_out("/pause_generation", {"mode": mode}, self.pool.upstreams)
 
     async def resume(self) -> list[dict[str, Any]]:
         """Continue every server, then let held requests go on every replica."""
         try:
-            return await self.fan_out("/continue_generation", {})
+            return await self.fan_out("/continue_generation", {}, self.pool.upstreams)
         finally:
             self.apply(await self.board.resume())
 
@@ -166,9 +233,10 @@ class FleetControl:
         body = {"new_version": version, "abort_all_requests": abort_all}
         if abort_all:
             self.apply(await self.board.abort())
-        results = await self.fan_out("/update_weight_version", body)
+        upstreams = self.pool.upstreams
+        results = await self.fan_out("/update_weight_version", body, upstreams)
         taken = False
-        for upstream, result in zip(self.pool.upstreams, results, strict=True):
+        for upstream, result in zip(upstreams, results, strict=True):
             if result["ok"]:
                 upstream.weight_version = version
                 taken = True
@@ -177,9 +245,11 @@ class FleetControl:
             self.apply(await self.board.set_weight_version(version))
         return results
 
-    async def fan_out(self, path: str, body: dict[str, Any]) -> list[dict[str, Any]]:
-        """POST ``body`` to ``path`` on every server at once: per server, in the fleet's
-        order, ``{url, ok, status, error}``."""
+    async def fan_out(self, path: str, body: dict[str, Any],
+                       upstreams: list[Upstream]) -> list[dict[str, Any]]:
+        """``body`` to ``path`` on each of ``upstreams`` (draining ones too: they hold
+        requests), one answer each, in order."""
+
         async def one(upstream: Upstream) -> dict[str, Any]:
             try:
                 response = await self.pool.client.post(
@@ -192,7 +262,7 @@ class FleetControl:
             return {"url": upstream.url, "ok": ok, "status": response.status_code,
                     "error": None if ok else response.text[:500]}
 
-        return list(await asyncio.gather(*(one(u) for u in self.pool.upstreams)))
+        return list(await asyncio.gather(*(one(u) for u in upstreams)))
 
 
 async def read_server_info(

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
+
+from ..settings import MAX_URL_LENGTH
 
 __all__ = [
     "AckRequest",
     "CreateSessions",
     "ExportRequest",
     "FleetPause",
+    "FleetUpstream",
     "FleetWeightVersion",
     "ForkFrom",
     "RewardRequest",
@@ -62,6 +65,12 @@ class AckRequest(_Body):
 
 class FleetPause(_Body):
     mode: Literal["abort", "in_place", "retract"] = "abort"
+
+
+class FleetUpstream(_Body):
+    url: StrictStr = Field(min_length=1, max_length=MAX_URL_LENGTH)
+    """A server's root URL, as ``--upstream`` takes it (checked by
+    ``settings.check_upstream_url``)."""
 
 
 class FleetWeightVersion(_Body):

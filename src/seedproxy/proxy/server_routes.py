@@ -63,7 +63,7 @@ def server_router(pool: UpstreamPool, fleet: FleetControl, access: Access, *,
 
     async def flush_cache(request: Request) -> JSONResponse:
         await access.require_admin(request)
-        results = await fleet.fan_out("/flush_cache", {})
+        results = await fleet.fan_out("/flush_cache", {}, fleet.pool.upstreams)
         if all(r["ok"] for r in results):
             status = 200
         else:

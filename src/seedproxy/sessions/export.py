@@ -190,6 +190,7 @@ async def trajectory(
         "group_id": record.group_id,
         "reward": record.reward,
         "metadata": record.metadata,
+        "store_epoch": record.store_epoch,
     }
     if style == "individual":
         shown = [i.to_dict() for i in interactions]
