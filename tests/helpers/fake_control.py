@@ -63,6 +63,8 @@ class FakeControl:
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     info_status: int = 200
     """Any other status makes ``/get_server_info`` fail with it (the version unread)."""
+    flushes: bool = True
+    """``/flush_cache`` flushes (200), else answers 400 as SGLang does with requests running."""
     hold_at: int | None = None
     """Runs stop after this many tokens until ``release`` is set (a test's checkpoint)."""
     held: int = 0
@@ -159,8 +161,20 @@ class FakeControl:
                     self._abort(run)
             return Response(status_code=200)
 
+        async def flush_cache(request: Request) -> Response:
+            self.calls.append(("flush_cache", {}))
+            if not self.flushes:
+                return Response("Cache not flushed: requests are running.\n", status_code=400)
+            return Response("Cache flushed.\n", status_code=200)
+
+        async def model_info(request: Request) -> Response:
+            return JSONResponse({"model_path": self.server_info.get("model_path", "fake"),
+                                 "is_generation": True, "weight_version": self.version})
+
         return [
             Route("/get_server_info", server_info, methods=["GET"]),
+            Route("/get_model_info", model_info, methods=["GET"]),
+            Route("/flush_cache", flush_cache, methods=["GET", "POST"]),
             Route("/pause_generation", pause, methods=["POST"]),
             Route("/continue_generation", resume, methods=["POST"]),
             Route("/update_weight_version", weight_version, methods=["POST"]),

@@ -646,8 +646,18 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
         texts = [detok(row) for row in rows]
         return JSONResponse({"text": texts if batch else texts[0]})
 
+    async def tokenize_route(request: Request) -> Response:
+        body = await request.json()
+        prompt = body.get("prompt") if isinstance(body, dict) else None
+        if not isinstance(prompt, str):
+            return error("prompt must be a string")
+        ids = tokenize(prompt)
+        return JSONResponse({"tokens": ids, "count": len(ids), "max_model_len": 4096})
+
     return Starlette(routes=[
         *sw.control.routes(),
+        Route("/tokenize", tokenize_route, methods=["POST"]),
+        Route("/v1/tokenize", tokenize_route, methods=["POST"]),
         Route("/generate", generate, methods=["POST"]),
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),

@@ -220,12 +220,12 @@ class FleetControl:
     async def pause(self, mode: PauseMode) -> list[dict[str, Any]]:
         """Hold new requests on every replica, then pause every server in ``mode``."""
         self.apply(await self.board.pause(mode))
-        return await self._fan_out("/pause_generation", {"mode": mode}, self.pool.upstreams)
+        return await self.fan_out("/pause_generation", {"mode": mode}, self.pool.upstreams)
 
     async def resume(self) -> list[dict[str, Any]]:
         """Continue every server, then let held requests go on every replica."""
         try:
-            return await self._fan_out("/continue_generation", {}, self.pool.upstreams)
+            return await self.fan_out("/continue_generation", {}, self.pool.upstreams)
         finally:
             self.apply(await self.board.resume())
 
@@ -234,7 +234,7 @@ class FleetControl:
         if abort_all:
             self.apply(await self.board.abort())
         upstreams = self.pool.upstreams
-        results = await self._fan_out("/update_weight_version", body, upstreams)
+        results = await self.fan_out("/update_weight_version", body, upstreams)
         taken = False
         for upstream, result in zip(upstreams, results, strict=True):
             if result["ok"]:
@@ -245,7 +245,7 @@ class FleetControl:
             self.apply(await self.board.set_weight_version(version))
         return results
 
-    async def _fan_out(self, path: str, body: dict[str, Any],
+    async def fan_out(self, path: str, body: dict[str, Any],
                        upstreams: list[Upstream]) -> list[dict[str, Any]]:
         """``body`` to ``path`` on each of ``upstreams`` (draining ones too: they hold
         requests), one answer each, in order."""

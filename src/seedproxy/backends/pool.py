@@ -285,13 +285,17 @@ class UpstreamPool:
                 raise _as_upstream_error(upstream.url, what, exc) from exc
             raise
 
-    async def get(self, path: str) -> httpx.Response:
-        """GET ``path`` from the first healthy server that answers (for /v1/models)."""
+    async def get(self, path: str, *, method: str = "GET",
+                  body: bytes | None = None) -> httpx.Response:
+        """``method`` ``path`` (with JSON ``body``) on the least busy healthy server that
+        answers (for /v1/models and SGLang's server routes), the next on a failure."""
         last: Exception | None = None
         response: httpx.Response | None = None
+        headers = {"content-type": "application/json"} if body is not None else None
         for upstream in self.candidates(None):
             try:
-                response = await self.client.get(upstream.url + path)
+                response = await self.client.request(method, upstream.url + path,
+                                                      content=body, headers=headers)
             except httpx.HTTPError as exc:
                 last = exc
                 self._failed(upstream)
@@ -300,7 +304,8 @@ class UpstreamPool:
                 return response
         if response is not None:
             return response
-        raise UpstreamUnavailable(f"no upstream answered GET {path}: {type(last).__name__}")
+        raise UpstreamUnavailable(
+            f"no upstream answered {method} {path}: {type(last).__name__}")
 
     async def abort(self, request: Abortable) -> None:
         """Ask the server that holds ``request`` to stop generating it (SGLang's

@@ -199,8 +199,10 @@ def _chunk(job: ChatJob, choices: list[dict[str, Any]], **extra: Any) -> bytes:
 
 def _delta(idx: int, delta: dict[str, Any], logprobs: Any = None, finish: Any = None,
            matched: Any = None) -> dict[str, Any]:
-    return {"index": idx, "delta": delta, "logprobs": logprobs, "finish_reason": finish,
-            "matched_stop": matched}
+    """A stream choice as SGLang writes it: the delta always has ``reasoning_content``
+    (null here: the engine parses no reasoning), the finish chunk's delta included."""
+    return {"index": idx, "delta": {"reasoning_content": None, **delta}, "logprobs": logprobs,
+            "finish_reason": finish, "matched_stop": matched}
 
 
 async def chat_stream(state: EngineState, job: ChatJob) -> AsyncIterator[bytes]:

@@ -67,6 +67,10 @@ class GenRequest:
     top_logprobs_num: int = 0
     return_input_logprob: bool = False
     processor: LogitsProcessor | None = None
+    logprob_start_len: int = 0
+    """The first prompt position whose input logprob is shown (SGLang's field)."""
+    return_text_in_logprobs: bool = False
+    """Each logprob row's third slot is its token's text, else null."""
 
 
 @dataclass

@@ -12,7 +12,7 @@ Invariants:
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
@@ -20,7 +20,13 @@ import orjson
 from .errors import RequestError
 from .generator import GenRequest, Update, version_spans
 from .jobs import complete
-from .openai_common import check_context_budget, raise_for_failure, want_bool, want_int
+from .openai_common import (
+    check_context_budget,
+    raise_for_failure,
+    token_text,
+    want_bool,
+    want_int,
+)
 from .params import parse_sampling_params
 from .state import EngineState, new_id
 
@@ -51,6 +57,14 @@ def parse_generate(state: EngineState, body: dict[str, Any]) -> list[GenRequest]
     return_logprob = want_bool(body, "return_logprob")
     top_n = want_int(body, "top_logprobs_num", 0) or 0
     start = want_int(body, "logprob_start_len", -1)
+    text_too = want_bool(body, "return_text_in_logprobs")
+    if return_logprob and start is not None and start >= 0:
+        shortest = min(len(p) for p in prompts)
+        if start >= shortest:
+            raise RequestError(
+                f"logprob_start_len ({start}) is higher than the number of input tokens "
+                f"({shortest}). Please use a smaller logprob_start_len.",
+                param="logprob_start_len")
     rid = body.get("rid")
     base = rid if isinstance(rid, str) else new_id()
     out = []
@@ -61,16 +75,21 @@ def parse_generate(state: EngineState, body: dict[str, Any]) -> list[GenRequest]
                 base + suffix, prompt, params, return_logprob, max(0, top_n),
                 return_input_logprob=return_logprob and start is not None and start >= 0,
                 processor=state.processors.build(params, grammar),
+                logprob_start_len=max(0, start or 0), return_text_in_logprobs=text_too,
             ))
     return out
 
 
-def _triples(pairs: list[tuple[float | None, int]]) -> list[list[Any]]:
-    return [[lp, tid, None] for lp, tid in pairs]
+def meta_info(req: GenRequest, upd: Update, text: Callable[[int], str]) -> dict[str, Any]:
+    """SGLang's ``meta_info`` for an update of ``req``: input logprobs from
+    ``req.logprob_start_len`` on, each row ``[logprob, id, text]`` with the token's
+    ``text`` when ``req.return_text_in_logprobs``, else null."""
+    shown = text if req.return_text_in_logprobs else None
+    start_len = req.logprob_start_len
 
+    def _triples(pairs: list[tuple[float | None, int]]) -> list[list[Any]]:
+        return [[lp, tid, shown(tid) if shown else None] for lp, tid in pairs]
 
-def meta_info(req: GenRequest, upd: Update, start_len: int = 0) -> dict[str, Any]:
-    """SGLang's ``meta_info`` for an update of ``req``."""
     meta: dict[str, Any] = {
         "id": req.rid,
         "finish_reason": upd.finish,
@@ -99,8 +118,10 @@ def meta_info(req: GenRequest, upd: Update, start_len: int = 0) -> dict[str, Any
     return meta
 
 
-def _item(req: GenRequest, upd: Update) -> dict[str, Any]:
-    return {"text": upd.text, "output_ids": upd.output_ids, "meta_info": meta_info(req, upd)}
+def _item(state: EngineState, req: GenRequest, upd: Update) -> dict[str, Any]:
+    return {"text": upd.text, "output_ids": upd.output_ids,
+            "meta_info": meta_info(req, upd,
+                                   lambda tid: token_text(state.model.tokenizer, tid))}
 
 
 async def generate_response(state: EngineState, reqs: list[GenRequest],
@@ -108,7 +129,7 @@ async def generate_response(state: EngineState, reqs: list[GenRequest],
     """Non-streaming answer: one object, or a list for a batched request."""
     finals = [await complete(state.worker, state.jobs, r) for r in reqs]
     raise_for_failure(finals)
-    items = [_item(r, upd) for r, upd in zip(reqs, finals, strict=True)]
+    items = [_item(state, r, upd) for r, upd in zip(reqs, finals, strict=True)]
     return items if batched or len(items) > 1 else items[0]
 
 
@@ -116,7 +137,7 @@ async def generate_stream(state: EngineState, reqs: list[GenRequest]) -> AsyncIt
     """Cumulative SSE chunks for every request, then ``data: [DONE]``."""
     for idx, req in enumerate(reqs):
         async for upd in state.worker.stream(req):
-            item = _item(req, upd)
+            item = _item(state, req, upd)
             if len(reqs) > 1:
                 item["index"] = idx
             yield b"data: " + orjson.dumps(item) + b"\n\n"

@@ -129,6 +129,30 @@ def create_engine_app(model: EngineModel, max_batch: int = DEFAULT_MAX_BATCH,
             return json_response({"text": texts if batch else texts[0]})
         return await guard(False, run)
 
+    @app.post("/tokenize")
+    @app.post("/v1/tokenize")
+    async def tokenize(request: Request) -> Response:
+        """SGLang's ``/tokenize``: ``{"prompt": str}`` -> ``{"tokens": [ids], "count",
+        "max_model_len"}``, or a batch ``{"prompt": [str, ...]}`` -> lists of each;
+        ``add_special_tokens`` defaults to true, as SGLang's."""
+        async def run() -> Response:
+            body = await read_body(request)
+            prompt, special = body.get("prompt"), body.get("add_special_tokens", True)
+            if not isinstance(special, bool):
+                raise RequestError("add_special_tokens must be a boolean",
+                                   param="add_special_tokens")
+            batch = isinstance(prompt, list)
+            rows = prompt if isinstance(prompt, list) else [prompt]
+            if not rows or not all(isinstance(row, str) for row in rows):
+                raise RequestError("prompt must be a string or a list of strings",
+                                   param="prompt")
+            ids = [list(model.tokenizer.encode(row, add_special_tokens=special))
+                   for row in rows]
+            return json_response({"tokens": ids if batch else ids[0],
+                                  "count": [len(i) for i in ids] if batch else len(ids[0]),
+                                  "max_model_len": model.context_length})
+        return await guard(False, run)
+
     @app.post("/generate")
     async def generate(request: Request) -> Response:
         async def run() -> Response:

@@ -47,6 +47,7 @@ from .logs import flush_logs
 from .messages import PromptCounter, messages_router
 from .replay import Verifier
 from .routes import openai_router
+from .server_routes import server_router
 from .ui import TokenDecoder, ui_router
 
 if TYPE_CHECKING:
@@ -165,6 +166,8 @@ def create_app(
         )
     )
     app.include_router(readiness_router(pool, store))
+    app.include_router(server_router(pool, fleet, access,
+                                     max_body_bytes=settings.max_body_bytes))
     app.include_router(fleet_router(
         fleet, Verifier(store, backend, pool, tito), access,
         max_body_bytes=settings.max_body_bytes, engine_url=engine_url,

@@ -45,8 +45,9 @@ class Sample:
     logprobs: list[float] = field(default_factory=list)
     top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
     finish: str | None = None
-    matched: str | None = None
-    """The stop string that ended it, when one did."""
+    matched: int | str | None = None
+    """The stop string or stop token id that ended it, when one did (SGLang's
+    ``finish_reason.matched``, vLLM's ``stop_reason``)."""
     versions: dict[str, Any] = field(default_factory=dict)
     """The last ``meta_info``'s ``weight_version`` and ``weight_versions``, as sent."""
 
@@ -68,6 +69,11 @@ def _number(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise MalformedAnswer(f"upstream answer: {where} is not a number")
     return float(value)
+
+
+def _matched(value: Any) -> int | str | None:
+    """A stop string or token id as the upstream named it; anything else is none."""
+    return value if isinstance(value, str) or type(value) is int else None
 
 
 def _logprob_rows(value: Any, where: str) -> list[list[Any]]:
@@ -138,6 +144,8 @@ class GenerateDialect(Dialect):
         if sampling.stop:
             params["stop"] = list(sampling.stop)
         params["stop_token_ids"] = list(sampling.stop_token_ids)
+        if sampling.ignore_eos:
+            params["ignore_eos"] = True
         if seed is not None:
             params["sampling_seed"] = seed
         _penalties_and_bias(sampling, params)
@@ -195,7 +203,7 @@ class _GenerateReader(Reader):
             kind = finish.get("type")
             sample.finish = kind if isinstance(kind, str) else "stop"
             matched = finish.get("matched")
-            sample.matched = matched if isinstance(matched, str) else None
+            sample.matched = _matched(matched)
         return new
 
     def result(self) -> Sample:
@@ -226,6 +234,8 @@ class CompletionsDialect(Dialect):
                 body[key] = value
         if sampling.stop:
             body["stop"] = list(sampling.stop)
+        if sampling.ignore_eos:
+            body["ignore_eos"] = True
         if seed is not None:
             body["seed"] = seed
         _penalties_and_bias(sampling, body)
@@ -266,7 +276,7 @@ class _CompletionsReader(Reader):
         if isinstance(reason, str):
             self._sample.finish = reason
             stop = choice.get("stop_reason")
-            self._sample.matched = stop if isinstance(stop, str) else None
+            self._sample.matched = _matched(stop)
         return new
 
     def result(self) -> Sample:

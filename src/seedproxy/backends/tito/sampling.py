@@ -115,6 +115,9 @@ class Sampling:
     logit_bias: tuple[tuple[int, float], ...] = ()
     stop_regex: tuple[str, ...] = ()
     constraint: Constraint | None = None
+    ignore_eos: bool = False
+    """Generate past the end of the turn: the template's stop ids are not sent (only the
+    client's ``stop_token_ids``), and the upstream ignores its own EOS."""
     require_reasoning: bool = False
     """A reasoning parser is on: SGLang's chat route then leaves the reasoning free and
     starts a constraint after it (``require_reasoning`` on ``/generate``)."""
@@ -165,6 +168,9 @@ def sampling_of(body: dict[str, Any], stop_token_ids: tuple[int, ...], *,
     logprobs = body.get("logprobs")
     if logprobs is not None and not isinstance(logprobs, bool):
         raise BadRequest("logprobs must be a boolean", param="logprobs")
+    ignore_eos = body.get("ignore_eos")
+    if ignore_eos is not None and not isinstance(ignore_eos, bool):
+        raise BadRequest("ignore_eos must be a boolean", param="ignore_eos")
     top = _int(body, "top_logprobs", 0) or 0
     if top > 20:
         raise BadRequest("top_logprobs must be at most 20", param="top_logprobs")
@@ -175,7 +181,7 @@ def sampling_of(body: dict[str, Any], stop_token_ids: tuple[int, ...], *,
         top_k=_int(body, "top_k", -1),
         min_p=_number(body, "min_p"),
         stop=stops,
-        stop_token_ids=tuple(dict.fromkeys([*stop_token_ids, *extra])),
+        stop_token_ids=tuple(dict.fromkeys([*(() if ignore_eos else stop_token_ids), *extra])),
         logprobs=bool(logprobs),
         top_logprobs=top,
         frequency_penalty=_penalty(body, "frequency_penalty", -2.0, 2.0),
@@ -184,5 +190,6 @@ def sampling_of(body: dict[str, Any], stop_token_ids: tuple[int, ...], *,
         logit_bias=_logit_bias(body, vocab_size),
         stop_regex=_stop_regex(body),
         constraint=constraint_of(body),
+        ignore_eos=bool(ignore_eos),
         require_reasoning=reasoning,
     )

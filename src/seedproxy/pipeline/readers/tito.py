@@ -13,8 +13,8 @@ protocol. A chat client's record is the whole chat answer, streamed or not.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import time
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ...backends import Captured
 from ...backends.answer_shape import check_error
 from ...backends.pool import UpstreamReply
-from ...backends.tito import AssistantStream, Delta, Prompt, TitoMode, tito_record, tool_call_id
+from ...backends.tito import AssistantStream, Prompt, TitoMode, tito_record, tool_call_id
 from ...backends.tito.dialect import Reader as SampleReader
 from ...backends.tito.dialect import Sample
 from ...backends.tito.lineage import FullRender, reply_key
@@ -80,6 +80,11 @@ class _Choice:
         finish = self.sample().finish
         return finish if finish in ("length", "abort") else "stop"
 
+    def matched_stop(self) -> int | str | None:
+        """The stop string or token id that ended a plain stop (SGLang's
+        ``matched_stop``); none for a length, an abort or tool calls."""
+        return self.sample().matched if self.finish_reason() == "stop" else None
+
     def message(self, cid: str) -> dict[str, Any]:
         reply = self.assistant.reply
         if not self.call_ids:
@@ -99,11 +104,13 @@ class TitoReader:
         self.turn = turn
         self.chat_client = chat_client
         self.model = turn.chat.get("model") or mode.model_name
-        self.cid = _completion_id(ex, turn.prompt)
+        self.cid = _completion_id(ex)
         self.created = int(time.time())
         self.replies: list[UpstreamReply] = []
         self.choices: list[_Choice] = []
         self._max_event = ex.services.settings.max_upstream_body_bytes
+        options = turn.chat.get("stream_options")
+        self._options = options if chat_client and isinstance(options, dict) else {}
 
     async def open(self, ex: Exchange) -> None:
         mode, n = self.mode, ex.client.n
@@ -130,9 +137,7 @@ class TitoReader:
         for choice, reply in zip(self.choices, self.replies, strict=True):
             async for chunk in self._choice_chunks(ex, choice, reply):
                 yield chunk
-        options = self.turn.chat.get("stream_options")
-        wanted = isinstance(options, dict) and options.get("include_usage") is True
-        if wanted or not self.chat_client:
+        if self._options.get("include_usage") is True or not self.chat_client:
             yield {"id": self.cid, "object": "chat.completion.chunk", "created": self.created,
                    "model": self.model, "choices": [], "usage": self._usage()}
 
@@ -147,14 +152,14 @@ class TitoReader:
             check_error(payload)
             for token_id in choice.reader.feed(payload):
                 for delta in choice.assistant.feed(token_id):
-                    yield self._delta(choice.index, delta)
+                    yield self._running(choice, {delta.kind: delta.text})
         for delta in choice.assistant.finish():
-            yield self._delta(choice.index, delta)
+            yield self._running(choice, {delta.kind: delta.text})
         message = choice.message(self.cid)
         if message.get("tool_calls"):
             calls = [{"index": k, **call} for k, call in enumerate(message["tool_calls"])]
-            yield self._chunk(choice.index, {"tool_calls": calls})
-        yield self._chunk(choice.index, {}, choice.finish_reason())
+            yield self._running(choice, {"tool_calls": calls})
+        yield self._chunk(choice.index, {}, choice.finish_reason(), choice.matched_stop())
 
     def captured(self) -> Captured:
         records = []
@@ -181,13 +186,14 @@ class TitoReader:
                 "index": c.index, "message": c.message(self.cid),
                 "logprobs": self._logprobs(c) if wants_logprobs else None,
                 "finish_reason": c.finish_reason(),
+                "matched_stop": c.matched_stop(),
             } for c in self.choices],
             "usage": self._usage(),
         }
 
-    def _usage(self) -> dict[str, int]:
+    def _usage(self, choices: list[_Choice] | None = None) -> dict[str, int]:
         prompt = len(self.turn.prompt.ids)
-        completion = sum(len(c.sample().token_ids) for c in self.choices)
+        completion = sum(len(c.sample().token_ids) for c in choices or self.choices)
         return {"prompt_tokens": prompt, "completion_tokens": completion,
                 "total_tokens": prompt + completion}
 
@@ -207,21 +213,26 @@ class TitoReader:
             })
         return {"content": content, "refusal": None}
 
-    def _chunk(self, index: int, delta: dict[str, Any], finish: str | None = None
-               ) -> dict[str, Any]:
+    def _chunk(self, index: int, delta: dict[str, Any], finish: str | None = None,
+               matched: int | str | None = None) -> dict[str, Any]:
+        """One choice's chunk as SGLang's chat stream writes it: the delta always
+        carries ``reasoning_content`` (null when it adds none), the choice
+        ``matched_stop``."""
         return {"id": self.cid, "object": "chat.completion.chunk", "created": self.created,
-                "model": self.model, "choices": [{"index": index, "delta": delta,
-                                                  "logprobs": None, "finish_reason": finish}]}
+                "model": self.model, "choices": [{
+                    "index": index, "delta": {"reasoning_content": None, **delta},
+                    "logprobs": None, "finish_reason": finish, "matched_stop": matched}]}
 
-    def _delta(self, index: int, delta: Delta) -> dict[str, Any]:
-        return self._chunk(index, {delta.kind: delta.text})
+    def _running(self, choice: _Choice, delta: dict[str, Any]) -> dict[str, Any]:
+        """A delta chunk; with ``stream_options.continuous_usage_stats`` it carries the
+        choice's usage so far, as SGLang's content and tool-call chunks do."""
+        chunk = self._chunk(choice.index, delta)
+        if self._options.get("continuous_usage_stats") is True:
+            chunk["usage"] = self._usage([choice])
+        return chunk
 
 
-def _completion_id(ex: Exchange, prompt: Prompt) -> str:
-    """The exchange's derived id in a session; else a hash of the prompt and seeds."""
-    if ex.basis is not None:
-        return "chatcmpl-" + ex.basis
-    digest = hashlib.blake2b(digest_size=12)
-    digest.update(prompt.ids.ids.tobytes())
-    digest.update(repr(ex.seeds).encode())
-    return "chatcmpl-" + digest.hexdigest()
+def _completion_id(ex: Exchange) -> str:
+    """The exchange's derived id in a session (replays match); else a fresh random one,
+    as SGLang's request ids are, so no two requests outside a session share an id."""
+    return "chatcmpl-" + (ex.basis if ex.basis is not None else uuid.uuid4().hex[:24])
