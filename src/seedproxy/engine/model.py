@@ -29,7 +29,8 @@ from .arch import Architecture, check_gguf, read_config
 from .errors import EngineError
 from .llama import LlamaWeights
 
-__all__ = ["DEFAULT_GGUF", "EngineModel", "cache_root", "default_gguf_path", "load_model"]
+__all__ = ["DEFAULT_GGUF", "EngineModel", "cache_root", "default_gguf_path", "load_model",
+           "read_weights"]
 
 logger = logging.getLogger("seedproxy.engine")
 
@@ -172,18 +173,30 @@ def _display_name(path: Path) -> str:
     return path.name
 
 
-def load_from_dir(folder: Path, model_path: str, name: str) -> EngineModel:
-    """Load a Hugging Face Llama-family model folder into an ``EngineModel``."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
-    arch = read_config(folder, model_path)
+
+def read_weights(folder: Path, model_path: str, arch: Architecture
+                 ) -> tuple[LlamaWeights, int, frozenset[int]]:
+    """The folder's weights, context length and config EOS ids (``EngineError`` with one
+    line naming ``model_path`` when they cannot be read). Every weight the architecture
+    has must be in the folder: a missing or mis-sized tensor is refused, never left at
+    transformers' random initialisation."""
+    from transformers import AutoModelForCausalLM
 
     try:
-        tok = AutoTokenizer.from_pretrained(str(folder))
-        hf = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
+        loaded: Any = AutoModelForCausalLM.from_pretrained(
+            str(folder), dtype=torch.float32, output_loading_info=True)
+        hf, info = loaded
     except Exception as exc:  # transformers raises many kinds; all mean "not loadable"
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise EngineError(f"cannot load model from {model_path}: {first}") from exc
+        raise EngineError(f"cannot load model from {model_path}: {_first_line(exc)}") from exc
+    missing = sorted(info.get("missing_keys") or []) + sorted(
+        str(k[0] if isinstance(k, tuple) else k) for k in info.get("mismatched_keys") or [])
+    if missing:
+        raise EngineError(f"cannot load model from {model_path}: missing or mis-sized "
+                          f"weights {', '.join(missing[:3])}"
+                          + (f" and {len(missing) - 3} more" if len(missing) > 3 else ""))
     cfg = hf.config
     ctx = int(getattr(cfg, "max_position_embeddings", 0) or 2048)
     try:
@@ -195,16 +208,29 @@ def load_from_dir(folder: Path, model_path: str, name: str) -> EngineModel:
             f"unsupported architecture in {model_path}: {type(hf).__name__} ({exc})"
         ) from exc
     eos: set[int] = set()
-    for source in (cfg.eos_token_id, getattr(hf.generation_config, "eos_token_id", None),
-                   tok.eos_token_id):
+    for source in (cfg.eos_token_id, getattr(hf.generation_config, "eos_token_id", None)):
         if isinstance(source, int):
             eos.add(source)
         elif isinstance(source, list):
             eos.update(int(x) for x in source)
-    del hf
+    return weights, ctx, frozenset(eos)
+
+
+def load_from_dir(folder: Path, model_path: str, name: str) -> EngineModel:
+    """Load a Hugging Face Llama-family model folder into an ``EngineModel``."""
+    from transformers import AutoTokenizer
+
+    arch = read_config(folder, model_path)
+    try:
+        tok = AutoTokenizer.from_pretrained(str(folder))
+    except Exception as exc:  # transformers raises many kinds; all mean "not loadable"
+        raise EngineError(f"cannot load model from {model_path}: {_first_line(exc)}") from exc
+    weights, ctx, eos = read_weights(folder, model_path, arch)
+    if isinstance(tok.eos_token_id, int):
+        eos |= {tok.eos_token_id}
     return EngineModel(
         name=name, context_length=ctx, tokenizer=tok, weights=weights,
-        model_path=model_path, source_dir=str(folder), eos_token_ids=frozenset(eos),
+        model_path=model_path, source_dir=str(folder), eos_token_ids=eos,
         arch=arch,
     )
 
