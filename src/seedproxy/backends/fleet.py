@@ -17,6 +17,11 @@ Invariants:
   (``/update_weight_version``, here or through another replica's board write) is kept
   on its ``Upstream``, which the pool reads at dispatch.
 - ``waiting`` (requests held at the gate) is per replica.
+- A weight sync (``update_weights``) is pause, load on every server, record the version,
+  continue, one step after another: a step that fails on any server ends the sync there,
+  with the fleet still paused, so nothing runs on mixed weights until the admin retries
+  or continues. Each server is told the version with its weights, so the version it
+  reports is always that of the weights it holds.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from .pause import PauseGate, PauseMode
 from .pool import Upstream, UpstreamPool
 from .preflight import Finding, check_server_info
 
-__all__ = ["FleetControl", "UpstreamReport", "read_server_info"]
+__all__ = ["FleetControl", "UpstreamReport", "WeightSync", "read_server_info"]
 
 log = logging.getLogger("seedproxy.fleet")
 
@@ -70,6 +75,20 @@ class UpstreamReport:
         }
 
 
+@dataclass(slots=True)
+class WeightSync:
+    """How a weight sync went: ``step`` is the last one tried (``pause``, ``load``,
+    ``continue``); ``upstreams`` are each server's answers to it."""
+
+    ok: bool
+    step: str
+    upstreams: list[dict[str, Any]]
+
+    @property
+    def failed(self) -> list[str]:
+        return [r["url"] for r in self.upstreams if not r["ok"]]
+
+
 class FleetControl:
     """Fans control calls out to every upstream and keeps what they report."""
 
@@ -84,6 +103,9 @@ class FleetControl:
         self.sglang = sglang
         self.enforce = enforce
         self.timeout_s = timeout_s
+        self.load_timeout_s = 600.0
+        """How long a server may take to load weights (or join an NCCL transfer)."""
+        self._syncing = asyncio.Lock()
 
     async def inspect(self) -> list[UpstreamReport]:
         """Read every server's ``/get_server_info`` (SGLang only) and report. With
@@ -170,24 +192,83 @@ class FleetControl:
                 upstream.weight_version = version
                 taken = True
         if taken:  # set here per server: applying it below changes no upstream here
-            self._version = version
-            self.apply(await self.board.set_weight_version(version))
+            await self._record_version(version)
         return results
 
-    async def _fan_out(self, path: str, body: dict[str, Any]) -> list[dict[str, Any]]:
-        async def one(upstream: Upstream) -> dict[str, Any]:
+    async def update_weights(self, model_path: str, version: str, mode: PauseMode,
+                             load_format: str | None) -> WeightSync:
+        """Pause in ``mode``, load ``model_path`` on every server (concurrently), record
+        ``version``, continue; stop at the first step that fails on any server."""
+        async with self._syncing:
+            paused = await self.pause(mode)
+            if not all(r["ok"] for r in paused):
+                return WeightSync(False, "pause", paused)
+            body: dict[str, Any] = {"model_path": model_path, "weight_version": version,
+                                    "abort_all_requests": False}
+            if load_format is not None:
+                body["load_format"] = load_format
+            loads = await self._fan_out("/update_weights_from_disk", body,
+                                        timeout_s=self.load_timeout_s, answers=True)
+            for upstream, result in zip(self.pool.upstreams, loads, strict=True):
+                if result["ok"]:
+                    upstream.weight_version = version
+            if not all(r["ok"] for r in loads):
+                return WeightSync(False, "load", loads)
+            await self._record_version(version)
+            resumed = await self.resume()
+            if not all(r["ok"] for r in resumed):
+                return WeightSync(False, "continue", resumed)
+            return WeightSync(True, "continue", loads)
+
+    async def pass_through(self, path: str, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Send ``bodies[i]`` to upstream ``i`` (all at once: an NCCL transfer needs every
+        server in it together); a ``weight_version`` that every server took is recorded."""
+        results = await self._fan_out(path, bodies, timeout_s=self.load_timeout_s,
+                                      answers=True)
+        version = bodies[0].get("weight_version") if bodies else None
+        if isinstance(version, str) and all(r["ok"] for r in results):
+            for upstream in self.pool.upstreams:
+                upstream.weight_version = version
+            await self._record_version(version)
+        return results
+
+    async def _record_version(self, version: str) -> None:
+        """The fleet's version is ``version`` (its servers were told already)."""
+        self._version = version
+        self.apply(await self.board.set_weight_version(version))
+
+    async def _fan_out(self, path: str, body: dict[str, Any] | list[dict[str, Any]], *,
+                       timeout_s: float | None = None, answers: bool = False
+                       ) -> list[dict[str, Any]]:
+        """POST ``body`` (or ``body[i]`` to upstream ``i``) to every upstream; with
+        ``answers``, each result carries the server's JSON answer (None if not JSON)."""
+        bodies = body if isinstance(body, list) else [body] * len(self.pool.upstreams)
+
+        async def one(upstream: Upstream, sent: dict[str, Any]) -> dict[str, Any]:
             try:
                 response = await self.pool.client.post(
-                    upstream.url + path, json=body, timeout=self.timeout_s
+                    upstream.url + path, json=sent, timeout=timeout_s or self.timeout_s
                 )
             except httpx.HTTPError as exc:
-                return {"url": upstream.url, "ok": False, "status": None,
-                        "error": f"unreachable: {type(exc).__name__}"}
+                result: dict[str, Any] = {"url": upstream.url, "ok": False, "status": None,
+                                          "error": f"unreachable: {type(exc).__name__}"}
+                return {**result, "answer": None} if answers else result
             ok = response.status_code == 200
-            return {"url": upstream.url, "ok": ok, "status": response.status_code,
-                    "error": None if ok else response.text[:500]}
+            result = {"url": upstream.url, "ok": ok, "status": response.status_code,
+                      "error": None if ok else response.text[:500]}
+            if answers:
+                try:
+                    result["answer"] = response.json()
+                except ValueError:
+                    result["answer"] = None
+                if ok and isinstance(result["answer"], dict) and \
+                        result["answer"].get("success") is False:
+                    result["ok"], result["error"] = False, str(
+                        result["answer"].get("message"))[:500]
+            return result
 
-        return list(await asyncio.gather(*(one(u) for u in self.pool.upstreams)))
+        return list(await asyncio.gather(
+            *(one(u, b) for u, b in zip(self.pool.upstreams, bodies, strict=True))))
 
 
 async def read_server_info(

@@ -46,6 +46,7 @@ from .messages import PromptCounter, messages_router
 from .replay import Verifier
 from .routes import openai_router
 from .ui import TokenDecoder, ui_router
+from .weight_routes import weight_router
 
 if TYPE_CHECKING:
     from ..backends.tito import TitoMode
@@ -158,6 +159,7 @@ def create_app(
     app.include_router(fleet_router(
         fleet, Verifier(store, backend, pool, tito), access, max_body_bytes=settings.max_body_bytes
     ))
+    app.include_router(weight_router(fleet, access, max_body_bytes=settings.max_body_bytes))
     app.include_router(
         ui_router(access, pool, TokenDecoder(client), max_body_bytes=settings.max_body_bytes)
     )
