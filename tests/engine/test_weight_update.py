@@ -7,7 +7,7 @@ before, and requests paused mid-generation follow the pause mode across the swap
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ from safetensors.torch import load_file, save_file
 
 from seedproxy.engine import RunningEngine, start_engine_thread
 from seedproxy.engine.model import load_model
-from seedproxy.engine.testing import tiny_hf_model, tiny_model, tiny_tokenizer
+from seedproxy.engine.testing import engine_model, tiny_hf_model, tiny_model, tiny_tokenizer
 from tests.helpers.step_hold import StepHold
 from tests.helpers.waiting import wait_until
 
@@ -197,3 +197,49 @@ def test_a_load_while_running_waits_for_the_running_requests(
     assert tokens(out[0]) == tokens(old)  # all of it on the old weights
     assert loaded[0].json()["success"] is True
     assert tokens(generate(engine.url, PROMPT, "new")) == tokens(generate(fresh, PROMPT, "f"))
+
+
+def test_a_fleet_sync_where_one_engine_refuses_stays_paused_and_names_it(
+        engine: RunningEngine, checkpoint: Path, fresh: str,
+        start_proxy: Callable[..., str]) -> None:
+    """Two engines behind a proxy; the second runs a model of another shape, so the
+    checkpoint fits the first only."""
+    tok = tiny_tokenizer()
+    other = engine_model(tiny_hf_model("llama", 0, vocab_size=len(tok), intermediate_size=96,
+                                       eos_token_id=tok.eos_token_id), tok, "other")
+    second = start_engine_thread(other, max_batch=4)
+    try:
+        proxy = start_proxy([engine.url, second.url])
+        answer = httpx.post(f"{proxy}/fleet/update_weights", timeout=120,
+                            json={"model_path": str(checkpoint), "version": "step-1"})
+        assert answer.status_code == 502
+        body = answer.json()
+        assert second.url in body["error"]["message"]
+        assert engine.url not in body["error"]["message"]
+        assert "intermediate_size" in body["error"]["message"]
+        assert (body["paused"], body["mode"]) == (True, "in_place")
+        for url, version in [(engine.url, "step-1"), (second.url, "default")]:
+            info = httpx.get(f"{url}/get_server_info").json()
+            assert (info["paused"], info["weight_version"]) == ("in_place", version)
+        assert httpx.post(f"{proxy}/fleet/continue").json()["paused"] is False
+        assert httpx.get(f"{second.url}/get_server_info").json()["paused"] is None
+    finally:
+        second.stop()
+
+
+def test_a_fleet_sync_through_the_proxy_samples_the_new_weights(
+        engine: RunningEngine, checkpoint: Path, fresh: str,
+        start_proxy: Callable[..., str]) -> None:
+    proxy = start_proxy([engine.url])
+    url = f"{proxy}/sessions/sync-1/generate"
+    before = httpx.post(url, json=body(PROMPT, "b"), timeout=120).json()
+    answer = httpx.post(f"{proxy}/fleet/update_weights", timeout=120,
+                        json={"model_path": str(checkpoint), "version": "step-1"})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["upstreams"][0]["answer"]["success"] is True
+    after = httpx.post(url, json=body(PROMPT, "a"), timeout=120).json()
+    assert tokens(after) != tokens(before)
+    assert tokens(after) == tokens(generate(fresh, PROMPT, "f"))
+    record = httpx.get(f"{proxy}/sessions/sync-1/trajectory").json()["interactions"]
+    assert [r["weight_version"] for r in record] == ["default", "step-1"]
+    assert record[1]["completion_token_ids"] == after["output_ids"]

@@ -164,7 +164,7 @@ def _sglang_command(args: argparse.Namespace) -> int:
 
 def _launch(args: argparse.Namespace) -> int:
     from ..settings import load_settings
-    from .launch import launch, parse_gpus, plan_servers, warn_attention_backend
+    from .launch import launch, parse_gpus, plan_servers, require_sglang, warn_attention_backend
     from .serve import serve
 
     plan = plan_servers(
@@ -175,6 +175,7 @@ def _launch(args: argparse.Namespace) -> int:
     warn_attention_backend(args.attention_backend)
     flags = {**flag_values(args), "backend": "sglang"}
     load_settings({**flags, "upstream": plan.urls}, args.config)  # fail before starting anything
+    require_sglang(args.python)
     return launch(
         plan, lambda urls: serve({**flags, "upstream": urls}, args.config),
         health_timeout_s=args.health_timeout,
