@@ -101,6 +101,8 @@ def test_loaded_weights_sample_what_a_fresh_engine_on_them_samples(
     assert after["meta_info"]["weight_version"] == "step-1"
     info = httpx.get(f"{engine.url}/get_model_info").json()
     assert (info["weight_version"], info["model_path"]) == ("step-1", str(checkpoint))
+    assert info["tokenizer_path"] == "tiny-random-llama:seed=0"  # the tokenizer stays
+    assert engine.server.config.app.state.engine.model.source_dir == str(checkpoint)
 
 
 def drop_tensor(folder: Path) -> Path:

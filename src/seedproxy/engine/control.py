@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, cast
 
 from fastapi import APIRouter, Request
@@ -88,11 +89,12 @@ def control_routes(state: EngineState) -> APIRouter:
     """The control routes over ``state.worker``."""
     router = APIRouter()
     model, worker = state.model, state.worker
+    tokenizer_path = model.model_path  # a weight update changes the weights, not this
 
     @router.get("/get_model_info")
     async def model_info() -> Response:
         return json_response({
-            "model_path": model.model_path, "tokenizer_path": model.model_path,
+            "model_path": model.model_path, "tokenizer_path": tokenizer_path,
             "is_generation": True, "preferred_sampling_params": None,
             "weight_version": worker.weight_version, "has_image_understanding": False,
             "has_audio_understanding": False, "model_type": model.arch.model_type,
@@ -181,6 +183,7 @@ def control_routes(state: EngineState) -> APIRouter:
                     return json_response({"success": False, "message": "the engine stopped",
                                           "num_paused_requests": 0}, status=400)
                 model.model_path = update.model_path
+                model.source_dir = str(Path(update.model_path).expanduser())
             return json_response({"success": True,
                                   "message": "Succeeded to update model weights.",
                                   "num_paused_requests": held})
