@@ -13,10 +13,13 @@ from typing import Any
 
 import httpx
 import pytest
+import torch
 from safetensors.torch import load_file, save_file
 
 from seedproxy.engine import RunningEngine, start_engine_thread
+from seedproxy.engine.linear import rows_invariant
 from seedproxy.engine.model import load_model
+from seedproxy.engine.reload import prepare_update
 from seedproxy.engine.testing import engine_model, tiny_hf_model, tiny_model, tiny_tokenizer
 from tests.helpers.step_hold import StepHold
 from tests.helpers.waiting import wait_until
@@ -245,3 +248,13 @@ def test_a_fleet_sync_through_the_proxy_samples_the_new_weights(
     record = httpx.get(f"{proxy}/sessions/sync-1/trajectory").json()["interactions"]
     assert [r["weight_version"] for r in record] == ["default", "step-1"]
     assert record[1]["completion_token_ids"] == after["output_ids"]
+
+
+def test_the_row_invariance_probe_runs_on_the_new_weights(checkpoint: Path) -> None:
+    """The runner swapped in was probed on the checkpoint's own matrices: its padding
+    follows their probe, and it computes with them, not the running model's."""
+    model = tiny_model()
+    prepared = prepare_update(str(checkpoint), "safetensors", model, max_rows=4)
+    assert prepared.runner.w is prepared.weights is not model.weights
+    assert prepared.runner.pad == (not rows_invariant(prepared.weights.linears(), 4))
+    assert not torch.equal(prepared.weights.embed, model.weights.embed)
