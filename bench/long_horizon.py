@@ -11,7 +11,11 @@ of the rollout's ``?style=concat`` export.
 
     python bench/long_horizon.py [--turns 200] [--words 60] [--stores memory,sqlite,redis]
 
-Goals (ratios within the run): last window / first window <= 2, stored / concat <= 2.
+It also prints the p50 and p99 latency of 8 other sessions' short requests, alone
+(before the rollout) and beside 20 more turns of it (past the measured windows).
+
+Goals (ratios within the run): last window / first window <= 2, stored / concat <= 2,
+other sessions' p99 beside / alone <= 1.5.
 Each measurement is one function of a ``Run``; add one to ``MEASURES`` to extend it.
 """
 
@@ -22,6 +26,8 @@ import asyncio
 import statistics
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +63,10 @@ class Run:
     session: str
     overhead_ms: list[float] = field(default_factory=list)
     """Per turn, in order (turn 1 first)."""
+    alone_ms: list[float] = field(default_factory=list)
+    beside_ms: list[float] = field(default_factory=list)
+    """Other sessions' short requests (client latency): alone, and beside the rollout's
+    ``BESIDE_TURNS`` turns past ``--turns``."""
 
 
 def _windows(run: Run) -> str:
@@ -85,14 +95,61 @@ def _stored(run: Run) -> str:
             f"({len(tokens or [])} tokens): stored/concat {stored / concat:.2f}x")
 
 
-MEASURES: dict[str, Callable[[Run], str]] = {"per turn": _windows, "bytes": _stored}
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def _others(run: Run) -> str:
+    a50, a99 = _quantile(run.alone_ms, 0.5), _quantile(run.alone_ms, 0.99)
+    b50, b99 = _quantile(run.beside_ms, 0.5), _quantile(run.beside_ms, 0.99)
+    return (f"8 other sessions' short requests: alone p50 {a50:6.2f} p99 {a99:6.2f} ms "
+            f"({len(run.alone_ms)}), beside p50 {b50:6.2f} p99 {b99:6.2f} ms "
+            f"({len(run.beside_ms)}): p99 beside/alone {b99 / a99:.2f}x")
+
+
+MEASURES: dict[str, Callable[[Run], str]] = {"per turn": _windows, "bytes": _stored,
+                                             "others": _others}
+OTHERS = 8
+BESIDE_TURNS = 20
+"""Turns the rollout runs past ``--turns`` with the other sessions beside it."""
+
+
+def _short_requests(run: Run, into: list[float], stop: threading.Event, count: int) -> None:
+    """``OTHERS`` sessions, each sending short chat requests one after another, 20 ms
+    apart: ``count`` each, or until ``stop``."""
+    def one(k: int) -> None:
+        with httpx.Client(base_url=f"{run.base}/sessions/other-{run.mode}-{k}",
+                          timeout=120) as http:
+            sent = 0
+            while sent < count and not stop.is_set():
+                started = time.perf_counter()
+                answer = http.post("/v1/chat/completions", json={
+                    "model": "m", "max_tokens": 4,
+                    "messages": [{"role": "user", "content": f"short {sent}"}]})
+                answer.raise_for_status()
+                into.append((time.perf_counter() - started) * 1000)
+                sent += 1
+                stop.wait(0.02)
+
+    workers = [threading.Thread(target=one, args=(k,)) for k in range(OTHERS)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
 _memory_bytes: dict[str, Callable[[], int]] = {}
 
 
 def _rollout(run: Run, turns: int, words: int) -> None:
     messages: list[Any] = [{"role": "system", "content": "You are a careful agent."}]
+    _short_requests(run, run.alone_ms, threading.Event(), 10)
+    stop = threading.Event()
+    beside = threading.Thread(target=_short_requests,
+                              args=(run, run.beside_ms, stop, 1 << 30))
     with httpx.Client(base_url=f"{run.base}/sessions/{run.session}", timeout=120) as http:
-        for turn in range(turns):
+        for turn in range(turns + BESIDE_TURNS):
+            if turn == turns:  # past the measured windows: those turns run alone
+                beside.start()
             text = " ".join(f"w{(turn * words + k) % 997}" for k in range(words))
             messages.append({"role": "user", "content": f"Step {turn}: {text}"})
             answer = http.post("/v1/chat/completions",
@@ -101,6 +158,9 @@ def _rollout(run: Run, turns: int, words: int) -> None:
             run.overhead_ms.append(float(answer.headers["x-seedproxy-overhead-ms"]))
             reply = answer.json()["choices"][0]["message"]
             messages.append({"role": "assistant", "content": reply["content"]})
+    stop.set()
+    if beside.is_alive():
+        beside.join()
 
 
 def main() -> None:
@@ -111,7 +171,8 @@ def main() -> None:
     parser.add_argument("--modes", default="passthrough,tito")
     args = parser.parse_args()
     redis = RedisServer(redis_or_skip()) if "redis" in args.stores else None
-    switches = Switches(context_length=1 << 20)
+    # A real tokenizer's count of prompt ids (about 4 characters each), not one a character.
+    switches = Switches(context_length=1 << 20, chars_per_token=4)
     print(f"{args.turns} turns, {args.words} words per user message, max_tokens 32")
     with tempfile.TemporaryDirectory() as tmp, ServerThread(
             create_fake_sglang(switches)) as fake:

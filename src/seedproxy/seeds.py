@@ -66,13 +66,15 @@ CONTENT_IGNORED = ("seed", "stream", "stream_options", "user", "metadata", "rid"
 asked (``sampling_params.sampling_seed`` of ``/generate`` is left out as well)."""
 
 
-def content_key(endpoint: str, body: dict[str, Any]) -> str:
+def content_key(endpoint: str, body: dict[str, Any],
+                ignored: tuple[str, ...] = CONTENT_IGNORED) -> str:
     """The content key of a request: the sha256 hex digest of the canonical JSON (sorted
     keys, no whitespace, UTF-8, non-ASCII unescaped) of ``{"endpoint": endpoint,
-    "request": body without CONTENT_IGNORED}``."""
-    kept = {k: v for k, v in body.items() if k not in CONTENT_IGNORED}
+    "request": body without the ``ignored`` keys}`` (``CONTENT_IGNORED`` unless given;
+    ``sampling_params.sampling_seed`` goes with ``seed``)."""
+    kept = {k: v for k, v in body.items() if k not in ignored}
     params = kept.get("sampling_params")
-    if isinstance(params, dict) and "sampling_seed" in params:
+    if "seed" in ignored and isinstance(params, dict) and "sampling_seed" in params:
         kept["sampling_params"] = {k: v for k, v in params.items() if k != "sampling_seed"}
     canonical = json.dumps({"endpoint": endpoint, "request": kept}, sort_keys=True,
                            separators=(",", ":"), ensure_ascii=False, allow_nan=False)

@@ -84,6 +84,14 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("read_timeout_s", "read_timeout"),
     )
     """Seconds to wait on an upstream read (then 504)."""
+    max_upstream_connections: int = Field(default=1024, ge=1)
+    """Connections open to each upstream at most (each has its own limit)."""
+    pool_timeout_s: float = Field(
+        default=5.0, gt=0,
+        validation_alias=AliasChoices("pool_timeout_s", "pool_timeout"),
+    )
+    """Seconds a request waits for a free connection to an upstream, then fails over
+    (503 when no other upstream answers)."""
     max_failover: int = Field(default=2, ge=0)
     """Other upstreams a failed request is tried on."""
     health_interval_s: float = Field(default=5.0, gt=0)

@@ -172,7 +172,7 @@ async def test_an_idle_connection_the_server_closed_is_replaced() -> None:
 
 
 async def test_the_connection_limit_queues_then_times_out(server: ServerThread) -> None:
-    transport = FastTransport(max_connections=1)
+    transport = FastTransport(max_control_connections=1)  # client.send: not a proxied request
     async with LeanClient(timeout=httpx.Timeout(5, pool=0.2), transport=transport) as client:
         held = await client.send(client.build_request("GET", server.url + "/stream"), stream=True)
         with pytest.raises(httpx.PoolTimeout):

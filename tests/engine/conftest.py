@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -33,3 +34,22 @@ def oai(engine: RunningEngine):  # type: ignore[no-untyped-def]
     c = openai.OpenAI(base_url=engine.url + "/v1", api_key="none", max_retries=0)
     yield c
     c.close()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A saved 2-layer random Llama with SmolLM2's tokenizer, for ``serve --model``."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from seedproxy.engine.model import default_gguf_path, gguf_tokenizer_dir
+
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf_tokenizer_dir(default_gguf_path())))
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+        tie_word_embeddings=False,
+    )
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder

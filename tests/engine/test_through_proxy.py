@@ -114,24 +114,6 @@ def test_temperature_zero_ignores_the_seed(admin: httpx.Client) -> None:
     assert len(seeds) == 3
 
 
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    from seedproxy.engine.model import default_gguf_path, gguf_tokenizer_dir
-
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf_tokenizer_dir(default_gguf_path())))
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-        tie_word_embeddings=False,
-    )
-    LlamaForCausalLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
 def test_serve_without_upstream_runs_the_engine_in_process(tiny_model_dir: Path) -> None:
     port = free_port()
     proc = start_seedproxy("serve", "--port", str(port), "--model", str(tiny_model_dir), stderr=subprocess.PIPE)

@@ -66,6 +66,9 @@ class Switches:
     fail_status: int = 503
     token_delay_s: float = 0.0
     context_length: int = 256
+    chars_per_token: int = 1
+    """Chat prompts get one id per this many characters of the rendered prompt (1: one
+    per character; 4: about what a real tokenizer gives, as bench/long_horizon.py uses)."""
     """A ``max_new_tokens`` of null generates up to here (prompt included), as SGLang
     does up to its context window; left out, it is 16."""
     break_stream_after: int | None = None
@@ -353,7 +356,7 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
             return error("return_token_ids is not supported with streaming")
         finish = "length"
         if chat:
-            prompt = tokenize(chat_prompt(body.get("messages") or []))
+            prompt = tokenize(chat_prompt(body.get("messages") or []))[::sw.chars_per_token]
             count = body.get("max_completion_tokens") or body.get("max_tokens") or 8
             if sw.stop_after is not None and count > sw.stop_after:
                 count, finish = sw.stop_after, "stop"

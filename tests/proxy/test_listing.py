@@ -88,3 +88,32 @@ def test_detokenize_decodes_through_the_upstream_or_says_it_cannot(
         other = start_proxy([plain.url], backend="openai")
         answer = httpx.post(other + "/ui/api/detokenize", json={"ids": [5, 6]})
         assert answer.status_code == 200 and answer.json() == {"tokens": None}
+
+
+def test_pages_follow_a_cursor_and_an_unchanged_list_answers_its_version_alone(
+    fake: Fake, start_proxy: Callable[..., str]
+) -> None:
+    proxy = start_proxy([fake.url], admin_key=ADMIN)
+    for name in ("p0", "p1", "p2", "p3", "p4"):
+        chat(proxy, name)
+    seen, cursor = [], None
+    while True:
+        params = {"limit": 2} if cursor is None else {"limit": 2, "cursor": cursor}
+        page = httpx.get(proxy + "/sessions", params=params, headers=AUTH).json()
+        seen.append([s["session_id"] for s in page["sessions"]])
+        assert page["total"] == 5
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == [["p0", "p1"], ["p2", "p3"], ["p4"]]
+
+    version = page["version"]
+    quiet = httpx.get(proxy + "/sessions", params={"since": version}, headers=AUTH)
+    assert quiet.json() == {"version": version, "changed": False}
+    chat(proxy, "p1")  # one more interaction: what the list shows changed
+    moved = httpx.get(proxy + "/sessions", params={"since": version}, headers=AUTH).json()
+    assert moved["changed"] is True and moved["version"] != version
+    assert [s["interactions"] for s in moved["sessions"]] == [1, 2, 1, 1, 1]
+    for bad in ({"cursor": -1}, {"cursor": 2**62 + 1}, {"since": "x"}):
+        answer = httpx.get(proxy + "/sessions", params=bad, headers=AUTH)
+        assert answer.status_code == 400 and answer.json()["error"]["type"]

@@ -23,7 +23,8 @@ def test_readyz_is_200_with_an_upstream_up(fake: Fake, start_proxy: Callable[...
     ready = httpx.get(f"{proxy}/readyz")
     assert ready.status_code == 200
     assert ready.json() == {
-        "ready": True, "upstreams": [{"url": fake.url, "up": True, "reason": None}],
+        "ready": True,
+        "upstreams": [{"url": fake.url, "up": True, "degraded": False, "reason": None}],
         "store": {"up": True, "reason": None},
     }
 

@@ -119,6 +119,16 @@ def test_the_list_shows_the_sessions_an_sdk_run_made_and_updates_live(
     assert states == ["ended"] * 3
     screenshot(driver, "ui-sessions.png", tmp_path)
 
+    # While nothing changes, the page polls with the version it shows and gets only
+    # that back (``changed: false``); the table stays as it is.
+    polled = ("return performance.getEntriesByType('resource')"
+              ".filter((e) => e.name.includes('/sessions?') && e.name.includes('since=')).length")
+    wait(driver, lambda d: d.execute_script(polled) >= 1)
+    assert row_ids(driver) == made
+    version = httpx.get(proxy + "/sessions").json()["version"]
+    assert httpx.get(proxy + "/sessions", params={"since": version}).json() == {
+        "version": version, "changed": False}
+
     later = rollout(proxy, "task8", 1)[0].session_id  # the open page polls: it appears
     wait(driver, lambda d: row_ids(d) == [*made, later])
 

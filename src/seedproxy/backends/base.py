@@ -9,11 +9,13 @@ in ``BACKENDS``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar, Protocol
 
 from ..sessions import ChoiceRecord
+from ..sessions.token_ids import TokenIds
 
 __all__ = [
     "Backend",
@@ -44,13 +46,16 @@ class UpstreamRequest:
     path: str
     body: dict[str, Any]
     headers: dict[str, str] = field(default_factory=dict)
+    echo: TokenIds | None = None
+    """Ids the answer's echoed prompt likely starts with (``echo.py``); only a hint."""
 
 
 @dataclass(slots=True)
 class Captured:
     """Token-level data the proxy keeps for training, per choice in choice order."""
 
-    prompt_token_ids: list[int] = field(default_factory=list)
+    prompt_token_ids: Sequence[int] = field(default_factory=list)
+    """A list, or an ``array('i')`` (kept as is when recorded)."""
     choices: list[ChoiceRecord] = field(default_factory=list)
     lineage: dict[str, Any] | None = None
     """Token-in-token-out: which earlier turn this prompt extends (its matching keys)."""
@@ -72,6 +77,9 @@ class Backend:
     seeds_responses: ClassVar[bool] = False
     """Whether the upstream's own /v1/responses honours ``seed``. When False the proxy
     serves Responses by translating to a chat completion."""
+    echoes_prompt: ClassVar[bool] = False
+    """Whether a captured whole chat answer echoes the prompt's ids in its choices
+    (``prompt_token_ids``), read past a known prefix by ``echo.py``."""
 
     def __init__(self, *, api_key: str | None = None, routed_experts: bool = False) -> None:
         """``routed_experts``: ask for MoE routing where the dialect can return it."""

@@ -5,7 +5,9 @@ goes straight to the transport, with no cookie jar (an upstream's cookies must n
 reach another client's request), no redirects, auth, event hooks or default headers,
 and upstream URLs parsed once. Anything it does not cover (params, json, files,
 non-string URLs) takes httpx's ordinary path. Every request, http or https, goes
-through the one ``FastTransport`` with the client's timeouts and TLS settings.
+through the one ``FastTransport`` with the client's timeouts and TLS settings, and
+carries the upstream key (``api_key``) when one is set: proxied requests, probes and
+the fleet's control calls alike.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ _URL_CACHE = 4096
 
 
 class LeanClient(httpx.AsyncClient):
-    def __init__(self, *, timeout: httpx.Timeout, transport: httpx.AsyncBaseTransport) -> None:
+    def __init__(self, *, timeout: httpx.Timeout, transport: httpx.AsyncBaseTransport,
+                 api_key: str | None = None) -> None:
         # trust_env=False: the transport reads the proxy variables itself; httpx's own
         # proxy mounts would never be used (``send`` goes straight to the transport).
         super().__init__(
@@ -33,6 +36,7 @@ class LeanClient(httpx.AsyncClient):
         self._lean_transport = transport
         self._default_timeout = self.timeout.as_dict()
         self._urls: dict[str, httpx.URL] = {}
+        self._key_header = {"authorization": f"Bearer {api_key}"} if api_key else {}
 
     def build_request(  # type: ignore[override]
         self,
@@ -45,6 +49,8 @@ class LeanClient(httpx.AsyncClient):
         extensions: dict[str, Any] | None = None,
         **other: Any,
     ) -> httpx.Request:
+        if self._key_header:
+            headers = {**self._key_header, **(headers or {})}
         if not isinstance(url, str) or any(v is not None for v in other.values()):
             return super().build_request(
                 method,
@@ -73,6 +79,8 @@ class LeanClient(httpx.AsyncClient):
         built here from a per-URL head, the same bytes the transport would write."""
         transport = self._lean_transport
         parsed = self._parse(url)
+        if self._key_header:
+            headers = {**self._key_header, **headers}
         if not isinstance(transport, FastTransport):
             built = self.build_request("POST", url, content=content, headers=headers)
             return await self.send(built, stream=True)
@@ -116,13 +124,18 @@ def upstream_client(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     verify: bool | str | ssl.SSLContext = True,
     proxies: Proxies | None = None,
+    api_key: str | None = None,
+    max_connections: int = 1024,
+    pool_timeout_s: float = 5.0,
 ) -> LeanClient:
     """The default upstream client: ``LeanClient`` over ``FastTransport``; proxies
-    from the environment unless given."""
+    from the environment unless given; ``api_key`` sent on every request; at most
+    ``max_connections`` to each upstream, waited for ``pool_timeout_s``."""
     return LeanClient(
-        timeout=httpx.Timeout(read_timeout_s, connect=connect_timeout_s),
+        api_key=api_key,
+        timeout=httpx.Timeout(read_timeout_s, connect=connect_timeout_s, pool=pool_timeout_s),
         transport=FastTransport(
-            max_connections=1024,
+            max_connections=max_connections,
             max_idle=256,
             verify=verify,
             proxies=proxies,

@@ -57,6 +57,8 @@ class UpstreamReport:
     findings: list[Finding] = field(default_factory=list)
     error: str | None = None
     refused: bool = False
+    degraded: bool = False
+    """Its recent requests all timed out (``Upstream.degraded``)."""
 
     @property
     def deterministic(self) -> bool | None:
@@ -71,6 +73,7 @@ class UpstreamReport:
             "weight_version": self.weight_version,
             "refused": self.refused,
             "inflight": self.inflight,
+            "degraded": self.degraded,
             "error": self.error,
         }
 
@@ -133,7 +136,7 @@ class FleetControl:
 
     async def _inspect_one(self, upstream: Upstream) -> UpstreamReport:
         report = UpstreamReport(upstream.url, upstream.healthy, upstream.inflight,
-                                upstream.weight_version)
+                                upstream.weight_version, degraded=upstream.degraded)
         if self.sglang:
             await read_server_info(self.pool.client, report, self.timeout_s)
             if report.weight_version is not None:

@@ -17,7 +17,7 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -25,13 +25,15 @@ import httpx
 import orjson
 
 from ..errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
+from ..sessions.token_ids import orjson_default
 from .base import UpstreamRequest
 from .client import LeanClient
 from .dispatch import Abortable, Dispatch
 from .pause import PauseGate
+from .priming import Release, prime
 from .transport import UpstreamBodyTooLarge, read_response
 
-__all__ = ["Upstream", "UpstreamPool", "UpstreamReply", "rendezvous_order"]
+__all__ = ["NoConnection", "Upstream", "UpstreamPool", "UpstreamReply", "rendezvous_order"]
 
 log = logging.getLogger("seedproxy.upstream")
 
@@ -50,6 +52,13 @@ class Upstream:
     """The server's weight version as last reported or set (``FleetControl``)."""
     refused: str | None = None
     """Why the determinism preflight refuses this server (None: it does not)."""
+    timeouts: int = 0
+    """Requests to it in a row that timed out (its answer, or a free connection to
+    it, never came); any answer from it ends the run (a probe does not)."""
+    degraded: bool = False
+    """Its last ``fails_before_down`` requests all timed out, though it may answer
+    ``/health``: ranked after the others, and tried alone (one request at a time,
+    when none is in flight) until one is answered."""
 
 
 @dataclass(slots=True)
@@ -80,7 +89,10 @@ class UpstreamPool:
     A server is taken out after ``fails_before_down`` consecutive failures (requests
     or probes) and put back by the first success (a probe answering 200, or a request
     that fell through to it). Down servers stay at the end of every candidate list,
-    so a request still reaches one when nothing else answers.
+    so a request still reaches one when nothing else answers. A server whose last
+    ``fails_before_down`` requests timed out is degraded: after the healthy ones, down
+    ones last; with nothing of its own in flight it ranks as usual again, so the next
+    request tests it, and its first answer ends the degradation.
     """
 
     def __init__(
@@ -117,7 +129,7 @@ class UpstreamPool:
         else:
             ranked = rendezvous_order(key, self.upstreams, lambda u: u.url)
         ranked = [u for u in ranked if u.refused is None]
-        return [u for u in ranked if u.healthy] + [u for u in ranked if not u.healthy]
+        return sorted(ranked, key=_standing)  # stable: the ranking within each standing
 
     async def send(
         self, request: UpstreamRequest, *, key: str | None, stream: bool,
@@ -128,13 +140,16 @@ class UpstreamPool:
         Returns the first other answer (any status); when ``stream`` its first chunk
         has been read and the rest is unread. Raises ``UpstreamUnavailable`` (503)
         when every server tried failed, or the single server's error: 503 when it
-        could not be reached, ``UpstreamTimeout`` (504), else ``UpstreamError`` (502). While the fleet is paused it
-        first waits at the gate (``FleetPaused`` past its bound). ``dispatch`` is kept
+        could not be reached (``NoConnection``: none of its connections came free
+        within the pool timeout), ``UpstreamTimeout`` (504), else ``UpstreamError``
+        (502). A timeout of either kind counts toward its degradation; only a server
+        that was reached counts as failed. While the fleet is paused it first waits at
+        the gate (``FleetPaused`` past its bound). ``dispatch`` is kept
         naming the attempt being sent; once stopped, its error is raised instead.
         """
         if self.gate is not None:
             await self.gate.admit()
-        content = orjson.dumps(request.body)
+        content = orjson.dumps(request.body, default=orjson_default)
         headers = {"content-type": "application/json", **request.headers}
         tried = self.candidates(key)[: self.max_failover + 1]
         if not tried:
@@ -156,7 +171,16 @@ class UpstreamPool:
                 reply.rid = rid
             except UpstreamError as exc:
                 last = exc
+                if isinstance(exc, UpstreamTimeout | NoConnection):
+                    self._timed_out(upstream)
+                if isinstance(exc, NoConnection):  # never reached it: not its failure
+                    waited += time.perf_counter() - started
+                    if not final:
+                        self.failovers += 1
+                        log.warning("failing over from %s: %s", upstream.url, exc)
+                    continue
             else:
+                self._answered(upstream)
                 status = reply.response.status_code
                 if status not in _RETRYABLE_STATUS or (final and len(tried) == 1):
                     if status not in _RETRYABLE_STATUS:
@@ -190,7 +214,7 @@ class UpstreamPool:
         error, a cancellation) the answer is closed and the count released here."""
         upstream.inflight += 1
         version = upstream.weight_version
-        release = _Release(self, upstream)
+        release = Release(upstream, lambda: self._failed(upstream))
         response: httpx.Response | None = None
         try:
             if isinstance(self.client, LeanClient):
@@ -201,7 +225,7 @@ class UpstreamPool:
                 )
                 response = await self.client.send(built, stream=True)
             if stream and response.status_code < 400:
-                await _prime(response, release)  # the reply's aclose() releases from now on
+                await prime(response, release)  # the reply's aclose() releases from now on
                 return UpstreamReply(upstream.url, response, dispatch_weight_version=version)
             await read_response(response)
             release(broken=False)
@@ -280,6 +304,19 @@ class UpstreamPool:
             except Exception:
                 log.exception("health probe failed")
 
+    def _timed_out(self, upstream: Upstream) -> None:
+        upstream.timeouts += 1
+        if not upstream.degraded and upstream.timeouts >= self.fails_before_down:
+            upstream.degraded = True
+            log.warning("upstream %s degraded: its last %d requests timed out",
+                        upstream.url, upstream.timeouts)
+
+    def _answered(self, upstream: Upstream) -> None:
+        if upstream.degraded:
+            log.info("upstream %s answers again", upstream.url)
+        upstream.timeouts = 0
+        upstream.degraded = False
+
     def _succeeded(self, upstream: Upstream) -> None:
         if not upstream.healthy:
             log.info("upstream %s is back", upstream.url)
@@ -295,6 +332,17 @@ class UpstreamPool:
             )
 
 
+class NoConnection(UpstreamUnavailable):
+    """503: no connection to the server came free within the pool timeout."""
+
+
+def _standing(upstream: Upstream) -> int:
+    """0 healthy, 1 degraded (unless idle: then it is tested), 2 down."""
+    if not upstream.healthy:
+        return 2
+    return 1 if upstream.degraded and upstream.inflight else 0
+
+
 def rendezvous_order(key: str, items: list[T], url: Callable[[T], str]) -> list[T]:
     """``items`` by descending rendezvous score of (key, url): stable across processes
     and runs, and adding an item moves only the keys that now rank it first."""
@@ -308,6 +356,8 @@ def _score(key: str, url: str) -> int:
 def _as_upstream_error(url: str, what: str, exc: httpx.HTTPError) -> UpstreamError:
     """504 for a timeout; 503 for a server that could not be reached at all (nothing
     listening, a refused or failed connect); 502 for one that broke its answer."""
+    if isinstance(exc, httpx.PoolTimeout):
+        return NoConnection(f"upstream {url}: {exc} (--max-upstream-connections)")
     if isinstance(exc, httpx.TimeoutException):
         return UpstreamTimeout(f"upstream {url} timed out: {type(exc).__name__}")
     if isinstance(exc, UpstreamBodyTooLarge):
@@ -315,66 +365,3 @@ def _as_upstream_error(url: str, what: str, exc: httpx.HTTPError) -> UpstreamErr
     if isinstance(exc, httpx.ConnectError):
         return UpstreamUnavailable(f"upstream {url} {what}: {type(exc).__name__}")
     return UpstreamError(f"upstream {url} {what}: {type(exc).__name__}")
-
-
-class _Release:
-    """Ends one attempt's ``inflight`` count exactly once; a broken stream counts
-    as a failure of its server."""
-
-    def __init__(self, pool: UpstreamPool, upstream: Upstream) -> None:
-        self._pool = pool
-        self._upstream = upstream
-        self._done = False
-
-    def __call__(self, *, broken: bool) -> None:
-        if self._done:
-            return
-        self._done = True
-        self._upstream.inflight -= 1
-        if broken:
-            self._pool._failed(self._upstream)
-
-
-async def _prime(response: httpx.Response, release: _Release) -> None:
-    """Read the first chunk of a streamed body and put it back in front of the rest,
-    so ``response.aiter_raw()`` still yields everything. Raises httpx errors."""
-    inner = response.stream
-    assert isinstance(inner, httpx.AsyncByteStream)
-    rest = inner.__aiter__()
-    try:
-        first: bytes | None = await rest.__anext__()
-    except StopAsyncIteration:
-        first = None
-    response.stream = _PrimedStream(first, rest, inner, release)
-
-
-class _PrimedStream(httpx.AsyncByteStream):
-    def __init__(
-        self,
-        first: bytes | None,
-        rest: AsyncIterator[bytes],
-        inner: httpx.AsyncByteStream,
-        release: _Release,
-    ) -> None:
-        self._first = first
-        self._rest = rest
-        self._inner = inner
-        self._release = release
-        self._broken = False
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        if self._first is not None:
-            first, self._first = self._first, None
-            yield first
-        try:
-            async for chunk in self._rest:
-                yield chunk
-        except httpx.HTTPError:
-            self._broken = True
-            raise
-
-    async def aclose(self) -> None:
-        try:
-            await self._inner.aclose()
-        finally:
-            self._release(broken=self._broken)

@@ -44,6 +44,10 @@ class Route:
     """The request head's first lines after the method: target, version, Host and any
     Proxy-Authorization, each ending in CRLF."""
 
+    server: tuple[str, str, int]
+    """The upstream itself (scheme, host, port), whatever carries its bytes: each has a
+    connection limit of its own."""
+
     def head(self, method: str) -> bytes:
         return method.encode("ascii") + b" " + self.prefix
 
@@ -99,21 +103,22 @@ def route_for(url: httpx.URL, proxies: Proxies) -> Route:
     host_header = url.netloc  # brackets an IPv6 address, omits a default port
     tls_host = url.host if url.scheme == "https" else None
     origin = b"%s HTTP/1.1\r\nhost: %s\r\n" % (url.raw_path, host_header)
+    server = (url.scheme, url.host, port)
     proxy = proxies.for_url(url)
     if proxy is None:
         key = (url.scheme, url.host, port, "")
-        return Route(key, url.host, port, tls_host, None, origin)
+        return Route(key, url.host, port, tls_host, None, origin, server)
     proxy_port = proxy.port or 80
     auth = _proxy_authorization(proxy)
     authority = b"%s:%d" % (_bracketed(url.host), port)
     if url.scheme == "https":
         tunnel = b"CONNECT %s HTTP/1.1\r\nhost: %s\r\n%s\r\n" % (authority, authority, auth)
         key = ("https", url.host, port, str(proxy))
-        return Route(key, proxy.host, proxy_port, tls_host, tunnel, origin)
+        return Route(key, proxy.host, proxy_port, tls_host, tunnel, origin, server)
     target = b"http://%s%s" % (host_header, url.raw_path)
     prefix = b"%s HTTP/1.1\r\nhost: %s\r\n%s" % (target, host_header, auth)
     key = ("http", proxy.host, proxy_port, "forward")
-    return Route(key, proxy.host, proxy_port, None, None, prefix)
+    return Route(key, proxy.host, proxy_port, None, None, prefix, server)
 
 
 def _proxy_url(value: str) -> httpx.URL | None:

@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 from ..sessions import ChoiceRecord
 from ..sessions.routing import RoutedExperts
+from ..sessions.token_ids import TokenIds
 from .base import Backend, Captured, Endpoint, UpstreamRequest
 from .shapes import chat_logprobs, completion_logprobs, floats, ints, wants
 
@@ -26,6 +27,7 @@ _SGLEXT_IDS = {"x-sglext-return-input-ids": "1", "x-sglext-return-output-ids": "
 
 class SGLangBackend(Backend):
     name: ClassVar[str] = "sglang"
+    echoes_prompt: ClassVar[bool] = True
 
     def prepare(
         self, endpoint: Endpoint, body: dict[str, Any], seed: int | None, *, capture: bool
@@ -74,7 +76,12 @@ class SGLangBackend(Backend):
             if not isinstance(choice, dict):
                 continue
             prompt = choice.get("prompt_token_ids")
-            if prompt and not captured.prompt_token_ids:
+            if isinstance(prompt, TokenIds):  # read past the known part (echo.py)
+                if not captured.prompt_token_ids:
+                    captured.prompt_token_ids = prompt.ids
+                if keep_prompt:
+                    choice["prompt_token_ids"] = prompt.tolist()
+            elif prompt and not captured.prompt_token_ids:
                 captured.prompt_token_ids = ints(prompt)
             ids_key = "response_token_ids" if "response_token_ids" in choice else "token_ids"
             logprobs = chat_logprobs(choice) if chat else completion_logprobs(choice)

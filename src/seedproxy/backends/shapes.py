@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 __all__ = ["chat_logprobs", "completion_logprobs", "floats", "ints", "wants"]
 
 
@@ -17,16 +19,38 @@ def wants(body: dict[str, Any], *keys: str) -> bool:
 
 
 _MAX_TOKEN_ID = 2**31 - 1
+_CLASSES = bytes(
+    ord("d") if 0x30 <= c <= 0x39 else ord(",") if c == 0x2C else ord("!") for c in range(256)
+)
+"""Each byte of an id list's JSON text as a digit (``d``), a comma, or anything else."""
+_TEN_DIGITS = b"d" * 10
+"""A number that may pass ``_MAX_TOKEN_ID`` (2147483647 has ten digits)."""
 
 
 def ints(value: Any) -> list[int]:
-    """Token ids as sent, or [] when any entry is not one (a recorded sequence is
-    either whole or absent, never silently shortened)."""
+    """Token ids as sent, or [] when any entry is not one: an int (not a bool) from 0
+    to 2**31 - 1 (a recorded sequence is either whole or absent, never silently
+    shortened).
+
+    Checked on the list's JSON text, a few C passes rather than a Python step per id
+    (an echoed prompt can hold millions): only ids leave nothing but digits and commas
+    inside the brackets (a sign, ``.``, ``e``, ``true``, ``null``, a quote or a
+    bracket is another kind), and the bound is compared only when some number has ten
+    digits or more. What JSON cannot carry as a number (an int over 64 bits, an int
+    subclass) is refused too.
+    """
     if not isinstance(value, list):
         return []
-    if all(type(v) is int and 0 <= v <= _MAX_TOKEN_ID for v in value):
-        return value
-    return []
+    try:
+        text = orjson.dumps(value, option=orjson.OPT_PASSTHROUGH_SUBCLASS)
+    except orjson.JSONEncodeError:
+        return []
+    classes = text.translate(_CLASSES)
+    if classes.count(b"!") != 2:  # anything but the list's own two brackets
+        return []
+    if _TEN_DIGITS in classes and max(value) > _MAX_TOKEN_ID:
+        return []
+    return value
 
 
 def floats(values: Any) -> list[float]:

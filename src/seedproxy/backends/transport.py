@@ -7,8 +7,14 @@ one takes an idle connection from a LIFO list in O(1). It plugs in below
 ``httpx.AsyncClient``, so the rest of the proxy and its tests keep using httpx.
 
 Invariants:
-- every request, http or https, holds one of ``max_connections`` permits from the
-  moment it asks for a connection until its body is read or closed;
+- every request, http or https, holds a permit of its upstream from the moment it
+  asks for a connection until its body is read or closed: each upstream (scheme,
+  host, port) has its own, so one whose connections all hang never holds up a request
+  to another; a request that finds none free waits at most the ``pool`` timeout
+  (``httpx.PoolTimeout``). Proxied requests (``send_raw``) take one of
+  ``max_connections``; every other call (health, pause, weight version, abort) one of
+  ``max_control_connections`` apart, so the control plane still reaches a server
+  whose proxied requests hold every connection;
 - a connection is reused only after its response was read to the end, both sides
   allowed keep-alive, and it sat idle less than ``idle_expiry_s`` (below uvicorn's 5 s
   keep-alive, so the server rarely closes a connection just as a request goes out);
@@ -25,13 +31,14 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import functools
 import ssl
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 
+from .body import Body, UpstreamBodyTooLarge, UpstreamResponse, read_response
 from .connection import Closed, Connection
 from .route import Proxies, Route, route_for
 
@@ -50,122 +57,11 @@ _SKIP_HEADERS = frozenset(
 _IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS", "TRACE"})
 
 
-class UpstreamBodyTooLarge(httpx.RemoteProtocolError):
-    """An upstream answer (or one event of it) over the configured byte bound."""
-
-
-class UpstreamResponse(httpx.Response):
-    """An ``httpx.Response`` whose ``aread`` is bounded by the transport's
-    ``max_body_bytes`` and, without a content-encoding, hands the body over whole
-    instead of through httpx's per-chunk decoding machinery."""
-
-    body: bytes | None = None
-
-    @property
-    def content(self) -> bytes:
-        if self.body is not None:
-            return self.body
-        return super().content
-
-    async def aread(self) -> bytes:
-        if self.body is not None:
-            return self.body
-        stream = self.stream
-        if not isinstance(stream, _Body):
-            return await super().aread()
-        limit = stream.limit
-        if not any(name.lower() == b"content-encoding" for name, _ in stream.head):
-            content = await stream.read_all(limit)
-        else:  # decoded by httpx, and bounded after decoding (no decompression bomb)
-            parts: list[bytes] = []
-            size = 0
-            try:
-                async for part in self.aiter_bytes():
-                    size += len(part)
-                    if size > limit:
-                        raise _too_large(limit, stream.request)
-                    parts.append(part)
-            finally:
-                await self.aclose()
-            content = b"".join(parts)
-        self.body = content
-        self.is_closed = True
-        return content
-
-
-class _Body(httpx.AsyncByteStream):
-    def __init__(
-        self,
-        transport: FastTransport,
-        key: tuple[str, str, int, str],
-        conn: Connection,
-        request: httpx.Request | None,
-        timeout: float | None,
-    ) -> None:
-        self._transport, self._key, self._conn = transport, key, conn
-        self.request, self._timeout = request, timeout
-        self.limit = transport.max_body_bytes
-        self._done = False
-        self.head = conn.headers
-        """The response's header lines as received."""
-
-    async def _next(self) -> bool:
-        """Wait until the connection holds bytes (True) or the body ended (False)."""
-        conn = self._conn
-        while not conn.chunks:
-            if conn.error is not None:
-                raise httpx.ReadError(
-                    str(conn.error) or "upstream connection lost", request=self.request
-                )
-            if conn.complete:
-                return False
-            try:
-                await conn.wait(self._timeout)
-            except TimeoutError:
-                conn.close()
-                raise httpx.ReadTimeout("upstream read timed out", request=self.request) from None
-        return True
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        while await self._next():
-            yield self._conn.take()
-
-    async def aclose(self) -> None:
-        if self._done:
-            return
-        self._done = True
-        self._transport._release(self._key, self._conn)
-
-    async def read_all(self, limit: int) -> bytes:
-        """The rest of the body (at most ``limit`` bytes, else ``UpstreamBodyTooLarge``),
-        then the connection released: ``aiter`` + ``aclose`` without the generator."""
-        conn = self._conn
-        parts: list[bytes] = []
-        size = 0
-        try:
-            declared = conn.content_length()
-            if declared is not None and declared > limit:
-                conn.close()
-                raise _too_large(limit, self.request)
-            while await self._next():
-                part = conn.take()
-                size += len(part)
-                if size > limit:
-                    conn.close()
-                    raise _too_large(limit, self.request)
-                parts.append(part)
-        finally:
-            await self.aclose()
-        return parts[0] if len(parts) == 1 else b"".join(parts)
-
-
-def _too_large(limit: int, request: httpx.Request | None) -> UpstreamBodyTooLarge:
-    return UpstreamBodyTooLarge(f"upstream answer over {limit} bytes", request=request)
-
-
 class FastTransport(httpx.AsyncBaseTransport):
     """``httpx.AsyncClient(transport=FastTransport())``. Event-loop bound; keeps at most
-    ``max_idle`` idle connections per upstream and opens at most ``max_connections``.
+    ``max_idle`` idle connections per upstream and opens at most ``max_connections``
+    proxied requests' connections to each upstream, and ``max_control_connections``
+    others.
 
     ``verify``: True (the system's and certifi's CAs), False, a CA bundle path, or an
     ``ssl.SSLContext``. ``proxies``: None reads the environment (see ``route``).
@@ -175,6 +71,7 @@ class FastTransport(httpx.AsyncBaseTransport):
         self,
         *,
         max_connections: int = 1024,
+        max_control_connections: int = 32,
         max_idle: int = 256,
         verify: bool | str | ssl.SSLContext = True,
         proxies: Proxies | None = None,
@@ -183,7 +80,9 @@ class FastTransport(httpx.AsyncBaseTransport):
     ) -> None:
         self._idle: dict[tuple[str, str, int, str], list[Connection]] = {}
         self._max_idle = max_idle
-        self._limit = asyncio.Semaphore(max_connections)
+        self._sizes = (max_control_connections, max_connections)
+        self._limits: dict[tuple[str, str, int, bool], asyncio.Semaphore] = {}
+        """Per upstream server and lane (proxied or not): one entry per server asked."""
         self._verify = verify
         self._ssl: ssl.SSLContext | None = None
         self.proxies = proxies if proxies is not None else Proxies.from_env()
@@ -208,18 +107,19 @@ class FastTransport(httpx.AsyncBaseTransport):
         body = await request.aread()
         data = _head(request, route, len(body)) + body
         return await self._send(
-            route, data, request, request.extensions.get("timeout", {}), request.method
+            route, data, request, request.extensions.get("timeout", {}), request.method,
+            proxied=False,
         )
 
     async def send_raw(
         self, route: Route, method: str, data: bytes, timeouts: dict[str, Any]
     ) -> httpx.Response:
-        """Send ``data``, a whole HTTP/1.1 request (head from ``route.head(method)`` and
+        """Send ``data``, a proxied request whole (head from ``route.head(method)`` and
         body) built by the caller: ``handle_async_request`` without the ``httpx.Request``
-        around it. Errors carry no request."""
+        around it, in the proxied requests' lane. Errors carry no request."""
         if self._closed:
             raise httpx.ConnectError("the upstream client is closed")
-        return await self._send(route, data, None, timeouts, method)
+        return await self._send(route, data, None, timeouts, method, proxied=True)
 
     async def _send(
         self,
@@ -228,13 +128,19 @@ class FastTransport(httpx.AsyncBaseTransport):
         request: httpx.Request | None,
         timeouts: dict[str, Any],
         method: str,
+        *,
+        proxied: bool,
     ) -> httpx.Response:
-        await self._acquire(timeouts.get("pool"), request)
+        lane = (*route.server, proxied)
+        limit = self._limits.get(lane)
+        if limit is None:
+            limit = self._limits[lane] = asyncio.Semaphore(self._sizes[proxied])
+        await _acquire(limit, timeouts.get("pool"), request)
         try:
             conn = self._take_idle(route.key, method)
             if conn is not None:
                 try:
-                    return await self._exchange(route, conn, data, request, timeouts)
+                    return await self._exchange(route, conn, data, request, timeouts, limit)
                 except Closed:
                     if method not in _IDEMPOTENT:
                         raise httpx.RemoteProtocolError(
@@ -244,13 +150,13 @@ class FastTransport(httpx.AsyncBaseTransport):
                         ) from None
             conn = await self._connect(route, timeouts.get("connect"), request, method)
             try:
-                return await self._exchange(route, conn, data, request, timeouts)
+                return await self._exchange(route, conn, data, request, timeouts, limit)
             except Closed:
                 raise httpx.RemoteProtocolError(
                     "upstream closed the connection without answering", request=request
                 ) from None
         except BaseException:
-            self._limit.release()
+            limit.release()
             raise
 
     async def _exchange(
@@ -260,6 +166,7 @@ class FastTransport(httpx.AsyncBaseTransport):
         data: bytes,
         request: httpx.Request | None,
         timeouts: dict[str, Any],
+        limit: asyncio.Semaphore,
     ) -> httpx.Response:
         assert conn.transport is not None
         conn.transport.write(data)
@@ -282,7 +189,8 @@ class FastTransport(httpx.AsyncBaseTransport):
         return UpstreamResponse(
             conn.status,
             headers=conn.headers,
-            stream=_Body(self, route.key, conn, request, read_timeout),
+            stream=Body(conn, request, read_timeout, self.max_body_bytes,
+                        functools.partial(self._release, route.key, conn, limit)),
             extensions={"http_version": b"HTTP/1.1"},
         )
 
@@ -371,8 +279,10 @@ class FastTransport(httpx.AsyncBaseTransport):
             return conn
         return None
 
-    def _release(self, key: tuple[str, str, int, str], conn: Connection) -> None:
-        self._limit.release()
+    def _release(
+        self, key: tuple[str, str, int, str], conn: Connection, limit: asyncio.Semaphore
+    ) -> None:
+        limit.release()
         if conn.reusable() and not self._closed:
             idle = self._idle.setdefault(key, [])
             if len(idle) < self._max_idle:
@@ -380,16 +290,6 @@ class FastTransport(httpx.AsyncBaseTransport):
                 idle.append(conn)
                 return
         conn.close()
-
-    async def _acquire(self, timeout: float | None, request: httpx.Request | None) -> None:
-        if not self._limit.locked():
-            await self._limit.acquire()
-            return
-        try:
-            async with asyncio.timeout(timeout):
-                await self._limit.acquire()
-        except TimeoutError:
-            raise httpx.PoolTimeout("no upstream connection free", request=request) from None
 
     async def aclose(self) -> None:
         self._closed = True
@@ -399,9 +299,19 @@ class FastTransport(httpx.AsyncBaseTransport):
         self._idle.clear()
 
 
-async def read_response(response: httpx.Response) -> bytes:
-    """``response.aread()``: bounded and cheap for this transport's own answers."""
-    return await response.aread()
+async def _acquire(
+    limit: asyncio.Semaphore, timeout: float | None, request: httpx.Request | None
+) -> None:
+    if not limit.locked():
+        await limit.acquire()
+        return
+    try:
+        async with asyncio.timeout(timeout):
+            await limit.acquire()
+    except TimeoutError:
+        raise httpx.PoolTimeout(
+            f"no connection to this upstream came free within {timeout} s", request=request
+        ) from None
 
 
 def _head(request: httpx.Request, route: Route, length: int) -> bytes:

@@ -202,6 +202,23 @@ class SeedProxyClient:
         """k sessions replaying ``identity`` (identities ``{identity}:0..k-1`` when
         k > 1). Creating the same identity again makes new sessions with the same seeds."""
         body: dict[str, Any] = {"identity": identity, "group_size": k}
+        return await self._group(body, metadata)
+
+    async def resume(self, session_id: str, *, metadata: dict[str, Any] | None = None) -> Group:
+        """One new session replaying ``session_id``'s record with its identity (so its
+        seeds): a rerun agent's requests that match the record are answered from it at
+        once, with no upstream call; from the first that differs it goes live."""
+        return await self._group({"resume": session_id}, metadata)
+
+    async def fork(self, session_id: str, at: int, identity: str, k: int = 1, *,
+                   metadata: dict[str, Any] | None = None) -> Group:
+        """k sessions (identities ``{identity}:0..k-1`` when k > 1) that replay the first
+        ``at`` interactions of ``session_id`` and sample with their own seeds from then."""
+        body: dict[str, Any] = {"identity": identity, "group_size": k,
+                                "fork": {"session": session_id, "at": at}}
+        return await self._group(body, metadata)
+
+    async def _group(self, body: dict[str, Any], metadata: dict[str, Any] | None) -> Group:
         if metadata is not None:
             body["metadata"] = metadata
         made = await self._call("POST", "/sessions", body)

@@ -32,6 +32,10 @@ class Interaction:
     reward: float | None
     latency_ms: float
     upstream: str | None
+    replayed: bool = False
+    """Answered from a resumed session's source record, with no upstream call."""
+    compacted_from: str | None = None
+    """The interaction whose history this request's summary replaced."""
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Interaction:
@@ -50,6 +54,8 @@ class Interaction:
             reward=data.get("reward"),
             latency_ms=data.get("latency_ms", 0.0),
             upstream=data.get("upstream"),
+            replayed=data.get("replayed", False),
+            compacted_from=data.get("compacted_from"),
         )
 
 

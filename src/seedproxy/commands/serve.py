@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import secrets
 import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,6 +46,8 @@ def serve(flags: dict[str, Any], config_file: str | None) -> int:
             engine = _start_engine(settings.model, settings.engine_max_batch,
                                    settings.engine_prefix_cache_mb)
             upstreams = [engine.url]
+            # The engine's own key: only this proxy may call it (pause, weight version).
+            settings = settings.model_copy(update={"upstream_api_key": engine.api_key})
             log.info("embedded engine serving %s at %s", engine.model_name, engine.url)
         if engine is not None and settings.token_in_token_out is not False:
             # The embedded engine's own tokenizer: token in, token out by default.
@@ -164,8 +167,9 @@ def run_engine_only(host: str, port: int, model: str | None, max_batch: int | No
 
 
 class _RunningEngine:
-    def __init__(self, handle: Any, model: Any, counter: Any) -> None:
+    def __init__(self, handle: Any, model: Any, counter: Any, api_key: str) -> None:
         self.url: str = handle.url
+        self.api_key = api_key
         self.model_name: str = model.name
         self.model_path: str = model.model_path
         self.tokenizer = model.tokenizer
@@ -185,9 +189,10 @@ def _start_engine(model_path: str | None, max_batch: int, prefix_cache_mb: int
         raise ConfigError(str(exc)) from None
     from seedproxy.engine.tokens import prompt_counter
 
+    api_key = secrets.token_urlsafe(32)  # per process: no other local process has it
     handle = engine_module.start_engine_thread(model, max_batch=max_batch,
-                                               cache_mb=prefix_cache_mb)
-    return _RunningEngine(handle, model, prompt_counter(model))
+                                               cache_mb=prefix_cache_mb, api_key=api_key)
+    return _RunningEngine(handle, model, prompt_counter(model), api_key)
 
 
 def _import_engine() -> Any:

@@ -47,12 +47,14 @@ def _free_port(host: str) -> int:
 
 def start_engine_thread(model: EngineModel, host: str = "127.0.0.1", port: int = 0,
                         timeout: float = 60.0, max_batch: int = DEFAULT_MAX_BATCH,
-                        cache_mb: int = DEFAULT_CACHE_MB, on_step: StepHook | None = None
-                        ) -> RunningEngine:
+                        cache_mb: int = DEFAULT_CACHE_MB, on_step: StepHook | None = None,
+                        api_key: str | None = None) -> RunningEngine:
     """Serve ``model`` from a daemon thread; wait until it answers, then return.
-    ``on_step`` runs on the worker thread after each step (a test seam)."""
+    ``on_step`` runs on the worker thread after each step (a test seam); ``api_key``
+    (if given) is required on every route but ``/health``."""
     port = port or _free_port(host)
-    app = create_engine_app(model, max_batch=max_batch, cache_mb=cache_mb, on_step=on_step)
+    app = create_engine_app(model, max_batch=max_batch, cache_mb=cache_mb, on_step=on_step,
+                            api_key=api_key)
     config = uvicorn.Config(app, host=host, port=port,
                             log_level="warning", lifespan="on", timeout_keep_alive=30)
     server = uvicorn.Server(config)

@@ -12,6 +12,7 @@ Invariants:
   (``{object: "error", message, type, param, code}``); ``/generate`` with SGLang's
   ``{"error": {"message": ...}}``.
 - The app's lifespan starts the worker thread and stops it.
+- With ``api_key``, every route but ``/health`` needs it (``auth.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
+from .auth import KeyGuard
 from .chat import chat_response, chat_stream, parse_chat
 from .completions import completion_response, completion_stream, parse_completion
 from .control import control_routes
@@ -69,10 +71,11 @@ def _sse(gen: AsyncIterator[bytes]) -> StreamingResponse:
 
 
 def create_engine_app(model: EngineModel, max_batch: int = DEFAULT_MAX_BATCH,
-                      cache_mb: int = DEFAULT_CACHE_MB, on_step: StepHook | None = None
-                      ) -> FastAPI:
+                      cache_mb: int = DEFAULT_CACHE_MB, on_step: StepHook | None = None,
+                      api_key: str | None = None) -> FastAPI:
     """Build the SGLang-compatible app serving ``model``; its lifespan runs the worker.
-    ``on_step`` runs on the worker thread after each step (a test seam)."""
+    ``on_step`` runs on the worker thread after each step (a test seam); ``api_key``
+    (if given) is required on every route but ``/health``."""
     state = EngineState(model, Worker(model, max_batch=max_batch, cache_mb=cache_mb,
                                       on_step=on_step))
 
@@ -88,6 +91,8 @@ def create_engine_app(model: EngineModel, max_batch: int = DEFAULT_MAX_BATCH,
     app = FastAPI(title="seedproxy engine", lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url=None)
     app.state.engine = state
+    if api_key is not None:
+        app.add_middleware(KeyGuard, key=api_key)
     app.include_router(control_routes(state))
 
     @app.get("/health")

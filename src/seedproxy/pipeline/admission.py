@@ -18,15 +18,17 @@ from starlette.responses import Response
 from ..backends import Endpoint
 from ..backends.bridging import as_chat
 from ..errors import BadRequest, ClientClosed, SeedProxyError
-from ..sessions import NewSession, SessionRecord
+from ..sessions import Interaction, NewSession, SessionRecord
 from .departure import unless_client_leaves
 from .exchange import Exchange
-from .headers import is_sdk_retry, pinned_index
+from .headers import compacted_from, is_sdk_retry, pinned_index
 from .presenters import MessagesPresenter, OpenAIPresenter, Presenter, ResponsesPresenter
 from .readers import Reader
 from .readers.fanout import FanoutReader
 from .readers.passthrough import PassthroughReader
+from .readers.record import RecordReader
 from .readers.tito import TitoReader, TitoTurn, prepare
+from .replaying import AsRecorded
 from .request import ClientRequest, parse_body, read_body
 from .seating import seat
 from .services import Services
@@ -55,9 +57,18 @@ class Admission:
             client = parse_body(endpoint, raw)
             chat, turn = await self._translate(client, session)
             headers = request.headers
-            ex = await seat(self.services, client, session, pinned=pinned_index(headers),
-                            retry=is_sdk_retry(headers), arrived=arrived)
-            reader, presenter = self._strategies(ex, chat, turn)
+            pinned = pinned_index(headers)
+            ex = await seat(self.services, client, session, pinned=pinned,
+                            retry=is_sdk_retry(headers), arrived=arrived,
+                            compacted=compacted_from(headers))
+            recorded = None
+            if ex.session is not None and ex.session.replays and ex.slot is not None:
+                recorded = await self.services.replays.lookup(
+                    ex.session, ex.slot.index, ex.interaction_id, client,
+                    pinned=pinned is not None, streamable=self.messages or chat is None)
+            if recorded is not None:
+                ex.replay(recorded)
+            reader, presenter = self._strategies(ex, chat, turn, recorded)
             return await run(ex, reader, presenter, request)
         except SeedProxyError as exc:
             shown = {"x-seedproxy-overhead-ms": f"{(time.perf_counter() - arrived) * 1000:.3f}"}
@@ -80,7 +91,8 @@ class Admission:
         return chat, turn
 
     def _strategies(self, ex: Exchange, chat: dict[str, object] | None,
-                    turn: TitoTurn | None) -> tuple[Reader, Presenter]:
+                    turn: TitoTurn | None, recorded: Interaction | None = None
+                    ) -> tuple[Reader, Presenter]:
         client = ex.client
         presenter: Presenter
         if self.messages:
@@ -89,6 +101,8 @@ class Admission:
             presenter = ResponsesPresenter(client.body)
         else:
             presenter = OpenAIPresenter(client.endpoint)
+        if recorded is not None:
+            return RecordReader(ex, recorded, messages=self.messages), AsRecorded(presenter)
         reader: Reader
         inject = ex.seeds[0] if ex.seeds and self.services.settings.deterministic else None
         if turn is not None:

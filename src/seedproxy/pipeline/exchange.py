@@ -20,7 +20,7 @@ import logging
 import time
 import uuid
 from array import array
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -62,6 +62,8 @@ class Exchange:
     arrived: float
     seat: ContentSeat | None = None
     """The content key and occurrence, in a content-keyed session."""
+    compacted_from: str | None = None
+    """The interaction whose history this request's summary replaces (the client said)."""
     upstream_s: float = 0.0
     upstream: str | None = None
     dispatch_weight_version: str | None = None
@@ -70,6 +72,8 @@ class Exchange:
     abandoned: bool = False
     """The client left before its answer: whatever is recorded from now on says so."""
     recording: bool = False
+    replayed: bool = False
+    """Answered from a resumed session's source record (``replaying.py``): no upstream."""
     dispatches: list[Dispatch] = field(default_factory=list)
     """Where each upstream request is running; see ``inflight.py``."""
     _replies: list[UpstreamReply] = field(default_factory=list)
@@ -100,7 +104,16 @@ class Exchange:
             self.session.session_id if self.session else None,
             self.slot.index if self.slot else None, self.seeds, self.upstream)
         headers["x-seedproxy-overhead-ms"] = f"{self.overhead_ms():.3f}"
+        if self.replayed:
+            headers["x-seedproxy-replayed"] = "true"
         return headers
+
+    def replay(self, recorded: Interaction) -> None:
+        """Answer from ``recorded``: its seeds are the ones the client is told and the
+        record keeps (a fork's replayed part was sampled with the source's)."""
+        self.seeds = list(recorded.seeds)
+        self.replayed = True
+        self.services.metrics.replayed.inc()
 
     def overhead_ms(self) -> float:
         return max(0.0, (time.perf_counter() - self.arrived - self.upstream_s) * 1000)
@@ -207,7 +220,7 @@ class Exchange:
             request=self.client.body,
             response=response,
             status=status,
-            prompt_token_ids=array("i", captured.prompt_token_ids),
+            prompt_token_ids=_packed(captured.prompt_token_ids),
             choices=captured.choices,
             latency_ms=round((time.perf_counter() - self.arrived) * 1000, 3),
             upstream=self.upstream,
@@ -216,6 +229,8 @@ class Exchange:
             tito=captured.lineage,
             content_key=self.seat.key if self.seat is not None else None,
             occurrence=self.seat.occurrence if self.seat is not None else None,
+            replayed=self.replayed,
+            compacted_from=self.compacted_from,
         )
         sessions = self.services.sessions
         view = await sessions.cursors.view(sessions.store, self.session)
@@ -297,6 +312,13 @@ class Exchange:
                 if unfinished:
                     for reply in self._replies:
                         await self.services.pool.abort(reply)
+
+
+def _packed(ids: Sequence[int]) -> array[int]:
+    """``ids`` as an ``array('i')``: one the reader packed already is taken as it is."""
+    if isinstance(ids, array) and ids.typecode == "i":
+        return ids
+    return array("i", ids)
 
 
 async def _close_all(replies: list[UpstreamReply]) -> None:

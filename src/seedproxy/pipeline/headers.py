@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import re
+
 from starlette.datastructures import Headers
 
 from ..errors import BadRequest
 from ..sessions.ids import encode_id
 
 __all__ = [
-    "ascii_count", "bearer_token", "client_key", "is_sdk_retry", "pinned_index",
-    "seedproxy_headers",
+    "COMPACTED_FROM", "ascii_count", "bearer_token", "client_key", "compacted_from",
+    "is_sdk_retry", "pinned_index", "seedproxy_headers",
 ]
+
+COMPACTED_FROM = "x-seedproxy-compacted-from"
 
 RETRY_HEADER = "x-stainless-retry-count"
 
@@ -51,6 +55,26 @@ def pinned_index(headers: Headers) -> int | None:
             param="X-Request-Index",
         )
     return index
+
+
+def compacted_from(headers: Headers) -> str | None:
+    """``x-seedproxy-compacted-from``: the interaction (``i19``, or its request index
+    ``19``) whose history this request's summary replaces; a malformed one is a 400."""
+    value = headers.get(COMPACTED_FROM)
+    if value is None:
+        return None
+    index = ascii_count(value)
+    if index is not None:
+        return f"i{index}"
+    value = value.strip()
+    if not _INTERACTION_ID.fullmatch(value):
+        raise BadRequest(f"{COMPACTED_FROM} must be a request index or an interaction id "
+                         "(such as i19)", param=COMPACTED_FROM)
+    return value
+
+
+_INTERACTION_ID = re.compile(r"[ic][0-9a-f]{1,16}(\.p?[0-9]{1,15})?")
+"""The ids seedproxy gives interactions: ``i{index}``, ``i{index}.p{k}``, ``c{key}.{n}``."""
 
 
 def is_sdk_retry(headers: Headers) -> bool:

@@ -43,6 +43,10 @@ class Metrics:
         self.failovers = Counter(
             "seedproxy_failovers", "Requests retried on another upstream.", registry=self.registry
         )
+        self.replayed = Counter(
+            "seedproxy_replayed", "Requests of resumed sessions answered from the record.",
+            registry=self.registry,
+        )
         self._children: dict[tuple[str, int, str | None], tuple[Any, Any]] = {}
 
     def observe(

@@ -163,6 +163,21 @@ def _optional_int(body: dict[str, Any], key: str) -> int | None:
 
 
 def documented(model: type[BaseModel]) -> dict[str, Any]:
-    """The OpenAPI request body of a route that reads ``model`` itself (after auth)."""
-    schema = {"content": {"application/json": {"schema": model.model_json_schema()}}}
-    return {"requestBody": {"required": True, **schema}}
+    """The OpenAPI request body of a route that reads ``model`` itself (after auth).
+    Nested models are inlined: pydantic's ``#/$defs/...`` references mean nothing at
+    an OpenAPI document's root."""
+    schema = model.model_json_schema()
+    definitions = schema.pop("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                return inline(definitions[ref.removeprefix("#/$defs/")])
+            return {key: inline(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [inline(value) for value in node]
+        return node
+
+    body = {"content": {"application/json": {"schema": inline(schema)}}}
+    return {"requestBody": {"required": True, **body}}

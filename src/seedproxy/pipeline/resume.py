@@ -37,9 +37,11 @@ import orjson
 
 from ..backends import UpstreamRequest
 from ..backends.dispatch import Dispatch
+from ..backends.echo import loads_echoed
 from ..backends.pause import PauseGate
 from ..backends.pool import UpstreamPool, UpstreamReply
 from ..errors import SeedProxyError, StoreError
+from ..sessions.token_ids import TokenIds
 from .sse import DONE, encode_event, event_json, split_events
 
 __all__ = ["ResumingSender", "new_rid", "resumable"]
@@ -59,9 +61,11 @@ def resumable(request: UpstreamRequest) -> bool:
     params = body.get("sampling_params")
     n = params.get("n", 1) if isinstance(params, dict) else 1
     ids = body.get("input_ids")
-    # ``set(map(type, ...))`` runs in C: a 55k-token prompt costs no Python loop.
-    return (request.path == "/generate" and n == 1 and isinstance(ids, list)
-            and set(map(type, ids)) <= {int})
+    if request.path != "/generate" or n != 1:
+        return False
+    # Token-in-token-out's prompt is packed ids already. ``set(map(type, ...))`` runs in
+    # C: a client's 55k-token prompt costs no Python loop.
+    return isinstance(ids, TokenIds) or (isinstance(ids, list) and set(map(type, ids)) <= {int})
 
 
 class _Progress:
@@ -70,7 +74,7 @@ class _Progress:
     def __init__(self, request: UpstreamRequest, dispatch: Dispatch | None) -> None:
         self.request = request
         self.dispatch = dispatch
-        self.prompt: list[int] = list(request.body["input_ids"])
+        self.prompt: list[int] | TokenIds = request.body["input_ids"]  # never changed
         params = request.body.get("sampling_params") or {}
         budget = params.get("max_new_tokens")
         self.budget: int | None = budget if type(budget) is int else None
@@ -85,7 +89,9 @@ class _Progress:
         if "rid" in body:  # a new attempt is a new request on the server, named after it
             body["rid"] = f"{self.request.body['rid']}.{self.attempts}"
         self.attempts += 1
-        body["input_ids"] = self.prompt + self.ids
+        prompt = self.prompt
+        body["input_ids"] = (prompt.extended(self.ids) if isinstance(prompt, TokenIds)
+                             else prompt + self.ids)
         params = dict(body.get("sampling_params") or {})
         if self.budget is not None:
             params["max_new_tokens"] = self.budget - len(self.ids)
@@ -218,7 +224,7 @@ class ResumingSender:
                     dispatch is not None and dispatch.stopped is not None):
                 return reply
             try:
-                answer = orjson.loads(reply.response.content)
+                answer = loads_echoed(reply.response.content, request.echo)
             except orjson.JSONDecodeError:
                 return reply
             reply.parsed = (answer,)

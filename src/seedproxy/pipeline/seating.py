@@ -20,8 +20,9 @@ __all__ = ["seat"]
 
 async def seat(services: Services, client: ClientRequest,
                session: SessionRecord | NewSession | None, *, pinned: int | None,
-               retry: bool, arrived: float) -> Exchange:
-    """Check the seed rules, create the session if new, take the slot, derive seeds."""
+               retry: bool, arrived: float, compacted: str | None = None) -> Exchange:
+    """Check the seed rules, create the session if new, take the slot, derive seeds.
+    ``compacted``: the interaction a compacted history replaces (recorded as such)."""
     settings = services.settings
     deterministic = settings.deterministic
     fixed = client.seed
@@ -54,4 +55,5 @@ async def seat(services: Services, client: ClientRequest,
         seeds = content_seeds(session.identity, position.key, position.occurrence, client.n)
     else:
         seeds = choice_seeds(session.identity, slot.index, client.n)
-    return Exchange(services, client, session, slot, seeds, arrived, seat=position)
+    return Exchange(services, client, session, slot, seeds, arrived, seat=position,
+                    compacted_from=compacted)

@@ -11,6 +11,7 @@ from ..sessions import SessionManager
 from ..settings import Settings
 from .inflight import InFlight
 from .metrics import Metrics
+from .replaying import ReplayBook
 from .resume import ResumingSender
 
 if TYPE_CHECKING:
@@ -28,5 +29,7 @@ class Services:
     sender: ResumingSender
     metrics: Metrics
     inflight: InFlight
+    replays: ReplayBook
+    """Resumed sessions' source records (``replaying.py``)."""
     tito: TitoMode | None = None
     """Token-in-token-out mode: chat, Responses and Messages render prompts here."""

@@ -19,8 +19,9 @@ from ..pipeline.request import documented, read_model
 from ..sessions import SessionManager, SessionRecord
 from ..sessions.export import Style, lease_batch, trajectory
 from ..sessions.ids import check_id, encode_id
+from ..sessions.resuming import replay_options
 from .access import Access
-from .listing import MAX_PAGE, session_page
+from .listing import MAX_PAGE, SEQ_MAX, session_page
 from .schemas import AckRequest, CreateSessions, ExportRequest, RewardRequest
 
 __all__ = ["VISIBILITY_DEFAULT_S", "VISIBILITY_MAX_S", "WAIT_DEFAULT_S", "WAIT_MAX_S",
@@ -52,13 +53,20 @@ def admin_router(
     async def create_sessions(request: Request) -> JSONResponse:
         await access.require_admin(request)
         body = await read_model(request, CreateSessions, max_body_bytes)
+        replay = await replay_options(
+            store, resume=body.resume,
+            fork=(body.fork.session, body.fork.at) if body.fork is not None else None,
+            identity=body.identity, group_size=body.group_size, index_by=body.index_by,
+            seed=body.seed,
+        )
         group = await sessions.create_group(
-            identity=body.identity,
+            identity=replay.identity,
             session_id=body.session_id,
             group_size=body.group_size,
             metadata=body.metadata,
-            seed=body.seed,
-            index_by=body.index_by,
+            seed=replay.seed,
+            index_by=replay.index_by,
+            replays=replay.replays,
         )
         root = str(request.base_url).rstrip("/")
         members = [
@@ -88,6 +96,7 @@ def admin_router(
             "exported": record.exported,
             "reward": record.reward,
             "metadata": record.metadata,
+            "replays": record.replays,
         }
 
     @router.get("/sessions")
@@ -97,12 +106,16 @@ def admin_router(
         identity: str | None = Query(default=None, max_length=256),
         offset: int = Query(default=0, ge=0),
         limit: int = Query(default=100, ge=1, le=MAX_PAGE),
+        cursor: int | None = Query(default=None, ge=0, le=SEQ_MAX),
+        since: int | None = Query(default=None, ge=0, le=SEQ_MAX),
     ) -> dict[str, Any]:
-        """Sessions in creation order, one page at a time; ``next_offset`` is None on
-        the last page."""
+        """Sessions in creation order, one page at a time; ``next_offset`` and
+        ``next_cursor`` are None on the last page. ``since``: only the ``version``
+        while it has not moved (see ``listing.py``)."""
         await access.require_admin(request)
         return await session_page(
-            store, group_id=group_id, identity=identity, offset=offset, limit=limit
+            store, group_id=group_id, identity=identity, offset=offset, limit=limit,
+            cursor=cursor, since=since,
         )
 
     @router.post("/sessions/{session_id}/reward", openapi_extra=documented(RewardRequest))
@@ -153,17 +166,23 @@ def admin_router(
             built[:] = [await trajectory(store, r, style) for r in chosen]
             orjson.dumps(built)
 
-        while True:
-            if record.ended and not await store.held([session_id], time.time()):
-                batch_id, taken = await lease_batch(
-                    store, session_ids=[session_id], lock=exporting,
-                    visibility_timeout_s=visibility_timeout_s, prepare=build)
-                if taken:
-                    break  # else another export leased it meanwhile: wait on
-            if loop.time() >= deadline:
-                raise WaitTimeout(f"session {session_id!r} did not end within {timeout_s} s")
-            await asyncio.sleep(0.05)
-            record = await sessions.require(session_id)
+        async with store.watch() as watch:  # woken by the store: its end, a release
+            while True:
+                record = await sessions.require(session_id)
+                held = await store.held_until([session_id], time.time())
+                if record.ended and not held:
+                    batch_id, taken = await lease_batch(
+                        store, session_ids=[session_id], lock=exporting,
+                        visibility_timeout_s=visibility_timeout_s, prepare=build)
+                    if taken:
+                        break  # else another export leased it meanwhile: wait on
+                    continue
+                left = deadline - loop.time()
+                if left <= 0:
+                    raise WaitTimeout(
+                        f"session {session_id!r} did not end within {timeout_s} s")
+                ends = [until - time.time() for until in held.values()]
+                await watch.wait(min([left, *ends]))
         return Response(orjson.dumps({**built[0], "batch_id": batch_id}),
                         media_type="application/json")
 

@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from ..backends import BACKENDS, Backend
+from ..backends.anthropic_bridge import anthropic_error
 from ..backends.board import open_board
 from ..backends.client import upstream_client
 from ..backends.fleet import FleetControl
@@ -31,6 +32,7 @@ from ..errors import (
 from ..pipeline.admission import Admission
 from ..pipeline.inflight import InFlight
 from ..pipeline.metrics import Metrics
+from ..pipeline.replaying import ReplayBook
 from ..pipeline.resume import ResumingSender
 from ..pipeline.services import Services
 from ..sessions import SessionManager, SessionStore, open_store
@@ -54,6 +56,8 @@ if TYPE_CHECKING:
 __all__ = ["create_app", "open_tito_mode"]
 
 log = logging.getLogger("seedproxy")
+
+_MESSAGES_PATHS = ("/v1/messages", "/v1/messages/count_tokens")
 
 
 def create_app(
@@ -83,6 +87,9 @@ def create_app(
         read_timeout_s=settings.read_timeout_s,
         connect_timeout_s=settings.connect_timeout_s,
         max_body_bytes=settings.max_upstream_body_bytes,
+        api_key=settings.upstream_api_key,
+        max_connections=settings.max_upstream_connections,
+        pool_timeout_s=settings.pool_timeout_s,
     )
     backend = backend or BACKENDS[settings.backend](
         api_key=settings.upstream_api_key, routed_experts=settings.capture_routed_experts
@@ -107,7 +114,7 @@ def create_app(
     inflight = InFlight(pool, fleet.board)
     services = Services(
         settings=settings, sessions=sessions, backend=backend, pool=pool, sender=sender,
-        metrics=metrics, inflight=inflight, tito=tito,
+        metrics=metrics, inflight=inflight, replays=ReplayBook(sessions.store), tito=tito,
     )
     openai = Admission(services)
 
@@ -230,5 +237,10 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unexpected error on %s", request.url.path)
+        """seedproxy's own bug: logged, a 500 in the route's protocol shape, and the
+        connection kept (``ProxyApp`` ends the re-raise that would reset it)."""
+        path = request.url.path
+        log.exception("unexpected error on %s", path)
+        if path.endswith(_MESSAGES_PATHS):
+            return JSONResponse(anthropic_error(500, "internal error"), status_code=500)
         return JSONResponse(error_body("internal error", "internal_error"), status_code=500)

@@ -1,6 +1,7 @@
 """Readiness, apart from liveness: ``/healthz`` says the proxy runs, ``/readyz`` says
-whether it can serve: some upstream answers and the session store does (200), or not
-(503, with each one's reason)."""
+whether it can serve: some upstream answers and is not degraded (its recent requests
+all timed out), and the session store answers (200), or not (503, with each one's
+reason)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ __all__ = ["readiness_router", "warn_if_no_upstream"]
 
 log = logging.getLogger("seedproxy")
 
+_DEGRADED = "degraded: its recent requests all timed out"
+
 
 def readiness_router(pool: UpstreamPool, store: SessionStore) -> APIRouter:
     router = APIRouter()
@@ -27,14 +30,16 @@ def readiness_router(pool: UpstreamPool, store: SessionStore) -> APIRouter:
         even with an admin key."""
         reasons = await pool.probe()
         upstreams = [
-            {"url": url, "up": reason is None, "reason": reason} for url, reason in reasons.items()
+            {"url": u.url, "up": reasons[u.url] is None, "degraded": u.degraded,
+             "reason": reasons[u.url] or (_DEGRADED if u.degraded else None)}
+            for u in pool.upstreams
         ]
         try:
             await store.count_open()
             stored: str | None = None
         except StoreError as exc:
             stored = exc.message
-        ready = stored is None and any(reason is None for reason in reasons.values())
+        ready = stored is None and any(u["reason"] is None for u in upstreams)
         body = {"ready": ready, "upstreams": upstreams,
                 "store": {"up": stored is None, "reason": stored}}
         return JSONResponse(body, status_code=200 if ready else 503)

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from ..backends import OPENAI_ENDPOINTS, Endpoint
 from ..errors import SeedProxyError, error_body
@@ -41,17 +41,45 @@ class ProxyApp(FastAPI):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         hot = self.hot
-        if hot is None or scope["type"] != "http" or self.user_middleware:
+        if scope["type"] != "http":
             await super().__call__(scope, receive, send)
+            return
+        if hot is None or self.user_middleware:
+            await self._answered(scope, receive, send)
             return
         matched = hot.match(scope)
         if matched is None:
-            await super().__call__(scope, receive, send)
+            await self._answered(scope, receive, send)
         else:
             if self.root_path:
                 scope["root_path"] = self.root_path
             scope["app"] = self
             await hot.handle(scope, receive, send, *matched)
+
+    async def _answered(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """FastAPI's stack, less one re-raise: Starlette's ``ServerErrorMiddleware``
+        raises again after its handler sent the whole 500, and the server then closes
+        the connection, resetting a keep-alive client. An error after a complete answer
+        ends here (the handler logged it); one before or during an answer still
+        propagates, so a half-sent answer's connection is closed."""
+        complete = False
+        status = 0
+
+        async def sending(message: Message) -> None:
+            nonlocal complete, status
+            await send(message)
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                complete = True
+
+        try:
+            await super().__call__(scope, receive, sending)
+        except Exception:
+            if not complete:
+                raise
+            if status != 500:  # not the handler's answer, so not logged yet
+                log.exception("unexpected error after answering %s", scope["path"])
 
 
 class HotRoutes:

@@ -10,11 +10,12 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 __all__ = [
     "AckRequest",
     "CreateSessions",
-    "ExportRequest",
     "DestroyWeightsUpdateGroup",
+    "ExportRequest",
     "FleetPause",
     "FleetUpdateWeights",
     "FleetWeightVersion",
+    "ForkFrom",
     "InitWeightsUpdateGroup",
     "RewardRequest",
     "UpdateWeightsFromDistributed",
@@ -26,6 +27,11 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class ForkFrom(_Body):
+    session: str = Field(min_length=1, max_length=256)
+    at: int = Field(ge=0, lt=2**53)
+
+
 class CreateSessions(_Body):
     session_id: str | None = Field(default=None, min_length=1, max_length=256)
     identity: str | None = Field(default=None, min_length=1, max_length=256)
@@ -33,6 +39,10 @@ class CreateSessions(_Body):
     metadata: dict[str, Any] | None = None
     seed: int | None = Field(default=None, ge=-(2**63), lt=2**63)
     index_by: Literal["arrival", "content"] | None = None
+    resume: str | None = Field(default=None, min_length=1, max_length=256)
+    """Replay this recorded session: matching requests are answered from its record."""
+    fork: ForkFrom | None = None
+    """Replay the first ``at`` interactions of ``session``, then sample with new seeds."""
 
 
 class RewardRequest(_Body):

@@ -6,6 +6,9 @@ index); a second continuation, or a full render (an edited, compacted or forked
 history), starts a new branch whose ``parent`` says where it came from. Branches are
 derived from the recorded lineage at export, so arrival order changes nothing.
 Each sequence has loss mask 1 exactly on sampled tokens, with their logprobs.
+A branch whose first turn the client marked as a compaction (``compacted_from``) names
+the turn its summary replaced and that turn's branch; ``compaction_chain`` orders the
+segments of a compacted rollout.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import Any
 
 from .interaction import Interaction
 
-__all__ = ["branch_of", "branch_records", "is_tito"]
+__all__ = ["branch_of", "branch_records", "compaction_chain", "is_tito"]
 
 
 def is_tito(interactions: list[Interaction]) -> bool:
@@ -63,8 +66,27 @@ def branch_records(interactions: list[Interaction]) -> list[dict[str, Any]]:
     records = []
     for branch_id, parent in parents.items():
         members = [t for iid, t in turns.items() if branch[iid] == branch_id]
-        records.append(_sequence(branch_id, parent, members, chosen))
+        record = _sequence(branch_id, parent, members, chosen)
+        replaced = members[0].compacted_from if members else None
+        record["compacted_from"] = None if replaced is None else {
+            "interaction_id": replaced, "branch": branch.get(replaced)}
+        records.append(record)
     return records
+
+
+def compaction_chain(records: list[dict[str, Any]]) -> list[str]:
+    """The branch ids of a compacted rollout in order: the first branch, then each
+    branch compacted from one in the chain so far (the first such, by first turn), one
+    segment per summary. A rollout never compacted is its first branch alone."""
+    if not records:
+        return []
+    chain = [records[0]["branch_id"]]
+    while True:
+        step = next((r["branch_id"] for r in records if r["branch_id"] not in chain
+                     and (r.get("compacted_from") or {}).get("branch") == chain[-1]), None)
+        if step is None:
+            return chain
+        chain.append(step)
 
 
 def _sequence(branch_id: str, parent: Any, members: list[Interaction],

@@ -155,6 +155,10 @@ def encode(interaction: Interaction, link: Link | None = None, sent: Sent | None
             "routed_experts": c.routed_experts.to_dict() if c.routed_experts else None,
         } for c in i.choices],
     }
+    if i.replayed:  # rarely set: only then stored
+        header["replayed"] = True
+    if i.compacted_from is not None:
+        header["compacted_from"] = i.compacted_from
     parts = [b"", orjson.dumps(header), _pack(prompt)]
     for c in i.choices:
         parts += [_pack(c.token_ids), _pack(c.logprobs)]
@@ -198,7 +202,8 @@ def decode(blob: bytes) -> Stored:
         choices=choices, reward=head["reward"], latency_ms=head["latency_ms"],
         upstream=head["upstream"], abandoned=head["abandoned"],
         dispatch_weight_version=head["dispatch_weight_version"], tito=head["tito"],
-        content_key=head["content_key"], occurrence=head["occurrence"])
+        content_key=head["content_key"], occurrence=head["occurrence"],
+        replayed=head.get("replayed", False), compacted_from=head.get("compacted_from"))
     link = Link(*head["link"]) if head["link"] else None
     sent = Sent(*head["sent"]) if head["sent"] else None
     return Stored(interaction, link, sent)

@@ -15,12 +15,14 @@ from __future__ import annotations
 import bisect
 from array import array
 from collections import OrderedDict
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, overload
 
 from .codec import Link, Sent, Stored, decode, repeats, sent_of
 from .interaction import ChoiceRecord, Interaction
 from .record import SessionRecord
 from .store.base import SessionStore
+from .token_ids import TokenIds, ids_text, join_text
 
 __all__ = ["Cursors", "SessionView", "Turn"]
 
@@ -50,6 +52,9 @@ class Turn:
     def prompt_token_ids(self) -> array[int]:
         return self._view.prompt_of(self)
 
+    def prompt_ids(self) -> TokenIds:
+        return self._view.prompt_ids(self)
+
     def keys(self) -> list[str]:
         """The token-in-token-out keys of its messages, whole."""
         if self._keys is None:
@@ -76,7 +81,8 @@ class SessionView:
         self._turns: dict[str, Turn] = {}
         self._order: list[tuple[int, str]] = []
         self._last: str | None = None
-        self._memo: tuple[str, array[int]] | None = None
+        self._memo: tuple[str, array[int], bytes | None] | None = None
+        """The last prompt rebuilt: (interaction id, its ids, their JSON text or None)."""
 
     def apply(self, seq: int, blobs: list[bytes]) -> None:
         """Take the records of a ``changes`` answer; an answer older than what the
@@ -101,19 +107,56 @@ class SessionView:
     def turn(self, interaction_id: str) -> Turn:
         return self._turns[interaction_id]
 
-    def turns(self) -> list[Turn]:
-        """Every turn, ordered by (request_index, interaction_id)."""
-        return [self._turns[iid].matching() for _, iid in self._order]
+    def turns(self) -> Sequence[Turn]:
+        """Every turn, ordered by (request_index, interaction_id); each is made whole
+        for matching when read, so reading the last few costs what they hold."""
+        return _Turns(self)
+
+    def last_prompt(self) -> TokenIds | None:
+        """The prompt of the turn recorded last, with its JSON text; None without one."""
+        last = self._turns.get(self._last) if self._last is not None else None
+        if last is None or not (last.added or last.link):
+            return None
+        return self.prompt_ids(last)
+
+    def known_keys(self, request: dict[str, Any]) -> list[str]:
+        """The token-in-token-out keys of ``request``'s first messages when they are,
+        byte for byte, the messages the last turn recorded sent (its keys, then); else
+        []. Costs a serialisation and a digest of the messages, no key per message."""
+        last = self._turns.get(self._last) if self._last is not None else None
+        if last is None or last.sent is None or last.tito is None:
+            return []
+        found = sent_of(request)
+        if found is None or not repeats(last.sent, *_field(found)):
+            return []
+        keys = last.keys()
+        return keys if len(keys) == last.sent.count else []  # not a continued message
 
     def prompt_of(self, turn: Turn) -> array[int]:
         """The turn's whole prompt ids: the linked prefix, then what it added. The last
         one rebuilt is kept, so the next turn of a branch costs only what it adds."""
+        return self._rebuild(turn)[0]
+
+    def prompt_ids(self, turn: Turn) -> TokenIds:
+        """The turn's prompt with its JSON text, kept like ``prompt_of``'s: a branch's
+        next turn extends the text by what it adds (a cold view writes it once)."""
+        ids, text = self._rebuild(turn)
+        if text is None:
+            text = ids_text(ids)
+            self._memo = (turn.interaction_id, ids, text)
+        return TokenIds(ids, text)
+
+    def _rebuild(self, turn: Turn) -> tuple[array[int], bytes | None]:
         chain: list[Turn] = []  # from ``turn`` back to a root, or to the kept one
         current: Turn | None = turn
         out = array("i")
+        text: bytes | None = b""  # None once a step cuts ids off: written on demand
         while current is not None:
             if self._memo is not None and self._memo[0] == current.interaction_id:
+                if current is turn:
+                    return self._memo[1], self._memo[2]
                 out.extend(self._memo[1])
+                text = self._memo[2]
                 break
             chain.append(current)
             link = current.link
@@ -122,11 +165,16 @@ class SessionView:
             link = step.link
             if link is not None and link.prompt:  # ``out`` is its base's prompt now
                 if link.choice >= 0:
-                    out.extend(self._turns[link.interaction_id].choices[link.choice].token_ids)
-                del out[link.prompt:]
+                    completion = self._turns[link.interaction_id].choices[link.choice].token_ids
+                    out.extend(completion)
+                    text = _joined(text, completion)
+                if link.prompt < len(out):
+                    del out[link.prompt:]
+                    text = None
             out.extend(step.added)
-        self._memo = (turn.interaction_id, out)
-        return out
+            text = _joined(text, step.added)
+        self._memo = (turn.interaction_id, out, text)
+        return out, text
 
     def link_for(self, interaction: Interaction) -> tuple[Link | None, Sent | None]:
         """How ``interaction`` is stored once: the turn it extends (its token-in-token-out
@@ -185,6 +233,29 @@ class SessionView:
         return (size, -1) if size else (0, 0)
 
 
+class _Turns(Sequence[Turn]):
+    def __init__(self, view: SessionView) -> None:
+        self._view = view
+        self._order = list(view._order)
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    @overload
+    def __getitem__(self, index: int) -> Turn: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Turn]: ...
+
+    def __getitem__(self, index: int | slice) -> Turn | Sequence[Turn]:
+        if isinstance(index, slice):
+            return [self._view.turn(iid).matching() for _, iid in self._order[index]]
+        return self._view.turn(self._order[index][1]).matching()
+
+
+def _joined(text: bytes | None, ids: array[int]) -> bytes | None:
+    return None if text is None else join_text(text, ids_text(ids)) if ids else text
+
+
 def _field(found: tuple[Sent, bytes]) -> tuple[str, bytes]:
     return found[0].field, found[1]
 
@@ -209,6 +280,12 @@ class Cursors:
         seq, blobs = await store.changes(record.session_id, view.seq)
         view.apply(seq, blobs)
         return view
+
+    def peek(self, record: SessionRecord) -> SessionView | None:
+        """The session's view as it stands (no store operation; it may lag)."""
+        view = self._views.get(record.session_id)
+        created = (record.created_seq, record.created_at)
+        return view if view is not None and view.created == created else None
 
     def forget(self, session_id: str) -> None:
         self._views.pop(session_id, None)

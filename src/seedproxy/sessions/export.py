@@ -18,22 +18,34 @@ import contextlib
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .branches import branch_of, branch_records, is_tito
+from .branches import branch_of, branch_records, compaction_chain, is_tito
 from .concat import concat_record
 from .record import SessionRecord
-from .store.base import SessionStore
+from .store.base import SessionStore, View
+from .store.changes import Watch
 
 __all__ = ["Style", "lease_batch", "new_batch_id", "trajectory"]
 
 Style = Literal["individual", "concat"]
 
-_POLL_S = 0.05
+_PAGE = 256
+"""Sessions read from the store's index per step of a selection."""
 
 
 def new_batch_id() -> str:
     return "batch-" + uuid.uuid4().hex
+
+
+@dataclass(slots=True)
+class _Selection:
+    chosen: list[SessionRecord]
+    complete: bool
+    lease_ends: list[float] = field(default_factory=list)
+    """When the live leases that kept candidates out run out: the selection may change
+    then, with no write to wake a waiting export."""
 
 
 async def lease_batch(
@@ -58,27 +70,38 @@ async def lease_batch(
     Named ``session_ids`` are taken whatever their ended or exported state (but not
     while another live lease holds them); otherwise only ended sessions not exported
     (of ``group_id``, if given) are candidates. On timeout the result is what is
-    ready: in deterministic mode the ended prefix of the batch.
+    ready: in deterministic mode the ended prefix of the batch. A waiting export
+    sleeps until the store changes (``store.watch``) or a lease that kept a candidate
+    out runs out, never polling.
     """
     batch_id = new_batch_id()
     deadline = time.monotonic() + timeout_s
-    while True:
-        async with lock if lock is not None else contextlib.nullcontext():
-            now = clock()
-            chosen, complete = await _select_once(
-                store, session_ids, group_id, count, deterministic, now
-            )
-            if complete or time.monotonic() >= deadline:
-                if prepare is not None:
-                    await prepare(chosen)
-                refused = await store.lease(
-                    batch_id, chosen, now=now, until=now + visibility_timeout_s,
-                    remove=remove, named=session_ids is not None,
+    async with contextlib.AsyncExitStack() as stack:
+        watch: Watch | None = None
+        while True:
+            async with lock if lock is not None else contextlib.nullcontext():
+                now = clock()
+                selection = await _select_once(
+                    store, session_ids, group_id, count, deterministic, now
                 )
-                if not refused:
-                    return batch_id, chosen
-                continue  # another export (or an ack) got there first: select again
-        await asyncio.sleep(_POLL_S)
+                if selection.complete or time.monotonic() >= deadline:
+                    if prepare is not None:
+                        await prepare(selection.chosen)
+                    refused = await store.lease(
+                        batch_id, selection.chosen, now=now, until=now + visibility_timeout_s,
+                        remove=remove, named=session_ids is not None,
+                    )
+                    if not refused:
+                        return batch_id, selection.chosen
+                    continue  # another export (or an ack) got there first: select again
+            if watch is None:
+                # Watch first, then look again: a change after this look wakes the wait.
+                watch = await stack.enter_async_context(store.watch())
+                continue
+            wait_s = deadline - time.monotonic()
+            if selection.lease_ends:
+                wait_s = min(wait_s, min(selection.lease_ends) - clock())
+            await watch.wait(max(0.0, wait_s))
 
 
 async def _select_once(
@@ -88,27 +111,62 @@ async def _select_once(
     count: int | None,
     deterministic: bool,
     now: float,
-) -> tuple[list[SessionRecord], bool]:
+) -> _Selection:
     if session_ids is not None:
         found = [r for r in [await store.get(s) for s in session_ids] if r is not None]
-        held = await store.held([r.session_id for r in found], now)
-        return sorted((r for r in found if r.session_id not in held),
-                      key=lambda r: r.created_seq), True
-    unexported = [r for r in await store.list(group_id) if not r.exported]
-    held = await store.held([r.session_id for r in unexported], now)
-    pending = [r for r in unexported if r.session_id not in held]
+        held = await store.held_until([r.session_id for r in found], now)
+        return _Selection(sorted((r for r in found if r.session_id not in held),
+                                 key=lambda r: r.created_seq), True, list(held.values()))
+    if group_id is not None:  # one group's sessions: few, read together
+        unexported = [r for r in await store.list(group_id) if not r.exported]
+        held = await store.held_until([r.session_id for r in unexported], now)
+        pending = [r for r in unexported if r.session_id not in held]
+        if deterministic:
+            chosen = _ended_prefix(pending if count is None else pending[:count])
+            return _Selection(chosen, count is None or len(chosen) == count,
+                              list(held.values()))
+        ended = sorted((r for r in pending if r.ended), key=lambda r: r.ended_seq or 0)
+        chosen = ended if count is None else ended[:count]
+        return _Selection(chosen, count is None or len(chosen) == count, list(held.values()))
     if deterministic:
-        batch = pending if count is None else pending[:count]
-        ready: list[SessionRecord] = []
-        for record in batch:
-            if not record.ended:
-                break
-            ready.append(record)
-        return ready, count is None or len(ready) == count
-    ended = sorted((r for r in pending if r.ended), key=lambda r: r.ended_seq or 0)
-    if count is None:
-        return ended, True
-    return ended[:count], len(ended) >= count
+        return await _walk(store, "unexported", count, now, stop_at_open=True)
+    return await _walk(store, "ready", count, now, stop_at_open=False)
+
+
+def _ended_prefix(batch: list[SessionRecord]) -> list[SessionRecord]:
+    ready: list[SessionRecord] = []
+    for record in batch:
+        if not record.ended:
+            break
+        ready.append(record)
+    return ready
+
+
+async def _walk(
+    store: SessionStore, view: View, count: int | None, now: float, *, stop_at_open: bool
+) -> _Selection:
+    """Read ``view`` a page at a time, skipping sessions under a live lease, until
+    ``count`` are chosen (or, ``stop_at_open``, an open session ends the ended prefix):
+    the cost is what is chosen plus the leased ones passed, not what the store holds."""
+    chosen: list[SessionRecord] = []
+    lease_ends: list[float] = []
+    after = -1
+    while True:
+        page = await store.scan(view, after=after, limit=_PAGE)
+        held = await store.held_until([r.session_id for r in page], now)
+        for record in page:
+            if record.session_id in held:
+                lease_ends.append(held[record.session_id])
+                continue
+            if stop_at_open and not record.ended:
+                return _Selection(chosen, count is None or len(chosen) == count, lease_ends)
+            chosen.append(record)
+            if count is not None and len(chosen) == count:
+                return _Selection(chosen, True, lease_ends)
+        if len(page) < _PAGE:
+            return _Selection(chosen, count is None, lease_ends)
+        last = page[-1]
+        after = (last.ended_seq or 0) if view == "ready" else last.created_seq
 
 
 async def trajectory(
@@ -161,4 +219,5 @@ def _tito_concat(interactions: list[Any]) -> dict[str, Any]:
         "concat_error": None if first and first["error"] is None else (
             first["error"] if first else {"reason": "no turns"}),
         "branches": branches,
+        "chain": compaction_chain(branches),
     }

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .routing import RoutedExperts
+from .token_ids import TokenIds
 
 __all__ = ["ChoiceRecord", "Interaction", "VersionSpan", "version_spans"]
 
@@ -137,10 +138,17 @@ class Interaction:
     content_key: str | None = None
     """Content-keyed sessions only: the request's content key and its occurrence."""
     occurrence: int | None = None
+    replayed: bool = False
+    """Answered from a resumed (or forked) session's source record, with no upstream call."""
+    compacted_from: str | None = None
+    """The interaction whose history this request's summary replaces (a compaction)."""
 
     @property
     def token_count(self) -> int:
         return len(self.prompt_token_ids) + sum(len(c.token_ids) for c in self.choices)
+
+    def prompt_ids(self) -> TokenIds:
+        return TokenIds(self.prompt_token_ids)
 
     def to_dict(self) -> dict[str, Any]:
         """Return the contract's JSON shape. ``n == 1`` gives flat per-choice fields;
@@ -187,11 +195,16 @@ class Interaction:
         if self.content_key is not None:
             shown["content_key"] = self.content_key
             shown["occurrence"] = self.occurrence
+        if self.replayed:
+            shown["replayed"] = True
+        if self.compacted_from is not None:
+            shown["compacted_from"] = self.compacted_from
         return shown
 
     def to_storage(self) -> dict[str, Any]:
-        """Return a lossless, JSON-serialisable form for durable stores."""
-        return {
+        """Return a lossless, JSON-serialisable form for durable stores (the rarely set
+        ``replayed`` and ``compacted_from`` only when set)."""
+        stored: dict[str, Any] = {
             "interaction_id": self.interaction_id,
             "request_index": self.request_index,
             "seeds": self.seeds,
@@ -210,6 +223,11 @@ class Interaction:
             "content_key": self.content_key,
             "occurrence": self.occurrence,
         }
+        if self.replayed:
+            stored["replayed"] = True
+        if self.compacted_from is not None:
+            stored["compacted_from"] = self.compacted_from
+        return stored
 
     @classmethod
     def from_storage(cls, data: dict[str, Any]) -> Interaction:
@@ -231,4 +249,6 @@ class Interaction:
             tito=data.get("tito"),
             content_key=data.get("content_key"),
             occurrence=data.get("occurrence"),
+            replayed=data.get("replayed", False),
+            compacted_from=data.get("compacted_from"),
         )

@@ -80,8 +80,10 @@ class SessionManager:
         metadata: dict[str, Any] | None = None,
         seed: int | None = None,
         index_by: str | None = None,
+        replays: dict[str, Any] | None = None,
     ) -> SessionGroup:
-        """Create ``group_size`` sessions; identities ``{identity}:{i}`` when > 1."""
+        """Create ``group_size`` sessions; identities ``{identity}:{i}`` when > 1.
+        ``replays`` (``resuming.py``) makes each a replay of a recorded session."""
         if group_size < 1:
             raise BadRequest("group_size must be at least 1", param="group_size")
         if self._default_seed is not None and seed is None and group_size > 1:
@@ -110,18 +112,18 @@ class SessionManager:
         mode = index_by or self._default_index_by
         if session_id is not None:
             record = SessionRecord(session_id, base, _new_key(), session_id, extra, seed=seed,
-                                   index_by=mode)
+                                   index_by=mode, replays=replays)
             if not await self.store.create(record):
                 raise BadRequest(f"session {session_id!r} already exists", param="session_id")
             return SessionGroup(session_id, [record])
         # The first member's suffix names the group, so a rerun gets a new group id.
         first = SessionRecord(identities[0], identities[0], _new_key(), None, extra, seed=seed,
-                              index_by=mode)
+                              index_by=mode, replays=replays)
         suffix = await self._create_with_suffix(first, lambda n: _suffixed(base, n))
         created = [first]
         for ident in identities[1:]:
             record = SessionRecord(ident, ident, _new_key(), first.group_id, dict(extra), seed=seed,
-                                   index_by=mode)
+                                   index_by=mode, replays=dict(replays) if replays else None)
             await self._create_with_suffix(record, lambda _n: first.group_id, start=suffix)
             created.append(record)
         return SessionGroup(first.group_id or base, created)

@@ -33,13 +33,27 @@ class SessionRecord:
     seed: int | None = None
     index_by: str = "arrival"
     """"arrival" (the contract's seed rule) or "content" (seeds keyed by what is asked)."""
+    interaction_count: int | None = 0
+    """How many interactions are recorded (kept by the store, see ``summary.py``);
+    None for a record stored before the count was kept."""
+    last_order: str | None = None
+    """``summary.order_key`` of the last interaction (None: none yet)."""
+    last_upstream: str | None = None
+    last_weight_version: Any = None
+    replays: dict[str, Any] | None = None
+    """A resumed or forked session: ``{"session": source id, "at": K or None}``; its
+    requests matching the source's record are answered from it (``pipeline/replaying.py``)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SessionRecord:
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+        """A stored record; one stored before summaries were kept has an unknown
+        ``interaction_count`` (None), never a wrong 0."""
+        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        known.setdefault("interaction_count", None)
+        return cls(**known)
 
 
 @dataclass(frozen=True, slots=True)

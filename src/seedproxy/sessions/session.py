@@ -12,6 +12,7 @@ from dataclasses import fields
 from .codec import Link, Sent, decode, encode, resolve, with_reward
 from .interaction import Interaction
 from .record import SessionRecord, Slot
+from .summary import apply_summary
 
 __all__ = ["Session"]
 
@@ -104,9 +105,11 @@ class Session:
                sent: Sent | None = None) -> None:
         blob = encode(interaction, link, sent)
         with self._lock:
+            new = interaction.interaction_id not in self._blobs
             self._seq += 1
             self._blobs.pop(interaction.interaction_id, None)  # the dict stays in seq order
             self._blobs[interaction.interaction_id] = (interaction.request_index, self._seq, blob)
+            apply_summary(self._record, interaction, new=new)
             self._record.last_active_at = time.time()
 
     def interactions(self) -> list[Interaction]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from ...sessions.token_ids import TokenIds
 from ..answer_shape import MalformedAnswer
 from ..base import UpstreamRequest
 from ..shapes import ints
@@ -87,7 +88,7 @@ class Dialect:
         self._auth = auth
         self._model = model
 
-    def request(self, ids: list[int], sampling: Sampling, seed: int | None,
+    def request(self, ids: TokenIds, sampling: Sampling, seed: int | None,
                 stream: bool, model: Any) -> UpstreamRequest:
         raise NotImplementedError
 
@@ -124,7 +125,7 @@ class GenerateDialect(Dialect):
     path = "/generate"
     carries = CARRIABLE
 
-    def request(self, ids: list[int], sampling: Sampling, seed: int | None,
+    def request(self, ids: TokenIds, sampling: Sampling, seed: int | None,
                 stream: bool, model: Any) -> UpstreamRequest:
         # max_new_tokens always: null (no max_tokens asked) is "up to the context", as on
         # the chat route; left out, /generate would stop at 128.
@@ -208,7 +209,7 @@ class CompletionsDialect(Dialect):
     path = "/v1/completions"
     carries = CARRIABLE - {"stop_regex"}
 
-    def request(self, ids: list[int], sampling: Sampling, seed: int | None,
+    def request(self, ids: TokenIds, sampling: Sampling, seed: int | None,
                 stream: bool, model: Any) -> UpstreamRequest:
         body: dict[str, Any] = {
             "model": model, "prompt": ids, "return_token_ids": True,

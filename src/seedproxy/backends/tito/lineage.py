@@ -15,16 +15,19 @@ interactions), so it is the same in every store.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ...sessions import ChoiceRecord
+from ...sessions.token_ids import TokenIds
 from .matcher import context_key, message_key, reasoning_key, reasoning_of
 from .renderer import Renderer
 from .template_input import RenderOptions, render_options, template_messages
 
-__all__ = ["Prompt", "RecordedTurn", "build_prompt", "reply_key", "tito_record"]
+__all__ = ["FullRender", "Prompt", "RecordedTurn", "build_prompt", "plan_prompt", "reply_key",
+           "tito_record"]
 
 
 class RecordedTurn(Protocol):
@@ -42,13 +45,14 @@ class RecordedTurn(Protocol):
     def choices(self) -> list[ChoiceRecord]: ...
     @property
     def prompt_token_ids(self) -> Any: ...
+    def prompt_ids(self) -> TokenIds: ...
 
 
 @dataclass(slots=True)
 class Prompt:
     """The token prompt for one request, and where it came from."""
 
-    ids: list[int]
+    ids: TokenIds
     opens_reasoning: bool
     context: str
     message_keys: list[str]
@@ -97,41 +101,88 @@ def _common(a: list[str], b: list[str]) -> int:
     return size
 
 
+@dataclass(slots=True)
+class FullRender:
+    """A full render still to run (the template over every message, then tokenising),
+    with everything else about the prompt decided. It reads no session state, so it
+    may run on a worker thread."""
+
+    renderer: Renderer
+    messages: list[dict[str, Any]]
+    tools: list[Any] | None
+    options: RenderOptions
+    context: str
+    recorded: list[str]
+    prefix: str | None
+    forked_from: dict[str, Any] | None
+
+    @property
+    def size(self) -> int:
+        """The characters of message text it renders (what its cost grows with)."""
+        return sum(len(_text(m.get("content"))) for m in self.messages)
+
+    def run(self) -> Prompt:
+        text = self.renderer.full_text(self.messages, self.tools, self.options)
+        return Prompt(TokenIds(array("i", self.renderer.encode(text))),
+                      _opens(text, self.options), self.context, self.recorded,
+                      prefix=self.prefix, forked_from=self.forked_from)
+
+
 def build_prompt(renderer: Renderer, body: dict[str, Any], history: Sequence[RecordedTurn],
-                 options: RenderOptions | None = None) -> Prompt:
+                 options: RenderOptions | None = None, *, known: Sequence[str] = ()
+                 ) -> Prompt:
     """The prompt for chat ``body`` given the session's earlier interactions."""
+    plan = plan_prompt(renderer, body, history, options, known=known)
+    return plan.run() if isinstance(plan, FullRender) else plan
+
+
+def plan_prompt(renderer: Renderer, body: dict[str, Any], history: Sequence[RecordedTurn],
+                options: RenderOptions | None = None, *, known: Sequence[str] = ()
+                ) -> Prompt | FullRender:
+    """The prompt for chat ``body`` given the session's earlier interactions: a turn
+    that extends one is built here (its cost is what it adds); else the full render
+    to run. ``known``: the message keys of the body's first messages, when a recorded
+    turn sent them byte for byte (only the messages past them are keyed here)."""
     if options is None:
         options = render_options(body, renderer.reserved)
     sent: list[dict[str, Any]] = body["messages"]
-    messages = template_messages(sent, renderer.content_format)
+    fmt = renderer.content_format
     tools = body.get("tools") or None
     context = context_key(body)
-    keys = [message_key(m) for m in sent]
+    seen = len(known) if len(known) < len(sent) else 0
+    # Checked in the old order (conversion, then keys), so the same message is refused.
+    converted = template_messages(sent[seen:], fmt)
+    keys = list(known[:seen]) + [message_key(m) for m in sent[seen:]]
+
+    def messages_from(start: int) -> list[dict[str, Any]]:
+        if start >= seen:
+            return converted[start - seen:]
+        return template_messages(sent[start:seen], fmt) + converted
+
     recorded = keys[:-1] if options.continue_final else keys
-    prefix = _text(messages[-1].get("content")) if options.continue_final else None
+    prefix = _text(converted[-1].get("content")) if options.continue_final else None
     for turn in reversed(history):
         choice = _extends(turn, sent, keys, context)
         if choice is None:
             continue
-        completion = turn.choices[choice].token_ids.tolist()
-        closed = completion[-1] == renderer.eot_id
-        new = messages[len((turn.tito or {})["messages"]) + 1:]
+        completion = turn.choices[choice].token_ids
+        closed = bool(completion) and completion[-1] == renderer.eot_id
+        new = messages_from(len((turn.tito or {})["messages"]))[1:]
         suffix = renderer.suffix_text(new, tools, closed=closed, options=options)
-        ids = turn.prompt_token_ids.tolist() + completion + renderer.encode(suffix)
+        added = array("i", completion) + array("i", renderer.encode(suffix))
+        ids = turn.prompt_ids().extended(added)
         return Prompt(ids, _opens(suffix, options), context, recorded,
                       extends={"interaction_id": turn.interaction_id, "choice": choice},
                       prefix=prefix)
-    text = renderer.full_text(messages, tools, options)
-    prompt = Prompt(renderer.encode(text), _opens(text, options), context, recorded,
-                    prefix=prefix)
     best = max(
         ((_common(recorded, (t.tito or {}).get("messages") or []), t.request_index, t)
          for t in history if t.tito and t.status < 400),
         key=lambda item: (item[0], item[1]), default=None,
     )
-    if best is not None and best[0] > 0:
-        prompt.forked_from = {"interaction_id": best[2].interaction_id, "messages": best[0]}
-    return prompt
+    forked = ({"interaction_id": best[2].interaction_id, "messages": best[0]}
+              if best is not None and best[0] > 0 else None)
+    return FullRender(renderer, messages_from(0), tools, options, context, recorded, prefix,
+                      forked)
 
 
 def _text(content: Any) -> str:

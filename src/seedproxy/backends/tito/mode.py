@@ -10,7 +10,7 @@ from ...errors import BadRequest, ConfigError
 from .assistant import AssistantStream
 from .decode import IncrementalDecoder, decoder_of
 from .dialect import DIALECTS, Dialect
-from .lineage import Prompt, RecordedTurn, build_prompt
+from .lineage import FullRender, Prompt, RecordedTurn, plan_prompt
 from .reasoning import REASONING_PARSERS, ThinkParser
 from .renderer import Renderer
 from .sampling import Sampling, sampling_of
@@ -40,9 +40,18 @@ class TitoMode:
         self._vocab_size = len(tok)  # the wrapper's len() costs a microsecond a request
         self._token_texts: dict[int, str] = {}  # bounded by the vocabulary
 
-    def prompt(self, body: dict[str, Any], history: Sequence[RecordedTurn]) -> Prompt:
+    def prompt(self, body: dict[str, Any], history: Sequence[RecordedTurn], *,
+               known: Sequence[str] = ()) -> Prompt:
         """The token prompt for chat ``body``; ``BadRequest`` before anything is sent."""
-        for message in body["messages"]:
+        plan = self.plan(body, history, known=known)
+        return plan.run() if isinstance(plan, FullRender) else plan
+
+    def plan(self, body: dict[str, Any], history: Sequence[RecordedTurn], *,
+             known: Sequence[str] = ()) -> Prompt | FullRender:
+        """``prompt``, with a full render left to run (``FullRender.run`` may also raise
+        ``BadRequest``). ``known``: keys of its first messages, as a recorded turn sent
+        them (those were checked then)."""
+        for message in body["messages"][len(known):]:
             role = message.get("role")
             if not isinstance(role, str) or role not in _ROLES:  # a list is unhashable
                 raise BadRequest(f"unsupported message role {str(role)[:64]!r}",
@@ -50,7 +59,7 @@ class TitoMode:
         tools = body.get("tools")
         if tools is not None and not isinstance(tools, list):
             raise BadRequest("tools must be a list", param="tools")
-        return build_prompt(self.renderer, body, history)
+        return plan_prompt(self.renderer, body, history, known=known)
 
     def sampling(self, body: dict[str, Any]) -> Sampling:
         return sampling_of(body, self.renderer.stop_token_ids, carries=self.dialect.carries,

@@ -17,6 +17,7 @@ from ...backends import Captured, Endpoint, StreamCapture, UpstreamRequest
 from ...backends.answer_shape import check_answer, check_chunk, check_error
 from ...backends.pool import UpstreamReply
 from ...errors import UpstreamError
+from ...sessions.token_ids import TokenIds
 from ..sse import DONE, event_json, split_events
 from .ids import stamp
 
@@ -55,13 +56,17 @@ class PassthroughReader:
         self._basis = ex.basis if stamped else None
         self._capture = ex.capture
         self._raw = raw and not ex.capture
+        self._echo = (_echo_hint(ex) if ex.capture and not ex.client.stream
+                      and self._backend.echoes_prompt else None)
         self._tracker: StreamCapture | None = (
             self._backend.stream_capture(endpoint, body) if ex.capture and ex.client.stream
             else None)
 
     def request(self) -> UpstreamRequest:
-        return self._backend.prepare(self.endpoint, dict(self.body), self.seed,
-                                     capture=self._capture)
+        request = self._backend.prepare(self.endpoint, dict(self.body), self.seed,
+                                        capture=self._capture)
+        request.echo = self._echo
+        return request
 
     async def open(self, ex: Exchange) -> None:
         (self.reply,) = await ex.send_all([self.request()])
@@ -116,3 +121,12 @@ class PassthroughReader:
 
     def recorded(self, shown: Any) -> Any:
         return shown
+
+
+def _echo_hint(ex: Exchange) -> TokenIds | None:
+    """The last recorded prompt of the session, as this process last saw it (no store
+    operation): what the answer's echoed prompt ids most likely start with."""
+    if ex.session is None:
+        return None
+    view = ex.services.sessions.cursors.peek(ex.session)
+    return view.last_prompt() if view is not None else None

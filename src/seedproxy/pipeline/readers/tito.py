@@ -12,9 +12,9 @@ protocol. A chat client's record is the whole chat answer, streamed or not.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
-from array import array
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -25,7 +25,7 @@ from ...backends.pool import UpstreamReply
 from ...backends.tito import AssistantStream, Delta, Prompt, TitoMode, tito_record, tool_call_id
 from ...backends.tito.dialect import Reader as SampleReader
 from ...backends.tito.dialect import Sample
-from ...backends.tito.lineage import reply_key
+from ...backends.tito.lineage import FullRender, reply_key
 from ...sessions import ChoiceRecord, NewSession, SessionManager, SessionRecord
 from ..sse import event_json, split_events
 from .passthrough import parsed_answer
@@ -42,16 +42,26 @@ class TitoTurn:
     prompt: Prompt
 
 
+OFFLOAD_CHARS = 16_384
+"""A full render of at least this much message text runs on a worker thread."""
+
+
 async def prepare(mode: TitoMode, sessions: SessionManager, chat: dict[str, Any],
-                  session: SessionRecord | NewSession | None) -> TitoTurn:
+                  session: SessionRecord | NewSession | None, *,
+                  offload_chars: int = OFFLOAD_CHARS) -> TitoTurn:
     """Render the prompt (a 4xx here uses no index). The session's turns come from
-    this process's view of it, brought up to date in one store operation."""
+    this process's view of it, brought up to date in one store operation; a turn
+    extending one renders only what it adds, and a large full render (a brought
+    history, a fork) runs on a worker thread, so other sessions are not held up."""
     mode.sampling(chat)  # checked now: a bad field is a 400 before the slot
-    history = (  # a new session has no history yet
-        (await sessions.cursors.view(sessions.store, session)).turns()
-        if isinstance(session, SessionRecord) else []
-    )
-    return TitoTurn(chat, mode.prompt(chat, history))
+    if not isinstance(session, SessionRecord):  # a new session has no history yet
+        plan = mode.plan(chat, [])
+    else:
+        view = await sessions.cursors.view(sessions.store, session)
+        plan = mode.plan(chat, view.turns(), known=view.known_keys(chat))
+    if isinstance(plan, FullRender):  # a whole history: a large one off the event loop
+        plan = await asyncio.to_thread(plan.run) if plan.size >= offload_chars else plan.run()
+    return TitoTurn(chat, plan)
 
 
 @dataclass(slots=True)
@@ -156,7 +166,7 @@ class TitoReader:
         prompt = self.turn.prompt
         replies = [(reply_key(prompt, c.message(self.cid)), c.assistant.reply.reasoning)
                    for c in self.choices]
-        return Captured(list(self.turn.prompt.ids), records,
+        return Captured(self.turn.prompt.ids.ids, records,
                         lineage=tito_record(self.turn.prompt, replies))
 
     def recorded(self, shown: Any) -> Any:
@@ -212,6 +222,6 @@ def _completion_id(ex: Exchange, prompt: Prompt) -> str:
     if ex.basis is not None:
         return "chatcmpl-" + ex.basis
     digest = hashlib.blake2b(digest_size=12)
-    digest.update(array("i", prompt.ids).tobytes())
+    digest.update(prompt.ids.ids.tobytes())
     digest.update(repr(ex.seeds).encode())
     return "chatcmpl-" + digest.hexdigest()

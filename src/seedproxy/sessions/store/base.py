@@ -8,13 +8,27 @@ session that does not exist raise ``SessionNotFound``, except where noted.
 from __future__ import annotations
 
 import builtins
-from typing import Protocol
+from contextlib import AbstractAsyncContextManager
+from typing import Literal, Protocol
 
 from ..codec import Link, Sent
 from ..interaction import Interaction
 from ..record import SessionRecord, Slot
+from .changes import Watch
 
-__all__ = ["RETRY_MEMORY", "SessionStore"]
+__all__ = ["RETRY_MEMORY", "SessionStore", "View"]
+
+View = Literal["all", "group", "identity", "unexported", "ready"]
+"""An index of sessions a store keeps, each read a page at a time (``scan``):
+
+- ``all``, ``group`` (``key``: a group id), ``identity`` (``key``): creation order;
+- ``unexported``: sessions not exported (open or ended), creation order;
+- ``ready``: ended sessions not exported, in the order they ended.
+
+"Exported" means acknowledged (``ack``) or ``mark_exported``: a session under a live
+lease is still in ``unexported``/``ready`` (a lease runs out by itself; ``held_until``
+says which are held). The sequence of ``ready`` is ``ended_seq``; of the others,
+``created_seq``."""
 
 RETRY_MEMORY = 64
 """How many recent request digests a session remembers for SDK-retry matching."""
@@ -97,6 +111,30 @@ class SessionStore(Protocol):
 
     async def count_open(self) -> int:
         """Return how many sessions are not ended."""
+
+    async def scan(
+        self, view: View, *, key: str | None = None, after: int = -1, offset: int = 0,
+        limit: int,
+    ) -> builtins.list[SessionRecord]:
+        """Up to ``limit`` sessions of ``view`` whose sequence number is above ``after``,
+        skipping the first ``offset`` of them, in the view's order. Costs what it returns
+        (plus ``offset``), never what the store holds."""
+
+    async def count(self, view: View, *, key: str | None = None) -> int:
+        """How many sessions ``view`` holds (``all``, ``group``, ``identity``)."""
+
+    async def idle(self, cutoff: float, limit: int) -> builtins.list[SessionRecord]:
+        """Up to ``limit`` sessions last active at or before ``cutoff`` (wall-clock
+        seconds), least recently active first: the TTL sweep's index."""
+
+    async def held_until(self, session_ids: builtins.list[str], now: float) -> dict[str, float]:
+        """Those of ``session_ids`` under a live lease at ``now``, with when it ends."""
+
+    async def version(self) -> int:
+        """The store-wide change counter (see ``changes.py``); O(1)."""
+
+    def watch(self) -> AbstractAsyncContextManager[Watch]:
+        """Open a ``Watch`` on the store's changes (before reading what it waits on)."""
 
     async def close(self) -> None:
         """Release connections."""

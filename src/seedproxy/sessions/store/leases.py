@@ -101,8 +101,11 @@ class MemoryLeases:
             return []
 
     async def held(self, session_ids: builtins.list[str], now: float) -> set[str]:
+        return set(await self.held_until(session_ids, now))
+
+    async def held_until(self, session_ids: builtins.list[str], now: float) -> dict[str, float]:
         with self._lock:
-            return {s for s in session_ids
+            return {s: held[1] for s in session_ids
                     if (held := self._leases.get(s)) is not None and held[1] > now}
 
     async def ack(self, batch_id: str, now: float) -> bool:
@@ -113,7 +116,7 @@ class MemoryLeases:
                 return False
             mine = [s for s, seq in batch.sessions if self._current(s, seq) is not None]
             for session_id in mine:
-                self._sessions[session_id].mark_exported()
+                self._set_exported(session_id)  # type: ignore[attr-defined]  # MemoryStore's
                 if self._leases.get(session_id, ("",))[0] == batch_id:
                     del self._leases[session_id]
             if not batch.acked:

@@ -12,16 +12,18 @@ from ..codec import Link, Sent
 from ..interaction import Interaction
 from ..record import SessionRecord, Slot
 from ..session import Session
-from .base import RETRY_MEMORY
+from .base import RETRY_MEMORY, View
 from .leases import MemoryLeases
+from .memory_reads import MemoryReads
 
 __all__ = ["MemoryStore"]
 
 
-class MemoryStore(MemoryLeases):
+class MemoryStore(MemoryLeases, MemoryReads):
     """``SessionStore`` over a dict of ``Session`` objects. Safe across threads;
     not shared across processes (use Redis for several workers or replicas). Export
-    leases are kept in memory too (``leases.py``)."""
+    leases are kept in memory too (``leases.py``), and so are the indexes that pages,
+    exports and the TTL sweep read (``memory_reads.py``)."""
 
     def __init__(self, *, retry_memory: int = RETRY_MEMORY) -> None:
         self._sessions: dict[str, Session] = {}
@@ -33,6 +35,7 @@ class MemoryStore(MemoryLeases):
         """Ids of sessions not ended, kept as they change: ``count_open`` is O(1)."""
         self._retry_memory = retry_memory
         self._init_leases()
+        self._init_reads()
 
     def _session(self, session_id: str) -> Session:
         try:
@@ -50,6 +53,7 @@ class MemoryStore(MemoryLeases):
             self._by_key[record.api_key] = record.session_id
             if not record.ended:
                 self._open.add(record.session_id)
+            self._index_created(record)
             return True
 
     async def get(self, session_id: str) -> SessionRecord | None:
@@ -61,17 +65,16 @@ class MemoryStore(MemoryLeases):
         return await self.get(session_id) if session_id else None
 
     async def list(self, group_id: str | None = None) -> builtins.list[SessionRecord]:
-        with self._lock:
-            sessions = list(self._sessions.values())
-        records = [s.snapshot() for s in sessions]
-        if group_id is not None:
-            records = [r for r in records if r.group_id == group_id]
-        return sorted(records, key=lambda r: r.created_seq)
+        view: View = "all" if group_id is None else "group"
+        return await self.scan(view, key=group_id, limit=len(self._sessions) + 1)
 
     async def allocate(
         self, session_id: str, *, digest: bytes, retry: bool, pinned: int | None
     ) -> Slot:
-        return self._session(session_id).allocate(digest=digest, retry=retry, pinned=pinned)
+        slot = self._session(session_id).allocate(digest=digest, retry=retry, pinned=pinned)
+        with self._lock:
+            self._touch(session_id)
+        return slot
 
     async def occurrence(self, session_id: str, key: str, interaction_id: str) -> int:
         return self._session(session_id).occurrence(key, interaction_id)
@@ -79,6 +82,9 @@ class MemoryStore(MemoryLeases):
     async def record(self, session_id: str, interaction: Interaction, *,
                      link: Link | None = None, sent: Sent | None = None) -> None:
         self._session(session_id).record(interaction, link, sent)
+        with self._lock:
+            self._touch(session_id)
+            self._changed(wake=False)
 
     async def interactions(self, session_id: str) -> builtins.list[Interaction]:
         return self._session(session_id).interactions()
@@ -98,21 +104,33 @@ class MemoryStore(MemoryLeases):
         session = self._session(session_id)
         if interaction_id is not None and not session.has_interaction(interaction_id):
             raise SessionNotFound(f"interaction {interaction_id!r} not found in {session_id!r}")
-        return session.set_reward(reward, interaction_id)
+        rewarded = session.set_reward(reward, interaction_id)
+        with self._lock:
+            self._changed(wake=False)
+        return rewarded
 
     async def end(self, session_id: str) -> SessionRecord:
         session = self._session(session_id)
         with self._lock:
             seq = next(self._ended)
+            record = session.end(seq)
             if self._sessions.get(session_id) is session:
                 self._open.discard(session_id)
-        return session.end(seq)
+                if record.ended_seq == seq and not record.exported:
+                    self._index_ended(session_id, seq)
+        return record
 
     async def mark_exported(self, session_ids: builtins.list[str]) -> None:
-        for session_id in session_ids:
-            session = self._sessions.get(session_id)
-            if session is not None:
-                session.mark_exported()
+        with self._lock:
+            for session_id in session_ids:
+                self._set_exported(session_id)
+
+    def _set_exported(self, session_id: str) -> None:
+        """Under the lock: the session is exported (out of the export views)."""
+        session = self._sessions.get(session_id)
+        if session is not None:
+            session.mark_exported()
+            self._index_exported(session_id)
 
     async def delete(self, session_id: str) -> bool:
         with self._lock:
@@ -122,6 +140,7 @@ class MemoryStore(MemoryLeases):
             self._by_key.pop(session.api_key, None)
             self._open.discard(session_id)
             self._leases.pop(session_id, None)
+            self._index_deleted(session.snapshot())
             return True
 
     async def count_open(self) -> int:

@@ -44,8 +44,10 @@ from ...errors import ConfigError, SessionNotFound, StoreError
 from ..codec import Link, Sent, decode, encode, resolve
 from ..interaction import Interaction
 from ..record import SessionRecord, Slot
+from ..summary import order_key, summary_fields
 from .base import RETRY_MEMORY
 from .redis_leases import RedisLeases
+from .redis_reads import RedisReads
 
 __all__ = ["RedisStore"]
 
@@ -63,9 +65,10 @@ end
 _DEADLINE_SHARE = 0.75
 """A script's deadline, as a share of the time its caller waits for the answer."""
 
-_MUTABLE = ("next_index", "last_active_at", "ended", "ended_seq", "reward", "exported")
+_MUTABLE = ("next_index", "last_active_at", "ended", "ended_seq", "reward", "exported",
+            "interaction_count", "last_order", "last_upstream", "last_weight_version")
 
-# KEYS: s, r, rz, p ; ARGV: digest, retry, pinned ("" = none), memory, now
+# KEYS: s, r, rz, p, active ; ARGV: digest, retry, pinned ("" = none), memory, now, id
 _ALLOCATE = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
 local clock
@@ -86,6 +89,7 @@ else
   slot = index .. '|i' .. index
 end
 redis.call('HSET', KEYS[1], 'last_active_at', ARGV[5])
+redis.call('ZADD', KEYS[5], ARGV[5], ARGV[6])
 redis.call('HSET', KEYS[2], ARGV[1], slot)
 if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
   clock = redis.call('HINCRBY', KEYS[1], 'rclock', 1)
@@ -109,40 +113,60 @@ redis.call('HSET', KEYS[2], 'i:' .. ARGV[2], number)
 return number
 """
 
-# KEYS: s, all, open, key, created-counter, [group] ; ARGV: id, rec-json, now, has-group
+# KEYS: s, all, open, key, created-counter, identity, unexp, active, ver, [group] ;
+# ARGV: id, rec-json, now, has-group, channel
 _CREATE = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
 local seq = redis.call('INCR', KEYS[5]) - 1
 redis.call('HSET', KEYS[1], 'rec', ARGV[2], 'next_index', 0, 'last_active_at', ARGV[3],
-  'ended', 0, 'ended_seq', '', 'reward', '', 'exported', 0, 'created_seq', seq)
+  'ended', 0, 'ended_seq', '', 'reward', '', 'exported', 0, 'created_seq', seq, 'n', 0)
 redis.call('ZADD', KEYS[2], seq, ARGV[1])
 redis.call('SADD', KEYS[3], ARGV[1])
 redis.call('SET', KEYS[4], ARGV[1])
-if ARGV[4] == '1' then redis.call('ZADD', KEYS[6], seq, ARGV[1]) end
+redis.call('ZADD', KEYS[6], seq, ARGV[1])
+redis.call('ZADD', KEYS[7], seq, ARGV[1])
+redis.call('ZADD', KEYS[8], ARGV[3], ARGV[1])
+redis.call('INCR', KEYS[9])
+if ARGV[4] == '1' then redis.call('ZADD', KEYS[10], seq, ARGV[1]) end
+redis.call('PUBLISH', ARGV[5], 'created')
 return seq
 """
 
-# KEYS: s, open, ended-counter ; ARGV: id
+# KEYS: s, open, ended-counter, ready, ver ; ARGV: id, channel
 _END = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
 if redis.call('HGET', KEYS[1], 'ended') == '0' then
   local seq = redis.call('INCR', KEYS[3]) - 1
   redis.call('HSET', KEYS[1], 'ended', 1, 'ended_seq', seq)
   redis.call('SREM', KEYS[2], ARGV[1])
+  if redis.call('HGET', KEYS[1], 'exported') ~= '1' then
+    redis.call('ZADD', KEYS[4], seq, ARGV[1])
+  end
+  redis.call('INCR', KEYS[5])
+  redis.call('PUBLISH', ARGV[2], 'ended')
 end
 return redis.call('HGET', KEYS[1], 'exported')
 """
 
-# KEYS: s, i, o, w, q ; ARGV: interaction_id, data, now, order member
-# A replaced interaction (a retry) starts with no reward, as in every store.
+# KEYS: s, i, o, w, q, active, ver ; ARGV: interaction_id, data, now, order member,
+# summary json, id. A replaced interaction (a retry) starts with no reward, as in every
+# store. The summary (``summary.py``): ``n`` the count (absent: a session stored before
+# it was kept), ``lo`` the last order member, ``ls`` the last one's listed fields.
 _RECORD = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+local new = redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+if redis.call('HEXISTS', KEYS[1], 'n') == 1 then
+  if new == 1 then redis.call('HINCRBY', KEYS[1], 'n', 1) end
+  local last = redis.call('HGET', KEYS[1], 'lo')
+  if not last or ARGV[4] >= last then redis.call('HSET', KEYS[1], 'lo', ARGV[4], 'ls', ARGV[5]) end
+end
 redis.call('ZADD', KEYS[3], 0, ARGV[4])
 redis.call('HDEL', KEYS[4], ARGV[1])
 redis.call('HSET', KEYS[1], 'last_active_at', ARGV[3])
 local seq = redis.call('HINCRBY', KEYS[1], 'rseq', 1)
 redis.call('ZADD', KEYS[5], seq, ARGV[1])
+redis.call('ZADD', KEYS[6], ARGV[3], ARGV[6])
+redis.call('INCR', KEYS[7])
 return 1
 """
 
@@ -158,7 +182,7 @@ if #ids == 0 then return {seq, {}} end
 return {seq, redis.call('HMGET', KEYS[2], unpack(ids))}
 """
 
-# KEYS: s, i, o, w ; ARGV: reward, interaction_id ("" = the last one)
+# KEYS: s, i, o, w, ver ; ARGV: reward, interaction_id ("" = the last one)
 # Returns {-1} no session, {-2} no such interaction, {0} none to reward, {1, id}.
 _SET_REWARD = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
@@ -170,34 +194,39 @@ elseif redis.call('HEXISTS', KEYS[2], target) == 0 then
   return {-2}
 end
 redis.call('HSET', KEYS[1], 'reward', ARGV[1])
+redis.call('INCR', KEYS[5])
 if target == '' then return {0} end
 redis.call('HSET', KEYS[4], target, ARGV[1])
 return {1, target}
 """
 
-# KEYS: s ; returns -1 for an unknown session, else whether it has ended (1/0)
+# KEYS: s, unexp, ready, ver ; ARGV: id, channel.
+# Returns -1 for an unknown session, else whether it has ended (1/0)
 _MARK_EXPORTED = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
 redis.call('HSET', KEYS[1], 'exported', 1)
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('INCR', KEYS[4])
+redis.call('PUBLISH', ARGV[2], 'exported')
 if redis.call('HGET', KEYS[1], 'ended') == '1' then return 1 end
 return 0
 """
 
 
-def _order_member(interaction: Interaction) -> str:
-    """Sorts (as bytes) like ``(request_index, interaction_id)``."""
-    return f"{interaction.request_index:020d}|{interaction.interaction_id}"
 
 
-def _parse(url: str) -> tuple[str, str, float | None, float]:
+def _parse(url: str) -> tuple[str, str, float | None, float, float]:
     parts = urlsplit(url)
     query = parse_qs(parts.query)
     prefix = query.pop("prefix", ["sp:"])[0]
     ttl = _positive(query, "ended_ttl_s")
     timeout = _positive(query, "timeout_s")
+    check = _positive(query, "watch_check_s")
     if query:
         raise ConfigError(f"unknown redis store option(s): {', '.join(sorted(query))}")
-    return urlunsplit(parts._replace(query="")), prefix, ttl, 5.0 if timeout is None else timeout
+    return (urlunsplit(parts._replace(query="")), prefix, ttl,
+            5.0 if timeout is None else timeout, 1.0 if check is None else check)
 
 
 def _positive(query: dict[str, builtins.list[str]], name: str) -> float | None:
@@ -213,8 +242,9 @@ def _positive(query: dict[str, builtins.list[str]], name: str) -> float | None:
     return value
 
 
-class RedisStore(RedisLeases):
-    """``SessionStore`` on Redis, shared by every replica pointed at the same database."""
+class RedisStore(RedisLeases, RedisReads):
+    """``SessionStore`` on Redis, shared by every replica pointed at the same database.
+    Its indexes and change feed: ``redis_reads.py``."""
 
     def __init__(self, url: str, *, retry_memory: int = RETRY_MEMORY) -> None:
         try:
@@ -227,7 +257,7 @@ class RedisStore(RedisLeases):
             raise ConfigError(
                 "the Redis store needs the redis package: pip install 'seedproxy[redis]'"
             ) from exc
-        base, self._p, self._ended_ttl, self._timeout = _parse(url)
+        base, self._p, self._ended_ttl, self._timeout, self._check_s = _parse(url)
         self._errors: tuple[type[BaseException], ...] = (RedisError, OSError)
         self._redis: Any = aioredis.Redis.from_url(
             base,
@@ -307,6 +337,12 @@ class RedisStore(RedisLeases):
         data["ended_seq"] = int(raw[b"ended_seq"]) if raw[b"ended_seq"] else None
         data["reward"] = float(raw[b"reward"]) if raw[b"reward"] else None
         data["exported"] = raw[b"exported"] == b"1"
+        data["interaction_count"] = int(raw[b"n"]) if b"n" in raw else None
+        data["last_order"] = raw[b"lo"].decode() if b"lo" in raw else None
+        if b"ls" in raw:
+            shown = orjson.loads(raw[b"ls"])
+            data["last_upstream"] = shown["upstream"]
+            data["last_weight_version"] = shown["weight_version"]
         return SessionRecord.from_dict(data)
 
     async def create(self, record: SessionRecord) -> bool:
@@ -319,11 +355,16 @@ class RedisStore(RedisLeases):
             self._p + "open",
             self._key_of(record.api_key),
             self._p + "seq:created",
+            self._k("id", record.identity),
+            self._p + "unexp",
+            self._p + "active",
+            self._p + "ver",
         ]
         if record.group_id is not None:
             keys.append(self._k("g", record.group_id))
         args: builtins.list[bytes | str] = [
-            record.session_id, orjson.dumps(fixed), repr(now), "1" if record.group_id else "0"
+            record.session_id, orjson.dumps(fixed), repr(now), "1" if record.group_id else "0",
+            self.changes_channel,
         ]
         seq = await self._call(self._create(keys=keys, args=args))
         if int(seq) < 0:
@@ -345,28 +386,20 @@ class RedisStore(RedisLeases):
     async def list(self, group_id: str | None = None) -> builtins.list[SessionRecord]:
         index = self._p + "all" if group_id is None else self._k("g", group_id)
         ids = await self._call(self._redis.zrange(index, 0, -1))
-        if not ids:
-            return []
-        pipe = self._redis.pipeline(transaction=False)
-        for raw_id in ids:
-            pipe.hgetall(self._k("s", raw_id.decode()))
-        rows = await self._call(pipe.execute())
-        records = [self._decode(row) for row in rows]
-        gone = [raw_id for raw_id, r in zip(ids, records, strict=True) if r is None]
-        if gone:  # expired sessions leave their index entries behind
-            await self._call(self._redis.zrem(index, *gone))
-        return [r for r in records if r is not None]
+        return await self._records(index, ids)
 
     async def allocate(
         self, session_id: str, *, digest: bytes, retry: bool, pinned: int | None
     ) -> Slot:
-        keys = [self._k(kind, session_id) for kind in ("s", "r", "rz", "p")]
+        keys = [*(self._k(kind, session_id) for kind in ("s", "r", "rz", "p")),
+                self._p + "active"]
         args: builtins.list[bytes | str | int] = [
             digest,
             "1" if retry else "0",
             "" if pinned is None else str(pinned),
             self._retry_memory,
             repr(time.time()),
+            session_id,
         ]
         reply = await self._call(self._allocate(keys=keys, args=args))
         if int(reply[0]) < 0:
@@ -383,10 +416,12 @@ class RedisStore(RedisLeases):
 
     async def record(self, session_id: str, interaction: Interaction, *,
                      link: Link | None = None, sent: Sent | None = None) -> None:
-        keys = [self._k(kind, session_id) for kind in ("s", "i", "o", "w", "q")]
+        keys = [*(self._k(kind, session_id) for kind in ("s", "i", "o", "w", "q")),
+                self._p + "active", self._p + "ver"]
         data = encode(interaction, link, sent)
         args: builtins.list[bytes | str] = [
-            interaction.interaction_id, data, repr(time.time()), _order_member(interaction)
+            interaction.interaction_id, data, repr(time.time()), order_key(interaction),
+            orjson.dumps(summary_fields(interaction)), session_id,
         ]
         if not int(await self._call(self._record(keys=keys, args=args))):
             raise SessionNotFound(f"session {session_id!r} not found")
@@ -427,7 +462,7 @@ class RedisStore(RedisLeases):
     async def set_reward(
         self, session_id: str, reward: float, interaction_id: str | None
     ) -> str | None:
-        keys = [self._k(kind, session_id) for kind in ("s", "i", "o", "w")]
+        keys = [*(self._k(kind, session_id) for kind in ("s", "i", "o", "w")), self._p + "ver"]
         args = [repr(float(reward)), interaction_id or ""]
         reply = await self._call(self._set_reward(keys=keys, args=args))
         if int(reply[0]) == -1:
@@ -437,8 +472,10 @@ class RedisStore(RedisLeases):
         return reply[1].decode() if int(reply[0]) == 1 else None
 
     async def end(self, session_id: str) -> SessionRecord:
-        keys = [self._k("s", session_id), self._p + "open", self._p + "seq:ended"]
-        exported = await self._call(self._end(keys=keys, args=[session_id]))
+        keys = [self._k("s", session_id), self._p + "open", self._p + "seq:ended",
+                self._p + "ready", self._p + "ver"]
+        exported = await self._call(
+            self._end(keys=keys, args=[session_id, self.changes_channel]))
         if exported == -1:
             raise SessionNotFound(f"session {session_id!r} not found")
         if exported == b"1":
@@ -462,7 +499,10 @@ class RedisStore(RedisLeases):
 
     async def mark_exported(self, session_ids: builtins.list[str]) -> None:
         for session_id in session_ids:
-            ended = await self._call(self._mark_exported(keys=[self._k("s", session_id)]))
+            keys = [self._k("s", session_id), self._p + "unexp", self._p + "ready",
+                    self._p + "ver"]
+            ended = await self._call(self._mark_exported(
+                keys=keys, args=[session_id, self.changes_channel]))
             if int(ended) == 1:
                 await self._expire(session_id)
 
@@ -477,6 +517,11 @@ class RedisStore(RedisLeases):
         pipe.srem(self._p + "open", session_id)
         if record.group_id is not None:
             pipe.zrem(self._k("g", record.group_id), session_id)
+        pipe.zrem(self._k("id", record.identity), session_id)
+        for view in ("unexp", "ready", "active"):
+            pipe.zrem(self._p + view, session_id)
+        pipe.incr(self._p + "ver")
+        pipe.publish(self.changes_channel, "deleted")
         await self._call(pipe.execute())
         return True
 

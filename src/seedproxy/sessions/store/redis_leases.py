@@ -43,12 +43,13 @@ redis.call('SET', KEYS[1], ARGV[6], 'PX', ARGV[5])
 return {}
 """
 
-# KEYS: batch, s_1..s_n, l_1..l_n ; ARGV: batch_id, keep_ms, acked batch json,
-# seq_1..seq_n. Returns -1 for a forgotten batch, else {positions still this batch's
-# sessions, positions of those that have ended}.
+# KEYS: batch, s_1..s_n, l_1..l_n, unexp, ready, ver ; ARGV: batch_id, keep_ms,
+# acked batch json, seq_1..seq_n, id_1..id_n, channel. Returns -1 for a forgotten batch,
+# else {positions still this batch's sessions, positions of those that have ended}.
 _ACK = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
-local n = (#KEYS - 1) / 2
+local n = (#KEYS - 4) / 2
+local unexp, ready, ver = KEYS[#KEYS - 2], KEYS[#KEYS - 1], KEYS[#KEYS]
 local mine, ended = {}, {}
 for i = 1, n do
   local s, l = KEYS[1 + i], KEYS[1 + n + i]
@@ -56,9 +57,15 @@ for i = 1, n do
     local held = redis.call('GET', l)
     if held and string.match(held, '^[^|]*|(.*)$') == ARGV[1] then redis.call('DEL', l) end
     redis.call('HSET', s, 'exported', 1)
+    redis.call('ZREM', unexp, ARGV[3 + n + i])
+    redis.call('ZREM', ready, ARGV[3 + n + i])
     mine[#mine + 1] = i
     if redis.call('HGET', s, 'ended') == '1' then ended[#ended + 1] = i end
   end
+end
+if #mine > 0 then
+  redis.call('INCR', ver)
+  redis.call('PUBLISH', ARGV[#ARGV - 1], 'exported')
 end
 redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[2])
 return {mine, ended}
@@ -70,6 +77,8 @@ class RedisLeases:
 
     if TYPE_CHECKING:  # what RedisStore provides
         _redis: Any
+        _p: str
+        changes_channel: str
         def _k(self, kind: str, session_id: str) -> str: ...
         async def _call(self, awaitable: Any) -> Any: ...
         def script(self, body: str) -> Any: ...
@@ -99,11 +108,15 @@ class RedisLeases:
         return [ids[int(i) - 1] for i in refused]
 
     async def held(self, session_ids: builtins.list[str], now: float) -> set[str]:
+        return set(await self.held_until(session_ids, now))
+
+    async def held_until(self, session_ids: builtins.list[str], now: float) -> dict[str, float]:
         if not session_ids:
-            return set()
+            return {}
         values = await self._call(self._redis.mget([self._k("l", s) for s in session_ids]))
-        return {s for s, v in zip(session_ids, values, strict=True)
-                if v is not None and float(v.split(b"|", 1)[0]) > now}
+        until = {s: float(v.split(b"|", 1)[0]) for s, v in zip(session_ids, values, strict=True)
+                 if v is not None}
+        return {s: u for s, u in until.items() if u > now}
 
     async def ack(self, batch_id: str, now: float) -> bool:
         raw = await self._call(self._redis.get(self._k("b", batch_id)))
@@ -117,8 +130,11 @@ class RedisLeases:
         ids = [s for s, _ in batch.sessions]
         args: builtins.list[Any] = [batch_id, int(BATCH_KEEP_S * 1000),
                                     orjson.dumps(batch.to_json()),
-                                    *(str(seq) for _, seq in batch.sessions)]
-        reply = await self._call(self._ack_script(keys=self._lease_keys(batch_id, ids), args=args))
+                                    *(str(seq) for _, seq in batch.sessions), *ids,
+                                    self.changes_channel]
+        keys = [*self._lease_keys(batch_id, ids),
+                *(self._p + view for view in ("unexp", "ready", "ver"))]
+        reply = await self._call(self._ack_script(keys=keys, args=args))
         if reply == -1:
             return False
         mine, ended = ([ids[int(i) - 1] for i in part] for part in reply)

@@ -27,8 +27,11 @@ from ...errors import SessionNotFound, StoreError
 from ..codec import Link, Sent, decode, encode, resolve, with_reward
 from ..interaction import Interaction
 from ..record import SessionRecord, Slot
-from .base import RETRY_MEMORY
+from ..summary import apply_summary
+from .base import RETRY_MEMORY, View
+from .changes import ChangeSignal
 from .sqlite_leases import LEASE_SCHEMA, SqliteLeases
+from .sqlite_reads import SqliteReads, migrate
 
 __all__ = ["SqliteStore"]
 
@@ -93,13 +96,20 @@ def path_of(url: str) -> str:
     return path
 
 
-class SqliteStore(SqliteLeases):
+class SqliteStore(SqliteLeases, SqliteReads):
     """``SessionStore`` over one SQLite file. Safe across threads and tasks; several
     processes may share the file (``BEGIN IMMEDIATE`` serialises their writes). Export
-    leases live in the file too (``sqlite_leases.py``)."""
+    leases live in the file too (``sqlite_leases.py``), and so do the indexes pages,
+    exports and the TTL sweep read (``sqlite_reads.py``). ``check_s``: how often a
+    waiting export reads the change counter for another process's writes (None: never)."""
 
-    def __init__(self, path: str, *, retry_memory: int = RETRY_MEMORY) -> None:
+    def __init__(
+        self, path: str, *, retry_memory: int = RETRY_MEMORY, check_s: float | None = 1.0
+    ) -> None:
         self._retry_memory = retry_memory
+        self._signal = ChangeSignal()
+        self._check_s = check_s
+        self._wake = False
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="seedproxy-sqlite")
         self._db = self._executor.submit(self._connect, path).result()
 
@@ -120,6 +130,7 @@ class SqliteStore(SqliteLeases):
                 "INSERT OR IGNORE INTO counters (name, value) "
                 "SELECT 'open', count(*) FROM sessions WHERE ended = 0"
             )
+            migrate(db)
         except sqlite3.Error as exc:
             where = os.path.abspath(path)
             form = ("" if os.path.isabs(path) else
@@ -141,6 +152,7 @@ class SqliteStore(SqliteLeases):
     def _guarded(self, mode: str, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
         """Run ``fn`` in one ``BEGIN {mode}`` transaction on the store's thread."""
         db = self._db
+        self._wake = False
         try:
             db.execute(f"BEGIN {mode}")
             try:
@@ -149,6 +161,8 @@ class SqliteStore(SqliteLeases):
                 db.execute("ROLLBACK")
                 raise
             db.execute("COMMIT")
+            if self._wake:
+                self._signal.notify()
             return result
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite store failed: {exc}") from exc
@@ -171,8 +185,10 @@ class SqliteStore(SqliteLeases):
     @staticmethod
     def _save(db: sqlite3.Connection, record: SessionRecord) -> None:
         db.execute(
-            "UPDATE sessions SET ended = ?, record = ? WHERE session_id = ?",
-            (int(record.ended), orjson.dumps(record.to_dict()), record.session_id),
+            "UPDATE sessions SET ended = ?, exported = ?, ended_seq = ?, last_active_at = ?, "
+            "record = ? WHERE session_id = ?",
+            (int(record.ended), int(record.exported), record.ended_seq, record.last_active_at,
+             orjson.dumps(record.to_dict()), record.session_id),
         )
 
     @staticmethod
@@ -197,8 +213,9 @@ class SqliteStore(SqliteLeases):
             record.created_seq = self._next(db, "created")
             record.created_at = record.last_active_at = time.time()
             db.execute(
-                "INSERT INTO sessions (session_id, api_key, group_id, created_seq, ended, record) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO sessions (session_id, api_key, group_id, created_seq, ended, record, "
+                "identity, exported, ended_seq, last_active_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     record.session_id,
                     record.api_key,
@@ -206,10 +223,16 @@ class SqliteStore(SqliteLeases):
                     record.created_seq,
                     int(record.ended),
                     orjson.dumps(record.to_dict()),
+                    record.identity,
+                    int(record.exported),
+                    record.ended_seq,
+                    record.last_active_at,
                 ),
             )
             if not record.ended:
                 self._count_open(db, 1)
+            self._bump(db, sessions=1)
+            self._wake_after_commit()
             return True
 
         return await self._run(work)
@@ -225,17 +248,8 @@ class SqliteStore(SqliteLeases):
         return await self._read(work)
 
     async def list(self, group_id: str | None = None) -> builtins.list[SessionRecord]:
-        def work(db: sqlite3.Connection) -> builtins.list[SessionRecord]:
-            if group_id is None:
-                rows = db.execute("SELECT record FROM sessions ORDER BY created_seq").fetchall()
-            else:
-                rows = db.execute(
-                    "SELECT record FROM sessions WHERE group_id = ? ORDER BY created_seq",
-                    (group_id,),
-                ).fetchall()
-            return [SessionRecord.from_dict(orjson.loads(r[0])) for r in rows]
-
-        return await self._read(work)
+        view: View = "all" if group_id is None else "group"
+        return await self.scan(view, key=group_id, limit=-1)  # SQLite: no limit
 
     async def allocate(
         self, session_id: str, *, digest: bytes, retry: bool, pinned: int | None
@@ -321,14 +335,20 @@ class SqliteStore(SqliteLeases):
 
         def work(db: sqlite3.Connection) -> None:
             record = self._require(db, session_id)
+            new = db.execute(
+                "SELECT 1 FROM interactions WHERE session_id = ? AND interaction_id = ?",
+                (session_id, interaction.interaction_id),
+            ).fetchone() is None
             db.execute(
                 "INSERT OR REPLACE INTO interactions "
                 "(session_id, interaction_id, request_index, data, seq) VALUES (?, ?, ?, ?, ?)",
                 (session_id, interaction.interaction_id, interaction.request_index, data,
                  self._next(db, "records") + 1),
             )
+            apply_summary(record, interaction, new=new)
             record.last_active_at = time.time()
             self._save(db, record)
+            self._bump(db)
 
         await self._run(work)
 
@@ -387,6 +407,7 @@ class SqliteStore(SqliteLeases):
                     )
             record.reward = reward
             self._save(db, record)
+            self._bump(db)
             if row is None:
                 return None
             db.execute(
@@ -405,6 +426,8 @@ class SqliteStore(SqliteLeases):
                 record.ended_seq = self._next(db, "ended")
                 self._save(db, record)
                 self._count_open(db, -1)
+                self._bump(db)
+                self._wake_after_commit()
             return record
 
         return await self._run(work)
@@ -416,6 +439,8 @@ class SqliteStore(SqliteLeases):
                 if record is not None and not record.exported:
                     record.exported = True
                     self._save(db, record)
+                    self._bump(db)
+                    self._wake_after_commit()
 
         await self._run(work)
 
@@ -429,6 +454,9 @@ class SqliteStore(SqliteLeases):
         gone = row is not None
         if gone and not row[0]:
             self._count_open(db, -1)
+        if gone:
+            self._bump(db, sessions=-1)
+            self._wake_after_commit()
         for table in ("recent", "pins", "occurrences", "interactions", "leases"):
             db.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
         return bool(gone)

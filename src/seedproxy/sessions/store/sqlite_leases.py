@@ -20,6 +20,9 @@ __all__ = ["LEASE_SCHEMA", "SqliteLeases"]
 
 T = TypeVar("T")
 
+_CHUNK = 500
+"""Ids per ``IN (...)`` list: well under SQLite's bound on variables."""
+
 LEASE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS leases (
     session_id TEXT PRIMARY KEY,
@@ -47,6 +50,9 @@ class SqliteLeases:
         @staticmethod
         def _save(db: sqlite3.Connection, record: SessionRecord) -> None: ...
         def _delete_rows(self, db: sqlite3.Connection, session_id: str) -> bool: ...
+        @staticmethod
+        def _bump(db: sqlite3.Connection, *, sessions: int = 0) -> None: ...
+        def _wake_after_commit(self) -> None: ...
 
     async def lease(
         self, batch_id: str, records: builtins.list[SessionRecord], *,
@@ -80,12 +86,21 @@ class SqliteLeases:
         return await self._run(work)
 
     async def held(self, session_ids: builtins.list[str], now: float) -> set[str]:
-        def work(db: sqlite3.Connection) -> set[str]:
-            rows = db.execute("SELECT session_id FROM leases WHERE until > ?", (now,))
-            return {str(row[0]) for row in rows}
+        return set(await self.held_until(session_ids, now))
 
-        wanted = set(session_ids)
-        return wanted & await self._read(work) if wanted else set()
+    async def held_until(self, session_ids: builtins.list[str], now: float) -> dict[str, float]:
+        def work(db: sqlite3.Connection) -> dict[str, float]:
+            found: dict[str, float] = {}
+            for start in range(0, len(wanted), _CHUNK):
+                part = wanted[start:start + _CHUNK]
+                rows = db.execute(
+                    "SELECT session_id, until FROM leases WHERE until > ? AND session_id IN "
+                    f"({','.join('?' * len(part))})", (now, *part))
+                found.update((str(s), float(u)) for s, u in rows)
+            return found
+
+        wanted = list(dict.fromkeys(session_ids))
+        return await self._read(work) if wanted else {}
 
     async def ack(self, batch_id: str, now: float) -> bool:
         def work(db: sqlite3.Connection) -> bool:
@@ -106,6 +121,8 @@ class SqliteLeases:
                 elif not record.exported:
                     record.exported = True
                     self._save(db, record)
+                    self._bump(db)
+                    self._wake_after_commit()
             if not batch.acked:
                 batch.acked, batch.until = True, min(batch.until, now)
                 db.execute(

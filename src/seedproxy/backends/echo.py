@@ -1,0 +1,68 @@
+"""Reading an answer that echoes a long prompt's ids without parsing the part known.
+
+A capturing chat request asks the upstream for its prompt ids, and a long rollout's
+prompt is tens of thousands of them, most the prompt of a turn already recorded.
+``loads_echoed`` takes the answer's bytes and that known prompt (``TokenIds``, whose
+JSON text is kept): where the answer's one ``"prompt_token_ids":[`` list starts with
+exactly the known text (then ``,`` or ``]``), that part is compared byte for byte
+and cut, and only the rest is parsed. The list then comes back as a ``TokenIds``
+(the known ids + the rest, checked as ``ints`` checks them). Anything else (no such
+list, several, other bytes, a rest that is not token ids) is a plain parse, so the
+result is always what ``orjson.loads`` and ``ints`` would give.
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import Any
+
+import orjson
+
+from ..sessions.token_ids import TokenIds, join_text
+from .shapes import ints
+
+__all__ = ["loads_echoed"]
+
+_KEY = b'"prompt_token_ids":['
+_MARK = "\x00seedproxy-known-prompt"
+_MARK_JSON = orjson.dumps(_MARK)
+
+
+def loads_echoed(content: bytes, known: TokenIds | None) -> Any:
+    """``orjson.loads(content)``, with the echoed prompt list as a ``TokenIds`` when
+    it starts with ``known``'s ids (see the module docstring). Raises what
+    ``orjson.loads`` raises."""
+    if known is None or not known.text:
+        return orjson.loads(content)
+    at = content.find(_KEY)
+    if at < 0 or content.find(_KEY, at + 1) >= 0:
+        return orjson.loads(content)
+    start = at + len(_KEY)
+    end = start + len(known.text)
+    if content[end:end + 1] not in (b",", b"]") or not content.startswith(known.text, start):
+        return orjson.loads(content)
+    answer = orjson.loads(content[:start] + _MARK_JSON + content[end:])
+    found = _marked(answer)
+    if found is None:
+        return orjson.loads(content)
+    holder, rest = found
+    tail = ints(rest[1:])
+    if len(tail) != len(rest) - 1:  # not token ids: as the whole list would read
+        return orjson.loads(content)
+    added = array("i", tail)
+    holder["prompt_token_ids"] = TokenIds(known.ids + added,
+                                          join_text(known.text, orjson.dumps(tail)[1:-1]))
+    return answer
+
+
+def _marked(answer: Any) -> tuple[dict[str, Any], list[Any]] | None:
+    """The object holding the marked list: the answer itself or one of its choices."""
+    holders = [answer] if isinstance(answer, dict) else []
+    choices = answer.get("choices") if isinstance(answer, dict) else None
+    if isinstance(choices, list):
+        holders += [c for c in choices if isinstance(c, dict)]
+    for holder in holders:
+        value = holder.get("prompt_token_ids")
+        if isinstance(value, list) and value and value[0] == _MARK:
+            return holder, value
+    return None

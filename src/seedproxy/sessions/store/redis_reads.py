@@ -1,0 +1,191 @@
+"""The Redis store's indexes (``base.View``), expiry order and change feed.
+
+Keys, beside ``{p}all`` and ``{p}g:{group}``: ``{p}id:{identity}`` (zset by
+``created_seq``), ``{p}unexp`` (zset by ``created_seq``: not exported), ``{p}ready``
+(zset by ``ended_seq``: ended, not exported), ``{p}active`` (zset by last activity,
+wall-clock seconds: the TTL sweep's order) and ``{p}ver`` (the change counter). The
+store's scripts keep them in the same script that changes a session, so every
+replica reads the same indexes. A script that can change an export's choice (a
+session created, ended, exported or deleted) publishes on channel ``{p}changes``: a
+waiting export on any replica is woken by it. ``check_s`` is a backstop for a message
+lost with a broken connection: the export reads ``{p}ver`` that often.
+
+Sessions that Redis expired (``ended_ttl_s``) leave index entries behind; a read that
+meets one drops it. Sessions stored before these indexes existed are indexed once, by
+the first replica that reads an index (marker ``{p}idx:1``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Any
+
+from ..record import SessionRecord
+from .base import View
+from .changes import Watch
+
+__all__ = ["RedisReads"]
+
+_MIGRATE_BATCH = 1000
+
+
+class RedisReads:
+    """A mixin over ``RedisStore``'s connection, keys and decoding."""
+
+    if TYPE_CHECKING:  # what RedisStore provides
+        _redis: Any
+        _p: str
+        _timeout: float
+        _check_s: float | None
+        _errors: tuple[type[BaseException], ...]
+        def _k(self, kind: str, session_id: str) -> str: ...
+        async def _call(self, awaitable: Any) -> Any: ...
+        @staticmethod
+        def _decode(raw: dict[bytes, bytes]) -> SessionRecord | None: ...
+
+    _indexed = False
+
+    @property
+    def changes_channel(self) -> str:
+        return self._p + "changes"
+
+    def _view_key(self, view: View, key: str | None) -> str:
+        if view == "group":
+            return self._k("g", key or "")
+        if view == "identity":
+            return self._k("id", key or "")
+        return self._p + {"all": "all", "unexported": "unexp", "ready": "ready"}[view]
+
+    async def _records(self, index: str, ids: builtins.list[bytes]) -> builtins.list[
+            SessionRecord]:
+        """The sessions ``ids`` name, in order; entries of expired ones are dropped."""
+        if not ids:
+            return []
+        pipe = self._redis.pipeline(transaction=False)
+        for raw_id in ids:
+            pipe.hgetall(self._k("s", raw_id.decode()))
+        records = [self._decode(row) for row in await self._call(pipe.execute())]
+        gone = [raw_id for raw_id, r in zip(ids, records, strict=True) if r is None]
+        if gone:
+            await self._call(self._redis.zrem(index, *gone))
+        return [r for r in records if r is not None]
+
+    async def scan(
+        self, view: View, *, key: str | None = None, after: int = -1, offset: int = 0,
+        limit: int,
+    ) -> builtins.list[SessionRecord]:
+        await self._ensure_indexed()
+        index = self._view_key(view, key)
+        found: builtins.list[SessionRecord] = []
+        while len(found) < limit:
+            want = limit - len(found)
+            ids = await self._call(self._redis.zrangebyscore(
+                index, f"({after}", "+inf", start=offset, num=want, withscores=True))
+            if not ids:
+                break
+            records = await self._records(index, [i for i, _ in ids])
+            found += records
+            if len(ids) < want:
+                break
+            if len(records) == len(ids):
+                continue  # (the loop ends: found is full)
+            after, offset = int(ids[-1][1]), 0  # expired ones were dropped: read on
+        return found
+
+    async def count(self, view: View, *, key: str | None = None) -> int:
+        await self._ensure_indexed()
+        return int(await self._call(self._redis.zcard(self._view_key(view, key))))
+
+    async def idle(self, cutoff: float, limit: int) -> builtins.list[SessionRecord]:
+        await self._ensure_indexed()
+        index = self._p + "active"
+        ids = await self._call(self._redis.zrangebyscore(
+            index, "-inf", repr(cutoff), start=0, num=limit))
+        return await self._records(index, ids)
+
+    async def version(self) -> int:
+        return int(await self._call(self._redis.get(self._p + "ver")) or 0)
+
+    def watch(self) -> AbstractAsyncContextManager[Watch]:
+        return self._watch()
+
+    @contextlib.asynccontextmanager
+    async def _watch(self) -> AsyncIterator[Watch]:
+        pubsub = self._redis.pubsub()
+        try:
+            await self._call(pubsub.subscribe(self.changes_channel))
+            while True:  # subscribed once Redis confirms: no publish after it is missed
+                message = await self._call(pubsub.get_message(timeout=self._timeout))
+                if message is None or message["type"] == "subscribe":
+                    break
+            yield _FeedWatch(pubsub, self._call, self.version, await self.version(),
+                             self._check_s)
+        finally:
+            with contextlib.suppress(*self._errors):  # a broken connection is dropped anyway
+                await pubsub.aclose()
+
+    async def _ensure_indexed(self) -> None:
+        """Index sessions stored before the indexes existed (once per store)."""
+        if self._indexed:
+            return
+        marker = self._p + "idx:1"
+        if not await self._call(self._redis.exists(marker)):
+            start = 0
+            while True:
+                ids = await self._call(self._redis.zrange(
+                    self._p + "all", start, start + _MIGRATE_BATCH - 1))
+                if not ids:
+                    break
+                pipe = self._redis.pipeline(transaction=False)
+                for raw_id in ids:
+                    pipe.hgetall(self._k("s", raw_id.decode()))
+                for record in map(self._decode, await self._call(pipe.execute())):
+                    if record is not None:
+                        self._index_legacy(pipe, record)
+                await self._call(pipe.execute())
+                start += _MIGRATE_BATCH
+            await self._call(self._redis.set(marker, 1))
+        self._indexed = True
+
+    def _index_legacy(self, pipe: Any, r: SessionRecord) -> None:
+        sid = r.session_id
+        pipe.zadd(self._k("id", r.identity), {sid: r.created_seq})
+        pipe.zadd(self._p + "active", {sid: r.last_active_at})
+        if not r.exported:
+            pipe.zadd(self._p + "unexp", {sid: r.created_seq})
+            if r.ended and r.ended_seq is not None:
+                pipe.zadd(self._p + "ready", {sid: r.ended_seq})
+
+
+class _FeedWatch:
+    def __init__(
+        self, pubsub: Any, call: Callable[[Any], Awaitable[Any]],
+        version: Callable[[], Awaitable[int]], seen: int, check_s: float | None,
+    ) -> None:
+        self._pubsub, self._call, self._version = pubsub, call, version
+        self._seen, self._check_s = seen, check_s
+
+    async def wait(self, timeout: float) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            left = max(0.0, deadline - loop.time())
+            step = left if self._check_s is None else min(left, self._check_s)
+            message = await self._call(
+                self._pubsub.get_message(ignore_subscribe_messages=True, timeout=step))
+            if message is not None:
+                while message is not None:  # one look serves every change so far
+                    message = await self._call(
+                        self._pubsub.get_message(ignore_subscribe_messages=True, timeout=0))
+                self._seen = await self._version()
+                return
+            if loop.time() >= deadline:
+                return
+            now = await self._version()
+            if now != self._seen:
+                self._seen = now
+                return
