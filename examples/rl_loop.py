@@ -6,7 +6,8 @@ the session and exports the group's token-level trajectories to JSON Lines.
 
 Sessions finish in a random order on purpose: with a deterministic proxy the export
 comes in creation order all the same, so rerunning this script against a fresh proxy
-writes the same bytes (timings aside: ``latency_ms``, ``upstream``).
+writes the same bytes except in two clock fields of each interaction: ``latency_ms``
+and the response's ``created``.
 
     seedproxy serve --upstream http://127.0.0.1:30000 &
     python examples/rl_loop.py --url http://127.0.0.1:8000 --out rollouts.jsonl

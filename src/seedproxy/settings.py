@@ -7,9 +7,11 @@ in all three places; its docstring is the flag's help."""
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import os
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -24,10 +26,19 @@ from pydantic_settings import (
 
 from .errors import ConfigError
 
-__all__ = ["ALIASES", "Settings", "env_values", "is_loopback", "load_settings"]
+__all__ = ["ALIASES", "NOT_SETTINGS", "Settings", "env_values", "is_loopback", "load_settings",
+           "unknown_env"]
 
 
 ENV_PREFIX = "SEEDPROXY_"
+
+NOT_SETTINGS = frozenset({
+    "cache_dir",        # the engine's cache of converted models
+    "engine_threads",   # the engine's torch threads
+    "claude_code_dir",  # the test suite's Claude Code install
+    "ui_screenshots",   # the test suite's screenshot folder
+})
+"""``SEEDPROXY_*`` variables that are read elsewhere than ``Settings``."""
 
 
 class Settings(BaseSettings):
@@ -232,6 +243,23 @@ def env_values() -> dict[str, str]:
     env = {k[len(ENV_PREFIX) :].lower(): v for k, v in os.environ.items()
            if k.upper().startswith(ENV_PREFIX)}
     return _canonical({k: v for k, v in env.items() if k in Settings.model_fields or k in ALIASES})
+
+
+def unknown_env(environ: Mapping[str, str]) -> list[str]:
+    """One line per ``SEEDPROXY_*`` variable that nothing reads (it is ignored), naming
+    the closest setting's variable when one is close (``difflib``)."""
+    known = [*Settings.model_fields, *ALIASES, *NOT_SETTINGS]
+    lines = []
+    for key in sorted(environ):
+        name = key[len(ENV_PREFIX):].lower()
+        if not key.upper().startswith(ENV_PREFIX) or name in known:
+            continue
+        line = f"{key} is not a seedproxy setting and is ignored"
+        close = difflib.get_close_matches(name, known, n=1)
+        if close:
+            line += f"; did you mean {ENV_PREFIX}{ALIASES.get(close[0], close[0]).upper()}?"
+        lines.append(line)
+    return lines
 
 
 class _Environment(PydanticBaseSettingsSource):

@@ -140,3 +140,46 @@ def test_a_missing_model_path_is_a_one_line_error() -> None:
     assert done.returncode == 2
     assert done.stderr.strip().startswith("seedproxy: error:") and "/nope/model.gguf" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_verify_logprobs_finds_the_embedded_engine_by_itself(
+        tiny_model_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``serve`` prints the engine's address, ``GET /fleet`` names the same one, and
+    ``verify-logprobs`` without ``--engine`` teacher-forces through it."""
+    from seedproxy.commands.cli import main
+
+    port = free_port()
+    proc = start_seedproxy("serve", "--port", str(port), "--model", str(tiny_model_dir),
+                           stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    try:
+        lines = []
+        for raw in proc.stderr:  # ends (and the test fails) if serve exits first
+            lines.append(raw.decode())
+            if "seedproxy listening" in lines[-1]:
+                break
+        printed = [line for line in lines if "embedded engine serving" in line]
+        assert len(printed) == 1, lines
+        url = f"http://127.0.0.1:{port}"
+        wait_http(f"{url}/healthz", 120, proc)
+        engine = httpx.get(f"{url}/fleet").json()["engine"]
+        assert engine.startswith("http://127.0.0.1:") and f" at {engine} " in printed[0]
+        assert engine != url and httpx.get(f"{engine}/health").status_code == 200
+        c = openai.OpenAI(base_url=f"{url}/sessions/vl-1/v1", api_key="x", max_retries=0)
+        c.chat.completions.create(model="m", messages=MSG, max_tokens=6, temperature=0.8)
+        capsys.readouterr()
+        assert main(["verify-logprobs", "--url", url, "--session", "vl-1"]) == 0
+        assert "6 sampled tokens, 6 match, max |diff| 0" in capsys.readouterr().out
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+
+
+def test_verify_logprobs_without_an_embedded_engine_asks_for_one(
+        proxy: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from seedproxy.commands.cli import main
+
+    assert httpx.get(f"{proxy}/fleet").json()["engine"] is None
+    assert main(["verify-logprobs", "--url", proxy, "--session", "none"]) == 2
+    err = capsys.readouterr().err
+    assert "runs no embedded engine" in err and "pass --engine" in err

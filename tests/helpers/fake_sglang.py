@@ -49,6 +49,9 @@ WORDS = [
     "sierra", "tango", "uniform", "victor", "whiskey", "xray", "yankee", "zulu",
 ]
 VOCAB_BASE = 100_000
+BYTE_BASE = VOCAB_BASE + len(WORDS)
+"""Ids ``BYTE_BASE + b`` are the byte ``b`` (``Switches.byte_reply``), as a byte-level
+BPE's byte tokens: consecutive ones decode together, a lone part of a character to U+FFFD."""
 SAMPLING_KEYS = {
     "max_new_tokens", "temperature", "top_p", "top_k", "min_p", "stop", "stop_token_ids",
     "n", "sampling_seed", "ignore_eos", "skip_special_tokens", "frequency_penalty",
@@ -99,6 +102,8 @@ class Switches:
     that finishes its turn), whatever ``max_tokens`` allows."""
     reply: str | None = None
     """When set, OpenAI routes answer with this text, one token per character."""
+    byte_reply: bool = False
+    """With ``reply``: one token per UTF-8 byte instead (``BYTE_BASE``)."""
     error_after: int | None = None
     """Streamed chat, completions and /generate: after this many tokens of a stream,
     the stream ends with an error event, ``data: {"error": {"message", "type", "code":
@@ -163,7 +168,19 @@ def logprob_of(token: int) -> float:
 
 
 def detok(ids: list[int]) -> str:
-    return "".join(" " + WORDS[i - VOCAB_BASE] if i >= VOCAB_BASE else chr(i) for i in ids)
+    out: list[str] = []
+    pending = bytearray()
+    for i in ids:
+        if i >= BYTE_BASE:
+            pending.append(i - BYTE_BASE)
+            continue
+        if pending:
+            out.append(pending.decode("utf-8", errors="replace"))
+            pending.clear()
+        out.append(" " + WORDS[i - VOCAB_BASE] if i >= VOCAB_BASE else chr(i))
+    if pending:
+        out.append(pending.decode("utf-8", errors="replace"))
+    return "".join(out)
 
 
 def tokenize(text: str) -> list[int]:
@@ -370,7 +387,8 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
         if sw.flip_at is not None and sw.flip_at < len(ids):
             ids[sw.flip_at] = flipped(ids[sw.flip_at])
         if sw.reply is not None:
-            ids = tokenize(sw.reply)[: int(count)]
+            ids = ([BYTE_BASE + b for b in sw.reply.encode()] if sw.byte_reply
+                   else tokenize(sw.reply))[: int(count)]
         want_lp = bool(body.get("logprobs")) if chat else body.get("logprobs") is not None
         obj = "chat.completion" if chat else "text_completion"
         # SGLang's answer id is the request's rid (a fresh uuid when none is given), and
@@ -539,7 +557,7 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
         tokens = body.get("tokens") if isinstance(body, dict) else None
         batch = isinstance(tokens, list) and bool(tokens) and isinstance(tokens[0], list)
         rows = tokens if batch else [tokens]
-        top = VOCAB_BASE + len(WORDS)
+        top = BYTE_BASE + 256
         if not isinstance(rows, list) or not all(isinstance(row, list) and all(
             isinstance(t, int) and 0 <= t < top and not 0xD800 <= t < 0xE000 for t in row
         ) for row in rows):

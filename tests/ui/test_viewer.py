@@ -14,7 +14,7 @@ import pytest
 
 from seedproxy.client import Sample, SeedProxyClient
 from tests.conftest import Fake
-from tests.helpers.fake_sglang import Switches, create_fake_sglang, detok
+from tests.helpers.fake_sglang import BYTE_BASE, Switches, create_fake_sglang, detok
 from tests.helpers.servers import ServerThread
 from tests.helpers.waiting import wait_until
 from tests.ui.browser import chromium_driver, screenshot
@@ -279,3 +279,49 @@ def test_a_completion_marks_where_each_weight_version_starts(
         "return [...document.querySelectorAll('.completion > span')].map((s) =>"
         " s.classList.contains('version-mark') ? 'mark:' + s.textContent : 'tok')")
     assert shown == ["mark:default", "tok", "tok", "tok", "mark:v2", "tok", "tok", "tok"]
+
+
+EMOJI_REPLY = "Hi 👋🏽 and 🎉!"
+
+
+def test_an_emoji_over_byte_tokens_shows_as_one_glyph(
+    driver: Any, start_proxy: Callable[..., str]
+) -> None:
+    """Each byte token decodes alone to U+FFFD; the strip shows each character once, over
+    the tokens that make it, with every id in its title."""
+    with ServerThread(create_fake_sglang(Switches(reply=EMOJI_REPLY, byte_reply=True))) as fake:
+        proxy = start_proxy([fake.url])
+        ids = [BYTE_BASE + b for b in EMOJI_REPLY.encode()]
+        sample = rollout(proxy, "emoji", 1, turns=1, max_tokens=len(ids))[0]
+        assert trajectory(proxy, sample.session_id)["interactions"][0][
+            "completion_token_ids"] == ids
+        driver.get(f"{proxy}/ui#/session/{sample.session_id}")
+        wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, ".completion .tok.glyph"))
+        spans = driver.find_elements(By.CSS_SELECTOR, ".completion .tok")
+        shown = [s.get_attribute("textContent") for s in spans]
+        assert shown == ["H", "i", " ", "👋", "🏽", " ", "a", "n", "d", " ", "🎉", "!"]
+        assert "\ufffd" not in "".join(shown)
+        covered = [[int(i) for i in s.get_attribute("data-id").split(",")] for s in spans]
+        assert [i for group in covered for i in group] == ids  # every token, in order, once
+        assert [len(g) for g in covered if len(g) > 1] == [4, 4, 4]
+        wave = spans[3].get_attribute("title")
+        assert all(f"id {i}" in wave for i in covered[3])
+        concat = driver.find_element(By.ID, "concat").find_elements(By.CSS_SELECTOR, ".tok.gen")
+        assert "".join(s.get_attribute("textContent") for s in concat) == EMOJI_REPLY
+
+
+def test_a_messages_answer_shows_its_text(
+    driver: Any, fake_url: str, start_proxy: Callable[..., str]
+) -> None:
+    anthropic = pytest.importorskip("anthropic")
+    proxy = start_proxy([fake_url])
+    client = anthropic.Anthropic(base_url=f"{proxy}/sessions/msg-ui", api_key="x",
+                                 max_retries=0)
+    message = client.messages.create(model="default", max_tokens=6,
+                                     messages=[{"role": "user", "content": "Say hello."}])
+    text = "".join(b.text for b in message.content if b.type == "text")
+    assert text
+    driver.get(f"{proxy}/ui#/session/msg-ui")
+    wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, ".completion .tok"))
+    answer = driver.find_element(By.CSS_SELECTOR, ".answer").get_attribute("textContent")
+    assert answer == "→ answer" + text

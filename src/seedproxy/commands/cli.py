@@ -4,6 +4,7 @@ a bad argument prints one line naming it and exits 2, never a traceback."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -95,7 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     verify = commands.add_parser(
         "verify-logprobs", help="teacher-force a session through an engine; compare logprobs")
     verify.add_argument("--url", required=True, help="the proxy's root URL")
-    verify.add_argument("--engine", required=True, help="an SGLang or seedproxy engine root URL")
+    verify.add_argument("--engine", help="an SGLang or seedproxy engine root URL "
+                        "(default: the proxy's embedded engine, as GET /fleet names it)")
     verify.add_argument("--session", required=True)
     verify.add_argument("--admin-key")
     verify.add_argument("--tolerance", type=float, default=0.0)
@@ -143,9 +145,17 @@ def _seed(args: argparse.Namespace) -> int:
     return 0
 
 
+def _warn_unknown_env() -> None:
+    from ..settings import unknown_env
+
+    for line in unknown_env(os.environ):
+        print(f"seedproxy: warning: {line}", file=sys.stderr)
+
+
 def _serve(args: argparse.Namespace) -> int:
     from .serve import serve
 
+    _warn_unknown_env()
     return serve(flag_values(args), args.config)
 
 
@@ -173,6 +183,7 @@ def _launch(args: argparse.Namespace) -> int:
         extra=args.extra, python=args.python,
     )
     warn_attention_backend(args.attention_backend)
+    _warn_unknown_env()
     flags = {**flag_values(args), "backend": "sglang"}
     load_settings({**flags, "upstream": plan.urls}, args.config)  # fail before starting anything
     require_sglang(args.python)

@@ -48,7 +48,9 @@ def serve(flags: dict[str, Any], config_file: str | None) -> int:
             upstreams = [engine.url]
             # The engine's own key: only this proxy may call it (pause, weight version).
             settings = settings.model_copy(update={"upstream_api_key": engine.api_key})
-            log.info("embedded engine serving %s at %s", engine.model_name, engine.url)
+            log.info("embedded engine serving %s at %s (GET /fleet names it; "
+                     "seedproxy verify-logprobs uses it by default)",
+                     engine.model_name, engine.url)
         if engine is not None and settings.token_in_token_out is not False:
             # The embedded engine's own tokenizer: token in, token out by default.
             tito = open_tito_mode(settings, tokenizer=engine.tokenizer,
@@ -57,7 +59,8 @@ def serve(flags: dict[str, Any], config_file: str | None) -> int:
                 "token_in_token_out": True, "tokenizer": settings.tokenizer or engine.model_path})
         counter = engine.counter if engine is not None else None
         app = create_app(
-            settings, upstreams=upstreams, tito=tito, prompt_counter=counter
+            settings, upstreams=upstreams, tito=tito, prompt_counter=counter,
+            engine_url=engine.url if engine is not None else None,
         )
         if settings.upstream and settings.backend == "sglang" and settings.deterministic:
             _preflight(settings.upstream, enforce=not settings.allow_nondeterministic_upstream)
@@ -65,7 +68,8 @@ def serve(flags: dict[str, Any], config_file: str | None) -> int:
         if settings.workers > 1:
             sock.close()  # uvicorn's workers bind their own shared socket
             # Each worker imports the factory and rebuilds these settings from the env.
-            export_settings(settings.model_copy(update={"upstream": upstreams}))
+            export_settings(settings.model_copy(update={"upstream": upstreams}),
+                            engine_url=engine.url if engine is not None else None)
             uvicorn.run(
                 APP_FACTORY,
                 factory=True,

@@ -7,6 +7,10 @@ shape; the embedded engine answers it too). Logprobs are recorded as float32, so
 the recomputed value is rounded to float32 before comparing; the default tolerance
 is 0 (exact), which the embedded engine meets. Each turn is checked at its own
 request's temperature (the engine reports the scaled distribution, as its sampler).
+
+With no ``--engine``, the proxy's embedded engine (``GET /fleet`` names it): the
+requests go through the proxy's own ``/generate`` (outside any session, so nothing is
+recorded), since only the proxy holds the engine's key.
 """
 
 from __future__ import annotations
@@ -49,11 +53,24 @@ def _owners(mask: list[int], interaction_ids: list[str]) -> dict[int, str]:
     return owners
 
 
-def verify_logprobs(url: str, engine: str, session: str, *, admin_key: str | None = None,
-                    tolerance: float = 0.0) -> int:
-    """Print one line per branch; return 0 when every sampled token matches."""
+def _through_proxy(client: httpx.Client, url: str) -> str:
+    """``url`` itself when its ``GET /fleet`` names an embedded engine (the proxy
+    forwards ``/generate`` to it), else ``ConfigError``."""
+    engine = _get(client, f"{url.rstrip('/')}/fleet", method="GET").get("engine")
+    if not isinstance(engine, str):
+        raise ConfigError(f"the proxy at {url} runs no embedded engine (it was started "
+                          "with --upstream): pass --engine with that server's root URL")
+    return url
+
+
+def verify_logprobs(url: str, engine: str | None, session: str, *,
+                    admin_key: str | None = None, tolerance: float = 0.0) -> int:
+    """Print one line per branch; return 0 when every sampled token matches. With no
+    ``engine``, the proxy's embedded engine."""
     headers = {"authorization": f"Bearer {admin_key}"} if admin_key else {}
     with httpx.Client(timeout=600, headers=headers) as client:
+        if engine is None:
+            engine = _through_proxy(client, url)
         data = _get(client, f"{url.rstrip('/')}/sessions/{session}/trajectory",
                     method="GET", params={"style": "concat"})
         branches = data.get("branches")

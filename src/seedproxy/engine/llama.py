@@ -13,6 +13,7 @@ Invariants:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,49 +82,59 @@ class LlamaWeights:
     @classmethod
     def from_hf(cls, model: Any, max_positions: int) -> LlamaWeights:
         """Extract (and fuse) the weights of a transformers Llama-family causal LM."""
-        cfg = model.config
-        inner = model.model
+        rotary = model.model.rotary_emb
+        return cls.from_state(dict(model.state_dict()), model.config,
+                              inv_freq=rotary.inv_freq,
+                              rope_scaling=float(getattr(rotary, "attention_scaling", 1.0)),
+                              max_positions=max_positions)
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, torch.Tensor], cfg: Any, *, inv_freq: torch.Tensor,
+                   rope_scaling: float, max_positions: int) -> LlamaWeights:
+        """Fuse a Llama-family state dict (transformers' tensor names) into the engine's
+        weights; ``ValueError`` for a bias the forward pass does not compute."""
         layers = []
-        for layer in inner.layers:
-            att, mlp = layer.self_attn, layer.mlp
-            if getattr(att.o_proj, "bias", None) is not None or any(
-                    getattr(p, "bias", None) is not None
-                    for p in (mlp.gate_proj, mlp.up_proj, mlp.down_proj)):
+        for i in range(int(cfg.num_hidden_layers)):
+            pre = f"model.layers.{i}."
+            if any(f"{pre}{name}.bias" in state for name in
+                   ("self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")):
                 raise ValueError("o_proj and MLP biases are not supported")
-            biases = [getattr(p, "bias", None) for p in (att.q_proj, att.k_proj, att.v_proj)]
+            biases = [state.get(f"{pre}self_attn.{p}_proj.bias") for p in "qkv"]
             if any(b is not None for b in biases) and not all(b is not None for b in biases):
                 raise ValueError("biases on some of q/k/v only are not supported")
             bias = torch.cat([b for b in biases if b is not None]) if biases[0] is not None \
                 else None
-            q_norm = getattr(att, "q_norm", None)
-            k_norm = getattr(att, "k_norm", None)
+            q_norm = state.get(f"{pre}self_attn.q_norm.weight")
+            k_norm = state.get(f"{pre}self_attn.k_norm.weight")
+            att, mlp = pre + "self_attn.", pre + "mlp."
             layers.append(LayerWeights(
-                input_norm=_t(layer.input_layernorm.weight),
-                qkv=RowLinear(torch.cat([att.q_proj.weight, att.k_proj.weight,
-                                         att.v_proj.weight]), bias),
-                q_norm=None if q_norm is None else _t(q_norm.weight),
-                k_norm=None if k_norm is None else _t(k_norm.weight),
-                o=RowLinear(att.o_proj.weight),
-                post_norm=_t(layer.post_attention_layernorm.weight),
-                gate_up=RowLinear(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])),
-                down=RowLinear(mlp.down_proj.weight),
+                input_norm=_t(state[pre + "input_layernorm.weight"]),
+                qkv=RowLinear(torch.cat([state[att + "q_proj.weight"], state[att + "k_proj.weight"],
+                                         state[att + "v_proj.weight"]]), bias),
+                q_norm=None if q_norm is None else _t(q_norm),
+                k_norm=None if k_norm is None else _t(k_norm),
+                o=RowLinear(state[att + "o_proj.weight"]),
+                post_norm=_t(state[pre + "post_attention_layernorm.weight"]),
+                gate_up=RowLinear(torch.cat([state[mlp + "gate_proj.weight"],
+                                             state[mlp + "up_proj.weight"]])),
+                down=RowLinear(state[mlp + "down_proj.weight"]),
             ))
-        rotary = inner.rotary_emb
+        embed = state["model.embed_tokens.weight"]
         num_heads = int(cfg.num_attention_heads)
         head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // num_heads)
         window = getattr(cfg, "sliding_window", None) if cfg.model_type == "mistral" else None
         return cls(
-            embed=_t(inner.embed_tokens.weight),
+            embed=_t(embed),
             layers=tuple(layers),
-            final_norm=_t(inner.norm.weight),
-            lm_head=RowLinear(model.lm_head.weight),
+            final_norm=_t(state["model.norm.weight"]),
+            lm_head=RowLinear(state.get("lm_head.weight", embed)),
             num_heads=num_heads,
             num_kv_heads=int(getattr(cfg, "num_key_value_heads", None) or num_heads),
             head_dim=head_dim,
             intermediate=int(cfg.intermediate_size),
             rms_eps=float(cfg.rms_norm_eps),
-            inv_freq=rotary.inv_freq.detach().float().clone(),
-            rope_scaling=float(getattr(rotary, "attention_scaling", 1.0)),
+            inv_freq=inv_freq.detach().float().clone(),
+            rope_scaling=rope_scaling,
             max_positions=max_positions,
             sliding_window=int(window) if window else None,
         )

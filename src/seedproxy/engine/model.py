@@ -4,8 +4,9 @@ Invariants:
 - ``load_model`` either returns a ready ``EngineModel`` or raises ``EngineError`` with a
   one-line message naming the offending path; it never leaves a half-written cache entry
   (entries are written to a temporary folder and renamed into place).
-- A GGUF file's cache entry is keyed by its name, size and modification time, so a changed
-  file is converted again and an unchanged one loads from safetensors in about a second.
+- A GGUF file's cache entry is keyed by its name and a hash of its content, so a changed
+  file is converted again and an unchanged one is memory-mapped from safetensors
+  (``checkpoint.py``), with no transformers model built and the GGUF not parsed again.
 - The architecture is checked from metadata alone (``arch.py``) before any weight is read
   or dequantised.
 """
@@ -19,6 +20,8 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +29,7 @@ from typing import Any
 import torch
 
 from .arch import Architecture, check_gguf, read_config
+from .checkpoint import read_checkpoint, read_hf_config
 from .errors import EngineError
 from .llama import LlamaWeights
 
@@ -134,6 +138,7 @@ def gguf_cache_dir(gguf: Path, progress: Any = None) -> Path:
     if (final / "complete").exists():
         logger.info("loading cached weights of %s from %s", gguf, final)
         return final
+    check_gguf(gguf)
     logger.info("dequantising %s into the cache %s (once; about 30 s)", gguf, final)
 
     def build(tmp: Path) -> None:
@@ -173,16 +178,24 @@ def _display_name(path: Path) -> str:
     return path.name
 
 
-def _first_line(exc: BaseException) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+def _tokenizer(folder: Path, *, cached: bool) -> Any:
+    """The folder's tokenizer. A cache entry written by ``gguf_cache_dir`` declares
+    ``TokenizersBackend``, which ``AutoTokenizer`` would pick too: load it directly,
+    without resolving the auto classes; any other folder goes through ``AutoTokenizer``."""
+    if cached:
+        declared = json.loads((folder / "tokenizer_config.json").read_text())
+        if declared.get("tokenizer_class") == "TokenizersBackend":
+            from transformers import TokenizersBackend
+
+            return TokenizersBackend.from_pretrained(str(folder))
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(folder))
 
 
-def read_weights(folder: Path, model_path: str, arch: Architecture
-                 ) -> tuple[LlamaWeights, int, frozenset[int]]:
-    """The folder's weights, context length and config EOS ids (``EngineError`` with one
-    line naming ``model_path`` when they cannot be read). Every weight the architecture
-    has must be in the folder: a missing or mis-sized tensor is refused, never left at
-    transformers' random initialisation."""
+def _from_transformers(folder: Path, model_path: str, arch: Architecture,
+                       max_positions: int) -> LlamaWeights:
+    """Weights through a transformers model (a folder without safetensors)."""
     from transformers import AutoModelForCausalLM
 
     try:
@@ -193,44 +206,87 @@ def read_weights(folder: Path, model_path: str, arch: Architecture
         raise EngineError(f"cannot load model from {model_path}: {_first_line(exc)}") from exc
     missing = sorted(info.get("missing_keys") or []) + sorted(
         str(k[0] if isinstance(k, tuple) else k) for k in info.get("mismatched_keys") or [])
-    if missing:
-        raise EngineError(f"cannot load model from {model_path}: missing or mis-sized "
-                          f"weights {', '.join(missing[:3])}"
-                          + (f" and {len(missing) - 3} more" if len(missing) > 3 else ""))
-    cfg = hf.config
-    ctx = int(getattr(cfg, "max_position_embeddings", 0) or 2048)
-    try:
-        if type(hf).__name__ != arch.hf_class:
-            raise ValueError(f"expected {arch.hf_class}")
-        weights = LlamaWeights.from_hf(hf, max_positions=ctx)
-    except (AttributeError, ValueError) as exc:
-        raise EngineError(
-            f"unsupported architecture in {model_path}: {type(hf).__name__} ({exc})"
-        ) from exc
+    if missing:  # never left at transformers' random initialisation
+        raise KeyError(missing[0])
+    if type(hf).__name__ != arch.hf_class:
+        raise ValueError(f"expected {arch.hf_class}, got {type(hf).__name__}")
+    return LlamaWeights.from_hf(hf, max_positions=max_positions)
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def _eos_ids(folder: Path, cfg: Any, tok: Any) -> frozenset[int]:
+    """EOS ids from the config, ``generation_config.json`` and the tokenizer (as
+    transformers' ``generation_config`` reads them)."""
+    gen_file = folder / "generation_config.json"
+    gen = json.loads(gen_file.read_text()) if gen_file.is_file() else {}
     eos: set[int] = set()
-    for source in (cfg.eos_token_id, getattr(hf.generation_config, "eos_token_id", None)):
+    for source in (cfg.eos_token_id, gen.get("eos_token_id", cfg.eos_token_id),
+                   tok.eos_token_id):
         if isinstance(source, int):
             eos.add(source)
         elif isinstance(source, list):
             eos.update(int(x) for x in source)
-    return weights, ctx, frozenset(eos)
+    return frozenset(eos)
 
 
-def load_from_dir(folder: Path, model_path: str, name: str) -> EngineModel:
-    """Load a Hugging Face Llama-family model folder into an ``EngineModel``."""
-    from transformers import AutoTokenizer
+def _weights(mapped: Callable[[], LlamaWeights | None], folder: Path, model_path: str,
+             arch: Architecture, ctx: int) -> LlamaWeights:
+    """``mapped()`` (``read_checkpoint``'s answer), else the weights through transformers;
+    ``EngineError`` naming ``model_path`` when they cannot be read. Every weight the
+    architecture has must be in the folder: a missing one is refused."""
+    from safetensors import SafetensorError
 
-    arch = read_config(folder, model_path)
     try:
-        tok = AutoTokenizer.from_pretrained(str(folder))
+        return mapped() or _from_transformers(folder, model_path, arch, ctx)
+    except (SafetensorError, OSError) as exc:
+        raise EngineError(f"cannot load model from {model_path}: {_first_line(exc)}") from exc
+    except KeyError as exc:
+        raise EngineError(f"cannot load model from {model_path}: weight {exc} is missing "
+                          "or of another shape") from exc
+    except (AttributeError, ValueError) as exc:
+        raise EngineError(
+            f"unsupported architecture in {model_path}: {arch.hf_class} ({exc})"
+        ) from exc
+
+
+def _config(folder: Path, model_path: str, arch: Architecture) -> tuple[Any, int]:
+    """The folder's config and its context length."""
+    try:
+        cfg = read_hf_config(folder, arch)
     except Exception as exc:  # transformers raises many kinds; all mean "not loadable"
         raise EngineError(f"cannot load model from {model_path}: {_first_line(exc)}") from exc
-    weights, ctx, eos = read_weights(folder, model_path, arch)
-    if isinstance(tok.eos_token_id, int):
-        eos |= {tok.eos_token_id}
+    ctx = int(getattr(cfg, "max_position_embeddings", 0) or 2048)
+    return cfg, ctx
+
+
+def read_weights(folder: Path, model_path: str, arch: Architecture) -> LlamaWeights:
+    """The folder's weights alone, as ``load_from_dir`` reads them (for a weight update:
+    no tokenizer)."""
+    cfg, ctx = _config(folder, model_path, arch)
+    return _weights(lambda: read_checkpoint(folder, cfg, ctx), folder, model_path, arch, ctx)
+
+
+def load_from_dir(folder: Path, model_path: str, name: str, *, cached: bool = False
+                  ) -> EngineModel:
+    """Load a Hugging Face Llama-family model folder into an ``EngineModel``."""
+    arch = read_config(folder, model_path)
+    cfg, ctx = _config(folder, model_path, arch)
+    # Packing the weights runs in torch, without the GIL: it overlaps the tokenizer's load
+    # (imports, in Python). Either one's error is raised here, from this thread.
+    with ThreadPoolExecutor(1, thread_name_prefix="seedproxy-weights") as pool:
+        mapped = pool.submit(read_checkpoint, folder, cfg, ctx)
+        try:
+            tok = _tokenizer(folder, cached=cached)
+        except Exception as exc:  # transformers raises many kinds; all mean "not loadable"
+            raise EngineError(
+                f"cannot load model from {model_path}: {_first_line(exc)}") from exc
+    weights = _weights(mapped.result, folder, model_path, arch, ctx)
     return EngineModel(
         name=name, context_length=ctx, tokenizer=tok, weights=weights,
-        model_path=model_path, source_dir=str(folder), eos_token_ids=eos,
+        model_path=model_path, source_dir=str(folder), eos_token_ids=_eos_ids(folder, cfg, tok),
         arch=arch,
     )
 
@@ -250,7 +306,6 @@ def load_model(path: str | None = None) -> EngineModel:
     if target.is_file():
         if target.suffix.lower() != ".gguf":
             raise EngineError(f"not a .gguf file or a Hugging Face model folder: {shown}")
-        check_gguf(target)
         with tqdm(total=3, desc=f"loading {target.name}", unit="step", leave=False) as bar:
             try:
                 folder = gguf_cache_dir(target, progress=bar)
@@ -259,7 +314,7 @@ def load_model(path: str | None = None) -> EngineModel:
             except Exception as exc:
                 raise EngineError(f"cannot read GGUF file {shown}: {exc}") from exc
             bar.n = 2
-            model = load_from_dir(folder, shown, _display_name(target))
+            model = load_from_dir(folder, shown, _display_name(target), cached=True)
             bar.update(1)
         return model
     if not (target / "config.json").is_file():

@@ -87,7 +87,7 @@ def prepare_update(model_path: str, load_format: str | None, model: EngineModel,
     if arch != model.arch:
         raise EngineError(f"{model_path} is a {arch.hf_class}; the running model is a "
                           f"{model.arch.hf_class}: weights not loaded")
-    weights, _, _ = read_weights(folder, model_path, arch)
+    weights = read_weights(folder, model_path, arch)
     difference = _first_difference(weight_facts(model.weights), weight_facts(weights))
     if difference is not None:
         raise EngineError(f"{model_path} does not fit the running model ({difference}): "

@@ -69,12 +69,14 @@ def create_app(
     backend: Backend | None = None,
     tito: TitoMode | None = None,
     prompt_counter: PromptCounter | None = None,
+    engine_url: str | None = None,
 ) -> FastAPI:
     """Build the proxy. ``upstreams`` overrides ``settings.upstream`` (the CLI passes
     the embedded engine's URL); injected ``store`` and ``client`` are not closed.
     ``tito`` is token-in-token-out mode already opened (the embedded engine's
     tokenizer); otherwise ``settings.token_in_token_out`` opens it here.
-    ``prompt_counter`` (a tokenizer, e.g. the engine's) enables count_tokens."""
+    ``prompt_counter`` (a tokenizer, e.g. the engine's) enables count_tokens.
+    ``engine_url`` names the embedded engine (``GET /fleet`` shows it)."""
     urls = upstreams if upstreams is not None else settings.upstream
     if not urls:
         raise ConfigError("no upstream: pass --upstream URL, or run `seedproxy serve` for the engine")
@@ -164,7 +166,8 @@ def create_app(
     )
     app.include_router(readiness_router(pool, store))
     app.include_router(fleet_router(
-        fleet, Verifier(store, backend, pool, tito), access, max_body_bytes=settings.max_body_bytes
+        fleet, Verifier(store, backend, pool, tito), access,
+        max_body_bytes=settings.max_body_bytes, engine_url=engine_url,
     ))
     app.include_router(weight_router(fleet, access, max_body_bytes=settings.max_body_bytes))
     app.include_router(

@@ -19,6 +19,8 @@ __all__ = ["APP_FACTORY", "app_from_env", "export_settings", "settings_env"]
 
 APP_FACTORY = "seedproxy.proxy.factory:app_from_env"
 _PREFIX = "SEEDPROXY_"
+ENGINE_URL_VAR = "_SEEDPROXY_EMBEDDED_ENGINE"
+"""The parent's embedded engine, for the workers' ``GET /fleet`` (not a setting)."""
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
@@ -35,13 +37,17 @@ def settings_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-def export_settings(settings: Settings) -> None:
-    """Put ``settings`` in this process's environment for its workers to inherit."""
+def export_settings(settings: Settings, engine_url: str | None = None) -> None:
+    """Put ``settings`` (and the embedded engine's URL) in this process's environment for
+    its workers to inherit."""
     for key in [k for k in os.environ if k.startswith(_PREFIX)]:
         del os.environ[key]
     os.environ.update(settings_env(settings))
+    os.environ.pop(ENGINE_URL_VAR, None)
+    if engine_url is not None:
+        os.environ[ENGINE_URL_VAR] = engine_url
 
 
 def app_from_env() -> FastAPI:
     configure_logging()
-    return create_app(load_settings({}))
+    return create_app(load_settings({}), engine_url=os.environ.get(ENGINE_URL_VAR))

@@ -27,14 +27,17 @@ __all__ = ["fleet_router"]
 
 
 def fleet_router(
-    fleet: FleetControl, verifier: Verifier, access: Access, *, max_body_bytes: int
+    fleet: FleetControl, verifier: Verifier, access: Access, *, max_body_bytes: int,
+    engine_url: str | None = None,
 ) -> APIRouter:
+    """``engine_url``: the embedded engine's root URL (``engine`` in every answer; None
+    with ``--upstream``), what ``seedproxy verify-logprobs`` teacher-forces through."""
     router = APIRouter()
 
     def state(upstreams: list[dict[str, Any]]) -> dict[str, Any]:
         gate = fleet.gate
         return {"paused": gate.paused, "mode": gate.mode, "waiting": gate.waiting,
-                "upstreams": upstreams}
+                "engine": engine_url, "upstreams": upstreams}
 
     @router.get("/fleet")
     async def fleet_state(request: Request) -> dict[str, Any]:

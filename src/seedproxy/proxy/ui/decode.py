@@ -11,6 +11,11 @@ no answer) yields None, and the viewer shows ids; it is remembered for
 ``retry_after_s``, during which calls for it answer None without asking it again.
 Only the proxy's own upstreams reach here, so that memory holds one entry per upstream
 at most.
+
+A byte-level tokenizer splits a character (an emoji) over several tokens, each of which
+decodes alone to U+FFFD. ``glyphs`` finds those runs in a sequence and decodes every
+candidate span in one more request, so the viewer shows the character once over the
+tokens that make it.
 """
 
 from __future__ import annotations
@@ -21,7 +26,14 @@ from collections.abc import Callable
 import httpx
 import orjson
 
-__all__ = ["TokenDecoder"]
+__all__ = ["MAX_GLYPH_TOKENS", "MAX_SPAN_DECODES", "TokenDecoder"]
+
+REPLACEMENT = "\ufffd"
+MAX_GLYPH_TOKENS = 8
+"""The most tokens one displayed character spans (a UTF-8 character is at most 4 bytes;
+an emoji with a modifier, 8)."""
+MAX_SPAN_DECODES = 1024
+"""Candidate spans decoded per ``glyphs`` call; past them, tokens show one by one."""
 
 
 class TokenDecoder:
@@ -46,7 +58,7 @@ class TokenDecoder:
         wanted = sorted(distinct - known.keys())
         if not wanted:
             return known
-        texts = await self._ask(upstream, wanted)
+        texts = await self._ask(upstream, [[token] for token in wanted])
         if texts is None:
             self._failed_until[upstream] = self._clock() + self._retry_after_s
             return None
@@ -57,9 +69,42 @@ class TokenDecoder:
             self._cache[(upstream, token)] = known[token] = text
         return known
 
-    async def _ask(self, upstream: str, wanted: list[int]) -> list[str] | None:
-        """One request for every id of ``wanted``; None unless each came back as text."""
-        body = {"tokens": [[token] for token in wanted], "skip_special_tokens": False}
+    async def glyphs(self, upstream: str, ids: list[int], texts: dict[int, str]
+                     ) -> list[tuple[int, int, str]]:
+        """``(start, end, text)`` for each run ``ids[start:end]`` of tokens that decode to
+        U+FFFD alone and together to text without it: from each start the shortest such
+        run, at most ``MAX_GLYPH_TOKENS`` long; runs do not overlap. One upstream
+        request; none when no token decodes to U+FFFD."""
+        broken = [REPLACEMENT in texts.get(token, "") for token in ids]
+        spans: list[tuple[int, int]] = []
+        for start, bad in enumerate(broken):
+            end = start + 1
+            while bad and end < min(len(ids), start + MAX_GLYPH_TOKENS) and broken[end] \
+                    and len(spans) < MAX_SPAN_DECODES:
+                end += 1
+                spans.append((start, end))
+        if not spans:
+            return []
+        decoded = await self._ask(upstream, [ids[a:b] for a, b in spans])
+        if decoded is None:
+            return []
+        whole = {span: text for span, text in zip(spans, decoded, strict=True)
+                 if REPLACEMENT not in text}
+        out: list[tuple[int, int, str]] = []
+        start = 0
+        while start < len(ids):
+            stop = next((b for b in range(start + 2, start + MAX_GLYPH_TOKENS + 1)
+                         if (start, b) in whole), None)
+            if stop is None:
+                start += 1
+                continue
+            out.append((start, stop, whole[(start, stop)]))
+            start = stop
+        return out
+
+    async def _ask(self, upstream: str, rows: list[list[int]]) -> list[str] | None:
+        """One request decoding each row of ids; None unless each came back as text."""
+        body = {"tokens": rows, "skip_special_tokens": False}
         try:
             response = await self._client.post(upstream + "/detokenize", json=body,
                                                timeout=10.0)
@@ -72,7 +117,7 @@ class TokenDecoder:
         except orjson.JSONDecodeError:
             return None
         texts = answer.get("text") if isinstance(answer, dict) else None
-        if not (isinstance(texts, list) and len(texts) == len(wanted)
+        if not (isinstance(texts, list) and len(texts) == len(rows)
                 and all(isinstance(text, str) for text in texts)):
             return None
         return texts

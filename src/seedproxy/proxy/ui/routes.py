@@ -48,6 +48,9 @@ class DetokenizeRequest(BaseModel):
 
     ids: list[int] = Field(max_length=MAX_DECODE_IDS)
     upstream: str | None = Field(default=None, max_length=2048)
+    sequence: list[int] | None = Field(default=None, max_length=MAX_DECODE_IDS)
+    """Token ids in the order shown: the answer's ``glyphs`` then name its runs of
+    byte tokens that decode together (``[start, end, text]``)."""
 
 
 def _load_assets() -> dict[str, bytes]:
@@ -79,19 +82,24 @@ def ui_router(
 
     @router.post("/ui/api/detokenize", openapi_extra=documented(DetokenizeRequest))
     async def detokenize(request: Request) -> JSONResponse:
-        """``{ids, upstream?}`` -> ``{tokens: {id: text} | null}``; ``upstream`` must be
-        one of the proxy's own (the first when absent), never an arbitrary URL. The key
-        is checked before the body is read."""
+        """``{ids, upstream?, sequence?}`` -> ``{tokens: {id: text} | null, glyphs?}``;
+        ``upstream`` must be one of the proxy's own (the first when absent), never an
+        arbitrary URL. ``tokens`` covers ``ids`` and ``sequence``; ``glyphs`` (with a
+        ``sequence``) lists ``[start, end, text]`` for each character spread over
+        several tokens. The key is checked before the body is read."""
         await access.require_admin(request)
         body = await read_model(request, DetokenizeRequest, max_body_bytes)
         known = [u.url for u in pool.upstreams]
         upstream = (body.upstream or known[0]).rstrip("/")
         if upstream not in known:
             raise BadRequest("upstream is not one of this proxy's upstreams", param="upstream")
-        texts = await decoder.decode(upstream, body.ids)
-        tokens: dict[str, Any] | None = (
-            None if texts is None else {str(k): v for k, v in texts.items()}
-        )
-        return JSONResponse({"tokens": tokens}, headers=_SECURITY)
+        sequence = body.sequence
+        texts = await decoder.decode(upstream, [*body.ids, *(sequence or [])])
+        answer: dict[str, Any] = {
+            "tokens": None if texts is None else {str(k): v for k, v in texts.items()}}
+        if sequence is not None:
+            answer["glyphs"] = [] if texts is None else [
+                list(g) for g in await decoder.glyphs(upstream, sequence, texts)]
+        return JSONResponse(answer, headers=_SECURITY)
 
     return router

@@ -8,6 +8,7 @@ const KEY_STORE = "seedproxy.key";
 const POLL_MS = 2000;
 const DECODE_BATCH = 8192; // the route's bound on ids per call
 let viewToken = 0; // bumped on every navigation; stale async work checks it and stops
+const GLYPHS = new WeakMap(); // a shown ids array -> Map(start -> [end, text]) of multi-token characters
 
 class AuthNeeded extends Error {}
 
@@ -174,6 +175,60 @@ function tokenSpan(id, logprob, texts, extraClass) {
   return span;
 }
 
+function glyphSpan(ids, logprobs, start, end, text, extraClass) {
+  // One character (an emoji) whose bytes are spread over ids[start:end]: shown once.
+  const part = ids.slice(start, end);
+  const lps = part.map((_, k) => logprobs ? logprobs[start + k] : undefined);
+  const span = el("span", { className: "tok glyph" + (extraClass ? " " + extraClass : ""), text });
+  span.dataset.id = part.join(",");
+  if (lps.every((x) => typeof x === "number")) {
+    const low = Math.min(...lps);
+    span.dataset.logprob = String(low);
+    span.title = part.map((t, k) => "id " + t + " · logprob " + lps[k].toFixed(4)).join("\n");
+    span.style.backgroundColor = colourOf(low);
+  } else {
+    span.title = part.map((t) => "id " + t).join(", ");
+  }
+  return span;
+}
+
+function tokenStrip(ids, logprobs, texts, classOf, before) {
+  // A span per token, a multi-token character as one span; before(p): nodes to put first.
+  const glyphs = GLYPHS.get(ids) || new Map();
+  const out = [];
+  for (let p = 0; p < ids.length;) {
+    if (before) out.push(...before(p));
+    const glyph = glyphs.get(p);
+    if (glyph) {
+      out.push(glyphSpan(ids, logprobs, p, glyph[0], glyph[1], classOf(p)));
+      p = glyph[0];
+    } else {
+      out.push(tokenSpan(ids[p], logprobs ? logprobs[p] : undefined, texts, classOf(p)));
+      p += 1;
+    }
+  }
+  return out;
+}
+
+async function findGlyphs(sequences, texts) {
+  // For each shown [ids, upstream] with a token that decodes alone to U+FFFD, ask which
+  // runs of tokens decode together (a byte-level tokenizer's split characters).
+  if (!texts) return;
+  for (const [ids, upstream] of sequences) {
+    if (!ids.some((t) => (texts[String(t)] || "").includes("\ufffd"))) continue;
+    try {
+      const answer = await api("/ui/api/detokenize", { method: "POST", body: JSON.stringify({ ids: [], upstream: upstream || null, sequence: ids.slice(0, DECODE_BATCH) }) });
+      GLYPHS.set(ids, new Map((answer.glyphs || []).map(([start, end, text]) => [start, [end, text]])));
+    } catch (error) {
+      if (!(error instanceof AuthNeeded)) console.warn("detokenize:", error.message);
+    }
+  }
+}
+
+function shownSequences(interactions) {
+  return interactions.flatMap((it) => choices(it).map((c) => [c.ids, it.upstream]));
+}
+
 function choices(interaction) {
   const ids = interaction.completion_token_ids || [];
   const lps = interaction.logprobs || [];
@@ -185,12 +240,8 @@ function choices(interaction) {
 function completionTokens(c, texts) {
   // A mark where each weight-version span starts: which weights made the tokens after it.
   const starts = new Map(c.spans.filter((s) => s && Number.isInteger(s.start)).map((s) => [s.start, s.version]));
-  const out = [];
-  c.ids.forEach((t, p) => {
-    if (starts.has(p)) out.push(el("span", { className: "version-mark", title: "weight version", text: String(starts.get(p)) }));
-    out.push(tokenSpan(t, c.logprobs[p], texts));
-  });
-  return out;
+  return tokenStrip(c.ids, c.logprobs, texts, () => "", (p) => starts.has(p)
+    ? [el("span", { className: "version-mark", title: "weight version", text: String(starts.get(p)) })] : []);
 }
 
 async function decodeAll(interactions, extra) {
@@ -237,6 +288,14 @@ function renderContent(content) {
   return typeof content === "string" ? content : JSON.stringify(content, null, 1);
 }
 
+function messageBlocks(blocks) {
+  // A Messages answer's blocks: text as text, thinking as itself, a tool call as its JSON.
+  return blocks.map((b) => !b || typeof b !== "object" ? ""
+    : b.type === "text" && typeof b.text === "string" ? b.text
+    : b.type === "thinking" && typeof b.thinking === "string" ? b.thinking
+    : JSON.stringify(b)).join("\n");
+}
+
 function answerText(interaction) {
   const r = interaction.response;
   if (!r || typeof r !== "object") return "";
@@ -245,6 +304,7 @@ function answerText(interaction) {
   if (c && typeof c.text === "string") return c.text;
   if (typeof r.text === "string") return r.text;
   if (typeof r.output_text === "string") return r.output_text;
+  if (Array.isArray(r.content)) return messageBlocks(r.content); // Anthropic's /v1/messages
   return JSON.stringify(r);
 }
 
@@ -282,10 +342,9 @@ function concatCard(concat, texts) {
   const lps = concat.logprobs || [];
   const box = el("div", { className: "tokens" });
   let turn = 0;
-  ids.forEach((t, p) => {
-    if (mask[p] === 1 && (p === 0 || mask[p - 1] === 0)) box.append(el("span", { className: "turn-mark", text: "turn " + turn++ }));
-    box.append(mask[p] === 1 ? tokenSpan(t, lps[p], texts, "gen") : tokenSpan(t, undefined, texts, "prompt"));
-  });
+  const shownLps = ids.map((_, p) => mask[p] === 1 ? lps[p] : undefined);
+  box.append(...tokenStrip(ids, shownLps, texts, (p) => mask[p] === 1 ? "gen" : "prompt",
+    (p) => mask[p] === 1 && (p === 0 || mask[p - 1] === 0) ? [el("span", { className: "turn-mark", text: "turn " + turn++ })] : []));
   card.append(el("p", { className: "legend", text: ids.length + " tokens; grey: prompt (mask 0); coloured: generated (mask 1), by probability" }), box);
   return card;
 }
@@ -297,6 +356,8 @@ async function sessionView(id) {
     api(base), api(base + "/trajectory"), api(base + "/trajectory?style=concat")]);
   const extra = concat.token_ids || [];
   const texts = await decodeAll(traj.interactions, extra);
+  const up = traj.interactions.length ? traj.interactions[traj.interactions.length - 1].upstream : null;
+  await findGlyphs([...shownSequences(traj.interactions), [extra, up]], texts);
   if (token !== viewToken) return;
   const state = summary.exported ? "exported" : summary.ended ? "ended" : "open";
   const others = el("select", { id: "diff-with" }, el("option", { value: "", text: "diff with…" }));
@@ -339,10 +400,10 @@ function diffColumn(title, interactions, other, div, side, texts) {
       const theirs = other[t] ? choices(other[t])[0].ids : [];
       return el("div", { className: "card" },
         el("div", { className: "meta" }, el("span", {}, "turn ", el("b", { text: t })), el("span", {}, "seed ", el("b", { text: Array.isArray(it.seed) ? it.seed.join(", ") : fmt(it.seed) }))),
-        el("div", { className: "tokens" }, mine.ids.map((tok, p) => {
-          let cls = tok === theirs[p] ? "same" : "differs";
+        el("div", { className: "tokens" }, tokenStrip(mine.ids, mine.logprobs, texts, (p) => {
+          let cls = mine.ids[p] === theirs[p] ? "same" : "differs";
           if (div && div.turn === t && div.position === p) cls += " diverge";
-          return tokenSpan(tok, mine.logprobs[p], texts, cls);
+          return cls;
         })));
     }));
 }
@@ -351,6 +412,7 @@ async function diffView(a, b) {
   const token = viewToken;
   const [ta, tb] = await Promise.all([a, b].map((s) => api("/sessions/" + enc(s) + "/trajectory")));
   const texts = await decodeAll(ta.interactions.concat(tb.interactions));
+  await findGlyphs(shownSequences(ta.interactions.concat(tb.interactions)), texts);
   if (token !== viewToken) return;
   const div = firstDivergence(ta.interactions, tb.interactions);
   const label = (t) => (t === undefined ? "(none)" : (texts && texts[String(t)] !== undefined ? JSON.stringify(texts[String(t)]) + " " : "") + "id " + t);

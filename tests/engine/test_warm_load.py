@@ -1,0 +1,133 @@
+"""Loading memory-maps safetensors into the engine's weights: bit-identical to building
+them through a transformers model, and a warm start neither parses the GGUF again nor
+imports transformers' model code."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.engine
+
+torch = pytest.importorskip("torch")
+
+from seedproxy.engine import load_model  # noqa: E402
+from seedproxy.engine.arch import SUPPORTED  # noqa: E402
+from seedproxy.engine.checkpoint import read_hf_config  # noqa: E402
+from seedproxy.engine.generator import Generator  # noqa: E402
+from seedproxy.engine.llama import LlamaWeights  # noqa: E402
+from seedproxy.engine.testing import tiny_hf_model, tiny_tokenizer  # noqa: E402
+from tests.helpers.procs import SRC  # noqa: E402
+
+ARCHS: dict[str, dict[str, Any]] = {
+    "llama": {"tie_word_embeddings": True},  # no lm_head tensor in the file
+    "qwen2": {},                             # q/k/v biases
+    "qwen3": {},                             # per-head q/k norms
+    "mistral": {"sliding_window": 48},
+}
+
+
+def _save(path: Path, model_type: str, *, full_config: bool) -> Any:
+    hf = tiny_hf_model(model_type, seed=5, vocab_size=len(tiny_tokenizer()),
+                       random_norms=True, **ARCHS[model_type])
+    hf.save_pretrained(str(path))
+    tiny_tokenizer().save_pretrained(str(path))
+    if full_config:  # every key spelled out, as the GGUF cache writes it
+        (path / "config.json").write_text(json.dumps(hf.config.to_dict()))
+    return hf
+
+
+def _tensors(w: LlamaWeights) -> list[Any]:
+    """Every tensor, a packed projection as its product with a fixed probe."""
+    gen = torch.Generator().manual_seed(0)
+    out = [w.embed, w.final_norm, w.inv_freq]
+    for layer in w.layers:
+        out += [layer.input_norm, layer.post_norm]
+        out += [t for t in (layer.q_norm, layer.k_norm, layer.qkv.bias) if t is not None]
+    for lin in w.linears():
+        out.append(lin(torch.randn(3, lin.in_features, generator=gen)))
+    return out
+
+
+def _logits(weights: LlamaWeights, model: Any, ids: list[int]) -> Any:
+    runner = Generator(replace(model, weights=weights), max_batch=8, cache_mb=0).runner
+    kv = runner.new_buffer(len(ids))
+    return runner.forward(ids, list(range(len(ids))), [kv] * len(ids))
+
+
+@pytest.mark.parametrize("full_config", [True, False], ids=["full-config", "diff-config"])
+@pytest.mark.parametrize("model_type", sorted(ARCHS))
+def test_mapped_weights_equal_transformers(tmp_path: Path, model_type: str,
+                                           full_config: bool) -> None:
+    from transformers import AutoModelForCausalLM
+
+    _save(tmp_path, model_type, full_config=full_config)
+    loaded = load_model(str(tmp_path))
+    hf = AutoModelForCausalLM.from_pretrained(str(tmp_path), dtype=torch.float32)
+    ref = LlamaWeights.from_hf(hf, max_positions=loaded.context_length)
+    got = loaded.weights
+    assert (got.num_heads, got.num_kv_heads, got.head_dim, got.intermediate, got.rms_eps,
+            got.rope_scaling, got.max_positions, got.sliding_window) == (
+        ref.num_heads, ref.num_kv_heads, ref.head_dim, ref.intermediate, ref.rms_eps,
+        ref.rope_scaling, ref.max_positions, ref.sliding_window)
+    mine, theirs = _tensors(got), _tensors(ref)
+    assert len(mine) == len(theirs)
+    assert all(torch.equal(a, b) for a, b in zip(mine, theirs, strict=True))
+    ids = [3, 17, 250, 9, 1000, 4, 77, 31]
+    assert torch.equal(_logits(got, loaded, ids), _logits(ref, loaded, ids))
+    assert loaded.eos_token_ids == {tiny_tokenizer().eos_token_id}
+
+
+@pytest.mark.parametrize("model_type", sorted(ARCHS))
+def test_plain_config_reads_as_transformers_does(tmp_path: Path, model_type: str) -> None:
+    hf = _save(tmp_path, model_type, full_config=True)
+    cfg = read_hf_config(tmp_path, SUPPORTED[model_type])
+    assert type(cfg).__name__ == "SimpleNamespace"  # the plain reading, not the class
+    for key in ("num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+                "hidden_size", "intermediate_size", "rms_norm_eps", "max_position_embeddings",
+                "tie_word_embeddings", "eos_token_id", "model_type"):
+        assert getattr(cfg, key) == getattr(hf.config, key), key
+    assert cfg.rope_parameters["rope_theta"] == hf.config.rope_parameters["rope_theta"]
+    if model_type == "mistral":
+        assert cfg.sliding_window == hf.config.sliding_window == 48
+
+
+_PROBE = """
+import json, sys
+from seedproxy.engine import load_model
+model = load_model(None)
+loaded = sorted(m for m in sys.modules if m == "gguf" or m.startswith("gguf.")
+                or m.startswith("transformers.models.") and ".modeling_" in m
+                or m == "transformers.distributed.sharding_utils")
+from transformers import AutoTokenizer
+auto = AutoTokenizer.from_pretrained(model.source_dir)
+text = "Hi 👋🏽, naïve 東京 <|im_end|>\\n\\t  x"
+chat = [{"role": "user", "content": text}]
+same = (type(auto) is type(model.tokenizer)
+        and auto.encode(text) == model.tokenizer.encode(text)
+        and auto.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+        == model.tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+        and auto.all_special_tokens == model.tokenizer.all_special_tokens)
+print(json.dumps({"loaded": loaded, "same_tokenizer": same,
+                  "eos": sorted(model.eos_token_ids)}))
+"""
+
+
+@pytest.mark.slow
+def test_warm_start_reads_only_the_cache() -> None:
+    """With the cache built, a load maps the safetensors: no GGUF parsing, no transformers
+    model class (whose imports cost seconds), and the same tokenizer as AutoTokenizer's."""
+    load_model(None)  # builds the cache if this machine has none yet
+    env = {"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin", "HOME": str(Path.home()),
+           **{k: v for k, v in os.environ.items() if k == "SEEDPROXY_CACHE_DIR"}}
+    out = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True,
+                         text=True, check=True, timeout=600)
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report == {"loaded": [], "same_tokenizer": True, "eos": [2]}
