@@ -178,7 +178,10 @@ class Worker:
         result: asyncio.Future[int | None] = loop.create_future()
 
         def done(paused: int | None) -> None:
-            loop.call_soon_threadsafe(result.set_result, paused)
+            try:
+                loop.call_soon_threadsafe(result.set_result, paused)
+            except RuntimeError:  # the loop is gone: nobody waits for the answer
+                pass
 
         with self._cv:
             if self._swap is not None:
