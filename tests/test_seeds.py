@@ -9,7 +9,12 @@ from seedproxy.seeds import content_key, content_seeds
 
 @pytest.mark.parametrize(
     ("identity", "index", "expected"),
-    [("17:3", 0, 1152644103), ("17:3", 1, 817236710), ("17:4", 0, 1165872017), ("17", 0, 422241094)],
+    [
+        ("17:3", 0, 1152644103),
+        ("17:3", 1, 817236710),
+        ("17:4", 0, 1165872017),
+        ("17", 0, 422241094),
+    ],
 )
 def test_known_values_match_areal(identity: str, index: int, expected: int) -> None:
     assert derive_seed(identity, index) == expected
@@ -41,7 +46,9 @@ def test_seed_command_prints_the_seed(capsys: pytest.CaptureFixture[str]) -> Non
 
 
 @pytest.mark.parametrize("argv", [["seed", "17:3", "-1"], ["seed", "17:3", "x"], ["seed", "17:3"]])
-def test_seed_command_rejects_bad_arguments(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_seed_command_rejects_bad_arguments(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as exited:
         raise SystemExit(main(argv))
     assert exited.value.code == 2

@@ -27,18 +27,33 @@ ANTHROPIC = {"anthropic-version": "2023-06-01"}
 ROLLOUT: list[tuple[str, dict[str, Any]]] = []
 for _stream in (False, True):
     for _n in (1, 2):
-        ROLLOUT.append(("/v1/chat/completions",
-                        {"model": "m", "messages": MSG, "max_tokens": 4, "n": _n, "stream": _stream}))
-        ROLLOUT.append(("/v1/completions",
-                        {"model": "m", "prompt": "once upon", "max_tokens": 4, "n": _n,
-                         "stream": _stream}))
-    ROLLOUT.append(("/v1/responses",
-                    {"model": "m", "input": "hello", "max_output_tokens": 4, "stream": _stream}))
-    ROLLOUT.append(("/v1/messages",
-                    {"model": "m", "max_tokens": 4, "messages": MSG, "stream": _stream}))
-    ROLLOUT.append(("/v1/messages",
-                    {"model": "m", "max_tokens": 4, "messages": MSG, "tools": TOOLS,
-                     "stream": _stream}))
+        ROLLOUT.append(
+            (
+                "/v1/chat/completions",
+                {"model": "m", "messages": MSG, "max_tokens": 4, "n": _n, "stream": _stream},
+            )
+        )
+        ROLLOUT.append(
+            (
+                "/v1/completions",
+                {"model": "m", "prompt": "once upon", "max_tokens": 4, "n": _n, "stream": _stream},
+            )
+        )
+    ROLLOUT.append(
+        (
+            "/v1/responses",
+            {"model": "m", "input": "hello", "max_output_tokens": 4, "stream": _stream},
+        )
+    )
+    ROLLOUT.append(
+        ("/v1/messages", {"model": "m", "max_tokens": 4, "messages": MSG, "stream": _stream})
+    )
+    ROLLOUT.append(
+        (
+            "/v1/messages",
+            {"model": "m", "max_tokens": 4, "messages": MSG, "tools": TOOLS, "stream": _stream},
+        )
+    )
 
 
 def answer_ids(value: Any) -> list[str]:
@@ -121,9 +136,11 @@ def test_a_rerun_records_the_same_interactions_outside_the_documented_fields(
     records = [http.get(f"/sessions/{s}/trajectory").json() for s in sessions]
     assert [len(r["interactions"]) for r in records] == [len(ROLLOUT)] * 2
     a, b = (strip_documented(r) for r in records)
-    differ = [f"{k} {ROLLOUT[k][0]} stream={ROLLOUT[k][1]['stream']}"
-              for k, (one, other) in enumerate(zip(a["interactions"], b["interactions"], strict=True))
-              if one != other]
+    differ = [
+        f"{k} {ROLLOUT[k][0]} stream={ROLLOUT[k][1]['stream']}"
+        for k, (one, other) in enumerate(zip(a["interactions"], b["interactions"], strict=True))
+        if one != other
+    ]
     assert not differ, "records differ: " + ", ".join(differ)
     assert a == b
 

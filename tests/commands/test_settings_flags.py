@@ -169,8 +169,8 @@ def test_every_flag_has_help_and_old_spellings_stay_out_of_it(
         assert not re.search(rf"(?<![\w-]){flag}(?![\w-])", text), flag
 
 
-def test_the_readme_lists_every_option() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+def test_the_configuration_page_lists_every_option() -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
     for name in FIELDS:
-        assert f"`--{name.replace('_', '-')}" in readme, name
-        assert f"`SEEDPROXY_{name.upper()}`" in readme, name
+        assert f"`--{name.replace('_', '-')}" in page, name
+        assert f"`SEEDPROXY_{name.upper()}`" in page, name

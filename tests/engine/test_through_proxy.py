@@ -46,7 +46,9 @@ def ask(c: openai.OpenAI, **kw: Any) -> str:
     return reply.choices[0].message.content or ""
 
 
-def test_the_same_identity_replays_text_token_ids_and_logprobs_bit_for_bit(admin: httpx.Client) -> None:
+def test_the_same_identity_replays_text_token_ids_and_logprobs_bit_for_bit(
+    admin: httpx.Client,
+) -> None:
     texts = [ask(session(admin, "poem")), ask(session(admin, "poem"))]
     first, second = turn(admin, "poem"), turn(admin, "poem-1")
     assert texts[0] == texts[1]
@@ -64,9 +66,13 @@ def test_different_identities_sample_differently(admin: httpx.Client) -> None:
     assert len(samples) == 3
 
 
-async def test_concurrent_requests_each_get_what_they_get_alone(admin: httpx.Client, proxy: str) -> None:
+async def test_concurrent_requests_each_get_what_they_get_alone(
+    admin: httpx.Client, proxy: str
+) -> None:
     def client(sid: str) -> openai.AsyncOpenAI:
-        return openai.AsyncOpenAI(base_url=f"{proxy}/sessions/{sid}/v1", api_key="x", max_retries=0, timeout=120)
+        return openai.AsyncOpenAI(
+            base_url=f"{proxy}/sessions/{sid}/v1", api_key="x", max_retries=0, timeout=120
+        )
 
     async def one(sid: str) -> str:
         async with client(sid) as c:
@@ -82,16 +88,26 @@ async def test_concurrent_requests_each_get_what_they_get_alone(admin: httpx.Cli
     assert len(set(together)) == 8
 
 
-def test_resubmitting_a_prefix_with_the_same_seed_continues_identically(admin: httpx.Client) -> None:
+def test_resubmitting_a_prefix_with_the_same_seed_continues_identically(
+    admin: httpx.Client,
+) -> None:
     prompt = [1, 504, 3100, 28, 253, 1789]
     whole = admin.post(
         "/sessions/prefix/generate",
-        json={"input_ids": prompt, "sampling_params": {"max_new_tokens": 10}, "return_logprob": True},
+        json={
+            "input_ids": prompt,
+            "sampling_params": {"max_new_tokens": 10},
+            "return_logprob": True,
+        },
     ).json()
     out = whole["output_ids"]
     resumed = admin.post(
         "/sessions/prefix/generate",
-        json={"input_ids": prompt + out[:4], "sampling_params": {"max_new_tokens": 6}, "return_logprob": True},
+        json={
+            "input_ids": prompt + out[:4],
+            "sampling_params": {"max_new_tokens": 6},
+            "return_logprob": True,
+        },
         headers={"X-Request-Index": "0"},
     ).json()
     assert resumed["output_ids"] == out[4:]
@@ -101,10 +117,14 @@ def test_resubmitting_a_prefix_with_the_same_seed_continues_identically(admin: h
 
 def test_stream_and_non_stream_give_the_same_tokens(admin: httpx.Client) -> None:
     whole = ask(session(admin, "twin"))
-    streamed = session(admin, "twin").chat.completions.create(model="m", messages=MSG, max_tokens=12, stream=True)
+    streamed = session(admin, "twin").chat.completions.create(
+        model="m", messages=MSG, max_tokens=12, stream=True
+    )
     text = "".join(chunk.choices[0].delta.content or "" for chunk in streamed if chunk.choices)
     assert text == whole
-    assert turn(admin, "twin")["completion_token_ids"] == turn(admin, "twin-1")["completion_token_ids"]
+    assert (
+        turn(admin, "twin")["completion_token_ids"] == turn(admin, "twin-1")["completion_token_ids"]
+    )
 
 
 def test_temperature_zero_ignores_the_seed(admin: httpx.Client) -> None:
@@ -116,10 +136,14 @@ def test_temperature_zero_ignores_the_seed(admin: httpx.Client) -> None:
 
 def test_serve_without_upstream_runs_the_engine_in_process(tiny_model_dir: Path) -> None:
     port = free_port()
-    proc = start_seedproxy("serve", "--port", str(port), "--model", str(tiny_model_dir), stderr=subprocess.PIPE)
+    proc = start_seedproxy(
+        "serve", "--port", str(port), "--model", str(tiny_model_dir), stderr=subprocess.PIPE
+    )
     try:
         wait_http(f"http://127.0.0.1:{port}/healthz", 120, proc)
-        c = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/sessions/ep-1/v1", api_key="x", max_retries=0)
+        c = openai.OpenAI(
+            base_url=f"http://127.0.0.1:{port}/sessions/ep-1/v1", api_key="x", max_retries=0
+        )
         assert [m.id for m in c.models.list()] == [tiny_model_dir.name]
         raw = c.chat.completions.with_raw_response.create(model="m", messages=MSG, max_tokens=5)
         assert raw.headers["x-seedproxy-seed"] == str(derive_seed("ep-1", 0))

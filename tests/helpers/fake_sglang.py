@@ -214,10 +214,16 @@ def _tool_call(body: dict[str, Any], ids: list[int], sw: Switches) -> dict[str, 
     names = [(t.get("function") or {}).get("name", "tool") for t in tools]
     name = sw.call_tool if sw.call_tool in names else names[0]
     chosen = sw.call_arguments if sw.call_tool in names else None
-    arguments = orjson.dumps(chosen if chosen is not None else {"query": detok(ids).strip()}).decode()
+    arguments = orjson.dumps(
+        chosen if chosen is not None else {"query": detok(ids).strip()}
+    ).decode()
     if sw.call_arguments_text is not None and sw.call_tool in names:
         arguments = sw.call_arguments_text
-    return {"id": f"call_{ids[0]}", "type": "function", "function": {"name": name, "arguments": arguments}}
+    return {
+        "id": f"call_{ids[0]}",
+        "type": "function",
+        "function": {"name": name, "arguments": arguments},
+    }
 
 
 def _call_piece(call: dict[str, Any], k: int, count: int) -> dict[str, Any]:
@@ -345,7 +351,9 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
                                 return
                             if sw.stall_after is not None and len(sofar) > sw.stall_after:
                                 await asyncio.to_thread(sw.stall_release.wait, 60)
-                            yield b"data: " + orjson.dumps(item(run, sofar, finish, index)) + b"\n\n"
+                            yield (
+                                b"data: " + orjson.dumps(item(run, sofar, finish, index)) + b"\n\n"
+                            )
                     finally:
                         await chunks.aclose()
                 yield b"data: [DONE]\n\n"
@@ -369,7 +377,11 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
         if isinstance(seed, bool) or not isinstance(seed, int):
             return error("seed must be an integer")
         stream = body.get("stream") is True
-        if chat and stream and (body.get("return_token_ids") or body.get("return_prompt_token_ids")):
+        if (
+            chat
+            and stream
+            and (body.get("return_token_ids") or body.get("return_prompt_token_ids"))
+        ):
             return error("return_token_ids is not supported with streaming")
         finish = "length"
         if chat:
@@ -379,7 +391,11 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
                 count, finish = sw.stop_after, "stop"
         else:
             raw = body.get("prompt")
-            prompt = raw if isinstance(raw, list) and all(isinstance(x, int) for x in raw) else tokenize(str(raw))
+            prompt = (
+                raw
+                if isinstance(raw, list) and all(isinstance(x, int) for x in raw)
+                else tokenize(str(raw))
+            )
             count = body.get("max_tokens") or 8
         temperature = body.get("temperature", 1.0)
         n = int(body.get("n") or 1)
@@ -401,10 +417,17 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
             if not want_lp:
                 return None
             if chat:
-                return {"content": [
-                    {"token": detok([t]).strip() or detok([t]), "logprob": logprob_of(t), "bytes": None, "top_logprobs": []}
-                    for t in tokens
-                ]}
+                return {
+                    "content": [
+                        {
+                            "token": detok([t]).strip() or detok([t]),
+                            "logprob": logprob_of(t),
+                            "bytes": None,
+                            "top_logprobs": [],
+                        }
+                        for t in tokens
+                    ]
+                }
             return {
                 "tokens": [WORDS[t - VOCAB_BASE] for t in tokens],
                 "token_logprobs": [logprob_of(t) for t in tokens],
@@ -433,11 +456,19 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
                 await asyncio.to_thread(sw.hold.wait)
             choices = []
             for i in range(n):
-                choice: dict[str, Any] = {"index": i, "logprobs": logprobs(ids), "finish_reason": finish}
+                choice: dict[str, Any] = {
+                    "index": i,
+                    "logprobs": logprobs(ids),
+                    "finish_reason": finish,
+                }
                 if chat:
                     choice["message"] = {"role": "assistant", "content": detok(ids).strip()}
                     if call is not None:
-                        choice["message"] = {"role": "assistant", "content": None, "tool_calls": [call]}
+                        choice["message"] = {
+                            "role": "assistant",
+                            "content": None,
+                            "tool_calls": [call],
+                        }
                         choice["finish_reason"] = "tool_calls"
                     if reasoning is not None:
                         choice["message"]["reasoning_content"] = reasoning
@@ -468,8 +499,19 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
                 for k, word in enumerate(reasoning.split()):
                     delta = {"reasoning_content": word if k == 0 else " " + word}
                     choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
-                    yield b"data: " + orjson.dumps({"id": cid, "object": obj + ".chunk", "created": created,
-                                                     "model": sw.name, "choices": [choice]}) + b"\n\n"
+                    yield (
+                        b"data: "
+                        + orjson.dumps(
+                            {
+                                "id": cid,
+                                "object": obj + ".chunk",
+                                "created": created,
+                                "model": sw.name,
+                                "choices": [choice],
+                            }
+                        )
+                        + b"\n\n"
+                    )
             for i in range(n):
                 for k, token in enumerate(ids):
                     await asyncio.sleep(sw.token_delay_s)
@@ -493,15 +535,30 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
                             delta = {"tool_calls": [_call_piece(call, k, len(ids))]}
                         if k == 0:
                             delta["role"] = "assistant"
-                        choice = {"index": i, "delta": delta, "logprobs": logprobs([token]), "finish_reason": None}
+                        choice = {
+                            "index": i,
+                            "delta": delta,
+                            "logprobs": logprobs([token]),
+                            "finish_reason": None,
+                        }
                     else:
-                        choice = {"index": i, "text": text, "logprobs": logprobs([token]), "finish_reason": None}
+                        choice = {
+                            "index": i,
+                            "text": text,
+                            "logprobs": logprobs([token]),
+                            "finish_reason": None,
+                        }
                         if body.get("return_token_ids"):
                             choice["token_ids"] = [token]
                             if k == 0:
                                 choice["prompt_token_ids"] = prompt
-                    chunk = {"id": cid, "object": obj + ".chunk" if chat else obj, "created": created,
-                             "model": sw.name, "choices": [choice]}
+                    chunk = {
+                        "id": cid,
+                        "object": obj + ".chunk" if chat else obj,
+                        "created": created,
+                        "model": sw.name,
+                        "choices": [choice],
+                    }
                     yield b"data: " + orjson.dumps(chunk) + b"\n\n"
                     if sent == 1 and sw.stream_barrier is not None:
                         await asyncio.to_thread(sw.stream_barrier.wait, 30)
@@ -517,11 +574,35 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
             if chat and headers.get("x-sglext-return-output-ids") == "1":
                 sglext["output_ids"] = [produced for _ in range(n)]
             if sglext:
-                yield b"data: " + orjson.dumps({"id": cid, "object": obj, "created": created,
-                                                 "model": sw.name, "choices": [], "sglext": sglext}) + b"\n\n"
+                yield (
+                    b"data: "
+                    + orjson.dumps(
+                        {
+                            "id": cid,
+                            "object": obj,
+                            "created": created,
+                            "model": sw.name,
+                            "choices": [],
+                            "sglext": sglext,
+                        }
+                    )
+                    + b"\n\n"
+                )
             if (body.get("stream_options") or {}).get("include_usage"):
-                yield b"data: " + orjson.dumps({"id": cid, "object": obj, "created": created,
-                                                 "model": sw.name, "choices": [], "usage": usage}) + b"\n\n"
+                yield (
+                    b"data: "
+                    + orjson.dumps(
+                        {
+                            "id": cid,
+                            "object": obj,
+                            "created": created,
+                            "model": sw.name,
+                            "choices": [],
+                            "usage": usage,
+                        }
+                    )
+                    + b"\n\n"
+                )
             if sw.hold is not None:
                 await asyncio.to_thread(sw.hold.wait)
             sw.control.finish(run)

@@ -32,7 +32,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_seedproxy(*args: str, env: dict[str, str] | None = None, **popen: object) -> subprocess.Popen[bytes]:
+def start_seedproxy(
+    *args: str, env: dict[str, str] | None = None, **popen: object
+) -> subprocess.Popen[bytes]:
     """Start ``python -m seedproxy ARGS`` from this checkout."""
     return subprocess.Popen(  # type: ignore[call-overload, no-any-return]
         [sys.executable, "-m", "seedproxy", *args],
@@ -41,7 +43,9 @@ def start_seedproxy(*args: str, env: dict[str, str] | None = None, **popen: obje
     )
 
 
-def wait_http(url: str, timeout_s: float = 60.0, proc: subprocess.Popen[bytes] | None = None) -> None:
+def wait_http(
+    url: str, timeout_s: float = 60.0, proc: subprocess.Popen[bytes] | None = None
+) -> None:
     """Wait until ``url`` answers 200, or raise (early if ``proc`` died)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -10,7 +10,9 @@ from typing import Any
 
 __all__ = ["MAY_DIFFER", "strip_documented"]
 
-MAY_DIFFER = frozenset({"session_id", "group_id", "latency_ms", "created", "created_at", "timestamp"})
+MAY_DIFFER = frozenset(
+    {"session_id", "group_id", "latency_ms", "created", "created_at", "timestamp"}
+)
 
 
 def strip_documented(value: Any) -> Any:

@@ -15,7 +15,9 @@ class ServerThread:
     """``with ServerThread(app) as server: server.url`` -> "http://127.0.0.1:PORT"."""
 
     def __init__(self, app: Any, *, port: int = 0) -> None:
-        config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"
+        )
         self.server = uvicorn.Server(config)
         self.server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
         self._thread = threading.Thread(target=self.server.run, daemon=True)

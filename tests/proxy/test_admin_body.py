@@ -15,7 +15,9 @@ KEY = "admin-secret"
 HUGE = 200_000_000
 
 
-def exchange_head_only(url: str, path: str, headers: dict[str, str], sent: bytes) -> tuple[int, bytes]:
+def exchange_head_only(
+    url: str, path: str, headers: dict[str, str], sent: bytes
+) -> tuple[int, bytes]:
     """POST with ``Content-Length: HUGE`` but only ``sent`` of the body, then read the
     answer: a server that read the body before answering would never answer."""
     host, port = url.removeprefix("http://").split(":")
@@ -30,9 +32,13 @@ def exchange_head_only(url: str, path: str, headers: dict[str, str], sent: bytes
             assert chunk, "connection closed without an answer"
             data += chunk
         head, _, body = data.partition(b"\r\n\r\n")
-        length = int(next(
-            line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")
-        ))
+        length = int(
+            next(
+                line.split(b":")[1]
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length")
+            )
+        )
         while len(body) < length:
             chunk = sock.recv(65536)
             assert chunk

@@ -47,7 +47,10 @@ def test_admin_routes_need_the_admin_key(url: str, admin: httpx.Client) -> None:
     assert_error(httpx.post(f"{url}/sessions", json={}), 401)
     assert_error(httpx.post(f"{url}/sessions", json={}, headers=bearer("wrong")), 401)
     # a non-ASCII key is just a wrong key, not a crash
-    assert_error(httpx.post(f"{url}/sessions", json={}, headers={"authorization": "Bearer été".encode()}), 401)
+    assert_error(
+        httpx.post(f"{url}/sessions", json={}, headers={"authorization": "Bearer été".encode()}),
+        401,
+    )
     s = made(admin, "a")
     sid = s["session_id"]
     for method, path in [("post", f"/sessions/{sid}/end"), ("post", "/trajectories/export"),
@@ -61,14 +64,18 @@ def test_admin_routes_need_the_admin_key(url: str, admin: httpx.Client) -> None:
     assert httpx.get(f"{url}/metrics").status_code == 200
 
 
-def test_openai_routes_need_a_session_key_or_the_admin_key(url: str, admin: httpx.Client, fake: Fake) -> None:
+def test_openai_routes_need_a_session_key_or_the_admin_key(
+    url: str, admin: httpx.Client, fake: Fake
+) -> None:
     body = {"model": "m", "messages": MSG}
     assert_error(httpx.post(f"{url}/v1/chat/completions", json=body), 401)
     assert_error(httpx.post(f"{url}/sessions/x/v1/chat/completions", json=body), 401)
     assert_error(httpx.post(f"{url}/v1/chat/completions", json=body, headers=bearer("nope")), 401)
     assert fake.received == []
     ok = admin.post("/sessions/by-admin/v1/chat/completions", json=body)
-    assert ok.status_code == 200 and ok.headers["x-seedproxy-seed"] == str(derive_seed("by-admin", 0))
+    assert ok.status_code == 200 and ok.headers["x-seedproxy-seed"] == str(
+        derive_seed("by-admin", 0)
+    )
 
 
 def test_a_session_key_reaches_only_its_own_session(url: str, admin: httpx.Client) -> None:
@@ -91,27 +98,50 @@ def test_a_session_key_reaches_only_its_own_session(url: str, admin: httpx.Clien
     assert admin.get("/sessions/other").json()["next_index"] == 0
 
 
-def test_keys_never_appear_in_logs(url: str, admin: httpx.Client, caplog: pytest.LogCaptureFixture) -> None:
+def test_keys_never_appear_in_logs(
+    url: str, admin: httpx.Client, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG)
     s = made(admin, "logged")
     key = s["api_key"]
     body = {"model": "m", "messages": MSG}
-    assert httpx.post(f"{url}/v1/chat/completions", json=body, headers=bearer(key)).status_code == 200
-    assert httpx.post(f"{url}/sessions/logged/v1/chat/completions", json=body, headers=bearer(key)).status_code == 200
-    assert httpx.post(f"{url}/v1/chat/completions", json=body, headers=bearer(key + "x")).status_code == 401
-    assert httpx.post(f"{url}/sessions/logged/v1/chat/completions", content=b"{", headers=bearer(key)).status_code == 400
+    assert (
+        httpx.post(f"{url}/v1/chat/completions", json=body, headers=bearer(key)).status_code == 200
+    )
+    assert (
+        httpx.post(
+            f"{url}/sessions/logged/v1/chat/completions", json=body, headers=bearer(key)
+        ).status_code
+        == 200
+    )
+    assert (
+        httpx.post(f"{url}/v1/chat/completions", json=body, headers=bearer(key + "x")).status_code
+        == 401
+    )
+    assert (
+        httpx.post(
+            f"{url}/sessions/logged/v1/chat/completions", content=b"{", headers=bearer(key)
+        ).status_code
+        == 400
+    )
     admin.post("/sessions/logged/end")
     text = "\n".join(f"{r.getMessage()} {r.__dict__}" for r in caplog.records)
-    assert any(getattr(r, "session", None) == "logged" for r in caplog.records)  # logs were captured
+    assert any(
+        getattr(r, "session", None) == "logged" for r in caplog.records
+    )  # logs were captured
     assert key not in text and ADMIN not in text
 
 
-def test_a_session_key_cannot_take_its_own_trajectory_out_of_export(url: str, admin: httpx.Client) -> None:
+def test_a_session_key_cannot_take_its_own_trajectory_out_of_export(
+    url: str, admin: httpx.Client
+) -> None:
     s = made(admin, "own")
     key = bearer(s["api_key"])
     assert admin.post("/sessions/own/end").status_code == 200
     # reading is fine; consuming for export is the admin's act
     assert httpx.get(f"{url}/sessions/own/trajectory", headers=key).status_code == 200
-    assert_error(httpx.get(f"{url}/sessions/own/trajectory", params={"wait": "true"}, headers=key), 403)
+    assert_error(
+        httpx.get(f"{url}/sessions/own/trajectory", params={"wait": "true"}, headers=key), 403
+    )
     taken = admin.post("/trajectories/export", json={"count": 1})
     assert [t["session_id"] for t in taken.json()["trajectories"]] == ["own"]

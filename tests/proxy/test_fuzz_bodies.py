@@ -28,9 +28,19 @@ FUZZ = settings(
 )
 
 huge = st.sampled_from([2**63, 2**64, -(2**63) - 1, 10**30, 1e308, -1e308, 1e-320, 2**53 + 1])
-scalars = st.none() | st.booleans() | st.integers() | huge | st.floats(allow_nan=False) | st.text(max_size=20)
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | huge
+    | st.floats(allow_nan=False)
+    | st.text(max_size=20)
+)
 json_values = st.recursive(
-    scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    scalars,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
     max_leaves=12,
 )
 FIELDS = ["messages", "prompt", "input", "text", "input_ids", "n", "seed", "stream", "max_tokens",
@@ -38,7 +48,9 @@ FIELDS = ["messages", "prompt", "input", "text", "input_ids", "n", "seed", "stre
 bodies = st.dictionaries(st.sampled_from(FIELDS), json_values, max_size=6)
 valid_ish = st.fixed_dictionaries(
     {"model": st.just("m"), "messages": st.just([{"role": "user", "content": "hi"}])},
-    optional={k: json_values for k in ["n", "seed", "stream", "max_tokens", "temperature", "logprobs"]},
+    optional={
+        k: json_values for k in ["n", "seed", "stream", "max_tokens", "temperature", "logprobs"]
+    },
 )
 
 
@@ -100,8 +112,12 @@ def test_wrong_types_and_huge_numbers(target: Target, route: str, body: dict[str
 
 
 @FUZZ
-@given(route=st.sampled_from(ROUTES), kind=st.sampled_from("[{"),
-       depth=st.sampled_from([200, 230, 240, 241, 242, 243, 250, 251, 1019, 1020, 1021]) | st.integers(1, 3000))
+@given(
+    route=st.sampled_from(ROUTES),
+    kind=st.sampled_from("[{"),
+    depth=st.sampled_from([200, 230, 240, 241, 242, 243, 250, 251, 1019, 1020, 1021])
+    | st.integers(1, 3000),
+)
 def test_deep_nesting(target: Target, route: str, depth: int, kind: str) -> None:
     inner = ("[" * depth + "]" * depth) if kind == "[" else ('{"a":' * depth + "1" + "}" * depth)
     raw = b'{"model": "m", "messages": [{"role": "user", "content": ' + inner.encode() + b"}]}"
@@ -110,19 +126,31 @@ def test_deep_nesting(target: Target, route: str, depth: int, kind: str) -> None
 
 
 @FUZZ
-@given(route=st.sampled_from(ROUTES), junk=st.binary(min_size=1, max_size=64), at=st.integers(0, 60))
+@given(
+    route=st.sampled_from(ROUTES), junk=st.binary(min_size=1, max_size=64), at=st.integers(0, 60)
+)
 def test_invalid_utf8_and_truncated_json(target: Target, route: str, junk: bytes, at: int) -> None:
-    valid = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "hé"}], "prompt": "p",
-                          "input": "i", "text": "t"})
+    valid = orjson.dumps(
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": "hé"}],
+            "prompt": "p",
+            "input": "i",
+            "text": "t",
+        }
+    )
     check(post(target, route, valid[:at]))
     check(post(target, route, valid[:at] + b"\xff\xfe" + junk + valid[at:]))
     counters_consistent(target)
 
 
 @FUZZ
-@given(name=st.sampled_from(["x-request-index", "x-stainless-retry-count", "x-session-id", "authorization",
-                             "x-padding"]),
-       value=st.binary(max_size=64) | st.sampled_from([b"9" * 40, b"-1", b" 3 ", b"Bearer \xff"]))
+@given(
+    name=st.sampled_from(
+        ["x-request-index", "x-stainless-retry-count", "x-session-id", "authorization", "x-padding"]
+    ),
+    value=st.binary(max_size=64) | st.sampled_from([b"9" * 40, b"-1", b" 3 ", b"Bearer \xff"]),
+)
 def test_odd_header_values(target: Target, name: str, value: bytes) -> None:
     body = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
     try:
@@ -146,7 +174,9 @@ def test_oversized_headers_never_break_the_proxy(target: Target, size: int) -> N
         pass  # the server may drop a request whose headers it will not read
     else:
         assert answer.status_code < 500 or answer.status_code == 502, answer.text
-        if answer.status_code >= 400 and answer.headers.get("content-type", "").startswith("application/json"):
+        if answer.status_code >= 400 and answer.headers.get("content-type", "").startswith(
+            "application/json"
+        ):
             check(answer)
     fresh = httpx.post(f"{target.proxy.url}/sessions/{SESSION}/v1/chat/completions", content=body,
                        headers={"content-type": "application/json"}, timeout=30)

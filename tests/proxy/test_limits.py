@@ -73,7 +73,10 @@ def test_an_upstream_slower_than_the_read_timeout_is_504_and_keeps_its_index(
         fast = http.post("/sessions/t/v1/chat/completions", json=BODY)
         assert fast.status_code == 200 and fast.headers["x-seedproxy-request-index"] == "1"
         trajectory = http.get("/sessions/t/trajectory").json()
-    assert [(i["request_index"], i["status"]) for i in trajectory["interactions"]] == [(0, 504), (1, 200)]
+    assert [(i["request_index"], i["status"]) for i in trajectory["interactions"]] == [
+        (0, 504),
+        (1, 200),
+    ]
 
 
 def test_sessions_past_their_ttl_are_evicted_and_unexported_ones_are_logged(
@@ -101,7 +104,11 @@ def test_sessions_past_their_ttl_are_evicted_and_unexported_ones_are_logged(
         assert asyncio.run(late.sweep()) == list(names)
         assert [http.get(f"/sessions/{n}").status_code for n in names] == [404] * 3
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert any("ended" in m and "not exported" in m and "1 recorded" in m for m in warnings if "session ended " in m)
+    assert any(
+        "ended" in m and "not exported" in m and "1 recorded" in m
+        for m in warnings
+        if "session ended " in m
+    )
     assert any("idle and never ended" in m for m in warnings if "session idle " in m)
     assert not any("session exported " in m for m in warnings)
     assert any("evicting exported session exported" in r.getMessage() for r in caplog.records)
@@ -114,11 +121,20 @@ def test_rejected_requests_create_no_session_and_do_not_fill_the_cap(
     with httpx.Client(base_url=url, timeout=30) as http:
         for i in range(5):  # bad bodies, a bad pinned index, an oversized n: all 400
             assert_error(http.post(f"/sessions/junk{i}/v1/chat/completions", content=b"{"), 400)
-            assert_error(http.post(
-                f"/sessions/pin{i}/v1/chat/completions", json=BODY, headers={"X-Request-Index": b"\xb2"}
-            ), 400)
-            assert_error(http.post(f"/sessions/n{i}/v1/chat/completions", json={**BODY, "n": 0}), 400)
-            assert http.get(f"/sessions/junk{i}/v1/models").status_code == 200  # reads create nothing
+            assert_error(
+                http.post(
+                    f"/sessions/pin{i}/v1/chat/completions",
+                    json=BODY,
+                    headers={"X-Request-Index": b"\xb2"},
+                ),
+                400,
+            )
+            assert_error(
+                http.post(f"/sessions/n{i}/v1/chat/completions", json={**BODY, "n": 0}), 400
+            )
+            assert (
+                http.get(f"/sessions/junk{i}/v1/models").status_code == 200
+            )  # reads create nothing
         assert http.get("/sessions/junk0").status_code == 404
         for name in ("a", "b"):
             assert http.post(f"/sessions/{name}/v1/chat/completions", json=BODY).status_code == 200

@@ -26,7 +26,10 @@ class Tracing:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         async def tagged(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = [*message["headers"], (b"x-traced", quote(scope["path"]).encode())]
+                message["headers"] = [
+                    *message["headers"],
+                    (b"x-traced", quote(scope["path"]).encode()),
+                ]
             await send(message)
 
         await self.app(scope, receive, tagged if scope["type"] == "http" else send)
@@ -51,4 +54,7 @@ def test_added_middleware_sees_the_openai_routes(fake: Fake) -> None:
         assert preflight.status_code == 200
         assert http.get("/sessions/mw").json()["next_index"] == 2
         error = http.post("/sessions/%0A/v1/chat/completions", json=BODY)
-        assert error.status_code == 400 and error.headers["x-traced"] == "/sessions/%0A/v1/chat/completions"
+        assert (
+            error.status_code == 400
+            and error.headers["x-traced"] == "/sessions/%0A/v1/chat/completions"
+        )

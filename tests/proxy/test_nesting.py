@@ -52,7 +52,7 @@ def test_a_chat_body_nested_past_the_bound_is_a_400_using_no_index(
 
 def test_session_metadata_nested_past_the_bound_is_refused(http: httpx.Client) -> None:
     for depth in (255, 300, 1000):
-        raw = '{"session_id": "meta%d", "metadata": {"m": %s}}' % (depth, nested(depth))
+        raw = f'{{"session_id": "meta{depth}", "metadata": {{"m": {nested(depth)}}}}}'
         answer = http.post("/sessions", content=raw, headers={"content-type": "application/json"})
         assert answer.status_code == 400, (depth, answer.status_code, answer.text[:200])
         assert http.get(f"/sessions/meta{depth}").status_code == 404

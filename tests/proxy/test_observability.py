@@ -69,7 +69,11 @@ def test_one_structured_log_line_per_request(
         http.post("/sessions/log-1/v1/chat/completions", json=BODY)
         http.post("/sessions/log-1/v1/chat/completions", json={**BODY, "stream": True})
         http.post("/v1/chat/completions", json=BODY)
-    lines = [orjson.loads(_RequestFormatter().format(r)) for r in caplog.records if r.name == "seedproxy.request"]
+    lines = [
+        orjson.loads(_RequestFormatter().format(r))
+        for r in caplog.records
+        if r.name == "seedproxy.request"
+    ]
     assert len(lines) == 3
     first, streamed, anonymous = lines
     assert first["session"] == "log-1" and first["index"] == 0

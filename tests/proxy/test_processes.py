@@ -133,14 +133,18 @@ def test_sigkill_on_sqlite_loses_no_acknowledged_interaction_and_reuses_no_index
             assert all(i < index for i in recorded)
 
 
-def test_sigterm_drains_a_slow_request_in_flight(fake: Fake, procs: list[Proxy], tmp_path: Path) -> None:
+def test_sigterm_drains_a_slow_request_in_flight(
+    fake: Fake, procs: list[Proxy], tmp_path: Path
+) -> None:
     proxy = Proxy("--upstream", fake.url, log=tmp_path / "proxy.log")
     procs.append(proxy)
     fake.switches.token_delay_s = 0.25  # 4 tokens: about 1 s
     result: dict[str, Any] = {}
 
     def slow() -> None:
-        answer = httpx.post(f"{proxy.url}/sessions/drain/v1/chat/completions", json=BODY, timeout=30)
+        answer = httpx.post(
+            f"{proxy.url}/sessions/drain/v1/chat/completions", json=BODY, timeout=30
+        )
         result["status"] = answer.status_code
         result["body"] = answer.json()
 
@@ -159,8 +163,10 @@ def test_sigterm_drains_a_slow_request_in_flight(fake: Fake, procs: list[Proxy],
 def test_two_replicas_on_one_redis_act_as_one_proxy(
     fake: Fake, procs: list[Proxy], tmp_path: Path, redis_url: str, start_proxy: Callable[..., str]
 ) -> None:
-    replicas = [Proxy("--upstream", fake.url, "--store", redis_url, log=tmp_path / f"r{n}.log", wait=False)
-                for n in range(2)]
+    replicas = [
+        Proxy("--upstream", fake.url, "--store", redis_url, log=tmp_path / f"r{n}.log", wait=False)
+        for n in range(2)
+    ]
     procs.extend(replicas)
     for replica in replicas:
         replica.wait()
@@ -168,10 +174,15 @@ def test_two_replicas_on_one_redis_act_as_one_proxy(
 
     def send(n: int) -> tuple[int, int, str]:
         target = replicas[n % 2]
-        answer = httpx.post(f"{target.url}/sessions/shared/v1/chat/completions", json=BODY, timeout=30)
+        answer = httpx.post(
+            f"{target.url}/sessions/shared/v1/chat/completions", json=BODY, timeout=30
+        )
         assert answer.status_code == 200, answer.text
-        return (int(answer.headers["x-seedproxy-request-index"]), int(answer.headers["x-seedproxy-seed"]),
-                answer.json()["choices"][0]["message"]["content"])
+        return (
+            int(answer.headers["x-seedproxy-request-index"]),
+            int(answer.headers["x-seedproxy-seed"]),
+            answer.json()["choices"][0]["message"]["content"],
+        )
 
     with ThreadPoolExecutor(8) as pool:
         shared = sorted(pool.map(send, range(total)))
@@ -181,8 +192,13 @@ def test_two_replicas_on_one_redis_act_as_one_proxy(
     alone = []
     for _ in range(total):
         answer = httpx.post(f"{single}/sessions/shared/v1/chat/completions", json=BODY, timeout=30)
-        alone.append((int(answer.headers["x-seedproxy-request-index"]), int(answer.headers["x-seedproxy-seed"]),
-                      answer.json()["choices"][0]["message"]["content"]))
+        alone.append(
+            (
+                int(answer.headers["x-seedproxy-request-index"]),
+                int(answer.headers["x-seedproxy-seed"]),
+                answer.json()["choices"][0]["message"]["content"],
+            )
+        )
     assert shared == alone
     # either replica sees the whole trajectory, in index order
     for replica in replicas:
@@ -196,4 +212,6 @@ def test_two_replicas_on_one_redis_act_as_one_proxy(
         for line in replica.log.read_bytes().splitlines():
             if line.startswith(b"{"):
                 logged.append(orjson.loads(line))
-    assert sorted(line["index"] for line in logged if line["session"] == "shared") == list(range(total))
+    assert sorted(line["index"] for line in logged if line["session"] == "shared") == list(
+        range(total)
+    )

@@ -60,10 +60,21 @@ async def test_a_stream_abandoned_before_its_head_is_closed_and_recorded(fake: F
     app = create_app(Settings(upstream=[fake.url]))
     body = orjson.dumps({**BODY, "max_tokens": 4})
     scope = {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-        "scheme": "http", "path": "/sessions/left/v1/chat/completions", "raw_path": b"",
-        "root_path": "", "query_string": b"", "server": ("127.0.0.1", 80), "client": ("127.0.0.1", 1),
-        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/sessions/left/v1/chat/completions",
+        "raw_path": b"",
+        "root_path": "",
+        "query_string": b"",
+        "server": ("127.0.0.1", 80),
+        "client": ("127.0.0.1", 1),
+        "headers": [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+        ],
     }
     messages = [{"type": "http.request", "body": body, "more_body": False}]
 

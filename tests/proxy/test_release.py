@@ -35,14 +35,27 @@ class LeftAt(Exception):
     """The test's client is gone."""
 
 
-async def call(app: Any, path: str, body: dict[str, Any], *, fail_at: int | None = None) -> list[Any]:
+async def call(
+    app: Any, path: str, body: dict[str, Any], *, fail_at: int | None = None
+) -> list[Any]:
     """Run one request in process; ``send`` raises on its ``fail_at``-th message."""
     raw = orjson.dumps(body)
     scope = {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-        "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": "",
-        "query_string": b"", "server": ("127.0.0.1", 80), "client": ("127.0.0.1", 1),
-        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())],
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "server": ("127.0.0.1", 80),
+        "client": ("127.0.0.1", 1),
+        "headers": [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(raw)).encode()),
+        ],
     }
     messages: list[dict[str, Any]] = [{"type": "http.request", "body": raw, "more_body": False}]
     sent: list[Any] = []
@@ -94,7 +107,9 @@ async def test_a_stream_whose_client_left_is_recorded_as_abandoned_and_released(
         await call(app, f"/sessions/left{fail_at}{path}", {**body, "stream": True}, fail_at=fail_at)
         interactions = await app.state.sessions.store.interactions(f"left{fail_at}")
         exported = [i.to_dict() for i in interactions]
-        assert [(i["request_index"], i["status"], i["abandoned"]) for i in exported] == [(0, 499, True)]
+        assert [(i["request_index"], i["status"], i["abandoned"]) for i in exported] == [
+            (0, 499, True)
+        ]
         assert [u.inflight for u in app.state.pool.upstreams] == [0]
         await assert_still_serves(app)
         done = await app.state.sessions.store.interactions("after")
@@ -137,7 +152,9 @@ async def test_a_bug_after_the_answer_opened_releases_it_every_time(fake: Fake, 
         await in_batches(ROUNDS, job)
         assert [u.inflight for u in app.state.pool.upstreams] == [0]
         async with asyncio.timeout(60):
-            sent = await call(app, "/v1/chat/completions", KINDS["single"][1])  # no session: no capture
+            sent = await call(
+                app, "/v1/chat/completions", KINDS["single"][1]
+            )  # no session: no capture
         assert sent[0]["status"] == 200
 
 
@@ -153,10 +170,12 @@ async def test_requests_cancelled_while_the_upstream_answers_release_everything(
     async def batch(start: int) -> None:
         before = len(fake.received)
         tasks = [
-            asyncio.create_task(call(app, f"/sessions/c{start + i}{path}", body)) for i in range(BATCH)
+            asyncio.create_task(call(app, f"/sessions/c{start + i}{path}", body))
+            for i in range(BATCH)
         ]
-        while len(fake.received) < before + BATCH:  # every request has reached the upstream
-            await asyncio.sleep(0.005)
+        async with asyncio.timeout(120):  # a request that never arrives fails, not hangs
+            while len(fake.received) < before + BATCH:  # every request reached the upstream
+                await asyncio.sleep(0.005)
         for task in tasks:
             task.cancel()
         for task in tasks:

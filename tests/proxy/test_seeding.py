@@ -23,7 +23,9 @@ def client(proxy: str, session: str | None = "ep-1", **kw: Any) -> openai.OpenAI
 
 
 def chat(c: openai.OpenAI, **kw: Any) -> Any:
-    return c.chat.completions.with_raw_response.create(model="m", messages=kw.pop("messages", MSG), **kw)
+    return c.chat.completions.with_raw_response.create(
+        model="m", messages=kw.pop("messages", MSG), **kw
+    )
 
 
 def test_sdk_session_path_gets_derived_seeds_in_index_order(proxy: str, fake: Fake) -> None:
@@ -41,17 +43,26 @@ def test_sdk_session_path_gets_derived_seeds_in_index_order(proxy: str, fake: Fa
 async def test_concurrent_requests_take_distinct_indices_and_the_expected_seeds(
     proxy: str, fake: Fake
 ) -> None:
-    async with openai.AsyncOpenAI(base_url=f"{proxy}/sessions/ep-2/v1", api_key="x", max_retries=0) as c:
+    async with openai.AsyncOpenAI(
+        base_url=f"{proxy}/sessions/ep-2/v1", api_key="x", max_retries=0
+    ) as c:
         raws = await asyncio.gather(
-            *(c.chat.completions.with_raw_response.create(model="m", messages=MSG) for _ in range(8))
+            *(
+                c.chat.completions.with_raw_response.create(model="m", messages=MSG)
+                for _ in range(8)
+            )
         )
     indices = sorted(int(r.headers["x-seedproxy-request-index"]) for r in raws)
     assert indices == list(range(8))
-    assert {int(r.headers["x-seedproxy-seed"]) for r in raws} == {derive_seed("ep-2", i) for i in range(8)}
+    assert {int(r.headers["x-seedproxy-seed"]) for r in raws} == {
+        derive_seed("ep-2", i) for i in range(8)
+    }
     assert {b["seed"] for b in fake.received} == {derive_seed("ep-2", i) for i in range(8)}
 
 
-def test_a_rerun_of_an_identity_gets_a_new_session_with_the_same_seeds(http: httpx.Client, proxy: str) -> None:
+def test_a_rerun_of_an_identity_gets_a_new_session_with_the_same_seeds(
+    http: httpx.Client, proxy: str
+) -> None:
     made = [http.post("/sessions", json={"identity": "17:3"}).json() for _ in range(2)]
     ids = [m["sessions"][0]["session_id"] for m in made]
     assert ids == ["17:3", "17:3-1"]
@@ -73,7 +84,9 @@ def test_an_explicit_seed_is_kept_and_still_consumes_an_index(proxy: str, fake: 
     assert fake.received[1]["seed"] == derive_seed("ep-3", 1)
 
 
-def test_a_pinned_index_uses_its_seed_and_leaves_the_counter(proxy: str, fake: Fake, http: httpx.Client) -> None:
+def test_a_pinned_index_uses_its_seed_and_leaves_the_counter(
+    proxy: str, fake: Fake, http: httpx.Client
+) -> None:
     c = client(proxy, "ep-4")
     pinned = chat(c, extra_headers={"X-Request-Index": "5"})
     plain = chat(c)
@@ -132,7 +145,9 @@ def test_streaming_chat_and_completions_carry_the_same_tokens_as_non_streaming(p
 
 
 def test_generate_puts_the_seed_in_sampling_params(http: httpx.Client, fake: Fake) -> None:
-    r = http.post("/sessions/gen/generate", json={"text": "hi", "sampling_params": {"max_new_tokens": 4}})
+    r = http.post(
+        "/sessions/gen/generate", json={"text": "hi", "sampling_params": {"max_new_tokens": 4}}
+    )
     assert r.status_code == 200, r.text
     sent = fake.received[0]
     assert sent["sampling_params"]["sampling_seed"] == derive_seed("gen", 0)
@@ -167,7 +182,11 @@ def test_upstream_errors_keep_their_status_and_message(http: httpx.Client) -> No
 def test_bad_bodies_get_a_400_and_consume_no_index(
     http: httpx.Client, fake: Fake, body: bytes, param: str | None
 ) -> None:
-    r = http.post("/sessions/bad/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+    r = http.post(
+        "/sessions/bad/v1/chat/completions",
+        content=body,
+        headers={"content-type": "application/json"},
+    )
     assert r.status_code == 400
     error = r.json()["error"]
     assert set(error) == {"message", "type", "param", "code"}
@@ -190,7 +209,9 @@ def test_upstream_down_is_a_503_in_openai_shape_and_keeps_its_index(start_proxy:
         assert (state["next_index"], state["interactions"]) == (1, 1)
 
 
-def test_a_three_turn_conversation_replays_identically_in_a_new_session(http: httpx.Client, proxy: str) -> None:
+def test_a_three_turn_conversation_replays_identically_in_a_new_session(
+    http: httpx.Client, proxy: str
+) -> None:
     def run() -> list[str]:
         made = http.post("/sessions", json={"identity": "convo"}).json()["sessions"][0]
         c = openai.OpenAI(base_url=made["base_url"], api_key="x", max_retries=0)
@@ -198,7 +219,9 @@ def test_a_three_turn_conversation_replays_identically_in_a_new_session(http: ht
         said = []
         for turn in ("hi", "tell me more", "thanks"):
             messages.append({"role": "user", "content": turn})
-            reply = c.chat.completions.create(model="m", messages=messages).choices[0].message.content
+            reply = (
+                c.chat.completions.create(model="m", messages=messages).choices[0].message.content
+            )
             messages.append({"role": "assistant", "content": reply})
             said.append(reply)
         return said
@@ -208,7 +231,9 @@ def test_a_three_turn_conversation_replays_identically_in_a_new_session(http: ht
     assert len(set(first)) == 3
 
 
-def test_capture_keeps_token_ids_out_of_the_body_unless_asked(http: httpx.Client, proxy: str) -> None:
+def test_capture_keeps_token_ids_out_of_the_body_unless_asked(
+    http: httpx.Client, proxy: str
+) -> None:
     c = client(proxy, "cap")
     plain = c.chat.completions.create(model="m", messages=MSG)
     assert plain.choices[0].logprobs is None
@@ -256,7 +281,9 @@ def test_a_configured_default_seed_is_refused_for_groups_and_n_but_kept_for_one(
     assert chat(c).headers["x-seedproxy-request-index"] == "1"
 
 
-def test_without_determinism_a_default_seed_does_not_block_groups(fake: Fake, start_proxy: Any) -> None:
+def test_without_determinism_a_default_seed_does_not_block_groups(
+    fake: Fake, start_proxy: Any
+) -> None:
     proxy = start_proxy([fake.url], seed=1234, deterministic=False)
     with httpx.Client(base_url=proxy) as http:
         assert http.post("/sessions", json={"identity": "grp", "group_size": 2}).status_code == 201
@@ -281,7 +308,9 @@ NOT_DIGITS = [b"\xb2", b"1\xb9", "١".encode(), b"-1", b"1.0", b"0x1", b"1" * 16
 
 
 @pytest.mark.parametrize("value", [*NOT_DIGITS, b""])
-def test_an_index_header_that_is_not_ascii_digits_is_a_400(http: httpx.Client, value: bytes) -> None:
+def test_an_index_header_that_is_not_ascii_digits_is_a_400(
+    http: httpx.Client, value: bytes
+) -> None:
     r = http.post(
         "/sessions/idx/v1/chat/completions",
         json={"messages": MSG},

@@ -77,13 +77,21 @@ def test_limit_options_rank_flags_over_env_over_file(
         "max-open-sessions = 14\nmax-body-bytes = 15000\n"
     )
     from_file = load_settings({}, str(config))
-    assert (from_file.session_ttl_s, from_file.read_timeout_s, from_file.connect_timeout_s) == (11, 12, 13)
+    assert (from_file.session_ttl_s, from_file.read_timeout_s, from_file.connect_timeout_s) == (
+        11,
+        12,
+        13,
+    )
     assert (from_file.max_open_sessions, from_file.max_body_bytes) == (14, 15000)
     monkeypatch.setenv("SEEDPROXY_SESSION_TTL", "21")
     monkeypatch.setenv("SEEDPROXY_READ_TIMEOUT_S", "22")
     monkeypatch.setenv("SEEDPROXY_MAX_OPEN_SESSIONS", "24")
     from_env = load_settings({}, str(config))
-    assert (from_env.session_ttl_s, from_env.read_timeout_s, from_env.max_open_sessions) == (21, 22, 24)
+    assert (from_env.session_ttl_s, from_env.read_timeout_s, from_env.max_open_sessions) == (
+        21,
+        22,
+        24,
+    )
     assert from_env.connect_timeout_s == 13
     flagged = load_settings({"session_ttl_s": 31, "max_open_sessions": 34}, str(config))
     assert (flagged.session_ttl_s, flagged.max_open_sessions) == (31, 34)

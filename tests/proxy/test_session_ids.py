@@ -49,7 +49,9 @@ def test_a_non_latin1_id_works_streamed_and_not_by_path_and_header(
     assert len(fake.received) == 4
 
 
-def test_an_admin_created_unicode_session_works_through_the_sdk(http: httpx.Client, proxy: str) -> None:
+def test_an_admin_created_unicode_session_works_through_the_sdk(
+    http: httpx.Client, proxy: str
+) -> None:
     created = http.post("/sessions", json={"session_id": "任务 1:a"})
     assert created.status_code == 201, created.text
     member = created.json()["sessions"][0]
@@ -64,7 +66,9 @@ def test_an_admin_created_unicode_session_works_through_the_sdk(http: httpx.Clie
     assert all(i["status"] == 200 for i in trajectory["interactions"])
 
 
-@pytest.mark.parametrize("bad", ["%0A", "a%0D%0Ab", "%00", "a%09b", "%E2%80%8B", "%FF", "%20a", "%2E%2E"])
+@pytest.mark.parametrize(
+    "bad", ["%0A", "a%0D%0Ab", "%00", "a%09b", "%E2%80%8B", "%FF", "%20a", "%2E%2E"]
+)
 def test_a_bad_id_in_the_path_is_a_400_before_anything_happens(
     http: httpx.Client, fake: Fake, bad: str
 ) -> None:
@@ -95,7 +99,9 @@ def test_a_bad_x_session_id_is_a_400(http: httpx.Client, fake: Fake, bad: bytes)
         ({"identity": "x" * 97, "group_size": 2}, "identity"),
     ],
 )
-def test_post_sessions_applies_the_same_rule(http: httpx.Client, body: dict[str, object], param: str) -> None:
+def test_post_sessions_applies_the_same_rule(
+    http: httpx.Client, body: dict[str, object], param: str
+) -> None:
     assert_400(http.post("/sessions", json=body), param)
     assert http.get("/metrics").status_code == 200
 
@@ -109,7 +115,9 @@ def test_many_requests_with_bad_or_unicode_ids_leave_the_proxy_serving(
     with httpx.Client(base_url=url, timeout=30) as http:
         for i in range(1100):
             if i % 2:
-                assert_400(http.post("/sessions/%0D%0A/v1/chat/completions", json=BODY), "session_id")
+                assert_400(
+                    http.post("/sessions/%0D%0A/v1/chat/completions", json=BODY), "session_id"
+                )
             else:
                 answer = http.post(
                     f"/sessions/{SNOWMAN}{i}/v1/chat/completions",

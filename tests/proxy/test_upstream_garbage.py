@@ -80,7 +80,9 @@ def test_nonsense_from_upstream_is_never_a_500(
         for answer in GARBAGE:
             state.answer = answer
             for path, body in REQUESTS:
-                response = http.post(f"/sessions/g/{path.lstrip('/')}", json={**body, "stream": stream})
+                response = http.post(
+                    f"/sessions/g/{path.lstrip('/')}", json={**body, "stream": stream}
+                )
                 sent += 1
                 assert response.status_code != 500, (answer, path, response.text)
                 if response.status_code >= 400:

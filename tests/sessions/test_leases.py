@@ -7,7 +7,12 @@ import asyncio
 
 from seedproxy.sessions import SessionStore
 from seedproxy.sessions.store.leases import BATCH_KEEP_S
-from tests.sessions.test_stores import Opener, opener, rec, store  # noqa: F401  (fixtures)
+from tests.sessions import test_stores
+from tests.sessions.test_stores import Opener, rec
+
+# the store suite's fixtures: every lease test runs on memory, SQLite and Redis
+opener = test_stores.opener
+store = test_stores.store
 
 
 async def made(store: SessionStore, *ids: str) -> list:  # type: ignore[type-arg]
@@ -78,7 +83,7 @@ async def test_remove_deletes_on_ack_and_never_a_newer_session_under_the_id(
 
 
 async def test_one_session_leased_at_once_from_many_handles_has_one_winner(
-    opener: Opener,  # noqa: F811
+    opener: Opener,
 ) -> None:
     handles = [opener() for _ in range(6)]
     try:

@@ -15,7 +15,9 @@ def _session() -> Session:
 def test_indices_are_unique_and_gap_free_under_threads(workers: int, each: int) -> None:
     session = _session()
     with ThreadPoolExecutor(workers) as pool:
-        batches = list(pool.map(lambda _: [session.next_request_index() for _ in range(each)], range(workers)))
+        batches = list(
+            pool.map(lambda _: [session.next_request_index() for _ in range(each)], range(workers))
+        )
     taken = sorted(i for batch in batches for i in batch)
     assert taken == list(range(workers * each))
 
@@ -52,8 +54,14 @@ async def test_repeated_identity_gets_a_suffixed_session_and_groups_get_member_i
     manager = SessionManager(MemoryStore())
     first = await manager.create_group(identity="17", group_size=2)
     second = await manager.create_group(identity="17", group_size=2)
-    assert [(r.session_id, r.identity) for r in first.sessions] == [("17:0", "17:0"), ("17:1", "17:1")]
-    assert [(r.session_id, r.identity) for r in second.sessions] == [("17:0-1", "17:0"), ("17:1-1", "17:1")]
+    assert [(r.session_id, r.identity) for r in first.sessions] == [
+        ("17:0", "17:0"),
+        ("17:1", "17:1"),
+    ]
+    assert [(r.session_id, r.identity) for r in second.sessions] == [
+        ("17:0-1", "17:0"),
+        ("17:1-1", "17:1"),
+    ]
     assert (first.group_id, second.group_id) == ("17", "17-1")
 
 

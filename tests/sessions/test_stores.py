@@ -52,7 +52,10 @@ def interaction(iid: str, index: int, tokens: int = 3) -> Interaction:
         request={"messages": [{"role": "user", "content": f"q{index}"}]},
         response={"choices": [{"text": "é\u2028"}]},
         prompt_token_ids=array("i", range(tokens)),
-        choices=[ChoiceRecord(array("i", [7, 8]), array("f", [-0.5, -0.25]), "stop"), ChoiceRecord()],
+        choices=[
+            ChoiceRecord(array("i", [7, 8]), array("f", [-0.5, -0.25]), "stop"),
+            ChoiceRecord(),
+        ],
         latency_ms=1.5,
         upstream="http://u1",
     )
@@ -99,7 +102,9 @@ async def test_allocate_counter_retry_reuse_and_pins(store: SessionStore) -> Non
     assert record is not None and record.next_index == 3
 
 
-async def test_retry_memory_is_bounded_and_a_retry_refreshes_its_digest(store: SessionStore) -> None:
+async def test_retry_memory_is_bounded_and_a_retry_refreshes_its_digest(
+    store: SessionStore,
+) -> None:
     await store.create(rec("s"))
     for n in range(RETRY_MEMORY):
         await store.allocate("s", digest=b"d%d" % n, retry=False, pinned=None)
@@ -136,7 +141,9 @@ async def test_indices_are_unique_and_gap_free_across_threads_and_handles(opener
             handle = opener()
             try:
                 for n in range(16):
-                    slot = await handle.allocate("s", digest=b"%d-%d" % (w, n), retry=False, pinned=None)
+                    slot = await handle.allocate(
+                        "s", digest=b"%d-%d" % (w, n), retry=False, pinned=None
+                    )
                     with lock:
                         taken.append(slot.index)
             finally:

@@ -70,7 +70,9 @@ class SGLangBackend(Backend):
         keep_ids = wants(client_body, "return_token_ids")
         keep_prompt = keep_ids or wants(client_body, "return_prompt_token_ids")
         chat = endpoint is Endpoint.CHAT
-        keep_logprobs = wants(client_body, "logprobs") if chat else client_body.get("logprobs") is not None
+        keep_logprobs = (
+            wants(client_body, "logprobs") if chat else client_body.get("logprobs") is not None
+        )
         captured = Captured()
         for choice in answer.get("choices") or []:
             if not isinstance(choice, dict):
@@ -85,7 +87,9 @@ class SGLangBackend(Backend):
                 captured.prompt_token_ids = ints(prompt)
             ids_key = "response_token_ids" if "response_token_ids" in choice else "token_ids"
             logprobs = chat_logprobs(choice) if chat else completion_logprobs(choice)
-            record = ChoiceRecord.of(ints(choice.get(ids_key)), logprobs, choice.get("finish_reason"))
+            record = ChoiceRecord.of(
+                ints(choice.get(ids_key)), logprobs, choice.get("finish_reason")
+            )
             record.take_versions(answer.get("metadata"))
             captured.choices.append(record)
             if not keep_prompt:

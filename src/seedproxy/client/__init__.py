@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from ._client import EXPORT_MARGIN_S, ExportBatch, Group, Sample, SeedProxyAPIError, SeedProxyClient
 from ._files import write_jsonl, write_parquet
+from ._segments import Segment, segments
+from ._trainers import to_skyrl, to_slime, to_tinker, to_tinker_objects, to_trl, to_verl
 from ._types import ConcatError, Interaction, Style, Trajectory
 
 __all__ = [
@@ -21,8 +23,16 @@ __all__ = [
     "Sample",
     "SeedProxyAPIError",
     "SeedProxyClient",
+    "Segment",
     "Style",
     "Trajectory",
+    "segments",
+    "to_skyrl",
+    "to_slime",
+    "to_tinker",
+    "to_tinker_objects",
+    "to_trl",
+    "to_verl",
     "write_jsonl",
     "write_parquet",
 ]

@@ -36,7 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"seedproxy {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    serve = commands.add_parser("serve", help="run the proxy (with the embedded engine if no --upstream)")
+    serve = commands.add_parser(
+        "serve", help="run the proxy (with the embedded engine if no --upstream)"
+    )
     serve.add_argument("--config", help="a TOML config file")
     add_settings_flags(serve)
 
@@ -51,13 +53,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_sglang_options(launch)
     launch.add_argument("--gpus", required=True, help="comma-separated GPU ids, e.g. 0,1,2,3")
-    launch.add_argument("--base-port", type=int, default=30000, help="first SGLang port (0: free ports)")
-    launch.add_argument("--health-timeout", type=float, default=1800.0, help="seconds to wait for /health")
-    launch.add_argument("--python", default=sys.executable, help="a Python that has sglang installed")
+    launch.add_argument(
+        "--base-port", type=int, default=30000, help="first SGLang port (0: free ports)"
+    )
+    launch.add_argument(
+        "--health-timeout", type=float, default=1800.0, help="seconds to wait for /health"
+    )
+    launch.add_argument(
+        "--python", default=sys.executable, help="a Python that has sglang installed"
+    )
     launch.add_argument("--config", help="a TOML config file")
     add_settings_flags(launch, exclude=_NOT_FOR_LAUNCH)
 
-    engine = commands.add_parser("engine", help="run the embedded CPU engine as an SGLang-compatible server")
+    engine = commands.add_parser(
+        "engine", help="run the embedded CPU engine as an SGLang-compatible server"
+    )
     engine.add_argument("--host", default="127.0.0.1")
     engine.add_argument("--port", type=int, default=30000)
     engine.add_argument("--model")

@@ -8,7 +8,24 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 __all__ = ["Metrics"]
 
-_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+_LATENCY_BUCKETS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    30,
+    60,
+)
 _OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1)
 
 
@@ -38,7 +55,9 @@ class Metrics:
             "seedproxy_open_sessions", "Sessions not yet ended.", registry=self.registry
         )
         self.recorded_tokens = Counter(
-            "seedproxy_recorded_tokens", "Token ids recorded in interactions.", registry=self.registry
+            "seedproxy_recorded_tokens",
+            "Token ids recorded in interactions.",
+            registry=self.registry,
         )
         self.failovers = Counter(
             "seedproxy_failovers", "Requests retried on another upstream.", registry=self.registry

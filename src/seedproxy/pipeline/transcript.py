@@ -38,7 +38,9 @@ class StreamTranscript:
             index = choice.get("index", 0)
             delta = choice.get("delta") if self._endpoint is Endpoint.CHAT else choice
             if isinstance(delta, dict):
-                piece = delta.get("content") if self._endpoint is Endpoint.CHAT else delta.get("text")
+                piece = (
+                    delta.get("content") if self._endpoint is Endpoint.CHAT else delta.get("text")
+                )
                 if isinstance(piece, str):
                     self._text.setdefault(index, []).append(piece)
                 if delta.get("tool_calls"):

@@ -79,7 +79,9 @@ def create_app(
     ``engine_url`` names the embedded engine (``GET /fleet`` shows it)."""
     urls = upstreams if upstreams is not None else settings.upstream
     if not urls:
-        raise ConfigError("no upstream: pass --upstream URL, or run `seedproxy serve` for the engine")
+        raise ConfigError(
+            "no upstream: pass --upstream URL, or run `seedproxy serve` for the engine"
+        )
     if tito is None and settings.token_in_token_out:
         tito = open_tito_mode(settings)
     own_store = store is None

@@ -55,7 +55,10 @@ class _BatchedHandler(logging.StreamHandler):  # type: ignore[type-arg]
             line = self.format(record)
             with self.lock:  # type: ignore[union-attr]
                 self._lines.append(line)
-                if len(self._lines) >= self._batch or time.monotonic() - self._last >= self._interval_s:
+                if (
+                    len(self._lines) >= self._batch
+                    or time.monotonic() - self._last >= self._interval_s
+                ):
                     self._write()
         except Exception:  # noqa: BLE001
             self.handleError(record)

@@ -115,7 +115,7 @@ class Verifier:
             raise BadRequest("this session was recorded in token-in-token-out mode: verify "
                              "it through a proxy in that mode (--token-in-token-out)")
         model = chat.get("model") or mode.model_name
-        request = mode.dialect.request(interaction.prompt_token_ids.tolist(),
+        request = mode.dialect.request(interaction.prompt_ids(),
                                        mode.sampling(chat), seed, False, model)
         _, parsed = await _answer(await self.pool.send(request, key=session_id, stream=False))
         sample = mode.dialect.read(parsed)

@@ -78,7 +78,8 @@ def openai_router(admission: Admission, access: Access, pool: UpstreamPool) -> A
 
 def find_model(listing: bytes, name: str) -> dict[str, Any] | None:
     """The card named ``name`` in an upstream's ``/v1/models`` answer (``default``: the
-    first it lists); None when it lists no such model. A listing not in OpenAI's shape is the upstream's fault (502)."""
+    first it lists); None when it lists no such model. A listing not in OpenAI's shape
+    is the upstream's fault (502)."""
     try:
         data = orjson.loads(listing)
     except orjson.JSONDecodeError:

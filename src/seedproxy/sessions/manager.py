@@ -99,7 +99,9 @@ class SessionManager:
                 param="seed",
             )
         if session_id is not None and group_size > 1:
-            raise BadRequest("session_id names one session; use identity for groups", param="session_id")
+            raise BadRequest(
+                "session_id names one session; use identity for groups", param="session_id"
+            )
         if session_id is not None:
             check_id(session_id, param="session_id")
         if identity is not None:  # suffixed (``:{i}``, ``-{n}``) unless session_id names it

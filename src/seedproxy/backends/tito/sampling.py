@@ -153,7 +153,9 @@ def sampling_of(body: dict[str, Any], stop_token_ids: tuple[int, ...], *,
             isinstance(s, str) and s for s in stop):
         stops = tuple(stop)
     else:
-        raise BadRequest(f"stop must be a non-empty string or up to {_MAX_STOPS} of them", param="stop")
+        raise BadRequest(
+            f"stop must be a non-empty string or up to {_MAX_STOPS} of them", param="stop"
+        )
     extra = body.get("stop_token_ids") or []
     if not isinstance(extra, list) or not all(type(i) is int and i >= 0 for i in extra):
         raise BadRequest("stop_token_ids must be a list of token ids", param="stop_token_ids")

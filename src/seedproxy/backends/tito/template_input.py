@@ -105,9 +105,10 @@ def content_format(template: str) -> str:
     def reads_content(node: nodes.Node) -> bool:
         while isinstance(node, nodes.Filter | nodes.Test) or (
                 isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Slice)):
-            node = node.node
-            if node is None:
+            inner: nodes.Node | None = node.node
+            if inner is None:
                 return False
+            node = inner
         if isinstance(node, nodes.Getattr):
             key: Any = node.attr
         elif isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const):

@@ -4,7 +4,8 @@ Each parser streams content until its start marker, then captures everything to 
 end of the completion and parses it once. A capture that does not parse into calls
 (malformed JSON, a missing name, text between calls, JSON nested deeper than
 ``nesting.MAX_DEPTH`` or that Python's ``json`` refuses: past its recursion limit, an
-integer over 4,300 digits) is returned as content, exactly as generated: never an error. Streaming and whole input give the same result.
+integer over 4,300 digits) is returned as content, exactly as generated: never an error.
+Streaming and whole input give the same result.
 
 - ``hermes`` (Qwen, Hermes): ``<tool_call>{"name", "arguments"}</tool_call>``, repeated.
 - ``llama3-json``: the whole reply is ``{"name", "parameters"}`` (``<|python_tag|>`` or

@@ -166,7 +166,9 @@ def sum_usage(usages: list[Any]) -> Any:
     """The prompt counted once (every choice shares it), completion tokens summed."""
     if not usages or not all(isinstance(u, dict) for u in usages):
         return usages[0] if usages else None
-    counts = [u.get("completion_tokens") or 0 for u in usages] + [usages[0].get("prompt_tokens") or 0]
+    counts = [u.get("completion_tokens") or 0 for u in usages] + [
+        usages[0].get("prompt_tokens") or 0
+    ]
     if not all(type(c) is int for c in counts):
         return usages[0]
     total = dict(usages[0])

@@ -1,0 +1,101 @@
+"""A concat-style export as training rows: one ``Segment`` per branch.
+
+A token-in-token-out trajectory exports one exact sequence per branch (an edited or
+compacted history starts a new one); a drift-checked trajectory exports one. Each
+segment keeps the exported ``token_ids``, ``loss_mask`` (1 exactly on sampled tokens)
+and ``logprobs`` unchanged, and names its rollout, its branch and the branch it came
+from, so rows of one rollout stay linked. Nothing is guessed: a trajectory or branch
+that the export could not make one sequence raises ``ValueError`` naming it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ._types import Trajectory
+
+__all__ = ["Segment", "segments"]
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One branch of one rollout, ready for a trainer's row."""
+
+    session_id: str
+    identity: str
+    group_id: str | None
+    reward: float | None
+    branch_id: str
+    branch_index: int
+    """The branch's place among its rollout's branches (export order: first turn)."""
+    parent_branch: str | None
+    """The branch this one's first turn extended or forked from; None for the first."""
+    compacted_from: str | None
+    """The branch whose history this branch's first turn summarised, if any."""
+    last: bool
+    """The rollout's last segment (SkyRL's ``is_last_step``)."""
+    interaction_ids: list[str]
+    token_ids: list[int]
+    loss_mask: list[int]
+    logprobs: list[float] | None
+
+    @property
+    def prompt_length(self) -> int:
+        """Tokens before the first sampled one: the prompt every trainer splits off."""
+        return next((i for i, m in enumerate(self.loss_mask) if m), len(self.loss_mask))
+
+    def link(self) -> dict[str, Any]:
+        """The fields that tie rows of one rollout together (carried in each trainer's
+        free-form slot: verl ``extra_fields``, slime ``metadata``, ...)."""
+        return {
+            "session_id": self.session_id, "identity": self.identity,
+            "group_id": self.group_id, "branch_id": self.branch_id,
+            "branch_index": self.branch_index, "parent_branch": self.parent_branch,
+            "compacted_from": self.compacted_from,
+        }
+
+
+def segments(trajectories: Iterable[Trajectory]) -> list[Segment]:
+    """Every trajectory's branches, in trajectory then branch order."""
+    out: list[Segment] = []
+    for trajectory in trajectories:
+        out += _of(trajectory)
+    return out
+
+
+def _of(trajectory: Trajectory) -> list[Segment]:
+    name = trajectory.session_id
+    if trajectory.style != "concat":
+        raise ValueError(f"session {name!r}: export with style='concat' to convert it")
+    branches = trajectory.raw.get("branches")
+    if branches is None:  # drift-checked: one sequence, or none and the reason
+        if trajectory.concat_error is not None or trajectory.token_ids is None:
+            reason = trajectory.concat_error.reason if trajectory.concat_error else "no tokens"
+            raise ValueError(f"session {name!r} is not one token sequence: {reason}")
+        ids = list(trajectory.raw.get("interaction_ids") or [])
+        branches = [{"branch_id": ids[0] if ids else name, "parent": None,
+                     "compacted_from": None, "interaction_ids": ids, "error": None,
+                     "token_ids": trajectory.token_ids, "loss_mask": trajectory.loss_mask,
+                     "logprobs": trajectory.logprobs}]
+    out = []
+    for index, branch in enumerate(branches):
+        if branch.get("error") is not None:
+            raise ValueError(f"session {name!r} branch {branch['branch_id']!r} is not one "
+                             f"token sequence: {branch['error'].get('reason')}")
+        tokens, mask = list(branch["token_ids"]), list(branch["loss_mask"])
+        logprobs = branch.get("logprobs")
+        if len(mask) != len(tokens) or (logprobs is not None and len(logprobs) != len(tokens)):
+            raise ValueError(f"session {name!r} branch {branch['branch_id']!r}: "
+                             "token_ids, loss_mask and logprobs differ in length")
+        out.append(Segment(
+            session_id=name, identity=trajectory.identity, group_id=trajectory.group_id,
+            reward=trajectory.reward, branch_id=branch["branch_id"], branch_index=index,
+            parent_branch=(branch.get("parent") or {}).get("branch"),
+            compacted_from=(branch.get("compacted_from") or {}).get("branch"),
+            last=index == len(branches) - 1,
+            interaction_ids=list(branch.get("interaction_ids") or []),
+            token_ids=tokens, loss_mask=mask,
+            logprobs=None if logprobs is None else list(logprobs)))
+    return out
