@@ -13,6 +13,7 @@ import pytest
 from seedproxy.proxy import create_app
 from seedproxy.settings import Settings
 from tests.helpers.fake_sglang import Switches, create_fake_sglang
+from tests.helpers.fleet import Fleet
 from tests.helpers.redis_server import RedisServer, redis_or_skip
 from tests.helpers.servers import ServerThread
 
@@ -64,6 +65,14 @@ def proxy(fake: Fake, start_proxy: Callable[..., str]) -> str:
 def http(proxy: str) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=proxy, timeout=30) as client:
         yield client
+
+
+@pytest.fixture
+def fleet() -> Iterator[Fleet]:
+    """Three fake SGLang servers, each its own switches and journal."""
+    fleet = Fleet(3)
+    yield fleet
+    fleet.close()
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,8 @@ Hierarchy::
     ├── AuthError             401: no or unknown key
     │   └── Forbidden         403: a key that does not reach this session
     ├── SessionNotFound       404
+    ├── UpstreamNotFound      404: a fleet route names a server not in the fleet
+    ├── Conflict              409: the fleet's state refuses the change
     ├── OverCapacity          429
     ├── WaitTimeout           504: a long poll (``?wait=true``) ran out of time
     ├── StoreError            503: the session store failed
@@ -29,6 +31,7 @@ __all__ = [
     "BodyTimeout",
     "ClientClosed",
     "ConfigError",
+    "Conflict",
     "Forbidden",
     "OverCapacity",
     "PayloadTooLarge",
@@ -36,6 +39,7 @@ __all__ = [
     "SessionNotFound",
     "StoreError",
     "UpstreamError",
+    "UpstreamNotFound",
     "UpstreamTimeout",
     "UpstreamUnavailable",
     "WaitTimeout",
@@ -98,6 +102,21 @@ class BatchNotFound(SeedProxyError):
 
     status_code = 404
     error_type = "not_found_error"
+
+
+class UpstreamNotFound(SeedProxyError):
+    """A fleet route names a server that is not (or no longer) in the fleet."""
+
+    status_code = 404
+    error_type = "not_found_error"
+
+
+class Conflict(SeedProxyError):
+    """The fleet's state refuses the change (a server that fails the preflight or is
+    on other weights, the last server removed); ``code`` says which."""
+
+    status_code = 409
+    error_type = "conflict_error"
 
 
 class ClientClosed(SeedProxyError):

@@ -14,6 +14,7 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
@@ -26,8 +27,11 @@ from pydantic_settings import (
 
 from .errors import ConfigError
 
-__all__ = ["ALIASES", "NOT_SETTINGS", "Settings", "env_values", "is_loopback", "load_settings",
-           "unknown_env"]
+__all__ = ["ALIASES", "MAX_URL_LENGTH", "NOT_SETTINGS", "Settings", "check_upstream_url",
+           "env_values", "is_loopback", "load_settings", "unknown_env"]
+
+MAX_URL_LENGTH = 2048
+"""The longest upstream URL accepted (on the command line or by ``/fleet/upstreams``)."""
 
 
 ENV_PREFIX = "SEEDPROXY_"
@@ -168,13 +172,7 @@ class Settings(BaseSettings):
     @field_validator("upstream")
     @classmethod
     def _check_urls(cls, value: list[str]) -> list[str]:
-        for url in value:
-            if not url.startswith(("http://", "https://")):
-                raise ValueError(f"upstream {url!r} must start with http:// or https://")
-            if url.rstrip("/").endswith("/v1"):  # every route adds /v1/... itself
-                raise ValueError(f"upstream {url!r} ends in /v1: pass the server's root URL "
-                                 f"({url.rstrip('/')[:-3]})")
-        return [url.rstrip("/") for url in value]
+        return [check_upstream_url(url) for url in value]
 
     @field_validator("admin_key")
     @classmethod
@@ -213,6 +211,32 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def check_upstream_url(url: str) -> str:
+    """``url`` as an upstream's root URL (its trailing ``/`` dropped), or ``ValueError``
+    naming what is wrong: http or https, a host, no ``/v1`` suffix (every route adds
+    ``/v1/...`` itself), no query, fragment, whitespace or control characters."""
+    if len(url) > MAX_URL_LENGTH:
+        raise ValueError(f"upstream URL is longer than {MAX_URL_LENGTH} characters")
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"upstream {url!r} must start with http:// or https://")
+    if any(c.isspace() or not c.isprintable() for c in url):
+        raise ValueError(f"upstream {url!r} holds whitespace or control characters")
+    parts = urlsplit(url)
+    try:
+        parts.port  # noqa: B018 - reading it checks it
+    except ValueError:
+        raise ValueError(f"upstream {url!r} has a bad port") from None
+    if not parts.hostname:
+        raise ValueError(f"upstream {url!r} names no host")
+    if parts.query or parts.fragment or "?" in url or "#" in url:
+        raise ValueError(f"upstream {url!r} has a query or fragment: pass the server's root URL")
+    root = url.rstrip("/")
+    if root.endswith("/v1"):
+        raise ValueError(f"upstream {url!r} ends in /v1: pass the server's root URL "
+                         f"({root[:-3]})")
+    return root
 
 
 def _names(name: str, info: FieldInfo) -> list[str]:

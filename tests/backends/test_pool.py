@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import httpx
 
-from seedproxy.backends.pool import UpstreamPool
+from seedproxy.backends.base import UpstreamRequest
+from seedproxy.backends.pool import UpstreamPool, rendezvous_order
 
 URLS = ["http://a:1", "http://b:1"]
 
@@ -38,3 +41,27 @@ async def test_a_server_without_a_health_route_counts_as_up_and_a_503_as_down() 
     for _ in range(3):
         await pool.probe()
     assert [u.healthy for u in pool.upstreams] == [True, False]
+
+
+async def test_a_server_that_leaves_drains_and_is_forgotten_after_its_last_request() -> None:
+    async def chunks() -> AsyncIterator[bytes]:  # a stream, open until closed
+        yield b"data: {}\n\n"
+
+    pool = UpstreamPool(URLS, httpx.AsyncClient(transport=httpx.MockTransport(
+        lambda request: httpx.Response(200, content=chunks()))))
+    key = next(k for k in map(str, range(100)) if rendezvous_order(k, URLS, str)[0] == URLS[1])
+    request = UpstreamRequest("/generate", {"input_ids": [1]})
+    reply = await pool.send(request, key=key, stream=True)  # open: b holds it
+    b = pool.upstreams[1]
+    assert (reply.upstream, b.inflight) == (URLS[1], 1)
+    pool.set_members(["http://a:1", "http://c:1"], weight_version="v2")
+    assert [(u.url, u.draining) for u in pool.upstreams] == [
+        ("http://a:1", False), ("http://b:1", True), ("http://c:1", False)]
+    assert pool.upstreams[2].weight_version == "v2"
+    assert URLS[1] not in [u.url for u in pool.candidates(key)]
+    pool.set_members(["http://a:1", "http://b:1", "http://c:1"], weight_version="v2")
+    assert pool.upstreams[1] is b and not b.draining  # named again: it serves again
+    pool.set_members(["http://c:1"], weight_version="v2")
+    assert [u.url for u in pool.upstreams] == ["http://b:1", "http://c:1"]  # a held none
+    await reply.aclose()
+    assert [u.url for u in pool.upstreams] == ["http://c:1"]

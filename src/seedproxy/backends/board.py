@@ -1,5 +1,6 @@
 """The fleet board: the fleet's shared control state (paused, mode, abort epoch, the
-weight version last set), one per fleet, whatever the number of proxy replicas.
+weight version last set, the upstreams added or removed at run time), one per fleet,
+whatever the number of proxy replicas.
 
 Invariants:
 - Every write returns the whole state after it, with ``seq`` one higher; ``board``
@@ -58,6 +59,10 @@ class LocalBoard:
 
     async def set_weight_version(self, version: str) -> FleetState:
         return self._write(weight_version=version)
+
+    async def set_member(self, url: str, active: bool) -> FleetState:
+        members = dict(self._state.members) | {url: active}
+        return self._write(members=tuple(sorted(members.items())))
 
     async def stop_session(self, session_id: str) -> None:
         return None

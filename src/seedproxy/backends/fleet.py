@@ -22,6 +22,12 @@ Invariants:
   with the fleet still paused, so nothing runs on mixed weights until the admin retries
   or continues. Each server is told the version with its weights, so the version it
   reports is always that of the weights it holds.
+- Membership is board state too (``members_of``): every replica follows the servers
+  added and removed at run time (``join``, ``leave``), a replica started later included.
+  A server joins only once it passes the preflight (``joining.py``) and reports the
+  fleet's weight version; one that leaves drains on each replica (``pool.py``).
+- Every fan-out and inspection works on one snapshot of the list of servers, so a
+  change of membership while it awaits never mismatches servers and answers.
 """
 
 from __future__ import annotations
@@ -34,8 +40,9 @@ from typing import Any
 
 import httpx
 
-from ..errors import StoreError
+from ..errors import BadRequest, Conflict, StoreError, UpstreamNotFound
 from .board import FleetBoard, FleetState, LocalBoard
+from .joining import join_refusal
 from .pause import PauseGate, PauseMode
 from .pool import Upstream, UpstreamPool
 from .preflight import Finding, check_server_info
@@ -59,6 +66,8 @@ class UpstreamReport:
     refused: bool = False
     degraded: bool = False
     """Its recent requests all timed out (``Upstream.degraded``)."""
+    draining: bool = False
+    """It left the fleet and still holds requests (``Upstream.draining``)."""
 
     @property
     def deterministic(self) -> bool | None:
@@ -74,6 +83,7 @@ class UpstreamReport:
             "refused": self.refused,
             "inflight": self.inflight,
             "degraded": self.degraded,
+            "state": "draining" if self.draining else "active",
             "error": self.error,
         }
 
@@ -98,6 +108,8 @@ class FleetControl:
     def __init__(self, pool: UpstreamPool, gate: PauseGate, *, sglang: bool, enforce: bool,
                  timeout_s: float = 5.0, board: FleetBoard | None = None) -> None:
         self.pool = pool
+        self._startup = [u.url for u in pool.upstreams]
+        """This replica's ``--upstream`` list, which the board's membership amends."""
         self.gate = gate
         self.board: FleetBoard = board if board is not None else LocalBoard()
         self._state = FleetState()
@@ -114,8 +126,9 @@ class FleetControl:
         """Read every server's ``/get_server_info`` (SGLang only) and report. With
         ``enforce``, a server with findings is refused (no request goes to it) until a
         later inspection finds it clean; one that could not be checked keeps its state."""
-        reports = await asyncio.gather(*(self._inspect_one(u) for u in self.pool.upstreams))
-        for upstream, report in zip(self.pool.upstreams, reports, strict=True):
+        upstreams = self.pool.upstreams
+        reports = await asyncio.gather(*(self._inspect_one(u) for u in upstreams))
+        for upstream, report in zip(upstreams, reports, strict=True):
             if report.checked:
                 refused = "; ".join(f.line(upstream.url) for f in report.findings) or None
                 if refused and refused != upstream.refused:
@@ -136,7 +149,8 @@ class FleetControl:
 
     async def _inspect_one(self, upstream: Upstream) -> UpstreamReport:
         report = UpstreamReport(upstream.url, upstream.healthy, upstream.inflight,
-                                upstream.weight_version, degraded=upstream.degraded)
+                                upstream.weight_version, degraded=upstream.degraded,
+                                draining=upstream.draining)
         if self.sglang:
             await read_server_info(self.pool.client, report, self.timeout_s)
             if report.weight_version is not None:
@@ -145,7 +159,8 @@ class FleetControl:
 
     def apply(self, state: FleetState) -> None:
         """Take the board's ``state`` unless a newer one was taken: the gate follows it,
-        and a weight version set since the last one goes to every upstream."""
+        a weight version set since the last one goes to every upstream, and the list
+        of upstreams becomes the board's membership."""
         if not state.newer_than(self._state):
             return
         self._state = state
@@ -154,6 +169,58 @@ class FleetControl:
             self._version = state.weight_version
             for upstream in self.pool.upstreams:
                 upstream.weight_version = state.weight_version
+        self.pool.set_members(state.members_of(self._startup),  # a joining server was
+                              weight_version=self.weight_version())  # checked to be on it
+
+    def weight_version(self) -> str | None:
+        """The fleet's weight version: the one last set on the board, else the one
+        every serving upstream last reported (None when they differ or none did)."""
+        if self._state.weight_version is not None:
+            return self._state.weight_version
+        known = {u.weight_version for u in self.pool.upstreams if not u.draining}
+        return known.pop() if len(known) == 1 else None
+
+    async def join(self, url: str) -> tuple[UpstreamReport, bool]:
+        """Add ``url`` to the fleet on every replica, once it passes the preflight
+        and reports the fleet's weight version (``Conflict`` otherwise, naming every
+        reason; ``UpstreamUnavailable`` when it cannot be reached). Returns its report
+        and whether it joined now (False: it was serving already)."""
+        current = self.pool.find(url)
+        if current is not None and not current.draining:
+            return await self._inspect_one(current), False
+        report = UpstreamReport(url, True, 0)
+        if self.sglang:
+            await read_server_info(self.pool.client, report, self.timeout_s)
+        else:
+            report.error = await self.pool.check(url)
+            report.up = report.error is None
+        join_refusal(report, sglang=self.sglang, enforce=self.enforce,
+                     fleet_version=self.weight_version())
+        if report.findings:
+            log.warning("%s (allowed)", "; ".join(f.line(url) for f in report.findings))
+        self.apply(await self.board.set_member(url, True))
+        joined = self.pool.find(url)
+        assert joined is not None  # the board's membership names it now
+        if report.weight_version is not None:
+            joined.weight_version = report.weight_version
+        report.inflight = joined.inflight
+        return report, True
+
+    async def leave(self, url: str) -> Upstream:
+        """Take ``url`` out of the fleet on every replica: it drains (no new request;
+        those it holds finish, or fail over with the same seed) and is then forgotten.
+        ``UpstreamNotFound`` for a server not in the fleet, ``Conflict`` for the last
+        one serving. Returns it, draining (already forgotten when it held nothing)."""
+        upstream = self.pool.find(url)
+        if upstream is None:
+            raise UpstreamNotFound(f"{url} is not one of the fleet's upstreams", param="url")
+        if upstream.draining:
+            return upstream
+        if not any(not u.draining for u in self.pool.upstreams if u is not upstream):
+            raise Conflict(f"{url} is the fleet's last upstream: add another one first",
+                           param="url", code="last_upstream")
+        self.apply(await self.board.set_member(url, False))
+        return upstream
 
     async def refresh(self) -> None:
         """Read the whole board and apply it (``StoreError`` when it cannot be read)."""
@@ -175,12 +242,12 @@ class FleetControl:
     async def pause(self, mode: PauseMode) -> list[dict[str, Any]]:
         """Hold new requests on every replica, then pause every server in ``mode``."""
         self.apply(await self.board.pause(mode))
-        return await self._fan_out("/pause_generation", {"mode": mode})
+        return await self._fan_out("/pause_generation", {"mode": mode}, self.pool.upstreams)
 
     async def resume(self) -> list[dict[str, Any]]:
         """Continue every server, then let held requests go on every replica."""
         try:
-            return await self._fan_out("/continue_generation", {})
+            return await self._fan_out("/continue_generation", {}, self.pool.upstreams)
         finally:
             self.apply(await self.board.resume())
 
@@ -188,9 +255,10 @@ class FleetControl:
         body = {"new_version": version, "abort_all_requests": abort_all}
         if abort_all:
             self.apply(await self.board.abort())
-        results = await self._fan_out("/update_weight_version", body)
+        upstreams = self.pool.upstreams
+        results = await self._fan_out("/update_weight_version", body, upstreams)
         taken = False
-        for upstream, result in zip(self.pool.upstreams, results, strict=True):
+        for upstream, result in zip(upstreams, results, strict=True):
             if result["ok"]:
                 upstream.weight_version = version
                 taken = True
@@ -210,9 +278,10 @@ class FleetControl:
                                     "abort_all_requests": False}
             if load_format is not None:
                 body["load_format"] = load_format
-            loads = await self._fan_out("/update_weights_from_disk", body,
+            upstreams = self.pool.upstreams
+            loads = await self._fan_out("/update_weights_from_disk", body, upstreams,
                                         timeout_s=self.load_timeout_s, answers=True)
-            for upstream, result in zip(self.pool.upstreams, loads, strict=True):
+            for upstream, result in zip(upstreams, loads, strict=True):
                 if result["ok"]:
                     upstream.weight_version = version
             if not all(r["ok"] for r in loads):
@@ -223,14 +292,31 @@ class FleetControl:
                 return WeightSync(False, "continue", resumed)
             return WeightSync(True, "continue", loads)
 
-    async def pass_through(self, path: str, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Send ``bodies[i]`` to upstream ``i`` (all at once: an NCCL transfer needs every
-        server in it together); a ``weight_version`` that every server took is recorded."""
-        results = await self._fan_out(path, bodies, timeout_s=self.load_timeout_s,
+    async def pass_through(self, path: str, body: dict[str, Any], *,
+                           rank_stride: int | None = None) -> list[dict[str, Any]]:
+        """``body`` to ``path`` on every server at once (an NCCL transfer needs every
+        server in it together); with ``rank_stride`` (``init_weights_update_group``),
+        server ``i`` gets ``rank_offset + i * rank_stride``, said in its result
+        (``BadRequest`` when ``world_size`` cannot hold them). A ``weight_version`` that
+        every server took is recorded."""
+        upstreams = self.pool.upstreams
+        bodies = [body] * len(upstreams)
+        if rank_stride is not None:
+            offset, world = int(body["rank_offset"]), int(body["world_size"])
+            if offset + len(upstreams) * rank_stride > world:
+                raise BadRequest(
+                    f"world_size {world} is too small for {len(upstreams)} servers of "
+                    f"{rank_stride} rank(s) from rank_offset {offset}", param="world_size")
+            bodies = [{**body, "rank_offset": offset + i * rank_stride}
+                      for i in range(len(upstreams))]
+        results = await self._fan_out(path, bodies, upstreams, timeout_s=self.load_timeout_s,
                                       answers=True)
-        version = bodies[0].get("weight_version") if bodies else None
+        if rank_stride is not None:
+            for result, sent in zip(results, bodies, strict=True):
+                result["rank_offset"] = sent["rank_offset"]
+        version = body.get("weight_version")
         if isinstance(version, str) and all(r["ok"] for r in results):
-            for upstream in self.pool.upstreams:
+            for upstream in upstreams:
                 upstream.weight_version = version
             await self._record_version(version)
         return results
@@ -240,12 +326,14 @@ class FleetControl:
         self._version = version
         self.apply(await self.board.set_weight_version(version))
 
-    async def _fan_out(self, path: str, body: dict[str, Any] | list[dict[str, Any]], *,
-                       timeout_s: float | None = None, answers: bool = False
-                       ) -> list[dict[str, Any]]:
-        """POST ``body`` (or ``body[i]`` to upstream ``i``) to every upstream; with
-        ``answers``, each result carries the server's JSON answer (None if not JSON)."""
-        bodies = body if isinstance(body, list) else [body] * len(self.pool.upstreams)
+    async def _fan_out(self, path: str, body: dict[str, Any] | list[dict[str, Any]],
+                       upstreams: list[Upstream], *, timeout_s: float | None = None,
+                       answers: bool = False) -> list[dict[str, Any]]:
+        """``body`` (or ``body[i]`` to the ``i``-th) to ``path`` on each of ``upstreams``
+        (draining ones too: they hold requests), one answer each, in order; with
+        ``answers``, each carries the server's JSON answer (None if not JSON), and a 200
+        saying ``success: false`` is a failure."""
+        bodies = body if isinstance(body, list) else [body] * len(upstreams)
 
         async def one(upstream: Upstream, sent: dict[str, Any]) -> dict[str, Any]:
             try:
@@ -271,7 +359,7 @@ class FleetControl:
             return result
 
         return list(await asyncio.gather(
-            *(one(u, b) for u, b in zip(self.pool.upstreams, bodies, strict=True))))
+            *(one(u, b) for u, b in zip(upstreams, bodies, strict=True))))
 
 
 async def read_server_info(

@@ -20,11 +20,22 @@ class FleetState:
     abort_epoch: int = 0
     weight_version: str | None = None
     """The version last set through ``/fleet/weight_version`` (None: never)."""
+    members: tuple[tuple[str, bool], ...] = ()
+    """Upstream URLs added (True) or removed (False) at run time, sorted by URL; they
+    override every replica's ``--upstream`` list (``members_of``)."""
     seq: int = 0
     board: str | None = None
 
     def newer_than(self, other: FleetState) -> bool:
         return self.board != other.board or self.seq > other.seq
+
+    def members_of(self, startup: list[str]) -> list[str]:
+        """The fleet's upstreams: ``startup`` (a replica's ``--upstream`` list) in its
+        order, then those added at run time by URL, less those removed. The same on
+        every replica started with the same list, whatever order changes arrived in."""
+        told = dict(self.members)
+        added = [url for url, active in self.members if active and url not in startup]
+        return [url for url in startup if told.get(url, True)] + added
 
 
 class FleetBoard(Protocol):
@@ -41,6 +52,10 @@ class FleetBoard(Protocol):
         ...
 
     async def set_weight_version(self, version: str) -> FleetState: ...
+
+    async def set_member(self, url: str, active: bool) -> FleetState:
+        """``url`` joins the fleet (``active``) or leaves it, on every replica."""
+        ...
 
     async def stop_session(self, session_id: str) -> None:
         """Tell every follower to stop ``session_id``'s requests in flight."""

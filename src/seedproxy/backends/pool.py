@@ -2,13 +2,15 @@
 
 Routing is rendezvous hashing on the session id, so a session keeps its server (and
 SGLang's prefix cache) while that server is healthy, and adding a server moves only
-the sessions that now rank it first. Requests with no session go to the server with
-the fewest requests in flight (ties taken in turn). A request is retried on the next
-candidate only before any byte of its answer has reached the client: a streamed
-answer's first chunk is read here, before the reply is handed on, so a server that
-accepts a request and dies before its first token is failed over too. The body it
-resends is the same bytes, with the same seed, so deterministic servers give the
-same tokens.
+the sessions that now rank it first (removing one, only the sessions it held). The
+list of servers changes at run time (``set_members``): a server that leaves drains,
+taking no new request, and is forgotten when its last one is done. Requests with no
+session go to the server with the fewest requests in flight (ties taken in turn).
+A request is retried on the next candidate only before any byte of its answer has
+reached the client: a streamed answer's first chunk is read here, before the reply is
+handed on, so a server that accepts a request and dies before its first token is
+failed over too. The body it resends is the same bytes, with the same seed, so
+deterministic servers give the same tokens.
 """
 
 from __future__ import annotations
@@ -59,6 +61,9 @@ class Upstream:
     """Its last ``fails_before_down`` requests all timed out, though it may answer
     ``/health``: ranked after the others, and tried alone (one request at a time,
     when none is in flight) until one is answered."""
+    draining: bool = False
+    """Left the fleet: no new request goes to it, and it is forgotten once the
+    requests it holds are done (``UpstreamPool.set_members``)."""
 
 
 @dataclass(slots=True)
@@ -108,6 +113,8 @@ class UpstreamPool:
         if not urls:
             raise ValueError("at least one upstream URL is required")
         self.upstreams = [Upstream(url.rstrip("/")) for url in urls]
+        """The servers, draining ones included; replaced (never changed in place) by
+        ``set_members``, so a loop over it that awaits still sees one list."""
         self.client = client
         self.max_failover = max_failover
         self.fails_before_down = fails_before_down
@@ -116,19 +123,51 @@ class UpstreamPool:
         self.gate = gate
         self._turn = 0
 
+    def find(self, url: str) -> Upstream | None:
+        return next((u for u in self.upstreams if u.url == url), None)
+
+    def set_members(self, urls: list[str], *, weight_version: str | None) -> None:
+        """Make ``urls`` the fleet: a new one joins (at ``weight_version``, the fleet's),
+        a draining one that is named again takes requests again, and one not named
+        drains (forgotten at once when it holds none)."""
+        wanted = set(urls)
+        kept: list[Upstream] = []
+        for upstream in self.upstreams:
+            if upstream.url in wanted:
+                upstream.draining = False
+            elif not upstream.draining:
+                upstream.draining = True
+                log.info("upstream %s is draining (%d in flight)", upstream.url,
+                         upstream.inflight)
+            if upstream.inflight or not upstream.draining:
+                kept.append(upstream)
+        known = {u.url for u in kept}
+        for url in urls:
+            if url not in known:
+                kept.append(Upstream(url, weight_version=weight_version))
+                log.info("upstream %s joined the fleet", url)
+        self.upstreams = kept
+
+    def _settle(self, upstream: Upstream) -> None:
+        """After one of ``upstream``'s requests is done: forget it if it drained."""
+        if upstream.draining and not upstream.inflight:
+            self.upstreams = [u for u in self.upstreams if u is not upstream]
+            log.info("upstream %s drained and left the fleet", upstream.url)
+
     def candidates(self, key: str | None) -> list[Upstream]:
-        """Servers to try, in order: healthy ones first, then the rest."""
-        if len(self.upstreams) == 1:  # no ranking to do (nor hashing)
-            return [u for u in self.upstreams if u.refused is None]
+        """Servers to try, in order: healthy ones first, then the rest; never one
+        refused by the preflight or draining."""
+        serving = [u for u in self.upstreams if u.refused is None and not u.draining]
+        if len(serving) <= 1:  # no ranking to do (nor hashing)
+            return serving
         if key is None:
-            count = len(self.upstreams)
-            turn = self._turn
+            count = len(serving)
+            turn = self._turn % count
             self._turn = (turn + 1) % count
-            order = {id(u): (i - turn) % count for i, u in enumerate(self.upstreams)}
-            ranked = sorted(self.upstreams, key=lambda u: (u.inflight, order[id(u)]))
+            order = {id(u): (i - turn) % count for i, u in enumerate(serving)}
+            ranked = sorted(serving, key=lambda u: (u.inflight, order[id(u)]))
         else:
-            ranked = rendezvous_order(key, self.upstreams, lambda u: u.url)
-        ranked = [u for u in ranked if u.refused is None]
+            ranked = rendezvous_order(key, serving, lambda u: u.url)
         return sorted(ranked, key=_standing)  # stable: the ranking within each standing
 
     async def send(
@@ -160,6 +199,8 @@ class UpstreamPool:
         rid = request.body.get("rid")
         rid = rid if isinstance(rid, str) else None
         for attempt, upstream in enumerate(tried):
+            if upstream.draining:  # left the fleet while an earlier one was tried
+                continue
             started = time.perf_counter()
             final = attempt == len(tried) - 1
             if dispatch is not None:
@@ -214,7 +255,8 @@ class UpstreamPool:
         error, a cancellation) the answer is closed and the count released here."""
         upstream.inflight += 1
         version = upstream.weight_version
-        release = Release(upstream, lambda: self._failed(upstream))
+        release = Release(upstream, lambda: self._failed(upstream),
+                          done=lambda: self._settle(upstream))
         response: httpx.Response | None = None
         try:
             if isinstance(self.client, LeanClient):
@@ -276,8 +318,14 @@ class UpstreamPool:
     async def probe(self) -> dict[str, str | None]:
         """Check every server's /health once; mark it up or down. Returns, per URL,
         None for a server that is up, else why it is not."""
-        reasons = await asyncio.gather(*(self._probe_one(u) for u in self.upstreams))
-        return {u.url: reason for u, reason in zip(self.upstreams, reasons, strict=True)}
+        upstreams = self.upstreams
+        reasons = await asyncio.gather(*(self._probe_one(u) for u in upstreams))
+        return {u.url: reason for u, reason in zip(upstreams, reasons, strict=True)}
+
+    async def check(self, url: str) -> str | None:
+        """Probe ``url``'s /health as ``probe`` does, for a server not in the fleet:
+        None when it is up, else why not."""
+        return await self._probe_one(Upstream(url))
 
     async def _probe_one(self, upstream: Upstream) -> str | None:
         try:
@@ -295,10 +343,13 @@ class UpstreamPool:
         return reason
 
     async def probe_forever(self, interval_s: float) -> None:
-        """Probe every ``interval_s`` until cancelled; a probe's own bug is logged,
+        """Probe every ``interval_s`` until cancelled, while there are two servers or
+        more (a lone server takes every request anyway); a probe's own bug is logged,
         never allowed to end the loop (a dead loop would keep servers down for good)."""
         while True:
             await asyncio.sleep(interval_s)
+            if len(self.upstreams) < 2:
+                continue
             try:
                 await self.probe()
             except Exception:

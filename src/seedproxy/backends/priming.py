@@ -18,11 +18,13 @@ class Counted(Protocol):
 
 class Release:
     """Ends one attempt's ``inflight`` count exactly once; a broken stream is
-    reported to ``on_broken``."""
+    reported to ``on_broken``, and ``done`` is called after the count went down."""
 
-    def __init__(self, upstream: Counted, on_broken: Callable[[], None]) -> None:
+    def __init__(self, upstream: Counted, on_broken: Callable[[], None], *,
+                 done: Callable[[], None] | None = None) -> None:
         self._upstream = upstream
         self._on_broken = on_broken
+        self._on_done = done
         self._done = False
 
     def __call__(self, *, broken: bool) -> None:
@@ -32,6 +34,8 @@ class Release:
         self._upstream.inflight -= 1
         if broken:
             self._on_broken()
+        if self._on_done is not None:
+            self._on_done()
 
 
 async def prime(response: httpx.Response, release: Release) -> None:

@@ -1,5 +1,6 @@
 """The fleet board on the Redis store: one hash, ``{p}fleet``, and a pub/sub channel of
-the same name, on the store's connection and under its key prefix.
+the same name, on the store's connection and under its key prefix. Membership changes
+are fields of the same hash (``member:<url>``), so they travel with every state.
 
 Invariants:
 - Every write is one Lua script (the store's deadline guard included): it changes the
@@ -34,6 +35,8 @@ __all__ = ["RedisBoard"]
 
 log = logging.getLogger("seedproxy.fleet")
 
+_MEMBER = "member:"
+"""Hash fields ``member:<url>``: 1 for an upstream added at run time, 0 removed."""
 _MIN_BACKOFF_S = 0.1
 _MAX_BACKOFF_S = 5.0
 
@@ -50,6 +53,10 @@ elseif op == 'abort' then
   redis.call('HINCRBY', KEYS[1], 'epoch', 1)
 elseif op == 'version' then
   redis.call('HSET', KEYS[1], 'version', ARGV[3])
+elseif op == 'join' then
+  redis.call('HSET', KEYS[1], 'member:' .. ARGV[3], '1')
+elseif op == 'leave' then
+  redis.call('HSET', KEYS[1], 'member:' .. ARGV[3], '0')
 else
   return redis.error_reply('unknown fleet board operation ' .. op)
 end
@@ -94,6 +101,9 @@ class RedisBoard:
 
     async def set_weight_version(self, version: str) -> FleetState:
         return await self._op("version", version)
+
+    async def set_member(self, url: str, active: bool) -> FleetState:
+        return await self._op("join" if active else "leave", url)
 
     async def stop_session(self, session_id: str) -> None:
         await self._store.run(self._store.client.publish(self._stops, session_id))
@@ -167,11 +177,19 @@ def _state(fields: dict[str, str]) -> FleetState:
         epoch, seq
     ) < 0:
         raise StoreError(f"the fleet board holds a state seedproxy did not write: {fields!r}"[:300])
+    members = tuple(sorted(
+        (name.removeprefix(_MEMBER), value == "1")
+        for name, value in fields.items() if name.startswith(_MEMBER)
+    ))
+    if any(fields[_MEMBER + url] not in ("0", "1") for url, _ in members):
+        raise StoreError(
+            f"the fleet board holds a member seedproxy did not write: {fields!r}"[:300])
     return FleetState(
         paused=paused == "1",
         mode=mode,
         abort_epoch=epoch,
         weight_version=fields.get("version"),
+        members=members,
         seq=seq,
         board=fields.get("board"),
     )

@@ -130,8 +130,7 @@ def create_app(
         if fleet.sglang:
             await fleet.inspect()
             tasks.append(asyncio.create_task(fleet.inspect_forever(settings.health_interval_s)))
-        if len(pool.upstreams) > 1:
-            tasks.append(asyncio.create_task(pool.probe_forever(settings.health_interval_s)))
+        tasks.append(asyncio.create_task(pool.probe_forever(settings.health_interval_s)))
         if settings.session_ttl_s is not None:
             tasks.append(asyncio.create_task(Evictor(store, settings.session_ttl_s).run()))
         try:

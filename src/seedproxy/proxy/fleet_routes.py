@@ -1,11 +1,14 @@
-"""Admin routes of the fleet's control plane: state, pause, continue, weight version,
-and replay verification of a session.
+"""Admin routes of the fleet's control plane: state, membership, pause, continue,
+weight version, and replay verification of a session.
 
 Every route needs the admin key (when one is set). Each answer names every upstream
 with what it said, so a server that did not take a change is never hidden. ``paused``
 and ``mode`` are the fleet's, the same on every replica of one Redis store (told
 through any of them); ``waiting`` counts the requests held at this replica.
-Verification runs one per upstream at a time (429 beyond, ``replay.Verifier``), and
+``POST /fleet/upstreams`` adds a server once it passes the preflight and reports the
+fleet's weight version (409 naming every reason otherwise); ``DELETE /fleet/upstreams``
+drains one (it is listed ``draining`` until its requests are done). Both change every
+replica's list. Verification runs one per upstream at a time (429 beyond, ``replay.Verifier``), and
 stops when its client leaves.
 """
 
@@ -14,14 +17,17 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
 
 from ..backends.fleet import FleetControl
+from ..errors import BadRequest
 from ..pipeline.departure import stop_when_client_leaves
 from ..pipeline.request import documented, read_model
 from ..sessions.ids import check_id
+from ..settings import MAX_URL_LENGTH, check_upstream_url
 from .access import Access
 from .replay import Verifier
-from .schemas import FleetPause, FleetWeightVersion
+from .schemas import FleetPause, FleetUpstream, FleetWeightVersion
 
 __all__ = ["fleet_router"]
 
@@ -43,6 +49,29 @@ def fleet_router(
     async def fleet_state(request: Request) -> dict[str, Any]:
         await access.require_admin(request)
         return state([report.to_dict() for report in await fleet.inspect()])
+
+    @router.post("/fleet/upstreams", openapi_extra=documented(FleetUpstream))
+    async def join(request: Request) -> JSONResponse:
+        """201 with the server's report when it joined, 200 when it served already."""
+        await access.require_admin(request)
+        body = await read_model(request, FleetUpstream, max_body_bytes)
+        report, joined = await fleet.join(upstream_url(body.url))
+        return JSONResponse(report.to_dict(), status_code=201 if joined else 200)
+
+    @router.delete("/fleet/upstreams", openapi_extra={"parameters": [{
+        "name": "url", "in": "query", "required": True,
+        "schema": {"type": "string", "minLength": 1, "maxLength": MAX_URL_LENGTH}}]})
+    async def leave(request: Request) -> dict[str, Any]:
+        """``?url=URL``: the server drains; ``state`` is ``draining`` while it holds
+        requests, then ``removed``."""
+        await access.require_admin(request)
+        urls = request.query_params.getlist("url")
+        if len(urls) != 1:
+            raise BadRequest("name one server: ?url=URL (its root URL)", param="url")
+        upstream = await fleet.leave(upstream_url(urls[0]))
+        gone = fleet.pool.find(upstream.url) is not upstream
+        return {"url": upstream.url, "state": "removed" if gone else "draining",
+                "inflight": upstream.inflight}
 
     @router.post("/fleet/pause", openapi_extra=documented(FleetPause))
     async def pause(request: Request) -> dict[str, Any]:
@@ -71,3 +100,11 @@ def fleet_router(
         return await stop_when_client_leaves(verifier.verify(session_id), request.receive)
 
     return router
+
+
+def upstream_url(url: str) -> str:
+    """``url`` checked as ``--upstream`` is (400 naming the problem)."""
+    try:
+        return check_upstream_url(url)
+    except ValueError as exc:
+        raise BadRequest(str(exc), param="url") from None

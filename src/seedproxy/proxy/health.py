@@ -1,7 +1,7 @@
 """Readiness, apart from liveness: ``/healthz`` says the proxy runs, ``/readyz`` says
 whether it can serve: some upstream answers and is not degraded (its recent requests
-all timed out), and the session store answers (200), or not (503, with each one's
-reason)."""
+all timed out) nor draining (it left the fleet), and the session store answers (200),
+or not (503, with each one's reason)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ __all__ = ["readiness_router", "warn_if_no_upstream"]
 log = logging.getLogger("seedproxy")
 
 _DEGRADED = "degraded: its recent requests all timed out"
+_DRAINING = "draining: it left the fleet"
 
 
 def readiness_router(pool: UpstreamPool, store: SessionStore) -> APIRouter:
@@ -28,11 +29,13 @@ def readiness_router(pool: UpstreamPool, store: SessionStore) -> APIRouter:
     async def readyz() -> JSONResponse:
         """Probe every upstream's ``/health`` and the store (one O(1) read) now; open
         even with an admin key."""
+        probed = pool.upstreams  # the list probed, whatever joins or leaves meanwhile
         reasons = await pool.probe()
         upstreams = [
             {"url": u.url, "up": reasons[u.url] is None, "degraded": u.degraded,
-             "reason": reasons[u.url] or (_DEGRADED if u.degraded else None)}
-            for u in pool.upstreams
+             "reason": reasons[u.url] or (_DEGRADED if u.degraded else None)
+             or (_DRAINING if u.draining else None)}
+            for u in probed
         ]
         try:
             await store.count_open()

@@ -43,8 +43,13 @@ class Verifier:
         self.backend = backend
         self.pool = pool
         self.tito = tito
-        self.limit = limit if limit is not None else len(pool.upstreams)
+        self._limit = limit
         self._running = 0
+
+    @property
+    def limit(self) -> int:
+        """Verifications at a time: as given, else one per upstream (as many as now)."""
+        return self._limit if self._limit is not None else len(self.pool.upstreams)
 
     async def verify(self, session_id: str) -> dict[str, Any]:
         """Return ``{session_id, ok, checked, skipped, first_divergence}``;

@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
 
+from ..settings import MAX_URL_LENGTH
+
 __all__ = [
     "AckRequest",
     "CreateSessions",
@@ -14,6 +16,7 @@ __all__ = [
     "ExportRequest",
     "FleetPause",
     "FleetUpdateWeights",
+    "FleetUpstream",
     "FleetWeightVersion",
     "ForkFrom",
     "InitWeightsUpdateGroup",
@@ -67,6 +70,12 @@ class AckRequest(_Body):
 
 class FleetPause(_Body):
     mode: Literal["abort", "in_place", "retract"] = "abort"
+
+
+class FleetUpstream(_Body):
+    url: StrictStr = Field(min_length=1, max_length=MAX_URL_LENGTH)
+    """A server's root URL, as ``--upstream`` takes it (checked by
+    ``settings.check_upstream_url``)."""
 
 
 class FleetWeightVersion(_Body):

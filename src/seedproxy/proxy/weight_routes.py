@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from ..backends.fleet import FleetControl
-from ..errors import BadRequest, UpstreamError
+from ..errors import UpstreamError
 from ..pipeline.request import documented, read_model
 from .access import Access
 from .schemas import (
@@ -67,8 +67,7 @@ def weight_router(fleet: FleetControl, access: Access, *, max_body_bytes: int) -
         async def route(request: Request) -> JSONResponse:
             await access.require_admin(request)
             body = (await read_model(request, model, max_body_bytes)).model_dump()
-            sent = [body] * len(fleet.pool.upstreams)
-            return answer(path.lstrip("/"), *_results(await fleet.pass_through(path, sent)))
+            return answer(path.lstrip("/"), *_results(await fleet.pass_through(path, body)))
 
     same_to_all("/update_weights_from_distributed", UpdateWeightsFromDistributed)
     same_to_all("/update_weights_from_tensor", UpdateWeightsFromTensor)
@@ -79,18 +78,9 @@ def weight_router(fleet: FleetControl, access: Access, *, max_body_bytes: int) -
     async def init_group(request: Request) -> JSONResponse:
         await access.require_admin(request)
         body = await read_model(request, InitWeightsUpdateGroup, max_body_bytes)
-        count = len(fleet.pool.upstreams)
-        if body.rank_offset + count * body.rank_stride > body.world_size:
-            raise BadRequest(
-                f"world_size {body.world_size} is too small for {count} servers of "
-                f"{body.rank_stride} rank(s) from rank_offset {body.rank_offset}",
-                param="world_size")
-        fields = body.model_dump(exclude={"rank_stride"})
-        sent = [{**fields, "rank_offset": body.rank_offset + i * body.rank_stride}
-                for i in range(count)]
-        results = await fleet.pass_through("/init_weights_update_group", sent)
-        for result, one in zip(results, sent, strict=True):
-            result["rank_offset"] = one["rank_offset"]
+        results = await fleet.pass_through("/init_weights_update_group",
+                                           body.model_dump(exclude={"rank_stride"}),
+                                           rank_stride=body.rank_stride)
         return answer("init_weights_update_group", *_results(results))
 
     return router
