@@ -1,7 +1,8 @@
 """The record fields that may differ between two runs of the same rollout (the
 contract: "``created`` and timestamps are the only clock fields"; the session id names
 the physical session, and ``group_id`` its default group, named after it;
-``latency_ms`` is a clock reading). Everything else, answer ids
+``latency_ms`` is a clock reading; ``store_epoch`` names the store, which a replay
+may not share). Everything else, answer ids
 included, must be equal."""
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from typing import Any
 __all__ = ["MAY_DIFFER", "strip_documented"]
 
 MAY_DIFFER = frozenset(
-    {"session_id", "group_id", "latency_ms", "created", "created_at", "timestamp"}
+    {"session_id", "group_id", "latency_ms", "created", "created_at", "timestamp",
+     "store_epoch"}
 )
 
 

@@ -10,6 +10,7 @@ keeps each interaction in the older whole-JSON form for comparison.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -185,7 +186,7 @@ def _legacy_store(path: Path, legacy: dict[str, bytes], record: Any) -> SessionS
     db.commit()
     db.close()
     store = open_store(f"sqlite:///{path}")
-    asyncio.run(store.create(record))
+    asyncio.run(store.create(dataclasses.replace(record)))  # ``record`` keeps its epoch
     return store
 
 

@@ -397,7 +397,33 @@ async def test_redis_reward_and_export_marks_are_one_script_each(redis_url: str)
         await store.close()
 
 
+async def seat(store: SessionStore, session_id: str, digest: bytes, key: str | None, *,
+               retry: bool = False) -> tuple[str, int | None]:
+    slot = await store.allocate(session_id, digest=digest, retry=retry, pinned=None,
+                                content_key=key)
+    return slot.interaction_id, slot.occurrence
+
+
 async def test_occurrences_count_per_key_and_come_back_for_the_same_interaction(
+    store: SessionStore,
+) -> None:
+    await store.create(rec("s"))
+    assert [await seat(store, "s", b"d%d" % n, "k1") for n in range(3)] == [
+        ("i0", 0), ("i1", 1), ("i2", 2)]
+    assert await seat(store, "s", b"d3", "k2") == ("i3", 0)
+    assert await seat(store, "s", b"d1", "k1", retry=True) == ("i1", 1)  # its number back
+    assert await seat(store, "s", b"d4", "k1") == ("i4", 3)
+    assert await seat(store, "s", b"d5", None) == ("i5", None)  # arrival mode: no number
+    await store.create(rec("t"))
+    assert await seat(store, "t", b"d0", "k1") == ("i0", 0)  # per session
+    with pytest.raises(SessionNotFound):
+        await seat(store, "nope", b"d0", "k1")
+    assert await store.delete("s")
+    await store.create(rec("s"))
+    assert await seat(store, "s", b"d0", "k1") == ("i0", 0)  # forgotten with the session
+
+
+async def test_occurrence_numbers_any_key_apart_from_allocate(
     store: SessionStore,
 ) -> None:
     await store.create(rec("s"))
@@ -417,10 +443,11 @@ async def test_occurrences_count_per_key_and_come_back_for_the_same_interaction(
 async def test_concurrent_occurrences_of_one_key_are_distinct(opener: Opener) -> None:
     handles = [opener() for _ in range(4)]
     await handles[0].create(rec("s"))
-    numbers = await asyncio.gather(*(
-        handles[n % 4].occurrence("s", "k", f"i{n}") for n in range(40)
+    seats = await asyncio.gather(*(
+        seat(handles[n % 4], "s", b"d%d" % n, "k") for n in range(40)
     ))
-    assert sorted(numbers) == list(range(40))
+    assert sorted(number for _, number in seats) == list(range(40))
+    assert len({interaction for interaction, _ in seats}) == 40
     for handle in {id(h): h for h in handles}.values():
         await handle.close()
 
@@ -437,3 +464,36 @@ async def test_the_index_mode_is_kept_with_the_session(opener: Opener) -> None:
     assert plain is not None and plain.index_by == "arrival"
     for h in {id(handle): handle, id(again): again}.values():
         await h.close()
+
+
+async def test_records_carry_the_store_epoch_kept_by_every_handle(opener: Opener) -> None:
+    """One epoch per store, the same on every handle (a restarted proxy, a replica)."""
+    first = opener()
+    a, b = rec("a"), rec("b")
+    await first.create(a)
+    again = opener()
+    await again.create(b)
+    assert a.store_epoch is not None and len(a.store_epoch) == 16
+    assert b.store_epoch == a.store_epoch
+    got = await again.get("a")
+    assert got is not None and got.store_epoch == a.store_epoch
+    listed = await first.list()
+    assert [r.store_epoch for r in listed] == [a.store_epoch] * 2
+    for handle in {id(first): first, id(again): again}.values():
+        await handle.close()
+
+
+async def test_a_new_store_has_a_new_epoch_and_the_same_indices(tmp_path: Path) -> None:
+    """A new SQLite file (or memory store) starts indices again at 0 under a new epoch."""
+    epochs, indices = [], []
+    for url in (f"sqlite:///{tmp_path / 'one.db'}", f"sqlite:///{tmp_path / 'two.db'}",
+                "memory://", "memory://"):
+        store = open_store(url)
+        record = rec("s")
+        await store.create(record)
+        slot = await store.allocate("s", digest=b"d", retry=False, pinned=None)
+        epochs.append(record.store_epoch)
+        indices.append(slot.index)
+        await store.close()
+    assert indices == [0, 0, 0, 0]
+    assert len(set(epochs)) == 4

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-__all__ = ["chromium_driver", "screenshot"]
+__all__ = ["chromium_driver", "screenshot", "wait"]
 
 FLAGS = (
     "--headless=new",
@@ -59,3 +61,19 @@ def screenshot(driver, name: str, fallback: Path) -> None:  # type: ignore[no-un
     folder = Path(os.environ.get("SEEDPROXY_UI_SCREENSHOTS") or fallback)
     folder.mkdir(parents=True, exist_ok=True)
     driver.save_screenshot(str(folder / name))
+
+
+def wait(driver: Any, condition: Callable[[Any], Any]) -> Any:
+    """Wait for ``condition``; on timeout, fail with what the page shows instead."""
+    from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    try:
+        return WebDriverWait(
+            driver, 30, ignored_exceptions=(StaleElementReferenceException,)
+        ).until(condition)
+    except TimeoutException:
+        shown = driver.find_element(By.TAG_NAME, "body").text
+        logs = driver.get_log("browser")
+        raise AssertionError(f"page shows: {shown[:2000]!r}; console: {logs}") from None

@@ -17,37 +17,13 @@ from tests.conftest import Fake
 from tests.helpers.fake_sglang import BYTE_BASE, Switches, create_fake_sglang, detok
 from tests.helpers.servers import ServerThread
 from tests.helpers.waiting import wait_until
-from tests.ui.browser import chromium_driver, screenshot
+from tests.ui.browser import screenshot, wait
 
 pytest.importorskip("selenium")
-from selenium.common.exceptions import (  # noqa: E402
-    StaleElementReferenceException,
-    TimeoutException,
-)
 from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 ADMIN = "admin-secret-key"
 XSS = "<script>window.__pwned = 1</script><img src=x onerror=\"window.__pwned = 2\">"
-
-
-@pytest.fixture(scope="module")
-def driver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    browser = chromium_driver(tmp_path_factory.mktemp("chromium-profile"))
-    yield browser
-    browser.quit()
-
-
-def wait(driver: Any, condition: Callable[[Any], Any]) -> Any:
-    """Wait for ``condition``; on timeout, fail with what the page shows instead."""
-    try:
-        return WebDriverWait(
-            driver, 30, ignored_exceptions=(StaleElementReferenceException,)
-        ).until(condition)
-    except TimeoutException:
-        shown = driver.find_element(By.TAG_NAME, "body").text
-        logs = driver.get_log("browser")
-        raise AssertionError(f"page shows: {shown[:2000]!r}; console: {logs}") from None
 
 
 def rollout(
@@ -159,7 +135,7 @@ def test_a_session_page_shows_one_token_span_per_recorded_completion_id(
     # the drift where the export reports it.
     concat = httpx.get(f"{proxy}/sessions/{session}/trajectory?style=concat").json()
     drift = concat["concat_error"]
-    shown = driver.find_element(By.ID, "drift").text
+    shown = wait(driver, lambda d: d.find_elements(By.ID, "drift"))[0].text  # loads when seen
     assert f"drift at turn {drift['turn']} " in shown and f"position {drift['position']}" in shown
     screenshot(driver, "ui-session.png", tmp_path)
 
@@ -306,7 +282,7 @@ def test_an_emoji_over_byte_tokens_shows_as_one_glyph(
         assert [len(g) for g in covered if len(g) > 1] == [4, 4, 4]
         wave = spans[3].get_attribute("title")
         assert all(f"id {i}" in wave for i in covered[3])
-        concat = driver.find_element(By.ID, "concat").find_elements(By.CSS_SELECTOR, ".tok.gen")
+        concat = wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#concat .tok.gen"))
         assert "".join(s.get_attribute("textContent") for s in concat) == EMOJI_REPLY
 
 

@@ -87,6 +87,9 @@ class Trajectory:
     loss_mask: list[int] | None = None
     logprobs: list[float] | None = None
     concat_error: ConcatError | None = None
+    store_epoch: str | None = None
+    """The epoch of the store that recorded it: a store started again from nothing (a
+    new SQLite file) has a new one, and its indices and seeds start again at 0."""
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -104,10 +107,11 @@ class Trajectory:
             loss_mask=data.get("loss_mask"),
             logprobs=data.get("logprobs"),
             concat_error=ConcatError(**error) if error else None,
+            store_epoch=data.get("store_epoch"),
             raw=data,
         )
 
     def to_json(self) -> bytes:
         """The record as the proxy sent it, keys sorted: the same bytes on every rerun
-        of a deterministic rollout (timings aside)."""
+        of a deterministic rollout in one store (timings aside)."""
         return orjson.dumps(self.raw, option=orjson.OPT_SORT_KEYS)

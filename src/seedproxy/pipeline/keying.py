@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..seeds import content_key
-from ..sessions import SessionRecord, SessionStore, Slot
+from ..sessions import SessionRecord, Slot
 from .request import ClientRequest
 
-__all__ = ["ContentSeat", "content_seat"]
+__all__ = ["ContentSeat", "content_seat", "seat_key"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,13 +32,16 @@ class ContentSeat:
         return f"c{self.key[:16]}.{self.occurrence}"
 
 
-async def content_seat(
-    store: SessionStore, session: SessionRecord, client: ClientRequest, slot: Slot,
-    pinned: int | None,
-) -> ContentSeat | None:
-    """The seat of a request in a content-keyed session; None in arrival mode or when
+def seat_key(session: SessionRecord, client: ClientRequest, pinned: int | None) -> str | None:
+    """The content key a request is seated by; None in arrival mode or when
     ``X-Request-Index`` pins the request."""
     if session.index_by != "content" or pinned is not None:
         return None
-    key = content_key(client.endpoint.value, client.body)
-    return ContentSeat(key, await store.occurrence(session.session_id, key, slot.interaction_id))
+    return content_key(client.endpoint.value, client.body)
+
+
+def content_seat(key: str | None, slot: Slot) -> ContentSeat | None:
+    """The seat ``slot`` took for ``key`` (the store numbers it with the index)."""
+    if key is None or slot.occurrence is None:
+        return None
+    return ContentSeat(key, slot.occurrence)

@@ -11,7 +11,7 @@ from ..errors import BadRequest
 from ..seeds import choice_seeds, client_choice_seeds, content_seeds
 from ..sessions import NewSession, SessionRecord
 from .exchange import Exchange
-from .keying import content_seat
+from .keying import content_seat, seat_key
 from .request import ClientRequest, request_digest
 from .services import Services
 
@@ -43,8 +43,10 @@ async def seat(services: Services, client: ClientRequest,
         session = await services.sessions.get_or_create(session.session_id)
     store = services.sessions.store
     digest = request_digest(client.endpoint, client.raw)
-    slot = await store.allocate(session.session_id, digest=digest, retry=retry, pinned=pinned)
-    position = await content_seat(store, session, client, slot, pinned)
+    key = seat_key(session, client, pinned)
+    slot = await store.allocate(session.session_id, digest=digest, retry=retry, pinned=pinned,
+                                content_key=key)  # index and occurrence: one atomic step
+    position = content_seat(key, slot)
     if not deterministic:
         seeds = [client.seed] if client.seed is not None else []
     elif client.seed is not None and client.n > 1:

@@ -97,6 +97,7 @@ def admin_router(
             "reward": record.reward,
             "metadata": record.metadata,
             "replays": record.replays,
+            "store_epoch": record.store_epoch,
         }
 
     @router.get("/sessions")

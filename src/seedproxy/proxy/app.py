@@ -172,7 +172,8 @@ def create_app(
     ))
     app.include_router(weight_router(fleet, access, max_body_bytes=settings.max_body_bytes))
     app.include_router(
-        ui_router(access, pool, TokenDecoder(client), max_body_bytes=settings.max_body_bytes)
+        ui_router(access, pool, TokenDecoder(client), store,
+                  max_body_bytes=settings.max_body_bytes)
     )
 
     @app.get("/healthz")

@@ -25,8 +25,8 @@ from ..errors import StoreError
 from .interaction import ChoiceRecord, Interaction
 from .routing import RoutedExperts
 
-__all__ = ["MESSAGE_FIELDS", "Link", "Sent", "Stored", "decode", "encode", "repeats",
-           "resolve", "sent_of", "with_reward"]
+__all__ = ["MESSAGE_FIELDS", "Link", "Sent", "Stored", "conversation", "decode", "encode",
+           "repeats", "resolve", "sent_of", "with_reward"]
 
 _MAGIC = b"\x00SP2"
 _HEAD = struct.Struct("<4sI")
@@ -71,7 +71,8 @@ def _digest(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
-def _messages(request: Any) -> tuple[str, list[Any]] | None:
+def conversation(request: Any) -> tuple[str, list[Any]] | None:
+    """The request's growing message list and its field (``MESSAGE_FIELDS``), or None."""
     if not isinstance(request, dict):
         return None
     for name in MESSAGE_FIELDS:
@@ -84,7 +85,7 @@ def _messages(request: Any) -> tuple[str, list[Any]] | None:
 def sent_of(request: Any) -> tuple[Sent, bytes] | None:
     """The request's ``Sent`` and its messages serialised; None without a message list
     (or one orjson cannot write)."""
-    found = _messages(request)
+    found = conversation(request)
     if found is None:
         return None
     name, messages = found

@@ -23,11 +23,12 @@ from typing import Any, Literal
 
 from .branches import branch_of, branch_records, compaction_chain, is_tito
 from .concat import concat_record
+from .interaction import Interaction
 from .record import SessionRecord
 from .store.base import SessionStore, View
 from .store.changes import Watch
 
-__all__ = ["Style", "lease_batch", "new_batch_id", "trajectory"]
+__all__ = ["Style", "lease_batch", "new_batch_id", "ordered_interactions", "trajectory"]
 
 Style = Literal["individual", "concat"]
 
@@ -169,27 +170,36 @@ async def _walk(
         after = (last.ended_seq or 0) if view == "ready" else last.created_seq
 
 
+async def ordered_interactions(
+    store: SessionStore, record: SessionRecord
+) -> list[Interaction]:
+    """The session's interactions in the trajectory's order: by request index; in a
+    content-keyed session by (content key, occurrence), which arrival cannot change
+    (interactions pinned by ``X-Request-Index`` have no key and come first, by index)."""
+    interactions = await store.interactions(record.session_id)
+    if record.index_by == "content":
+        interactions.sort(key=lambda i: (i.content_key is not None, i.content_key or "",
+                                         i.occurrence or 0, i.request_index))
+    return interactions
+
+
 async def trajectory(
     store: SessionStore, record: SessionRecord, style: Style = "individual"
 ) -> dict[str, Any]:
-    """The contract's trajectory object, interactions ordered by request index; in a
-    content-keyed session by (content key, occurrence), which arrival cannot change
-    (interactions pinned by ``X-Request-Index`` have no key and come first, by index).
+    """The contract's trajectory object, interactions in ``ordered_interactions``' order.
 
     ``individual``: one record per interaction under ``interactions``. ``concat``:
     one token sequence (see ``concat.py``); when it cannot be built the
     per-interaction records come along so nothing is lost.
     """
-    interactions = await store.interactions(record.session_id)
-    if record.index_by == "content":
-        interactions.sort(key=lambda i: (i.content_key is not None, i.content_key or "",
-                                         i.occurrence or 0, i.request_index))
+    interactions = await ordered_interactions(store, record)
     head: dict[str, Any] = {
         "session_id": record.session_id,
         "identity": record.identity,
         "group_id": record.group_id,
         "reward": record.reward,
         "metadata": record.metadata,
+        "store_epoch": record.store_epoch,
     }
     if style == "individual":
         shown = [i.to_dict() for i in interactions]

@@ -1,4 +1,8 @@
-"""Session lifecycle on top of a store: naming, groups, keys and the open-session cap."""
+"""Session lifecycle on top of a store: naming, groups, keys and the open-session cap.
+
+The cap is checked by the store in the same atomic step as each create, so sessions
+created at once (tasks, processes, replicas) never exceed it; a group reserves room for
+its members still to come, and one refused part-way deletes the members it made."""
 
 from __future__ import annotations
 
@@ -65,9 +69,8 @@ class SessionManager:
         record = await self.store.get(session_id)
         if record is not None:
             return record
-        await self._check_capacity()
         fresh = SessionRecord(session_id, session_id, _new_key(), index_by=self._default_index_by)
-        if not await self.store.create(fresh):  # another request created it first
+        if not await self.store.create(fresh, max_open=self._max_open):  # created first elsewhere
             return await self.require(session_id)
         return fresh
 
@@ -107,7 +110,6 @@ class SessionManager:
         if identity is not None:  # suffixed (``:{i}``, ``-{n}``) unless session_id names it
             room = MAX_ID_BYTES if session_id is not None else MAX_IDENTITY_BYTES
             check_id(identity, param="identity", max_bytes=room)
-        await self._check_capacity(group_size)
         base = identity or session_id or secrets.token_hex(6)
         identities = [base] if group_size == 1 else [f"{base}:{i}" for i in range(group_size)]
         extra = dict(metadata or {})
@@ -115,37 +117,41 @@ class SessionManager:
         if session_id is not None:
             record = SessionRecord(session_id, base, _new_key(), session_id, extra, seed=seed,
                                    index_by=mode, replays=replays)
-            if not await self.store.create(record):
+            if not await self.store.create(record, max_open=self._max_open):
                 raise BadRequest(f"session {session_id!r} already exists", param="session_id")
             return SessionGroup(session_id, [record])
         # The first member's suffix names the group, so a rerun gets a new group id.
         first = SessionRecord(identities[0], identities[0], _new_key(), None, extra, seed=seed,
                               index_by=mode, replays=replays)
-        suffix = await self._create_with_suffix(first, lambda n: _suffixed(base, n))
+        suffix = await self._create_with_suffix(first, lambda n: _suffixed(base, n),
+                                                reserve=group_size)
         created = [first]
-        for ident in identities[1:]:
-            record = SessionRecord(ident, ident, _new_key(), first.group_id, dict(extra), seed=seed,
-                                   index_by=mode, replays=dict(replays) if replays else None)
-            await self._create_with_suffix(record, lambda _n: first.group_id, start=suffix)
-            created.append(record)
+        try:
+            for ident in identities[1:]:
+                record = SessionRecord(ident, ident, _new_key(), first.group_id, dict(extra),
+                                       seed=seed, index_by=mode,
+                                       replays=dict(replays) if replays else None)
+                await self._create_with_suffix(record, lambda _n: first.group_id, start=suffix,
+                                               reserve=group_size - len(created))
+                created.append(record)
+        except (OverCapacity, BadRequest):  # the group fits whole or not at all
+            for made in created:
+                await self.store.delete(made.session_id)
+            raise
         return SessionGroup(first.group_id or base, created)
 
     async def _create_with_suffix(
-        self, record: SessionRecord, group_for: Callable[[int], str | None], start: int = 0
+        self, record: SessionRecord, group_for: Callable[[int], str | None], *, start: int = 0,
+        reserve: int = 1,
     ) -> int:
-        """Create ``record`` under the first free ``identity[-n]``; return that n."""
+        """Create ``record`` under the first free ``identity[-n]`` (within the cap, with
+        room for ``reserve`` sessions); return that n."""
         for n in range(start, start + _MAX_SUFFIX):
             record.session_id = _suffixed(record.identity, n)
             record.group_id = group_for(n)
-            if await self.store.create(record):
+            if await self.store.create(record, max_open=self._max_open, reserve=reserve):
                 return n
         raise BadRequest(f"too many sessions for identity {record.identity!r}", param="identity")
-
-    async def _check_capacity(self, adding: int = 1) -> None:
-        if self._max_open is None:
-            return
-        if await self.store.count_open() + adding > self._max_open:
-            raise OverCapacity(f"at most {self._max_open} open sessions; end or delete some first")
 
 
 def _new_key() -> str:

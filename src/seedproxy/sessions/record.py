@@ -43,6 +43,10 @@ class SessionRecord:
     replays: dict[str, Any] | None = None
     """A resumed or forked session: ``{"session": source id, "at": K or None}``; its
     requests matching the source's record are answered from it (``pipeline/replaying.py``)."""
+    store_epoch: str | None = None
+    """The store's epoch when the session was created: a store that starts again from
+    nothing (a new SQLite file, an emptied Redis, a restarted memory store) has a new
+    one, so its records are told apart from the old ones. Seeds never depend on it."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -58,8 +62,10 @@ class SessionRecord:
 
 @dataclass(frozen=True, slots=True)
 class Slot:
-    """A request's place in its session: its index, and the interaction it writes."""
+    """A request's place in its session: its index, the interaction it writes and, in a
+    content-keyed session, the occurrence of its content key (taken with the index)."""
 
     index: int
     interaction_id: str
     reused: bool = False
+    occurrence: int | None = None

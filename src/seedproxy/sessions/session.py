@@ -70,13 +70,15 @@ class Session:
         self._record.last_active_at = time.time()
         return index
 
-    def allocate(self, *, digest: bytes, retry: bool, pinned: int | None) -> Slot:
+    def allocate(self, *, digest: bytes, retry: bool, pinned: int | None,
+                 content_key: str | None = None) -> Slot:
         """See ``SessionStore.allocate``."""
         with self._lock:
             if retry and digest in self._recent:
                 self._recent.move_to_end(digest)
                 kept = self._recent[digest]
-                return Slot(kept.index, kept.interaction_id, reused=True)
+                return self._seat(Slot(kept.index, kept.interaction_id, reused=True),
+                                  content_key)
             if pinned is not None:
                 extra = self._pins.get(pinned, 0)
                 self._pins[pinned] = extra + 1
@@ -88,18 +90,28 @@ class Session:
             self._recent[digest] = slot
             if len(self._recent) > self._retry_memory:
                 self._recent.popitem(last=False)
+            return self._seat(slot, content_key)
+
+    def _seat(self, slot: Slot, key: str | None) -> Slot:
+        """``slot`` with its content key's occurrence (under the lock)."""
+        if key is None:
             return slot
+        return Slot(slot.index, slot.interaction_id, slot.reused,
+                    self._number(key, slot.interaction_id))
 
     def occurrence(self, key: str, interaction_id: str) -> int:
         """See ``SessionStore.occurrence``."""
         with self._lock:
-            known = self._occurrences.get(interaction_id)
-            if known is not None:
-                return known
-            number = self._key_counts.get(key, 0)
-            self._key_counts[key] = number + 1
-            self._occurrences[interaction_id] = number
-            return number
+            return self._number(key, interaction_id)
+
+    def _number(self, key: str, interaction_id: str) -> int:
+        known = self._occurrences.get(interaction_id)
+        if known is not None:
+            return known
+        number = self._key_counts.get(key, 0)
+        self._key_counts[key] = number + 1
+        self._occurrences[interaction_id] = number
+        return number
 
     def record(self, interaction: Interaction, link: Link | None = None,
                sent: Sent | None = None) -> None:

@@ -1,9 +1,14 @@
 """Keys that say whether two messages are the same turn, for matching a history.
 
 A key is a digest of a message normalised the way SDKs re-send it: content stripped
-(text parts joined, None = ""), tool calls as (name, arguments parsed and re-dumped
-with sorted keys), ids and reasoning left out. Reasoning is checked on its own and
-only when the client sent it back (agents commonly drop it). Arguments that are not
+(None = "", one text part = its text), tool calls as (name, arguments parsed and
+re-dumped with sorted keys), ids and reasoning left out. Everything else the template
+could render is in the key: several content parts (each text part's text, any other
+part whole) and every other field with a value (null, ``[]`` and ``{}`` are no value,
+as SDKs re-send ``refusal: null``), so an earlier message that gained a part or a field
+no longer matches, and the request is rendered in full (a new branch, or the 400 a
+fresh session gives). Reasoning is checked on its own and only when the client sent it
+back (agents commonly drop it). Arguments that are not
 JSON are keyed as text; arguments that are JSON but nest deeper than
 ``nesting.MAX_DEPTH`` (or past ``json``'s recursion limit), or hold an integer past
 Python's digit limit, are a 400 (before any index is taken).
@@ -23,6 +28,9 @@ from ...nesting import MAX_DEPTH, too_deep
 __all__ = ["context_key", "message_key", "reasoning_key", "reasoning_of", "unreadable_arguments"]
 
 _SIZE = 16
+_KEYED = frozenset({"role", "content", "tool_calls", "name"})
+_UNKEYED = frozenset({"id", "reasoning_content", "reasoning"})  # ids; reasoning apart
+_TEXT_PARTS = frozenset({"text", "input_text"})
 
 
 def _digest(value: Any) -> str:
@@ -30,15 +38,27 @@ def _digest(value: Any) -> str:
     return hashlib.blake2b(data, digest_size=_SIZE).hexdigest()
 
 
-def _text(content: Any) -> str:
+def _is_text(part: Any) -> bool:
+    return (isinstance(part, dict) and part.get("type") in _TEXT_PARTS
+            and isinstance(part.get("text"), str))
+
+
+def _content(content: Any) -> str | list[Any]:
+    """A string (stripped) for a string, null or a single text part; else the parts,
+    each text part as its text, in order."""
     if isinstance(content, str):
         return content.strip()
-    if isinstance(content, list):
-        return "".join(
-            part.get("text", "") for part in content
-            if isinstance(part, dict) and isinstance(part.get("text"), str)
-        ).strip()
-    return ""
+    if not isinstance(content, list) or not content:
+        return ""
+    if len(content) == 1 and _is_text(content[0]):
+        return str(content[0]["text"]).strip()
+    return [part["text"] if _is_text(part) else part for part in content]
+
+
+def _fields(message: dict[str, Any]) -> dict[str, Any]:
+    """The message's other fields that hold a value."""
+    return {k: v for k, v in message.items()
+            if k not in _KEYED and k not in _UNKEYED and v is not None and v != [] and v != {}}
 
 
 def _arguments(raw: Any) -> Any:
@@ -75,10 +95,17 @@ def _calls(calls: Any) -> list[Any]:
 
 
 def message_key(message: dict[str, Any]) -> str:
-    """The digest of ``message`` without ids and reasoning."""
+    """The digest of ``message`` without ids and reasoning. A plain-text message with
+    no other field keys as [role, text, calls, name], as it always has."""
+    content, extra = _content(message.get("content")), _fields(message)
+    text = content if isinstance(content, str) else ""
+    keyed: list[Any] = [message.get("role"), text, _calls(message.get("tool_calls")),
+                        message.get("name")]
+    if isinstance(content, list) or extra:
+        keyed.append({"parts": content if isinstance(content, list) else None,
+                      "fields": extra})
     try:
-        return _digest([message.get("role"), _text(message.get("content")),
-                        _calls(message.get("tool_calls")), message.get("name")])
+        return _digest(keyed)
     except (TypeError, orjson.JSONEncodeError):
         return _digest([message.get("role"), repr(message)])
 

@@ -1,7 +1,9 @@
-"""The viewer's routes: the page and its assets (open, they hold no data) and
-``POST /ui/api/detokenize`` (admin). Session data comes from the admin routes
-(``GET /sessions``, ``GET /sessions/{id}``, ``GET /sessions/{id}/trajectory``), which
-the page calls with the key the user typed, as a bearer header.
+"""The viewer's routes: the page and its assets (open, they hold no data),
+``POST /ui/api/detokenize`` (admin) and ``GET /ui/api/sessions/{id}/turns`` (a page of
+turns, each with only the messages it added; the admin key or the session's own).
+Other session data comes from the admin routes (``GET /sessions``,
+``GET /sessions/{id}``, ``GET /sessions/{id}/trajectory``), which the page calls with
+the key the user typed, as a bearer header.
 
 Every ``/ui`` response carries a strict Content-Security-Policy: scripts, styles and
 fetches from this origin only, no inline script, no framing.
@@ -12,15 +14,20 @@ from __future__ import annotations
 from importlib import resources
 from typing import Any
 
-from fastapi import APIRouter, Request
+import orjson
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...backends.pool import UpstreamPool
 from ...errors import BadRequest
 from ...pipeline.request import documented, read_model
+from ...sessions.export import ordered_interactions
+from ...sessions.ids import check_id
+from ...sessions.store.base import SessionStore
 from ..access import Access
 from .decode import TokenDecoder
+from .turns import MAX_TURNS_PAGE, turns_page
 
 __all__ = ["CSP", "ui_router"]
 
@@ -59,7 +66,8 @@ def _load_assets() -> dict[str, bytes]:
 
 
 def ui_router(
-    access: Access, pool: UpstreamPool, decoder: TokenDecoder, *, max_body_bytes: int
+    access: Access, pool: UpstreamPool, decoder: TokenDecoder, store: SessionStore, *,
+    max_body_bytes: int,
 ) -> APIRouter:
     router = APIRouter()
     assets = _load_assets()
@@ -101,5 +109,22 @@ def ui_router(
             answer["glyphs"] = [] if texts is None else [
                 list(g) for g in await decoder.glyphs(upstream, sequence, texts)]
         return JSONResponse(answer, headers=_SECURITY)
+
+    @router.get("/ui/api/sessions/{session_id}/turns")
+    async def turns(
+        session_id: str,
+        request: Request,
+        offset: int = Query(default=0, ge=0),
+        limit: int = Query(default=20, ge=1, le=MAX_TURNS_PAGE),
+    ) -> Response:
+        """``{total, offset, next_offset, turns}``: turns ``offset`` to
+        ``offset + limit`` in trajectory order, each its trajectory record with only
+        the request messages it added (``messages_from``: how many it repeats) and
+        ``prompt_tokens`` in place of ``prompt_token_ids``."""
+        check_id(session_id, param="session_id")
+        record = await access.require_session_reader(request, session_id)
+        page = turns_page(await ordered_interactions(store, record), offset, limit)
+        return Response(orjson.dumps(page), media_type="application/json",
+                        headers=_SECURITY)
 
     return router

@@ -11,12 +11,13 @@ import builtins
 from contextlib import AbstractAsyncContextManager
 from typing import Literal, Protocol
 
+from ...errors import OverCapacity
 from ..codec import Link, Sent
 from ..interaction import Interaction
 from ..record import SessionRecord, Slot
 from .changes import Watch
 
-__all__ = ["RETRY_MEMORY", "SessionStore", "View"]
+__all__ = ["RETRY_MEMORY", "SessionStore", "View", "over_capacity"]
 
 View = Literal["all", "group", "identity", "unexported", "ready"]
 """An index of sessions a store keeps, each read a page at a time (``scan``):
@@ -34,9 +35,19 @@ RETRY_MEMORY = 64
 """How many recent request digests a session remembers for SDK-retry matching."""
 
 
+def over_capacity(max_open: int) -> OverCapacity:
+    """The 429 of a create that would take the open sessions past ``max_open``."""
+    return OverCapacity(f"at most {max_open} open sessions; end or delete some first")
+
+
 class SessionStore(Protocol):
-    async def create(self, record: SessionRecord) -> bool:
-        """Insert ``record``, setting its ``created_seq``; False if the id is taken."""
+    async def create(
+        self, record: SessionRecord, *, max_open: int | None = None, reserve: int = 1
+    ) -> bool:
+        """Insert ``record``, setting its ``created_seq``; False if the id is taken.
+        With ``max_open``, raise ``over_capacity`` instead when the open sessions plus
+        ``reserve`` (this one and any its caller will add next) exceed it: counted and
+        inserted in one atomic step."""
 
     async def get(self, session_id: str) -> SessionRecord | None:
         """Return the session, or None when unknown."""
@@ -48,19 +59,23 @@ class SessionStore(Protocol):
         """Return sessions (of one group, if given) in creation order."""
 
     async def allocate(
-        self, session_id: str, *, digest: bytes, retry: bool, pinned: int | None
+        self, session_id: str, *, digest: bytes, retry: bool, pinned: int | None,
+        content_key: str | None = None,
     ) -> Slot:
         """Atomically give a request its slot.
 
         ``pinned`` uses that index and leaves the counter alone. Otherwise, when
         ``retry`` is set and ``digest`` matches a recent request, that request's slot
-        comes back with ``reused=True``; else the counter's next index.
+        comes back with ``reused=True``; else the counter's next index. With a
+        ``content_key``, the same step numbers the slot's interaction among that key's:
+        0 for the first, then 1, 2, ...; a reused slot gets its number back. All or
+        nothing: a failure takes neither the index nor the number.
         """
 
     async def occurrence(self, session_id: str, key: str, interaction_id: str) -> int:
-        """Atomically number the interactions of one content ``key``: 0 for the first,
-        then 1, 2, ...; an ``interaction_id`` numbered before (a retry that reused its
-        slot) gets its number back."""
+        """Atomically number the interactions of one ``key``: 0 for the first, then 1,
+        2, ...; an ``interaction_id`` numbered before gets its number back. (A request's
+        own content key is numbered by ``allocate``, with its index.)"""
 
     async def record(self, session_id: str, interaction: Interaction, *,
                      link: Link | None = None, sent: Sent | None = None) -> None:

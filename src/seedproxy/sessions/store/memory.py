@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import itertools
+import secrets
 import threading
 import time
 
@@ -12,7 +13,7 @@ from ..codec import Link, Sent
 from ..interaction import Interaction
 from ..record import SessionRecord, Slot
 from ..session import Session
-from .base import RETRY_MEMORY, View
+from .base import RETRY_MEMORY, View, over_capacity
 from .leases import MemoryLeases
 from .memory_reads import MemoryReads
 
@@ -34,6 +35,7 @@ class MemoryStore(MemoryLeases, MemoryReads):
         self._open: set[str] = set()
         """Ids of sessions not ended, kept as they change: ``count_open`` is O(1)."""
         self._retry_memory = retry_memory
+        self._epoch = secrets.token_hex(8)  # each process's store starts from nothing
         self._init_leases()
         self._init_reads()
 
@@ -43,11 +45,16 @@ class MemoryStore(MemoryLeases, MemoryReads):
         except KeyError:
             raise SessionNotFound(f"session {session_id!r} not found") from None
 
-    async def create(self, record: SessionRecord) -> bool:
+    async def create(
+        self, record: SessionRecord, *, max_open: int | None = None, reserve: int = 1
+    ) -> bool:
         with self._lock:
             if record.session_id in self._sessions:
                 return False
+            if max_open is not None and len(self._open) + reserve > max_open:
+                raise over_capacity(max_open)
             record.created_seq = next(self._created)
+            record.store_epoch = self._epoch
             record.created_at = record.last_active_at = time.time()
             self._sessions[record.session_id] = Session(record, retry_memory=self._retry_memory)
             self._by_key[record.api_key] = record.session_id
@@ -69,9 +76,11 @@ class MemoryStore(MemoryLeases, MemoryReads):
         return await self.scan(view, key=group_id, limit=len(self._sessions) + 1)
 
     async def allocate(
-        self, session_id: str, *, digest: bytes, retry: bool, pinned: int | None
+        self, session_id: str, *, digest: bytes, retry: bool, pinned: int | None,
+        content_key: str | None = None,
     ) -> Slot:
-        slot = self._session(session_id).allocate(digest=digest, retry=retry, pinned=pinned)
+        slot = self._session(session_id).allocate(digest=digest, retry=retry, pinned=pinned,
+                                                  content_key=content_key)
         with self._lock:
             self._touch(session_id)
         return slot

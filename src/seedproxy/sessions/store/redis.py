@@ -16,10 +16,12 @@ store-wide ``created``/``ended`` counters. Per session, keys are::
                 ``i:{interaction_id}`` -> the number it took
 
 plus ``{p}all`` and ``{p}g:{group}`` (zsets by ``created_seq``), ``{p}open`` (set),
-``{p}k:{sha256(api_key)}`` -> session id; export leases add ``{p}l:{id}`` and
-``{p}b:{batch_id}`` (``redis_leases.py``). ``?ended_ttl_s=N`` in the URL lets Redis
-expire a session N seconds after it is both ended and exported (never before export:
-dropping un-exported work is the evictor's job, which logs it).
+``{p}k:{sha256(api_key)}`` -> session id, ``{p}epoch`` (the store's epoch, drawn by
+the first create on an empty database; each session's hash keeps its own); export
+leases add ``{p}l:{id}`` and ``{p}b:{batch_id}`` (``redis_leases.py``).
+``?ended_ttl_s=N`` in the URL (``redis_url.py``) lets Redis expire a session N seconds
+after it is both ended and exported (never before export: dropping un-exported work is
+the evictor's job, which logs it).
 
 Outages: what a caller is told and what Redis holds must agree. A command waits at
 most ``?timeout_s=N`` (5 s) for its answer, and every script refuses to run (error
@@ -34,9 +36,9 @@ from __future__ import annotations
 
 import builtins
 import hashlib
+import secrets
 import time
 from typing import Any
-from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import orjson
 
@@ -45,9 +47,10 @@ from ..codec import Link, Sent, decode, encode, resolve
 from ..interaction import Interaction
 from ..record import SessionRecord, Slot
 from ..summary import order_key, summary_fields
-from .base import RETRY_MEMORY
+from .base import RETRY_MEMORY, over_capacity
 from .redis_leases import RedisLeases
 from .redis_reads import RedisReads
+from .redis_url import parse_url
 
 __all__ = ["RedisStore"]
 
@@ -68,16 +71,38 @@ _DEADLINE_SHARE = 0.75
 _MUTABLE = ("next_index", "last_active_at", "ended", "ended_seq", "reward", "exported",
             "interaction_count", "last_order", "last_upstream", "last_weight_version")
 
-# KEYS: s, r, rz, p, active ; ARGV: digest, retry, pinned ("" = none), memory, now, id
-_ALLOCATE = """
+# The occurrence hash ``c``: ``k:{key}`` -> the next number, ``i:{id}`` -> the one taken.
+_NUMBER = """
+local function number(hash, key, id)
+  local known = redis.call('HGET', hash, 'i:' .. id)
+  if known then return tonumber(known) end
+  local taken = redis.call('HINCRBY', hash, 'k:' .. key, 1) - 1
+  redis.call('HSET', hash, 'i:' .. id, taken)
+  return taken
+end
+"""
+
+# KEYS: s, c ; ARGV: key, interaction id
+_OCCURRENCE = _NUMBER + """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+return number(KEYS[2], ARGV[1], ARGV[2])
+"""
+
+# KEYS: s, r, rz, p, active, c ; ARGV: digest, retry, pinned ("" = none), memory, now,
+# id, content key ("" = none). Returns {status, "index|interaction_id", occurrence or -1}.
+_ALLOCATE = _NUMBER + """
 if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
+local function seat(slot)
+  if ARGV[7] == '' then return -1 end
+  return number(KEYS[6], ARGV[7], string.sub(slot, string.find(slot, '|', 1, true) + 1))
+end
 local clock
 if ARGV[2] == '1' then
   local kept = redis.call('HGET', KEYS[2], ARGV[1])
   if kept then
     clock = redis.call('HINCRBY', KEYS[1], 'rclock', 1)
     redis.call('ZADD', KEYS[3], clock, ARGV[1])
-    return {1, kept}
+    return {1, kept, seat(kept)}
   end
 end
 local slot
@@ -100,26 +125,24 @@ if redis.call('ZCARD', KEYS[3]) > tonumber(ARGV[4]) then
   redis.call('ZREM', KEYS[3], oldest)
   redis.call('HDEL', KEYS[2], oldest)
 end
-return {0, slot}
+return {0, slot, seat(slot)}
 """
 
-# KEYS: s, c ; ARGV: key, interaction id
-_OCCURRENCE = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
-local known = redis.call('HGET', KEYS[2], 'i:' .. ARGV[2])
-if known then return tonumber(known) end
-local number = redis.call('HINCRBY', KEYS[2], 'k:' .. ARGV[1], 1) - 1
-redis.call('HSET', KEYS[2], 'i:' .. ARGV[2], number)
-return number
-"""
-
-# KEYS: s, all, open, key, created-counter, identity, unexp, active, ver, [group] ;
-# ARGV: id, rec-json, now, has-group, channel
+# KEYS: s, all, open, key, created-counter, identity, unexp, active, ver, epoch, [group] ;
+# ARGV: id, rec-json, now, has-group, channel, max open ("" = none), reserve, a new epoch.
+# Returns {-1} id taken, {-2} over the cap, else {created_seq, the store's epoch}; the
+# epoch is drawn by the first create on an empty database (``SET NX``).
 _CREATE = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
+if redis.call('EXISTS', KEYS[1]) == 1 then return {-1} end
+if ARGV[6] ~= '' and redis.call('SCARD', KEYS[3]) + tonumber(ARGV[7]) > tonumber(ARGV[6]) then
+  return {-2}
+end
+redis.call('SET', KEYS[10], ARGV[8], 'NX')
+local epoch = redis.call('GET', KEYS[10])
 local seq = redis.call('INCR', KEYS[5]) - 1
 redis.call('HSET', KEYS[1], 'rec', ARGV[2], 'next_index', 0, 'last_active_at', ARGV[3],
-  'ended', 0, 'ended_seq', '', 'reward', '', 'exported', 0, 'created_seq', seq, 'n', 0)
+  'ended', 0, 'ended_seq', '', 'reward', '', 'exported', 0, 'created_seq', seq, 'n', 0,
+  'epoch', epoch)
 redis.call('ZADD', KEYS[2], seq, ARGV[1])
 redis.call('SADD', KEYS[3], ARGV[1])
 redis.call('SET', KEYS[4], ARGV[1])
@@ -127,9 +150,9 @@ redis.call('ZADD', KEYS[6], seq, ARGV[1])
 redis.call('ZADD', KEYS[7], seq, ARGV[1])
 redis.call('ZADD', KEYS[8], ARGV[3], ARGV[1])
 redis.call('INCR', KEYS[9])
-if ARGV[4] == '1' then redis.call('ZADD', KEYS[10], seq, ARGV[1]) end
+if ARGV[4] == '1' then redis.call('ZADD', KEYS[11], seq, ARGV[1]) end
 redis.call('PUBLISH', ARGV[5], 'created')
-return seq
+return {seq, epoch}
 """
 
 # KEYS: s, open, ended-counter, ready, ver ; ARGV: id, channel
@@ -216,32 +239,6 @@ return 0
 
 
 
-def _parse(url: str) -> tuple[str, str, float | None, float, float]:
-    parts = urlsplit(url)
-    query = parse_qs(parts.query)
-    prefix = query.pop("prefix", ["sp:"])[0]
-    ttl = _positive(query, "ended_ttl_s")
-    timeout = _positive(query, "timeout_s")
-    check = _positive(query, "watch_check_s")
-    if query:
-        raise ConfigError(f"unknown redis store option(s): {', '.join(sorted(query))}")
-    return (urlunsplit(parts._replace(query="")), prefix, ttl,
-            5.0 if timeout is None else timeout, 1.0 if check is None else check)
-
-
-def _positive(query: dict[str, builtins.list[str]], name: str) -> float | None:
-    text = query.pop(name, [None])[0]
-    if text is None:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise ConfigError(f"{name} must be a number, got {text!r}") from None
-    if not value > 0:
-        raise ConfigError(f"{name} must be positive")
-    return value
-
-
 class RedisStore(RedisLeases, RedisReads):
     """``SessionStore`` on Redis, shared by every replica pointed at the same database.
     Its indexes and change feed: ``redis_reads.py``."""
@@ -257,7 +254,7 @@ class RedisStore(RedisLeases, RedisReads):
             raise ConfigError(
                 "the Redis store needs the redis package: pip install 'seedproxy[redis]'"
             ) from exc
-        base, self._p, self._ended_ttl, self._timeout, self._check_s = _parse(url)
+        base, self._p, self._ended_ttl, self._timeout, self._check_s = parse_url(url)
         self._errors: tuple[type[BaseException], ...] = (RedisError, OSError)
         self._redis: Any = aioredis.Redis.from_url(
             base,
@@ -337,6 +334,7 @@ class RedisStore(RedisLeases, RedisReads):
         data["ended_seq"] = int(raw[b"ended_seq"]) if raw[b"ended_seq"] else None
         data["reward"] = float(raw[b"reward"]) if raw[b"reward"] else None
         data["exported"] = raw[b"exported"] == b"1"
+        data["store_epoch"] = raw[b"epoch"].decode() if b"epoch" in raw else None
         data["interaction_count"] = int(raw[b"n"]) if b"n" in raw else None
         data["last_order"] = raw[b"lo"].decode() if b"lo" in raw else None
         if b"ls" in raw:
@@ -345,9 +343,12 @@ class RedisStore(RedisLeases, RedisReads):
             data["last_weight_version"] = shown["weight_version"]
         return SessionRecord.from_dict(data)
 
-    async def create(self, record: SessionRecord) -> bool:
+    async def create(
+        self, record: SessionRecord, *, max_open: int | None = None, reserve: int = 1
+    ) -> bool:
         now = time.time()
-        fixed = {k: v for k, v in record.to_dict().items() if k not in _MUTABLE}
+        fixed = {k: v for k, v in record.to_dict().items()
+                 if k not in _MUTABLE and k != "store_epoch"}  # kept in its own field
         fixed["created_at"] = now
         keys = [
             self._k("s", record.session_id),
@@ -359,17 +360,22 @@ class RedisStore(RedisLeases, RedisReads):
             self._p + "unexp",
             self._p + "active",
             self._p + "ver",
+            self._p + "epoch",
         ]
         if record.group_id is not None:
             keys.append(self._k("g", record.group_id))
         args: builtins.list[bytes | str] = [
             record.session_id, orjson.dumps(fixed), repr(now), "1" if record.group_id else "0",
             self.changes_channel,
+            "" if max_open is None else str(max_open), str(reserve), secrets.token_hex(8),
         ]
-        seq = await self._call(self._create(keys=keys, args=args))
-        if int(seq) < 0:
+        reply = await self._call(self._create(keys=keys, args=args))
+        if int(reply[0]) == -2 and max_open is not None:
+            raise over_capacity(max_open)
+        if int(reply[0]) < 0:
             return False
-        record.created_seq = int(seq)
+        record.created_seq = int(reply[0])
+        record.store_epoch = reply[1].decode()
         record.created_at = record.last_active_at = now
         return True
 
@@ -389,10 +395,11 @@ class RedisStore(RedisLeases, RedisReads):
         return await self._records(index, ids)
 
     async def allocate(
-        self, session_id: str, *, digest: bytes, retry: bool, pinned: int | None
+        self, session_id: str, *, digest: bytes, retry: bool, pinned: int | None,
+        content_key: str | None = None,
     ) -> Slot:
         keys = [*(self._k(kind, session_id) for kind in ("s", "r", "rz", "p")),
-                self._p + "active"]
+                self._p + "active", self._k("c", session_id)]
         args: builtins.list[bytes | str | int] = [
             digest,
             "1" if retry else "0",
@@ -400,12 +407,15 @@ class RedisStore(RedisLeases, RedisReads):
             self._retry_memory,
             repr(time.time()),
             session_id,
+            content_key or "",
         ]
         reply = await self._call(self._allocate(keys=keys, args=args))
         if int(reply[0]) < 0:
             raise SessionNotFound(f"session {session_id!r} not found")
         index, _, interaction_id = reply[1].decode().partition("|")
-        return Slot(int(index), interaction_id, reused=int(reply[0]) == 1)
+        number = int(reply[2])
+        return Slot(int(index), interaction_id, reused=int(reply[0]) == 1,
+                    occurrence=None if number < 0 else number)
 
     async def occurrence(self, session_id: str, key: str, interaction_id: str) -> int:
         keys = [self._k("s", session_id), self._k("c", session_id)]

@@ -6,14 +6,17 @@ bumps the counter in one ``BEGIN IMMEDIATE`` transaction (reads take a plain ``B
 a snapshot that never waits for, nor blocks, another process's writer), so an index is handed out
 once even by several processes on one file; the store-wide ``created``/``ended``
 counters and every session's ``next_index`` live in the file, so a restart goes on
-from where it stopped and never reuses an index. All SQLite work runs on one
-dedicated thread: the event loop never waits on disk.
+from where it stopped and never reuses an index. A file deleted or replaced under the
+proxy stops the store (503s), and each file's records carry its epoch
+(``sqlite_identity.py``). All SQLite work runs on one dedicated thread: the event loop
+never waits on disk.
 """
 
 from __future__ import annotations
 
 import asyncio
 import builtins
+import logging
 import os
 import sqlite3
 import time
@@ -28,12 +31,15 @@ from ..codec import Link, Sent, decode, encode, resolve, with_reward
 from ..interaction import Interaction
 from ..record import SessionRecord, Slot
 from ..summary import apply_summary
-from .base import RETRY_MEMORY, View
+from .base import RETRY_MEMORY, View, over_capacity
 from .changes import ChangeSignal
+from .sqlite_identity import META_SCHEMA, FileIdentity, file_epoch
 from .sqlite_leases import LEASE_SCHEMA, SqliteLeases
 from .sqlite_reads import SqliteReads, migrate
 
 __all__ = ["SqliteStore"]
+
+log = logging.getLogger("seedproxy")
 
 T = TypeVar("T")
 
@@ -111,19 +117,21 @@ class SqliteStore(SqliteLeases, SqliteReads):
         self._check_s = check_s
         self._wake = False
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="seedproxy-sqlite")
-        self._db = self._executor.submit(self._connect, path).result()
+        self._db, self._identity, self._epoch = self._executor.submit(self._connect, path).result()
 
     @staticmethod
-    def _connect(path: str) -> sqlite3.Connection:
+    def _connect(path: str) -> tuple[sqlite3.Connection, FileIdentity | None, str]:
+        fresh = not os.path.exists(path)
         try:
             db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")
-            db.executescript(_SCHEMA + LEASE_SCHEMA)
+            db.executescript(_SCHEMA + LEASE_SCHEMA + META_SCHEMA)
             columns = {row[1] for row in db.execute("PRAGMA table_info(interactions)")}
             if "seq" not in columns:
                 db.execute("ALTER TABLE interactions ADD COLUMN seq INTEGER NOT NULL DEFAULT 0")
             db.execute(_SEQ_INDEX)
+            epoch = file_epoch(db)
             # The open-session count is kept as sessions change (count_open is O(1));
             # a file from before it existed gets it counted once, here.
             db.execute(
@@ -136,7 +144,10 @@ class SqliteStore(SqliteLeases, SqliteReads):
             form = ("" if os.path.isabs(path) else
                     f" (a relative path; an absolute one is sqlite:///{where})")
             raise StoreError(f"cannot open SQLite store {where}{form}: {exc}") from exc
-        return db
+        if fresh:
+            log.info("created SQLite store %s (store epoch %s): indices start at 0",
+                     os.path.abspath(path), epoch)
+        return db, FileIdentity.of(path), epoch
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn`` in one write transaction (``BEGIN IMMEDIATE``)."""
@@ -150,7 +161,10 @@ class SqliteStore(SqliteLeases, SqliteReads):
         return await loop.run_in_executor(self._executor, self._guarded, "DEFERRED", fn, args)
 
     def _guarded(self, mode: str, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
-        """Run ``fn`` in one ``BEGIN {mode}`` transaction on the store's thread."""
+        """Run ``fn`` in one ``BEGIN {mode}`` transaction on the store's thread, on the
+        file that was opened only."""
+        if self._identity is not None:
+            self._identity.check()
         db = self._db
         self._wake = False
         try:
@@ -206,12 +220,17 @@ class SqliteStore(SqliteLeases, SqliteReads):
 
     # -- SessionStore ------------------------------------------------------------------
 
-    async def create(self, record: SessionRecord) -> bool:
+    async def create(
+        self, record: SessionRecord, *, max_open: int | None = None, reserve: int = 1
+    ) -> bool:
         def work(db: sqlite3.Connection) -> bool:
             if self._load(db, record.session_id) is not None:
                 return False
+            if max_open is not None and self._open_now(db) + reserve > max_open:
+                raise over_capacity(max_open)
             record.created_seq = self._next(db, "created")
             record.created_at = record.last_active_at = time.time()
+            record.store_epoch = self._epoch
             db.execute(
                 "INSERT INTO sessions (session_id, api_key, group_id, created_seq, ended, record, "
                 "identity, exported, ended_seq, last_active_at) "
@@ -252,9 +271,17 @@ class SqliteStore(SqliteLeases, SqliteReads):
         return await self.scan(view, key=group_id, limit=-1)  # SQLite: no limit
 
     async def allocate(
-        self, session_id: str, *, digest: bytes, retry: bool, pinned: int | None
+        self, session_id: str, *, digest: bytes, retry: bool, pinned: int | None,
+        content_key: str | None = None,
     ) -> Slot:
-        return await self._run(self._allocate, session_id, digest, retry, pinned)
+        def work(db: sqlite3.Connection) -> Slot:
+            slot = self._allocate(db, session_id, digest, retry, pinned)
+            if content_key is None:
+                return slot
+            number = self._occurrence(db, session_id, content_key, slot.interaction_id)
+            return Slot(slot.index, slot.interaction_id, slot.reused, number)
+
+        return await self._run(work)
 
     def _allocate(
         self,
@@ -310,24 +337,30 @@ class SqliteStore(SqliteLeases, SqliteReads):
     async def occurrence(self, session_id: str, key: str, interaction_id: str) -> int:
         def work(db: sqlite3.Connection) -> int:
             self._require(db, session_id)
-            known = db.execute(
-                "SELECT occurrence FROM occurrences WHERE session_id = ? AND interaction_id = ?",
-                (session_id, interaction_id),
-            ).fetchone()
-            if known is not None:
-                return int(known[0])
-            number = int(db.execute(
-                "SELECT count(*) FROM occurrences WHERE session_id = ? AND key = ?",
-                (session_id, key),
-            ).fetchone()[0])
-            db.execute(
-                "INSERT INTO occurrences (session_id, interaction_id, key, occurrence) "
-                "VALUES (?, ?, ?, ?)",
-                (session_id, interaction_id, key, number),
-            )
-            return number
+            return self._occurrence(db, session_id, key, interaction_id)
 
         return await self._run(work)
+
+    @staticmethod
+    def _occurrence(db: sqlite3.Connection, session_id: str, key: str,
+                    interaction_id: str) -> int:
+        """The occurrence of ``key`` that ``interaction_id`` takes (or took)."""
+        known = db.execute(
+            "SELECT occurrence FROM occurrences WHERE session_id = ? AND interaction_id = ?",
+            (session_id, interaction_id),
+        ).fetchone()
+        if known is not None:
+            return int(known[0])
+        number = int(db.execute(
+            "SELECT count(*) FROM occurrences WHERE session_id = ? AND key = ?",
+            (session_id, key),
+        ).fetchone()[0])
+        db.execute(
+            "INSERT INTO occurrences (session_id, interaction_id, key, occurrence) "
+            "VALUES (?, ?, ?, ?)",
+            (session_id, interaction_id, key, number),
+        )
+        return number
 
     async def record(self, session_id: str, interaction: Interaction, *,
                      link: Link | None = None, sent: Sent | None = None) -> None:
@@ -462,11 +495,12 @@ class SqliteStore(SqliteLeases, SqliteReads):
         return bool(gone)
 
     async def count_open(self) -> int:
-        def work(db: sqlite3.Connection) -> int:
-            row = db.execute("SELECT value FROM counters WHERE name = 'open'").fetchone()
-            return int(row[0])
+        return await self._read(self._open_now)
 
-        return await self._read(work)
+    @staticmethod
+    def _open_now(db: sqlite3.Connection) -> int:
+        row = db.execute("SELECT value FROM counters WHERE name = 'open'").fetchone()
+        return int(row[0])
 
     async def close(self) -> None:
         def shut() -> None:

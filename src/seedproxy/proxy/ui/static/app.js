@@ -7,6 +7,8 @@
 const KEY_STORE = "seedproxy.key";
 const POLL_MS = 2000;
 const DECODE_BATCH = 8192; // the route's bound on ids per call
+const TURNS_PAGE = 20; // turns fetched and rendered per step of a session page
+const CONCAT_CHUNK = 2000; // concat-view tokens rendered per step
 let viewToken = 0; // bumped on every navigation; stale async work checks it and stops
 const GLYPHS = new WeakMap(); // a shown ids array -> Map(start -> [end, text]) of multi-token characters
 
@@ -319,45 +321,88 @@ function interactionCard(it, turn, texts) {
     el("span", {}, "status ", el("b", { text: fmt(it.status) })),
     el("span", {}, "reward ", el("b", { text: fmt(it.reward) })),
     it.weight_version !== undefined ? el("span", {}, "weight version ", el("b", { text: fmt(it.weight_version) })) : null,
+    it.prompt_tokens !== undefined ? el("span", {}, "prompt ", el("b", { text: it.prompt_tokens + " tokens" })) : null,
     el("span", {}, it.endpoint));
-  const msgs = el("div", { className: "messages" }, messagesOf(it.request).map(([role, content, calls]) =>
-    el("div", { className: "msg" }, el("span", { className: "role", text: role }), renderContent(content), calls ? " " + JSON.stringify(calls) : "")));
+  // The request's messages past the history it repeats (messages_from of them).
+  const earlier = it.messages_from ? el("div", { className: "msg earlier muted", text: "… " + it.messages_from + " earlier message" + (it.messages_from === 1 ? "" : "s") }) : null;
+  const msgs = el("div", { className: "messages" }, earlier, messagesOf(it.request).map(([role, content, calls]) =>
+    el("div", { className: "msg added" }, el("span", { className: "role", text: role }), renderContent(content), calls ? " " + JSON.stringify(calls) : "")));
   const answer = el("div", { className: "msg answer" }, el("span", { className: "role", text: "→ answer" }), answerText(it));
   const completions = choices(it).map((c, i) => el("div", { className: "tokens completion", dataset: { choice: i } },
     completionTokens(c, texts)));
-  return el("section", { className: "card interaction", dataset: { index: it.request_index } },
+  return el("section", { className: "card interaction", dataset: { index: it.request_index, turn } },
     meta, msgs, answer, el("h2", { text: "completion tokens" }), completions);
 }
 
-function concatCard(concat, texts) {
-  const card = el("section", { className: "card", id: "concat" }, el("h2", { text: "concat view (loss mask)" }));
+function concatCard(card, concat, texts) {
   if (concat.concat_error) {
     const e = concat.concat_error;
     card.append(el("div", { className: "drift", id: "drift" },
       "drift at turn " + e.turn + " (request index " + e.request_index + ")" + (e.position !== null ? ", position " + e.position : "") + ": " + e.reason));
-    return card;
+    return;
   }
   const ids = concat.token_ids || [];
   const mask = concat.loss_mask || [];
   const lps = concat.logprobs || [];
   const box = el("div", { className: "tokens" });
-  let turn = 0;
-  const shownLps = ids.map((_, p) => mask[p] === 1 ? lps[p] : undefined);
-  box.append(...tokenStrip(ids, shownLps, texts, (p) => mask[p] === 1 ? "gen" : "prompt",
-    (p) => mask[p] === 1 && (p === 0 || mask[p - 1] === 0) ? [el("span", { className: "turn-mark", text: "turn " + turn++ })] : []));
   card.append(el("p", { className: "legend", text: ids.length + " tokens; grey: prompt (mask 0); coloured: generated (mask 1), by probability" }), box);
-  return card;
+  const shownLps = ids.map((_, p) => mask[p] === 1 ? lps[p] : undefined);
+  const glyphs = GLYPHS.get(ids) || new Map();
+  let turn = 0;
+  let shown = 0;
+  const more = el("span", { className: "muted", id: "concat-more" });
+  const renderMore = () => { // CONCAT_CHUNK tokens at a time, as the strip's end scrolls into view
+    const stop = Math.min(ids.length, shown + CONCAT_CHUNK);
+    const out = [];
+    let p = shown;
+    while (p < stop) {
+      if (mask[p] === 1 && (p === 0 || mask[p - 1] === 0)) out.push(el("span", { className: "turn-mark", text: "turn " + turn++ }));
+      const cls = mask[p] === 1 ? "gen" : "prompt";
+      const glyph = glyphs.get(p);
+      if (glyph) {
+        out.push(glyphSpan(ids, shownLps, p, glyph[0], glyph[1], cls));
+        p = glyph[0];
+      } else {
+        out.push(tokenSpan(ids[p], shownLps[p], texts, cls));
+        p += 1;
+      }
+    }
+    more.before(...out);
+    shown = p;
+    more.textContent = shown < ids.length ? "… " + (ids.length - shown) + " more tokens" : "";
+    return shown < ids.length;
+  };
+  box.append(more);
+  renderMore();
+  whenSeen(more, async () => renderMore());
 }
+
+function whenSeen(sentinel, step) {
+  // Run step() each time sentinel scrolls into view, until it answers false (or the
+  // page navigates away). One step at a time; after each, if the sentinel is still in
+  // view, observing it again fires again.
+  const token = viewToken;
+  let busy = false;
+  const observer = new IntersectionObserver(async (entries) => {
+    if (busy || !entries.some((e) => e.isIntersecting)) return;
+    busy = true;
+    let again = false;
+    try { again = token === viewToken && await step(); } catch (error) { if (token === viewToken) fail(error); }
+    busy = false;
+    observer.unobserve(sentinel);
+    if (again && token === viewToken) observer.observe(sentinel); else observer.disconnect();
+  });
+  observer.observe(sentinel);
+}
+
+const turnsPath = (id, offset) => "/ui/api/sessions/" + enc(id) + "/turns?offset=" + offset + "&limit=" + TURNS_PAGE;
 
 async function sessionView(id) {
   const token = viewToken;
   const base = "/sessions/" + enc(id);
-  const [summary, traj, concat] = await Promise.all([
-    api(base), api(base + "/trajectory"), api(base + "/trajectory?style=concat")]);
-  const extra = concat.token_ids || [];
-  const texts = await decodeAll(traj.interactions, extra);
-  const up = traj.interactions.length ? traj.interactions[traj.interactions.length - 1].upstream : null;
-  await findGlyphs([...shownSequences(traj.interactions), [extra, up]], texts);
+  const [summary, first] = await Promise.all([api(base), api(turnsPath(id, 0))]);
+  const texts = await decodeAll(first.turns);
+  await findGlyphs(shownSequences(first.turns), texts);
   if (token !== viewToken) return;
   const state = summary.exported ? "exported" : summary.ended ? "ended" : "open";
   const others = el("select", { id: "diff-with" }, el("option", { value: "", text: "diff with…" }));
@@ -365,6 +410,9 @@ async function sessionView(id) {
   api("/sessions?identity=" + enc(summary.identity) + "&limit=500").then((page) => {
     for (const s of page.sessions) if (s.session_id !== id) others.append(el("option", { value: s.session_id, text: s.session_id }));
   }).catch(() => { others.disabled = true; });
+  const list = el("div", { id: "turns" });
+  const more = el("p", { className: "muted", id: "turns-more" });
+  const concat = el("section", { className: "card", id: "concat" }, el("h2", { text: "concat view (loss mask)" }));
   show(
     el("h1", {}, "Session ", el("span", { id: "session-id", text: id })),
     el("div", { className: "meta" },
@@ -375,8 +423,35 @@ async function sessionView(id) {
       el("span", {}, "interactions ", el("b", { text: summary.interactions })),
       others),
     el("p", { className: "legend", text: texts ? "Token colour: probability (red low, green high); hover for id and logprob." : "Token ids shown (the upstream cannot detokenize); hover for logprob." }),
-    traj.interactions.map((it, turn) => interactionCard(it, turn, texts)),
-    concatCard(concat, texts));
+    list, more, concat);
+  // Turns come a page at a time as the list's end scrolls into view; the concat view
+  // (the whole rollout's tokens) once every turn is in and it is seen.
+  let upstream = null;
+  const append = (page, decoded) => {
+    list.append(...page.turns.map((it) => interactionCard(it, it.turn, decoded)));
+    if (page.turns.length) upstream = page.turns[page.turns.length - 1].upstream;
+    more.textContent = page.next_offset === null ? "" : page.next_offset + " of " + page.total + " turns shown; more as you scroll";
+    if (page.next_offset === null) whenSeen(concat, loadConcat);
+    return page.next_offset;
+  };
+  const loadConcat = async () => {
+    const whole = await api(base + "/trajectory?style=concat");
+    const ids = whole.token_ids || [];
+    const decoded = await decodeAll([{ upstream, completion_token_ids: [] }], ids);
+    await findGlyphs([[ids, upstream]], decoded);
+    if (token === viewToken) concatCard(concat, whole, decoded);
+    return false;
+  };
+  let next = append(first, texts);
+  if (next === null) return;
+  whenSeen(more, async () => {
+    const page = await api(turnsPath(id, next));
+    const decoded = await decodeAll(page.turns);
+    await findGlyphs(shownSequences(page.turns), decoded);
+    if (token !== viewToken) return false;
+    next = append(page, decoded);
+    return next !== null;
+  });
 }
 
 // ---- replay diff ---------------------------------------------------------
