@@ -7,7 +7,13 @@
   output; ``in_place`` and ``retract`` hold them and resume them on continue;
 - ``/update_weight_version`` sets the label; it aborts running requests unless
   ``abort_all_requests`` is false;
-- each generated token records the version that produced it (``weight_versions`` spans).
+- each generated token records the version that produced it (``weight_versions`` spans);
+- the weight routes (``/update_weights_from_disk``, ``/init_weights_update_group``,
+  ``/update_weights_from_distributed``, ``/update_weights_from_tensor``,
+  ``/destroy_weights_update_group``) check SGLang 0.5.23's required fields (a 422 without
+  them, as FastAPI answers), record the call and answer ``{success, message}`` (plus
+  ``num_paused_requests`` from disk): 200, or 400 with ``success: false`` while
+  ``weights_fail`` is set; a ``weight_version`` given with a load becomes the version.
 """
 
 from __future__ import annotations
@@ -69,6 +75,10 @@ class FakeControl:
     """Runs stop after this many tokens until ``release`` is set (a test's checkpoint)."""
     held: int = 0
     release: threading.Event = field(default_factory=threading.Event)
+    weights_fail: str | None = None
+    """When set, every weight route fails with this message (a checkpoint it refuses)."""
+    weights: str = "initial"
+    """The ``model_path`` last loaded from disk."""
     _open: asyncio.Event | None = None
     _counter: int = 0
 
@@ -171,7 +181,34 @@ class FakeControl:
             return JSONResponse({"model_path": self.server_info.get("model_path", "fake"),
                                  "is_generation": True, "weight_version": self.version})
 
+        def weight_route(name: str, required: tuple[str, ...]) -> Route:
+            async def handle(request: Request) -> Response:
+                body = await body_of(request)
+                missing = [key for key in required if key not in body]
+                if missing:
+                    return JSONResponse({"detail": [{"loc": ["body", k], "type": "missing"}
+                                                    for k in missing]}, status_code=422)
+                self.calls.append((name, body))
+                answer: dict[str, Any] = {"success": self.weights_fail is None,
+                                          "message": self.weights_fail or "Succeeded."}
+                if name == "update_weights_from_disk":
+                    answer["num_paused_requests"] = len(self.running) if self.paused else 0
+                if self.weights_fail is None:
+                    if name == "update_weights_from_disk":
+                        self.weights = str(body["model_path"])
+                    if isinstance(body.get("weight_version"), str):
+                        self.version = body["weight_version"]
+                return JSONResponse(answer, status_code=200 if answer["success"] else 400)
+
+            return Route(f"/{name}", handle, methods=["POST"])
+
         return [
+            weight_route("update_weights_from_disk", ("model_path",)),
+            weight_route("init_weights_update_group",
+                         ("master_address", "master_port", "rank_offset", "world_size")),
+            weight_route("update_weights_from_distributed", ("names", "dtypes", "shapes")),
+            weight_route("update_weights_from_tensor", ("serialized_named_tensors",)),
+            weight_route("destroy_weights_update_group", ()),
             Route("/get_server_info", server_info, methods=["GET"]),
             Route("/get_model_info", model_info, methods=["GET"]),
             Route("/flush_cache", flush_cache, methods=["GET", "POST"]),

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -155,6 +156,34 @@ def test_launch_refuses_a_bad_layout_in_one_line_before_starting_anything(
     code, out, err = run_cli(argv, capsys)
     assert code == 2
     assert err == "seedproxy: error: --gpus lists 3 GPUs, which is not a multiple of --tp 2\n"
+
+
+def test_launch_refuses_in_one_line_when_sglang_is_missing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path,
+) -> None:
+    """A Python without sglang (this one, whose path has no fake package), and one that
+    does not run: a one-line error each, before any server starts."""
+    assert subprocess.run([sys.executable, "-c", "import sglang"],
+                          capture_output=True).returncode != 0
+    argv = ["launch", "--model-path", "m", "--gpus", "0", "--base-port", "0"]
+    code, out, err = run_cli([*argv, "--python", sys.executable], capsys)
+    assert code == 2
+    assert err == (f"seedproxy: error: sglang is not installed for {sys.executable}: on a "
+                   "GPU host, pip install 'seedproxy[sglang]' (or pass --python with a "
+                   "Python that has sglang)\n")
+    code, out, err = run_cli([*argv, "--python", str(tmp_path / "no-python")], capsys)
+    assert code == 2 and err.startswith("seedproxy: error: cannot run --python ")
+    assert err.count("\n") == 1
+
+
+def test_the_sglang_extra_pins_the_version_the_test_server_follows() -> None:
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["optional-dependencies"]["sglang"] == ["sglang==0.5.23"]
+    from tests.helpers.fake_control import SERVER_INFO
+
+    assert SERVER_INFO["version"] == "0.5.23"
 
 
 def launcher_env(records: Path, **extra: str) -> dict[str, str]:

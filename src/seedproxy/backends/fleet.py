@@ -17,6 +17,11 @@ Invariants:
   (``/update_weight_version``, here or through another replica's board write) is kept
   on its ``Upstream``, which the pool reads at dispatch.
 - ``waiting`` (requests held at the gate) is per replica.
+- A weight sync (``update_weights``) is pause, load on every server, record the version,
+  continue, one step after another: a step that fails on any server ends the sync there,
+  with the fleet still paused, so nothing runs on mixed weights until the admin retries
+  or continues. Each server is told the version with its weights, so the version it
+  reports is always that of the weights it holds.
 - Membership is board state too (``members_of``): every replica follows the servers
   added and removed at run time (``join``, ``leave``), a replica started later included.
   A server joins only once it passes the preflight (``joining.py``) and reports the
@@ -35,14 +40,14 @@ from typing import Any
 
 import httpx
 
-from ..errors import Conflict, StoreError, UpstreamNotFound
+from ..errors import BadRequest, Conflict, StoreError, UpstreamNotFound
 from .board import FleetBoard, FleetState, LocalBoard
 from .joining import join_refusal
 from .pause import PauseGate, PauseMode
 from .pool import Upstream, UpstreamPool
 from .preflight import Finding, check_server_info
 
-__all__ = ["FleetControl", "UpstreamReport", "read_server_info"]
+__all__ = ["FleetControl", "UpstreamReport", "WeightSync", "read_server_info"]
 
 log = logging.getLogger("seedproxy.fleet")
 
@@ -83,6 +88,20 @@ class UpstreamReport:
         }
 
 
+@dataclass(slots=True)
+class WeightSync:
+    """How a weight sync went: ``step`` is the last one tried (``pause``, ``load``,
+    ``continue``); ``upstreams`` are each server's answers to it."""
+
+    ok: bool
+    step: str
+    upstreams: list[dict[str, Any]]
+
+    @property
+    def failed(self) -> list[str]:
+        return [r["url"] for r in self.upstreams if not r["ok"]]
+
+
 class FleetControl:
     """Fans control calls out to every upstream and keeps what they report."""
 
@@ -99,6 +118,9 @@ class FleetControl:
         self.sglang = sglang
         self.enforce = enforce
         self.timeout_s = timeout_s
+        self.load_timeout_s = 600.0
+        """How long a server may take to load weights (or join an NCCL transfer)."""
+        self._syncing = asyncio.Lock()
 
     async def inspect(self) -> list[UpstreamReport]:
         """Read every server's ``/get_server_info`` (SGLang only) and report. With
@@ -241,28 +263,109 @@ class FleetControl:
                 upstream.weight_version = version
                 taken = True
         if taken:  # set here per server: applying it below changes no upstream here
-            self._version = version
-            self.apply(await self.board.set_weight_version(version))
+            await self._record_version(version)
         return results
 
     async def fan_out(self, path: str, body: dict[str, Any],
-                       upstreams: list[Upstream]) -> list[dict[str, Any]]:
+                      upstreams: list[Upstream]) -> list[dict[str, Any]]:
         """``body`` to ``path`` on each of ``upstreams`` (draining ones too: they hold
         requests), one answer each, in order."""
+        return await self._fan_out(path, body, upstreams)
 
-        async def one(upstream: Upstream) -> dict[str, Any]:
+    async def update_weights(self, model_path: str, version: str, mode: PauseMode,
+                             load_format: str | None) -> WeightSync:
+        """Pause in ``mode``, load ``model_path`` on every server (concurrently), record
+        ``version``, continue; stop at the first step that fails on any server."""
+        async with self._syncing:
+            paused = await self.pause(mode)
+            if not all(r["ok"] for r in paused):
+                return WeightSync(False, "pause", paused)
+            body: dict[str, Any] = {"model_path": model_path, "weight_version": version,
+                                    "abort_all_requests": False}
+            if load_format is not None:
+                body["load_format"] = load_format
+            upstreams = self.pool.upstreams
+            loads = await self._fan_out("/update_weights_from_disk", body, upstreams,
+                                        timeout_s=self.load_timeout_s, answers=True)
+            for upstream, result in zip(upstreams, loads, strict=True):
+                if result["ok"]:
+                    upstream.weight_version = version
+            if not all(r["ok"] for r in loads):
+                return WeightSync(False, "load", loads)
+            await self._record_version(version)
+            resumed = await self.resume()
+            if not all(r["ok"] for r in resumed):
+                return WeightSync(False, "continue", resumed)
+            return WeightSync(True, "continue", loads)
+
+    async def pass_through(self, path: str, body: dict[str, Any], *,
+                           rank_stride: int | None = None) -> list[dict[str, Any]]:
+        """``body`` to ``path`` on every server at once (an NCCL transfer needs every
+        server in it together); with ``rank_stride`` (``init_weights_update_group``),
+        server ``i`` gets ``rank_offset + i * rank_stride``, said in its result
+        (``BadRequest`` when ``world_size`` cannot hold them). A ``weight_version`` that
+        every server took is recorded."""
+        upstreams = self.pool.upstreams
+        bodies = [body] * len(upstreams)
+        if rank_stride is not None:
+            offset, world = int(body["rank_offset"]), int(body["world_size"])
+            if offset + len(upstreams) * rank_stride > world:
+                raise BadRequest(
+                    f"world_size {world} is too small for {len(upstreams)} servers of "
+                    f"{rank_stride} rank(s) from rank_offset {offset}", param="world_size")
+            bodies = [{**body, "rank_offset": offset + i * rank_stride}
+                      for i in range(len(upstreams))]
+        results = await self._fan_out(path, bodies, upstreams, timeout_s=self.load_timeout_s,
+                                      answers=True)
+        if rank_stride is not None:
+            for result, sent in zip(results, bodies, strict=True):
+                result["rank_offset"] = sent["rank_offset"]
+        version = body.get("weight_version")
+        if isinstance(version, str) and all(r["ok"] for r in results):
+            for upstream in upstreams:
+                upstream.weight_version = version
+            await self._record_version(version)
+        return results
+
+    async def _record_version(self, version: str) -> None:
+        """The fleet's version is ``version`` (its servers were told already)."""
+        self._version = version
+        self.apply(await self.board.set_weight_version(version))
+
+    async def _fan_out(self, path: str, body: dict[str, Any] | list[dict[str, Any]],
+                       upstreams: list[Upstream], *, timeout_s: float | None = None,
+                       answers: bool = False) -> list[dict[str, Any]]:
+        """``body`` (or ``body[i]`` to the ``i``-th) to ``path`` on each of ``upstreams``
+        (draining ones too: they hold requests), one answer each, in order; with
+        ``answers``, each carries the server's JSON answer (None if not JSON), and a 200
+        saying ``success: false`` is a failure."""
+        bodies = body if isinstance(body, list) else [body] * len(upstreams)
+
+        async def one(upstream: Upstream, sent: dict[str, Any]) -> dict[str, Any]:
             try:
                 response = await self.pool.client.post(
-                    upstream.url + path, json=body, timeout=self.timeout_s
+                    upstream.url + path, json=sent, timeout=timeout_s or self.timeout_s
                 )
             except httpx.HTTPError as exc:
-                return {"url": upstream.url, "ok": False, "status": None,
-                        "error": f"unreachable: {type(exc).__name__}"}
+                result: dict[str, Any] = {"url": upstream.url, "ok": False, "status": None,
+                                          "error": f"unreachable: {type(exc).__name__}"}
+                return {**result, "answer": None} if answers else result
             ok = response.status_code == 200
-            return {"url": upstream.url, "ok": ok, "status": response.status_code,
-                    "error": None if ok else response.text[:500]}
+            result = {"url": upstream.url, "ok": ok, "status": response.status_code,
+                      "error": None if ok else response.text[:500]}
+            if answers:
+                try:
+                    result["answer"] = response.json()
+                except ValueError:
+                    result["answer"] = None
+                if ok and isinstance(result["answer"], dict) and \
+                        result["answer"].get("success") is False:
+                    result["ok"], result["error"] = False, str(
+                        result["answer"].get("message"))[:500]
+            return result
 
-        return list(await asyncio.gather(*(one(u) for u in upstreams)))
+        return list(await asyncio.gather(
+            *(one(u, b) for u, b in zip(upstreams, bodies, strict=True))))
 
 
 async def read_server_info(

@@ -184,7 +184,7 @@ def _sglang_command(args: argparse.Namespace) -> int:
 
 def _launch(args: argparse.Namespace) -> int:
     from ..settings import load_settings
-    from .launch import launch, parse_gpus, plan_servers, warn_attention_backend
+    from .launch import launch, parse_gpus, plan_servers, require_sglang, warn_attention_backend
     from .serve import serve
 
     plan = plan_servers(
@@ -196,6 +196,7 @@ def _launch(args: argparse.Namespace) -> int:
     _warn_unknown_env()
     flags = {**flag_values(args), "backend": "sglang"}
     load_settings({**flags, "upstream": plan.urls}, args.config)  # fail before starting anything
+    require_sglang(args.python)
     return launch(
         plan, lambda urls: serve({**flags, "upstream": urls}, args.config),
         health_timeout_s=args.health_timeout,

@@ -186,6 +186,20 @@ def launch(
             fleet.stop()
 
 
+def require_sglang(python: str) -> None:
+    """``ConfigError`` (one line) unless ``python`` can import ``sglang``: checked before
+    any server starts, so a host without it fails at once, not after a health timeout."""
+    probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('sglang') is None)"
+    try:
+        found = subprocess.run([python, "-c", probe], capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ConfigError(f"cannot run --python {python}: {exc}") from None
+    if found.returncode != 0:
+        raise ConfigError(f"sglang is not installed for {python}: on a GPU host, "
+                          "pip install 'seedproxy[sglang]' (or pass --python with a Python "
+                          "that has sglang)")
+
+
 def warn_attention_backend(backend: str | None) -> None:
     for warning in check_attention_backend(backend):
         print(f"seedproxy: warning: {warning}", file=sys.stderr)

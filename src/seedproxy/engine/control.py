@@ -1,25 +1,36 @@
 """SGLang's control routes on the engine: server and model info, ``/abort_request``,
-``/pause_generation``, ``/continue_generation`` and ``/update_weight_version``.
+``/pause_generation``, ``/continue_generation``, ``/update_weight_version`` and
+``/update_weights_from_disk``.
 
 Invariants:
 - Each route validates its body before touching the worker; bad input is a 400 in
   SGLang's native error shape (``{"error": {"message"}}``).
 - The routes only set the worker's state (``worker.py``); they never wait for a step.
 - ``weight_version`` in the info routes is the label in effect now ("default" until
-  ``/update_weight_version`` changes it). The engine has no weights to load: the label
-  is all that SGLang's route changes too.
+  ``/update_weight_version`` or a weight update with ``weight_version`` changes it).
+- ``/update_weights_from_disk`` reads and checks the new weights off the worker
+  (``reload.py``), then swaps them in (``Worker.load_weights``); one update at a time.
+  A folder that cannot be read, or of another architecture or shape, is refused and the
+  running weights stay.
 - Answers are SGLang 0.5.23's: pause and continue ``{"message", "status": "ok"}``;
-  update_weight_version ``{"success": true, "message", "new_version"}``.
+  update_weight_version ``{"success": true, "message", "new_version"}``;
+  update_weights_from_disk ``{"success", "message", "num_paused_requests"}``, 200 on
+  success and 400 on failure (``num_paused_requests``: the requests held paused across
+  the swap).
 """
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, cast
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from .errors import RequestError
+from .errors import EngineError, RequestError
+from .reload import prepare_update
 from .routing import guard, json_response, read_body
 from .state import EngineState
 from .worker import PAUSE_MODES, PauseMode
@@ -46,15 +57,44 @@ def _new_version(body: dict[str, Any]) -> tuple[str, bool]:
     return version, abort_all
 
 
+@dataclass(frozen=True)
+class _DiskUpdate:
+    model_path: str
+    load_format: str | None
+    abort_all_requests: bool
+    weight_version: str | None
+
+
+def _disk_update(body: dict[str, Any]) -> _DiskUpdate:
+    """SGLang's ``UpdateWeightFromDiskReqInput``; its GPU-only fields (``is_async``,
+    ``keep_pause``, ``flush_cache``, ...) are accepted and change nothing here."""
+    path = body.get("model_path")
+    if not isinstance(path, str) or not path or len(path) > 4096:
+        raise RequestError("model_path must be a non-empty string", param="model_path")
+    load_format = body.get("load_format")
+    if load_format is not None and not isinstance(load_format, str):
+        raise RequestError("load_format must be a string", param="load_format")
+    abort_all = body.get("abort_all_requests", False)
+    if not isinstance(abort_all, bool):
+        raise RequestError("abort_all_requests must be a boolean",
+                           param="abort_all_requests")
+    version = body.get("weight_version")
+    if version is not None and (not isinstance(version, str) or not version):
+        raise RequestError("weight_version must be a non-empty string",
+                           param="weight_version")
+    return _DiskUpdate(path, load_format, abort_all, version)
+
+
 def control_routes(state: EngineState) -> APIRouter:
     """The control routes over ``state.worker``."""
     router = APIRouter()
     model, worker = state.model, state.worker
+    tokenizer_path = model.model_path  # a weight update changes the weights, not this
 
     @router.get("/get_model_info")
     async def model_info() -> Response:
         return json_response({
-            "model_path": model.model_path, "tokenizer_path": model.model_path,
+            "model_path": model.model_path, "tokenizer_path": tokenizer_path,
             "is_generation": True, "preferred_sampling_params": None,
             "weight_version": worker.weight_version, "has_image_understanding": False,
             "has_audio_understanding": False, "model_type": model.arch.model_type,
@@ -118,6 +158,35 @@ def control_routes(state: EngineState) -> APIRouter:
             return json_response({"success": True,
                                   "message": f"Weight version updated to {version}",
                                   "new_version": version})
+
+        return await guard(True, run)
+
+    updating = asyncio.Lock()
+
+    @router.post("/update_weights_from_disk")
+    async def update_weights_from_disk(request: Request) -> Response:
+        """``{"model_path", "load_format"?, "abort_all_requests"?, "weight_version"?}``."""
+        async def run() -> Response:
+            update = _disk_update(await read_body(request))
+            async with updating:
+                try:
+                    prepared = await asyncio.to_thread(
+                        prepare_update, update.model_path, update.load_format, model,
+                        worker.max_batch)
+                except EngineError as exc:
+                    return json_response({"success": False, "message": str(exc),
+                                          "num_paused_requests": 0}, status=400)
+                if update.abort_all_requests:
+                    worker.abort(None)
+                held = await worker.load_weights(prepared, update.weight_version)
+                if held is None:
+                    return json_response({"success": False, "message": "the engine stopped",
+                                          "num_paused_requests": 0}, status=400)
+                model.model_path = update.model_path
+                model.source_dir = str(Path(update.model_path).expanduser())
+            return json_response({"success": True,
+                                  "message": "Succeeded to update model weights.",
+                                  "num_paused_requests": held})
 
         return await guard(True, run)
 

@@ -20,6 +20,7 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +33,8 @@ from .checkpoint import read_checkpoint, read_hf_config
 from .errors import EngineError
 from .llama import LlamaWeights
 
-__all__ = ["DEFAULT_GGUF", "EngineModel", "cache_root", "default_gguf_path", "load_model"]
+__all__ = ["DEFAULT_GGUF", "EngineModel", "cache_root", "default_gguf_path", "load_model",
+           "read_weights"]
 
 logger = logging.getLogger("seedproxy.engine")
 
@@ -197,9 +199,15 @@ def _from_transformers(folder: Path, model_path: str, arch: Architecture,
     from transformers import AutoModelForCausalLM
 
     try:
-        hf = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
+        loaded: Any = AutoModelForCausalLM.from_pretrained(
+            str(folder), dtype=torch.float32, output_loading_info=True)
+        hf, info = loaded
     except Exception as exc:  # transformers raises many kinds; all mean "not loadable"
         raise EngineError(f"cannot load model from {model_path}: {_first_line(exc)}") from exc
+    missing = sorted(info.get("missing_keys") or []) + sorted(
+        str(k[0] if isinstance(k, tuple) else k) for k in info.get("mismatched_keys") or [])
+    if missing:  # never left at transformers' random initialisation
+        raise KeyError(missing[0])
     if type(hf).__name__ != arch.hf_class:
         raise ValueError(f"expected {arch.hf_class}, got {type(hf).__name__}")
     return LlamaWeights.from_hf(hf, max_positions=max_positions)
@@ -224,17 +232,48 @@ def _eos_ids(folder: Path, cfg: Any, tok: Any) -> frozenset[int]:
     return frozenset(eos)
 
 
-def load_from_dir(folder: Path, model_path: str, name: str, *, cached: bool = False
-                  ) -> EngineModel:
-    """Load a Hugging Face Llama-family model folder into an ``EngineModel``."""
+def _weights(mapped: Callable[[], LlamaWeights | None], folder: Path, model_path: str,
+             arch: Architecture, ctx: int) -> LlamaWeights:
+    """``mapped()`` (``read_checkpoint``'s answer), else the weights through transformers;
+    ``EngineError`` naming ``model_path`` when they cannot be read. Every weight the
+    architecture has must be in the folder: a missing one is refused."""
     from safetensors import SafetensorError
 
-    arch = read_config(folder, model_path)
+    try:
+        return mapped() or _from_transformers(folder, model_path, arch, ctx)
+    except (SafetensorError, OSError) as exc:
+        raise EngineError(f"cannot load model from {model_path}: {_first_line(exc)}") from exc
+    except KeyError as exc:
+        raise EngineError(f"cannot load model from {model_path}: weight {exc} is missing "
+                          "or of another shape") from exc
+    except (AttributeError, ValueError) as exc:
+        raise EngineError(
+            f"unsupported architecture in {model_path}: {arch.hf_class} ({exc})"
+        ) from exc
+
+
+def _config(folder: Path, model_path: str, arch: Architecture) -> tuple[Any, int]:
+    """The folder's config and its context length."""
     try:
         cfg = read_hf_config(folder, arch)
     except Exception as exc:  # transformers raises many kinds; all mean "not loadable"
         raise EngineError(f"cannot load model from {model_path}: {_first_line(exc)}") from exc
     ctx = int(getattr(cfg, "max_position_embeddings", 0) or 2048)
+    return cfg, ctx
+
+
+def read_weights(folder: Path, model_path: str, arch: Architecture) -> LlamaWeights:
+    """The folder's weights alone, as ``load_from_dir`` reads them (for a weight update:
+    no tokenizer)."""
+    cfg, ctx = _config(folder, model_path, arch)
+    return _weights(lambda: read_checkpoint(folder, cfg, ctx), folder, model_path, arch, ctx)
+
+
+def load_from_dir(folder: Path, model_path: str, name: str, *, cached: bool = False
+                  ) -> EngineModel:
+    """Load a Hugging Face Llama-family model folder into an ``EngineModel``."""
+    arch = read_config(folder, model_path)
+    cfg, ctx = _config(folder, model_path, arch)
     # Packing the weights runs in torch, without the GIL: it overlaps the tokenizer's load
     # (imports, in Python). Either one's error is raised here, from this thread.
     with ThreadPoolExecutor(1, thread_name_prefix="seedproxy-weights") as pool:
@@ -244,14 +283,7 @@ def load_from_dir(folder: Path, model_path: str, name: str, *, cached: bool = Fa
         except Exception as exc:  # transformers raises many kinds; all mean "not loadable"
             raise EngineError(
                 f"cannot load model from {model_path}: {_first_line(exc)}") from exc
-    try:
-        weights = mapped.result() or _from_transformers(folder, model_path, arch, ctx)
-    except (SafetensorError, OSError) as exc:
-        raise EngineError(f"cannot load model from {model_path}: {_first_line(exc)}") from exc
-    except (AttributeError, KeyError, ValueError) as exc:
-        raise EngineError(
-            f"unsupported architecture in {model_path}: {arch.hf_class} ({exc})"
-        ) from exc
+    weights = _weights(mapped.result, folder, model_path, arch, ctx)
     return EngineModel(
         name=name, context_length=ctx, tokenizer=tok, weights=weights,
         model_path=model_path, source_dir=str(folder), eos_token_ids=_eos_ids(folder, cfg, tok),

@@ -18,6 +18,12 @@ Invariants:
   the pause; ``in_place`` keeps the batch (and its KV) as it is; ``retract`` parks the
   batch at the front of the queue, in order, to be prefilled again on continue.
 - Cancelled requests end (``finish_reason`` abort, output so far) even while paused.
+- ``load_weights`` swaps in new weights between steps, on the worker thread. Paused (any
+  mode), at once: ``in_place`` requests keep the KV their tokens so far made and go on
+  under the new weights, ``retract``ed ones are prefilled again on them. Not paused, no
+  new request is admitted until the running ones have finished (as SGLang's weight-update
+  lock waits). The prefix cache is emptied with the swap: no later prompt reuses keys of
+  the old weights. The weight version, when given, changes in the same step.
 - ``on_step`` (a test seam) runs on the worker thread after each step, with the batch.
 """
 
@@ -44,6 +50,7 @@ from .generator import (
     Update,
 )
 from .model import EngineModel
+from .reload import PreparedWeights
 
 __all__ = ["PAUSE_MODES", "PauseMode", "StepHook", "Worker", "default_threads"]
 
@@ -62,6 +69,15 @@ def default_threads() -> int:
     if env and env.isdigit() and int(env) > 0:
         return int(env)
     return max(1, os.cpu_count() or 1)
+
+
+@dataclass
+class _Swap:
+    prepared: PreparedWeights
+    version: str | None
+    done: Callable[[int | None], None]
+    """Called on the worker thread: how many requests were held paused across the swap,
+    or None when the worker stopped first."""
 
 
 @dataclass
@@ -93,6 +109,8 @@ class Worker:
         self._live: dict[str, threading.Event] = {}
         """Cancel flags of the requests submitted and not yet finished, by rid."""
         self._thread: threading.Thread | None = None
+        self._swap: _Swap | None = None
+        """Weights waiting to be swapped in (under _cv)."""
         self.running = 0
         """How many requests are in the batch (written by the worker thread only)."""
 
@@ -110,10 +128,19 @@ class Worker:
                 self._cv.notify_all()
             self._thread.join(timeout=30)
             self._thread = None
+        with self._cv:
+            swap, self._swap = self._swap, None
+        if swap is not None:
+            swap.done(None)
 
     @property
     def paused(self) -> PauseMode | None:
         return self._paused
+
+    @property
+    def swap_pending(self) -> bool:
+        """Whether new weights wait to be swapped in (for the running batch to end)."""
+        return self._swap is not None
 
     @property
     def waiting(self) -> int:
@@ -143,6 +170,38 @@ class Worker:
         if abort_all:
             self.abort(None)
 
+    async def load_weights(self, prepared: PreparedWeights, version: str | None) -> int | None:
+        """Swap in ``prepared`` (and label tokens ``version`` from then, when given) at
+        the worker's next chance; return how many requests were held paused across the
+        swap, or None when the worker stopped first. One swap at a time."""
+        loop = asyncio.get_running_loop()
+        result: asyncio.Future[int | None] = loop.create_future()
+
+        def done(paused: int | None) -> None:
+            try:
+                loop.call_soon_threadsafe(result.set_result, paused)
+            except RuntimeError:  # the loop is gone: nobody waits for the answer
+                pass
+
+        with self._cv:
+            if self._swap is not None:
+                raise RuntimeError("a weight swap is already pending")
+            self._swap = _Swap(prepared, version, done)
+            self._poked = True
+            self._cv.notify_all()
+        return await result
+
+    def _swap_in(self, gen: Generator, swap: _Swap, mode: PauseMode | None) -> None:
+        if mode is not None:
+            self._hold(gen, mode)  # a retract parks the batch before the keys change
+        with self._cv:
+            held = len(gen.running) + sum(isinstance(e, Seq) for e in self._waiting)
+            gen.load(swap.prepared.runner)
+            self.model.weights = swap.prepared.weights
+            if swap.version is not None:
+                self.weight_version = swap.version
+        swap.done(held)
+
     def _generator(self) -> Generator:
         return Generator(self.model, self.max_batch, self.cache_mb,
                          version=lambda: self.weight_version)
@@ -156,6 +215,12 @@ class Worker:
                     while True:
                         if self._stopping:
                             return
+                        swap = self._swap
+                        if swap is not None and (self._paused is not None
+                                                 or not gen.running):
+                            self._swap = None
+                            break
+                        swap = None
                         if self._paused is not None:
                             if self._poked:
                                 self._poked = False
@@ -165,10 +230,12 @@ class Worker:
                         self._cv.wait()
                     mode = self._paused
                     admitted: list[_Job | Seq] = []
-                    while mode is None and self._waiting and (
+                    while mode is None and self._swap is None and self._waiting and (
                             len(gen.running) + len(admitted) < self.max_batch):
                         admitted.append(self._waiting.popleft())
-                if mode is not None:
+                if swap is not None:
+                    self._swap_in(gen, swap, mode)
+                elif mode is not None:
                     self._hold(gen, mode)
                 else:
                     gen = self._step(gen, admitted)

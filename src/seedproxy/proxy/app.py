@@ -49,6 +49,7 @@ from .replay import Verifier
 from .routes import openai_router
 from .server_routes import server_router
 from .ui import TokenDecoder, ui_router
+from .weight_routes import weight_router
 
 if TYPE_CHECKING:
     from ..backends.tito import TitoMode
@@ -172,6 +173,7 @@ def create_app(
         fleet, Verifier(store, backend, pool, tito), access,
         max_body_bytes=settings.max_body_bytes, engine_url=engine_url,
     ))
+    app.include_router(weight_router(fleet, access, max_body_bytes=settings.max_body_bytes))
     app.include_router(
         ui_router(access, pool, TokenDecoder(client), store,
                   max_body_bytes=settings.max_body_bytes)

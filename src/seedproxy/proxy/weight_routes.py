@@ -1,0 +1,90 @@
+"""Admin routes that move weights onto the fleet: ``POST /fleet/update_weights`` (the
+whole sync from a folder on disk) and the pass-through of SGLang's NCCL routes for
+trainers that push weights themselves (``/fleet/init_weights_update_group``,
+``/fleet/update_weights_from_distributed``, ``/fleet/update_weights_from_tensor``,
+``/fleet/destroy_weights_update_group``).
+
+Invariants:
+- Every route needs the admin key (when one is set) and reads a strictly typed body
+  (``schemas.py``) before any server is told anything.
+- Each answer lists every upstream with what it said (``answer``: the server's own JSON).
+  When any server failed, the answer is a 502 in OpenAI's error shape naming them, with
+  the same list beside it; a weight sync that failed leaves the fleet paused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+
+from ..backends.fleet import FleetControl
+from ..errors import UpstreamError
+from ..pipeline.request import documented, read_model
+from .access import Access
+from .schemas import (
+    DestroyWeightsUpdateGroup,
+    FleetUpdateWeights,
+    InitWeightsUpdateGroup,
+    UpdateWeightsFromDistributed,
+    UpdateWeightsFromTensor,
+)
+
+__all__ = ["weight_router"]
+
+
+def weight_router(fleet: FleetControl, access: Access, *, max_body_bytes: int) -> APIRouter:
+    router = APIRouter()
+
+    def answer(what: str, ok: bool, upstreams: list[dict[str, Any]],
+               **extra: Any) -> JSONResponse:
+        gate = fleet.gate
+        body: dict[str, Any] = {"paused": gate.paused, "mode": gate.mode,
+                                "waiting": gate.waiting, **extra, "upstreams": upstreams}
+        if ok:
+            return JSONResponse(body)
+        failed = ", ".join(f"{r['url']} ({r['error']})" for r in upstreams if not r["ok"])
+        error = UpstreamError(f"{what} failed on {failed}")
+        return JSONResponse({**error.body(), **body}, status_code=error.status_code)
+
+    @router.post("/fleet/update_weights", openapi_extra=documented(FleetUpdateWeights))
+    async def update_weights(request: Request) -> JSONResponse:
+        await access.require_admin(request)
+        body = await read_model(request, FleetUpdateWeights, max_body_bytes)
+        sync = await fleet.update_weights(body.model_path, body.version, body.mode,
+                                          body.load_format)
+        what = {"pause": "pausing for the weight sync",
+                "load": "loading the weights (the fleet stays paused: retry, or "
+                        "POST /fleet/continue)",
+                "continue": "continuing after the weight sync"}[sync.step]
+        return answer(what, sync.ok, sync.upstreams, step=sync.step,
+                      weight_version=body.version if sync.step == "continue" else None)
+
+    def same_to_all(path: str, model: type[BaseModel]) -> None:
+        @router.post(f"/fleet{path}", openapi_extra=documented(model))
+        async def route(request: Request) -> JSONResponse:
+            await access.require_admin(request)
+            body = (await read_model(request, model, max_body_bytes)).model_dump()
+            return answer(path.lstrip("/"), *_results(await fleet.pass_through(path, body)))
+
+    same_to_all("/update_weights_from_distributed", UpdateWeightsFromDistributed)
+    same_to_all("/update_weights_from_tensor", UpdateWeightsFromTensor)
+    same_to_all("/destroy_weights_update_group", DestroyWeightsUpdateGroup)
+
+    @router.post("/fleet/init_weights_update_group",
+                 openapi_extra=documented(InitWeightsUpdateGroup))
+    async def init_group(request: Request) -> JSONResponse:
+        await access.require_admin(request)
+        body = await read_model(request, InitWeightsUpdateGroup, max_body_bytes)
+        results = await fleet.pass_through("/init_weights_update_group",
+                                           body.model_dump(exclude={"rank_stride"}),
+                                           rank_stride=body.rank_stride)
+        return answer("init_weights_update_group", *_results(results))
+
+    return router
+
+
+def _results(results: list[dict[str, Any]]) -> tuple[bool, list[dict[str, Any]]]:
+    return all(r["ok"] for r in results), results
