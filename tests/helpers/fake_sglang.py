@@ -663,5 +663,6 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
+        Route("/health_generate", health, methods=["GET"]),
         Route("/detokenize", detokenize, methods=["POST"]),
     ])

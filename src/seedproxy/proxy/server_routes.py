@@ -78,5 +78,7 @@ def server_router(pool: UpstreamPool, fleet: FleetControl, access: Access, *,
     for path in _TOKENS:
         router.add_api_route(path, token_route, methods=["POST"],
                              name=path.strip("/").replace("/", "_"))
-    router.add_api_route("/flush_cache", flush_cache, methods=["GET", "POST"])
+    for method in ("GET", "POST"):  # one operation each: OpenAPI ids must be unique
+        router.add_api_route("/flush_cache", flush_cache, methods=[method],
+                             operation_id=f"flush_cache_{method.lower()}")
     return router
