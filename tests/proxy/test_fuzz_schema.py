@@ -77,8 +77,9 @@ def test_no_proxy_500_and_openai_shaped_errors(proxy_url: str) -> None:
             if case.query and "timeout_s" in case.query:
                 case.query["timeout_s"] = 0.1
             # run() is called within this iteration, so it sees this operation
-            check(case.call(timeout=30), anthropic="/v1/messages" in operation.path,
-                  sglang=operation.path in SGLANG_ROUTES)  # noqa: B023
+            path = operation.path  # noqa: B023
+            check(case.call(timeout=30), anthropic="/v1/messages" in path,
+                  sglang=path in SGLANG_ROUTES)
 
         run()
 
