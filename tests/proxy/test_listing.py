@@ -117,3 +117,19 @@ def test_pages_follow_a_cursor_and_an_unchanged_list_answers_its_version_alone(
     for bad in ({"cursor": -1}, {"cursor": 2**62 + 1}, {"since": "x"}):
         answer = httpx.get(proxy + "/sessions", params=bad, headers=AUTH)
         assert answer.status_code == 400 and answer.json()["error"]["type"]
+
+
+def test_an_offset_past_any_store_is_a_400_not_a_500() -> None:
+    """A huge ``offset`` once reached the memory store's ``islice`` and was a 500."""
+    from seedproxy.proxy import create_app
+    from seedproxy.sessions import MemoryStore
+    from seedproxy.settings import Settings
+    from tests.helpers.servers import ServerThread
+
+    app = create_app(Settings(upstream=["http://127.0.0.1:9"]), store=MemoryStore())
+    with ServerThread(app) as proxy:
+        answer = httpx.get(f"{proxy.url}/sessions", params={"offset": 2**63}, timeout=30)
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["error"]["param"] in ("offset", None)
+        assert httpx.get(f"{proxy.url}/sessions", params={"offset": 10**12},
+                         timeout=30).json()["sessions"] == []

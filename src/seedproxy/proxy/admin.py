@@ -105,7 +105,7 @@ def admin_router(
         request: Request,
         group_id: str | None = Query(default=None, max_length=256),
         identity: str | None = Query(default=None, max_length=256),
-        offset: int = Query(default=0, ge=0),
+        offset: int = Query(default=0, ge=0, le=10**12),
         limit: int = Query(default=100, ge=1, le=MAX_PAGE),
         cursor: int | None = Query(default=None, ge=0, le=SEQ_MAX),
         since: int | None = Query(default=None, ge=0, le=SEQ_MAX),

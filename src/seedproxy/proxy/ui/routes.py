@@ -114,7 +114,7 @@ def ui_router(
     async def turns(
         session_id: str,
         request: Request,
-        offset: int = Query(default=0, ge=0),
+        offset: int = Query(default=0, ge=0, le=10**12),
         limit: int = Query(default=20, ge=1, le=MAX_TURNS_PAGE),
     ) -> Response:
         """``{total, offset, next_offset, turns}``: turns ``offset`` to
