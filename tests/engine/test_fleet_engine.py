@@ -143,7 +143,7 @@ def test_a_client_that_leaves_a_stream_has_its_request_aborted_on_the_engine(
         held_engine: RunningEngine, hold: StepHold, start_proxy: Callable[..., str]) -> None:
     proxy = start_proxy([held_engine.url])
     hold.reset()
-    hold.arm(2)
+    hold.arm(1)  # held right after token 1 is sent, so the abort always lands while held
     body = {"input_ids": [7, 8, 9], "stream": True,
             "sampling_params": {"max_new_tokens": 400, "ignore_eos": True}}
     try:
@@ -156,11 +156,11 @@ def test_a_client_that_leaves_a_stream_has_its_request_aborted_on_the_engine(
         (rid,) = {req.rid for req, _ in hold.batch}
         assert rid.startswith("seedproxy-")
         worker = held_engine.server.config.app.state.engine.worker
-        wait_until(lambda: worker.stopping(rid))  # while the worker is held at token 2
+        wait_until(lambda: worker.stopping(rid))  # while the worker is held at token 1
     finally:
         hold.release()
     record = httpx.get(f"{proxy}/sessions/gone-1/trajectory").json()["interactions"]
     assert [r["abandoned"] for r in record] == [True]
     wait_until(lambda: httpx.get(f"{held_engine.url}/get_server_info").json()["running"] == 0)
     made = [n for step in hold.steps for r, n in step if r == rid]
-    assert made[-1] == 2  # the engine stopped where the worker was held: aborted
+    assert made[-1] == 1  # the engine stopped where the worker was held: aborted
