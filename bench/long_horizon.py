@@ -2,7 +2,9 @@
 
 One rollout of ``--turns`` turns (200: about 55k tokens in token-in-token-out mode),
 each turn a user message of ``--words`` words and ``max_tokens`` 32, through a proxy
-in front of the fake SGLang (tests/helpers), for passthrough and token-in-token-out
+in front of the fake SGLang (tests/helpers, in its own process, as a real server is: in
+this process its parsing of each long request would hold the GIL the proxy is timed on;
+``--fake-in-process`` measures it that way), for passthrough and token-in-token-out
 (SmolLM2's tokenizer, the Qwen3-style test template) over the memory, SQLite and Redis
 stores, all in one run. It prints the proxy's own time per turn
 (``x-seedproxy-overhead-ms``, the mean over turns 1-10, 91-100 and 191-200, and the
@@ -23,7 +25,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -43,6 +47,7 @@ from seedproxy.proxy.app import create_app  # noqa: E402
 from seedproxy.sessions import SessionStore, open_store  # noqa: E402
 from seedproxy.settings import Settings  # noqa: E402
 from tests.helpers.fake_sglang import Switches, create_fake_sglang  # noqa: E402
+from tests.helpers.procs import free_port, seedproxy_env, wait_http  # noqa: E402
 from tests.helpers.redis_server import RedisServer, redis_or_skip  # noqa: E402
 from tests.helpers.servers import ServerThread  # noqa: E402
 
@@ -163,19 +168,42 @@ def _rollout(run: Run, turns: int, words: int) -> None:
         beside.join()
 
 
+FAKE = ("import sys, uvicorn; from tests.helpers.fake_sglang import Switches, "
+        "create_fake_sglang; uvicorn.run(create_fake_sglang(Switches(context_length=1 << 20, "
+        "chars_per_token=4)), host='127.0.0.1', port=int(sys.argv[1]), log_level='warning')")
+
+
+@contextlib.contextmanager
+def _fake_process() -> Any:
+    """The fake SGLang in a child process; yields an object with its ``url``."""
+    port = free_port()
+    env = seedproxy_env(PYTHONPATH=f"{ROOT / 'src'}:{ROOT}")
+    child = subprocess.Popen([sys.executable, "-c", FAKE, str(port)], cwd=ROOT, env=env)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_http(f"{url}/health", proc=child)
+        yield type("Fake", (), {"url": url})()
+    finally:
+        child.terminate()
+        child.wait(timeout=30)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--words", type=int, default=60)
     parser.add_argument("--stores", default="memory,sqlite,redis")
     parser.add_argument("--modes", default="passthrough,tito")
+    parser.add_argument("--fake-in-process", action="store_true",
+                        help="run the fake SGLang on a thread of this process")
     args = parser.parse_args()
     redis = RedisServer(redis_or_skip()) if "redis" in args.stores else None
     # A real tokenizer's count of prompt ids (about 4 characters each), not one a character.
     switches = Switches(context_length=1 << 20, chars_per_token=4)
     print(f"{args.turns} turns, {args.words} words per user message, max_tokens 32")
-    with tempfile.TemporaryDirectory() as tmp, ServerThread(
-            create_fake_sglang(switches)) as fake:
+    fake_server = (ServerThread(create_fake_sglang(switches)) if args.fake_in_process
+                   else _fake_process())
+    with tempfile.TemporaryDirectory() as tmp, fake_server as fake:
         for mode in args.modes.split(","):
             for kind in args.stores.split(","):
                 url = {"memory": "memory://", "sqlite": f"sqlite:///{tmp}/{mode}.db",
