@@ -8,7 +8,9 @@ this process its parsing of each long request would hold the GIL the proxy is ti
 (SmolLM2's tokenizer, the Qwen3-style test template) over the memory, SQLite and Redis
 stores, all in one run. It prints the proxy's own time per turn
 (``x-seedproxy-overhead-ms``, the mean over turns 1-10, 91-100 and 191-200, and the
-last window's ratio to the first) and the stored interaction bytes against the size
+last window's ratio to the first), the CPU its threads spent per turn (``cpu/turn``:
+the process's CPU less the client thread's, which neither a loaded machine nor a slow
+disk's fsync stretches) and the stored interaction bytes against the size
 of the rollout's ``?style=concat`` export.
 
     python bench/long_horizon.py [--turns 200] [--words 60] [--stores memory,sqlite,redis]
@@ -68,16 +70,19 @@ class Run:
     session: str
     overhead_ms: list[float] = field(default_factory=list)
     """Per turn, in order (turn 1 first)."""
+    cpu_ms: list[float] = field(default_factory=list)
+    """Per turn: the CPU the proxy's threads spent on it (this process's CPU less the
+    client's thread's), which a loaded machine or a slow disk does not stretch."""
     alone_ms: list[float] = field(default_factory=list)
     beside_ms: list[float] = field(default_factory=list)
     """Other sessions' short requests (client latency): alone, and beside the rollout's
     ``BESIDE_TURNS`` turns past ``--turns``."""
 
 
-def _windows(run: Run) -> str:
+def _windows(run: Run, series: str = "overhead_ms") -> str:
     means = []
     for first, last in WINDOWS:
-        values = run.overhead_ms[first - 1:last]
+        values = getattr(run, series)[first - 1:last]
         means.append(statistics.fmean(values) if values else float("nan"))
     shown = " ".join(f"{a}-{b}: {m:6.2f} ms" for (a, b), m in zip(WINDOWS, means, strict=True))
     return f"{shown}   last/first {means[-1] / means[0]:.2f}x"
@@ -113,8 +118,9 @@ def _others(run: Run) -> str:
             f"({len(run.beside_ms)}): p99 beside/alone {b99 / a99:.2f}x")
 
 
-MEASURES: dict[str, Callable[[Run], str]] = {"per turn": _windows, "bytes": _stored,
-                                             "others": _others}
+MEASURES: dict[str, Callable[[Run], str]] = {
+    "per turn": _windows, "cpu/turn": lambda run: _windows(run, "cpu_ms"),
+    "bytes": _stored, "others": _others}
 OTHERS = 8
 BESIDE_TURNS = 20
 """Turns the rollout runs past ``--turns`` with the other sessions beside it."""
@@ -157,10 +163,15 @@ def _rollout(run: Run, turns: int, words: int) -> None:
                 beside.start()
             text = " ".join(f"w{(turn * words + k) % 997}" for k in range(words))
             messages.append({"role": "user", "content": f"Step {turn}: {text}"})
-            answer = http.post("/v1/chat/completions",
-                               json={"model": "m", "messages": messages, "max_tokens": 32})
+            body = httpx.Request("POST", "/", json={
+                "model": "m", "messages": messages, "max_tokens": 32}).content
+            cpu, mine = time.process_time(), time.thread_time()
+            answer = http.post("/v1/chat/completions", content=body,
+                               headers={"content-type": "application/json"})
+            cpu, mine = time.process_time() - cpu, time.thread_time() - mine
             answer.raise_for_status()
             run.overhead_ms.append(float(answer.headers["x-seedproxy-overhead-ms"]))
+            run.cpu_ms.append((cpu - mine) * 1000)
             reply = answer.json()["choices"][0]["message"]
             messages.append({"role": "assistant", "content": reply["content"]})
     stop.set()
