@@ -43,6 +43,10 @@ def test_stop_reasons_and_usage() -> None:
         "output_tokens": 2,
         "cache_creation_input_tokens": 0,
         "cache_read_input_tokens": 1,
+        "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0},
+        "server_tool_use": None,
+        "inference_geo": None,
+        "service_tier": "standard",
     }
     assert matched["model"] == "m"
 
