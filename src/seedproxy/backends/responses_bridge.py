@@ -16,7 +16,7 @@ import orjson
 from ..errors import BadRequest
 from .responses_envelope import envelope
 
-__all__ = ["chat_usage_to_responses", "output_items", "to_chat", "to_response"]
+__all__ = ["chat_usage_to_responses", "error_object", "output_items", "to_chat", "to_response"]
 
 _PASS_THROUGH = ("model", "temperature", "top_p", "presence_penalty", "frequency_penalty",
                  "parallel_tool_calls", "user", "seed", "stream")
@@ -235,6 +235,17 @@ def to_response(body: dict[str, Any], answer: dict[str, Any], completed_at: int)
                     status="completed", output=output,
                     usage=chat_usage_to_responses(answer.get("usage")),
                     finish_reason=choice.get("finish_reason"), completed_at=completed_at)
+
+
+def error_object(error: Any) -> dict[str, Any]:
+    """OpenAI's error object ``{message, type, param, code}`` with the types its schema
+    gives (an upstream's numeric ``code`` shown as a string)."""
+    error = error if isinstance(error, dict) else {}
+    code, param = error.get("code"), error.get("param")
+    return {"message": str(error.get("message") or ""),
+            "type": str(error.get("type") or "api_error"),
+            "param": param if isinstance(param, str) else None,
+            "code": None if code is None else str(code)}
 
 
 def dumps(payload: Any) -> bytes:

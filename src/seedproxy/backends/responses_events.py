@@ -19,6 +19,7 @@ from typing import Any
 from .responses_bridge import (
     call_item,
     chat_usage_to_responses,
+    error_object,
     message_item,
     reasoning_item,
     response_logprobs,
@@ -184,14 +185,10 @@ class ResponsesEvents:
         return events
 
     def error(self, error: dict[str, Any]) -> dict[str, Any]:
-        """The ``error`` event that ends a failed stream, from OpenAI's error object
-        ``{message, type, param, code}``: its fields at the top (OpenAI's
-        ``ResponseErrorEvent``) and whole under ``error`` (Open Responses' event)."""
-        code = error.get("code")
-        shown = {"type": str(error.get("type") or "api_error"),
-                 "code": None if code is None else str(code),
-                 "message": str(error.get("message") or ""),
-                 "param": error.get("param") if isinstance(error.get("param"), str) else None}
+        """The ``error`` event that ends a failed stream, from OpenAI's error object:
+        its fields at the top (OpenAI's ``ResponseErrorEvent``) and whole under
+        ``error`` (Open Responses' ``ErrorStreamingEvent``)."""
+        shown = error_object(error)
         return self._event("error", code=shown["code"], message=shown["message"],
                            param=shown["param"], error=shown)
 

@@ -20,7 +20,7 @@ from starlette.responses import Response
 from ..backends import Endpoint
 from ..backends.anthropic_bridge import anthropic_error, to_message
 from ..backends.anthropic_events import MessageEvents, sse
-from ..backends.responses_bridge import dumps, to_response
+from ..backends.responses_bridge import dumps, error_object, to_response
 from ..backends.responses_events import ResponsesEvents
 from ..errors import SeedProxyError, StoreError, UpstreamError
 from .sse import DONE, encode_event
@@ -119,6 +119,9 @@ class ResponsesPresenter(Presenter):
 
     def whole(self, answer: Any) -> Any:
         return to_response(self.body, answer, int(self.clock()))
+
+    def error_body(self, exc: SeedProxyError) -> dict[str, Any]:
+        return {"error": error_object(exc.body()["error"])}
 
     def writer(self) -> Writer:
         events = ResponsesEvents(self.body, self.clock)
