@@ -79,6 +79,32 @@ def test_mistral_tool_calls_get_nine_character_ids_streamed_and_not(
     assert sent[2]["input_ids"][: len(head)] == head  # the next turn extends it
 
 
+def test_kimi_k2_call_ids_count_the_conversation_s_calls(
+        fake: Fake, start_proxy: Callable[..., str], tok: Any) -> None:
+    base = start_proxy([fake.url], token_in_token_out=True, tokenizer=TOKENIZER,
+                       chat_template=TEMPLATE, tool_parser="kimi_k2")
+
+    def section(*words: str) -> list[int]:
+        calls = "".join(f'<|tool_call_begin|>functions.lookup:{k}<|tool_call_argument_begin|>'
+                        f'{{"word": "{w}"}}<|tool_call_end|>' for k, w in enumerate(words))
+        text = f"<|tool_calls_section_begin|>{calls}<|tool_calls_section_end|>"
+        return list(tok.encode(text, add_special_tokens=False)) + [EOT]
+
+    fake.switches.script = [section("sea", "salt"), section("tide")]
+    client = openai.OpenAI(base_url=f"{base}/sessions/k/v1", api_key="x", max_retries=0)
+    messages: list[Any] = [{"role": "user", "content": "What is the sea?"}]
+    first = client.chat.completions.create(model="m", messages=messages, tools=TOOLS)
+    message = first.choices[0].message
+    assert message.tool_calls is not None
+    assert [c.id for c in message.tool_calls] == ["functions.lookup:0", "functions.lookup:1"]
+    messages += [message.model_dump(exclude_none=True),
+                 *[{"role": "tool", "tool_call_id": c.id, "content": "x"}
+                   for c in message.tool_calls]]
+    second = client.chat.completions.create(model="m", messages=messages, tools=TOOLS)
+    assert second.choices[0].message.tool_calls is not None
+    assert [c.id for c in second.choices[0].message.tool_calls] == ["functions.lookup:2"]
+
+
 @pytest.fixture(scope="module")
 def gemma_like(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, int]:
     """SmolLM2's tokenizer with ``<end_of_turn>`` as an ordinary (not special) added

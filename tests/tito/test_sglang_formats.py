@@ -22,6 +22,8 @@ FIRST, SECOND = f"<tool_call>{WEATHER}</tool_call>", f"<tool_call>{SEARCH}</tool
 BJ, REST = ("get_weather", {"city": "Beijing"}), ("search", {"query": "restaurants"})
 TB, TC, TCE = "<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>"
 SEP, TE = "<｜tool▁sep｜>", "<｜tool▁calls▁end｜>"
+KB, KE = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
+KC, KA, KCE = "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>"
 
 
 def run(name: str, text: str) -> list[tuple[str, list[tuple[str, Any]]]]:
@@ -90,6 +92,15 @@ def run(name: str, text: str) -> list[tuple[str, list[tuple[str, Any]]]]:
                  f'{TCE}{TC}get_weather{SEP}{{"location": "Paris"}}{TCE}{TE}', "Let me check.",
                  [("get_weather", {"location": "Tokyo"}), ("get_weather", {"location": "Paris"})],
                  id="deepseekv31_detector.py:docstring example"),
+    pytest.param("kimi_k2", f"{KB}{KC}functions.get_weather:0{KA}{{\"city\": \"Paris\"}}"
+                 f"{KCE}{KE}", "", [("get_weather", {"city": "Paris"})],
+                 id="srt:TestKimiK2Detector.test_single_tool_call"),
+    pytest.param("kimi_k2", f"Checking.{KB}{KC}functions.get_weather:0{KA}{{\"city\": "
+                 f"\"Paris\"}}{KCE}{KC}functions.get_tourist_attractions:1{KA}{{\"city\": "
+                 f"\"London\"}}{KCE}{KE}", "Checking.",
+                 [("get_weather", {"city": "Paris"}),
+                  ("get_tourist_attractions", {"city": "London"})],
+                 id="srt:TestKimiK2Detector.test_multiple_tool_calls"),
 ])
 def test_tool_formats_parse_as_sglang(name: str, text: str, content: str,
                                       calls: list[Any]) -> None:
@@ -101,6 +112,8 @@ def test_tool_formats_parse_as_sglang(name: str, text: str, content: str,
     ("mistral", "[TOOL_CALLS]get_weather[ARGS]{bad"),
     ("deepseekv3", f"{TB}{TC}function{SEP}get_weather\n```json\n{{\"city\": }}\n```{TCE}{TE}"),
     ("deepseekv31", f"{TB}{TC}get_weather{SEP}{{\"city\"{TCE}{TE}"),
+    # srt:TestKimiK2Detector.test_invalid_tool_call: no call, the text whole
+    ("kimi_k2", f"{KB}invalid_tool:0{KA}{{\"city\": \"Paris\"}}{KCE}{KE}"),
 ])
 def test_no_call_at_all_stays_content_as_generated(name: str, text: str) -> None:
     # srt/hermes test_malformed_json_returns_original_text: the text, whole.
@@ -113,6 +126,9 @@ def test_mistral_call_ids_are_nine_alphanumerics_pinned() -> None:
     assert all(len(i) == 9 and i.isascii() and i.isalnum() for i in ids)
     assert TOOL_PARSERS["mistral"].call_id("chatcmpl-abc:0", 1) == ids[1]
     assert TOOL_PARSERS["hermes"].call_id("chatcmpl-abc:0", 1).startswith("call_")
+    # Kimi K2's ids count the conversation's calls (SGLang's _process_tool_call_id).
+    assert TOOL_PARSERS["kimi_k2"].call_id("chatcmpl-abc:0", 1, "get_weather", 2) == (
+        "functions.get_weather:3")
 
 
 def parts(name: str, text: str, opened: bool = False) -> list[tuple[str, str]]:

@@ -55,7 +55,10 @@ class Reply:
 class AssistantStream:
     def __init__(self, decoder: IncrementalDecoder, reasoning: ThinkParser | None,
                  tools: ToolParser | None, stops: tuple[str, ...] = (), *,
-                 continues: bool = False) -> None:
+                 continues: bool = False, earlier_calls: int = 0) -> None:
+        """``earlier_calls``: tool calls in the conversation before this answer (for a
+        format whose ids count them)."""
+        self._earlier_calls = earlier_calls
         self._decoder = decoder
         self._stop = StopTrim(stops) if stops else None
         self._reasoning = reasoning
@@ -65,9 +68,11 @@ class AssistantStream:
 
     def call_id(self, base: str, position: int) -> str:
         """The id of call ``position`` in the answer ``base``, in the format's own shape
-        (Mistral's templates take 9 alphanumeric characters only)."""
-        return self._tools.call_id(base, position) if self._tools is not None else (
-            openai_call_id(base, position))
+        (Mistral's templates take 9 alphanumeric characters only, Kimi's count calls)."""
+        if self._tools is None:
+            return openai_call_id(base, position)
+        return self._tools.call_id(base, position, self.reply.tool_calls[position].name,
+                                   self._earlier_calls)
 
     def feed(self, token_id: int) -> list[Delta]:
         return self._route(self._trim(self._decoder.feed(token_id)))

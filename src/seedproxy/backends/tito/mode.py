@@ -93,8 +93,9 @@ class TitoMode:
         tools = self._tool_parser() if use_tools and self._tool_parser else None
         decoder = IncrementalDecoder(self.renderer.tokenizer, self.hidden,
                                      decode=self._decode)
+        earlier = _earlier_calls(body["messages"]) if tools is not None and tools.numbered else 0
         return AssistantStream(decoder, reasoning, tools, self.sampling(body).stop,
-                               continues=prompt.prefix is not None)
+                               continues=prompt.prefix is not None, earlier_calls=earlier)
 
     def token_text(self, token_id: int) -> str:
         """One token's text as ``tokenizer.decode([token_id])`` gives it (cached)."""
@@ -104,6 +105,13 @@ class TitoMode:
             if 0 <= token_id < self._vocab_size:
                 self._token_texts[token_id] = text
         return text
+
+
+def _earlier_calls(messages: list[Any]) -> int:
+    """The tool calls of the assistant messages in a history (read only for a format
+    whose call ids count them)."""
+    return sum(len(m["tool_calls"]) for m in messages if isinstance(m, dict)
+               and m.get("role") == "assistant" and isinstance(m.get("tool_calls"), list))
 
 
 def open_tito(*, backend: str, auth: dict[str, str], tokenizer_path: str | None,

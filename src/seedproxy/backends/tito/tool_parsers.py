@@ -7,6 +7,7 @@ own module under ``tools``; ``tools.base`` says what they all keep).
 | ``llama3`` (``llama3-json``) | ``{"name", "parameters"}``, ``<|python_tag|>`` |
 | ``mistral`` | ``[TOOL_CALLS][{...}]`` or ``[TOOL_CALLS]name[ARGS]{...}`` |
 | ``deepseekv3``, ``deepseekv31`` | ``<｜tool▁calls▁begin｜>`` sections |
+| ``kimi_k2`` | ``<|tool_calls_section_begin|>`` sections |
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 from .tools.base import ToolCall, ToolParser
 from .tools.deepseek import DeepSeekV3Parser, DeepSeekV31Parser
 from .tools.hermes import HermesParser
+from .tools.kimi import KimiK2Parser
 from .tools.llama3 import Llama3JsonParser
 from .tools.mistral import MistralParser
 
@@ -25,4 +27,5 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "llama3": Llama3JsonParser, "llama3-json": Llama3JsonParser,
     "mistral": MistralParser,
     "deepseekv3": DeepSeekV3Parser, "deepseekv31": DeepSeekV31Parser,
+    "kimi_k2": KimiK2Parser,
 }

@@ -79,6 +79,9 @@ class ToolParser:
     start: ClassVar[str] = ""
     markers: ClassVar[tuple[str, ...]] = ()
     """Special tokens of the format, kept in the decoded text for the parser."""
+    numbered: ClassVar[bool] = False
+    """Whether call ids count the conversation's earlier calls (``call_id``'s
+    ``earlier``; counted only for such a format)."""
 
     def __init__(self) -> None:
         self._buffer = ""
@@ -86,8 +89,9 @@ class ToolParser:
         self._raw_marker = ""
 
     @staticmethod
-    def call_id(base: str, position: int) -> str:
-        """The id of call ``position`` of the answer ``base`` (stable across reruns)."""
+    def call_id(base: str, position: int, name: str = "", earlier: int = 0) -> str:
+        """The id of call ``position`` (named ``name``) of the answer ``base``, stable
+        across reruns; ``earlier``: the calls in the conversation before this answer."""
         return openai_call_id(base, position)
 
     def feed(self, text: str) -> str:

@@ -33,7 +33,7 @@ class MistralParser(ToolParser):
     markers = (start, args)
 
     @staticmethod
-    def call_id(base: str, position: int) -> str:
+    def call_id(base: str, position: int, name: str = "", earlier: int = 0) -> str:
         return mistral_call_id(base, position)
 
     def parse(self, captured: str) -> tuple[list[ToolCall], str]:
