@@ -146,9 +146,11 @@ class Settings(BaseSettings):
     chat_template: str | None = None
     """Token-in-token-out: a Jinja chat template file overriding the tokenizer's."""
     tool_parser: str | None = None
-    """Token-in-token-out: hermes, llama3-json or mistral."""
+    """Token-in-token-out: SGLang's --tool-call-parser name (hermes, qwen, qwen25,
+    llama3, mistral, deepseekv3, deepseekv31, kimi_k2)."""
     reasoning_parser: str | None = None
-    """Token-in-token-out: think (reasoning between think tags)."""
+    """Token-in-token-out: think, or SGLang's --reasoning-parser name (qwen3,
+    qwen3-thinking, deepseek-r1, glm45, kimi_k2, kimi)."""
     index_by: Literal["arrival", "content"] = "arrival"
     """How sessions derive seeds by default: by arrival index, or by content key."""
 

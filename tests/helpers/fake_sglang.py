@@ -171,13 +171,16 @@ def detok(ids: list[int]) -> str:
     out: list[str] = []
     pending = bytearray()
     for i in ids:
-        if i >= BYTE_BASE:
+        if BYTE_BASE <= i < BYTE_BASE + 256:
             pending.append(i - BYTE_BASE)
             continue
         if pending:
             out.append(pending.decode("utf-8", errors="replace"))
             pending.clear()
-        out.append(" " + WORDS[i - VOCAB_BASE] if i >= VOCAB_BASE else chr(i))
+        if i >= BYTE_BASE + 256:  # a real tokenizer's id, past this toy vocabulary
+            out.append("\ufffd")
+        else:
+            out.append(" " + WORDS[i - VOCAB_BASE] if i >= VOCAB_BASE else chr(i))
     if pending:
         out.append(pending.decode("utf-8", errors="replace"))
     return "".join(out)

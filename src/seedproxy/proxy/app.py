@@ -76,7 +76,8 @@ def create_app(
     the embedded engine's URL); injected ``store`` and ``client`` are not closed.
     ``tito`` is token-in-token-out mode already opened (the embedded engine's
     tokenizer); otherwise ``settings.token_in_token_out`` opens it here.
-    ``prompt_counter`` (a tokenizer, e.g. the engine's) enables count_tokens.
+    ``prompt_counter`` (a tokenizer, e.g. the engine's) enables count_tokens; in
+    token-in-token-out mode the mode's renderer counts when none is given.
     ``engine_url`` names the embedded engine (``GET /fleet`` shows it)."""
     urls = upstreams if upstreams is not None else settings.upstream
     if not urls:
@@ -85,6 +86,8 @@ def create_app(
         )
     if tito is None and settings.token_in_token_out:
         tito = open_tito_mode(settings)
+    if prompt_counter is None and tito is not None:
+        prompt_counter = tito.count_prompt  # the tokenizer is at hand: count with it
     own_store = store is None
     store = store if store is not None else open_store(settings.store)
     own_client = client is None

@@ -30,8 +30,8 @@ __all__ = ["PromptCounter", "messages_router"]
 
 PromptCounter = Callable[[dict[str, Any]], int]
 """Counts a chat body's prompt tokens as the upstream renders them; raises
-``ValueError`` for a prompt it cannot render. Known only with a tokenizer at hand
-(the embedded engine's)."""
+``ValueError`` (or ``BadRequest``) for a prompt it cannot render. Known only with a
+tokenizer at hand (the embedded engine's, or token-in-token-out mode's)."""
 
 _PREFIXES = ("", "/sessions/{session_id}")
 _BODY = {"requestBody": {"required": True,
@@ -61,7 +61,7 @@ def messages_router(
             if counter is None:
                 raise SessionNotFound(
                     "count_tokens needs a tokenizer, and none is known for this upstream "
-                    "(it is known with the embedded engine)"
+                    "(it is known with the embedded engine or --token-in-token-out)"
                 )
             chat = to_chat({**body, "max_tokens": 1, "stream": False})
             try:
