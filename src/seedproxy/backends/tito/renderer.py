@@ -10,7 +10,9 @@ Invariants:
   short (no end-of-turn) gets the end-of-turn text first.
 - ``check`` (run once at start-up) proves the template composes this way: the full
   render of [user, assistant, user] equals render([user]) + assistant content +
-  end-of-turn + suffix, with and without tools.
+  end-of-turn + suffix, with and without tools. A generation prompt that opens a think
+  block (Qwen3-Thinking-2507, QwQ, DeepSeek-R1-Distill) may be missing from the full
+  render: the model writes its reasoning after it, and later renders strip reasoning.
 - A request's ``RenderOptions`` (template kwargs, generation prompt, continuing the
   final message) apply to the full render and to the suffix alike.
 """
@@ -26,6 +28,7 @@ from .template_input import RenderOptions, content_format
 __all__ = ["Renderer"]
 
 _SENTINEL = "\u2063SEEDPROXY-ASSISTANT-TURN\u2063"
+_THINK = "<think>"
 _PROBE_USER = {"role": "user", "content": "ping"}
 _PROBE_TOOLS = [{
     "type": "function",
@@ -160,11 +163,35 @@ class Renderer:
                         continue  # a template without tool messages: tools are refused later
                     raise ConfigError(f"the chat template cannot render incrementally: "
                                       f"{exc.message}") from None
-                built = prompt + _SENTINEL + self.eot_text + suffix
-                if built != whole:
-                    where = next((i for i, (a, b) in enumerate(zip(built, whole, strict=False))
-                                  if a != b), min(len(built), len(whole)))
-                    raise ConfigError(
-                        "the chat template cannot render incrementally: the full render of "
-                        f"[user, assistant, {follow['role']}] differs from prompt + reply + "
-                        f"suffix at character {where} ({whole[where:where + 24]!r})")
+                self._compare(prompt, whole, suffix, follow["role"])
+
+    def _compare(self, prompt: str, whole: str, suffix: str, role: str) -> None:
+        """``whole`` must be ``prompt`` + reply + end-of-turn + ``suffix``; a prompt that
+        opens a think block (``<think>\n``) may lose that opening in ``whole``: the model
+        writes its reasoning after it, and a later render strips earlier reasoning."""
+        tail = _SENTINEL + self.eot_text + suffix
+        if whole == prompt + tail:
+            return
+        opening = _think_opening(prompt)
+        if opening and whole == prompt[:-len(opening)] + tail:
+            return
+        built = prompt + tail
+        where = next((i for i, (a, b) in enumerate(zip(built, whole, strict=False))
+                      if a != b), min(len(built), len(whole)))
+        if not whole.endswith(tail):
+            reason = (f"the text after the end-of-turn differs ({whole[where:where + 24]!r} "
+                      f"at character {where})")
+        else:
+            reason = (f"the assistant turn is not the prompt + the reply ({whole[where:where + 24]!r}"
+                      f" at character {where}, where the prompt ends "
+                      f"{prompt[-24:]!r})")
+        raise ConfigError("the chat template cannot render incrementally: in the full render "
+                          f"of [user, assistant, {role}] {reason}")
+
+
+def _think_opening(prompt: str) -> str:
+    """The ``<think>`` opening (and the whitespace after it) that ends ``prompt``, or ""."""
+    bare = prompt.rstrip()
+    if not bare.endswith(_THINK):
+        return ""
+    return prompt[len(bare) - len(_THINK):]
