@@ -178,15 +178,11 @@ class Renderer:
         built = prompt + tail
         where = next((i for i, (a, b) in enumerate(zip(built, whole, strict=False))
                       if a != b), min(len(built), len(whole)))
-        if not whole.endswith(tail):
-            reason = (f"the text after the end-of-turn differs ({whole[where:where + 24]!r} "
-                      f"at character {where})")
-        else:
-            reason = (f"the assistant turn is not the prompt + the reply ({whole[where:where + 24]!r}"
-                      f" at character {where}, where the prompt ends "
-                      f"{prompt[-24:]!r})")
-        raise ConfigError("the chat template cannot render incrementally: in the full render "
-                          f"of [user, assistant, {role}] {reason}")
+        raise ConfigError(
+            "the chat template cannot render incrementally: in the full render of [user, "
+            f"assistant, {role}] the assistant turn is not the prompt + the reply "
+            f"({whole[where:where + 24]!r} at character {where}, where the prompt + reply "
+            f"has {built[where:where + 24]!r})")
 
 
 def _think_opening(prompt: str) -> str:
