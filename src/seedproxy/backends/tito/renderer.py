@@ -19,11 +19,10 @@ Invariants:
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 from ...errors import BadRequest, ConfigError
-from .template_input import RenderOptions, content_format
+from .template_input import RenderOptions, content_format, reserved_names
 
 __all__ = ["Renderer"]
 
@@ -40,18 +39,6 @@ _PROBE_TOOLS = [{
 
 
 _DEFAULT = RenderOptions()
-
-
-def _reserved(tokenizer: Any) -> frozenset[str]:
-    """Names a template kwarg may not take: ``apply_chat_template``'s own parameters."""
-    try:
-        params = inspect.signature(tokenizer.apply_chat_template).parameters.values()
-        names = {p.name for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD}
-    except (TypeError, ValueError):
-        names = set()
-    return frozenset(names | {"messages", "conversation", "tools", "documents",
-                              "chat_template", "add_generation_prompt",
-                              "continue_final_message", "tokenize", "return_dict"})
 
 
 def _template_errors() -> tuple[type[BaseException], ...]:
@@ -72,7 +59,7 @@ class Renderer:
             raise ConfigError("the tokenizer has no chat template: pass --chat-template FILE")
         self._errors = _template_errors()
         self.content_format = content_format(self.template)
-        self.reserved = _reserved(tokenizer)
+        self.reserved = reserved_names(tokenizer)
         self.eot_text, self.eot_id = self._find_end_of_turn()
         eos = tokenizer.eos_token_id
         self.stop_token_ids: tuple[int, ...] = tuple(
