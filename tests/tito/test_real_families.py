@@ -290,3 +290,59 @@ def test_template_kwargs_change_the_prompt_as_apply_chat_template_does(
     if name == "qwen3":
         assert sent != expected_first(tok, messages)
         assert ids(tok, tok.decode(sent))[-4:] == ids(tok, "<think>\n\n</think>\n\n")[-4:]
+
+
+# 4. a turn cut off (finish length)
+
+@pytest.mark.parametrize("name,cut,closing", [
+    ("qwen3", "<think>\nStep one", "\n</think>\n\n"),
+    ("qwen3-thinking-2507", "Step one\n", "</think>\n\n"),
+    ("qwq", "Step one", "\n</think>\n\n"),
+    ("qwen2.5", "An answer cut", ""),
+    ("qwen3", "<think>\nhm\n</think>\n\nAn answer cut", ""),
+])
+def test_a_turn_cut_off_is_closed_as_the_template_closes_one(
+        name: str, cut: str, closing: str, fake: Fake,
+        start_proxy: Callable[..., str]) -> None:
+    """Cut inside ``<think>``, the next turn closes the block (``</think>\\n\\n``, as the
+    template writes it after reasoning) before the end of turn; cut in the answer, only
+    the end of turn is added."""
+    tok = tok_of(name)
+    base = start(start_proxy, fake, name)
+    fake.switches.script = [ids(tok, cut), emitted(name, "Fine.")]
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Think hard."}]
+    got = post(base, "cut", {"messages": messages, "max_tokens": 4})
+    assert got["finish_reason"] == "length"
+    messages += [got["message"], {"role": "user", "content": "Go on."}]
+    post(base, "cut", {"messages": messages})
+    first, second = prompts(fake)
+    before = first + ids(tok, cut)
+    assert second[:len(before)] == before
+    added = tok.decode(second[len(before):])
+    assert added.startswith(closing + FAMILIES[name].eot + "\n<|im_start|>user\nGo on.")
+    lineage = httpx.get(f"{base}/sessions/cut/trajectory").json()["interactions"][1]["lineage"]
+    assert lineage["extends"] == {"interaction_id": "i0", "choice": 0}
+
+
+# 5. full renders prepare tool-call turns as SGLang's chat route does
+
+@pytest.mark.parametrize("name", ["qwen3", "qwen2.5", "llama3.1"])
+def test_a_brought_history_renders_null_content_and_string_arguments_as_sglang(
+        name: str, fake: Fake, start_proxy: Callable[..., str]) -> None:
+    """An agent's own history (a fresh session: a full render) with an assistant
+    tool-call turn of ``content: null`` and ``arguments`` as a JSON string renders as
+    SGLang renders it: content "" and the arguments as an object."""
+    tok = tok_of(name)
+    base = start(start_proxy, fake, name)
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "lookup", "arguments": "{\"word\": \"apple\"}"}}
+    history = [{"role": "user", "content": "Define apple."},
+               {"role": "assistant", "content": None, "tool_calls": [call]},
+               {"role": "tool", "tool_call_id": "call_1", "content": "a fruit"}]
+    fake.switches.script = [emitted(name, "A fruit.")]
+    post(base, "brought", {"messages": history, "tools": TOOLS})
+    as_sglang = [history[0], {"role": "assistant", "content": "", "tool_calls": [
+        {**call, "function": {"name": "lookup", "arguments": {"word": "apple"}}}]}, history[2]]
+    (sent,) = prompts(fake)
+    assert sent == expected_first(tok, as_sglang, tools=TOOLS)
+    assert "{\"word\": \"apple\"}" in tok.decode(sent)

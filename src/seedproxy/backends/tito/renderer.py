@@ -7,7 +7,8 @@ Invariants:
   after an assistant turn (a probe whose content is a sentinel) for the new messages,
   up to and including the next generation prompt. The completion that was sampled
   ends with the end-of-turn token, so the suffix starts after it; a completion cut
-  short (no end-of-turn) gets the end-of-turn text first.
+  short (no end-of-turn) gets the end-of-turn text first, and ``</think>`` before it
+  when it stopped inside a reasoning block (``think_closing``).
 - ``check`` (run once at start-up) proves the template composes this way: the full
   render of [user, assistant, user] equals render([user]) + assistant content +
   end-of-turn + suffix, with and without tools. A generation prompt that opens a think
@@ -19,6 +20,7 @@ Invariants:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ...errors import BadRequest, ConfigError
@@ -28,6 +30,7 @@ __all__ = ["Renderer"]
 
 _SENTINEL = "\u2063SEEDPROXY-ASSISTANT-TURN\u2063"
 _THINK = "<think>"
+_THINK_END = "</think>"
 _PROBE_USER = {"role": "user", "content": "ping"}
 _PROBE_TOOLS = [{
     "type": "function",
@@ -107,6 +110,17 @@ class Renderer:
             raise BadRequest("the chat template does not end an assistant turn with "
                              f"{self.eot_text!r} before these messages", param="messages")
         return after[len(self.eot_text):] if closed else after
+
+    def think_closing(self, prompt_tail: Sequence[int], completion: Sequence[int]) -> str:
+        """The text that closes a reasoning block a turn cut short left open ("" if it
+        left none): ``</think>\n\n`` after a newline, as Qwen3's and DeepSeek-R1's
+        templates close one. ``prompt_tail``: the prompt's last ids (its generation
+        prompt may have opened the block)."""
+        text = str(self.tokenizer.decode([*prompt_tail, *completion],
+                                         skip_special_tokens=False))
+        if text.rfind(_THINK) <= text.rfind(_THINK_END):
+            return ""
+        return ("" if text.endswith("\n") else "\n") + _THINK_END + "\n\n"
 
     def _find_end_of_turn(self) -> tuple[str, int]:
         """The special token that closes an assistant turn in this template."""
