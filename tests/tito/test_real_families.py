@@ -346,3 +346,31 @@ def test_a_brought_history_renders_null_content_and_string_arguments_as_sglang(
     (sent,) = prompts(fake)
     assert sent == expected_first(tok, as_sglang, tools=TOOLS)
     assert "{\"word\": \"apple\"}" in tok.decode(sent)
+
+
+# 6. content-part arrays
+
+def test_every_family_template_takes_string_content() -> None:
+    """SGLang's detection: no template here loops over ``message.content``."""
+    from seedproxy.backends.tito.template_input import content_format
+
+    assert {name: content_format(template_path(name).read_text(encoding="utf-8"))
+            for name in FAMILIES} == dict.fromkeys(FAMILIES, "string")
+
+
+@pytest.mark.parametrize("name", ["qwen3", "llama3.1"])
+def test_text_parts_are_joined_and_an_image_is_refused(
+        name: str, fake: Fake, start_proxy: Callable[..., str]) -> None:
+    tok = tok_of(name)
+    base = start(start_proxy, fake, name)
+    fake.switches.script = [emitted(name, "Yes.")]
+    parts = [{"type": "text", "text": "Is this"}, {"type": "text", "text": "a question?"}]
+    post(base, "parts", {"messages": [{"role": "user", "content": parts}]})
+    (sent,) = prompts(fake)
+    assert sent == expected_first(tok, [{"role": "user", "content": "Is this a question?"}])
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    refused = httpx.post(f"{base}/sessions/parts/v1/chat/completions", timeout=60, json={
+        "model": "m", "messages": [{"role": "user", "content": [parts[0], image]}]})
+    assert refused.status_code == 400
+    assert "image_url" in refused.json()["error"]["message"]
+    assert len(prompts(fake)) == 1
