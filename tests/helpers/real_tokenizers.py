@@ -15,6 +15,7 @@ loads a folder. Nothing is downloaded.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import struct
@@ -221,18 +222,23 @@ def _vocab_json(vocab: str, root: Path) -> Path:
 
 
 def tokenizer_dir(name: str) -> Path:
-    """A model folder holding ``name``'s tokenizer and chat template (built once)."""
+    """A model folder holding ``name``'s tokenizer and chat template (built once; rebuilt
+    when the family, its template or this helper's version changes)."""
     fam = FAMILIES[name]
     root = _cache_root()
     folder = root / name
-    config = folder / "tokenizer_config.json"
+    stamp = hashlib.sha256(repr(fam).encode() + template_path(name).read_bytes()).hexdigest()
+    marker = folder / "built-from"
+    if marker.exists() and marker.read_text(encoding="utf-8") == stamp:
+        return folder
     source = _vocab_json(fam.vocab, root)
-    want = json.dumps(_config(fam, json.loads(source.read_text(encoding="utf-8"))),
-                      ensure_ascii=False, indent=1)
-    if not config.exists() or config.read_text(encoding="utf-8") != want:
-        folder.mkdir(parents=True, exist_ok=True)
-        _write_atomic(folder / "tokenizer.json", source.read_text(encoding="utf-8"))
-        _write_atomic(config, want)
+    text = source.read_text(encoding="utf-8")
+    config = _config(fam, json.loads(text))
+    folder.mkdir(parents=True, exist_ok=True)
+    _write_atomic(folder / "tokenizer.json", text)
+    _write_atomic(folder / "tokenizer_config.json", json.dumps(config, ensure_ascii=False,
+                                                               indent=1))
+    _write_atomic(marker, stamp)
     return folder
 
 
