@@ -374,3 +374,21 @@ def test_text_parts_are_joined_and_an_image_is_refused(
     assert refused.status_code == 400
     assert "image_url" in refused.json()["error"]["message"]
     assert len(prompts(fake)) == 1
+
+
+def test_serve_refuses_gpt_oss_with_one_line_and_exit_2(fake: Fake) -> None:
+    import subprocess
+    import sys
+
+    from tests.helpers.procs import seedproxy_env
+
+    done = subprocess.run(
+        [sys.executable, "-m", "seedproxy", "serve", "--upstream", fake.url, "--port", "0",
+         "--token-in-token-out", "--tokenizer", str(tokenizer_dir("gpt-oss"))],
+        env=seedproxy_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr
+    assert lines[0].startswith("seedproxy: error: the chat template cannot render "
+                               "incrementally: in the full render of [user, assistant, user] "
+                               "the assistant turn is not the prompt + the reply")
