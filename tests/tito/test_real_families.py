@@ -392,3 +392,25 @@ def test_serve_refuses_gpt_oss_with_one_line_and_exit_2(fake: Fake) -> None:
     assert lines[0].startswith("seedproxy: error: the chat template cannot render "
                                "incrementally: in the full render of [user, assistant, user] "
                                "the assistant turn is not the prompt + the reply")
+
+
+def test_enable_thinking_false_holds_over_a_three_turn_chat(
+        fake: Fake, start_proxy: Callable[..., str]) -> None:
+    """The kwargs ride along: every turn extends the last, and each new generation
+    prompt is Qwen3's empty think block, as ``apply_chat_template`` writes it."""
+    name, off = "qwen3", {"enable_thinking": False}
+    tok = tok_of(name)
+    base = start(start_proxy, fake, name)
+    script = [emitted(name, f"Answer {k}.") for k in range(3)]
+    fake.switches.script = list(script)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Hi."}]
+    for k in range(3):
+        got = post(base, "off", {"messages": messages, "chat_template_kwargs": off})
+        assert got["message"]["content"] == f"Answer {k}."
+        assert "reasoning_content" not in got["message"]
+        messages += [got["message"], {"role": "user", "content": f"Q{k}?"}]
+    sent = prompts(fake)
+    assert sent[0] == expected_first(tok, messages[:1], enable_thinking=False)
+    assert_chain(fake, [sampled(name, s) for s in script])
+    empty = ids(tok, "<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert all(p[-len(empty):] == empty for p in sent)
