@@ -25,11 +25,12 @@ the weights synced back with ``POST /fleet/update_weights``, step after step.
   ``--max-staleness``; the clipped ratio against their behaviour logprobs is the
   importance weight of the rest.
 
-Each step prints its reward, tokens, seconds, the largest difference between the
-recorded behaviour logprobs and the trainer's own forward pass on the weights that
-sampled them, and whether the same-seed probe changed after the sync
-(``DIR/probes.jsonl``). The last line is ``weights sha256 <hex>``: the hash of the final
-state dict (names sorted, each name, dtype, shape and bytes).
+Each step prints its reward, sampled tokens, seconds (its rollouts included), the
+largest difference between the recorded behaviour logprobs and the trainer's own forward
+pass on the weights that sampled them, and which version sampled its batch; the probe
+sampled after each sync with the same seed goes to ``DIR/probes.jsonl``. The last line
+is ``weights sha256 <hex>``: the hash of the final state dict (names sorted, each
+name, dtype, shape and bytes).
 
 Without ``--url`` it starts its own proxy and embedded engine (``seedproxy serve --port 0
 --model DIR/step-0``). With ``--url`` the fleet must serve this architecture (e.g. a proxy
@@ -316,10 +317,10 @@ def loop(opts: Options, url: str, model: Any, sampler: Any, optimizer: torch.opt
     with open(probes, "w") as handle:
         handle.write(json.dumps({"after_step": 0, **asyncio.run(probe(url, opts.max_tokens))})
                      + "\n")
+    mark = time.perf_counter()  # a step's seconds: from the last line to its own
     batch = asyncio.run(rollout(url, 0, opts))
     batch_version = 0
     for step in range(opts.steps):
-        began = time.perf_counter()
         write_jsonl(batch, opts.out / "rollouts" / f"step-{step}.jsonl")
         ahead: list[list[Trajectory]] = []
         worker = None
@@ -342,10 +343,11 @@ def loop(opts: Options, url: str, model: Any, sampler: Any, optimizer: torch.opt
         rewards = [t.reward or 0.0 for t in batch]
         tokens = sum(sum(t.loss_mask or []) for t in batch)
         line = (f"step {step} reward {sum(rewards) / len(rewards):.4f} tokens {tokens} "
-                f"seconds {time.perf_counter() - began:.2f} "
+                f"seconds {time.perf_counter() - mark:.2f} "
                 f"logprob_max_abs_diff {gap:.3g} sampled_on step-{batch_version} "
                 f"dropped {dropped}")
         print(line, flush=True)
+        mark = time.perf_counter()
         if step + 1 < opts.steps:
             if worker is not None:
                 batch, batch_version = ahead[0], step
