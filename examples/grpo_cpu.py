@@ -143,9 +143,10 @@ def own_proxy(model_dir: Path, log_path: Path) -> Any:
                              daemon=True)
     drain.start()
     try:
-        for _ in range(600):  # readiness: the engine answers through the proxy
-            if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
-                break
+        deadline = time.monotonic() + 120  # readiness: the engine answers through the proxy
+        while httpx.get(f"{url}/readyz", timeout=5).status_code != 200:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{url} was not ready within 120 s; see {log_path}")
             time.sleep(0.1)
         yield url
     finally:
