@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import hashlib
 import json
 import random
@@ -292,10 +293,8 @@ def run(opts: Options, url: str | None) -> None:
     model = tiny_hf_model("llama", opts.seed, vocab_size=len(tok), bos_token_id=tok.bos_token_id,
                           eos_token_id=tok.eos_token_id, pad_token_id=tok.eos_token_id)
     model.train()
-    sampler = tiny_hf_model("llama", opts.seed, vocab_size=len(tok),
-                            bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                            pad_token_id=tok.eos_token_id)
-    """The weights that sampled a batch, to check its recorded logprobs."""
+    sampler = copy.deepcopy(model).eval()
+    """Loaded with the weights that sampled a batch, to check its recorded logprobs."""
     optimizer = torch.optim.Adam(model.parameters(), lr=opts.lr)
     save(model, tok, opts.out / "step-0")
     served = {0: {k: v.clone() for k, v in model.state_dict().items()}}
