@@ -15,6 +15,7 @@ Hierarchy::
     ├── OverCapacity          429
     ├── WaitTimeout           504: a long poll (``?wait=true``) ran out of time
     ├── StoreError            503: the session store failed
+    ├── ParserUnavailable     503: the worker parsing a large body died
     └── UpstreamError         502 (or the upstream's own status)
         ├── UpstreamUnavailable  503: no upstream could be reached (or every one failed)
         └── UpstreamTimeout      504
@@ -34,6 +35,7 @@ __all__ = [
     "Conflict",
     "Forbidden",
     "OverCapacity",
+    "ParserUnavailable",
     "PayloadTooLarge",
     "SeedProxyError",
     "SessionNotFound",
@@ -148,6 +150,15 @@ class StoreError(SeedProxyError):
 
     status_code = 503
     error_type = "store_error"
+
+
+class ParserUnavailable(SeedProxyError):
+    """The worker process parsing a large body died before answering; its pool is
+    started again for the next body."""
+
+    status_code = 503
+    error_type = "server_error"
+    retry_after_s = 1
 
 
 class UpstreamError(SeedProxyError):
