@@ -13,6 +13,7 @@ Hierarchy::
     ├── UpstreamNotFound      404: a fleet route names a server not in the fleet
     ├── Conflict              409: the fleet's state refuses the change
     ├── OverCapacity          429
+    │   └── ParserBusy        429: too many large bodies wait for a parse worker
     ├── WaitTimeout           504: a long poll (``?wait=true``) ran out of time
     ├── StoreError            503: the session store failed
     ├── ParserUnavailable     503: the worker parsing a large body died
@@ -35,6 +36,7 @@ __all__ = [
     "Conflict",
     "Forbidden",
     "OverCapacity",
+    "ParserBusy",
     "ParserUnavailable",
     "PayloadTooLarge",
     "SeedProxyError",
@@ -136,6 +138,10 @@ class OverCapacity(SeedProxyError):
     def __init__(self, message: str, *, retry_after_s: int = 1):
         super().__init__(message)
         self.retry_after_s: int | None = retry_after_s
+
+
+class ParserBusy(OverCapacity):
+    """The parse workers' queue is full (``offload_parse_queue``)."""
 
 
 class WaitTimeout(SeedProxyError):

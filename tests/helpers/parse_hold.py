@@ -35,7 +35,7 @@ class ParseHold:
         return int(os.read(self._entered, 32))
 
     def release(self) -> None:
-        """Let the worker inside the hold go on (blocks until it waits there)."""
+        """Let the worker that ``entered`` last go on (blocks until it waits there)."""
         with open(self.path / "release", "wb") as release:
             release.write(b"x")
 

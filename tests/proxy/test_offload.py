@@ -215,6 +215,7 @@ def test_a_killed_worker_reading_an_answer_is_a_503_and_the_session_goes_on(
     messages = [{"role": "user", "content": PAD}]
     body = {"model": "m", "max_tokens": 4, "messages": messages}
     answer = background(httpx.post, f"{session}/v1/chat/completions", json=body, timeout=120)
+    hold.entered()
     hold.release()  # the body: the next parse is the echoed answer's
     os.kill(hold.entered(), signal.SIGKILL)
     refused = answer.result()
@@ -226,7 +227,9 @@ def test_a_killed_worker_reading_an_answer_is_a_503_and_the_session_goes_on(
     hold.release()
     assert again.result().status_code == 200
     records = httpx.get(f"{session}/trajectory").json()["interactions"]
-    assert records[-1]["prompt_token_ids"] == fake_prompt(messages, 1)
+    assert [r["status"] for r in records] == [503, 200]  # what each client was told
+    assert records[0]["response"] == refused.json()
+    assert records[1]["prompt_token_ids"] == fake_prompt(messages, 1)
 
 
 def test_a_body_past_the_queue_bound_is_a_429(

@@ -9,9 +9,12 @@ Smaller bodies are parsed in the loop as before.
 
 Invariants:
 - At most ``workers + queue`` bodies are in the pool at once (running or waiting);
-  one more is refused with 429 (``OverCapacity``) before it is handed over.
+  one more is refused with 429 (``ParserBusy``) before it is handed over.
 - A worker that dies fails every body in its pool with 503 (``ParserUnavailable``),
   and the next body starts a new pool: nothing waits on a dead process.
+- An upstream answer refused so is recorded with the error the client is shown
+  (``Exchange.fail``), as an upstream's own failure is; a client body is refused
+  before it is seated, using no index.
 - The pool starts with the first large body (``spawn``: the proxy has threads) and
   ``close`` (the app's lifespan) stops it.
 """
@@ -29,7 +32,7 @@ import orjson
 
 from ..backends import Endpoint
 from ..backends.echo import loads_echoed
-from ..errors import OverCapacity, ParserUnavailable
+from ..errors import ParserBusy, ParserUnavailable
 from ..sessions.token_ids import TokenIds
 from . import parse_jobs
 from .request import decode_body
@@ -79,7 +82,7 @@ class Parser:
 
     async def _run(self, job: Callable[..., Any], *args: Any) -> Any:
         if len(self._pending) >= self.workers + self.queue:
-            raise OverCapacity(
+            raise ParserBusy(
                 f"{len(self._pending)} large bodies are being parsed already; retry shortly")
         executor = self._executor
         if executor is None:
