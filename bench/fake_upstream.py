@@ -5,7 +5,8 @@ Non-streaming answers carry token ids and logprobs when asked (SGLang's
 ``return_token_ids`` / ``logprobs``), so a capturing proxy does its real work;
 streaming answers are 32 content chunks (each its own write, the first at once,
 the rest ``BENCH_CHUNK_GAP_MS`` apart, 1 by default), SGLang's ``sglext``
-chunk when the ``x-sglext-return-*`` headers ask, and ``[DONE]``.
+chunk when the ``x-sglext-return-*`` headers ask, and ``[DONE]``. ``BENCH_PROMPT_IDS``
+sets how many prompt ids a whole answer echoes.
 
     python bench/fake_upstream.py --port P [--cpu N]
 """
@@ -20,7 +21,10 @@ from typing import Any
 import orjson
 
 CHUNKS = 32
-PROMPT_IDS = list(range(1000, 1024))
+_PROMPT = int(os.environ.get("BENCH_PROMPT_IDS", "0"))
+PROMPT_IDS = ([(i * 7919) % 151_000 for i in range(_PROMPT)] if _PROMPT
+              else list(range(1000, 1024)))
+"""The echoed prompt: 24 ids, or ``BENCH_PROMPT_IDS`` of them (bench/parse_stall.py)."""
 OUTPUT_IDS = list(range(2000, 2000 + CHUNKS))
 WORDS = [f" w{i}" for i in range(CHUNKS)]
 
@@ -135,12 +139,13 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
                 else SERVER_INFO if path == "/get_server_info" else b"{}")
         await _send(send, 200, JSON, body)
         return
-    raw = b""
+    parts = []
     while True:
         message = await receive()
-        raw += message.get("body", b"")
+        parts.append(message.get("body", b""))
         if not message.get("more_body"):
             break
+    raw = b"".join(parts)
     if not path.endswith("/chat/completions"):
         await _send(send, 404, JSON, b'{"error":{"message":"not found"}}')
         return
