@@ -3,8 +3,8 @@ while one large request is served, with large bodies parsed in a worker process
 (``--offload-parse-bytes``, 1 MiB by default) against all parsed in the loop (the
 threshold set past any body: the path before offloading), in the same run.
 
-Two requests, each alone on the proxy while another thread sends ``/healthz`` back to
-back (and records each latency):
+Two requests, each sent while another thread sends ``/healthz`` back to back (and
+records each latency), then once more alone, for its own time:
 
 - answer: a session's chat request whose upstream answer echoes ``--ids`` prompt ids
   (7.8M, what a 30 MB prompt echoes: a 48.9 MB answer, read, checked and recorded);
@@ -19,6 +19,7 @@ their own processes; ``--rounds`` of each request per mode, interleaved.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
 import subprocess
@@ -57,20 +58,25 @@ def probe(url: str, done: threading.Event, out: list[float]) -> None:
             out.append(time.perf_counter() - started)
 
 
+def timed(send: Any) -> float:
+    started = time.perf_counter()
+    send()
+    return time.perf_counter() - started
+
+
 def stalled(base: str, send: Any) -> tuple[float, float, int]:
-    """(the longest /healthz, the request's own time, /healthz answered) around ``send``."""
+    """(the longest /healthz, the request's time alone, /healthz answered) for ``send``:
+    once beside the prober, then once alone (the prober's load slows the request)."""
     done = threading.Event()
     latencies: list[float] = []
     prober = threading.Thread(target=probe, args=(f"{base}/healthz", done, latencies))
     prober.start()
     while not latencies:  # the prober is connected and answered once
         time.sleep(0.01)
-    started = time.perf_counter()
     send()
-    took = time.perf_counter() - started
     done.set()
     prober.join()
-    return max(latencies), took, len(latencies)
+    return max(latencies), timed(send), len(latencies)
 
 
 def main() -> None:
@@ -101,11 +107,13 @@ def main() -> None:
         json_type = {"content-type": "application/json"}
         small = {"role": "user", "content": "hi"}
         results: dict[tuple[str, str], list[tuple[float, float, int]]] = {}
+        turns = itertools.count()
         for round_ in range(args.rounds + 1):  # round 0 warms up (the worker pool starts)
             for mode, (base, _) in proxies.items():
                 with httpx.Client(base_url=base, timeout=600) as http:
-                    def answer(http: httpx.Client = http, r: int = round_) -> None:
-                        reply = http.post(f"/sessions/stall-{r}/v1/chat/completions",
+                    def answer(http: httpx.Client = http) -> None:
+                        # a new session each time: a first turn, no known prefix to skip
+                        reply = http.post(f"/sessions/stall-{next(turns)}/v1/chat/completions",
                                           json={"model": "m", "messages": [small]})
                         reply.raise_for_status()
 
@@ -126,7 +134,7 @@ def main() -> None:
             probes = {m: statistics.median(r[2] for r in rows) for m, rows in row.items()}
             print(f"{name:6}  longest /healthz: in loop {stall['in loop']:.3f} s, offloaded "
                   f"{stall['offloaded']:.3f} s ({stall['offloaded'] / stall['in loop']:.3f}x); "
-                  f"request: {took['in loop']:.2f} s vs {took['offloaded']:.2f} s "
+                  f"request alone: {took['in loop']:.2f} s vs {took['offloaded']:.2f} s "
                   f"({took['offloaded'] / took['in loop']:.2f}x); /healthz answered "
                   f"{probes['in loop']:.0f} vs {probes['offloaded']:.0f} times")
     finally:

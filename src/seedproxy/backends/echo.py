@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from ..sessions.token_ids import TokenIds, join_text
-from .shapes import ints
+from .shapes import ids_json, ints
 
 __all__ = ["holders", "loads_echoed", "packed"]
 
@@ -71,8 +71,11 @@ def packed(answer: Any) -> Any:
     ``echoes_prompt`` reads the same as the list)."""
     for holder in holders(answer):
         value = holder.get("prompt_token_ids")
-        if isinstance(value, list) and value and len(ints(value)) == len(value):
-            holder["prompt_token_ids"] = TokenIds(array("i", value), orjson.dumps(value)[1:-1])
+        if not isinstance(value, list) or not value:
+            continue
+        text = ids_json(value)
+        if text is not None:
+            holder["prompt_token_ids"] = TokenIds(array("i", value), text[1:-1])
     return answer
 
 
