@@ -79,10 +79,24 @@ def stalled(base: str, send: Any) -> tuple[float, float, int]:
     return max(latencies), timed(send), len(latencies)
 
 
+def small_latencies(base: str, count: int) -> list[float]:
+    """Milliseconds of ``count`` small capturing chat requests, one after another."""
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    out = []
+    with httpx.Client(base_url=base, timeout=60) as http:
+        for i in range(count):
+            started = time.perf_counter()
+            http.post(f"/sessions/small-{i}/v1/chat/completions", json=body).raise_for_status()
+            out.append((time.perf_counter() - started) * 1000)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--ids", type=int, default=7_800_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--small", type=int, default=1000,
+                        help="small requests per mode (their latency, p50 and p99)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="parse-stall-"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("SEEDPROXY_")}
@@ -114,7 +128,8 @@ def main() -> None:
                     def answer(http: httpx.Client = http) -> None:
                         # a new session each time: a first turn, no known prefix to skip
                         reply = http.post(f"/sessions/stall-{next(turns)}/v1/chat/completions",
-                                          json={"model": "m", "messages": [small]})
+                                          json={"model": "m", "messages": [small],
+                                                "bench_large_echo": True})
                         reply.raise_for_status()
 
                     def body(http: httpx.Client = http) -> None:
@@ -137,6 +152,11 @@ def main() -> None:
                   f"request alone: {took['in loop']:.2f} s vs {took['offloaded']:.2f} s "
                   f"({took['offloaded'] / took['in loop']:.2f}x); /healthz answered "
                   f"{probes['in loop']:.0f} vs {probes['offloaded']:.0f} times")
+        small_ms = {mode: small_latencies(base, args.small) for mode, (base, _) in proxies.items()}
+        for label, q in (("p50", 0.5), ("p99", 0.99)):
+            at = {m: sorted(v)[int(q * (len(v) - 1))] for m, v in small_ms.items()}
+            print(f"small request {label}: in loop {at['in loop']:.3f} ms, offloaded "
+                  f"{at['offloaded']:.3f} ms ({at['offloaded'] / at['in loop']:.2f}x)")
     finally:
         for _, proc in proxies.values():
             stop(proc)
