@@ -79,15 +79,22 @@ def stalled(base: str, send: Any) -> tuple[float, float, int]:
     return max(latencies), timed(send), len(latencies)
 
 
-def small_latencies(base: str, count: int) -> list[float]:
-    """Milliseconds of ``count`` small capturing chat requests, one after another."""
+def small_latencies(bases: dict[str, str], count: int) -> dict[str, list[float]]:
+    """Milliseconds of ``count`` small capturing chat requests per proxy, one after
+    another, the proxies taking turns (so load from elsewhere falls on both alike)."""
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
-    out = []
-    with httpx.Client(base_url=base, timeout=60) as http:
+    out: dict[str, list[float]] = {mode: [] for mode in bases}
+    clients = {mode: httpx.Client(base_url=base, timeout=60) for mode, base in bases.items()}
+    try:
         for i in range(count):
-            started = time.perf_counter()
-            http.post(f"/sessions/small-{i}/v1/chat/completions", json=body).raise_for_status()
-            out.append((time.perf_counter() - started) * 1000)
+            for mode, http in clients.items():
+                started = time.perf_counter()
+                http.post(f"/sessions/small-{i}/v1/chat/completions",
+                          json=body).raise_for_status()
+                out[mode].append((time.perf_counter() - started) * 1000)
+    finally:
+        for http in clients.values():
+            http.close()
     return out
 
 
@@ -152,7 +159,8 @@ def main() -> None:
                   f"request alone: {took['in loop']:.2f} s vs {took['offloaded']:.2f} s "
                   f"({took['offloaded'] / took['in loop']:.2f}x); /healthz answered "
                   f"{probes['in loop']:.0f} vs {probes['offloaded']:.0f} times")
-        small_ms = {mode: small_latencies(base, args.small) for mode, (base, _) in proxies.items()}
+        small_ms = small_latencies({mode: base for mode, (base, _) in proxies.items()},
+                                   args.small)
         for label, q in (("p50", 0.5), ("p99", 0.99)):
             at = {m: sorted(v)[int(q * (len(v) - 1))] for m, v in small_ms.items()}
             print(f"small request {label}: in loop {at['in loop']:.3f} ms, offloaded "
