@@ -23,7 +23,7 @@ from ..backends.anthropic_bridge import to_chat
 from ..errors import BadRequest, SeedProxyError, SessionNotFound
 from ..pipeline.admission import Admission
 from ..pipeline.presenters import MessagesPresenter
-from ..pipeline.request import parse_body, read_body
+from ..pipeline.request import client_request, read_body
 from .access import Access
 
 __all__ = ["PromptCounter", "messages_router"]
@@ -57,7 +57,8 @@ def messages_router(
         try:
             await access.session_for(request, request.path_params.get("session_id"))
             raw = await read_body(request, max_body_bytes)
-            body = parse_body(Endpoint.MESSAGES, raw).body
+            decoded = await admission.services.parser.body(Endpoint.MESSAGES, raw)
+            body = client_request(Endpoint.MESSAGES, raw, decoded).body
             if counter is None:
                 raise SessionNotFound(
                     "count_tokens needs a tokenizer, and none is known for this upstream "

@@ -128,7 +128,7 @@ class TitoReader:
 
     async def whole(self, ex: Exchange) -> tuple[Any, Captured]:
         for choice, reply in zip(self.choices, self.replies, strict=True):
-            for token_id in choice.reader.feed(parsed_answer(reply)):
+            for token_id in choice.reader.feed(await parsed_answer(reply, ex.services.parser)):
                 choice.assistant.feed(token_id)
             choice.assistant.finish()
         return self._answer(), self.captured()
