@@ -4,6 +4,7 @@ imports transformers' model code."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -131,3 +132,27 @@ def test_warm_start_reads_only_the_cache() -> None:
                          text=True, check=True, timeout=600)
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report == {"loaded": [], "same_tokenizer": True, "eos": [2]}
+
+
+def test_the_gguf_key_is_hashed_once_per_unchanged_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A warm start does not read the whole GGUF to find its cache entry: the content
+    key is remembered under the file's size and mtime, and a changed stamp hashes again."""
+    from seedproxy.engine.model import _gguf_key
+
+    monkeypatch.setenv("SEEDPROXY_CACHE_DIR", str(tmp_path / "cache"))
+    gguf = tmp_path / "m.Q4_1.gguf"
+    gguf.write_bytes(b"A" * 4096)
+    first = _gguf_key(gguf)
+    assert first == "m.Q4_1-" + hashlib.blake2b(b"A" * 4096, digest_size=8).hexdigest()
+    stat = gguf.stat()
+    gguf.write_bytes(b"B" * 4096)  # same size; the mtime put back: the memo answers
+    os.utime(gguf, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert _gguf_key(gguf) == first
+    os.utime(gguf, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))  # a new stamp: hashed
+    assert _gguf_key(gguf) == "m.Q4_1-" + hashlib.blake2b(b"B" * 4096,
+                                                         digest_size=8).hexdigest()
+    copy = tmp_path / "reinstalled" / gguf.name  # another path, the same content
+    copy.parent.mkdir()
+    copy.write_bytes(b"B" * 4096)
+    assert _gguf_key(copy) == _gguf_key(gguf)
