@@ -156,3 +156,44 @@ def test_the_gguf_key_is_hashed_once_per_unchanged_file(
     copy.parent.mkdir()
     copy.write_bytes(b"B" * 4096)
     assert _gguf_key(copy) == _gguf_key(gguf)
+
+
+_OMP_PROBE = """
+import json, os
+import seedproxy.engine  # before torch: sets the OpenMP wait policy's default
+import torch
+from seedproxy.engine import load_model
+from seedproxy.engine.generator import Generator, GenRequest
+from seedproxy.engine.params import SamplingParams
+torch.set_num_threads(2)
+model = load_model(None)
+ids = model.tokenizer.apply_chat_template([{"role": "user", "content": "Write a poem"}],
+                                          add_generation_prompt=True, tokenize=True,
+                                          return_dict=False)
+with torch.inference_mode():
+    upd = Generator(model).run(GenRequest("r", list(ids), SamplingParams(
+        max_new_tokens=16, temperature=0.8, seed=7, ignore_eos=True), return_logprob=True,
+        top_logprobs_num=3), lambda u: None, lambda: False)
+print(json.dumps({"policy": os.environ.get("OMP_WAIT_POLICY"), "ids": upd.output_ids,
+                  "logprobs": upd.logprobs, "top": upd.top_logprobs}))
+"""
+
+
+@pytest.mark.slow
+def test_openmp_threads_wait_passively_and_the_tokens_are_the_same_bits() -> None:
+    """The engine makes OpenMP threads sleep between products (no spinning on a busy
+    machine) unless told otherwise; the tokens and logprobs are those of spinning ones."""
+    load_model(None)  # builds the cache if this machine has none yet
+    base = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    base["PYTHONPATH"] = str(SRC)
+    runs = {}
+    for policy in (None, "ACTIVE"):
+        env = base if policy is None else {**base, "OMP_WAIT_POLICY": policy}
+        out = subprocess.run([sys.executable, "-c", _OMP_PROBE], env=env, capture_output=True,
+                             text=True, check=True, timeout=600)
+        runs[policy] = json.loads(out.stdout.strip().splitlines()[-1])
+    passive, active = runs[None], runs["ACTIVE"]
+    assert (passive["policy"], active["policy"]) == ("PASSIVE", "ACTIVE")
+    assert len(passive["ids"]) == 16
+    for key in ("ids", "logprobs", "top"):
+        assert passive[key] == active[key], key
