@@ -89,17 +89,21 @@ def default_gguf_path() -> Path:
     return path
 
 
-def _gguf_key(path: Path) -> str:
+def _memo_of(path: Path) -> Path:
+    stat = path.stat()
+    stamp = f"{path.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}\0{stat.st_ino}"
+    return cache_root() / "keys" / hashlib.blake2b(stamp.encode(), digest_size=16).hexdigest()
+
+
+def _gguf_key(path: Path, *, remember: bool = True) -> str:
     """Name the cache by the file's content, so a reinstall (new mtime) still hits it.
 
     The content hash (a quarter of a second for SmolLM2's 100 MB file) is remembered
-    under the file's path, size, mtime and inode: a file unchanged since is not read
-    again. A memo that cannot be written (a read-only cache) only costs the hash."""
-    stat = path.stat()
-    stamp = f"{path.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}\0{stat.st_ino}"
-    memo = cache_root() / "keys" / hashlib.blake2b(stamp.encode(), digest_size=16).hexdigest()
+    under the file's path, size, mtime and inode (``remember``; else ``_remember``
+    later): a file unchanged since is not read again. A memo that cannot be written (a
+    read-only cache) only costs the hash."""
     with contextlib.suppress(FileNotFoundError):
-        known = memo.read_text()
+        known = _memo_of(path).read_text()
         if re.fullmatch(re.escape(path.stem) + r"-[0-9a-f]{16}", known):
             return known
     digest = hashlib.blake2b(digest_size=8)
@@ -107,12 +111,20 @@ def _gguf_key(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     key = f"{path.stem}-{digest.hexdigest()}"
+    if remember:
+        _remember(path, key)
+    return key
+
+
+def _remember(path: Path, key: str) -> None:
+    memo = _memo_of(path)
     with contextlib.suppress(OSError):
+        if memo.exists():
+            return
         memo.parent.mkdir(parents=True, exist_ok=True)
         tmp = memo.with_name(f".{memo.name}.{os.getpid()}")
         tmp.write_text(key)
         os.replace(tmp, memo)
-    return key
 
 
 def _atomic_dir(final: Path, build: Any) -> Path:
@@ -153,11 +165,14 @@ def gguf_tokenizer_dir(gguf: Path) -> Path:
 
 def gguf_cache_dir(gguf: Path, progress: Any = None) -> Path:
     """Convert ``gguf`` once to safetensors + config + tokenizer; return that folder."""
-    final = cache_root() / "models" / _gguf_key(gguf)
+    key = _gguf_key(gguf, remember=False)  # nothing is cached for a file refused below
+    final = cache_root() / "models" / key
     if (final / "complete").exists():
+        _remember(gguf, key)
         logger.info("loading cached weights of %s from %s", gguf, final)
         return final
     check_gguf(gguf)
+    _remember(gguf, key)
     logger.info("dequantising %s into the cache %s (once; about 30 s)", gguf, final)
 
     def build(tmp: Path) -> None:
