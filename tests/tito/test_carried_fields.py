@@ -65,13 +65,11 @@ BAD: list[tuple[dict[str, Any], str]] = [
      "response_format"),
     ({"response_format": {"type": "json_schema", "json_schema": {"schema": SCHEMA}}},
      "response_format"),
-    ({"response_format": {"type": "structural_tag", "structures": [], "triggers": []}},
+    ({"response_format": {"type": "structural_tag", "structures": [{"begin": "<a>"}],
+                          "triggers": []}}, "response_format"),
+    ({"response_format": {"type": "structural_tag", "structures": [], "triggers": "<a>"}},
      "response_format"),
-    # SGLang forces a tool call with a parser-specific structural tag: not reproducible.
-    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
-      "tool_choice": "required"}, "tool_choice"),
-    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
-      "tool_choice": {"type": "function", "function": {"name": "f"}}}, "tool_choice"),
+    ({"response_format": {"type": "regex_tag"}}, "response_format"),
 ]
 
 

@@ -11,6 +11,9 @@ Streaming and whole input give the same result.
 - ``llama3-json``: the whole reply is ``{"name", "parameters"}`` (``<|python_tag|>`` or
   ``;``-separated calls allowed).
 - ``mistral``: ``[TOOL_CALLS]`` followed by a JSON list of ``{"name", "arguments"}``.
+- ``ForcedCallParser`` (``tool_choice`` ``required`` or a named tool, with or without a
+  ``--tool-parser``): the whole reply is the JSON array the forcing grammar allows,
+  read as SGLang's chat route reads a forced call (``tool_choice.parse_forced``).
 """
 
 from __future__ import annotations
@@ -20,9 +23,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ...nesting import too_deep
+from ...tool_choice import parse_forced
 from .segments import partial_tag
 
-__all__ = ["TOOL_PARSERS", "ToolCall", "ToolParser"]
+__all__ = ["TOOL_PARSERS", "ForcedCallParser", "ToolCall", "ToolParser"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +182,18 @@ class MistralParser(ToolParser):
             return []
         calls = [_call(item) for item in items]
         return [c for c in calls if c is not None] if all(calls) else []
+
+
+class ForcedCallParser(ToolParser):
+    """Captures the whole reply: a forced call has no text before it."""
+
+    keep_marker = True
+
+    def _find_start(self, text: str) -> int | None:
+        return 0
+
+    def parse(self, captured: str) -> list[ToolCall]:
+        return [ToolCall(name, arguments) for name, arguments in parse_forced(captured) or ()]
 
 
 TOOL_PARSERS: dict[str, type[ToolParser]] = {
