@@ -18,16 +18,16 @@ import pytest
 pytest.importorskip("transformers")
 
 from tests.conftest import Fake  # noqa: E402
-from tests.tito.test_carried_fields import vllm  # noqa: E402, F401
-from tests.tito.test_contract import TOKENIZER, encode, generated, tito  # noqa: E402, F401
+from tests.helpers.fake_compat import CompatSwitches  # noqa: E402
+from tests.tito.test_contract import TOKENIZER, generated, tito  # noqa: E402
 
-LOOKUP = {"type": "function", "function": {"name": "lookup", "description": "Look a word up",
-                                           "parameters": {
-    "type": "object", "properties": {"word": {"type": "string"}}, "required": ["word"]}}}
-CLOCK = {"type": "function", "function": {"name": "clock"}}
-TOOLS = [LOOKUP, CLOCK]
-HI = [{"role": "user", "content": "What is the sea?"}]
-NAMED = {"type": "function", "function": {"name": "lookup"}}
+LOOKUP: dict[str, Any] = {"type": "function", "function": {
+    "name": "lookup", "description": "Look a word up", "parameters": {
+        "type": "object", "properties": {"word": {"type": "string"}}, "required": ["word"]}}}
+CLOCK: dict[str, Any] = {"type": "function", "function": {"name": "clock"}}
+TOOLS: list[Any] = [LOOKUP, CLOCK]
+HI: list[Any] = [{"role": "user", "content": "What is the sea?"}]
+NAMED: dict[str, Any] = {"type": "function", "function": {"name": "lookup"}}
 
 # Written out by hand from sglang 0.5.23 python/sglang/srt/function_call/utils.py
 # (get_json_schema_constraint, _get_tool_schema), as serving_chat.py's _process_messages
@@ -88,6 +88,7 @@ def test_a_forced_call_is_a_call_recorded_exactly_and_the_next_turn_extends_it(
     assert choice.finish_reason == "tool_calls"
     assert choice.message.content is None
     [made] = choice.message.tool_calls or []
+    assert made.type == "function"
     assert made.function.name == "lookup" and made.function.arguments == '{"word": "sea"}'
     assert made.id.startswith("call_") and len(made.id) == 29
     messages += [choice.message.model_dump(exclude_none=True),
@@ -114,7 +115,8 @@ def test_a_streamed_forced_call_is_the_same_message(
     client = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0)
     whole = client.chat.completions.create(model="m", messages=HI, tools=TOOLS,
                                            tool_choice="required", seed=3)
-    calls, content, finish = [], "", None
+    calls: list[Any] = []
+    content, finish = "", None
     for chunk in client.chat.completions.create(model="m", messages=HI, tools=TOOLS,
                                                 tool_choice="required", seed=3, stream=True):
         delta = chunk.choices[0].delta
@@ -122,8 +124,8 @@ def test_a_streamed_forced_call_is_the_same_message(
         calls += delta.tool_calls or []
         finish = chunk.choices[0].finish_reason or finish
     assert finish == "tool_calls" and content == ""
-    shown = [(c.function.name, c.function.arguments) for c in whole.choices[0].message.tool_calls
-             or []]
+    made: list[Any] = whole.choices[0].message.tool_calls or []
+    shown = [(c.function.name, c.function.arguments) for c in made]
     assert shown == [("clock", "{}"), ("lookup", '{"word": "é"}')]
     assert [(c.function.name, c.function.arguments) for c in calls] == shown
     assert [c.index for c in calls] == [0, 1]
@@ -193,7 +195,7 @@ def test_invalid_tools_are_a_400_naming_the_problem(
     assert after.headers["x-seedproxy-request-index"] == "0"
 
 
-ANTHROPIC_TOOL = {"name": "lookup", "description": "Look a word up",
+ANTHROPIC_TOOL: Any = {"name": "lookup", "description": "Look a word up",
                   "input_schema": LOOKUP["function"]["parameters"]}
 
 
@@ -203,11 +205,12 @@ def test_anthropic_any_and_tool_force_the_call(
     base = tito(start_proxy, fake)
     fake.switches.script = [encode(CALL), encode(CALL)]
     client = anthropic.Anthropic(base_url=base, api_key="x", max_retries=0)
-    for choice in ({"type": "any"},
-                   {"type": "tool", "name": "lookup", "disable_parallel_tool_use": True}):
+    choices: list[Any] = [
+        {"type": "any"}, {"type": "tool", "name": "lookup", "disable_parallel_tool_use": True}]
+    for choice in choices:
         message = client.messages.create(
             model="m", max_tokens=64, messages=[{"role": "user", "content": "The sea?"}],
-            tools=[ANTHROPIC_TOOL], tool_choice=choice)  # type: ignore[arg-type]
+            tools=[ANTHROPIC_TOOL], tool_choice=choice)
         assert message.stop_reason == "tool_use"
         [block] = message.content
         assert block.type == "tool_use" and block.name == "lookup"
@@ -239,10 +242,10 @@ def test_responses_named_function_forces_the_call(
     base = tito(start_proxy, fake)
     fake.switches.script = [encode(CALL)]
     client = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0)
-    tool = {"type": "function", "name": "lookup", **{
+    tool: Any = {"type": "function", "name": "lookup", **{
         k: v for k, v in LOOKUP["function"].items() if k != "name"}}
     response = client.responses.create(
-        model="m", input="The sea?", tools=[tool],  # type: ignore[list-item]
+        model="m", input="The sea?", tools=[tool],
         tool_choice={"type": "function", "name": "lookup"})
     [item] = response.output
     assert item.type == "function_call" and item.name == "lookup"
@@ -252,7 +255,7 @@ def test_responses_named_function_forces_the_call(
 
 
 def test_vllm_refuses_a_forced_call_it_cannot_carry(
-        vllm: Any, start_proxy: Callable[..., str]) -> None:  # noqa: F811
+        vllm: tuple[str, CompatSwitches], start_proxy: Callable[..., str]) -> None:
     url, switches = vllm
     base = start_proxy([url], backend="vllm", token_in_token_out=True, tokenizer=TOKENIZER)
     reply = httpx.post(f"{base}/v1/chat/completions", timeout=60, json={
