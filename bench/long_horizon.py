@@ -2,11 +2,15 @@
 
 One rollout of ``--turns`` turns (200: about 55k tokens in token-in-token-out mode),
 each turn a user message of ``--words`` words and ``max_tokens`` 32, through a proxy
-in front of the fake SGLang (tests/helpers), for passthrough and token-in-token-out
+in front of the fake SGLang (tests/helpers, in its own process, as a real server is: in
+this process its parsing of each long request would hold the GIL the proxy is timed on;
+``--fake-in-process`` measures it that way), for passthrough and token-in-token-out
 (SmolLM2's tokenizer, the Qwen3-style test template) over the memory, SQLite and Redis
 stores, all in one run. It prints the proxy's own time per turn
 (``x-seedproxy-overhead-ms``, the mean over turns 1-10, 91-100 and 191-200, and the
-last window's ratio to the first) and the stored interaction bytes against the size
+last window's ratio to the first), the CPU its threads spent per turn (``cpu/turn``:
+the process's CPU less the client thread's, which neither a loaded machine nor a slow
+disk's fsync stretches) and the stored interaction bytes against the size
 of the rollout's ``?style=concat`` export.
 
     python bench/long_horizon.py [--turns 200] [--words 60] [--stores memory,sqlite,redis]
@@ -23,7 +27,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -43,6 +49,7 @@ from seedproxy.proxy.app import create_app  # noqa: E402
 from seedproxy.sessions import SessionStore, open_store  # noqa: E402
 from seedproxy.settings import Settings  # noqa: E402
 from tests.helpers.fake_sglang import Switches, create_fake_sglang  # noqa: E402
+from tests.helpers.procs import free_port, seedproxy_env, wait_http  # noqa: E402
 from tests.helpers.redis_server import RedisServer, redis_or_skip  # noqa: E402
 from tests.helpers.servers import ServerThread  # noqa: E402
 
@@ -63,16 +70,19 @@ class Run:
     session: str
     overhead_ms: list[float] = field(default_factory=list)
     """Per turn, in order (turn 1 first)."""
+    cpu_ms: list[float] = field(default_factory=list)
+    """Per turn: the CPU the proxy's threads spent on it (this process's CPU less the
+    client's thread's), which a loaded machine or a slow disk does not stretch."""
     alone_ms: list[float] = field(default_factory=list)
     beside_ms: list[float] = field(default_factory=list)
     """Other sessions' short requests (client latency): alone, and beside the rollout's
     ``BESIDE_TURNS`` turns past ``--turns``."""
 
 
-def _windows(run: Run) -> str:
+def _windows(run: Run, series: str = "overhead_ms") -> str:
     means = []
     for first, last in WINDOWS:
-        values = run.overhead_ms[first - 1:last]
+        values = getattr(run, series)[first - 1:last]
         means.append(statistics.fmean(values) if values else float("nan"))
     shown = " ".join(f"{a}-{b}: {m:6.2f} ms" for (a, b), m in zip(WINDOWS, means, strict=True))
     return f"{shown}   last/first {means[-1] / means[0]:.2f}x"
@@ -108,8 +118,9 @@ def _others(run: Run) -> str:
             f"({len(run.beside_ms)}): p99 beside/alone {b99 / a99:.2f}x")
 
 
-MEASURES: dict[str, Callable[[Run], str]] = {"per turn": _windows, "bytes": _stored,
-                                             "others": _others}
+MEASURES: dict[str, Callable[[Run], str]] = {
+    "per turn": _windows, "cpu/turn": lambda run: _windows(run, "cpu_ms"),
+    "bytes": _stored, "others": _others}
 OTHERS = 8
 BESIDE_TURNS = 20
 """Turns the rollout runs past ``--turns`` with the other sessions beside it."""
@@ -152,15 +163,40 @@ def _rollout(run: Run, turns: int, words: int) -> None:
                 beside.start()
             text = " ".join(f"w{(turn * words + k) % 997}" for k in range(words))
             messages.append({"role": "user", "content": f"Step {turn}: {text}"})
-            answer = http.post("/v1/chat/completions",
-                               json={"model": "m", "messages": messages, "max_tokens": 32})
+            body = httpx.Request("POST", "/", json={
+                "model": "m", "messages": messages, "max_tokens": 32}).content
+            cpu, mine = time.process_time(), time.thread_time()
+            answer = http.post("/v1/chat/completions", content=body,
+                               headers={"content-type": "application/json"})
+            cpu, mine = time.process_time() - cpu, time.thread_time() - mine
             answer.raise_for_status()
             run.overhead_ms.append(float(answer.headers["x-seedproxy-overhead-ms"]))
+            run.cpu_ms.append((cpu - mine) * 1000)
             reply = answer.json()["choices"][0]["message"]
             messages.append({"role": "assistant", "content": reply["content"]})
     stop.set()
     if beside.is_alive():
         beside.join()
+
+
+FAKE = ("import sys, uvicorn; from tests.helpers.fake_sglang import Switches, "
+        "create_fake_sglang; uvicorn.run(create_fake_sglang(Switches(context_length=1 << 20, "
+        "chars_per_token=4)), host='127.0.0.1', port=int(sys.argv[1]), log_level='warning')")
+
+
+@contextlib.contextmanager
+def _fake_process() -> Any:
+    """The fake SGLang in a child process; yields an object with its ``url``."""
+    port = free_port()
+    env = seedproxy_env(PYTHONPATH=f"{ROOT / 'src'}:{ROOT}")
+    child = subprocess.Popen([sys.executable, "-c", FAKE, str(port)], cwd=ROOT, env=env)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_http(f"{url}/health", proc=child)
+        yield type("Fake", (), {"url": url})()
+    finally:
+        child.terminate()
+        child.wait(timeout=30)
 
 
 def main() -> None:
@@ -169,13 +205,16 @@ def main() -> None:
     parser.add_argument("--words", type=int, default=60)
     parser.add_argument("--stores", default="memory,sqlite,redis")
     parser.add_argument("--modes", default="passthrough,tito")
+    parser.add_argument("--fake-in-process", action="store_true",
+                        help="run the fake SGLang on a thread of this process")
     args = parser.parse_args()
     redis = RedisServer(redis_or_skip()) if "redis" in args.stores else None
     # A real tokenizer's count of prompt ids (about 4 characters each), not one a character.
     switches = Switches(context_length=1 << 20, chars_per_token=4)
     print(f"{args.turns} turns, {args.words} words per user message, max_tokens 32")
-    with tempfile.TemporaryDirectory() as tmp, ServerThread(
-            create_fake_sglang(switches)) as fake:
+    fake_server = (ServerThread(create_fake_sglang(switches)) if args.fake_in_process
+                   else _fake_process())
+    with tempfile.TemporaryDirectory() as tmp, fake_server as fake:
         for mode in args.modes.split(","):
             for kind in args.stores.split(","):
                 url = {"memory": "memory://", "sqlite": f"sqlite:///{tmp}/{mode}.db",

@@ -13,22 +13,27 @@ from typing import Any
 
 __all__ = ["MAX_DEPTH", "too_deep"]
 
+_CONTAINERS = (dict, list)
+
 MAX_DEPTH = 64
 """The deepest nesting accepted: ``{}`` and ``[]`` are 1 level, ``{"a": []}`` 2."""
 
 
 def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
     """Whether ``value`` (parsed JSON) nests more than ``limit`` objects or arrays deep.
-    Iterative: any depth is measured without recursion."""
-    if not isinstance(value, dict | list):
-        return False
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, level = stack.pop()
-        if level > limit:
+    Iterative, one level at a time: any depth is measured without recursion, and each
+    container is visited once."""
+    level: list[Any] = [value] if isinstance(value, _CONTAINERS) else []
+    depth = 1
+    while level:
+        if depth > limit:
             return True
-        children = item.values() if isinstance(item, dict) else item
-        stack.extend((child, level + 1) for child in children
-                     if isinstance(child, dict | list))
+        below: list[Any] = []
+        add = below.append
+        for item in level:
+            for child in item.values() if isinstance(item, dict) else item:
+                if isinstance(child, _CONTAINERS):
+                    add(child)
+        level = below
+        depth += 1
     return False
-

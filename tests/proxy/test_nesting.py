@@ -31,6 +31,11 @@ def test_too_deep_counts_levels_without_recursion() -> None:
         deep = [deep]
     assert too_deep(deep)
     assert not too_deep("[[[[") and not too_deep(3)
+    # A deep branch behind wide, shallow siblings (a long chat history) is still found.
+    wide = [{"role": "user", "content": str(k)} for k in range(1000)]
+    assert not too_deep({"messages": wide}, 3)
+    assert too_deep({"messages": [*wide, {"content": [{"text": []}]}]}, 5)
+    assert not too_deep({"messages": [*wide, {"content": [{"text": []}]}]}, 6)
 
 
 def test_a_chat_body_nested_past_the_bound_is_a_400_using_no_index(

@@ -109,8 +109,12 @@ def parse_body(endpoint: Endpoint, raw: bytes) -> ClientRequest:
 
 
 def request_digest(endpoint: Endpoint, raw: bytes) -> bytes:
-    """Identify a body byte for byte, for matching SDK retries."""
-    return hashlib.blake2b(endpoint.value.encode() + b"\0" + raw, digest_size=16).digest()
+    """Identify a body byte for byte, for matching SDK retries (SHA-256, cut to 16 bytes:
+    about twice blake2b's speed on CPUs with SHA extensions, and the body is the whole
+    history an agent resends)."""
+    digest = hashlib.sha256(endpoint.value.encode() + b"\0")
+    digest.update(raw)
+    return digest.digest()[:16]
 
 
 def _check_prompt(endpoint: Endpoint, body: dict[str, Any]) -> None:

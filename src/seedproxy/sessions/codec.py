@@ -26,7 +26,7 @@ from .interaction import ChoiceRecord, Interaction
 from .routing import RoutedExperts
 
 __all__ = ["MESSAGE_FIELDS", "Link", "Sent", "Stored", "conversation", "decode", "encode",
-           "repeats", "resolve", "sent_of", "with_reward"]
+           "resolve", "sent_of", "with_reward"]
 
 _MAGIC = b"\x00SP2"
 _HEAD = struct.Struct("<4sI")
@@ -67,8 +67,11 @@ class Sent:
     digest: str
 
 
-def _digest(data: bytes) -> str:
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
+def _hex(digest: Any) -> str:
+    """A ``Sent`` digest: SHA-256 (hardware-accelerated where the CPU has it, so about
+    twice blake2b's speed here) cut to 16 bytes. Only compared with digests of this
+    store; one written another way never matches, which only stores more."""
+    return str(digest.digest()[:16].hex())
 
 
 def conversation(request: Any) -> tuple[str, list[Any]] | None:
@@ -82,9 +85,10 @@ def conversation(request: Any) -> tuple[str, list[Any]] | None:
     return None
 
 
-def sent_of(request: Any) -> tuple[Sent, bytes] | None:
-    """The request's ``Sent`` and its messages serialised; None without a message list
-    (or one orjson cannot write)."""
+def sent_of(request: Any, base: Sent | None = None) -> tuple[Sent, bool] | None:
+    """The request's ``Sent``, and whether its messages start, byte for byte, with
+    ``base``'s (False without a base); None without a message list (or one orjson
+    cannot write). One serialisation and one digest pass, whatever ``base`` is."""
     found = conversation(request)
     if found is None:
         return None
@@ -93,15 +97,17 @@ def sent_of(request: Any) -> tuple[Sent, bytes] | None:
         data = orjson.dumps(messages)
     except orjson.JSONEncodeError:
         return None
-    return Sent(name, len(messages), len(data) - 1, _digest(data[:-1])), data
-
-
-def repeats(base: Sent, field: str, data: bytes) -> bool:
-    """Whether serialised messages ``data`` (of ``field``) start with ``base``'s."""
-    if base.field != field or len(data) <= base.size or base.count == 0:
-        return False
-    return data[base.size:base.size + 1] in (b",", b"]") and _digest(
-        data[:base.size]) == base.digest
+    body = memoryview(data)[:-1]
+    digest = hashlib.sha256()
+    repeated = False
+    if (base is not None and base.field == name and base.count > 0
+            and len(body) >= base.size and data[base.size:base.size + 1] in (b",", b"]")):
+        digest.update(body[:base.size])
+        repeated = _hex(digest.copy()) == base.digest
+        digest.update(body[base.size:])
+    else:
+        digest.update(body)
+    return Sent(name, len(messages), len(body), _hex(digest)), repeated
 
 
 @dataclass(slots=True)

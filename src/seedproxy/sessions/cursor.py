@@ -18,7 +18,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, overload
 
-from .codec import Link, Sent, Stored, decode, repeats, sent_of
+from .codec import Link, Sent, Stored, decode, sent_of
 from .interaction import ChoiceRecord, Interaction
 from .record import SessionRecord
 from .store.base import SessionStore
@@ -126,8 +126,8 @@ class SessionView:
         last = self._turns.get(self._last) if self._last is not None else None
         if last is None or last.sent is None or last.tito is None:
             return []
-        found = sent_of(request)
-        if found is None or not repeats(last.sent, *_field(found)):
+        found = sent_of(request, last.sent)
+        if found is None or not found[1]:
             return []
         keys = last.keys()
         return keys if len(keys) == last.sent.count else []  # not a continued message
@@ -179,14 +179,14 @@ class SessionView:
     def link_for(self, interaction: Interaction) -> tuple[Link | None, Sent | None]:
         """How ``interaction`` is stored once: the turn it extends (its token-in-token-out
         lineage, else the last turn recorded) and how much of it it repeats."""
-        found = sent_of(interaction.request)
-        sent = found[0] if found else None
         base = self._base(interaction)
+        found = sent_of(interaction.request, base.sent if base is not None else None)
+        sent = found[0] if found else None
         if base is None:
             return None, sent
         prompt, choice = self._prompt_link(base, interaction)
         messages = 0
-        if found is not None and base.sent is not None and repeats(base.sent, *_field(found)):
+        if found is not None and found[1] and base.sent is not None:
             messages = base.sent.count
         keys = 0
         if interaction.tito is not None and base.tito is not None:
@@ -254,10 +254,6 @@ class _Turns(Sequence[Turn]):
 
 def _joined(text: bytes | None, ids: array[int]) -> bytes | None:
     return None if text is None else join_text(text, ids_text(ids)) if ids else text
-
-
-def _field(found: tuple[Sent, bytes]) -> tuple[str, bytes]:
-    return found[0].field, found[1]
 
 
 class Cursors:

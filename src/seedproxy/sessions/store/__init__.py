@@ -16,7 +16,8 @@ def open_store(url: str) -> SessionStore:
     if scheme == "memory":
         return MemoryStore()
     if scheme == "sqlite":
-        from .sqlite import SqliteStore, path_of
+        from .sqlite import SqliteStore
+        from .sqlite_open import path_of
 
         try:
             path = path_of(url)

@@ -47,6 +47,7 @@ from ..codec import Link, Sent, decode, encode, resolve
 from ..interaction import Interaction
 from ..record import SessionRecord, Slot
 from ..summary import order_key, summary_fields
+from . import redis_scripts as lua
 from .base import RETRY_MEMORY, over_capacity
 from .redis_leases import RedisLeases
 from .redis_reads import RedisReads
@@ -54,190 +55,11 @@ from .redis_url import parse_url
 
 __all__ = ["RedisStore"]
 
-_LATE = "SEEDPROXY_LATE"
-
-# Prepended to every script; its deadline is the last ARGV. Effects replication
-# (Redis 5+) lets a script read TIME and then write.
-_GUARD = f"""
-local now = redis.call('TIME')
-if tonumber(now[1]) + tonumber(now[2]) / 1000000 > tonumber(ARGV[#ARGV]) then
-  return redis.error_reply('{_LATE} the caller stopped waiting before this ran')
-end
-"""
-
 _DEADLINE_SHARE = 0.75
 """A script's deadline, as a share of the time its caller waits for the answer."""
 
 _MUTABLE = ("next_index", "last_active_at", "ended", "ended_seq", "reward", "exported",
             "interaction_count", "last_order", "last_upstream", "last_weight_version")
-
-# The occurrence hash ``c``: ``k:{key}`` -> the next number, ``i:{id}`` -> the one taken.
-_NUMBER = """
-local function number(hash, key, id)
-  local known = redis.call('HGET', hash, 'i:' .. id)
-  if known then return tonumber(known) end
-  local taken = redis.call('HINCRBY', hash, 'k:' .. key, 1) - 1
-  redis.call('HSET', hash, 'i:' .. id, taken)
-  return taken
-end
-"""
-
-# KEYS: s, c ; ARGV: key, interaction id
-_OCCURRENCE = _NUMBER + """
-if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
-return number(KEYS[2], ARGV[1], ARGV[2])
-"""
-
-# KEYS: s, r, rz, p, active, c ; ARGV: digest, retry, pinned ("" = none), memory, now,
-# id, content key ("" = none). Returns {status, "index|interaction_id", occurrence or -1}.
-_ALLOCATE = _NUMBER + """
-if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
-local function seat(slot)
-  if ARGV[7] == '' then return -1 end
-  return number(KEYS[6], ARGV[7], string.sub(slot, string.find(slot, '|', 1, true) + 1))
-end
-local clock
-if ARGV[2] == '1' then
-  local kept = redis.call('HGET', KEYS[2], ARGV[1])
-  if kept then
-    clock = redis.call('HINCRBY', KEYS[1], 'rclock', 1)
-    redis.call('ZADD', KEYS[3], clock, ARGV[1])
-    return {1, kept, seat(kept)}
-  end
-end
-local slot
-if ARGV[3] ~= '' then
-  local extra = redis.call('HINCRBY', KEYS[4], ARGV[3], 1) - 1
-  slot = ARGV[3] .. '|i' .. ARGV[3] .. '.p' .. extra
-else
-  local index = redis.call('HINCRBY', KEYS[1], 'next_index', 1) - 1
-  slot = index .. '|i' .. index
-end
-redis.call('HSET', KEYS[1], 'last_active_at', ARGV[5])
-redis.call('ZADD', KEYS[5], ARGV[5], ARGV[6])
-redis.call('HSET', KEYS[2], ARGV[1], slot)
-if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
-  clock = redis.call('HINCRBY', KEYS[1], 'rclock', 1)
-  redis.call('ZADD', KEYS[3], clock, ARGV[1])
-end
-if redis.call('ZCARD', KEYS[3]) > tonumber(ARGV[4]) then
-  local oldest = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-  redis.call('ZREM', KEYS[3], oldest)
-  redis.call('HDEL', KEYS[2], oldest)
-end
-return {0, slot, seat(slot)}
-"""
-
-# KEYS: s, all, open, key, created-counter, identity, unexp, active, ver, epoch, [group] ;
-# ARGV: id, rec-json, now, has-group, channel, max open ("" = none), reserve, a new epoch.
-# Returns {-1} id taken, {-2} over the cap, else {created_seq, the store's epoch}; the
-# epoch is drawn by the first create on an empty database (``SET NX``).
-_CREATE = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return {-1} end
-if ARGV[6] ~= '' and redis.call('SCARD', KEYS[3]) + tonumber(ARGV[7]) > tonumber(ARGV[6]) then
-  return {-2}
-end
-redis.call('SET', KEYS[10], ARGV[8], 'NX')
-local epoch = redis.call('GET', KEYS[10])
-local seq = redis.call('INCR', KEYS[5]) - 1
-redis.call('HSET', KEYS[1], 'rec', ARGV[2], 'next_index', 0, 'last_active_at', ARGV[3],
-  'ended', 0, 'ended_seq', '', 'reward', '', 'exported', 0, 'created_seq', seq, 'n', 0,
-  'epoch', epoch)
-redis.call('ZADD', KEYS[2], seq, ARGV[1])
-redis.call('SADD', KEYS[3], ARGV[1])
-redis.call('SET', KEYS[4], ARGV[1])
-redis.call('ZADD', KEYS[6], seq, ARGV[1])
-redis.call('ZADD', KEYS[7], seq, ARGV[1])
-redis.call('ZADD', KEYS[8], ARGV[3], ARGV[1])
-redis.call('INCR', KEYS[9])
-if ARGV[4] == '1' then redis.call('ZADD', KEYS[11], seq, ARGV[1]) end
-redis.call('PUBLISH', ARGV[5], 'created')
-return {seq, epoch}
-"""
-
-# KEYS: s, open, ended-counter, ready, ver ; ARGV: id, channel
-_END = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
-if redis.call('HGET', KEYS[1], 'ended') == '0' then
-  local seq = redis.call('INCR', KEYS[3]) - 1
-  redis.call('HSET', KEYS[1], 'ended', 1, 'ended_seq', seq)
-  redis.call('SREM', KEYS[2], ARGV[1])
-  if redis.call('HGET', KEYS[1], 'exported') ~= '1' then
-    redis.call('ZADD', KEYS[4], seq, ARGV[1])
-  end
-  redis.call('INCR', KEYS[5])
-  redis.call('PUBLISH', ARGV[2], 'ended')
-end
-return redis.call('HGET', KEYS[1], 'exported')
-"""
-
-# KEYS: s, i, o, w, q, active, ver ; ARGV: interaction_id, data, now, order member,
-# summary json, id. A replaced interaction (a retry) starts with no reward, as in every
-# store. The summary (``summary.py``): ``n`` the count (absent: a session stored before
-# it was kept), ``lo`` the last order member, ``ls`` the last one's listed fields.
-_RECORD = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-local new = redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-if redis.call('HEXISTS', KEYS[1], 'n') == 1 then
-  if new == 1 then redis.call('HINCRBY', KEYS[1], 'n', 1) end
-  local last = redis.call('HGET', KEYS[1], 'lo')
-  if not last or ARGV[4] >= last then redis.call('HSET', KEYS[1], 'lo', ARGV[4], 'ls', ARGV[5]) end
-end
-redis.call('ZADD', KEYS[3], 0, ARGV[4])
-redis.call('HDEL', KEYS[4], ARGV[1])
-redis.call('HSET', KEYS[1], 'last_active_at', ARGV[3])
-local seq = redis.call('HINCRBY', KEYS[1], 'rseq', 1)
-redis.call('ZADD', KEYS[5], seq, ARGV[1])
-redis.call('ZADD', KEYS[6], ARGV[3], ARGV[6])
-redis.call('INCR', KEYS[7])
-return 1
-"""
-
-# KEYS: s, i, q ; ARGV: after. Returns {-1} for no session, else {seq, blobs}.
-_CHANGES = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
-local seq = tonumber(redis.call('HGET', KEYS[1], 'rseq') or '0')
-local after = tonumber(ARGV[1])
-if after < 0 then return {seq, redis.call('HVALS', KEYS[2])} end
-if seq <= after then return {seq, {}} end
-local ids = redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. ARGV[1], '+inf')
-if #ids == 0 then return {seq, {}} end
-return {seq, redis.call('HMGET', KEYS[2], unpack(ids))}
-"""
-
-# KEYS: s, i, o, w, ver ; ARGV: reward, interaction_id ("" = the last one)
-# Returns {-1} no session, {-2} no such interaction, {0} none to reward, {1, id}.
-_SET_REWARD = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
-local target = ARGV[2]
-if target == '' then
-  local last = redis.call('ZRANGE', KEYS[3], -1, -1)[1]
-  target = last and string.sub(last, 22) or ''
-elseif redis.call('HEXISTS', KEYS[2], target) == 0 then
-  return {-2}
-end
-redis.call('HSET', KEYS[1], 'reward', ARGV[1])
-redis.call('INCR', KEYS[5])
-if target == '' then return {0} end
-redis.call('HSET', KEYS[4], target, ARGV[1])
-return {1, target}
-"""
-
-# KEYS: s, unexp, ready, ver ; ARGV: id, channel.
-# Returns -1 for an unknown session, else whether it has ended (1/0)
-_MARK_EXPORTED = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
-redis.call('HSET', KEYS[1], 'exported', 1)
-redis.call('ZREM', KEYS[2], ARGV[1])
-redis.call('ZREM', KEYS[3], ARGV[1])
-redis.call('INCR', KEYS[4])
-redis.call('PUBLISH', ARGV[2], 'exported')
-if redis.call('HGET', KEYS[1], 'ended') == '1' then return 1 end
-return 0
-"""
-
-
-
 
 class RedisStore(RedisLeases, RedisReads):
     """``SessionStore`` on Redis, shared by every replica pointed at the same database.
@@ -264,8 +86,9 @@ class RedisStore(RedisLeases, RedisReads):
             retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
         )
         self._retry_memory = retry_memory
-        scripts = [self._redis.register_script(_GUARD + body) for body in (
-            _ALLOCATE, _CREATE, _END, _RECORD, _SET_REWARD, _MARK_EXPORTED, _OCCURRENCE, _CHANGES
+        scripts = [self._redis.register_script(lua.GUARD + body) for body in (
+            lua.ALLOCATE, lua.CREATE, lua.END, lua.RECORD, lua.SET_REWARD,
+            lua.MARK_EXPORTED, lua.OCCURRENCE, lua.CHANGES,
         )]
         (self._allocate, self._create, self._end, self._record, self._set_reward,
          self._mark_exported, self._occurrence, self._changes) = (
@@ -281,7 +104,7 @@ class RedisStore(RedisLeases, RedisReads):
     def script(self, body: str) -> Any:
         """``body`` as a Lua script run as the store's own are: with the deadline guard
         (see Outages) and its deadline passed as the last ARGV."""
-        return self._guarded(self._redis.register_script(_GUARD + body))
+        return self._guarded(self._redis.register_script(lua.GUARD + body))
 
     async def run(self, awaitable: Any) -> Any:
         """Await a command on ``client``; a Redis failure is a ``StoreError``."""
