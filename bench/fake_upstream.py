@@ -5,7 +5,8 @@ Non-streaming answers carry token ids and logprobs when asked (SGLang's
 ``return_token_ids`` / ``logprobs``), so a capturing proxy does its real work;
 streaming answers are 32 content chunks (each its own write, the first at once,
 the rest ``BENCH_CHUNK_GAP_MS`` apart, 1 by default), SGLang's ``sglext``
-chunk when the ``x-sglext-return-*`` headers ask, and ``[DONE]``.
+chunk when the ``x-sglext-return-*`` headers ask, and ``[DONE]``. A body with
+``"bench_large_echo": true`` gets an answer echoing ``BENCH_PROMPT_IDS`` prompt ids.
 
     python bench/fake_upstream.py --port P [--cpu N]
 """
@@ -21,6 +22,10 @@ import orjson
 
 CHUNKS = 32
 PROMPT_IDS = list(range(1000, 1024))
+LARGE_PROMPT_IDS = [(i * 7919) % 151_000
+                    for i in range(int(os.environ.get("BENCH_PROMPT_IDS", "0")))]
+"""Echoed (with token ids) to a body with ``"bench_large_echo": true``
+(bench/parse_stall.py)."""
 OUTPUT_IDS = list(range(2000, 2000 + CHUNKS))
 WORDS = [f" w{i}" for i in range(CHUNKS)]
 
@@ -31,7 +36,7 @@ def _logprobs() -> dict[str, Any]:
     }
 
 
-def _answer(logprobs: bool, ids: bool) -> bytes:
+def _answer(logprobs: bool, ids: bool, prompt: list[int] = PROMPT_IDS) -> bytes:
     choice: dict[str, Any] = {
         "index": 0,
         "message": {"role": "assistant", "content": "".join(WORDS)},
@@ -39,7 +44,7 @@ def _answer(logprobs: bool, ids: bool) -> bytes:
         "finish_reason": "stop",
     }
     if ids:
-        choice["prompt_token_ids"] = PROMPT_IDS
+        choice["prompt_token_ids"] = prompt
         choice["token_ids"] = OUTPUT_IDS
     return orjson.dumps(
         {
@@ -49,9 +54,9 @@ def _answer(logprobs: bool, ids: bool) -> bytes:
             "model": "bench-model",
             "choices": [choice],
             "usage": {
-                "prompt_tokens": len(PROMPT_IDS),
+                "prompt_tokens": len(prompt),
                 "completion_tokens": CHUNKS,
-                "total_tokens": len(PROMPT_IDS) + CHUNKS,
+                "total_tokens": len(prompt) + CHUNKS,
             },
         }
     )
@@ -103,6 +108,7 @@ def _events(logprobs: bool, sglext: bool) -> list[bytes]:
 
 
 ANSWERS = {(lp, ids): _answer(lp, ids) for lp in (False, True) for ids in (False, True)}
+LARGE_ANSWER = _answer(False, True, LARGE_PROMPT_IDS) if LARGE_PROMPT_IDS else None
 STREAMS = {(lp, ext): _events(lp, ext) for lp in (False, True) for ext in (False, True)}
 MODELS = orjson.dumps(
     {
@@ -135,12 +141,13 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
                 else SERVER_INFO if path == "/get_server_info" else b"{}")
         await _send(send, 200, JSON, body)
         return
-    raw = b""
+    parts = []
     while True:
         message = await receive()
-        raw += message.get("body", b"")
+        parts.append(message.get("body", b""))
         if not message.get("more_body"):
             break
+    raw = b"".join(parts)
     if not path.endswith("/chat/completions"):
         await _send(send, 404, JSON, b'{"error":{"message":"not found"}}')
         return
@@ -157,6 +164,9 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         return
     ids = bool(body.get("return_token_ids") or body.get("return_prompt_token_ids"))
+    if ids and body.get("bench_large_echo") is True and LARGE_ANSWER is not None:
+        await _send(send, 200, JSON, LARGE_ANSWER)
+        return
     await _send(send, 200, JSON, ANSWERS[(logprobs, ids)])
 
 

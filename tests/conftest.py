@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
+import httpx._config
 import pytest
 
 from seedproxy.proxy import create_app
@@ -16,6 +17,13 @@ from tests.helpers.fake_sglang import Switches, create_fake_sglang
 from tests.helpers.fleet import Fleet
 from tests.helpers.redis_server import RedisServer, redis_or_skip
 from tests.helpers.servers import ServerThread
+
+# httpx's calls default to a 5 s timeout (one shared ``Timeout``, bound as every default
+# argument). Under ``pytest -n 4`` on 2 cores a real server can stall that long, and a
+# test then fails on scheduling luck: its defaults wait 60 s here. A test that means a
+# short wait passes its own timeout.
+for _name in ("connect", "read", "write", "pool"):
+    setattr(httpx._config.DEFAULT_TIMEOUT_CONFIG, _name, 60.0)
 
 
 class Fake:

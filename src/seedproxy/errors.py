@@ -13,8 +13,10 @@ Hierarchy::
     ├── UpstreamNotFound      404: a fleet route names a server not in the fleet
     ├── Conflict              409: the fleet's state refuses the change
     ├── OverCapacity          429
+    │   └── ParserBusy        429: too many large bodies wait for a parse worker
     ├── WaitTimeout           504: a long poll (``?wait=true``) ran out of time
     ├── StoreError            503: the session store failed
+    ├── ParserUnavailable     503: the worker parsing a large body died
     └── UpstreamError         502 (or the upstream's own status)
         ├── UpstreamUnavailable  503: no upstream could be reached (or every one failed)
         └── UpstreamTimeout      504
@@ -34,6 +36,8 @@ __all__ = [
     "Conflict",
     "Forbidden",
     "OverCapacity",
+    "ParserBusy",
+    "ParserUnavailable",
     "PayloadTooLarge",
     "SeedProxyError",
     "SessionNotFound",
@@ -136,6 +140,10 @@ class OverCapacity(SeedProxyError):
         self.retry_after_s: int | None = retry_after_s
 
 
+class ParserBusy(OverCapacity):
+    """The parse workers' queue is full (``offload_parse_queue``)."""
+
+
 class WaitTimeout(SeedProxyError):
     """A long poll ended before what it waited for happened; nothing was taken."""
 
@@ -148,6 +156,15 @@ class StoreError(SeedProxyError):
 
     status_code = 503
     error_type = "store_error"
+
+
+class ParserUnavailable(SeedProxyError):
+    """The worker process parsing a large body died before answering; its pool is
+    started again for the next body."""
+
+    status_code = 503
+    error_type = "server_error"
+    retry_after_s = 1
 
 
 class UpstreamError(SeedProxyError):

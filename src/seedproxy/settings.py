@@ -89,6 +89,13 @@ class Settings(BaseSettings):
     """More open sessions get 429."""
     max_upstream_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
     """Bounds a non-streamed upstream answer and each event of a streamed one (502)."""
+    offload_parse_bytes: int | None = Field(default=1024 * 1024, ge=0)
+    """Client bodies and whole upstream answers over this many bytes are parsed in a
+    worker process, so the event loop keeps serving (none: all parsed in the loop)."""
+    offload_parse_workers: int = Field(default=1, ge=1, le=16)
+    """Worker processes parsing large bodies (started with the first one)."""
+    offload_parse_queue: int = Field(default=4, ge=0)
+    """Large bodies waiting for a parse worker at most; one more gets 429."""
     connect_timeout_s: float = Field(
         default=5.0, gt=0,
         validation_alias=AliasChoices("connect_timeout_s", "connect_timeout"),
@@ -146,9 +153,11 @@ class Settings(BaseSettings):
     chat_template: str | None = None
     """Token-in-token-out: a Jinja chat template file overriding the tokenizer's."""
     tool_parser: str | None = None
-    """Token-in-token-out: hermes, llama3-json or mistral."""
+    """Token-in-token-out: SGLang's --tool-call-parser name (hermes, qwen, qwen25,
+    llama3, mistral, deepseekv3, deepseekv31, kimi_k2)."""
     reasoning_parser: str | None = None
-    """Token-in-token-out: think (reasoning between think tags)."""
+    """Token-in-token-out: think, or SGLang's --reasoning-parser name (qwen3,
+    qwen3-thinking, deepseek-r1, glm45, kimi_k2, kimi)."""
     index_by: Literal["arrival", "content"] = "arrival"
     """How sessions derive seeds by default: by arrival index, or by content key."""
 

@@ -9,6 +9,7 @@ import pytest
 from seedproxy.backends.anthropic_bridge import to_chat, to_message
 from seedproxy.backends.anthropic_events import MessageEvents
 from seedproxy.errors import BadRequest
+from tests.helpers.strict_schemas import check_message, check_message_event
 
 ASK: list[Any] = [{"role": "user", "content": "hi"}]
 
@@ -43,6 +44,10 @@ def test_stop_reasons_and_usage() -> None:
         "output_tokens": 2,
         "cache_creation_input_tokens": 0,
         "cache_read_input_tokens": 1,
+        "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0},
+        "server_tool_use": None,
+        "inference_geo": None,
+        "service_tier": "standard",
     }
     assert matched["model"] == "m"
 
@@ -121,3 +126,19 @@ def test_events_without_any_chunk_still_make_a_whole_message() -> None:
     assert kinds == ["message_start", "ping", "message_delta", "message_stop"]
     result = writer.result()
     assert result is not None and result["content"] == [] and result["stop_reason"] == "end_turn"
+
+
+def test_a_refusal_says_so_in_stop_details_as_anthropics_schema_has_it() -> None:
+    body = {"model": "m", "max_tokens": 5, "messages": ASK}
+    refused = to_message(body, answer("content_filter", content="no"), seed=1)
+    check_message(refused)
+    assert refused["stop_reason"] == "refusal"
+    assert refused["stop_details"] == {"type": "refusal", "category": None, "explanation": None}
+    writer = MessageEvents(body, seed=1)
+    events = writer.feed({"id": "x", "choices": [
+        {"index": 0, "delta": {"content": "no"}, "finish_reason": "content_filter"}]})
+    events += writer.finish()
+    for event in events:
+        check_message_event(event)
+    delta = [e for e in events if e["type"] == "message_delta"][0]["delta"]
+    assert delta["stop_details"] == refused["stop_details"]

@@ -14,6 +14,7 @@ import httpx
 import openai
 import orjson
 
+from seedproxy.client import Trajectory
 from tests.conftest import Fake
 from tests.helpers.procs import seedproxy_env
 
@@ -179,6 +180,21 @@ def test_concat_joins_turns_that_extend_each_other(http: httpx.Client) -> None:
     assert joined["logprobs"] == expected_lp
     assert joined["interaction_ids"] == ["i0", "i1", "i2"]
     assert "interactions" not in joined
+
+
+def test_concat_says_which_weight_version_sampled_each_token(http: httpx.Client) -> None:
+    prompt = [1, 2, 3]
+    for version in ("v1", "v2"):
+        assert http.post("/fleet/weight_version", json={"version": version}).status_code == 200
+        answer = http.post("/sessions/wv/generate", json={
+            "input_ids": prompt, "sampling_params": {"max_new_tokens": 4}}).json()
+        prompt = prompt + answer["output_ids"] + [9, 9]
+    joined = http.get("/sessions/wv/trajectory", params={"style": "concat"}).json()
+    assert joined["concat_error"] is None and len(joined["token_ids"]) == 3 + 4 + 2 + 4
+    assert joined["weight_versions"] == [{"version": "v1", "start": 3, "end": 7},
+                                         {"version": "v2", "start": 9, "end": 13}]
+    versions = Trajectory.from_json(joined).token_versions()
+    assert versions == [None] * 3 + ["v1"] * 4 + [None] * 2 + ["v2"] * 4
 
 
 def test_concat_reports_template_drift_at_its_turn(proxy: str, http: httpx.Client) -> None:

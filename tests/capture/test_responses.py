@@ -52,7 +52,7 @@ def test_create_carries_the_seed_upstream_and_parses(
     assert response.usage is not None
     assert response.usage.output_tokens == 5
     assert response.usage.input_tokens == len("<system>be brief<user>hello<assistant>")
-    assert "prompt_token_ids" not in raw.text and "logprob" not in raw.text
+    assert "prompt_token_ids" not in raw.text and "\"logprobs\"" not in raw.text
     record = http.get("/sessions/r1/trajectory").json()["interactions"][0]
     assert record["endpoint"] == "/v1/responses"
     assert record["request"]["input"] == "hello"

@@ -78,6 +78,10 @@ class FakeControl:
     weights_fail: str | None = None
     """When set, every weight route fails with this message (a checkpoint it refuses)."""
     weights: str = "initial"
+    weights_hold: threading.Event | None = None
+    """When set, ``/update_weights_from_disk`` waits for it (after ``weights_entered``)."""
+    weights_entered: threading.Event = field(default_factory=threading.Event)
+    """Set when a ``/update_weights_from_disk`` call arrives."""
     """The ``model_path`` last loaded from disk."""
     _open: asyncio.Event | None = None
     _counter: int = 0
@@ -189,6 +193,10 @@ class FakeControl:
                     return JSONResponse({"detail": [{"loc": ["body", k], "type": "missing"}
                                                     for k in missing]}, status_code=422)
                 self.calls.append((name, body))
+                if name == "update_weights_from_disk":
+                    self.weights_entered.set()
+                    if self.weights_hold is not None:
+                        await asyncio.to_thread(self.weights_hold.wait, 60)
                 answer: dict[str, Any] = {"success": self.weights_fail is None,
                                           "message": self.weights_fail or "Succeeded."}
                 if name == "update_weights_from_disk":

@@ -90,6 +90,10 @@ class Switches:
     script: list[list[int]] = field(default_factory=list)
     """Output ids for the next /generate requests (one list per request), as a
     model would sample them; finishing as the fake's own answers do."""
+    script_stops: bool = False
+    """With ``script``: the output ends at the first id in ``stop_token_ids`` (that id
+    included, ``finish_reason {type: stop, matched: id}``), as SGLang stops, unless
+    ``ignore_eos``; a script that never meets one runs out as ``length``."""
     answer_tools: bool = True
     call_tool: str | None = None
     call_arguments: dict[str, Any] | None = None
@@ -171,13 +175,19 @@ def detok(ids: list[int]) -> str:
     out: list[str] = []
     pending = bytearray()
     for i in ids:
-        if i >= BYTE_BASE:
+        if BYTE_BASE <= i < BYTE_BASE + 256:
             pending.append(i - BYTE_BASE)
+            continue
+        if i >= BYTE_BASE:  # a real tokenizer's id (scripted): not this vocabulary's
+            out.append("\ufffd")
             continue
         if pending:
             out.append(pending.decode("utf-8", errors="replace"))
             pending.clear()
-        out.append(" " + WORDS[i - VOCAB_BASE] if i >= VOCAB_BASE else chr(i))
+        if i >= BYTE_BASE + 256:  # a real tokenizer's id, past this toy vocabulary
+            out.append("\ufffd")
+        else:
+            out.append(" " + WORDS[i - VOCAB_BASE] if i >= VOCAB_BASE else chr(i))
     if pending:
         out.append(pending.decode("utf-8", errors="replace"))
     return "".join(out)
@@ -293,8 +303,13 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
         control = sw.control
         await control.admit()
         scripted = sw.script.pop(0) if sw.script else None
+        stop_at: int | None = None
         if scripted is not None:
             count = len(scripted)
+            stops = set(params.get("stop_token_ids") or [])
+            if sw.script_stops and not params.get("ignore_eos"):
+                stop_at = next((k for k, t in enumerate(scripted) if t in stops), None)
+                count = count if stop_at is None else stop_at + 1
 
         def item(run: Any, sofar: list[int], finish: dict[str, Any] | None,
                  index: int = 0) -> dict[str, Any]:
@@ -333,7 +348,9 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
                     run.versions.append(control.version)
                     await control.checkpoint(len(ids))
                     done = len(ids) == count
-                    yield run, ids, {"type": "length", "length": count} if done else None
+                    finish = ({"type": "stop", "matched": ids[-1]} if stop_at is not None
+                              else {"type": "length", "length": count})
+                    yield run, ids, finish if done else None
                 if count == 0:
                     yield run, ids, {"type": "length", "length": 0}
             finally:

@@ -6,6 +6,7 @@ that leaves the fleet paused (502 naming the server), and the fan-out of SGLang'
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -94,6 +95,36 @@ def test_an_unreachable_server_fails_the_pause_and_nothing_is_loaded(
     assert [name for name, _ in fleet.servers[0].switches.control.calls] == ["pause"]
     resumed = httpx.post(f"{proxy}/fleet/continue").json()  # the admin's way out
     assert resumed["paused"] is False
+
+
+def test_a_second_sync_while_one_runs_is_a_409_naming_it_and_no_server_is_told(
+        fleet: Fleet, start_proxy: Callable[..., str]) -> None:
+    proxy = start_proxy(fleet.urls)
+    first = fleet.servers[0].switches.control
+    first.weights_hold = threading.Event()
+    answers: list[httpx.Response] = []
+    running = threading.Thread(target=lambda: answers.append(
+        sync(proxy, model_path="/ckpt/step-1", version="step-1")))
+    running.start()
+    try:
+        assert first.weights_entered.wait(30)  # the first sync is loading, held there
+        second = sync(proxy, model_path="/ckpt/step-2", version="step-2")
+    finally:
+        first.weights_hold.set()
+        running.join(60)
+    assert second.status_code == 409, second.text
+    error = second.json()["error"]
+    assert (error["type"], error["code"], error["param"]) == (
+        "conflict_error", "sync_in_progress", None)
+    assert "'step-1'" in error["message"] and "'/ckpt/step-1'" in error["message"]
+    assert answers[0].status_code == 200, answers[0].text
+    for calls in control_calls(fleet):  # the refused sync told nobody anything
+        assert [name for name, _ in calls] == ["pause", "update_weights_from_disk",
+                                               "continue"]
+        assert calls[1][1]["weight_version"] == "step-1"
+    first.weights_hold = None  # ended, the lock is free again
+    assert sync(proxy, model_path="/ckpt/step-2", version="step-2").status_code == 200
+    assert httpx.get(f"{proxy}/fleet").json()["upstreams"][0]["weight_version"] == "step-2"
 
 
 @pytest.mark.parametrize("bad", [

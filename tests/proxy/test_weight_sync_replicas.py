@@ -46,3 +46,33 @@ def test_a_sync_through_one_replica_pauses_continues_and_versions_the_other(
     assert record["dispatch_weight_version"] == "step-1"
     assert [name for name, _ in control.calls].count("update_weights_from_disk") == 2
     assert b.fleet()["paused"] is False
+
+
+def test_two_replicas_never_interleave_syncs_the_second_is_a_409_naming_the_first(
+        fake: Fake, redis_url: str, start_replicas: Callable[..., list[Replica]]) -> None:
+    a, b = start_replicas(redis_url, [], [])
+    control = fake.switches.control
+    control.weights_hold = threading.Event()
+    answers: list[httpx.Response] = []
+    body = {"model_path": "/ckpt/step-1", "version": "step-1"}
+    running = threading.Thread(target=lambda: answers.append(
+        httpx.post(f"{a.url}/fleet/update_weights", json=body, timeout=60)))
+    running.start()
+    try:
+        assert control.weights_entered.wait(30)  # A's sync is loading, held there
+        second = httpx.post(f"{b.url}/fleet/update_weights",
+                            json={"model_path": "/ckpt/step-2", "version": "step-2"},
+                            timeout=60)
+    finally:
+        control.weights_hold.set()
+        running.join(60)
+    assert second.status_code == 409, second.text
+    error = second.json()["error"]
+    assert (error["type"], error["code"]) == ("conflict_error", "sync_in_progress")
+    assert "'step-1'" in error["message"] and "'/ckpt/step-1'" in error["message"]
+    assert answers[0].status_code == 200, answers[0].text
+    assert [name for name, _ in control.calls].count("update_weights_from_disk") == 1
+    control.weights_hold = None  # A's sync ended and released the lock: B may sync now
+    again = httpx.post(f"{b.url}/fleet/update_weights",
+                       json={"model_path": "/ckpt/step-2", "version": "step-2"}, timeout=60)
+    assert again.status_code == 200, again.text

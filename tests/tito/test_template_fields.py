@@ -250,3 +250,18 @@ def test_string_arguments_are_parsed_before_rendering(
     text = tok.decode(generated(fake)[0]["input_ids"])
     assert '"arguments": {"word": "sea"}}' in text  # re-dumped by the template's tojson
     assert '"arguments": not json}' in text  # not JSON: left as the string
+
+
+def test_passthrough_forwards_the_template_fields_to_sglang_as_sent(
+        fake: Fake, start_proxy: Callable[..., str]) -> None:
+    """Token-in-token-out off: SGLang's chat route applies them itself, so they reach
+    it unchanged."""
+    base = start_proxy([fake.url])
+    fields = {"continue_final_message": True, "add_generation_prompt": False,
+              "chat_template_kwargs": {"enable_thinking": False}}
+    messages = [*HI, {"role": "assistant", "content": "Hel"}]
+    reply = post(base, "pass", messages=messages, **fields)
+    assert reply.status_code == 200, reply.text
+    (sent,) = fake.received
+    assert {k: sent.get(k) for k in fields} == fields
+    assert sent["messages"] == messages

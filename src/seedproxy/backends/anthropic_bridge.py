@@ -27,11 +27,15 @@ __all__ = [
     "MessageIds",
     "STOP_REASONS",
     "anthropic_error",
+    "delta_usage",
     "message_usage",
+    "stop_details",
     "stop_reason",
+    "text_block",
     "to_chat",
     "to_message",
     "tool_input",
+    "tool_use_block",
 ]
 
 _SAMPLING = ("temperature", "top_p", "top_k")
@@ -288,7 +292,8 @@ def stop_reason(
     return STOP_REASONS.get(str(finish_reason), "end_turn"), None
 
 
-def message_usage(usage: Any) -> dict[str, Any]:
+def delta_usage(usage: Any) -> dict[str, Any]:
+    """``message_delta``'s usage (``MessageDeltaUsage``): token counts, no server tools."""
     usage = usage if isinstance(usage, dict) else {}
     cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
     return {
@@ -296,7 +301,36 @@ def message_usage(usage: Any) -> dict[str, Any]:
         "output_tokens": int(usage.get("completion_tokens") or 0),
         "cache_creation_input_tokens": 0,
         "cache_read_input_tokens": int(cached),
+        "server_tool_use": None,
     }
+
+
+def message_usage(usage: Any) -> dict[str, Any]:
+    """A Message's ``Usage``: the upstream's counts; prefix-cache hits are cache reads,
+    and nothing is written to a cache Anthropic's way (``cache_creation`` zeros)."""
+    return {
+        **delta_usage(usage),
+        "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0},
+        "inference_geo": None,
+        "service_tier": "standard",
+    }
+
+
+def stop_details(reason: str | None) -> dict[str, Any] | None:
+    """``stop_details``: a refusal's (with no category or explanation known), else null."""
+    if reason != "refusal":
+        return None
+    return {"type": "refusal", "category": None, "explanation": None}
+
+
+def text_block(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text, "citations": None}
+
+
+def tool_use_block(block_id: str, name: str, tool_input: dict[str, Any]) -> dict[str, Any]:
+    """A ``tool_use`` block; the model itself made the call (``caller: direct``)."""
+    return {"type": "tool_use", "id": block_id, "name": name, "input": tool_input,
+            "caller": {"type": "direct"}}
 
 
 def to_message(body: dict[str, Any], answer: dict[str, Any], seed: int | None) -> dict[str, Any]:
@@ -315,19 +349,23 @@ def to_message(body: dict[str, Any], answer: dict[str, Any], seed: int | None) -
         content.append({"type": "thinking", "thinking": reasoning, "signature": ""})
     text = message.get("content")
     if isinstance(text, str) and text:
-        content.append({"type": "text", "text": text})
+        content.append(text_block(text))
     for k, call in enumerate(message.get("tool_calls") or []):
         function = call.get("function") or {}
-        content.append({"type": "tool_use", "id": ids.tool(k), "name": function.get("name") or "",
-                        "input": tool_input(function.get("arguments"))})
+        content.append(tool_use_block(ids.tool(k), function.get("name") or "",
+                                      tool_input(function.get("arguments"))))
     reason, sequence = stop_reason(choice.get("finish_reason"), choice.get("matched_stop"), body)
+    reason = reason or "end_turn"
+    model = body.get("model") if isinstance(body.get("model"), str) else answer.get("model")
     return {
         "id": ids.message,
         "type": "message",
         "role": "assistant",
-        "model": body.get("model") if isinstance(body.get("model"), str) else answer.get("model"),
+        "model": model if isinstance(model, str) else "",
         "content": content,
-        "stop_reason": reason or "end_turn",
+        "container": None,
+        "stop_reason": reason,
         "stop_sequence": sequence,
+        "stop_details": stop_details(reason),
         "usage": message_usage(answer.get("usage")),
     }

@@ -15,7 +15,16 @@ from typing import Any
 
 import orjson
 
-from .anthropic_bridge import MessageIds, message_usage, stop_reason, tool_input
+from .anthropic_bridge import (
+    MessageIds,
+    delta_usage,
+    message_usage,
+    stop_details,
+    stop_reason,
+    text_block,
+    tool_input,
+    tool_use_block,
+)
 
 __all__ = ["MessageEvents", "sse"]
 
@@ -47,15 +56,15 @@ class MessageEvents:
         if self._model is None:
             self._model = chunk.get("model")
         message = self._envelope(None, None)
-        message["usage"] = {"input_tokens": 0, "output_tokens": 0,
-                            "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+        message["usage"] = message_usage(None)  # counts come with message_delta
         return [{"type": "message_start", "message": message}, {"type": "ping"}]
 
     def _envelope(self, reason: str | None, sequence: str | None) -> dict[str, Any]:
         assert self._ids is not None
         return {"id": self._ids.message, "type": "message", "role": "assistant",
-                "model": self._model, "content": [], "stop_reason": reason,
-                "stop_sequence": sequence, "usage": message_usage(self._usage)}
+                "model": self._model if isinstance(self._model, str) else "", "content": [],
+                "container": None, "stop_reason": reason, "stop_sequence": sequence,
+                "stop_details": stop_details(reason), "usage": message_usage(self._usage)}
 
     def feed(self, chunk: dict[str, Any]) -> list[dict[str, Any]]:
         events = self._start(chunk) if self._ids is None else []
@@ -99,7 +108,7 @@ class MessageEvents:
         events: list[dict[str, Any]] = []
         if self._open != kind:
             empty = ({"type": "thinking", "thinking": "", "signature": ""} if kind == "thinking"
-                     else {"type": "text", "text": ""})
+                     else text_block(""))
             events.extend(self._open_block(kind, empty))
         self._blocks[-1][kind] += piece
         events.append({"type": "content_block_delta", "index": len(self._blocks) - 1,
@@ -112,8 +121,7 @@ class MessageEvents:
         key = f"tool:{call.get('index', 0)}"
         function = call.get("function") or {}
         if self._open != key:
-            block: dict[str, Any] = {"type": "tool_use", "id": self._ids.tool(self._calls),
-                                     "name": function.get("name") or "", "input": {}}
+            block = tool_use_block(self._ids.tool(self._calls), function.get("name") or "", {})
             self._calls += 1
             events.extend(self._open_block(key, block))
         position = len(self._blocks) - 1
@@ -132,10 +140,10 @@ class MessageEvents:
             self._blocks[position]["input"] = tool_input(raw)
         reason, sequence = stop_reason(self._finish, self._matched, self._body)
         reason = reason or "end_turn"
-        usage = message_usage(self._usage)
         events.append({"type": "message_delta",
-                       "delta": {"stop_reason": reason, "stop_sequence": sequence},
-                       "usage": usage})
+                       "delta": {"stop_reason": reason, "stop_sequence": sequence,
+                                 "stop_details": stop_details(reason), "container": None},
+                       "usage": delta_usage(self._usage)})
         events.append({"type": "message_stop"})
         self._final = self._envelope(reason, sequence)
         self._final["content"] = self._blocks

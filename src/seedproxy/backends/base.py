@@ -48,6 +48,9 @@ class UpstreamRequest:
     headers: dict[str, str] = field(default_factory=dict)
     echo: TokenIds | None = None
     """Ids the answer's echoed prompt likely starts with (``echo.py``); only a hint."""
+    echoes: bool = False
+    """The backend reads this answer's echoed prompt ids as a ``TokenIds`` as well as
+    a list (a large answer's then come back packed: ``pipeline/parse_jobs.py``)."""
 
 
 @dataclass(slots=True)

@@ -13,6 +13,10 @@ Invariants:
   and publishes each write; ``follow`` applies what others write until cancelled.
   The state and the board's protocol live in ``fleet_state.py``, which both boards
   import: ``redis_board`` never imports this module back.
+- The weight-sync lock (``begin_sync``/``end_sync``) admits one ``/fleet/update_weights``
+  at a time per fleet: the local board's is this process's (claimed with no await
+  between the check and the claim, so the event loop makes it atomic), the Redis
+  board's one key set with NX and an expiry, so a replica that died mid-sync frees it.
 - ``stop_session`` tells every replica (this one included) to stop a session's requests
   in flight; it is a message, not state: a replica that was not listening misses it,
   and those requests then end as they would have, finding no session to record in.
@@ -39,6 +43,8 @@ class LocalBoard:
 
     def __init__(self) -> None:
         self._state = FleetState(board="local")
+        self._sync: tuple[str, str] | None = None
+        """(token, what) of the weight sync in progress."""
 
     def _write(self, **changes: object) -> FleetState:
         self._state = replace(self._state, seq=self._state.seq + 1, **changes)  # type: ignore[arg-type]
@@ -63,6 +69,16 @@ class LocalBoard:
     async def set_member(self, url: str, active: bool) -> FleetState:
         members = dict(self._state.members) | {url: active}
         return self._write(members=tuple(sorted(members.items())))
+
+    async def begin_sync(self, token: str, what: str, ttl_s: float) -> str | None:
+        if self._sync is not None:
+            return self._sync[1]
+        self._sync = (token, what)
+        return None
+
+    async def end_sync(self, token: str) -> None:
+        if self._sync is not None and self._sync[0] == token:
+            self._sync = None
 
     async def stop_session(self, session_id: str) -> None:
         return None

@@ -19,9 +19,9 @@ from typing import Any
 import orjson
 
 from ..sessions.token_ids import TokenIds, join_text
-from .shapes import ints
+from .shapes import ids_json, ints
 
-__all__ = ["loads_echoed"]
+__all__ = ["holders", "loads_echoed", "packed"]
 
 _KEY = b'"prompt_token_ids":['
 _MARK = "\x00seedproxy-known-prompt"
@@ -55,13 +55,33 @@ def loads_echoed(content: bytes, known: TokenIds | None) -> Any:
     return answer
 
 
-def _marked(answer: Any) -> tuple[dict[str, Any], list[Any]] | None:
-    """The object holding the marked list: the answer itself or one of its choices."""
-    holders = [answer] if isinstance(answer, dict) else []
+def holders(answer: Any) -> list[dict[str, Any]]:
+    """Where an answer's echoed ``prompt_token_ids`` may be: the answer itself (SGLang
+    completions) or one of its choices."""
+    found = [answer] if isinstance(answer, dict) else []
     choices = answer.get("choices") if isinstance(answer, dict) else None
     if isinstance(choices, list):
-        holders += [c for c in choices if isinstance(c, dict)]
-    for holder in holders:
+        found += [c for c in choices if isinstance(c, dict)]
+    return found
+
+
+def packed(answer: Any) -> Any:
+    """``answer`` with each echoed prompt that ``ints`` accepts as a ``TokenIds``, as
+    ``loads_echoed`` gives the one it read past a known prefix (what a backend that
+    ``echoes_prompt`` reads the same as the list)."""
+    for holder in holders(answer):
+        value = holder.get("prompt_token_ids")
+        if not isinstance(value, list) or not value:
+            continue
+        text = ids_json(value)
+        if text is not None:
+            holder["prompt_token_ids"] = TokenIds(array("i", value), text[1:-1])
+    return answer
+
+
+def _marked(answer: Any) -> tuple[dict[str, Any], list[Any]] | None:
+    """The object holding the marked list: the answer itself or one of its choices."""
+    for holder in holders(answer):
         value = holder.get("prompt_token_ids")
         if isinstance(value, list) and value and value[0] == _MARK:
             return holder, value

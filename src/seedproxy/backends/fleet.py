@@ -21,7 +21,9 @@ Invariants:
   continue, one step after another: a step that fails on any server ends the sync there,
   with the fleet still paused, so nothing runs on mixed weights until the admin retries
   or continues. Each server is told the version with its weights, so the version it
-  reports is always that of the weights it holds.
+  reports is always that of the weights it holds. One sync runs at a time per fleet (the
+  board's lock, every replica of a Redis store included): another one meanwhile is a
+  409 naming the sync in progress, and nothing is told to any server for it.
 - Membership is board state too (``members_of``): every replica follows the servers
   added and removed at run time (``join``, ``leave``), a replica started later included.
   A server joins only once it passes the preflight (``joining.py``) and reports the
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -120,7 +123,6 @@ class FleetControl:
         self.timeout_s = timeout_s
         self.load_timeout_s = 600.0
         """How long a server may take to load weights (or join an NCCL transfer)."""
-        self._syncing = asyncio.Lock()
 
     async def inspect(self) -> list[UpstreamReport]:
         """Read every server's ``/get_server_info`` (SGLang only) and report. With
@@ -275,28 +277,45 @@ class FleetControl:
     async def update_weights(self, model_path: str, version: str, mode: PauseMode,
                              load_format: str | None) -> WeightSync:
         """Pause in ``mode``, load ``model_path`` on every server (concurrently), record
-        ``version``, continue; stop at the first step that fails on any server."""
-        async with self._syncing:
-            paused = await self.pause(mode)
-            if not all(r["ok"] for r in paused):
-                return WeightSync(False, "pause", paused)
-            body: dict[str, Any] = {"model_path": model_path, "weight_version": version,
-                                    "abort_all_requests": False}
-            if load_format is not None:
-                body["load_format"] = load_format
-            upstreams = self.pool.upstreams
-            loads = await self._fan_out("/update_weights_from_disk", body, upstreams,
-                                        timeout_s=self.load_timeout_s, answers=True)
-            for upstream, result in zip(upstreams, loads, strict=True):
-                if result["ok"]:
-                    upstream.weight_version = version
-            if not all(r["ok"] for r in loads):
-                return WeightSync(False, "load", loads)
-            await self._record_version(version)
-            resumed = await self.resume()
-            if not all(r["ok"] for r in resumed):
-                return WeightSync(False, "continue", resumed)
-            return WeightSync(True, "continue", loads)
+        ``version``, continue; stop at the first step that fails on any server.
+        ``Conflict`` when another sync holds the fleet's lock (nothing is sent)."""
+        token = uuid.uuid4().hex
+        what = f"version {version!r} from {model_path!r}"
+        ttl_s = self.load_timeout_s + 4 * self.timeout_s + 60.0  # pause + load + continue
+        holder = await self.board.begin_sync(token, what, ttl_s)
+        if holder is not None:
+            raise Conflict(f"a weight sync is in progress ({holder}); send this one again "
+                           "once it has ended", code="sync_in_progress")
+        try:
+            return await self._update_weights(model_path, version, mode, load_format)
+        finally:
+            try:
+                await self.board.end_sync(token)
+            except StoreError as exc:  # the lock's expiry frees it
+                log.warning("could not release the weight-sync lock: %s", exc.message)
+
+    async def _update_weights(self, model_path: str, version: str, mode: PauseMode,
+                              load_format: str | None) -> WeightSync:
+        paused = await self.pause(mode)
+        if not all(r["ok"] for r in paused):
+            return WeightSync(False, "pause", paused)
+        body: dict[str, Any] = {"model_path": model_path, "weight_version": version,
+                                "abort_all_requests": False}
+        if load_format is not None:
+            body["load_format"] = load_format
+        upstreams = self.pool.upstreams
+        loads = await self._fan_out("/update_weights_from_disk", body, upstreams,
+                                    timeout_s=self.load_timeout_s, answers=True)
+        for upstream, result in zip(upstreams, loads, strict=True):
+            if result["ok"]:
+                upstream.weight_version = version
+        if not all(r["ok"] for r in loads):
+            return WeightSync(False, "load", loads)
+        await self._record_version(version)
+        resumed = await self.resume()
+        if not all(r["ok"] for r in resumed):
+            return WeightSync(False, "continue", resumed)
+        return WeightSync(True, "continue", loads)
 
     async def pass_through(self, path: str, body: dict[str, Any], *,
                            rank_stride: int | None = None) -> list[dict[str, Any]]:

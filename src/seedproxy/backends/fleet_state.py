@@ -57,6 +57,16 @@ class FleetBoard(Protocol):
         """``url`` joins the fleet (``active``) or leaves it, on every replica."""
         ...
 
+    async def begin_sync(self, token: str, what: str, ttl_s: float) -> str | None:
+        """Take the fleet's weight-sync lock for ``token`` (``what`` describes the sync),
+        held at most ``ttl_s``: None when taken, else the ``what`` of the sync holding it.
+        Atomic on the board: of two concurrent callers exactly one gets None."""
+        ...
+
+    async def end_sync(self, token: str) -> None:
+        """Release the weight-sync lock if ``token`` still holds it."""
+        ...
+
     async def stop_session(self, session_id: str) -> None:
         """Tell every follower to stop ``session_id``'s requests in flight."""
         ...

@@ -9,6 +9,8 @@ Invariants:
 - ``follow`` reads the whole hash each time its subscription is (re)made: a state
   published while a replica was not listening is never lost to it. Sessions to stop go
   on a second channel, ``{p}fleet:stop`` (one session id per message).
+- The weight-sync lock is one key, ``{p}fleet:sync``, set with NX and an expiry to
+  ``{token, what}``; only the token that set it deletes it (one Lua script).
 - An outage never ends ``follow``: it logs, waits (0.1 s doubling to 5 s) and
   subscribes again; meanwhile the replica keeps the last state it knew. A write or a
   read during an outage is a ``StoreError`` (503), never a hang past the store's timeout.
@@ -66,6 +68,12 @@ redis.call('PUBLISH', ARGV[1], cjson.encode(state))
 return state
 """
 
+# KEYS: the sync lock ; ARGV: the value that took it (the guard adds a deadline)
+_END_SYNC = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
 
 class RedisBoard:
     """``FleetBoard`` shared by every replica of one Redis store."""
@@ -78,6 +86,10 @@ class RedisBoard:
         self._id = uuid.uuid4().hex
         """This board's lifetime, if this replica is the first to write it."""
         self._write = store.script(_WRITE)
+        self._sync_key = self._key + ":sync"
+        self._end_sync = store.script(_END_SYNC)
+        self._sync_values: dict[str, bytes] = {}
+        """This replica's syncs in progress: token -> the value that took the lock."""
 
     async def read(self) -> FleetState:
         raw = await self._store.run(self._store.client.hgetall(self._key))
@@ -104,6 +116,25 @@ class RedisBoard:
 
     async def set_member(self, url: str, active: bool) -> FleetState:
         return await self._op("join" if active else "leave", url)
+
+    async def begin_sync(self, token: str, what: str, ttl_s: float) -> str | None:
+        value = orjson.dumps({"token": token, "what": what})
+        client = self._store.client
+        taken = await self._store.run(
+            client.set(self._sync_key, value, nx=True, px=max(1, int(ttl_s * 1000))))
+        if taken:
+            self._sync_values[token] = value
+            return None
+        holder = await self._store.run(client.get(self._sync_key))
+        try:
+            return str(orjson.loads(holder)["what"])
+        except (orjson.JSONDecodeError, TypeError, KeyError):
+            return "another weight sync"  # it ended or expired meanwhile, or is not ours
+
+    async def end_sync(self, token: str) -> None:
+        value = self._sync_values.pop(token, None)
+        if value is not None:
+            await self._store.run(self._end_sync(keys=[self._sync_key], args=[value]))
 
     async def stop_session(self, session_id: str) -> None:
         await self._store.run(self._store.client.publish(self._stops, session_id))

@@ -14,10 +14,12 @@ from typing import Any
 import orjson
 
 from ..errors import BadRequest
+from .responses_envelope import envelope
 
-__all__ = ["chat_usage_to_responses", "output_items", "to_chat", "to_response"]
+__all__ = ["chat_usage_to_responses", "error_object", "output_items", "to_chat", "to_response"]
 
-_PASS_THROUGH = ("model", "temperature", "top_p", "parallel_tool_calls", "user", "seed", "stream")
+_PASS_THROUGH = ("model", "temperature", "top_p", "presence_penalty", "frequency_penalty",
+                 "parallel_tool_calls", "user", "seed", "stream")
 _TEXT_PARTS = ("input_text", "output_text", "text", "refusal", "summary_text")
 
 
@@ -149,7 +151,7 @@ def chat_usage_to_responses(usage: Any) -> dict[str, Any] | None:
     reasoning = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0
     return {
         "input_tokens": usage.get("prompt_tokens", 0),
-        "input_tokens_details": {"cached_tokens": cached},
+        "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
         "output_tokens": usage.get("completion_tokens", 0),
         "output_tokens_details": {"reasoning_tokens": reasoning},
         "total_tokens": usage.get("total_tokens", 0),
@@ -171,11 +173,21 @@ def call_item(call_id: str, name: str, arguments: str, status: str) -> dict[str,
             "arguments": arguments, "status": status}
 
 
+def reasoning_item(item_id: str, text: str) -> dict[str, Any]:
+    """The upstream's ``reasoning_content`` as a reasoning item (no summary is made)."""
+    return {"id": item_id, "type": "reasoning", "summary": [],
+            "content": [{"type": "reasoning_text", "text": text}]}
+
+
 def output_items(
-    response_id: str, text: str | None, calls: list[dict[str, Any]], logprobs: list[Any] | None
+    response_id: str, text: str | None, calls: list[dict[str, Any]], logprobs: list[Any] | None,
+    reasoning: str | None = None,
 ) -> list[dict[str, Any]]:
-    """The Responses ``output`` of one chat message: its text, then its tool calls."""
+    """The Responses ``output`` of one chat message: its reasoning, its text, then its
+    tool calls."""
     items: list[dict[str, Any]] = []
+    if reasoning:
+        items.append(reasoning_item(f"rs_{response_id}", reasoning))
     if text:
         items.append(message_item(f"msg_{response_id}", text, logprobs, "completed"))
     for k, call in enumerate(calls):
@@ -206,49 +218,34 @@ def response_logprobs(choice: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def envelope(
-    body: dict[str, Any], response_id: str, created: Any, model: Any, *, status: str,
-    output: list[dict[str, Any]], usage: dict[str, Any] | None, finish_reason: Any = None,
-) -> dict[str, Any]:
-    """A Responses object echoing the request's settings, as OpenAI's server does."""
-    incomplete = status == "completed" and finish_reason == "length"
-    return {
-        "id": response_id,
-        "object": "response",
-        "created_at": created if isinstance(created, int | float) else 0,
-        "status": "incomplete" if incomplete else status,
-        "error": None,
-        "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
-        "instructions": body.get("instructions"),
-        "max_output_tokens": body.get("max_output_tokens"),
-        "model": model if isinstance(model, str) else body.get("model", ""),
-        "output": output,
-        "parallel_tool_calls": body.get("parallel_tool_calls", True),
-        "previous_response_id": None,
-        "temperature": body.get("temperature"),
-        "top_p": body.get("top_p"),
-        "tool_choice": body.get("tool_choice", "auto"),
-        "tools": body.get("tools") or [],
-        "text": body.get("text") or {"format": {"type": "text"}},
-        "metadata": body.get("metadata") or {},
-        "usage": usage,
-    }
-
-
-def to_response(body: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
-    """The Responses object for a (non-streaming) chat ``answer`` to ``to_chat(body)``."""
+def to_response(body: dict[str, Any], answer: dict[str, Any], completed_at: int) -> dict[str, Any]:
+    """The Responses object for a (non-streaming) chat ``answer`` to ``to_chat(body)``,
+    completed at the Unix time ``completed_at``."""
     choices = answer.get("choices") or [{}]
     choice = choices[0] if isinstance(choices[0], dict) else {}
     message = choice.get("message") or {}
     response_id = "resp_" + str(answer.get("id") or "0")
     logprobs = response_logprobs(choice) if wants_logprobs(body) else None
     text = message.get("content")
+    reasoning = message.get("reasoning_content")
     output = output_items(response_id, text if isinstance(text, str) else None,
-                          message.get("tool_calls") or [], logprobs)
+                          message.get("tool_calls") or [], logprobs,
+                          reasoning if isinstance(reasoning, str) else None)
     return envelope(body, response_id, answer.get("created"), answer.get("model"),
                     status="completed", output=output,
                     usage=chat_usage_to_responses(answer.get("usage")),
-                    finish_reason=choice.get("finish_reason"))
+                    finish_reason=choice.get("finish_reason"), completed_at=completed_at)
+
+
+def error_object(error: Any) -> dict[str, Any]:
+    """OpenAI's error object ``{message, type, param, code}`` with the types its schema
+    gives (an upstream's numeric ``code`` shown as a string)."""
+    error = error if isinstance(error, dict) else {}
+    code, param = error.get("code"), error.get("param")
+    return {"message": str(error.get("message") or ""),
+            "type": str(error.get("type") or "api_error"),
+            "param": param if isinstance(param, str) else None,
+            "code": None if code is None else str(code)}
 
 
 def dumps(payload: Any) -> bytes:

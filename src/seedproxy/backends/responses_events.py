@@ -5,21 +5,27 @@ Emits what the openai SDK's ``client.responses.stream(...)`` accumulates:
 ``content_part.added`` -> ``output_text.delta``... -> ``output_text.done`` ->
 ``content_part.done`` -> ``output_item.done``, per function call ``output_item.added``
 -> ``function_call_arguments.delta``... -> ``.done`` -> ``output_item.done``, and last
-``response.completed`` carrying the whole response. ``sequence_number`` counts from 0.
+``response.completed`` carrying the whole response. The upstream's
+``reasoning_content`` comes first, as a reasoning item: ``output_item.added`` ->
+``reasoning_text.delta``... -> ``reasoning_text.done`` -> ``output_item.done``.
+``sequence_number`` counts from 0, the ``error`` event of a failed stream included.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from .responses_bridge import (
     call_item,
     chat_usage_to_responses,
-    envelope,
+    error_object,
     message_item,
+    reasoning_item,
     response_logprobs,
     wants_logprobs,
 )
+from .responses_envelope import envelope
 
 __all__ = ["ResponsesEvents"]
 
@@ -27,8 +33,9 @@ __all__ = ["ResponsesEvents"]
 class ResponsesEvents:
     """Feed it each chat chunk the client would have seen; it returns the events to send."""
 
-    def __init__(self, body: dict[str, Any]) -> None:
+    def __init__(self, body: dict[str, Any], clock: Callable[[], float]) -> None:
         self._body = body
+        self._clock = clock
         self._logprobs = wants_logprobs(body)
         self._seq = 0
         self._id: str | None = None
@@ -37,6 +44,7 @@ class ResponsesEvents:
         self._output: list[dict[str, Any]] = []
         self._text: dict[str, Any] | None = None  # the open message item
         self._text_index = -1
+        self._reasoning: dict[str, Any] | None = None  # the reasoning item, once opened
         self._calls: dict[int, tuple[int, dict[str, Any]]] = {}  # chat tool index -> (output, item)
         self._usage: dict[str, Any] | None = None
         self._finish: Any = None
@@ -47,11 +55,11 @@ class ResponsesEvents:
         self._seq += 1
         return event
 
-    def _envelope(self, status: str) -> dict[str, Any]:
+    def _envelope(self, status: str, completed_at: int | None = None) -> dict[str, Any]:
         return envelope(self._body, self._id or "resp_0", self._created, self._model, status=status,
                         output=list(self._output) if status != "in_progress" else [],
                         usage=self._usage if status != "in_progress" else None,
-                        finish_reason=self._finish)
+                        finish_reason=self._finish, completed_at=completed_at)
 
     def feed(self, chunk: dict[str, Any]) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = []
@@ -69,6 +77,9 @@ class ResponsesEvents:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
             delta = choice.get("delta") or {}
+            thought = delta.get("reasoning_content")
+            if isinstance(thought, str) and thought:
+                events.extend(self._reasoning_delta(thought))
             piece = delta.get("content")
             if isinstance(piece, str) and piece:
                 events.extend(self._text_delta(piece, choice))
@@ -77,6 +88,20 @@ class ResponsesEvents:
                     events.extend(self._call_delta(call))
             if choice.get("finish_reason") is not None:
                 self._finish = choice["finish_reason"]
+        return events
+
+    def _reasoning_delta(self, piece: str) -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = []
+        if self._reasoning is None:
+            self._reasoning = reasoning_item(f"rs_{self._id}", "")
+            self._output.append(self._reasoning)
+            added = dict(self._reasoning, content=[])
+            events.append(self._event("response.output_item.added",
+                                      output_index=len(self._output) - 1, item=added))
+        self._reasoning["content"][0]["text"] += piece
+        events.append(self._event("response.reasoning_text.delta", item_id=self._reasoning["id"],
+                                  output_index=self._output.index(self._reasoning),
+                                  content_index=0, delta=piece))
         return events
 
     def _text_delta(self, piece: str, choice: dict[str, Any]) -> list[dict[str, Any]]:
@@ -132,6 +157,14 @@ class ResponsesEvents:
         if self._id is None:
             events.extend(self.feed({}))
         for position, item in enumerate(self._output):
+            if item["type"] == "reasoning":
+                events.append(self._event("response.reasoning_text.done", item_id=item["id"],
+                                          output_index=position, content_index=0,
+                                          text=item["content"][0]["text"]))
+                events.append(
+                    self._event("response.output_item.done", output_index=position, item=item)
+                )
+                continue
             item["status"] = "completed"
             if item["type"] == "message":
                 part = item["content"][0]
@@ -147,9 +180,17 @@ class ResponsesEvents:
             events.append(
                 self._event("response.output_item.done", output_index=position, item=item)
             )
-        self._final = self._envelope("completed")
+        self._final = self._envelope("completed", int(self._clock()))
         events.append(self._event("response.completed", response=self._final))
         return events
+
+    def error(self, error: dict[str, Any]) -> dict[str, Any]:
+        """The ``error`` event that ends a failed stream, from OpenAI's error object:
+        its fields at the top (OpenAI's ``ResponseErrorEvent``) and whole under
+        ``error`` (Open Responses' ``ErrorStreamingEvent``)."""
+        shown = error_object(error)
+        return self._event("error", code=shown["code"], message=shown["message"],
+                           param=shown["param"], error=shown)
 
     def result(self) -> dict[str, Any] | None:
         """The completed response once finished; before that, what arrived so far as an

@@ -6,7 +6,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["chat_logprobs", "completion_logprobs", "floats", "ints", "wants"]
+__all__ = ["chat_logprobs", "completion_logprobs", "floats", "ids_json", "ints", "wants"]
 
 
 def wants(body: dict[str, Any], *keys: str) -> bool:
@@ -39,18 +39,24 @@ def ints(value: Any) -> list[int]:
     digits or more. What JSON cannot carry as a number (an int over 64 bits, an int
     subclass) is refused too.
     """
+    return value if ids_json(value) is not None else []
+
+
+def ids_json(value: Any) -> bytes | None:
+    """``value``'s JSON text (``b"[1,2]"``) when ``ints`` accepts it as token ids, else
+    None: the check ``ints`` makes, keeping the text it makes it on."""
     if not isinstance(value, list):
-        return []
+        return None
     try:
         text = orjson.dumps(value, option=orjson.OPT_PASSTHROUGH_SUBCLASS)
     except orjson.JSONEncodeError:
-        return []
+        return None
     classes = text.translate(_CLASSES)
     if classes.count(b"!") != 2:  # anything but the list's own two brackets
-        return []
+        return None
     if _TEN_DIGITS in classes and max(value) > _MAX_TOKEN_ID:
-        return []
-    return value
+        return None
+    return text
 
 
 def floats(values: Any) -> list[float]:

@@ -86,6 +86,9 @@ class Trajectory:
     token_ids: list[int] | None = None
     loss_mask: list[int] | None = None
     logprobs: list[float] | None = None
+    weight_versions: list[dict[str, Any]] | None = None
+    """Concat: ``[{version, start, end}]`` over ``token_ids`` positions (end exclusive):
+    the weight version that sampled each generated token."""
     concat_error: ConcatError | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -103,9 +106,19 @@ class Trajectory:
             token_ids=data.get("token_ids"),
             loss_mask=data.get("loss_mask"),
             logprobs=data.get("logprobs"),
+            weight_versions=data.get("weight_versions"),
             concat_error=ConcatError(**error) if error else None,
             raw=data,
         )
+
+    def token_versions(self) -> list[str | None]:
+        """Concat: the weight version of each of ``token_ids`` (None where no version was
+        recorded: prompt tokens, or an upstream that reports none)."""
+        versions: list[str | None] = [None] * len(self.token_ids or ())
+        for span in self.weight_versions or ():
+            for position in range(span["start"], min(span["end"], len(versions))):
+                versions[position] = span["version"]
+        return versions
 
     def to_json(self) -> bytes:
         """The record as the proxy sent it, keys sorted: the same bytes on every rerun

@@ -8,6 +8,9 @@ Invariants (SGLang's, checked against its ``serving_chat.py``):
   per choice); when streaming it comes in a chunk with ``choices: []`` after the finish
   chunks and before the usage chunk.
 - All ``n`` choices use the same seed, so they are identical.
+- The template gets what SGLang's chat route hands it: ``chat_template_kwargs``,
+  ``add_generation_prompt`` and ``continue_final_message`` (the final assistant message
+  left open; the answer is its continuation), text parts flattened for string templates.
 - ``stream_options.continuous_usage_stats`` puts the usage so far (the prompt and that
   choice's tokens) in every chunk that carries a choice.
 - ``tools`` / ``tool_choice`` are checked as SGLang's ``_validate_request`` checks them;
@@ -29,6 +32,8 @@ from typing import Any
 import orjson
 from jinja2 import TemplateError
 
+from ..backends.tito.template_input import RenderOptions, render_options, template_messages
+from ..errors import BadRequest
 from ..tool_choice import Forcing, ToolChoiceError, forcing_of, parse_forced, tools_rendered
 from .errors import RequestError
 from .generator import GenRequest, Update
@@ -47,7 +52,6 @@ from .state import EngineState, request_id
 
 __all__ = ["ChatJob", "chat_response", "chat_stream", "parse_chat", "render_messages"]
 
-
 @dataclass(frozen=True)
 class ChatJob:
     reqs: list[GenRequest]
@@ -64,43 +68,39 @@ class ChatJob:
     """``tool_choice`` forces a call: the text is read back as tool calls."""
 
 
-def _content_text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if isinstance(part, dict) and part.get("type") == "text":
-                parts.append(str(part.get("text", "")))
-            elif isinstance(part, str):
-                parts.append(part)
-            else:
-                raise RequestError("only text content parts are supported", param="messages")
-        return "".join(parts)
-    raise RequestError("message content must be a string or a list of parts",
-                       param="messages")
-
-
-def render_messages(state: EngineState, messages: Any, tools: Any = None) -> list[int]:
-    """Apply the tokenizer's chat template (with tools when given) and tokenize."""
+def _template_input(state: EngineState, body: dict[str, Any]
+                    ) -> tuple[list[Any], RenderOptions]:
+    """The messages and options the template gets, prepared as SGLang's chat route does
+    (``template_input``: the one rule the proxy's token-in-token-out renderer uses)."""
+    messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise RequestError("messages must be a non-empty list", param="messages")
-    msgs = []
-    for m in messages:
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-            raise RequestError("each message needs a string role", param="messages")
-        msg = dict(m)
-        msg["content"] = _content_text(m.get("content"))
-        msgs.append(msg)
+    if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
+        raise RequestError("each message needs a string role", param="messages")
+    try:
+        options = render_options(body, state.template_reserved)
+        return template_messages(messages, state.content_format), options
+    except BadRequest as exc:  # a bad field of this request, named by the shared rule
+        raise RequestError(exc.message, param=exc.param) from None
+
+
+def render_messages(state: EngineState, body: dict[str, Any]) -> list[int]:
+    """Apply the tokenizer's chat template (with tools when given) and tokenize:
+    ``chat_template_kwargs``, ``add_generation_prompt`` and ``continue_final_message``
+    as SGLang applies them."""
+    tok = state.model.tokenizer
+    messages, options = _template_input(state, body)
+    tools = body.get("tools")
     if tools is not None and not isinstance(tools, list):
         raise RequestError("tools must be a list", param="tools")
-    tok = state.model.tokenizer
+    extra = dict(options.kwargs)
+    if options.continue_final:
+        extra["continue_final_message"] = True
     try:
-        text = tok.apply_chat_template(msgs, tools=tools or None, add_generation_prompt=True,
-                                       tokenize=False)
-    except TemplateError as exc:  # the template refused these messages
+        text = tok.apply_chat_template(messages, tools=tools or None, tokenize=False,
+                                       add_generation_prompt=options.generation_prompt,
+                                       **extra)
+    except (TemplateError, ValueError) as exc:  # the template refused these messages
         raise RequestError(f"cannot apply the chat template: {exc}", param="messages") from exc
     return state.check_prompt(list(tok.encode(text, add_special_tokens=False)))
 
@@ -118,7 +118,9 @@ def parse_chat(state: EngineState, body: dict[str, Any], headers: Any) -> ChatJo
             "return_token_ids is not supported with streaming on /v1/chat/completions. "
             "Please set stream=false when using return_token_ids=true.")
     forcing = _forcing(body)
-    prompt = render_messages(state, body.get("messages"), tools_rendered(body, forcing))
+    if forcing is not None and forcing.name is not None:
+        body = {**body, "tools": tools_rendered(body, forcing)}  # only the named one
+    prompt = render_messages(state, body)
     if forcing is not None:
         body = {**body, "json_schema": forcing.schema}
     params = openai_sampling_params(body, state.model.vocab_size, None)

@@ -10,6 +10,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..backends.tito.template_input import content_format, reserved_names
 from .errors import RequestError
 from .grammar import GrammarCompiler
 from .jobs import JobLog
@@ -38,10 +39,18 @@ class EngineState:
     # Request features (grammars, penalties) and the record of finished jobs.
     processors: ProcessorFactory = field(init=False)
     jobs: JobLog = field(default_factory=JobLog)
+    # The chat template's content format and the names its kwargs may not take (read
+    # once: the template does not change).
+    content_format: str = field(init=False)
+    template_reserved: frozenset[str] = field(init=False)
 
     def __post_init__(self) -> None:
+        tok = self.model.tokenizer
         self.processors = ProcessorFactory(GrammarCompiler(
-            self.model.tokenizer, self.model.vocab_size, self.model.eos_token_ids))
+            tok, self.model.vocab_size, self.model.eos_token_ids))
+        template = getattr(tok, "chat_template", None)
+        self.content_format = content_format(template if isinstance(template, str) else "")
+        self.template_reserved = reserved_names(tok)
 
     def check_prompt(self, ids: Any) -> list[int]:
         """Validate token ids; raise ``RequestError`` naming lengths when too long."""

@@ -21,6 +21,6 @@ def prompt_counter(model: EngineModel) -> Callable[[dict[str, Any]], int]:
     state = EngineState(model, cast(Worker, None))
 
     def count(chat: dict[str, Any]) -> int:
-        return len(render_messages(state, chat.get("messages"), chat.get("tools")))
+        return len(render_messages(state, chat))
 
     return count

@@ -29,7 +29,7 @@ from .readers.passthrough import PassthroughReader
 from .readers.record import RecordReader
 from .readers.tito import TitoReader, TitoTurn, prepare
 from .replaying import AsRecorded
-from .request import ClientRequest, parse_body, read_body
+from .request import ClientRequest, client_request, read_body
 from .seating import seat
 from .services import Services
 from .streaming import stream_response
@@ -54,7 +54,7 @@ class Admission:
         ex: Exchange | None = None
         try:
             raw = await read_body(request, self.services.settings.max_body_bytes)
-            client = parse_body(endpoint, raw)
+            client = client_request(endpoint, raw, await self.services.parser.body(endpoint, raw))
             chat, turn = await self._translate(client, session)
             headers = request.headers
             pinned = pinned_index(headers)

@@ -9,7 +9,8 @@ Invariants (nothing outside this class writes its fields):
 - Every answer, error or stream is observed once (metrics and the request log line)
   and carries the same ``x-seedproxy-*`` headers (``headers``).
 - A failure's status is the error's (``failure.py`` maps what is not yet an error);
-  an ``UpstreamError`` not yet recorded is recorded with the body the client is shown.
+  an ``UpstreamError`` (or a parse worker's refusal, ``offload.py``) not yet recorded
+  is recorded with the body the client is shown.
 """
 
 from __future__ import annotations
@@ -29,7 +30,14 @@ from starlette.responses import Response
 from ..backends import Captured, UpstreamRequest
 from ..backends.dispatch import Dispatch
 from ..backends.pool import UpstreamReply
-from ..errors import SeedProxyError, SessionNotFound, StoreError, UpstreamError
+from ..errors import (
+    ParserBusy,
+    ParserUnavailable,
+    SeedProxyError,
+    SessionNotFound,
+    StoreError,
+    UpstreamError,
+)
 from ..seeds import answer_basis
 from ..sessions import Interaction, SessionRecord, Slot
 from .failure import UpstreamAnswered
@@ -44,6 +52,9 @@ if TYPE_CHECKING:
 __all__ = ["CLIENT_CLOSED", "Exchange", "Snapshot"]
 
 log = logging.getLogger("seedproxy.request")
+
+_RECORDED = (UpstreamError, ParserUnavailable, ParserBusy)
+"""Failures after the upstream was asked: the interaction is recorded with them."""
 
 CLIENT_CLOSED = 499
 """Status recorded for an answer whose client left before it was complete (nginx's code)."""
@@ -265,10 +276,11 @@ class Exchange:
         return Response(content, status_code=status, headers=headers, media_type=media_type)
 
     async def fail(self, exc: SeedProxyError, presenter: Presenter) -> Response:
-        """The client's error answer for ``exc``, in its protocol: an upstream failure not
-        yet recorded is recorded with the body the client is shown."""
+        """The client's error answer for ``exc``, in its protocol: an upstream failure (or
+        an answer the parse workers refused) not yet recorded is recorded with the body
+        the client is shown."""
         body = presenter.error_body(exc)
-        if isinstance(exc, UpstreamError) and not self.recording:
+        if isinstance(exc, _RECORDED) and not self.recording:
             await self.record(exc.status_code, body, Captured())
         headers = self.headers()
         if exc.retry_after_s is not None:

@@ -66,6 +66,10 @@ class Metrics:
             "seedproxy_replayed", "Requests of resumed sessions answered from the record.",
             registry=self.registry,
         )
+        self.offloaded_parses = Counter(
+            "seedproxy_offloaded_parses", "Bodies parsed in a worker process (offload.py).",
+            registry=self.registry,
+        )
         self._children: dict[tuple[str, int, str | None], tuple[Any, Any]] = {}
 
     def observe(

@@ -10,7 +10,8 @@ Messages presenters translate chat chunks.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import orjson
@@ -19,7 +20,7 @@ from starlette.responses import Response
 from ..backends import Endpoint
 from ..backends.anthropic_bridge import anthropic_error, to_message
 from ..backends.anthropic_events import MessageEvents, sse
-from ..backends.responses_bridge import dumps, to_response
+from ..backends.responses_bridge import dumps, error_object, to_response
 from ..backends.responses_events import ResponsesEvents
 from ..errors import SeedProxyError, StoreError, UpstreamError
 from .sse import DONE, encode_event
@@ -109,20 +110,22 @@ class _OpenAIWriter:
 
 
 class ResponsesPresenter(Presenter):
-    """OpenAI Responses, from chat answers and chunks."""
+    """OpenAI Responses, from chat answers and chunks; ``clock`` (Unix seconds) dates
+    ``completed_at``."""
 
-    def __init__(self, body: dict[str, Any]) -> None:
+    def __init__(self, body: dict[str, Any], clock: Callable[[], float] = time.time) -> None:
         self.body = body
+        self.clock = clock
 
     def whole(self, answer: Any) -> Any:
-        return to_response(self.body, answer)
+        return to_response(self.body, answer, int(self.clock()))
+
+    def error_body(self, exc: SeedProxyError) -> dict[str, Any]:
+        return {"error": error_object(exc.body()["error"])}
 
     def writer(self) -> Writer:
-        return _Translating(ResponsesEvents(self.body), dumps, self._error_event)
-
-    @staticmethod
-    def _error_event(exc: SeedProxyError) -> bytes:
-        return b"event: error\ndata: " + orjson.dumps(exc.body()) + b"\n\n"
+        events = ResponsesEvents(self.body, self.clock)
+        return _Translating(events, dumps, lambda exc: dumps(events.error(exc.body()["error"])))
 
 
 class MessagesPresenter(Presenter):

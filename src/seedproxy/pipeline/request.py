@@ -22,6 +22,8 @@ from ..nesting import MAX_DEPTH, too_deep
 __all__ = [
     "MAX_CHOICES",
     "ClientRequest",
+    "client_request",
+    "decode_body",
     "documented",
     "parse_body",
     "read_body",
@@ -83,6 +85,13 @@ async def read_model(request: Request, model: type[M], limit: int) -> M:
 
 def parse_body(endpoint: Endpoint, raw: bytes) -> ClientRequest:
     """Parse and check ``raw``; ``BadRequest`` names the first bad field."""
+    return client_request(endpoint, raw, decode_body(endpoint, raw))
+
+
+def decode_body(endpoint: Endpoint, raw: bytes) -> dict[str, Any]:
+    """``raw`` parsed, refused (``BadRequest``) unless it is a JSON object no deeper
+    than ``MAX_DEPTH`` that holds ``endpoint``'s prompt. The whole of the work on a
+    body's size: ``offload.py`` runs it in a worker process for a large body."""
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -91,6 +100,11 @@ def parse_body(endpoint: Endpoint, raw: bytes) -> ClientRequest:
         raise BadRequest("request body must be a JSON object")
     _check_depth(raw, body)
     _check_prompt(endpoint, body)
+    return body
+
+
+def client_request(endpoint: Endpoint, raw: bytes, body: dict[str, Any]) -> ClientRequest:
+    """The request ``decode_body`` read, its top-level fields checked."""
     params = body.get("sampling_params") if endpoint is Endpoint.GENERATE else body
     if endpoint is Endpoint.GENERATE and params is not None and not isinstance(params, dict):
         raise BadRequest("sampling_params must be an object", param="sampling_params")

@@ -37,11 +37,11 @@ import orjson
 
 from ..backends import UpstreamRequest
 from ..backends.dispatch import Dispatch
-from ..backends.echo import loads_echoed
 from ..backends.pause import PauseGate
 from ..backends.pool import UpstreamPool, UpstreamReply
 from ..errors import SeedProxyError, StoreError
 from ..sessions.token_ids import TokenIds
+from .offload import Parser
 from .sse import DONE, encode_event, event_json, split_events
 
 __all__ = ["ResumingSender", "new_rid", "resumable"]
@@ -156,13 +156,15 @@ def _aborted(item: Any) -> bool:
 class ResumingSender:
     """``send`` as ``UpstreamPool.send``, resuming what a fleet abort cut short."""
 
-    def __init__(self, pool: UpstreamPool, gate: PauseGate, *, max_event_bytes: int,
-                 rids: bool = False,
+    def __init__(self, pool: UpstreamPool, gate: PauseGate, parser: Parser, *,
+                 max_event_bytes: int, rids: bool = False,
                  refresh: Callable[[], Awaitable[None]] | None = None) -> None:
-        """``rids``: name each request (SGLang's ``rid``) so that it can be aborted.
-        ``refresh``: apply the fleet board's state to ``gate`` now (``FleetControl``)."""
+        """``parser`` reads whole answers; ``rids``: name each request (SGLang's
+        ``rid``) so that it can be aborted. ``refresh``: apply the fleet board's state
+        to ``gate`` now (``FleetControl``)."""
         self.pool = pool
         self.gate = gate
+        self.parser = parser
         self.max_event_bytes = max_event_bytes
         self.rids = rids
         self.refresh = refresh
@@ -195,7 +197,7 @@ class ResumingSender:
         while True:
             waited += reply.waited_s
             try:
-                answer = orjson.loads(reply.response.content)
+                answer = await self.parser.answer(reply.response.content)
             except orjson.JSONDecodeError:
                 return reply  # the caller reports an answer that is not JSON
             whole = progress.shifted(answer) if isinstance(answer, dict) else answer
@@ -224,7 +226,8 @@ class ResumingSender:
                     dispatch is not None and dispatch.stopped is not None):
                 return reply
             try:
-                answer = loads_echoed(reply.response.content, request.echo)
+                answer = await self.parser.answer(reply.response.content, request.echo,
+                                                  echoes=request.echoes)
             except orjson.JSONDecodeError:
                 return reply
             reply.parsed = (answer,)

@@ -11,6 +11,7 @@ from ..sessions import SessionManager
 from ..settings import Settings
 from .inflight import InFlight
 from .metrics import Metrics
+from .offload import Parser
 from .replaying import ReplayBook
 from .resume import ResumingSender
 
@@ -31,5 +32,7 @@ class Services:
     inflight: InFlight
     replays: ReplayBook
     """Resumed sessions' source records (``replaying.py``)."""
+    parser: Parser
+    """Parses client bodies and upstream answers (large ones off the loop)."""
     tito: TitoMode | None = None
     """Token-in-token-out mode: chat, Responses and Messages render prompts here."""

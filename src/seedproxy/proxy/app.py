@@ -32,6 +32,7 @@ from ..errors import (
 from ..pipeline.admission import Admission
 from ..pipeline.inflight import InFlight
 from ..pipeline.metrics import Metrics
+from ..pipeline.offload import Parser
 from ..pipeline.replaying import ReplayBook
 from ..pipeline.resume import ResumingSender
 from ..pipeline.services import Services
@@ -71,13 +72,16 @@ def create_app(
     tito: TitoMode | None = None,
     prompt_counter: PromptCounter | None = None,
     engine_url: str | None = None,
+    parse_hold: str | None = None,
 ) -> FastAPI:
     """Build the proxy. ``upstreams`` overrides ``settings.upstream`` (the CLI passes
     the embedded engine's URL); injected ``store`` and ``client`` are not closed.
     ``tito`` is token-in-token-out mode already opened (the embedded engine's
     tokenizer); otherwise ``settings.token_in_token_out`` opens it here.
-    ``prompt_counter`` (a tokenizer, e.g. the engine's) enables count_tokens.
-    ``engine_url`` names the embedded engine (``GET /fleet`` shows it)."""
+    ``prompt_counter`` (a tokenizer, e.g. the engine's) enables count_tokens; in
+    token-in-token-out mode the mode's renderer counts when none is given.
+    ``engine_url`` names the embedded engine (``GET /fleet`` shows it).
+    ``parse_hold`` is a test seam: parse workers wait on it (``parse_jobs._wait``)."""
     urls = upstreams if upstreams is not None else settings.upstream
     if not urls:
         raise ConfigError(
@@ -85,6 +89,8 @@ def create_app(
         )
     if tito is None and settings.token_in_token_out:
         tito = open_tito_mode(settings)
+    if prompt_counter is None and tito is not None:
+        prompt_counter = tito.count_prompt  # the tokenizer is at hand: count with it
     own_store = store is None
     store = store if store is not None else open_store(settings.store)
     own_client = client is None
@@ -114,12 +120,16 @@ def create_app(
     )
     metrics = Metrics()
     access = Access(sessions, settings.admin_key)
-    sender = ResumingSender(pool, gate, max_event_bytes=settings.max_upstream_body_bytes,
+    parser = Parser(threshold=settings.offload_parse_bytes,
+                    workers=settings.offload_parse_workers, queue=settings.offload_parse_queue,
+                    offloaded=metrics.offloaded_parses.inc, hold=parse_hold)
+    sender = ResumingSender(pool, gate, parser, max_event_bytes=settings.max_upstream_body_bytes,
                             rids=settings.backend == "sglang", refresh=fleet.refresh)
     inflight = InFlight(pool, fleet.board)
     services = Services(
         settings=settings, sessions=sessions, backend=backend, pool=pool, sender=sender,
-        metrics=metrics, inflight=inflight, replays=ReplayBook(sessions.store), tito=tito,
+        metrics=metrics, inflight=inflight, replays=ReplayBook(sessions.store),
+        parser=parser, tito=tito,
     )
     openai = Admission(services)
 
@@ -141,6 +151,7 @@ def create_app(
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            await parser.close()
             if own_client:
                 await client.aclose()
             if own_store:

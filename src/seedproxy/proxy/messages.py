@@ -23,15 +23,15 @@ from ..backends.anthropic_bridge import to_chat
 from ..errors import BadRequest, SeedProxyError, SessionNotFound
 from ..pipeline.admission import Admission
 from ..pipeline.presenters import MessagesPresenter
-from ..pipeline.request import parse_body, read_body
+from ..pipeline.request import client_request, read_body
 from .access import Access
 
 __all__ = ["PromptCounter", "messages_router"]
 
 PromptCounter = Callable[[dict[str, Any]], int]
 """Counts a chat body's prompt tokens as the upstream renders them; raises
-``ValueError`` for a prompt it cannot render. Known only with a tokenizer at hand
-(the embedded engine's)."""
+``ValueError`` (or ``BadRequest``) for a prompt it cannot render. Known only with a
+tokenizer at hand (the embedded engine's, or token-in-token-out mode's)."""
 
 _PREFIXES = ("", "/sessions/{session_id}")
 _BODY = {"requestBody": {"required": True,
@@ -57,11 +57,12 @@ def messages_router(
         try:
             await access.session_for(request, request.path_params.get("session_id"))
             raw = await read_body(request, max_body_bytes)
-            body = parse_body(Endpoint.MESSAGES, raw).body
+            decoded = await admission.services.parser.body(Endpoint.MESSAGES, raw)
+            body = client_request(Endpoint.MESSAGES, raw, decoded).body
             if counter is None:
                 raise SessionNotFound(
                     "count_tokens needs a tokenizer, and none is known for this upstream "
-                    "(it is known with the embedded engine)"
+                    "(it is known with the embedded engine or --token-in-token-out)"
                 )
             chat = to_chat({**body, "max_tokens": 1, "stream": False})
             try:

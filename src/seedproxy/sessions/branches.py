@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .concat import sequence_spans
 from .interaction import Interaction
 
 __all__ = ["branch_of", "branch_records", "compaction_chain", "is_tito"]
@@ -94,6 +95,7 @@ def _sequence(branch_id: str, parent: Any, members: list[Interaction],
     tokens: list[int] = []
     mask: list[int] = []
     logprobs: list[float] = []
+    versions: list[dict[str, Any]] = []
     error = None
     for turn in members:
         prompt = turn.prompt_token_ids.tolist()
@@ -104,6 +106,7 @@ def _sequence(branch_id: str, parent: Any, members: list[Interaction],
         new = prompt[len(tokens):]
         choice = turn.choices[chosen.get(turn.interaction_id, 0)]
         completion = choice.token_ids.tolist()
+        versions += sequence_spans(choice, len(tokens) + len(new), len(completion))
         tokens += new + completion
         mask += [0] * len(new) + [1] * len(completion)
         sampled = choice.logprobs.tolist()
@@ -115,5 +118,6 @@ def _sequence(branch_id: str, parent: Any, members: list[Interaction],
     return {
         "branch_id": branch_id, "parent": parent,
         "interaction_ids": [t.interaction_id for t in members],
-        "token_ids": tokens, "loss_mask": mask, "logprobs": logprobs, "error": error,
+        "token_ids": tokens, "loss_mask": mask, "logprobs": logprobs,
+        "weight_versions": versions, "error": error,
     }

@@ -6,19 +6,25 @@ mask 1, its logprobs) and each turn's new prompt tokens in between (mask 0, logp
 0.0). Where a turn breaks that (chat-template drift: the template re-rendered an
 earlier turn differently, a frequent RL bug) the record says so, naming the turn
 and the first differing position, and carries no sequence: nothing is guessed.
+
+``weight_versions`` says which weight version sampled which positions of the
+sequence (``[{version, start, end}]``, end exclusive, prompt tokens in no span): the
+upstream's own spans shifted to where the completion sits, else the version it
+reported for the whole completion. An off-policy correction reads it per token.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .interaction import Interaction
+from .interaction import ChoiceRecord, Interaction
 
-__all__ = ["concat_record"]
+__all__ = ["concat_record", "sequence_spans"]
 
 
 def concat_record(interactions: list[Interaction]) -> dict[str, Any]:
-    """Return ``{token_ids, loss_mask, logprobs, interaction_ids, concat_error}``.
+    """Return ``{token_ids, loss_mask, logprobs, weight_versions, interaction_ids,
+    concat_error}``.
 
     Failed requests (status >= 400) are left out: they produced no tokens. On a
     break, ``token_ids``, ``loss_mask`` and ``logprobs`` are None and
@@ -29,6 +35,7 @@ def concat_record(interactions: list[Interaction]) -> dict[str, Any]:
     tokens: list[int] = []
     mask: list[int] = []
     logprobs: list[float] = []
+    versions: list[dict[str, Any]] = []
     have_logprobs = True
     previous: list[int] | None = None
     for turn, interaction in enumerate(turns):
@@ -47,6 +54,7 @@ def concat_record(interactions: list[Interaction]) -> dict[str, Any]:
             if position is not None:
                 return _broken(turns, turn, "prompt does not extend the previous turn", position)
             new = prompt[len(previous):]
+        versions += sequence_spans(choice, len(tokens) + len(new), len(completion))
         tokens += new + completion
         mask += [0] * len(new) + [1] * len(completion)
         if len(choice.logprobs) == len(completion):
@@ -58,9 +66,22 @@ def concat_record(interactions: list[Interaction]) -> dict[str, Any]:
         "token_ids": tokens,
         "loss_mask": mask,
         "logprobs": logprobs if have_logprobs else None,
+        "weight_versions": versions,
         "interaction_ids": [i.interaction_id for i in turns],
         "concat_error": None,
     }
+
+
+def sequence_spans(choice: ChoiceRecord, offset: int, length: int) -> list[dict[str, Any]]:
+    """``choice``'s weight versions over sequence positions, its completion starting at
+    ``offset``: its own spans shifted (clipped to its ``length`` tokens), else one span
+    of the version it reported, else none."""
+    if choice.weight_versions:
+        return [{"version": v, "start": offset + a, "end": offset + min(b, length)}
+                for v, a, b in choice.weight_versions if a < min(b, length)]
+    if choice.weight_version is not None and length:
+        return [{"version": choice.weight_version, "start": offset, "end": offset + length}]
+    return []
 
 
 def _first_difference(previous: list[int], prompt: list[int]) -> int | None:
@@ -80,6 +101,7 @@ def _broken(
         "token_ids": None,
         "loss_mask": None,
         "logprobs": None,
+        "weight_versions": None,
         "interaction_ids": [i.interaction_id for i in turns],
         "concat_error": {
             "turn": turn,

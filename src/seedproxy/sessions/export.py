@@ -224,6 +224,7 @@ def _tito_concat(interactions: list[Any]) -> dict[str, Any]:
         "token_ids": first["token_ids"] if first else None,
         "loss_mask": first["loss_mask"] if first else None,
         "logprobs": first["logprobs"] if first else None,
+        "weight_versions": first["weight_versions"] if first else None,
         "interaction_ids": first["interaction_ids"] if first else [],
         "concat_error": None if first and first["error"] is None else (
             first["error"] if first else {"reason": "no turns"}),

@@ -6,7 +6,7 @@ and ``matcher`` (which turn a request continues), ``reasoning`` and ``tool_parse
 
 from __future__ import annotations
 
-from .assistant import AssistantStream, Delta, Reply, tool_call_id
+from .assistant import AssistantStream, Delta, Reply
 from .dialect import Sample
 from .lineage import Prompt, tito_record
 from .mode import TitoMode, open_tito
@@ -22,5 +22,4 @@ __all__ = [
     "TitoMode",
     "open_tito",
     "tito_record",
-    "tool_call_id",
 ]

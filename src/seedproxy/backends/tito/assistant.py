@@ -8,7 +8,6 @@ and a whole one are the same message.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,8 +15,9 @@ from .decode import IncrementalDecoder
 from .reasoning import ThinkParser
 from .segments import Held, StopTrim
 from .tool_parsers import ToolCall, ToolParser
+from .tools.base import openai_call_id
 
-__all__ = ["AssistantStream", "Delta", "Reply", "tool_call_id"]
+__all__ = ["AssistantStream", "Delta", "Reply"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,22 +51,28 @@ class Reply:
         return message
 
 
-def tool_call_id(completion_id: str, position: int) -> str:
-    """A call id derived from the completion's id: stable across reruns."""
-    digest = hashlib.sha256(f"{completion_id}:{position}".encode()).hexdigest()[:24]
-    return f"call_{digest}"
-
 
 class AssistantStream:
     def __init__(self, decoder: IncrementalDecoder, reasoning: ThinkParser | None,
                  tools: ToolParser | None, stops: tuple[str, ...] = (), *,
-                 continues: bool = False) -> None:
+                 continues: bool = False, earlier_calls: int = 0) -> None:
+        """``earlier_calls``: tool calls in the conversation before this answer (for a
+        format whose ids count them)."""
+        self._earlier_calls = earlier_calls
         self._decoder = decoder
         self._stop = StopTrim(stops) if stops else None
         self._reasoning = reasoning
         self._tools = tools
         self._content = Held(strip_leading=not continues)
         self.reply = Reply()
+
+    def call_id(self, base: str, position: int) -> str:
+        """The id of call ``position`` in the answer ``base``, in the format's own shape
+        (Mistral's templates take 9 alphanumeric characters only, Kimi's count calls)."""
+        if self._tools is None:
+            return openai_call_id(base, position)
+        return self._tools.call_id(base, position, self.reply.tool_calls[position].name,
+                                   self._earlier_calls)
 
     def feed(self, token_id: int) -> list[Delta]:
         return self._route(self._trim(self._decoder.feed(token_id)))

@@ -26,6 +26,8 @@ from .matcher import context_key, message_key, reasoning_key, reasoning_of
 from .renderer import Renderer
 from .template_input import RenderOptions, render_options, template_messages
 
+_TAIL = 8  # prompt ids enough to hold a generation prompt's ``<think>\n``
+
 __all__ = ["FullRender", "Prompt", "RecordedTurn", "build_prompt", "plan_prompt", "reply_key",
            "tito_record"]
 
@@ -169,6 +171,8 @@ def plan_prompt(renderer: Renderer, body: dict[str, Any], history: Sequence[Reco
         closed = bool(completion) and completion[-1] == renderer.eot_id
         new = messages_from(len((turn.tito or {})["messages"]))[1:]
         suffix = renderer.suffix_text(new, tools, closed=closed, options=options)
+        if not closed:  # cut short: close a reasoning block it left open first
+            suffix = renderer.think_closing(turn.prompt_ids().ids[-_TAIL:], completion) + suffix
         added = array("i", completion) + array("i", renderer.encode(suffix))
         ids = turn.prompt_ids().extended(added)
         return Prompt(ids, _opens(suffix, options), context, recorded,

@@ -15,7 +15,7 @@ from .lineage import FullRender, Prompt, RecordedTurn, plan_prompt
 from .reasoning import REASONING_PARSERS, ThinkParser
 from .renderer import Renderer
 from .sampling import Sampling, checked_forcing, sampling_of
-from .tokenizer import load_tokenizer, read_template
+from .tokenizer import generation_eos_ids, load_tokenizer, read_template
 from .tool_parsers import TOOL_PARSERS, ForcedCallParser, ToolParser
 
 __all__ = ["TitoMode", "open_tito"]
@@ -23,20 +23,32 @@ __all__ = ["TitoMode", "open_tito"]
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 _PARSER_TAGS = ("<think>", "</think>", "<tool_call>", "</tool_call>", "[TOOL_CALLS]",
                 "<|python_tag|>")
+"""Tags kept in the decoded text whichever parsers are on (a reply shows them as text
+when no parser reads them, as SGLang's chat route does)."""
 
 
 class TitoMode:
     def __init__(self, renderer: Renderer, dialect: Dialect, *, tool_parser: str | None,
-                 reasoning_parser: str | None, model_name: str | None = None) -> None:
+                 reasoning_parser: str | None, model_name: str | None = None,
+                 eos_ids: Sequence[int] = ()) -> None:
+        """``eos_ids``: the model's own end ids (its ``generation_config``), stop ids
+        as SGLang makes them, next to the template's end-of-turn and the tokenizer's eos."""
         self.renderer = renderer
         self.dialect = dialect
         self.model_name = model_name
         self._tool_parser = TOOL_PARSERS[tool_parser] if tool_parser else None
         self._reasoning = REASONING_PARSERS[reasoning_parser] if reasoning_parser else None
         tok = renderer.tokenizer
-        keep = {i for t in _PARSER_TAGS for i in [tok.convert_tokens_to_ids(t)]
+        self.stop_token_ids: tuple[int, ...] = tuple(dict.fromkeys(
+            [*renderer.stop_token_ids, *eos_ids]))
+        tags = {*_PARSER_TAGS, *(self._tool_parser.markers if self._tool_parser else ()),
+                *(self._reasoning.markers() if self._reasoning else ())}
+        keep = {i for t in tags for i in [tok.convert_tokens_to_ids(t)]
                 if isinstance(i, int) and i != tok.unk_token_id}
-        self.hidden = frozenset(int(i) for i in tok.all_special_ids) - keep
+        # An end of turn is never text, special to the tokenizer or not (Gemma's
+        # <end_of_turn> is an ordinary added token).
+        self.hidden = (frozenset(int(i) for i in tok.all_special_ids) - keep) | frozenset(
+            self.stop_token_ids)
         self._decode = decoder_of(tok)
         self._vocab_size = len(tok)  # the wrapper's len() costs a microsecond a request
         self._token_texts: dict[int, str] = {}  # bounded by the vocabulary
@@ -63,8 +75,13 @@ class TitoMode:
             body = {**body, "tools": tools_rendered(body, forcing)}
         return plan_prompt(self.renderer, body, history, known=known)
 
+    def count_prompt(self, body: dict[str, Any]) -> int:
+        """The ids of chat ``body``'s prompt rendered whole, as a fresh session would
+        send it (``/v1/messages/count_tokens``); ``BadRequest`` when it cannot render."""
+        return len(self.prompt(body, []).ids)
+
     def sampling(self, body: dict[str, Any]) -> Sampling:
-        return sampling_of(body, self.renderer.stop_token_ids, carries=self.dialect.carries,
+        return sampling_of(body, self.stop_token_ids, carries=self.dialect.carries,
                            vocab_size=self._vocab_size,
                            reasoning=self._reasoning is not None)
 
@@ -82,8 +99,9 @@ class TitoMode:
             tools = self._tool_parser()
         decoder = IncrementalDecoder(self.renderer.tokenizer, self.hidden,
                                      decode=self._decode)
+        earlier = _earlier_calls(body["messages"]) if tools is not None and tools.numbered else 0
         return AssistantStream(decoder, reasoning, tools, sampling.stop,
-                               continues=prompt.prefix is not None)
+                               continues=prompt.prefix is not None, earlier_calls=earlier)
 
     def token_text(self, token_id: int) -> str:
         """One token's text as ``tokenizer.decode([token_id])`` gives it (cached)."""
@@ -93,6 +111,13 @@ class TitoMode:
             if 0 <= token_id < self._vocab_size:
                 self._token_texts[token_id] = text
         return text
+
+
+def _earlier_calls(messages: list[Any]) -> int:
+    """The tool calls of the assistant messages in a history (read only for a format
+    whose call ids count them)."""
+    return sum(len(m["tool_calls"]) for m in messages if isinstance(m, dict)
+               and m.get("role") == "assistant" and isinstance(m.get("tool_calls"), list))
 
 
 def open_tito(*, backend: str, auth: dict[str, str], tokenizer_path: str | None,
@@ -105,14 +130,16 @@ def open_tito(*, backend: str, auth: dict[str, str], tokenizer_path: str | None,
     if reasoning_parser is not None and reasoning_parser not in REASONING_PARSERS:
         raise ConfigError(f"unknown --reasoning-parser {reasoning_parser!r}; choose one of "
                           + ", ".join(sorted(REASONING_PARSERS)))
+    eos_ids: tuple[int, ...] = ()
     if tokenizer is None:
         if tokenizer_path is None:
             raise ConfigError("--token-in-token-out needs --tokenizer PATH "
                               "(a model folder or a .gguf file)")
         tokenizer = load_tokenizer(tokenizer_path)
+        eos_ids = generation_eos_ids(tokenizer_path)
     template = read_template(chat_template) if chat_template else None
     renderer = Renderer(tokenizer, template)
     renderer.check()
     dialect = DIALECTS[backend](auth)
     return TitoMode(renderer, dialect, tool_parser=tool_parser,
-                    reasoning_parser=reasoning_parser, model_name=model_name)
+                    reasoning_parser=reasoning_parser, model_name=model_name, eos_ids=eos_ids)

@@ -7,25 +7,30 @@ Invariants:
   after an assistant turn (a probe whose content is a sentinel) for the new messages,
   up to and including the next generation prompt. The completion that was sampled
   ends with the end-of-turn token, so the suffix starts after it; a completion cut
-  short (no end-of-turn) gets the end-of-turn text first.
+  short (no end-of-turn) gets the end-of-turn text first, and ``</think>`` before it
+  when it stopped inside a reasoning block (``think_closing``).
 - ``check`` (run once at start-up) proves the template composes this way: the full
   render of [user, assistant, user] equals render([user]) + assistant content +
-  end-of-turn + suffix, with and without tools.
+  end-of-turn + suffix, with and without tools. A generation prompt that opens a think
+  block (Qwen3-Thinking-2507, QwQ, DeepSeek-R1-Distill) may be missing from the full
+  render: the model writes its reasoning after it, and later renders strip reasoning.
 - A request's ``RenderOptions`` (template kwargs, generation prompt, continuing the
   final message) apply to the full render and to the suffix alike.
 """
 
 from __future__ import annotations
 
-import inspect
+from collections.abc import Sequence
 from typing import Any
 
 from ...errors import BadRequest, ConfigError
-from .template_input import RenderOptions, content_format
+from .template_input import RenderOptions, content_format, reserved_names
 
 __all__ = ["Renderer"]
 
 _SENTINEL = "\u2063SEEDPROXY-ASSISTANT-TURN\u2063"
+_THINK = "<think>"
+_THINK_END = "</think>"
 _PROBE_USER = {"role": "user", "content": "ping"}
 _PROBE_TOOLS = [{
     "type": "function",
@@ -37,18 +42,6 @@ _PROBE_TOOLS = [{
 
 
 _DEFAULT = RenderOptions()
-
-
-def _reserved(tokenizer: Any) -> frozenset[str]:
-    """Names a template kwarg may not take: ``apply_chat_template``'s own parameters."""
-    try:
-        params = inspect.signature(tokenizer.apply_chat_template).parameters.values()
-        names = {p.name for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD}
-    except (TypeError, ValueError):
-        names = set()
-    return frozenset(names | {"messages", "conversation", "tools", "documents",
-                              "chat_template", "add_generation_prompt",
-                              "continue_final_message", "tokenize", "return_dict"})
 
 
 def _template_errors() -> tuple[type[BaseException], ...]:
@@ -69,7 +62,7 @@ class Renderer:
             raise ConfigError("the tokenizer has no chat template: pass --chat-template FILE")
         self._errors = _template_errors()
         self.content_format = content_format(self.template)
-        self.reserved = _reserved(tokenizer)
+        self.reserved = reserved_names(tokenizer)
         self.eot_text, self.eot_id = self._find_end_of_turn()
         eos = tokenizer.eos_token_id
         self.stop_token_ids: tuple[int, ...] = tuple(
@@ -118,6 +111,17 @@ class Renderer:
                              f"{self.eot_text!r} before these messages", param="messages")
         return after[len(self.eot_text):] if closed else after
 
+    def think_closing(self, prompt_tail: Sequence[int], completion: Sequence[int]) -> str:
+        """The text that closes a reasoning block a turn cut short left open ("" if it
+        left none): ``</think>\n\n`` after a newline, as Qwen3's and DeepSeek-R1's
+        templates close one. ``prompt_tail``: the prompt's last ids (its generation
+        prompt may have opened the block)."""
+        text = str(self.tokenizer.decode([*prompt_tail, *completion],
+                                         skip_special_tokens=False))
+        if text.rfind(_THINK) <= text.rfind(_THINK_END):
+            return ""
+        return ("" if text.endswith("\n") else "\n") + _THINK_END + "\n\n"
+
     def _find_end_of_turn(self) -> tuple[str, int]:
         """The special token that closes an assistant turn in this template."""
         probe = [_PROBE_USER, {"role": "assistant", "content": _SENTINEL}, _PROBE_USER]
@@ -160,11 +164,31 @@ class Renderer:
                         continue  # a template without tool messages: tools are refused later
                     raise ConfigError(f"the chat template cannot render incrementally: "
                                       f"{exc.message}") from None
-                built = prompt + _SENTINEL + self.eot_text + suffix
-                if built != whole:
-                    where = next((i for i, (a, b) in enumerate(zip(built, whole, strict=False))
-                                  if a != b), min(len(built), len(whole)))
-                    raise ConfigError(
-                        "the chat template cannot render incrementally: the full render of "
-                        f"[user, assistant, {follow['role']}] differs from prompt + reply + "
-                        f"suffix at character {where} ({whole[where:where + 24]!r})")
+                self._compare(prompt, whole, suffix, follow["role"])
+
+    def _compare(self, prompt: str, whole: str, suffix: str, role: str) -> None:
+        """``whole`` must be ``prompt`` + reply + end-of-turn + ``suffix``; a prompt that
+        opens a think block (``<think>\n``) may lose that opening in ``whole``: the model
+        writes its reasoning after it, and a later render strips earlier reasoning."""
+        tail = _SENTINEL + self.eot_text + suffix
+        if whole == prompt + tail:
+            return
+        opening = _think_opening(prompt)
+        if opening and whole == prompt[:-len(opening)] + tail:
+            return
+        built = prompt + tail
+        where = next((i for i, (a, b) in enumerate(zip(built, whole, strict=False))
+                      if a != b), min(len(built), len(whole)))
+        raise ConfigError(
+            "the chat template cannot render incrementally: in the full render of [user, "
+            f"assistant, {role}] the assistant turn is not the prompt + the reply "
+            f"({whole[where:where + 24]!r} at character {where}, where the prompt + reply "
+            f"has {built[where:where + 24]!r})")
+
+
+def _think_opening(prompt: str) -> str:
+    """The ``<think>`` opening (and the whitespace after it) that ends ``prompt``, or ""."""
+    bare = prompt.rstrip()
+    if not bare.endswith(_THINK):
+        return ""
+    return prompt[len(bare) - len(_THINK):]

@@ -17,6 +17,7 @@ Invariants (SGLang 0.5.23 ``serving_chat.py`` / ``jinja_template_utils.py``):
 
 from __future__ import annotations
 
+import inspect
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +28,8 @@ from ...errors import BadRequest
 from ...nesting import too_deep
 from .matcher import unreadable_arguments
 
-__all__ = ["RenderOptions", "content_format", "render_options", "template_messages"]
+__all__ = ["RenderOptions", "content_format", "render_options", "reserved_names",
+           "template_messages"]
 
 _MAX_KWARGS_BYTES = 4096
 _TEXT_PARTS = frozenset({"text", "input_text"})
@@ -49,6 +51,18 @@ def _flag(body: dict[str, Any], key: str) -> bool | None:
     if value is not None and not isinstance(value, bool):
         raise BadRequest(f"{key} must be a boolean", param=key)
     return value
+
+
+def reserved_names(tokenizer: Any) -> frozenset[str]:
+    """Names a template kwarg may not take: ``apply_chat_template``'s own parameters."""
+    try:
+        params = inspect.signature(tokenizer.apply_chat_template).parameters.values()
+        names = {p.name for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD}
+    except (TypeError, ValueError):
+        names = set()
+    return frozenset(names | {"messages", "conversation", "tools", "documents",
+                              "chat_template", "add_generation_prompt",
+                              "continue_final_message", "tokenize", "return_dict"})
 
 
 def render_options(body: dict[str, Any], reserved: frozenset[str]) -> RenderOptions:

@@ -23,18 +23,19 @@ from .ids import stamp
 
 if TYPE_CHECKING:
     from ..exchange import Exchange
+    from ..offload import Parser
 
 __all__ = ["PassthroughReader", "parsed_answer"]
 
 _DONE = DONE.strip()
 
 
-def parsed_answer(reply: UpstreamReply) -> Any:
+async def parsed_answer(reply: UpstreamReply, parser: Parser) -> Any:
     """``reply``'s JSON answer, parsed once (a sender that read it already kept it)."""
     if reply.parsed is not None:
         return reply.parsed[0]
     try:
-        return orjson.loads(reply.response.content)
+        return await parser.answer(reply.response.content)
     except orjson.JSONDecodeError:
         raise UpstreamError(f"upstream {reply.upstream} returned invalid JSON") from None
 
@@ -56,8 +57,9 @@ class PassthroughReader:
         self._basis = ex.basis if stamped else None
         self._capture = ex.capture
         self._raw = raw and not ex.capture
-        self._echo = (_echo_hint(ex) if ex.capture and not ex.client.stream
-                      and self._backend.echoes_prompt else None)
+        self._parser = services.parser
+        self._echoes = ex.capture and not ex.client.stream and self._backend.echoes_prompt
+        self._echo = _echo_hint(ex) if self._echoes else None
         self._tracker: StreamCapture | None = (
             self._backend.stream_capture(endpoint, body) if ex.capture and ex.client.stream
             else None)
@@ -65,7 +67,7 @@ class PassthroughReader:
     def request(self) -> UpstreamRequest:
         request = self._backend.prepare(self.endpoint, dict(self.body), self.seed,
                                         capture=self._capture)
-        request.echo = self._echo
+        request.echo, request.echoes = self._echo, self._echoes
         return request
 
     async def open(self, ex: Exchange) -> None:
@@ -77,7 +79,7 @@ class PassthroughReader:
         self.media_type = reply.response.headers.get("content-type", "application/json")
         if self._raw:
             return reply.response.content, Captured()
-        answer = parsed_answer(reply)
+        answer = await parsed_answer(reply, self._parser)
         check_answer(self.endpoint, answer)
         captured = Captured()
         if self._capture:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ...backends import Captured
 from ...backends.answer_shape import check_error
 from ...backends.pool import UpstreamReply
-from ...backends.tito import AssistantStream, Prompt, TitoMode, tito_record, tool_call_id
+from ...backends.tito import AssistantStream, Prompt, TitoMode, tito_record
 from ...backends.tito.dialect import Reader as SampleReader
 from ...backends.tito.dialect import Sample
 from ...backends.tito.lineage import FullRender, reply_key
@@ -89,7 +89,8 @@ class _Choice:
         reply = self.assistant.reply
         if not self.call_ids:
             base = f"{cid}:{self.index}"
-            self.call_ids = [tool_call_id(base, k) for k in range(len(reply.tool_calls))]
+            self.call_ids = [self.assistant.call_id(base, k)
+                             for k in range(len(reply.tool_calls))]
         return reply.message(self.call_ids)
 
 
@@ -127,7 +128,7 @@ class TitoReader:
 
     async def whole(self, ex: Exchange) -> tuple[Any, Captured]:
         for choice, reply in zip(self.choices, self.replies, strict=True):
-            for token_id in choice.reader.feed(parsed_answer(reply)):
+            for token_id in choice.reader.feed(await parsed_answer(reply, ex.services.parser)):
                 choice.assistant.feed(token_id)
             choice.assistant.finish()
         return self._answer(), self.captured()

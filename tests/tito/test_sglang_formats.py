@@ -1,0 +1,165 @@
+"""Tool-call and reasoning formats parsed as SGLang 0.5.23's detectors of the same
+names parse them. Each expected value follows a case of SGLang's own parser tests,
+named in the case's id: ``test/srt/test_function_call_parser.py`` (``srt``) and
+``test/registered/unit/function_call/test_hermes_detector.py`` (``hermes``). Every
+case runs whole and one character at a time (a stream and a whole answer agree)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from seedproxy.backends.tito.reasoning import REASONING_PARSERS
+from seedproxy.backends.tito.segments import Held
+from seedproxy.backends.tito.tool_parsers import TOOL_PARSERS
+from seedproxy.backends.tito.tools.mistral import mistral_call_id
+
+WEATHER = '{"name": "get_weather", "arguments": {"city": "Beijing"}}'
+SEARCH = '{"name": "search", "arguments": {"query": "restaurants"}}'
+FIRST, SECOND = f"<tool_call>{WEATHER}</tool_call>", f"<tool_call>{SEARCH}</tool_call>"
+BJ, REST = ("get_weather", {"city": "Beijing"}), ("search", {"query": "restaurants"})
+TB, TC, TCE = "<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>"
+SEP, TE = "<｜tool▁sep｜>", "<｜tool▁calls▁end｜>"
+KB, KE = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
+KC, KA, KCE = "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>"
+
+
+def run(name: str, text: str) -> list[tuple[str, list[tuple[str, Any]]]]:
+    """(content, calls) for ``text`` whole and streamed a character at a time; the
+    content trimmed as the assistant message trims it."""
+    out = []
+    for pieces in ([text], list(text)):
+        parser, held = TOOL_PARSERS[name](), Held()
+        shown = "".join(held.feed(parser.feed(p)) for p in pieces)
+        rest, calls = parser.finish()
+        out.append((shown + held.feed(rest),
+                    [(c.name, json.loads(c.arguments)) for c in calls]))
+    return out
+
+
+@pytest.mark.parametrize(("name", "text", "content", "calls"), [
+    pytest.param("hermes", f"Before {FIRST} between {SECOND} after",
+                 "Before  between  after", [BJ, REST],
+                 id="hermes:test_finish_drains_complete_calls_from_one_delta"),
+    pytest.param("hermes", FIRST + "after", "after", [BJ],
+                 id="hermes:test_finish_preserves_partial_marker_after_complete_call"),
+    pytest.param("hermes", '<tool_call>{"name": "search", "arguments": {"query": '
+                 '"literal </tool_call> and <tool_call>"}}</tool_call>', "",
+                 [("search", {"query": "literal </tool_call> and <tool_call>"})],
+                 id="hermes:test_finish_keeps_delimiters_inside_arguments"),
+    pytest.param("qwen25", '<tool_call>\n{not valid json}\n</tool_call>\n<tool_call>\n'
+                 '{"name": "search", "arguments": {"query": "books"}}\n</tool_call>',
+                 "<tool_call>\n{not valid json}\n</tool_call>", [("search", {"query": "books"})],
+                 id="qwen25:test_malformed_json_is_skipped(the block stays content)"),
+    pytest.param("llama3", 'Some intro. <|python_tag|>{"name": "get_weather", '
+                 '"parameters": {}}', "Some intro.", [("get_weather", {})],
+                 id="srt:TestLlama32Detector.test_with_python_tag_prefix"),
+    pytest.param("llama3", '{"name": "get_weather", "parameters": {}} Some follow-up text',
+                 "Some follow-up text", [("get_weather", {})],
+                 id="srt:TestLlama32Detector.test_json_with_trailing_text"),
+    pytest.param("llama3", '<|python_tag|>{"name": "get_weather", "parameters": '
+                 '{"city": "Paris"}};{"name": "get_tourist_attractions", "parameters": '
+                 '{"city": "Paris"}}', "", [("get_weather", {"city": "Paris"}),
+                                            ("get_tourist_attractions", {"city": "Paris"})],
+                 id="srt:TestLlama32Detector.test_multiple_json_with_separator"),
+    pytest.param("llama3", '<|python_tag|>{"name": "get_weather", "parameters": {}}'
+                 '<|python_tag|>{"name": "get_tourist_attractions", "parameters": {}}', "",
+                 [("get_weather", {}), ("get_tourist_attractions", {})],
+                 id="srt:TestLlama32Detector.test_multiple_json_with_separator_customized"),
+    pytest.param("mistral", 'Here is some text before the tool call: [TOOL_CALLS] '
+                 '[{"name":"make_next_step_decision", "arguments":{"decision":"ANSWER", '
+                 '"content":"The answer is 42"}}]', "Here is some text before the tool call:",
+                 [("make_next_step_decision", {"decision": "ANSWER",
+                                               "content": "The answer is 42"})],
+                 id="srt:TestMistralDetector.test_detect_and_parse_with_text_before_tool_call"),
+    pytest.param("mistral", '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}'
+                 '[TOOL_CALLS]search[ARGS]{"query": "restaurants"}', "",
+                 [("get_weather", {"city": "Paris"}), REST],
+                 id="mistral_detector.py:compact [TOOL_CALLS]name[ARGS]{...}, repeated"),
+    pytest.param("mistral", 'Sure.[TOOL_CALLS]get_weather[ARGS]{"city": "a [b] {c}"} done',
+                 "Sure. done", [("get_weather", {"city": "a [b] {c}"})],
+                 id="mistral_detector.py:compact, brackets in arguments, text after"),
+    pytest.param("deepseekv3", f"{TB}{TC}function{SEP}get_weather\n```json\n"
+                 f'{{"city": "Shanghai"}}\n```{TCE}\n{TC}function{SEP}get_tourist_attractions'
+                 f'\n```json\n{{"city": "Beijing"}}\n```{TCE}{TE}', "",
+                 [("get_weather", {"city": "Shanghai"}),
+                  ("get_tourist_attractions", {"city": "Beijing"})],
+                 id="srt:TestDeepSeekV3Detector.test_parse_streaming_multiple_tool_calls"
+                    "_with_multi_token_chunk"),
+    pytest.param("deepseekv31", f'Let me check.{TB}{TC}get_weather{SEP}{{"location": "Tokyo"}}'
+                 f'{TCE}{TC}get_weather{SEP}{{"location": "Paris"}}{TCE}{TE}', "Let me check.",
+                 [("get_weather", {"location": "Tokyo"}), ("get_weather", {"location": "Paris"})],
+                 id="deepseekv31_detector.py:docstring example"),
+    pytest.param("kimi_k2", f"{KB}{KC}functions.get_weather:0{KA}{{\"city\": \"Paris\"}}"
+                 f"{KCE}{KE}", "", [("get_weather", {"city": "Paris"})],
+                 id="srt:TestKimiK2Detector.test_single_tool_call"),
+    pytest.param("kimi_k2", f"Checking.{KB}{KC}functions.get_weather:0{KA}{{\"city\": "
+                 f"\"Paris\"}}{KCE}{KC}functions.get_tourist_attractions:1{KA}{{\"city\": "
+                 f"\"London\"}}{KCE}{KE}", "Checking.",
+                 [("get_weather", {"city": "Paris"}),
+                  ("get_tourist_attractions", {"city": "London"})],
+                 id="srt:TestKimiK2Detector.test_multiple_tool_calls"),
+])
+def test_tool_formats_parse_as_sglang(name: str, text: str, content: str,
+                                      calls: list[Any]) -> None:
+    assert run(name, text) == [(content, calls)] * 2
+
+
+@pytest.mark.parametrize(("name", "text"), [
+    ("hermes", "<tool_call>not valid json</tool_call>"),
+    ("mistral", "[TOOL_CALLS]get_weather[ARGS]{bad"),
+    ("deepseekv3", f"{TB}{TC}function{SEP}get_weather\n```json\n{{\"city\": }}\n```{TCE}{TE}"),
+    ("deepseekv31", f"{TB}{TC}get_weather{SEP}{{\"city\"{TCE}{TE}"),
+    # srt:TestKimiK2Detector.test_invalid_tool_call: no call, the text whole
+    ("kimi_k2", f"{KB}invalid_tool:0{KA}{{\"city\": \"Paris\"}}{KCE}{KE}"),
+])
+def test_no_call_at_all_stays_content_as_generated(name: str, text: str) -> None:
+    # srt/hermes test_malformed_json_returns_original_text: the text, whole.
+    assert run(name, text) == [(text, [])] * 2
+
+
+def test_mistral_call_ids_are_nine_alphanumerics_pinned() -> None:
+    ids = [mistral_call_id("chatcmpl-abc:0", k) for k in range(3)]
+    assert ids == ["IouJ9MMig", "7n2TnCpP3", "1en8WMT2H"]
+    assert all(len(i) == 9 and i.isascii() and i.isalnum() for i in ids)
+    assert TOOL_PARSERS["mistral"].call_id("chatcmpl-abc:0", 1) == ids[1]
+    assert TOOL_PARSERS["hermes"].call_id("chatcmpl-abc:0", 1).startswith("call_")
+    # Kimi K2's ids count the conversation's calls (SGLang's _process_tool_call_id).
+    assert TOOL_PARSERS["kimi_k2"].call_id("chatcmpl-abc:0", 1, "get_weather", 2) == (
+        "functions.get_weather:3")
+
+
+def parts(name: str, text: str, opened: bool = False) -> list[tuple[str, str]]:
+    """The joined (reasoning, content), whole and a character at a time."""
+    out = []
+    for pieces in ([text], list(text)):
+        parser = REASONING_PARSERS[name](opened=opened)
+        got = [p for piece in pieces for p in parser.feed(piece)] + parser.finish()
+        out.append(("".join(t for k, t in got if k == "reasoning"),
+                    "".join(t for k, t in got if k == "content")))
+    return out
+
+
+@pytest.mark.parametrize(("name", "text", "reasoning", "content"), [
+    # DeepSeekR1Detector: force_reasoning, "(<think>)*(.*)</think>"
+    ("deepseek-r1", "I need to think about this...</think>The answer is 42.",
+     "I need to think about this...", "The answer is 42."),
+    ("deepseek-r1", "<think>I need to think about this...</think>The answer is 42.",
+     "I need to think about this...", "The answer is 42."),
+    ("deepseek-r1", "Cut off while thinking", "Cut off while thinking", ""),
+    # Qwen3Detector: not forced; <tool_call> ends the reasoning and stays content
+    ("qwen3", "The answer is 42.", "", "The answer is 42."),
+    ("qwen3", "<think>hm</think>The answer is 42.", "hm", "The answer is 42."),
+    ("qwen3", "<think>need a tool\n<tool_call>{}</tool_call>", "need a tool",
+     "<tool_call>{}</tool_call>"),
+    ("qwen3-thinking", "plan</think>Done.", "plan", "Done."),
+    ("glm45", "<think>x<tool_call>get_weather", "x", "<tool_call>get_weather"),
+    ("kimi_k2", "<think>x<|tool_calls_section_begin|>y", "x", "<|tool_calls_section_begin|>y"),
+    ("kimi", "◁think▷deep◁/think▷shallow", "deep", "shallow"),
+    ("think", "plan</think>Done.", "", "plan</think>Done."),  # not forced, no tag: content
+])
+def test_reasoning_formats_parse_as_sglang(name: str, text: str, reasoning: str,
+                                           content: str) -> None:
+    assert parts(name, text) == [(reasoning, content)] * 2
