@@ -77,6 +77,9 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("engine_prefix_cache_mb", "prefix_cache_mb"),
     )
     """Memory for finished sequences' KV prefixes kept by the embedded engine (LRU)."""
+    engine_load_wait_s: float = Field(default=300.0, gt=0)
+    """How long a request that arrives while the embedded engine loads waits for it;
+    then a 503 with Retry-After (``serve`` answers /healthz from the start)."""
     workers: int = Field(default=1, ge=1)
     """uvicorn worker processes (more than one needs a redis:// store)."""
     seed: int | None = None

@@ -179,3 +179,39 @@ def test_stop_regex_stops_at_the_first_match(client: httpx.Client) -> None:
     assert target in out["text"]
     shorter = gen(client, {**sp, "max_new_tokens": len(out["output_ids"]) - 1})
     assert target not in shorter["text"]
+
+
+def test_the_grammar_tokenizer_is_built_after_the_first_answer_not_beside_it() -> None:
+    """The llguidance tokenizer (about a second of CPU) is not built while the first
+    request is answered (held here mid-generation); it is once that request is done."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from seedproxy.engine import start_engine_thread
+    from seedproxy.engine.testing import tiny_model
+    from tests.helpers.step_hold import StepHold
+    from tests.helpers.waiting import wait_until
+
+    def warming() -> int:
+        return sum(t.name == "seedproxy-grammar-warm" for t in threading.enumerate())
+
+    before = warming()  # other engines of this test run may be warming their own
+    hold = StepHold()
+    hold.arm(at=1)
+    running = start_engine_thread(tiny_model(), on_step=hold)
+    try:
+        grammars = running.server.config.app.state.engine.processors.grammars
+        with httpx.Client(base_url=running.url, timeout=60) as client, \
+                ThreadPoolExecutor(1) as pool:
+            first = pool.submit(client.post, "/generate", json={
+                "input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 3}})
+            assert hold.held.wait(timeout=60)
+            started = warming() > before  # (a finished warm-up would have set _ll)
+            built = grammars._ll is not None
+            hold.release()
+            assert first.result().status_code == 200
+        assert not started and not built
+        wait_until(lambda: grammars._ll is not None)
+    finally:
+        hold.release()
+        running.stop()

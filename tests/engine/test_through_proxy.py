@@ -180,10 +180,11 @@ def test_verify_logprobs_finds_the_embedded_engine_by_itself(
         lines = []
         for raw in proc.stderr:  # ends (and the test fails) if serve exits first
             lines.append(raw.decode())
-            if "seedproxy listening" in lines[-1]:
+            if "embedded engine serving" in lines[-1]:
                 break
         printed = [line for line in lines if "embedded engine serving" in line]
         assert len(printed) == 1, lines
+        assert any("seedproxy listening" in line for line in lines[:-1]), lines  # port first
         url = f"http://127.0.0.1:{port}"
         wait_http(f"{url}/healthz", 120, proc)
         engine = httpx.get(f"{url}/fleet").json()["engine"]

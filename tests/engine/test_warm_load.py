@@ -4,6 +4,7 @@ imports transformers' model code."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -131,3 +132,68 @@ def test_warm_start_reads_only_the_cache() -> None:
                          text=True, check=True, timeout=600)
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report == {"loaded": [], "same_tokenizer": True, "eos": [2]}
+
+
+def test_the_gguf_key_is_hashed_once_per_unchanged_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A warm start does not read the whole GGUF to find its cache entry: the content
+    key is remembered under the file's size and mtime, and a changed stamp hashes again."""
+    from seedproxy.engine.model import _gguf_key
+
+    monkeypatch.setenv("SEEDPROXY_CACHE_DIR", str(tmp_path / "cache"))
+    gguf = tmp_path / "m.Q4_1.gguf"
+    gguf.write_bytes(b"A" * 4096)
+    first = _gguf_key(gguf)
+    assert first == "m.Q4_1-" + hashlib.blake2b(b"A" * 4096, digest_size=8).hexdigest()
+    stat = gguf.stat()
+    gguf.write_bytes(b"B" * 4096)  # same size; the mtime put back: the memo answers
+    os.utime(gguf, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert _gguf_key(gguf) == first
+    os.utime(gguf, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))  # a new stamp: hashed
+    assert _gguf_key(gguf) == "m.Q4_1-" + hashlib.blake2b(b"B" * 4096,
+                                                         digest_size=8).hexdigest()
+    copy = tmp_path / "reinstalled" / gguf.name  # another path, the same content
+    copy.parent.mkdir()
+    copy.write_bytes(b"B" * 4096)
+    assert _gguf_key(copy) == _gguf_key(gguf)
+
+
+_OMP_PROBE = """
+import json, os
+import seedproxy.engine  # before torch: sets the OpenMP wait policy's default
+import torch
+from seedproxy.engine import load_model
+from seedproxy.engine.generator import Generator, GenRequest
+from seedproxy.engine.params import SamplingParams
+torch.set_num_threads(2)
+model = load_model(None)
+ids = model.tokenizer.apply_chat_template([{"role": "user", "content": "Write a poem"}],
+                                          add_generation_prompt=True, tokenize=True,
+                                          return_dict=False)
+with torch.inference_mode():
+    upd = Generator(model).run(GenRequest("r", list(ids), SamplingParams(
+        max_new_tokens=16, temperature=0.8, seed=7, ignore_eos=True), return_logprob=True,
+        top_logprobs_num=3), lambda u: None, lambda: False)
+print(json.dumps({"policy": os.environ.get("OMP_WAIT_POLICY"), "ids": upd.output_ids,
+                  "logprobs": upd.logprobs, "top": upd.top_logprobs}))
+"""
+
+
+@pytest.mark.slow
+def test_openmp_threads_wait_passively_and_the_tokens_are_the_same_bits() -> None:
+    """The engine makes OpenMP threads sleep between products (no spinning on a busy
+    machine) unless told otherwise; the tokens and logprobs are those of spinning ones."""
+    load_model(None)  # builds the cache if this machine has none yet
+    base = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    base["PYTHONPATH"] = str(SRC)
+    runs = {}
+    for policy in (None, "ACTIVE"):
+        env = base if policy is None else {**base, "OMP_WAIT_POLICY": policy}
+        out = subprocess.run([sys.executable, "-c", _OMP_PROBE], env=env, capture_output=True,
+                             text=True, check=True, timeout=600)
+        runs[policy] = json.loads(out.stdout.strip().splitlines()[-1])
+    passive, active = runs[None], runs["ACTIVE"]
+    assert (passive["policy"], active["policy"]) == ("PASSIVE", "ACTIVE")
+    assert len(passive["ids"]) == 16
+    for key in ("ids", "logprobs", "top"):
+        assert passive[key] == active[key], key

@@ -4,97 +4,203 @@ and the engine alone."""
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import math
+import os
 import secrets
 import socket
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import uvicorn
 
 from ..backends.client import upstream_client
 from ..errors import ConfigError
-from ..proxy.app import create_app, open_tito_mode
-from ..proxy.factory import APP_FACTORY, export_settings
 from ..proxy.logs import configure_logging
 from ..proxy.protocol import guarded_http_protocol
 from ..sessions import open_store
 from ..settings import Settings, load_settings
 
 if TYPE_CHECKING:
+    from fastapi import FastAPI
+
     from ..backends.tito import TitoMode
 
-__all__ = ["bind", "check_before_binding", "run_engine_only", "serve"]
+HOLD_ENGINE_LOAD_VAR = "_SEEDPROXY_HOLD_ENGINE_LOAD"
+"""A test seam (not a setting): a FIFO the engine load waits on (``_hold_for_tests``)."""
+
+__all__ = ["HOLD_ENGINE_LOAD_VAR", "bind", "check_before_binding", "run_engine_only", "serve"]
 
 log = logging.getLogger("seedproxy")
+
+_T = TypeVar("_T")
 
 _ENGINE_EXTRA = "the embedded engine needs torch and transformers: pip install 'seedproxy[engine]'"
 
 
 def serve(flags: dict[str, Any], config_file: str | None) -> int:
     """Run the proxy. Every setting is checked before the port is bound (a bad flag on
-    a busy port names the flag), and the port before any engine loads."""
+    a busy port names the flag), and the port before any engine loads. With the
+    embedded engine (one process), the port answers while the engine loads
+    (``proxy/loading.py``); a load that fails ends ``serve`` with its error."""
     settings = load_settings(flags, config_file)
     tito = check_before_binding(settings)
     configure_logging()
     sock = bind(settings.host, settings.port)
-    engine = None
     try:
-        upstreams = settings.upstream
-        if not upstreams:
-            engine = _start_engine(settings.model, settings.engine_max_batch,
-                                   settings.engine_prefix_cache_mb)
-            upstreams = [engine.url]
-            # The engine's own key: only this proxy may call it (pause, weight version).
-            settings = settings.model_copy(update={"upstream_api_key": engine.api_key})
-            log.info("embedded engine serving %s at %s (GET /fleet names it; "
-                     "seedproxy verify-logprobs uses it by default)",
-                     engine.model_name, engine.url)
-        if engine is not None and settings.token_in_token_out is not False:
-            # The embedded engine's own tokenizer: token in, token out by default.
-            tito = open_tito_mode(settings, tokenizer=engine.tokenizer,
-                                  model_name=engine.model_name)
-            settings = settings.model_copy(update={
-                "token_in_token_out": True, "tokenizer": settings.tokenizer or engine.model_path})
-        counter = engine.counter if engine is not None else None
-        app = create_app(
-            settings, upstreams=upstreams, tito=tito, prompt_counter=counter,
-            engine_url=engine.url if engine is not None else None,
-        )
-        if settings.upstream and settings.backend == "sglang" and settings.deterministic:
-            _preflight(settings.upstream, enforce=not settings.allow_nondeterministic_upstream)
-        log.info("seedproxy listening on http://%s:%d", settings.host, sock.getsockname()[1])
-        if settings.workers > 1:
-            sock.close()  # uvicorn's workers bind their own shared socket
-            # Each worker imports the factory and rebuilds these settings from the env.
-            export_settings(settings.model_copy(update={"upstream": upstreams}),
-                            engine_url=engine.url if engine is not None else None)
-            uvicorn.run(
-                APP_FACTORY,
-                factory=True,
-                workers=settings.workers,
-                host=settings.host,
-                port=settings.port,
-                log_level="warning",
-                timeout_graceful_shutdown=math.ceil(settings.graceful_shutdown_s),
-                **_client_limits(settings),
-            )
-            return 0
-        config = uvicorn.Config(
-            app,
-            host=settings.host,
-            port=settings.port,
-            log_level="warning",
-            timeout_graceful_shutdown=math.ceil(settings.graceful_shutdown_s),
-            **_client_limits(settings),
-        )
-        uvicorn.Server(config).run(sockets=[sock])
+        if not settings.upstream and settings.workers == 1:
+            return _serve_while_loading(settings, sock)
+        engine = None
+        try:
+            if not settings.upstream:
+                engine, settings, tito = _embedded(settings)
+            app = _proxy_app(settings, tito, engine)
+            if settings.upstream and settings.backend == "sglang" and settings.deterministic:
+                _preflight(settings.upstream,
+                           enforce=not settings.allow_nondeterministic_upstream)
+            _say_listening(settings, sock)
+            if settings.workers > 1:
+                return _run_workers(settings, sock, engine)
+            uvicorn.Server(_config(app, settings)).run(sockets=[sock])
+        finally:
+            if engine is not None:
+                engine.stop()
     finally:
         sock.close()
-        if engine is not None:
-            engine.stop()
     return 0
+
+
+def _serve_while_loading(settings: Settings, sock: socket.socket) -> int:
+    """Serve at once while a thread loads the engine and builds the proxy on it."""
+    started: list[_RunningEngine] = []
+
+    def load() -> FastAPI:
+        _hold_for_tests()
+        engine, ready, tito = _embedded(settings)
+        started.append(engine)
+        return _proxy_app(ready, tito, engine)
+
+    loading = in_thread(load, name="seedproxy-engine-load")
+    # The proxy's modules import meanwhile (the load needs them last, in create_app).
+    in_thread(lambda: importlib.import_module("seedproxy.proxy.app"), name="seedproxy-imports")
+    from ..proxy.loading import LoadingApp
+
+    server: uvicorn.Server | None = None
+
+    def stop() -> None:
+        if server is not None:
+            server.should_exit = True
+
+    gate = LoadingApp(loading, wait_s=settings.engine_load_wait_s, on_failure=stop)
+    server = uvicorn.Server(_config(gate, settings))
+    _say_listening(settings, sock, " (the engine is loading: GET /readyz says when it is ready)")
+    try:
+        server.run(sockets=[sock])
+    finally:
+        for engine in started:
+            engine.stop()
+    if gate.failure is not None:
+        raise gate.failure
+    return 0
+
+
+def in_thread(fn: Callable[[], _T], *, name: str) -> Future[_T]:
+    """Run ``fn`` on a daemon thread (an exiting process does not wait for it); its
+    result or exception lands in the future."""
+    future: Future[_T] = Future()
+
+    def run() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(fn())
+        except BaseException as exc:  # handed over whole: the future's reader raises it
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return future
+
+
+def _hold_for_tests() -> None:
+    """A test seam: with ``_SEEDPROXY_HOLD_ENGINE_LOAD`` naming a FIFO, the load waits
+    until a writer has opened and closed it (no timer involved)."""
+    hold = os.environ.get(HOLD_ENGINE_LOAD_VAR)
+    if hold:
+        Path(hold).read_bytes()
+
+
+def _embedded(settings: Settings) -> tuple[_RunningEngine, Settings, TitoMode | None]:
+    """Load and start the embedded engine; the settings (and token in, token out mode)
+    that route the proxy to it."""
+    engine = _start_engine(settings.model, settings.engine_max_batch,
+                           settings.engine_prefix_cache_mb)
+    # The engine's own key: only this proxy may call it (pause, weight version).
+    settings = settings.model_copy(update={"upstream_api_key": engine.api_key})
+    log.info("embedded engine serving %s at %s (GET /fleet names it; "
+             "seedproxy verify-logprobs uses it by default)", engine.model_name, engine.url)
+    tito = None
+    if settings.token_in_token_out is not False:
+        from ..proxy.app import open_tito_mode
+
+        # The embedded engine's own tokenizer: token in, token out by default.
+        tito = open_tito_mode(settings, tokenizer=engine.tokenizer,
+                              model_name=engine.model_name)
+        settings = settings.model_copy(update={
+            "token_in_token_out": True, "tokenizer": settings.tokenizer or engine.model_path})
+    return engine, settings, tito
+
+
+def _proxy_app(settings: Settings, tito: TitoMode | None,
+               engine: _RunningEngine | None) -> FastAPI:
+    from ..proxy.app import create_app
+
+    return create_app(
+        settings, upstreams=[engine.url] if engine is not None else settings.upstream, tito=tito,
+        prompt_counter=engine.counter if engine is not None else None,
+        engine_url=engine.url if engine is not None else None,
+    )
+
+
+def _say_listening(settings: Settings, sock: socket.socket, note: str = "") -> None:
+    log.info("seedproxy listening on http://%s:%d%s", settings.host,
+             sock.getsockname()[1], note)
+
+
+def _run_workers(settings: Settings, sock: socket.socket,
+                 engine: _RunningEngine | None) -> int:
+    from ..proxy.factory import APP_FACTORY, export_settings
+
+    sock.close()  # uvicorn's workers bind their own shared socket
+    # Each worker imports the factory and rebuilds these settings from the env.
+    upstreams = [engine.url] if engine is not None else settings.upstream
+    export_settings(settings.model_copy(update={"upstream": upstreams}),
+                    engine_url=engine.url if engine is not None else None)
+    uvicorn.run(
+        APP_FACTORY,
+        factory=True,
+        workers=settings.workers,
+        host=settings.host,
+        port=settings.port,
+        log_level="warning",
+        timeout_graceful_shutdown=math.ceil(settings.graceful_shutdown_s),
+        **_client_limits(settings),
+    )
+    return 0
+
+
+def _config(app: Any, settings: Settings) -> uvicorn.Config:
+    return uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level="warning",
+        timeout_graceful_shutdown=math.ceil(settings.graceful_shutdown_s),
+        **_client_limits(settings),
+    )
 
 
 def check_before_binding(settings: Settings) -> TitoMode | None:
@@ -111,6 +217,8 @@ def check_before_binding(settings: Settings) -> TitoMode | None:
         if settings.model and not Path(settings.model).expanduser().exists():
             raise ConfigError(f"model path not found: {settings.model}")
         return None  # token-in-token-out then uses the engine's tokenizer
+    from ..proxy.app import open_tito_mode
+
     return open_tito_mode(settings) if settings.token_in_token_out else None
 
 

@@ -1,6 +1,7 @@
 """Running the engine app under uvicorn: blocking, or in a background thread.
 
-Invariant: ``start_engine_thread`` returns only once ``GET /health`` answers 200, and
+Invariant: ``start_engine_thread`` returns only once the server serves (its lifespan has
+started the worker and its socket is accepted on: ``GET /health`` answers 200), and
 ``RunningEngine.stop()`` shuts the server (and with it the worker thread) down.
 """
 
@@ -9,10 +10,8 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-import time
 from dataclasses import dataclass
 
-import httpx
 import uvicorn
 
 from .errors import EngineError
@@ -39,43 +38,67 @@ class RunningEngine:
         self.thread.join(timeout=timeout)
 
 
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+def _listening(host: str, port: int) -> socket.socket:
+    """A socket bound and listening, so connections queue until uvicorn accepts them."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise EngineError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.listen(2048)
+    return sock
 
 
 def start_engine_thread(model: EngineModel, host: str = "127.0.0.1", port: int = 0,
                         timeout: float = 60.0, max_batch: int = DEFAULT_MAX_BATCH,
                         cache_mb: int = DEFAULT_CACHE_MB, on_step: StepHook | None = None,
                         api_key: str | None = None) -> RunningEngine:
-    """Serve ``model`` from a daemon thread; wait until it answers, then return.
-    ``on_step`` runs on the worker thread after each step (a test seam); ``api_key``
-    (if given) is required on every route but ``/health``."""
-    port = port or _free_port(host)
+    """Serve ``model`` from a daemon thread; return once its server has started (the
+    port listens, the worker runs). ``on_step`` runs on the worker thread after each
+    step (a test seam); ``api_key`` (if given) is required on every route but ``/health``."""
+    sock = _listening(host, port)
+    port = int(sock.getsockname()[1])
     app = create_engine_app(model, max_batch=max_batch, cache_mb=cache_mb, on_step=on_step,
                             api_key=api_key)
     config = uvicorn.Config(app, host=host, port=port,
                             log_level="warning", lifespan="on", timeout_keep_alive=30)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="seedproxy-engine-http", daemon=True)
-    thread.start()
-    url = f"http://{host}:{port}"
-    deadline = time.monotonic() + timeout
-    while True:
-        if not thread.is_alive():
-            raise EngineError(f"the engine server on {host}:{port} failed to start")
+    woken = threading.Event()
+    server = _Server(config, woken)
+
+    def run() -> None:
         try:
-            if httpx.get(f"{url}/health", timeout=1.0).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            server.should_exit = True
-            raise EngineError(f"the engine server on {host}:{port} did not answer in time")
-        time.sleep(0.05)
+            server.run(sockets=[sock])
+        finally:
+            woken.set()  # a failed start wakes the caller too
+            sock.close()
+
+    thread = threading.Thread(target=run, name="seedproxy-engine-http", daemon=True)
+    thread.start()
+    if not woken.wait(timeout):
+        server.should_exit = True
+        raise EngineError(f"the engine server on {host}:{port} did not start in time")
+    if not server.started:
+        raise EngineError(f"the engine server on {host}:{port} failed to start")
+    url = f"http://{host}:{port}"
     logger.info("engine serving %s at %s", model.name, url)
     return RunningEngine(url, server, thread)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, setting ``started_event`` once it serves (lifespan run,
+    socket accepted on)."""
+
+    def __init__(self, config: uvicorn.Config, started_event: threading.Event) -> None:
+        super().__init__(config)
+        self._started_event = started_event
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started:
+            self._started_event.set()
 
 
 def run_engine(host: str, port: int, model_path: str | None,

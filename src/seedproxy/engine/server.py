@@ -81,8 +81,9 @@ def create_engine_app(model: EngineModel, max_batch: int = DEFAULT_MAX_BATCH,
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        state.worker.start()
-        state.processors.grammars.warm()  # the first grammar request need not wait
+        # The first grammar request need not wait for its tokenizer, nor the first
+        # answer share the CPU with building it.
+        state.worker.start(after_first_answer=state.processors.grammars.warm)
         try:
             yield
         finally:

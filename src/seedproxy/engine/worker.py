@@ -112,6 +112,7 @@ class Worker:
         self._live: dict[str, threading.Event] = {}
         """Cancel flags of the requests submitted and not yet finished, by rid."""
         self._thread: threading.Thread | None = None
+        self._after_first: Callable[[], object] | None = None
         self._swap: _Swap | None = None
         self._flushes: list[Callable[[bool], None]] = []
         self._busy = False
@@ -120,9 +121,13 @@ class Worker:
         self.running = 0
         """How many requests are in the batch (written by the worker thread only)."""
 
-    def start(self) -> None:
+    def start(self, after_first_answer: Callable[[], object] | None = None) -> None:
+        """Start the worker thread. ``after_first_answer`` runs once on it, when the
+        batch first empties after a step: work that the first answer does not need (the
+        grammar tokenizer) does not compete with it."""
         if self._thread is None:
             self._stopping = False
+            self._after_first = after_first_answer
             self._thread = threading.Thread(target=self._loop, name="seedproxy-engine",
                                             daemon=True)
             self._thread.start()
@@ -293,6 +298,9 @@ class Worker:
             failed = gen.abort_all()
             self._fail(failed, exc)
             return self._generator()
+        if not gen.running and self._after_first is not None:
+            hook, self._after_first = self._after_first, None
+            hook()
         return gen
 
     def _admit(self, gen: Generator, entry: _Job | Seq) -> None:

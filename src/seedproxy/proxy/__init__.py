@@ -1,8 +1,23 @@
 """The HTTP surface: a FastAPI app built by ``create_app``. It never imports
-``seedproxy.commands`` (the command line), which imports it."""
+``seedproxy.commands`` (the command line), which imports it.
+
+``create_app`` is imported on first use: importing a light module of this package
+(``proxy.logs``, ``proxy.loading``) does not import FastAPI and the pipeline, so
+``seedproxy serve`` binds its port and starts loading the engine before paying for them."""
 
 from __future__ import annotations
 
-from .app import create_app
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .app import create_app
 
 __all__ = ["create_app"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "create_app":
+        from .app import create_app
+
+        return create_app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
