@@ -57,7 +57,7 @@ SAMPLING_KEYS = {
     "n", "sampling_seed", "ignore_eos", "skip_special_tokens", "frequency_penalty",
     "presence_penalty", "repetition_penalty", "min_new_tokens", "regex", "ebnf",
     "json_schema", "no_stop_trim", "spaces_between_special_tokens", "logit_bias",
-    "custom_params", "stop_regex",
+    "custom_params", "stop_regex", "structural_tag",
 }
 
 

@@ -23,14 +23,6 @@ TOKENIZER = str(gguf_tokenizer_dir(default_gguf_path()))
 EOT = 2  # <|im_end|> in SmolLM2's vocabulary
 
 
-@pytest.fixture(scope="module")
-def encode() -> Callable[[str], list[int]]:
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(TOKENIZER)
-    return lambda text: list(tok.encode(text, add_special_tokens=False)) + [EOT]
-
-
 def tito(start_proxy: Callable[..., str], fake: Fake, **extra: Any) -> str:
     return start_proxy([fake.url], token_in_token_out=True, tokenizer=TOKENIZER,
                        chat_template=TEMPLATE, tool_parser="hermes", reasoning_parser="think",

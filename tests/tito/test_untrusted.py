@@ -14,10 +14,7 @@ import pytest
 pytest.importorskip("transformers")
 
 from tests.conftest import Fake  # noqa: E402
-from tests.tito import test_contract  # noqa: E402
 from tests.tito.test_contract import generated, tito  # noqa: E402
-
-encode = test_contract.encode  # the contract suite's tokenizer fixture
 
 TOOLS = [{"type": "function", "function": {
     "name": "lookup", "description": "look a word up",

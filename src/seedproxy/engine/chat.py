@@ -13,11 +13,18 @@ Invariants (SGLang's, checked against its ``serving_chat.py``):
   left open; the answer is its continuation), text parts flattened for string templates.
 - ``stream_options.continuous_usage_stats`` puts the usage so far (the prompt and that
   choice's tokens) in every chunk that carries a choice.
+- ``tools`` / ``tool_choice`` are checked as SGLang's ``_validate_request`` checks them;
+  ``tool_choice: "required"`` or a named function constrains the output with the JSON
+  schema of ``seedproxy.tool_choice`` (only the named tool rendered) and reads it back
+  as ``tool_calls`` with ``finish_reason: "tool_calls"`` (a stop becomes it; text that
+  is not a call array stays content). A stream holds the forced text and sends the
+  calls whole before the finish chunk. With another constraint it is a 400.
 """
 
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +34,7 @@ from jinja2 import TemplateError
 
 from ..backends.tito.template_input import RenderOptions, render_options, template_messages
 from ..errors import BadRequest
+from ..tool_choice import Forcing, ToolChoiceError, forcing_of, parse_forced, tools_rendered
 from .errors import RequestError
 from .generator import GenRequest, Update
 from .jobs import complete
@@ -56,6 +64,8 @@ class ChatJob:
     sglext_output: bool
     include_usage: bool
     continuous_usage: bool
+    forced: bool = False
+    """``tool_choice`` forces a call: the text is read back as tool calls."""
 
 
 def _template_input(state: EngineState, body: dict[str, Any]
@@ -107,7 +117,12 @@ def parse_chat(state: EngineState, body: dict[str, Any], headers: Any) -> ChatJo
         raise RequestError(
             "return_token_ids is not supported with streaming on /v1/chat/completions. "
             "Please set stream=false when using return_token_ids=true.")
+    forcing = _forcing(body)
+    if forcing is not None and forcing.name is not None:
+        body = {**body, "tools": tools_rendered(body, forcing)}  # only the named one
     prompt = render_messages(state, body)
+    if forcing is not None:
+        body = {**body, "json_schema": forcing.schema}
     params = openai_sampling_params(body, state.model.vocab_size, None)
     check_context_budget(len(prompt), params.max_new_tokens, state.model.context_length)
     grammar = state.processors.compile(params)
@@ -131,7 +146,41 @@ def parse_chat(state: EngineState, body: dict[str, Any], headers: Any) -> ChatJo
         sglext_output=headers.get("x-sglext-return-output-ids") == "1",
         include_usage=include_usage,
         continuous_usage=isinstance(opts, dict) and bool(opts.get("continuous_usage_stats")),
+        forced=forcing is not None,
     )
+
+
+def _forcing(body: dict[str, Any]) -> Forcing | None:
+    try:
+        forcing = forcing_of(body)
+    except ToolChoiceError as exc:
+        raise RequestError(exc.message, param=exc.param) from None
+    fmt = body.get("response_format")
+    constrained = any(body.get(k) is not None for k in ("regex", "ebnf", "json_schema")) or (
+        isinstance(fmt, dict) and fmt.get("type") not in (None, "text"))
+    if forcing is not None and constrained:
+        raise RequestError("tool_choice 'required' or a named tool cannot be combined with "
+                           "response_format, regex, or ebnf: the tool-call constraint and "
+                           "the output constraint cannot both be honored.",
+                           param="tool_choice")
+    return forcing
+
+
+def _calls(job: ChatJob, upd: Update) -> list[dict[str, Any]] | None:
+    """A forced answer's tool calls, SGLang-shaped (fresh ``call_`` ids, as SGLang's)."""
+    calls = parse_forced(upd.text) if job.forced else None
+    if calls is None:
+        return None
+    return [{"id": f"call_{uuid.uuid4().hex[:24]}", "index": k, "type": "function",
+             "function": {"name": name, "arguments": arguments}}
+            for k, (name, arguments) in enumerate(calls)]
+
+
+def _finish(fin: dict[str, Any], calls: list[dict[str, Any]] | None) -> tuple[Any, Any]:
+    """(finish_reason, matched_stop): a stop that made calls is ``tool_calls``."""
+    if calls is not None and fin.get("type") == "stop":
+        return "tool_calls", None
+    return fin.get("type"), fin.get("matched")
 
 
 def _logprob_content(state: EngineState, upd: Update, start: int, stop: int
@@ -164,15 +213,16 @@ async def chat_response(state: EngineState, job: ChatJob) -> dict[str, Any]:
     raise_for_failure(finals)
     choices = []
     for idx, upd in enumerate(finals):
-        fin = upd.finish or {}
+        calls = _calls(job, upd)
+        finish, matched = _finish(upd.finish or {}, calls)
         choice: dict[str, Any] = {
             "index": idx,
-            "message": {"role": "assistant", "content": upd.text, "reasoning_content": None,
-                        "tool_calls": None},
+            "message": {"role": "assistant", "content": upd.text if calls is None else "",
+                        "reasoning_content": None, "tool_calls": calls},
             "logprobs": {"content": _logprob_content(state, upd, 0, len(upd.output_ids))}
             if job.logprobs else None,
-            "finish_reason": fin.get("type"),
-            "matched_stop": fin.get("matched"),
+            "finish_reason": finish,
+            "matched_stop": matched,
         }
         if job.return_prompt_ids:
             choice["prompt_token_ids"] = list(job.reqs[idx].prompt_ids)
@@ -216,7 +266,7 @@ async def chat_stream(state: EngineState, job: ChatJob) -> AsyncIterator[bytes]:
         yield _chunk(job, [_delta(idx, {"role": "assistant", "content": ""})], **running(0))
         sent_text, sent_tokens = 0, 0
         async for upd in state.worker.stream(req):
-            delta = upd.text[sent_text:]
+            delta = "" if job.forced else upd.text[sent_text:]
             n_tok = len(upd.logprobs) if job.logprobs else sent_tokens
             if delta or n_tok > sent_tokens:
                 lp = ({"content": _logprob_content(state, upd, sent_tokens, n_tok)}
@@ -227,8 +277,12 @@ async def chat_stream(state: EngineState, job: ChatJob) -> AsyncIterator[bytes]:
             if upd.finish is not None:
                 finals.append(upd)
     for idx, upd in enumerate(finals):
-        fin = upd.finish or {}
-        yield _chunk(job, [_delta(idx, {}, None, fin.get("type"), fin.get("matched"))],
+        calls = _calls(job, upd)
+        if job.forced:  # held back: the calls whole, or the text that is none
+            held = {"tool_calls": calls} if calls is not None else {"content": upd.text}
+            yield _chunk(job, [_delta(idx, held)], **running(upd.completion_tokens))
+        finish, matched = _finish(upd.finish or {}, calls)
+        yield _chunk(job, [_delta(idx, {}, None, finish, matched)],
                      **running(upd.completion_tokens))
     ext = _sglext(job, finals)
     if ext is not None:

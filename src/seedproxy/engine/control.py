@@ -1,11 +1,12 @@
 """SGLang's control routes on the engine: server and model info, ``/abort_request``,
-``/pause_generation``, ``/continue_generation``, ``/update_weight_version`` and
-``/update_weights_from_disk``.
+``/pause_generation``, ``/continue_generation``, ``/update_weight_version``,
+``/update_weights_from_disk`` and ``/flush_cache``.
 
 Invariants:
 - Each route validates its body before touching the worker; bad input is a 400 in
   SGLang's native error shape (``{"error": {"message"}}``).
-- The routes only set the worker's state (``worker.py``); they never wait for a step.
+- The routes only set the worker's state (``worker.py``); they never wait for a step
+  (``/flush_cache`` waits for the idle worker's next turn, and refuses a busy one).
 - ``weight_version`` in the info routes is the label in effect now ("default" until
   ``/update_weight_version`` or a weight update with ``weight_version`` changes it).
 - ``/update_weights_from_disk`` reads and checks the new weights off the worker
@@ -16,7 +17,8 @@ Invariants:
   update_weight_version ``{"success": true, "message", "new_version"}``;
   update_weights_from_disk ``{"success", "message", "num_paused_requests"}``, 200 on
   success and 400 on failure (``num_paused_requests``: the requests held paused across
-  the swap).
+  the swap); flush_cache SGLang's text, 200 when flushed, 400 ("Flush cache failed.")
+  while requests are running or waiting.
 """
 
 from __future__ import annotations
@@ -83,6 +85,10 @@ def _disk_update(body: dict[str, Any]) -> _DiskUpdate:
         raise RequestError("weight_version must be a non-empty string",
                            param="weight_version")
     return _DiskUpdate(path, load_format, abort_all, version)
+
+
+_FLUSHED = ("Cache flushed.\nPlease check backend logs for more details. (When there are "
+            "running or waiting requests, the operation will not be performed.)\n")
 
 
 def control_routes(state: EngineState) -> APIRouter:
@@ -160,6 +166,17 @@ def control_routes(state: EngineState) -> APIRouter:
                                   "new_version": version})
 
         return await guard(True, run)
+
+    async def flush_cache() -> Response:
+        """SGLang's ``/flush_cache``: 200 and its text once the prefix cache is empty, a
+        400 (nothing flushed) while requests are running or waiting."""
+        if await worker.flush_cache():
+            return Response(_FLUSHED, media_type="text/plain")
+        return Response("Flush cache failed.\n", status_code=400, media_type="text/plain")
+
+    for method in ("GET", "POST"):  # one operation each: OpenAPI ids must be unique
+        router.add_api_route("/flush_cache", flush_cache, methods=[method],
+                             operation_id=f"flush_cache_{method.lower()}")
 
     updating = asyncio.Lock()
 

@@ -149,6 +149,10 @@ class Generator:
         """Compute with ``runner``'s weights from the next step. Running sequences keep
         the KV already made; the prefix cache, made by the old weights, is emptied."""
         self.runner = runner
+        self.clear_cache()
+
+    def clear_cache(self) -> None:
+        """Empty the prefix cache (its capacity kept)."""
         self.cache = PrefixCache(self.cache.capacity_bytes)
 
     @property

@@ -24,6 +24,9 @@ Invariants:
   new request is admitted until the running ones have finished (as SGLang's weight-update
   lock waits). The prefix cache is emptied with the swap: no later prompt reuses keys of
   the old weights. The weight version, when given, changes in the same step.
+- ``flush_cache`` empties the prefix cache on the worker thread, between steps, only
+  when no request is running or waiting (SGLang's ``/flush_cache`` refuses then); it
+  answers whether it did.
 - ``on_step`` (a test seam) runs on the worker thread after each step, with the batch.
 """
 
@@ -111,6 +114,9 @@ class Worker:
         self._thread: threading.Thread | None = None
         self._after_first: Callable[[], object] | None = None
         self._swap: _Swap | None = None
+        self._flushes: list[Callable[[bool], None]] = []
+        self._busy = False
+        """Requests are running (set by the worker under the lock, between steps)."""
         """Weights waiting to be swapped in (under _cv)."""
         self.running = 0
         """How many requests are in the batch (written by the worker thread only)."""
@@ -196,6 +202,26 @@ class Worker:
             self._cv.notify_all()
         return await result
 
+    async def flush_cache(self) -> bool:
+        """Empty the prefix cache at the worker's next chance; False (and nothing done)
+        when requests are running or waiting then."""
+        loop = asyncio.get_running_loop()
+        result: asyncio.Future[bool] = loop.create_future()
+
+        def done(flushed: bool) -> None:
+            try:
+                loop.call_soon_threadsafe(result.set_result, flushed)
+            except RuntimeError:  # the loop is gone: nobody waits for the answer
+                pass
+
+        with self._cv:
+            if self._busy or self._waiting:  # answered now: a held step cannot delay it
+                return False
+            self._flushes.append(done)
+            self._poked = True
+            self._cv.notify_all()
+        return await result
+
     def _swap_in(self, gen: Generator, swap: _Swap, mode: PauseMode | None) -> None:
         if mode is not None:
             self._hold(gen, mode)  # a retract parks the batch before the keys change
@@ -217,9 +243,13 @@ class Worker:
             gen = self._generator()
             while True:
                 with self._cv:
+                    self._busy = bool(gen.running)
                     while True:
                         if self._stopping:
                             return
+                        if self._flushes:
+                            swap = None
+                            break
                         swap = self._swap
                         if swap is not None and (self._paused is not None
                                                  or not gen.running):
@@ -233,11 +263,18 @@ class Worker:
                         elif self._waiting or gen.running:
                             break
                         self._cv.wait()
+                    flushes, self._flushes = self._flushes, []
+                    idle = not gen.running and not self._waiting
                     mode = self._paused
                     admitted: list[_Job | Seq] = []
                     while mode is None and self._swap is None and self._waiting and (
                             len(gen.running) + len(admitted) < self.max_batch):
                         admitted.append(self._waiting.popleft())
+                    self._busy = bool(gen.running or admitted)
+                if flushes and idle:
+                    gen.clear_cache()
+                for done in flushes:
+                    done(idle)
                 if swap is not None:
                     self._swap_in(gen, swap, mode)
                 elif mode is not None:

@@ -10,7 +10,14 @@ Invariants:
   ``json.dumps(schema)``; vLLM's completions take ``response_format`` as its chat does.
 - A ``regex`` must compile with Python's ``re`` (a 400 naming it otherwise), so an
   upstream's refusal of it never uses an index.
-- ``structural_tag`` and other kinds are a 400: no dialect here reproduces them exactly.
+- ``structural_tag`` is sent as SGLang's chat route writes it: ``json.dumps`` of
+  its ``model_dump(by_alias=True)``; for the ``structures`` / ``triggers`` form that is
+  ``{"type", "structures": [{"begin", "schema", "end"}], "triggers", "at_least_one"}``
+  (schema null and at_least_one false when left out); the ``format`` form (xgrammar's
+  own) goes as sent. Other kinds are a 400.
+- A forcing ``tool_choice`` (``required`` or a named tool) is the JSON schema of
+  ``seedproxy.tool_choice``; with any other constraint it is a 400, as SGLang 0.5.23's
+  ``to_sampling_params`` refuses the pair.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import BadRequest
+from ...tool_choice import Forcing
 
 __all__ = ["Constraint", "check_regex", "constraint_of"]
 
@@ -30,13 +38,23 @@ _GRAMMARS = ("regex", "ebnf", "json_schema")
 @dataclass(frozen=True, slots=True)
 class Constraint:
     field: str
-    """The request field that asked: ``regex``, ``ebnf``, ``json_schema`` or
-    ``response_format``."""
+    """The request field that asked: ``regex``, ``ebnf``, ``json_schema``,
+    ``response_format`` or ``tool_choice``."""
     source: str
     """The grammar, or the JSON schema as SGLang's chat route writes it."""
     response_format: dict[str, Any] | None = None
-    """For ``response_format``: ``{"type": "json_object"}`` or ``{"type": "json_schema",
-    "json_schema": {...as sent}}``."""
+    """For ``response_format``: ``{"type": "json_object"}``, ``{"type": "json_schema",
+    "json_schema": {...as sent}}`` or the ``structural_tag`` object as sent."""
+
+    @property
+    def param(self) -> str:
+        """The ``sampling_params`` key SGLang's chat route puts it under."""
+        if self.field in _GRAMMARS:
+            return self.field
+        if self.response_format is not None and (
+                self.response_format.get("type") == "structural_tag"):
+            return "structural_tag"
+        return "json_schema"  # json_object, json_schema, a forced tool call
 
 
 def check_regex(pattern: str, param: str) -> None:
@@ -105,15 +123,55 @@ def _response_format(fmt: Any) -> Constraint | None:
                              param="response_format")
         return Constraint("response_format", json.dumps(spec["schema"]),
                           {"type": "json_schema", "json_schema": spec})
+    if kind == "structural_tag":
+        return Constraint("response_format", _structural_tag(fmt), fmt)
     raise BadRequest(f"response_format type {kind!r} is not supported in token-in-token-out "
-                     "mode (text, json_object and json_schema are)", param="response_format")
+                     "mode (text, json_object, json_schema and structural_tag are)",
+                     param="response_format")
 
 
-def constraint_of(body: dict[str, Any]) -> Constraint | None:
-    """The one constraint ``body`` asks for; ``BadRequest`` names a bad or second one."""
+def _structural_tag(fmt: dict[str, Any]) -> str:
+    """The ``structural_tag`` text SGLang's chat route sends for ``fmt``."""
+    if "format" in fmt:  # xgrammar's StructuralTag: its own checks, upstream
+        if not isinstance(fmt["format"], dict):
+            raise BadRequest("response_format.format must be an object",
+                             param="response_format")
+        return json.dumps(fmt)
+    structures, triggers = fmt.get("structures"), fmt.get("triggers")
+    at_least_one = fmt.get("at_least_one", False)
+    if not isinstance(structures, list) or not all(
+            isinstance(s, dict) and isinstance(s.get("begin"), str)
+            and isinstance(s.get("end"), str) and isinstance(s.get("schema"), dict | None)
+            for s in structures):
+        raise BadRequest("response_format.structures must be a list of {begin, schema, end}"
+                         " (strings, and a schema object)", param="response_format")
+    if not isinstance(triggers, list) or not all(isinstance(t, str) for t in triggers):
+        raise BadRequest("response_format.triggers must be a list of strings",
+                         param="response_format")
+    if not isinstance(at_least_one, bool):
+        raise BadRequest("response_format.at_least_one must be a boolean",
+                         param="response_format")
+    return json.dumps({
+        "type": "structural_tag",
+        "structures": [{"begin": s["begin"], "schema": s.get("schema"), "end": s["end"]}
+                       for s in structures],
+        "triggers": triggers, "at_least_one": at_least_one,
+    })
+
+
+def constraint_of(body: dict[str, Any], forcing: Forcing | None = None) -> Constraint | None:
+    """The one constraint ``body`` asks for (``forcing``: its forced tool call, checked);
+    ``BadRequest`` names a bad or second one."""
     grammar = _grammar(body)
     fmt = _response_format(body.get("response_format"))
     if grammar is not None and fmt is not None:
         raise BadRequest("response_format cannot be combined with regex, ebnf or json_schema",
                          param="response_format")
-    return grammar or fmt
+    asked = grammar or fmt
+    if forcing is None:
+        return asked
+    if asked is not None:
+        raise BadRequest("tool_choice 'required' or a named tool cannot be combined with "
+                         "response_format, regex, or ebnf: the tool-call constraint and the "
+                         "output constraint cannot both be honored.", param="tool_choice")
+    return Constraint("tool_choice", forcing.schema)

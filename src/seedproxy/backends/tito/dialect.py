@@ -5,7 +5,8 @@
   ``return_logprob``. Streamed chunks are cumulative (SGLang's default); incremental
   chunks are recognised by ``meta_info.completion_tokens``. Penalties, ``logit_bias``,
   ``stop_regex`` and grammars keep their names in ``sampling_params``; a
-  ``response_format`` becomes ``json_schema`` as SGLang's chat route writes it, and
+  ``response_format`` becomes ``json_schema`` (or ``structural_tag``) and a forcing
+  ``tool_choice`` its ``json_schema``, as SGLang's chat route writes them, and
   with a reasoning parser a constrained request carries ``require_reasoning`` (the
   chat route's flag: the grammar starts after the reasoning).
 - ``CompletionsDialect`` (vLLM, OpenAI-compatible servers that take token prompts):
@@ -14,7 +15,8 @@
   goes as is (vLLM's completions map it as its chat route does); ``regex`` / ``ebnf``
   / ``json_schema`` become ``structured_outputs`` ``regex`` / ``grammar`` / ``json``
   (vLLM >= 0.10.2; the ``guided_*`` fields were removed in 0.12.0). ``stop_regex`` has
-  no equivalent there.
+  no equivalent there, nor a forcing ``tool_choice`` (vLLM's chat route builds its own
+  grammar for it, and reads the named tool's arguments bare).
 
 ``carries`` is each dialect's table of the optional fields it carries; any other is
 refused by ``sampling_of`` (a 400 naming it) before anything is sent.
@@ -153,8 +155,7 @@ class GenerateDialect(Dialect):
             params["stop_regex"] = list(sampling.stop_regex)
         constraint = sampling.constraint
         if constraint is not None:
-            field = "json_schema" if constraint.field == "response_format" else constraint.field
-            params[field] = constraint.source
+            params[constraint.param] = constraint.source
         body: dict[str, Any] = {"input_ids": ids, "sampling_params": params,
                                 "return_logprob": True, "stream": stream}
         if sampling.top_logprobs:
@@ -215,7 +216,7 @@ _STRUCTURED_OUTPUTS = {"regex": "regex", "ebnf": "grammar", "json_schema": "json
 
 class CompletionsDialect(Dialect):
     path = "/v1/completions"
-    carries = CARRIABLE - {"stop_regex"}
+    carries = CARRIABLE - {"stop_regex", "tool_choice"}
 
     def request(self, ids: TokenIds, sampling: Sampling, seed: int | None,
                 stream: bool, model: Any) -> UpstreamRequest:

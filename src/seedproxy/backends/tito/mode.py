@@ -7,15 +7,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...errors import BadRequest, ConfigError
+from ...tool_choice import tools_rendered
 from .assistant import AssistantStream
 from .decode import IncrementalDecoder, decoder_of
 from .dialect import DIALECTS, Dialect
 from .lineage import FullRender, Prompt, RecordedTurn, plan_prompt
 from .reasoning import REASONING_PARSERS, ThinkParser
 from .renderer import Renderer
-from .sampling import Sampling, sampling_of
+from .sampling import Sampling, checked_forcing, sampling_of
 from .tokenizer import generation_eos_ids, load_tokenizer, read_template
-from .tool_parsers import TOOL_PARSERS
+from .tool_parsers import TOOL_PARSERS, ForcedCallParser, ToolParser
 
 __all__ = ["TitoMode", "open_tito"]
 
@@ -68,9 +69,10 @@ class TitoMode:
             if not isinstance(role, str) or role not in _ROLES:  # a list is unhashable
                 raise BadRequest(f"unsupported message role {str(role)[:64]!r}",
                                  param="messages")
-        tools = body.get("tools")
-        if tools is not None and not isinstance(tools, list):
-            raise BadRequest("tools must be a list", param="tools")
+        forcing = checked_forcing(body)
+        if forcing is not None and forcing.name is not None:
+            # SGLang's chat route renders only the named tool.
+            body = {**body, "tools": tools_rendered(body, forcing)}
         return plan_prompt(self.renderer, body, history, known=known)
 
     def count_prompt(self, body: dict[str, Any]) -> int:
@@ -88,13 +90,17 @@ class TitoMode:
         reasoning: ThinkParser | None = None
         if self._reasoning is not None:
             reasoning = self._reasoning(opened=prompt.opens_reasoning)
-        use_tools = self._tool_parser is not None and bool(body.get("tools")) and (
-            body.get("tool_choice") != "none")
-        tools = self._tool_parser() if use_tools and self._tool_parser else None
+        sampling = self.sampling(body)
+        tools: ToolParser | None = None
+        if sampling.forcing is not None:
+            tools = ForcedCallParser()
+        elif self._tool_parser is not None and body.get("tools") and (
+                body.get("tool_choice") != "none"):
+            tools = self._tool_parser()
         decoder = IncrementalDecoder(self.renderer.tokenizer, self.hidden,
                                      decode=self._decode)
         earlier = _earlier_calls(body["messages"]) if tools is not None and tools.numbered else 0
-        return AssistantStream(decoder, reasoning, tools, self.sampling(body).stop,
+        return AssistantStream(decoder, reasoning, tools, sampling.stop,
                                continues=prompt.prefix is not None, earlier_calls=earlier)
 
     def token_text(self, token_id: int) -> str:

@@ -5,7 +5,10 @@ Invariants:
   is a 400 naming the field that uses no index. Ranges are SGLang's (penalties in
   [-2, 2], ``repetition_penalty`` in (0, 2], ``logit_bias`` keys in the vocabulary).
 - A field the dialect cannot carry (outside its ``carries``) with a value other than a
-  neutral one is a 400 naming it, never dropped; so is a forcing ``tool_choice``.
+  neutral one is a 400 naming it, never dropped; so is a forcing ``tool_choice`` where
+  the dialect cannot carry one (its grammar is SGLang's, on ``/generate`` only).
+- ``tools`` and ``tool_choice`` are checked as SGLang's chat route checks them
+  (``seedproxy.tool_choice``), on every upstream.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import BadRequest
+from ...tool_choice import Forcing, ToolChoiceError, forcing_of
 from .constraints import Constraint, check_regex, constraint_of
 
 __all__ = ["CARRIABLE", "Sampling", "sampling_of"]
@@ -23,7 +27,7 @@ _MAX_STOPS = 16
 
 CARRIABLE = frozenset({
     "frequency_penalty", "presence_penalty", "repetition_penalty", "logit_bias", "regex",
-    "ebnf", "json_schema", "stop_regex", "response_format",
+    "ebnf", "json_schema", "stop_regex", "response_format", "tool_choice",
 })
 """The optional fields a dialect may carry; each dialect says which in ``carries``."""
 
@@ -34,11 +38,10 @@ _NEUTRAL: dict[str, tuple[Any, ...]] = {
     "logit_bias": ({},),
     "stop_regex": ([],),
     "response_format": ({"type": "text"},),
+    "tool_choice": ("auto", "none"),
 }
 """Values that ask for nothing (as does ``None``): a dialect that cannot carry a field
 still takes these; any other value is a 400 naming the field, never silently dropped."""
-
-_FORCING_FREE = ("auto", "none")
 
 
 def _refuse_uncarried(body: dict[str, Any], carries: frozenset[str]) -> None:
@@ -49,12 +52,14 @@ def _refuse_uncarried(body: dict[str, Any], carries: frozenset[str]) -> None:
                                          for n in neutral):
             raise BadRequest(f"{key} is not supported in token-in-token-out mode with "
                              "this upstream", param=key)
-    choice = body.get("tool_choice")
-    if choice is not None and choice not in _FORCING_FREE:
-        # SGLang forces a tool call with a parser-specific structural tag (and renders
-        # only the named tool): not reproducible exactly from here.
-        raise BadRequest("tool_choice other than auto or none is not supported in "
-                         "token-in-token-out mode", param="tool_choice")
+
+
+def checked_forcing(body: dict[str, Any]) -> Forcing | None:
+    """``body``'s forced tool call, if any; a bad ``tools`` or ``tool_choice`` is a 400."""
+    try:
+        return forcing_of(body)
+    except ToolChoiceError as exc:
+        raise BadRequest(exc.message, param=exc.param) from None
 
 
 def _penalty(body: dict[str, Any], key: str, low: float, high: float,
@@ -115,6 +120,8 @@ class Sampling:
     logit_bias: tuple[tuple[int, float], ...] = ()
     stop_regex: tuple[str, ...] = ()
     constraint: Constraint | None = None
+    forcing: Forcing | None = None
+    """``tool_choice`` forces a call: the reply is read as SGLang reads a forced one."""
     ignore_eos: bool = False
     """Generate past the end of the turn: the template's stop ids are not sent (only the
     client's ``stop_token_ids``), and the upstream ignores its own EOS."""
@@ -146,6 +153,7 @@ def sampling_of(body: dict[str, Any], stop_token_ids: tuple[int, ...], *,
                 reasoning: bool = False) -> Sampling:
     """Read ``body``'s sampling fields; ``BadRequest`` names the first bad one, or one
     the dialect cannot carry (``carries``: its fields out of ``CARRIABLE``)."""
+    forcing = checked_forcing(body)
     _refuse_uncarried(body, carries)
     stop = body.get("stop")
     if stop is None:
@@ -189,7 +197,8 @@ def sampling_of(body: dict[str, Any], stop_token_ids: tuple[int, ...], *,
         repetition_penalty=_penalty(body, "repetition_penalty", 0.0, 2.0, open_low=True),
         logit_bias=_logit_bias(body, vocab_size),
         stop_regex=_stop_regex(body),
-        constraint=constraint_of(body),
+        constraint=constraint_of(body, forcing),
+        forcing=forcing,
         ignore_eos=bool(ignore_eos),
         require_reasoning=reasoning,
     )

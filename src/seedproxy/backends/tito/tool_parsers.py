@@ -8,19 +8,23 @@ own module under ``tools``; ``tools.base`` says what they all keep).
 | ``mistral`` | ``[TOOL_CALLS][{...}]`` or ``[TOOL_CALLS]name[ARGS]{...}`` |
 | ``deepseekv3``, ``deepseekv31`` | ``<｜tool▁calls▁begin｜>`` sections |
 | ``kimi_k2`` | ``<|tool_calls_section_begin|>`` sections |
+
+A forcing ``tool_choice`` (``required``, a named function) is read by
+``ForcedCallParser`` whatever the ``--tool-parser``: the JSON array its grammar allows.
 """
 
 from __future__ import annotations
 
 from .tools.base import ToolCall, ToolParser
 from .tools.deepseek import DeepSeekV3Parser, DeepSeekV31Parser
+from .tools.forced import ForcedCallParser
 from .tools.hermes import HermesParser
 from .tools.kimi import KimiK2Parser
 from .tools.llama3 import Llama3JsonParser
 from .tools.mistral import MistralParser
 
-__all__ = ["TOOL_PARSERS", "HermesParser", "Llama3JsonParser", "MistralParser", "ToolCall",
-           "ToolParser"]
+__all__ = ["TOOL_PARSERS", "ForcedCallParser", "HermesParser", "Llama3JsonParser",
+           "MistralParser", "ToolCall", "ToolParser"]
 
 TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "hermes": HermesParser, "qwen": HermesParser, "qwen25": HermesParser,

@@ -1,0 +1,156 @@
+"""Forced tool calls on the engine (tiny model, real llguidance grammar): its chat route
+forces ``tool_choice: "required"`` / a named function with SGLang's JSON-array schema
+and reads the calls back; token-in-token-out mode in front of it samples exactly the
+same tokens, parses the same calls and records them; ``structural_tag``, which the
+engine cannot run, is the engine's 400 relayed."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from seedproxy.engine import RunningEngine
+from seedproxy.engine.model import default_gguf_path, gguf_tokenizer_dir
+
+pytestmark = pytest.mark.engine
+
+LOOKUP = {"type": "function", "function": {"name": "lookup", "parameters": {
+    "type": "object", "properties": {"word": {"type": "string", "maxLength": 12}},
+    "required": ["word"]}}}
+CLOCK = {"type": "function", "function": {"name": "clock", "parameters": {
+    "type": "object", "properties": {"zone": {"type": "string", "enum": ["utc", "cet"]}},
+    "required": ["zone"]}}}
+MESSAGES = [{"role": "user", "content": "What does the word sea mean?"}]
+NAMED = {"type": "function", "function": {"name": "clock"}}
+
+
+@pytest.fixture(scope="module")
+def compact() -> dict[str, float]:
+    """A logit_bias so a random-weight model ends the JSON as soon as the grammar lets
+    it: against whitespace-only tokens, for closing ones (``"``, ``}``, ``]``). The
+    forced-call grammar takes free whitespace and extra keys (SGLang's schema, with
+    llguidance's defaults), which such a model would otherwise wander in until
+    max_tokens; the grammar masks a closer wherever JSON does not allow it, so the
+    call's shape is still the grammar's alone."""
+    from seedproxy.engine.testing import tiny_tokenizer
+
+    tok = tiny_tokenizer()
+    bias: dict[str, float] = {}
+    for i in range(len(tok)):
+        text = tok.decode([i])
+        if text and not text.strip():
+            bias[str(i)] = -100.0
+        elif text and set(text) <= set('{"}]'):
+            bias[str(i)] = 30.0
+    return bias
+
+
+@pytest.fixture
+def tito(engine: RunningEngine, start_proxy: Callable[..., str]) -> str:
+    return start_proxy([engine.url], token_in_token_out=True,
+                       tokenizer=str(gguf_tokenizer_dir(default_gguf_path())))
+
+
+def check_calls(calls: list[dict[str, Any]], names: set[str]) -> None:
+    assert calls
+    for call in calls:
+        assert call["id"].startswith("call_") and call["type"] == "function"
+        assert call["function"]["name"] in names
+        arguments = json.loads(call["function"]["arguments"])
+        if call["function"]["name"] == "lookup":
+            assert isinstance(arguments["word"], str) and len(arguments["word"]) <= 12
+        else:
+            assert arguments["zone"] in ("utc", "cet")
+
+
+def test_the_engines_chat_route_forces_a_parseable_call(
+        engine: RunningEngine, compact: dict[str, float]) -> None:
+    names = {"lookup", "clock"}
+    body = {"model": "m", "messages": MESSAGES, "tools": [LOOKUP, CLOCK],
+            "tool_choice": "required", "max_tokens": 80, "seed": 5, "logit_bias": compact}
+    whole = httpx.post(f"{engine.url}/v1/chat/completions", json=body, timeout=120).json()
+    [answer] = whole["choices"]
+    assert answer["finish_reason"] == "tool_calls", answer
+    assert answer["message"]["content"] == "" and answer["matched_stop"] is None
+    check_calls(answer["message"]["tool_calls"], names)
+    streamed: list[dict[str, Any]] = []
+    finish = None
+    with httpx.stream("POST", f"{engine.url}/v1/chat/completions", timeout=120,
+                      json={**body, "stream": True}) as reply:
+        for line in reply.iter_lines():
+            if not line.startswith("data: {"):
+                continue
+            for c in json.loads(line[6:])["choices"]:
+                assert not c["delta"].get("content")
+                streamed += c["delta"].get("tool_calls") or []
+                finish = c["finish_reason"] or finish
+    assert finish == "tool_calls"
+    shown = [c["function"] for c in answer["message"]["tool_calls"]]
+    assert [c["function"] for c in streamed] == shown  # the same seed, the same calls
+
+
+def test_a_named_function_is_held_to_sglangs_schema(
+        engine: RunningEngine, compact: dict[str, float]) -> None:
+    """SGLang's named-tool schema gives its items no ``"type": "object"``, so any JSON
+    item is valid; a random model may write a string there, which stays content, as on
+    SGLang's route. Whatever comes out obeys the schema."""
+    from jsonschema import validate
+
+    from seedproxy.tool_choice import forcing_of
+
+    body = {"model": "m", "messages": MESSAGES, "tools": [LOOKUP, CLOCK],
+            "tool_choice": NAMED, "max_tokens": 80, "logit_bias": compact}
+    forcing = forcing_of(body)
+    assert forcing is not None
+    for seed in range(3):
+        answer = httpx.post(f"{engine.url}/v1/chat/completions", timeout=120,
+                            json={**body, "seed": seed}).json()["choices"][0]
+        assert answer["finish_reason"] in ("stop", "tool_calls")
+        calls = answer["message"]["tool_calls"]
+        if calls is None:
+            validate(json.loads(answer["message"]["content"]), json.loads(forcing.schema))
+        else:
+            assert [c["function"]["name"] for c in calls] == ["clock"] * len(calls)
+
+
+def test_tito_forces_exactly_what_the_engines_chat_route_forces(
+        tito: str, engine: RunningEngine, compact: dict[str, float]) -> None:
+    body = {"model": "m", "messages": MESSAGES, "tools": [LOOKUP, CLOCK],
+            "tool_choice": "required", "max_tokens": 80, "logit_bias": compact}
+    with httpx.Client(base_url=tito, timeout=120) as http:
+        reply = http.post("/sessions/forced/v1/chat/completions", json=body)
+        assert reply.status_code == 200, reply.text
+        [turn] = http.get("/sessions/forced/trajectory").json()["interactions"]
+    seed = int(reply.headers["x-seedproxy-seed"])
+    chat = httpx.post(f"{engine.url}/v1/chat/completions", timeout=120, json={
+        **body, "seed": seed, "return_token_ids": True}).json()["choices"][0]
+    assert turn["prompt_token_ids"] == chat["prompt_token_ids"]
+    assert turn["completion_token_ids"] == chat["response_token_ids"]
+    assert turn["completion_token_ids"][-1] == 2  # the grammar ends with <|im_end|>
+    [answer] = reply.json()["choices"]
+    assert answer["finish_reason"] == "tool_calls" == chat["finish_reason"]
+    check_calls(answer["message"]["tool_calls"], {"lookup", "clock"})
+    assert [c["function"] for c in answer["message"]["tool_calls"]] == [
+        c["function"] for c in chat["message"]["tool_calls"]]
+
+
+def test_invalid_tools_are_the_engines_400_too(engine: RunningEngine) -> None:
+    reply = httpx.post(f"{engine.url}/v1/chat/completions", timeout=60, json={
+        "model": "m", "messages": MESSAGES, "tools": [LOOKUP],
+        "tool_choice": {"type": "function", "function": {"name": "nope"}}})
+    assert reply.status_code == 400
+    assert reply.json()["message"] == "Tool 'nope' not found in tools list."
+
+
+def test_structural_tag_is_the_engines_400_relayed(tito: str) -> None:
+    fmt = {"type": "structural_tag", "structures": [{"begin": "<w>", "end": "</w>"}],
+           "triggers": ["<w>"]}
+    reply = httpx.post(f"{tito}/sessions/st/v1/chat/completions", timeout=60, json={
+        "model": "m", "messages": MESSAGES, "response_format": fmt, "max_tokens": 8})
+    assert reply.status_code == 400, reply.text
+    error = reply.json()["error"]
+    assert "structural_tag is not supported by the embedded engine" in error["message"]
