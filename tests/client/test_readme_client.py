@@ -16,7 +16,7 @@ README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 def test_the_readme_client_example_runs(
     proxy: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    match = re.search(r"## One RL loop.*?```python\n(.*?)```", README, re.S)
+    match = re.search(r"## Rollouts from Python.*?```python\n(.*?)```", README, re.S)
     assert match
     out = tmp_path / "rollouts.jsonl"
     code = match.group(1).replace("http://127.0.0.1:8000", proxy)
