@@ -7,6 +7,7 @@ in all three places; its docstring is the flag's help."""
 
 from __future__ import annotations
 
+import datetime
 import difflib
 import ipaddress
 import os
@@ -161,6 +162,10 @@ class Settings(BaseSettings):
     reasoning_parser: str | None = None
     """Token-in-token-out: think, or SGLang's --reasoning-parser name (qwen3,
     qwen3-thinking, deepseek-r1, glm45, kimi_k2, kimi)."""
+    template_date: datetime.date | None = None
+    """Token-in-token-out: the date (YYYY-MM-DD) a chat template's ``strftime_now``
+    gives (Llama 3.2, gpt-oss and Mistral Small 3.2 write today's date into turn 0);
+    unset: the day of the render, so a replay on another day renders another prompt."""
     index_by: Literal["arrival", "content"] = "arrival"
     """How sessions derive seeds by default: by arrival index, or by content key."""
 

@@ -214,7 +214,7 @@ def open_tito_mode(settings: Settings, *, tokenizer: Any = None,
         backend=settings.backend, auth=auth, tokenizer_path=settings.tokenizer,
         tokenizer=tokenizer, chat_template=settings.chat_template,
         tool_parser=settings.tool_parser, reasoning_parser=settings.reasoning_parser,
-        model_name=model_name,
+        model_name=model_name, today=settings.template_date,
     )
 
 

@@ -3,6 +3,7 @@ upstream dialect, built and checked once at start-up."""
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Sequence
 from typing import Any
 
@@ -122,7 +123,8 @@ def _earlier_calls(messages: list[Any]) -> int:
 
 def open_tito(*, backend: str, auth: dict[str, str], tokenizer_path: str | None,
               tokenizer: Any = None, chat_template: str | None, tool_parser: str | None,
-              reasoning_parser: str | None, model_name: str | None = None) -> TitoMode:
+              reasoning_parser: str | None, model_name: str | None = None,
+              today: datetime.date | None = None) -> TitoMode:
     """Load and check everything; ``ConfigError`` (one line, exit 2) on any problem."""
     if tool_parser is not None and tool_parser not in TOOL_PARSERS:
         raise ConfigError(f"unknown --tool-parser {tool_parser!r}; choose one of "
@@ -138,7 +140,7 @@ def open_tito(*, backend: str, auth: dict[str, str], tokenizer_path: str | None,
         tokenizer = load_tokenizer(tokenizer_path)
         eos_ids = generation_eos_ids(tokenizer_path)
     template = read_template(chat_template) if chat_template else None
-    renderer = Renderer(tokenizer, template)
+    renderer = Renderer(tokenizer, template, today=today)
     renderer.check()
     dialect = DIALECTS[backend](auth)
     return TitoMode(renderer, dialect, tool_parser=tool_parser,

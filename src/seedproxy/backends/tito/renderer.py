@@ -16,17 +16,21 @@ Invariants:
   render: the model writes its reasoning after it, and later renders strip reasoning.
 - A request's ``RenderOptions`` (template kwargs, generation prompt, continuing the
   final message) apply to the full render and to the suffix alike.
+- With ``today`` set, a template's ``strftime_now`` formats that date (at midnight)
+  whatever day it renders on (``dated``), so a template that writes the date renders
+  the same prompt on every day.
 """
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Sequence
 from typing import Any
 
 from ...errors import BadRequest, ConfigError
 from .template_input import RenderOptions, content_format, reserved_names
 
-__all__ = ["Renderer"]
+__all__ = ["Renderer", "dated"]
 
 _SENTINEL = "\u2063SEEDPROXY-ASSISTANT-TURN\u2063"
 _THINK = "<think>"
@@ -44,6 +48,32 @@ _PROBE_TOOLS = [{
 _DEFAULT = RenderOptions()
 
 
+_CODES = "aAbBcdHIjmMpSUwWyYZz"
+
+
+def dated(today: datetime.date) -> str:
+    """A Jinja prelude defining ``strftime_now(fmt)`` for ``today`` at midnight: a macro
+    the template's own calls resolve to before transformers' global (which reads the
+    clock). Each ``%`` code is Python's ``strftime`` of that moment; ``%%`` is ``%``."""
+    moment = datetime.datetime.combine(today, datetime.time())
+    codes = {code: moment.strftime(f"%{code}") for code in _CODES}
+    codes["%"] = "%"
+    table = ", ".join(f'"{k}": "{v}"' for k, v in codes.items())
+    return (
+        "{%- macro strftime_now(fmt) -%}"
+        "{%- set codes = {" + table + "} -%}"
+        "{%- set ns = namespace(out='', code=false) -%}"
+        "{%- for ch in fmt -%}"
+        "{%- if ns.code -%}{%- set ns.out = ns.out ~ codes.get(ch, '%' ~ ch) -%}"
+        "{%- set ns.code = false -%}"
+        "{%- elif ch == '%' -%}{%- set ns.code = true -%}"
+        "{%- else -%}{%- set ns.out = ns.out ~ ch -%}{%- endif -%}"
+        "{%- endfor -%}"
+        "{{- ns.out -}}"
+        "{%- endmacro -%}"
+    )
+
+
 def _template_errors() -> tuple[type[BaseException], ...]:
     from jinja2 import TemplateError
 
@@ -55,11 +85,14 @@ def _template_errors() -> tuple[type[BaseException], ...]:
 class Renderer:
     """Renders messages with one chat template and one tokenizer (thread-safe reads)."""
 
-    def __init__(self, tokenizer: Any, template: str | None = None) -> None:
+    def __init__(self, tokenizer: Any, template: str | None = None, *,
+                 today: datetime.date | None = None) -> None:
         self.tokenizer = tokenizer
         self.template = template if template is not None else tokenizer.chat_template
         if not isinstance(self.template, str) or not self.template:
             raise ConfigError("the tokenizer has no chat template: pass --chat-template FILE")
+        if today is not None and "strftime_now" in self.template:
+            self.template = dated(today) + self.template
         self._errors = _template_errors()
         self.content_format = content_format(self.template)
         self.reserved = reserved_names(tokenizer)
