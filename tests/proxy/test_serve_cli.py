@@ -170,3 +170,16 @@ def test_good_settings_on_a_busy_port_name_the_port(
     assert main(["serve", "--upstream", "http://127.0.0.1:9", "--port", str(busy_port)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"cannot listen on 127.0.0.1:{busy_port}" in err[0], err
+
+
+def test_the_socket_accepts_connections_as_soon_as_serve_says_it_listens() -> None:
+    """``serve`` logs "listening" before uvicorn starts (the engine may still be
+    loading): a client that connects at once must wait in the backlog, not be refused."""
+    from seedproxy.commands.serve import bind
+
+    sock = bind("127.0.0.1", 0)
+    try:
+        with socket.create_connection(sock.getsockname(), timeout=5):
+            pass  # accepted into the backlog; nothing serves it yet
+    finally:
+        sock.close()

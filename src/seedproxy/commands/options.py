@@ -7,6 +7,7 @@ Older spellings (``ALIASES``) are hidden flags with the same destination."""
 from __future__ import annotations
 
 import argparse
+import datetime
 import types
 import typing
 from collections.abc import Collection
@@ -70,6 +71,8 @@ def _kind(name: str, info: FieldInfo) -> dict[str, Any]:
         return {"metavar": "{" + ",".join(str(v) for v in typing.get_args(kind)) + "}"}
     if kind in (int, float, str):
         return {"type": kind, "metavar": name.upper()}
+    if kind is datetime.date:  # the text, which ``Settings`` parses (YYYY-MM-DD)
+        return {"type": str, "metavar": "YYYY-MM-DD"}
     raise TypeError(f"Settings.{name}: no flag for type {info.annotation!r}")
 
 

@@ -238,14 +238,21 @@ def _client_limits(settings: Settings) -> dict[str, Any]:
     return {"http": guarded_http_protocol(), "timeout_keep_alive": settings.client_timeout_s}
 
 
+_BACKLOG = 2048
+"""uvicorn's default backlog."""
+
+
 def bind(host: str, port: int) -> socket.socket:
-    """Bind the listening socket as uvicorn would (``SO_REUSEADDR``); a port in use or
-    an address not on this machine is a ``ConfigError``, before anything says it listens."""
+    """Bind the listening socket as uvicorn would (``SO_REUSEADDR``) and listen on it, so
+    a client that connects as soon as seedproxy says it listens waits in the backlog for
+    the server to start, never refused; a port in use or an address not on this machine
+    is a ``ConfigError``, before anything says it listens."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
+        sock.listen(_BACKLOG)
     except OSError as exc:
         sock.close()
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
