@@ -4,6 +4,7 @@ spellings the README documents still work. A new field without a flag fails here
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 import types
@@ -76,6 +77,8 @@ def derived_value(name: str) -> Any:
         return f"value-of-{name}"
     if typing.get_origin(kind) is list:
         return [f"value-of-{name}-1", f"value-of-{name}-2"]
+    if kind is datetime.date:
+        return datetime.date(2031, 11, 3)
     raise AssertionError(f"no value derivable for {name}: {info.annotation}")
 
 
@@ -102,6 +105,8 @@ def as_toml(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, list):
         return "[" + ", ".join(as_toml(v) for v in value) + "]"
+    if isinstance(value, datetime.date):
+        return value.isoformat()  # a TOML local date
     return json.dumps(value) if isinstance(value, str) else repr(value)
 
 
