@@ -88,6 +88,7 @@ def test_sessions_past_their_ttl_are_evicted_and_unexported_ones_are_logged(
     store = MemoryStore()
     url = start_proxy([fake.url], _app={"store": store})
     names = ("exported", "ended", "idle")
+    first = time.time()  # every session's activity is at or after this
     with httpx.Client(base_url=url, timeout=30) as http:
         for name in names:
             assert http.post(f"/sessions/{name}/v1/chat/completions", json=BODY).status_code == 200
@@ -97,8 +98,8 @@ def test_sessions_past_their_ttl_are_evicted_and_unexported_ones_are_logged(
         assert len(taken.json()["trajectories"]) == 1
         acked = http.post("/trajectories/ack", json={"batch_id": taken.json()["batch_id"]})
         assert acked.status_code == 200  # exported once acknowledged
-        now = time.time()
-        early = Evictor(store, 60.0, clock=lambda: now + 59.0)
+        now = time.time()  # ... and at or before this, however slow the requests were
+        early = Evictor(store, 60.0, clock=lambda: first + 59.0)
         assert asyncio.run(early.sweep()) == []  # nothing is past its TTL yet
         late = Evictor(store, 60.0, clock=lambda: now + 61.0)
         assert asyncio.run(late.sweep()) == list(names)
