@@ -4,9 +4,10 @@ SGLang copies one seed to every choice, so its own ``n`` gives n identical sampl
 The proxy instead sends choice ``j`` alone with ``seeds[j]``, concurrently, and
 merges: a sub-answer's choice ``p`` (``p`` > 0 only for batched prompts) becomes
 choice ``p * n + j``, as OpenAI numbers them; ``usage`` counts the prompt once and
-sums the completions. Streams interleave as chunks arrive, each with its final
-``index``; one usage chunk ends the merged stream. The request records ONE
-interaction with one ``ChoiceRecord`` per choice, in index order.
+sums the completions. Streams interleave as chunks arrive (parts whose chunks are
+all buffered take turns, one chunk each), each with its final ``index``; one usage
+chunk ends the merged stream. The request records ONE interaction with one
+``ChoiceRecord`` per choice, in index order.
 
 Each part is a ``PassthroughReader`` and its own stream loop; a pump forwards a
 part's chunks, or whatever ended it (an error event, a broken read, a bug), to the
@@ -83,6 +84,10 @@ class FanoutReader:
             try:
                 async for chunk in part.chunks(ex, timed=False):
                     await queue.put((j, chunk))
+                    # Reading chunks already buffered never yields, so without this one
+                    # part whose data is all here would be drained before the others:
+                    # the parts take turns, a chunk each.
+                    await asyncio.sleep(0)
             except Exception as exc:  # the merge raises it: one rule for every failure
                 await queue.put((j, exc))
             finally:
