@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ....nesting import too_deep
 from ..segments import partial_tag
 
-__all__ = ["ToolCall", "ToolParser", "call_of", "decode_at", "loads", "openai_call_id",
-           "skip_space"]
+__all__ = ["ToolCall", "ToolParser", "call_of", "decode_at", "loads", "marked_calls",
+           "openai_call_id", "skip_space"]
 
 _DECODER = json.JSONDecoder()
 
@@ -53,6 +54,28 @@ def skip_space(text: str, pos: int) -> int:
     while pos < len(text) and text[pos].isspace():
         pos += 1
     return pos
+
+
+def marked_calls(captured: str, call_begin: str, section_end: str,
+                 read_call: Callable[[str, int], tuple[ToolCall, int] | None]
+                 ) -> tuple[list[ToolCall], str]:
+    """Calls each opened by ``call_begin`` (``read_call(text, where its body starts)``
+    gives the call and where it ends), one after another with space between, until one
+    does not read; then an optional ``section_end``. Returns the calls and the rest."""
+    calls: list[ToolCall] = []
+    pos = 0
+    while True:
+        at = skip_space(captured, pos)
+        found = read_call(captured, at + len(call_begin)) if captured.startswith(
+            call_begin, at) else None
+        if found is None:
+            break
+        call, pos = found
+        calls.append(call)
+    at = skip_space(captured, pos)
+    if captured.startswith(section_end, at):
+        pos = at + len(section_end)
+    return calls, captured[pos:]
 
 
 def call_of(item: Any, args_key: str = "arguments") -> ToolCall | None:

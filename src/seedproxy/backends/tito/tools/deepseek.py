@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from .base import ToolCall, ToolParser, call_of, decode_at, skip_space
+from .base import ToolCall, ToolParser, call_of, decode_at, marked_calls, skip_space
 
 __all__ = ["DeepSeekV3Parser", "DeepSeekV31Parser"]
 
@@ -31,20 +31,7 @@ class DeepSeekV31Parser(ToolParser):
     """What follows the arguments' JSON before the call's end (V3's code fence)."""
 
     def parse(self, captured: str) -> tuple[list[ToolCall], str]:
-        calls: list[ToolCall] = []
-        pos = 0
-        while True:
-            at = skip_space(captured, pos)
-            found = self._call(captured, at + len(CALL_BEGIN)) if captured.startswith(
-                CALL_BEGIN, at) else None
-            if found is None:
-                break
-            call, pos = found
-            calls.append(call)
-        at = skip_space(captured, pos)
-        if captured.startswith(CALLS_END, at):
-            pos = at + len(CALLS_END)
-        return calls, captured[pos:]
+        return marked_calls(captured, CALL_BEGIN, CALLS_END, self._call)
 
     def _header(self, text: str, at: int) -> tuple[str, int] | None:
         """The call's name and where its JSON starts: ``NAME<｜tool▁sep｜>``."""

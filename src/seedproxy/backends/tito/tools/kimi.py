@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from .base import ToolCall, ToolParser, call_of, decode_at, skip_space
+from .base import ToolCall, ToolParser, call_of, decode_at, marked_calls, skip_space
 
 __all__ = ["KimiK2Parser"]
 
@@ -32,20 +32,7 @@ class KimiK2Parser(ToolParser):
         return f"functions.{name}:{earlier + position}"
 
     def parse(self, captured: str) -> tuple[list[ToolCall], str]:
-        calls: list[ToolCall] = []
-        pos = 0
-        while True:
-            at = skip_space(captured, pos)
-            found = self._call(captured, at + len(CALL_BEGIN)) if captured.startswith(
-                CALL_BEGIN, at) else None
-            if found is None:
-                break
-            call, pos = found
-            calls.append(call)
-        at = skip_space(captured, pos)
-        if captured.startswith(SECTION_END, at):
-            pos = at + len(SECTION_END)
-        return calls, captured[pos:]
+        return marked_calls(captured, CALL_BEGIN, SECTION_END, self._call)
 
     def _call(self, text: str, at: int) -> tuple[ToolCall, int] | None:
         args = text.find(ARGS_BEGIN, at)
