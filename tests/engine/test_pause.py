@@ -177,6 +177,9 @@ def test_a_retract_requeues_the_batch_in_order_ahead_of_new_requests(
 def test_a_request_sent_while_paused_waits_and_is_served_after_continue(
         http: httpx.Client, hold: StepHold) -> None:
     unpaused = http.post("/generate", json=body([1, 2], "w-ref")).json()
+    # Its answer is sent from inside the worker's last step, before the step hook counts
+    # that step: the worker is idle (the hook has run) once it says nothing runs.
+    wait_until(lambda: http.get("/get_server_info").json()["running"] == 0)
     http.post("/pause_generation", json={"mode": "in_place"}).raise_for_status()
     steps = len(hold.steps)
     thread, out = in_background(lambda: http.post("/generate", json=body([1, 2], "w-1")))
