@@ -84,7 +84,8 @@ class TitoMode:
     def sampling(self, body: dict[str, Any]) -> Sampling:
         return sampling_of(body, self.stop_token_ids, carries=self.dialect.carries,
                            vocab_size=self._vocab_size,
-                           reasoning=self._reasoning is not None)
+                           reasoning=self._reasoning is not None,
+                           tool_parser=self._tool_parser)
 
     def assistant(self, prompt: Prompt, body: dict[str, Any]) -> AssistantStream:
         """A fresh parser chain for one choice of ``body``."""
@@ -93,7 +94,8 @@ class TitoMode:
             reasoning = self._reasoning(opened=prompt.opens_reasoning)
         sampling = self.sampling(body)
         tools: ToolParser | None = None
-        if sampling.forcing is not None:
+        tagged = sampling.constraint is not None and sampling.constraint.structural
+        if sampling.forcing is not None and not tagged:
             tools = ForcedCallParser()
         elif self._tool_parser is not None and body.get("tools") and (
                 body.get("tool_choice") != "none"):

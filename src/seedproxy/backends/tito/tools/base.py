@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 from ....nesting import too_deep
 from ..segments import partial_tag
+from .structural import CallFrame, frame_tag
 
 __all__ = ["ToolCall", "ToolParser", "call_of", "decode_at", "loads", "marked_calls",
            "openai_call_id", "skip_space"]
@@ -105,6 +106,9 @@ class ToolParser:
     numbered: ClassVar[bool] = False
     """Whether call ids count the conversation's earlier calls (``call_id``'s
     ``earlier``; counted only for such a format)."""
+    frame: ClassVar[CallFrame | None] = None
+    """How SGLang's detector of the same name frames a call in its structural tag; None
+    where it builds none (a forced call is then the JSON array)."""
 
     def __init__(self) -> None:
         self._buffer = ""
@@ -116,6 +120,13 @@ class ToolParser:
         """The id of call ``position`` (named ``name``) of the answer ``base``, stable
         across reruns; ``earlier``: the calls in the conversation before this answer."""
         return openai_call_id(base, position)
+
+    @classmethod
+    def structural_tag(cls, tools: list[Any], *, forced: bool) -> str | None:
+        """The ``structural_tag`` text SGLang's chat route constrains ``tools``' calls
+        with for this format (``forced``: ``required`` or a named function), or None
+        where it sends none. A format with a model-native tag overrides this."""
+        return frame_tag(cls.frame, tools, forced=forced) if cls.frame else None
 
     def feed(self, text: str) -> str:
         """Content that can be shown now."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ..segments import partial_tag
 from .base import ToolCall, ToolParser, call_of, decode_at, skip_space
+from .structural import CallFrame
 
 __all__ = ["Llama3JsonParser"]
 
@@ -15,6 +16,7 @@ __all__ = ["Llama3JsonParser"]
 class Llama3JsonParser(ToolParser):
     start = "<|python_tag|>"
     markers = (start,)
+    frame = CallFrame('<|python_tag|>{"name":"', '", "arguments":', "}", start)
 
     def __init__(self) -> None:
         super().__init__()

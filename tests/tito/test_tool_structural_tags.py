@@ -1,0 +1,226 @@
+"""A ``--tool-parser``'s structural tag in token-in-token-out mode, against the fake
+SGLang's /generate: the ``structural_tag`` text that arrives is the one SGLang 0.5.23's
+chat route sends with ``--tool-call-parser`` (``FunctionCallParser.
+get_structure_constraint``: a forced call, or ``auto`` with a strict tool), and the
+answer, in the parser's own format, comes back as calls recorded exactly."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+pytest.importorskip("transformers")
+
+from tests.conftest import Fake  # noqa: E402
+from tests.tito.test_contract import TEMPLATE, TOKENIZER, generated  # noqa: E402
+
+LOOKUP: dict[str, Any] = {"type": "function", "function": {
+    "name": "lookup", "description": "Look a word up", "parameters": {
+        "type": "object", "properties": {"word": {"type": "string"}}, "required": ["word"]}}}
+CLOCK: dict[str, Any] = {"type": "function", "function": {"name": "clock"}}
+STRICT: dict[str, Any] = {"type": "function", "function": {
+    **LOOKUP["function"], "strict": True}}
+HI: list[Any] = [{"role": "user", "content": "What is the sea?"}]
+NAMED: dict[str, Any] = {"type": "function", "function": {"name": "lookup"}}
+
+# Each detector's structure_info in sglang 0.5.23 python/sglang/srt/function_call/
+# (hermes_detector.py, qwen25_detector.py, llama32_detector.py, mistral_detector.py,
+# deepseekv3_detector.py, deepseekv31_detector.py), written out by hand: the text
+# before the name, after it, the end, and the trigger; then what a model writes
+# inside that frame for lookup({"word": "sea"}).
+FRAMES: dict[str, tuple[str, str, str, str, str]] = {
+    "hermes": ('<tool_call>{"name":"', '", "arguments":', "}</tool_call>", "<tool_call>",
+               '<tool_call>{"name":"lookup", "arguments":{"word": "sea"}}</tool_call>'),
+    "qwen25": ('<tool_call>\n{"name":"', '", "arguments":', "}\n</tool_call>", "<tool_call>",
+               '<tool_call>\n{"name":"lookup", "arguments":{"word": "sea"}}\n</tool_call>'),
+    "llama3": ('<|python_tag|>{"name":"', '", "arguments":', "}", "<|python_tag|>",
+               '<|python_tag|>{"name":"lookup", "arguments":{"word": "sea"}}'),
+    "mistral": ('[TOOL_CALLS] [{"name":"', '", "arguments":', "}]", "[TOOL_CALLS]",
+                '[TOOL_CALLS] [{"name":"lookup", "arguments":{"word": "sea"}}]'),
+    "deepseekv3": (
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>", "\n```json\n",
+        "\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>", "<｜tool▁calls▁begin｜>",
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>lookup\n```json\n"
+        '{"word": "sea"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>'),
+    "deepseekv31": (
+        "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>", "<｜tool▁call▁begin｜>",
+        '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>lookup<｜tool▁sep｜>{"word": "sea"}'
+        "<｜tool▁call▁end｜><｜tool▁calls▁end｜>"),
+}
+FRAMES["qwen"] = FRAMES["qwen25"]
+FRAMES["llama3-json"] = FRAMES["llama3"]
+
+HERMES_REQUIRED = (
+    '{"type": "structural_tag", "structures": [{"begin": "<tool_call>{\\"name\\":\\"lookup'
+    '\\", \\"arguments\\":", "schema": {}, "end": "}</tool_call>"}, {"begin": "<tool_call>'
+    '{\\"name\\":\\"clock\\", \\"arguments\\":", "schema": {}, "end": "}</tool_call>"}], '
+    '"triggers": ["<tool_call>"], "at_least_one": true}')
+"""protocol.py to_sampling_params: json.dumps(LegacyStructuralTagResponseFormat
+.model_dump(by_alias=True)), key order type, structures (begin, schema, end), triggers,
+at_least_one; a tool that is not strict has schema {} (get_legacy_structural_tag)."""
+
+
+def expected_tag(parser: str, schemas: list[str], at_least_one: str) -> str:
+    """The tag text for lookup then clock, from the pinned frame strings (only the
+    strings go through json.dumps, for their escapes: ensure_ascii, as SGLang)."""
+    before, after, end, trigger, _ = FRAMES[parser]
+    q = json.dumps
+    items = [f'{{"begin": {q(before + name + after)}, "schema": {schema}, "end": {q(end)}}}'
+             for name, schema in zip(["lookup", "clock"], schemas, strict=True)]
+    return (f'{{"type": "structural_tag", "structures": [{", ".join(items)}], '
+            f'"triggers": [{q(trigger)}], "at_least_one": {at_least_one}}}')
+
+
+def parsed(start_proxy: Callable[..., str], fake: Fake, parser: str | None) -> str:
+    return start_proxy([fake.url], token_in_token_out=True, tokenizer=TOKENIZER,
+                       chat_template=TEMPLATE, tool_parser=parser)
+
+
+def test_the_pinned_hermes_text_is_what_the_frames_give() -> None:
+    assert expected_tag("hermes", ["{}", "{}"], "true") == HERMES_REQUIRED
+
+
+@pytest.mark.parametrize("parser", sorted(FRAMES))
+def test_a_forced_call_is_the_parsers_structural_tag_and_reads_back_as_a_call(
+        fake: Fake, start_proxy: Callable[..., str], encode: Callable[[str], list[int]],
+        parser: str) -> None:
+    base = parsed(start_proxy, fake, parser)
+    answer = encode(FRAMES[parser][4])
+    fake.switches.script = [answer]
+    client = openai.OpenAI(base_url=f"{base}/sessions/t/v1", api_key="x", max_retries=0)
+    reply = client.chat.completions.create(model="m", messages=HI, tools=[LOOKUP, CLOCK],
+                                           tool_choice="required")
+    [sent] = generated(fake)
+    assert sent["sampling_params"]["structural_tag"] == expected_tag(
+        parser, ["{}", "{}"], "true")
+    assert "json_schema" not in sent["sampling_params"]
+    choice = reply.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None
+    [call] = choice.message.tool_calls or []
+    assert (call.function.name, call.function.arguments) == ("lookup", '{"word": "sea"}')
+    [turn] = httpx.get(f"{base}/sessions/t/trajectory").json()["interactions"]
+    assert turn["prompt_token_ids"] == sent["input_ids"]
+    assert turn["completion_token_ids"] == answer  # exactly what /generate sampled
+    assert turn["finish_reason"] == "tool_calls"
+
+
+@pytest.mark.parametrize(("fields", "tools", "tag"), [
+    ({"tool_choice": "required"}, [LOOKUP, CLOCK], HERMES_REQUIRED),
+    # SGLang's legacy tag has no call count: parallel_tool_calls changes nothing.
+    ({"tool_choice": "required", "parallel_tool_calls": False}, [LOOKUP, CLOCK],
+     HERMES_REQUIRED),
+    # A named function: every tool's structure (SGLang passes them all), at least one.
+    ({"tool_choice": NAMED}, [LOOKUP, CLOCK], HERMES_REQUIRED),
+    # auto (or left out) with a strict tool: its schema, calls optional.
+    ({}, [STRICT, CLOCK], expected_tag("hermes", [
+        '{"type": "object", "properties": {"word": {"type": "string"}}, '
+        '"required": ["word"]}', "{}"], "false")),
+    ({"tool_choice": "auto"}, [STRICT, CLOCK], expected_tag("hermes", [
+        '{"type": "object", "properties": {"word": {"type": "string"}}, '
+        '"required": ["word"]}', "{}"], "false")),
+    # A strict forced call carries the schema too.
+    ({"tool_choice": "required"}, [STRICT, CLOCK], expected_tag("hermes", [
+        '{"type": "object", "properties": {"word": {"type": "string"}}, '
+        '"required": ["word"]}', "{}"], "true")),
+    ({"tool_choice": "auto"}, [LOOKUP, CLOCK], None),
+    ({"tool_choice": "none"}, [STRICT, CLOCK], None),
+], ids=["required", "required-single", "named", "strict-default", "strict-auto",
+        "strict-required", "auto", "none"])
+def test_when_sglang_sends_the_tag_and_its_exact_text(
+        fake: Fake, start_proxy: Callable[..., str], encode: Callable[[str], list[int]],
+        fields: dict[str, Any], tools: list[Any], tag: str | None) -> None:
+    base = parsed(start_proxy, fake, "hermes")
+    fake.switches.script = [encode(FRAMES["hermes"][4])]
+    reply = httpx.post(f"{base}/v1/chat/completions", timeout=60,
+                       json={"model": "m", "messages": HI, "tools": tools, **fields})
+    assert reply.status_code == 200, reply.text
+    [sent] = generated(fake)
+    assert sent["sampling_params"].get("structural_tag") == tag
+    assert "json_schema" not in sent["sampling_params"]
+    from transformers import AutoTokenizer
+
+    prompt = AutoTokenizer.from_pretrained(TOKENIZER).decode(sent["input_ids"])
+    message = reply.json()["choices"][0]["message"]
+    if fields.get("tool_choice") != "none":
+        # A named function still renders only that tool, as SGLang's chat route does.
+        assert ('"name": "clock"' in prompt) is (fields.get("tool_choice") != NAMED)
+        assert [c["function"]["name"] for c in message["tool_calls"]] == ["lookup"]
+    else:
+        assert "tool_calls" not in message  # none reads no calls
+
+
+def test_a_strict_tag_gives_way_to_the_clients_own_constraint(
+        fake: Fake, start_proxy: Callable[..., str], encode: Callable[[str], list[int]]) -> None:
+    """SGLang drops the auto tag when the request has its own constraint (a warning)."""
+    base = parsed(start_proxy, fake, "hermes")
+    fake.switches.script = [encode('{"a": 1}')]
+    reply = httpx.post(f"{base}/v1/chat/completions", timeout=60, json={
+        "model": "m", "messages": HI, "tools": [STRICT],
+        "response_format": {"type": "json_object"}})
+    assert reply.status_code == 200, reply.text
+    [sent] = generated(fake)
+    assert sent["sampling_params"]["json_schema"] == '{"type": "object"}'
+    assert "structural_tag" not in sent["sampling_params"]
+    assert reply.json()["choices"][0]["message"]["content"] == '{"a": 1}'
+
+
+def test_a_streamed_tagged_call_is_the_same_message(
+        fake: Fake, start_proxy: Callable[..., str], encode: Callable[[str], list[int]]) -> None:
+    base = parsed(start_proxy, fake, "qwen25")
+    two = ('<tool_call>\n{"name":"clock", "arguments":{}}\n</tool_call>\n<tool_call>\n'
+           '{"name":"lookup", "arguments":{"word": "é"}}\n</tool_call>')
+    fake.switches.script = [encode(two), encode(two)]
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0)
+    whole = client.chat.completions.create(model="m", messages=HI, tools=[LOOKUP, CLOCK],
+                                           tool_choice="required", seed=3)
+    calls: list[Any] = []
+    content, finish = "", None
+    for chunk in client.chat.completions.create(model="m", messages=HI, tools=[LOOKUP, CLOCK],
+                                                tool_choice="required", seed=3, stream=True):
+        delta = chunk.choices[0].delta
+        content += delta.content or ""
+        calls += delta.tool_calls or []
+        finish = chunk.choices[0].finish_reason or finish
+    made: list[Any] = whole.choices[0].message.tool_calls or []
+    shown = [(c.function.name, c.function.arguments) for c in made]
+    assert shown == [("clock", "{}"), ("lookup", '{"word": "é"}')]
+    assert [(c.function.name, c.function.arguments) for c in calls] == shown
+    assert finish == "tool_calls" and content.strip() == ""
+
+
+@pytest.mark.parametrize("parser", ["kimi_k2", None])
+def test_without_a_frame_a_forced_call_is_the_json_array(
+        fake: Fake, start_proxy: Callable[..., str], encode: Callable[[str], list[int]],
+        parser: str | None) -> None:
+    """No tool parser, or kimi_k2 (SGLang sends xgrammar's native Kimi tag there, not
+    built here): the JSON-array grammar, read back as calls."""
+    base = parsed(start_proxy, fake, parser)
+    fake.switches.script = [encode('[{"name": "lookup", "parameters": {"word": "sea"}}]')]
+    reply = httpx.post(f"{base}/v1/chat/completions", timeout=60, json={
+        "model": "m", "messages": HI, "tools": [STRICT, CLOCK], "tool_choice": "required"})
+    [sent] = generated(fake)
+    assert "structural_tag" not in sent["sampling_params"]
+    assert json.loads(sent["sampling_params"]["json_schema"])["minItems"] == 1
+    [call] = reply.json()["choices"][0]["message"]["tool_calls"]
+    assert call["function"] == {"name": "lookup", "arguments": '{"word": "sea"}'}
+
+
+def test_a_strict_flag_that_is_not_a_boolean_is_a_400(
+        fake: Fake, start_proxy: Callable[..., str]) -> None:
+    base = parsed(start_proxy, fake, "hermes")
+    url = f"{base}/sessions/b/v1/chat/completions"
+    bad = {"type": "function", "function": {"name": "f", "strict": "yes"}}
+    reply = httpx.post(url, timeout=60, json={"model": "m", "messages": HI, "tools": [bad]})
+    assert reply.status_code == 400, reply.text
+    error = reply.json()["error"]
+    assert error["param"] == "tools" and error["type"] == "invalid_request_error"
+    assert error["message"] == "tools[0].function.strict must be a boolean"
+    assert generated(fake) == []
+    fake.switches.script = [[1, 2]]
+    after = httpx.post(url, json={"model": "m", "messages": HI}, timeout=60)
+    assert after.headers["x-seedproxy-request-index"] == "0"
