@@ -193,13 +193,10 @@ def test_a_streamed_tagged_call_is_the_same_message(
     assert finish == "tool_calls" and content.strip() == ""
 
 
-@pytest.mark.parametrize("parser", ["kimi_k2", None])
-def test_without_a_frame_a_forced_call_is_the_json_array(
-        fake: Fake, start_proxy: Callable[..., str], encode: Callable[[str], list[int]],
-        parser: str | None) -> None:
-    """No tool parser, or kimi_k2 (SGLang sends xgrammar's native Kimi tag there, not
-    built here): the JSON-array grammar, read back as calls."""
-    base = parsed(start_proxy, fake, parser)
+def test_without_a_tool_parser_a_forced_call_is_the_json_array(
+        fake: Fake, start_proxy: Callable[..., str], encode: Callable[[str], list[int]]) -> None:
+    """No tool parser: the JSON-array grammar, read back as calls."""
+    base = parsed(start_proxy, fake, None)
     fake.switches.script = [encode('[{"name": "lookup", "parameters": {"word": "sea"}}]')]
     reply = httpx.post(f"{base}/v1/chat/completions", timeout=60, json={
         "model": "m", "messages": HI, "tools": [STRICT, CLOCK], "tool_choice": "required"})
@@ -224,3 +221,70 @@ def test_a_strict_flag_that_is_not_a_boolean_is_a_400(
     fake.switches.script = [[1, 2]]
     after = httpx.post(url, json={"model": "m", "messages": HI}, timeout=60)
     assert after.headers["x-seedproxy-request-index"] == "0"
+
+
+# sglang 0.5.23 kimik2_detector.py get_structural_tag asks xgrammar 0.2.7 for its
+# "kimi" tag (builtin_structural_tag.py get_kimi_structural_tag, reasoning disabled;
+# a tool that is not strict gets {"type": "object"} when forced); the text is
+# json.dumps of its model_dump(by_alias=True), every default in field order
+# (structural_tag.py). Written out by hand, and checked once offline against
+# xgrammar 0.2.7 itself.
+def _kimi_call(name: str, schema: str) -> str:
+    return ('{"type": "tag", "begin": "<|tool_call_begin|>functions.' + name + ':", '
+            '"content": {"type": "sequence", "elements": [{"type": "regex", "pattern": '
+            '"\\\\d+"}, {"type": "const_string", "value": "<|tool_call_argument_begin|>"}, '
+            '{"type": "json_schema", "json_schema": ' + schema + ', "style": "json", '
+            '"any_order": false, "max_whitespace_cnt": null}]}, "end": "<|tool_call_end|>"}')
+
+
+KIMI_REQUIRED = (
+    '{"type": "structural_tag", "format": {"type": "sequence", "elements": [{"type": '
+    '"const_string", "value": "<|tool_calls_section_begin|>"}, {"type": '
+    '"tags_with_separator", "tags": [' + _kimi_call("lookup", '{"type": "object"}') + ", "
+    + _kimi_call("clock", '{"type": "object"}') + '], "separator": "", "at_least_one": '
+    'true, "stop_after_first": false}, {"type": "const_string", "value": '
+    '"<|tool_calls_section_end|>"}]}}')
+KIMI_NAMED = (
+    '{"type": "structural_tag", "format": {"type": "sequence", "elements": [{"type": '
+    '"const_string", "value": "<|tool_calls_section_begin|>"}, '
+    + _kimi_call("lookup", '{"type": "object"}') + ', {"type": "const_string", "value": '
+    '"<|tool_calls_section_end|>"}]}}')
+KIMI_STRICT_AUTO = (
+    '{"type": "structural_tag", "format": {"type": "triggered_tags", "triggers": '
+    '["<|tool_calls_section_begin|>"], "tags": [{"type": "tag", "begin": '
+    '"<|tool_calls_section_begin|>", "content": {"type": "tags_with_separator", "tags": ['
+    + _kimi_call("lookup", '{"type": "object", "properties": {"word": {"type": "string"}}, '
+                 '"required": ["word"]}') + ", " + _kimi_call("clock", "true")
+    + '], "separator": "", "at_least_one": true, "stop_after_first": true}, "end": '
+    '"<|tool_calls_section_end|>"}], "at_least_one": false, "stop_after_first": true, '
+    '"excludes": ["<|tool_call_begin|>"]}}')
+KIMI_CALL = ("<|tool_calls_section_begin|><|tool_call_begin|>functions.lookup:0"
+             '<|tool_call_argument_begin|>{"word": "sea"}<|tool_call_end|>'
+             "<|tool_calls_section_end|>")
+
+
+@pytest.mark.parametrize(("fields", "tools", "tag"), [
+    ({"tool_choice": "required"}, [LOOKUP, CLOCK], KIMI_REQUIRED),
+    ({"tool_choice": NAMED}, [LOOKUP, CLOCK], KIMI_NAMED),
+    # --reasoning-parser kimi_k2 owns <think>: SGLang lets it through the free text.
+    ({"parallel_tool_calls": False}, [STRICT, CLOCK], KIMI_STRICT_AUTO),
+], ids=["required", "named", "strict-auto"])
+def test_kimi_k2_sends_xgrammars_native_kimi_tag(
+        fake: Fake, start_proxy: Callable[..., str], encode: Callable[[str], list[int]],
+        fields: dict[str, Any], tools: list[Any], tag: str) -> None:
+    base = start_proxy([fake.url], token_in_token_out=True, tokenizer=TOKENIZER,
+                       chat_template=TEMPLATE, tool_parser="kimi_k2",
+                       reasoning_parser="kimi_k2")
+    answer = encode(KIMI_CALL)
+    fake.switches.script = [answer]
+    reply = httpx.post(f"{base}/sessions/k/v1/chat/completions", timeout=60,
+                       json={"model": "m", "messages": HI, "tools": tools, **fields})
+    assert reply.status_code == 200, reply.text
+    [sent] = generated(fake)
+    assert sent["sampling_params"]["structural_tag"] == tag
+    assert "json_schema" not in sent["sampling_params"]
+    [call] = reply.json()["choices"][0]["message"]["tool_calls"]
+    assert call["id"] == "functions.lookup:0"
+    assert call["function"] == {"name": "lookup", "arguments": '{"word": "sea"}'}
+    [turn] = httpx.get(f"{base}/sessions/k/trajectory").json()["interactions"]
+    assert turn["completion_token_ids"] == answer

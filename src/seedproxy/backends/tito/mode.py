@@ -39,6 +39,8 @@ class TitoMode:
         self.model_name = model_name
         self._tool_parser = TOOL_PARSERS[tool_parser] if tool_parser else None
         self._reasoning = REASONING_PARSERS[reasoning_parser] if reasoning_parser else None
+        self._think = (self._reasoning.open_tag, self._reasoning.close_tag) if (
+            self._reasoning) else ()
         tok = renderer.tokenizer
         self.stop_token_ids: tuple[int, ...] = tuple(dict.fromkeys(
             [*renderer.stop_token_ids, *eos_ids]))
@@ -85,7 +87,7 @@ class TitoMode:
         return sampling_of(body, self.stop_token_ids, carries=self.dialect.carries,
                            vocab_size=self._vocab_size,
                            reasoning=self._reasoning is not None,
-                           tool_parser=self._tool_parser)
+                           tool_parser=self._tool_parser, think=self._think)
 
     def assistant(self, prompt: Prompt, body: dict[str, Any]) -> AssistantStream:
         """A fresh parser chain for one choice of ``body``."""

@@ -21,6 +21,7 @@ from ...errors import BadRequest
 from ...tool_choice import Forcing, ToolChoiceError, forcing_of
 from .constraints import Constraint, check_regex, constraint_of
 from .tools.base import ToolParser
+from .tools.structural import ToolAsk
 
 __all__ = ["CARRIABLE", "Sampling", "sampling_of"]
 
@@ -152,25 +153,29 @@ def _int(body: dict[str, Any], key: str, low: int) -> int | None:
 
 
 def _tool_tag(body: dict[str, Any], forcing: Forcing | None,
-              tool_parser: type[ToolParser] | None) -> str | None:
+              tool_parser: type[ToolParser] | None, think: tuple[str, ...]) -> str | None:
     """The tool parser's structural tag for ``body``'s calls, if it builds one."""
     tools = body.get("tools")
     if tool_parser is None or not tools or body.get("tool_choice") == "none":
         return None
-    return tool_parser.structural_tag(tools, forced=forcing is not None)
+    return tool_parser.structural_tag(ToolAsk(
+        tools, forced=forcing is not None, named=forcing.name if forcing else None,
+        parallel=body.get("parallel_tool_calls") is not False, think=think))
 
 
 def sampling_of(body: dict[str, Any], stop_token_ids: tuple[int, ...], *,
                 carries: frozenset[str], vocab_size: int,
-                reasoning: bool = False,
-                tool_parser: type[ToolParser] | None = None) -> Sampling:
+                reasoning: bool = False, tool_parser: type[ToolParser] | None = None,
+                think: tuple[str, ...] = ()) -> Sampling:
     """Read ``body``'s sampling fields; ``BadRequest`` names the first bad one, or one
     the dialect cannot carry (``carries``: its fields out of ``CARRIABLE``).
     ``tool_parser``: the ``--tool-parser``, whose structural tag constrains the calls
-    where the dialect carries a ``tool_choice``."""
+    where the dialect carries a ``tool_choice``; ``think``: the reasoning parser's
+    open and close tags."""
     forcing = checked_forcing(body)
     _refuse_uncarried(body, carries)
-    tool_tag = _tool_tag(body, forcing, tool_parser) if "tool_choice" in carries else None
+    tool_tag = (_tool_tag(body, forcing, tool_parser, think) if "tool_choice" in carries
+                else None)
     stop = body.get("stop")
     if stop is None:
         stops: tuple[str, ...] = ()

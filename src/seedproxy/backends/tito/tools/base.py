@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from ....nesting import too_deep
 from ..segments import partial_tag
-from .structural import CallFrame, frame_tag
+from .structural import CallFrame, ToolAsk, frame_tag
 
 __all__ = ["ToolCall", "ToolParser", "call_of", "decode_at", "loads", "marked_calls",
            "openai_call_id", "skip_space"]
@@ -122,11 +122,11 @@ class ToolParser:
         return openai_call_id(base, position)
 
     @classmethod
-    def structural_tag(cls, tools: list[Any], *, forced: bool) -> str | None:
-        """The ``structural_tag`` text SGLang's chat route constrains ``tools``' calls
-        with for this format (``forced``: ``required`` or a named function), or None
-        where it sends none. A format with a model-native tag overrides this."""
-        return frame_tag(cls.frame, tools, forced=forced) if cls.frame else None
+    def structural_tag(cls, ask: ToolAsk) -> str | None:
+        """The ``structural_tag`` text SGLang's chat route constrains the calls ``ask``
+        describes with, for this format, or None where it sends none (a forced call
+        then takes the JSON array). A format with a model-native tag overrides this."""
+        return frame_tag(cls.frame, ask) if cls.frame else None
 
     def feed(self, text: str) -> str:
         """Content that can be shown now."""

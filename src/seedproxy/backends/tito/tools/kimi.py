@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 
 from .base import ToolCall, ToolParser, call_of, decode_at, marked_calls, skip_space
+from .kimi_tag import kimi_tag
+from .structural import ToolAsk
 
 __all__ = ["KimiK2Parser"]
 
@@ -30,6 +32,10 @@ class KimiK2Parser(ToolParser):
     @staticmethod
     def call_id(base: str, position: int, name: str = "", earlier: int = 0) -> str:
         return f"functions.{name}:{earlier + position}"
+
+    @classmethod
+    def structural_tag(cls, ask: ToolAsk) -> str | None:
+        return kimi_tag(ask)
 
     def parse(self, captured: str) -> tuple[list[ToolCall], str]:
         return marked_calls(captured, CALL_BEGIN, SECTION_END, self._call)

@@ -24,7 +24,24 @@ from typing import Any
 from ....errors import BadRequest
 from ..constraints import legacy_tag_text
 
-__all__ = ["CallFrame", "frame_tag", "strict_tools"]
+__all__ = ["CallFrame", "ToolAsk", "frame_tag", "strict_tools"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolAsk:
+    """What a request asks of its tool calls, as the tag builders read it."""
+
+    tools: list[Any]
+    """The request's ``tools``, checked by ``tool_choice.forcing_of``."""
+    forced: bool
+    """``required`` or a named function."""
+    named: str | None = None
+    """The named function, if one."""
+    parallel: bool = True
+    """``parallel_tool_calls`` (null is true)."""
+    think: tuple[str, ...] = ()
+    """The ``--reasoning-parser``'s open and close tags: SGLang lets them through free
+    text when a reasoning parser owns the reasoning (``strip_structural_tag_excludes``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,14 +71,15 @@ def strict_tools(tools: list[Any]) -> list[bool]:
     return flags
 
 
-def frame_tag(frame: CallFrame, tools: list[Any], *, forced: bool) -> str | None:
-    """The tag over ``tools`` (checked by ``tool_choice.forcing_of``): always when
-    ``forced``, else only when a tool is strict (None otherwise)."""
+def frame_tag(frame: CallFrame, ask: ToolAsk) -> str | None:
+    """The legacy tag over ``ask.tools``: always when forced, else only when a tool is
+    strict (None otherwise)."""
+    tools = ask.tools
     flags = strict_tools(tools)
-    if not tools or not (forced or any(flags)):
+    if not tools or not (ask.forced or any(flags)):
         return None
     structures = [{"begin": frame.begin(tool["function"]["name"]),
                    "schema": (tool["function"].get("parameters") or {}) if strict else {},
                    "end": frame.end}
                   for tool, strict in zip(tools, flags, strict=True)]
-    return legacy_tag_text(structures, [frame.trigger], forced)
+    return legacy_tag_text(structures, [frame.trigger], ask.forced)
