@@ -10,6 +10,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -288,3 +289,35 @@ def test_kimi_k2_sends_xgrammars_native_kimi_tag(
     assert call["function"] == {"name": "lookup", "arguments": '{"word": "sea"}'}
     [turn] = httpx.get(f"{base}/sessions/k/trajectory").json()["interactions"]
     assert turn["completion_token_ids"] == answer
+
+
+def test_anthropic_any_takes_the_tag_and_the_next_turn_extends_the_call(
+        fake: Fake, start_proxy: Callable[..., str], encode: Callable[[str], list[int]]) -> None:
+    base = parsed(start_proxy, fake, "hermes")
+    call, answer = encode(FRAMES["hermes"][4]), encode("Salt water.")
+    fake.switches.script = [call, answer]
+    client = anthropic.Anthropic(base_url=f"{base}/sessions/a", api_key="x", max_retries=0)
+    tool: Any = {"name": "lookup", "description": "Look a word up",
+                 "input_schema": LOOKUP["function"]["parameters"]}
+    messages: list[Any] = [{"role": "user", "content": "The sea?"}]
+    first = client.messages.create(model="m", max_tokens=64, messages=messages,
+                                   tools=[tool], tool_choice={"type": "any"})
+    assert first.stop_reason == "tool_use"
+    [block] = first.content
+    assert block.type == "tool_use" and block.input == {"word": "sea"}
+    messages += [{"role": "assistant", "content": [block.model_dump()]},
+                 {"role": "user", "content": [{"type": "tool_result",
+                                               "tool_use_id": block.id, "content": "salt"}]}]
+    second = client.messages.create(model="m", max_tokens=64, messages=messages, tools=[tool])
+    assert second.content[0].type == "text"
+    sent = generated(fake)
+    assert sent[0]["sampling_params"]["structural_tag"] == (
+        '{"type": "structural_tag", "structures": [{"begin": "<tool_call>{\\"name\\":'
+        '\\"lookup\\", \\"arguments\\":", "schema": {}, "end": "}</tool_call>"}], '
+        '"triggers": ["<tool_call>"], "at_least_one": true}')
+    assert "structural_tag" not in sent[1]["sampling_params"]  # auto, nothing strict
+    head = sent[0]["input_ids"] + call
+    assert sent[1]["input_ids"][: len(head)] == head  # the sampled call, extended
+    turns = httpx.get(f"{base}/sessions/a/trajectory").json()["interactions"]
+    assert turns[0]["completion_token_ids"] == call
+    assert turns[1]["lineage"]["extends"] == {"interaction_id": "i0", "choice": 0}
