@@ -321,3 +321,28 @@ def test_anthropic_any_takes_the_tag_and_the_next_turn_extends_the_call(
     turns = httpx.get(f"{base}/sessions/a/trajectory").json()["interactions"]
     assert turns[0]["completion_token_ids"] == call
     assert turns[1]["lineage"]["extends"] == {"interaction_id": "i0", "choice": 0}
+
+
+CLASHING: list[Any] = [
+    {"type": "function", "function": {"name": "lookup", "strict": True, "parameters": {
+        "$defs": {"w": {"type": "string"}}, "type": "object"}}},
+    {"type": "function", "function": {"name": "clock", "parameters": {
+        "$defs": {"w": {"type": "integer"}}, "type": "object"}}}]
+
+
+@pytest.mark.parametrize(("fields", "sent_key"), [
+    ({}, None), ({"tool_choice": NAMED}, "json_schema")], ids=["auto", "named"])
+def test_tools_whose_defs_clash_get_no_tag(
+        fake: Fake, start_proxy: Callable[..., str], encode: Callable[[str], list[int]],
+        fields: dict[str, Any], sent_key: str | None) -> None:
+    """SGLang's legacy-tag builder refuses one $defs name with two schemas, and its
+    route goes on without the tag: auto is free, a named choice takes the JSON array."""
+    base = parsed(start_proxy, fake, "hermes")
+    fake.switches.script = [encode('[{"name": "lookup", "parameters": {}}]')]
+    reply = httpx.post(f"{base}/v1/chat/completions", timeout=60, json={
+        "model": "m", "messages": HI, "tools": CLASHING, **fields})
+    assert reply.status_code == 200, reply.text
+    [sent] = generated(fake)
+    assert "structural_tag" not in sent["sampling_params"]
+    assert [k for k in ("json_schema",) if k in sent["sampling_params"]] == (
+        [sent_key] if sent_key else [])

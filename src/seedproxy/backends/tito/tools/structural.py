@@ -12,6 +12,9 @@ Invariants (read from SGLang's ``function_call_parser.py`` and ``serving_chat.py
 - One structure per tool, in ``tools`` order, over all the tools even for a named
   choice (SGLang passes every tool); its schema is the tool's ``parameters`` when the
   tool is strict, else ``{}`` (any JSON); ``triggers`` is the frame's one trigger.
+- Tools whose ``$defs`` give one name two schemas get no tag (SGLang's builder
+  raises, and its route goes on without one: ``auto`` unconstrained, a named choice
+  the JSON array; ``required`` is a 400 already, in ``tool_choice``).
 - The text is ``json.dumps`` of SGLang's ``LegacyStructuralTagResponseFormat``
   (``constraints.legacy_tag_text``), key order included.
 """
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ....errors import BadRequest
+from ....tool_choice import ToolChoiceError, tool_defs
 from ..constraints import legacy_tag_text
 
 __all__ = ["CallFrame", "ToolAsk", "frame_tag", "strict_tools"]
@@ -78,6 +82,10 @@ def frame_tag(frame: CallFrame, ask: ToolAsk) -> str | None:
     flags = strict_tools(tools)
     if not tools or not (ask.forced or any(flags)):
         return None
+    try:
+        tool_defs(tools)
+    except ToolChoiceError:
+        return None  # SGLang's builder refuses the tools, and it sends no tag
     structures = [{"begin": frame.begin(tool["function"]["name"]),
                    "schema": (tool["function"].get("parameters") or {}) if strict else {},
                    "end": frame.end}
