@@ -89,12 +89,15 @@ class TitoMode:
                            reasoning=self._reasoning is not None,
                            tool_parser=self._tool_parser, think=self._think)
 
-    def assistant(self, prompt: Prompt, body: dict[str, Any]) -> AssistantStream:
-        """A fresh parser chain for one choice of ``body``."""
+    def assistant(self, prompt: Prompt, body: dict[str, Any],
+                  sampling: Sampling | None = None) -> AssistantStream:
+        """A fresh parser chain for one choice of ``body`` (``sampling``: its
+        ``sampling(body)``, when the caller holds it already)."""
         reasoning: ThinkParser | None = None
         if self._reasoning is not None:
             reasoning = self._reasoning(opened=prompt.opens_reasoning)
-        sampling = self.sampling(body)
+        if sampling is None:
+            sampling = self.sampling(body)
         tools: ToolParser | None = None
         tagged = sampling.constraint is not None and sampling.constraint.structural
         if sampling.forcing is not None and not tagged:
