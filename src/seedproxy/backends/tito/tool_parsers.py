@@ -8,6 +8,7 @@ own module under ``tools``; ``tools.base`` says what they all keep).
 | ``mistral`` | ``[TOOL_CALLS][{...}]`` or ``[TOOL_CALLS]name[ARGS]{...}`` |
 | ``deepseekv3``, ``deepseekv31`` | ``<｜tool▁calls▁begin｜>`` sections |
 | ``kimi_k2`` | ``<|tool_calls_section_begin|>`` sections |
+| ``gpt-oss`` | ``<|channel|>commentary to=functions.NAME ...<|call|>`` |
 
 A forcing ``tool_choice`` (``required``, a named function) is read by
 ``ForcedCallParser`` whatever the ``--tool-parser``: the JSON array its grammar allows.
@@ -18,6 +19,7 @@ from __future__ import annotations
 from .tools.base import ToolCall, ToolParser
 from .tools.deepseek import DeepSeekV3Parser, DeepSeekV31Parser
 from .tools.forced import ForcedCallParser
+from .tools.gpt_oss import GptOssParser
 from .tools.hermes import HermesParser
 from .tools.kimi import KimiK2Parser
 from .tools.llama3 import Llama3JsonParser
@@ -31,5 +33,5 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "llama3": Llama3JsonParser, "llama3-json": Llama3JsonParser,
     "mistral": MistralParser,
     "deepseekv3": DeepSeekV3Parser, "deepseekv31": DeepSeekV31Parser,
-    "kimi_k2": KimiK2Parser,
+    "kimi_k2": KimiK2Parser, "gpt-oss": GptOssParser,
 }
