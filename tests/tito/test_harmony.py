@@ -265,6 +265,27 @@ def test_reasoning_effort_changes_the_prompt_as_apply_chat_template_does(
     assert_chain(sent, sampled)
 
 
+def test_a_turn_cut_off_gets_its_message_closed_before_the_next_messages(
+        fake: Fake, start_proxy: Callable[..., str]) -> None:
+    """Cut inside the final message (no <|return|>), the next turn closes the message
+    with ``<|end|>`` (as the template ends one sent back) before the new user message."""
+    base = start(start_proxy, fake)
+    cut = ANALYSIS.format("R.") + "<|channel|>final<|message|>Half an"
+    fake.switches.script = [ids(tok(), cut), emitted(FINAL.format("Fine."))]
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Go."}]
+    got = post(base, "cut", {"messages": messages, "max_tokens": 64})
+    assert got["finish_reason"] == "length"
+    assert got["message"]["content"] == "Half an"
+    assert got["message"]["reasoning_content"] == "R."
+    messages += [got["message"], {"role": "user", "content": "Go on."}]
+    post(base, "cut", {"messages": messages})
+    first, second = prompts(fake)
+    before = first + ids(tok(), cut)
+    assert second[:len(before)] == before
+    assert tok().decode(second[len(before):]) == (
+        "<|end|><|start|>user<|message|>Go on.<|end|><|start|>assistant")
+
+
 # 3. the parsers, as SGLang's detectors parse the same text
 
 _LOOKUP = ('<|start|>assistant<|channel|>commentary to=functions.lookup <|constrain|>json'
