@@ -88,12 +88,15 @@ class TitoMode:
                            vocab_size=self._vocab_size,
                            reasoning=self._reasoning is not None)
 
-    def assistant(self, prompt: Prompt, body: dict[str, Any]) -> AssistantStream:
-        """A fresh parser chain for one choice of ``body``."""
+    def assistant(self, prompt: Prompt, body: dict[str, Any],
+                  sampling: Sampling | None = None) -> AssistantStream:
+        """A fresh parser chain for one choice of ``body`` (``sampling``: its
+        ``sampling(body)``, when the caller holds it already)."""
         reasoning: ReasoningParser | None = None
         if self._reasoning is not None:
             reasoning = self._reasoning(opened=prompt.opens_reasoning)
-        sampling = self.sampling(body)
+        if sampling is None:
+            sampling = self.sampling(body)
         tools: ToolParser | None = None
         if sampling.forcing is not None:
             tools = ForcedCallParser()

@@ -30,7 +30,7 @@ Invariants:
 from __future__ import annotations
 
 import datetime
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ...errors import BadRequest, ConfigError
@@ -89,6 +89,26 @@ def _template_errors() -> tuple[type[BaseException], ...]:
     return (TemplateError, TypeError, KeyError, ValueError, AttributeError, IndexError)
 
 
+def encoder_of(tokenizer: Any) -> Callable[[str], list[int]]:
+    """``tokenizer.encode(text, add_special_tokens=False)`` as a function. A fast (Rust)
+    tokenizer is called through its backend directly when the two agree on a probe
+    text holding every special token (the wrapper costs about as much as the encode)."""
+    def wrapped(text: str) -> list[int]:
+        return list(tokenizer.encode(text, add_special_tokens=False))
+
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or not callable(getattr(backend, "encode", None)):
+        return wrapped
+
+    def direct(text: str) -> list[int]:
+        ids: list[int] = backend.encode(text, add_special_tokens=False).ids
+        return ids
+
+    special = "".join(str(t) for t in getattr(tokenizer, "all_special_tokens", []))
+    probe = f" Hello  world,\n\tcafé 日本 🙂{special} x{special[:1]}y "
+    return direct if direct(probe) == wrapped(probe) else wrapped
+
+
 class Renderer:
     """Renders messages with one chat template and one tokenizer (thread-safe reads)."""
 
@@ -101,6 +121,7 @@ class Renderer:
         if today is not None and "strftime_now" in self.template:
             self.template = dated(today) + self.template
         self._errors = _template_errors()
+        self._encode = encoder_of(tokenizer)
         self.content_format = content_format(self.template)
         self.reserved = reserved_names(tokenizer)
         self.eot_text, self.eot_id = self._find_end_of_turn()
@@ -135,7 +156,8 @@ class Renderer:
         return text
 
     def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
+        """``tokenizer.encode(text, add_special_tokens=False)``."""
+        return self._encode(text)
 
     def full_text(self, messages: list[dict[str, Any]], tools: list[Any] | None,
                   options: RenderOptions = _DEFAULT) -> str:
