@@ -187,11 +187,13 @@ class Renderer:
         """Harmony: what the template writes after an assistant call to the function
         ``reply`` called first (the tool message names it), ``<|call|>`` first when the
         sampled call did not end with it."""
-        function = reply["tool_calls"][0].get("function") or {}
+        first = reply["tool_calls"][0]
+        function = first.get("function") if isinstance(first, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
         probe: list[dict[str, Any]] = [_PROBE_USER, {
             "role": "assistant", "content": "", "tool_calls": [
                 {"id": "call_0", "type": "function",
-                 "function": {"name": function.get("name"), "arguments": {}}}]}]
+                 "function": {"name": name, "arguments": {}}}]}]
         head = self.render(probe, tools, generation_prompt=False, kwargs=options.kwargs)
         text = self.full_text(probe + new, tools, options)
         if not head.endswith(CALL) or not text.startswith(head):
