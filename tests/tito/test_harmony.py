@@ -265,6 +265,35 @@ def test_reasoning_effort_changes_the_prompt_as_apply_chat_template_does(
     assert_chain(sent, sampled)
 
 
+def test_a_top_level_reasoning_effort_reaches_the_template_as_sglang_passes_it(
+        fake: Fake, start_proxy: Callable[..., str]) -> None:
+    """OpenAI's ``reasoning_effort`` field is the template's ``reasoning_effort`` (the
+    kwargs' own wins); a turn that changes it is a full render on a new branch, and a
+    value SGLang refuses is a 400 naming the field, sending nothing, using no index."""
+    base = start(start_proxy, fake)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "hi"}]
+    fake.switches.script = [emitted(FINAL.format(f"ok {k}")) for k in range(3)]
+    got = post(base, "top", {"messages": messages, "reasoning_effort": "low"})
+    messages += [got["message"], {"role": "user", "content": "again"}]
+    post(base, "top", {"messages": messages, "reasoning_effort": "low"})
+    post(base, "top", {"messages": messages, "reasoning_effort": "high",
+                       "chat_template_kwargs": {"reasoning_effort": "medium"}})
+    sent, sampled = prompts(fake), completions(base, "top")
+    assert sent[0] == expected_first(messages[:1], reasoning_effort="low")
+    assert_chain(sent[:2], sampled[:2])
+    assert sent[2] == expected_first(messages, reasoning_effort="medium")
+    lineage = [i["lineage"] for i in httpx.get(f"{base}/sessions/top/trajectory",
+                                               timeout=60).json()["interactions"]]
+    assert lineage[1]["extends"] == {"interaction_id": "i0", "choice": 0}
+    assert lineage[2]["extends"] is None and lineage[2]["forked_from"] is not None
+    refused = httpx.post(f"{base}/sessions/top/v1/chat/completions", timeout=60, json={
+        "model": "m", "messages": messages, "reasoning_effort": "extreme"})
+    assert refused.status_code == 400
+    assert refused.json()["error"]["param"] == "reasoning_effort"
+    assert len(prompts(fake)) == 3
+    assert httpx.get(f"{base}/sessions/top", timeout=60).json()["next_index"] == 3
+
+
 def test_a_turn_cut_off_gets_its_message_closed_before_the_next_messages(
         fake: Fake, start_proxy: Callable[..., str]) -> None:
     """Cut inside the final message (no <|return|>), the next turn closes the message

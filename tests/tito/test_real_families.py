@@ -282,6 +282,22 @@ def test_template_kwargs_change_the_prompt_as_apply_chat_template_does(
         assert ids(tok, tok.decode(sent))[-4:] == ids(tok, "<think>\n\n</think>\n\n")[-4:]
 
 
+def test_reasoning_effort_none_renders_as_enable_thinking_false_as_sglang_sets_it(
+        fake: Fake, start_proxy: Callable[..., str]) -> None:
+    """SGLang's request model turns ``reasoning_effort`` into ``thinking`` and
+    ``enable_thinking`` (unless the kwargs set them): "none" is Qwen3's empty think."""
+    tok = tok_of("qwen3")
+    base = start(start_proxy, fake, "qwen3")
+    messages = [{"role": "user", "content": "hi"}]
+    fake.switches.script = [emitted("qwen3", "ok"), emitted("qwen3", "ok")]
+    post(base, "effort", {"messages": messages, "reasoning_effort": "none"})
+    post(base, "effort-2", {"messages": messages, "reasoning_effort": "none",
+                            "chat_template_kwargs": {"enable_thinking": True}})
+    off, kept = prompts(fake)
+    assert off == expected_first(tok, messages, enable_thinking=False)
+    assert kept == expected_first(tok, messages) != off
+
+
 # 4. a turn cut off (finish length)
 
 @pytest.mark.parametrize("name,cut,closing", [
