@@ -8,7 +8,8 @@
   renamed to Llama 3.1's ``<|finetune_right_pad_id|>``, ``<|eom_id|>``, ``<|python_tag|>``.
 
 Each is built once into a model folder (``tokenizer.json`` + ``tokenizer_config.json``
-with the family's chat template) under the cache directory, written atomically so that
+with the family's chat template, and the model's ``generation_config.json`` end ids
+where the family has several) under the cache directory, written atomically so that
 parallel test workers share it, and loaded with ``AutoTokenizer`` as ``--tokenizer``
 loads a folder. Nothing is downloaded.
 """
@@ -51,6 +52,8 @@ class Family:
     eos: str
     bos: str | None = None
     eot: str = "<|im_end|>"
+    generation_eos: tuple[int, ...] = ()
+    """The model's ``generation_config.json`` ``eos_token_id`` (written when set)."""
 
 
 FAMILIES = {f.name: f for f in [
@@ -64,7 +67,8 @@ FAMILIES = {f.name: f for f in [
            "<｜end▁of▁sentence｜>", bos="<｜begin▁of▁sentence｜>",
            eot="<｜end▁of▁sentence｜>"),
     Family("gpt-oss", "o200k-harmony", "openai-gpt-oss-120b.jinja", "<|return|>",
-           bos="<|startoftext|>", eot="<|end|>"),
+           bos="<|startoftext|>", eot="<|end|>",
+           generation_eos=(200002, 199999, 200012)),  # <|return|>, <|endoftext|>, <|call|>
 ]}
 
 # DeepSeek-R1-Distill-Qwen's added tokens (its tokenizer.json): id, text, special.
@@ -238,6 +242,9 @@ def tokenizer_dir(name: str) -> Path:
     _write_atomic(folder / "tokenizer.json", text)
     _write_atomic(folder / "tokenizer_config.json", json.dumps(config, ensure_ascii=False,
                                                                indent=1))
+    if fam.generation_eos:
+        _write_atomic(folder / "generation_config.json",
+                      json.dumps({"eos_token_id": list(fam.generation_eos)}))
     _write_atomic(marker, stamp)
     return folder
 

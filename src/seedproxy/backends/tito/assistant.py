@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .decode import IncrementalDecoder
-from .reasoning import ThinkParser
+from .reasoning import ReasoningParser
 from .segments import Held, StopTrim
 from .tool_parsers import ToolCall, ToolParser
 from .tools.base import openai_call_id
@@ -53,7 +53,7 @@ class Reply:
 
 
 class AssistantStream:
-    def __init__(self, decoder: IncrementalDecoder, reasoning: ThinkParser | None,
+    def __init__(self, decoder: IncrementalDecoder, reasoning: ReasoningParser | None,
                  tools: ToolParser | None, stops: tuple[str, ...] = (), *,
                  continues: bool = False, earlier_calls: int = 0) -> None:
         """``earlier_calls``: tool calls in the conversation before this answer (for a

@@ -12,8 +12,9 @@ from ...tool_choice import tools_rendered
 from .assistant import AssistantStream
 from .decode import IncrementalDecoder, decoder_of
 from .dialect import DIALECTS, Dialect
+from .harmony import MARKERS as HARMONY_MARKERS
 from .lineage import FullRender, Prompt, RecordedTurn, plan_prompt
-from .reasoning import REASONING_PARSERS, ThinkParser
+from .reasoning import REASONING_PARSERS, ReasoningParser
 from .renderer import Renderer
 from .sampling import Sampling, checked_forcing, sampling_of
 from .tokenizer import generation_eos_ids, load_tokenizer, read_template
@@ -45,13 +46,14 @@ class TitoMode:
         self.stop_token_ids: tuple[int, ...] = tuple(dict.fromkeys(
             [*renderer.stop_token_ids, *eos_ids]))
         tags = {*_PARSER_TAGS, *(self._tool_parser.markers if self._tool_parser else ()),
-                *(self._reasoning.markers() if self._reasoning else ())}
-        keep = {i for t in tags for i in [tok.convert_tokens_to_ids(t)]
-                if isinstance(i, int) and i != tok.unk_token_id}
+                *(self._reasoning.markers() if self._reasoning else ()),
+                *(HARMONY_MARKERS if renderer.harmony else ())}
+        keep = _ids_of(tok, tags)
+        kept_stops = _ids_of(tok, self._tool_parser.kept_stops if self._tool_parser else ())
         # An end of turn is never text, special to the tokenizer or not (Gemma's
-        # <end_of_turn> is an ordinary added token).
-        self.hidden = (frozenset(int(i) for i in tok.all_special_ids) - keep) | frozenset(
-            self.stop_token_ids)
+        # <end_of_turn> is an ordinary added token), unless the tool parser reads it.
+        self.hidden = (frozenset(int(i) for i in tok.all_special_ids) - keep) | (
+            frozenset(self.stop_token_ids) - kept_stops)
         self._decode = decoder_of(tok)
         self._vocab_size = len(tok)  # the wrapper's len() costs a microsecond a request
         self._token_texts: dict[int, str] = {}  # bounded by the vocabulary
@@ -93,7 +95,7 @@ class TitoMode:
                   sampling: Sampling | None = None) -> AssistantStream:
         """A fresh parser chain for one choice of ``body`` (``sampling``: its
         ``sampling(body)``, when the caller holds it already)."""
-        reasoning: ThinkParser | None = None
+        reasoning: ReasoningParser | None = None
         if self._reasoning is not None:
             reasoning = self._reasoning(opened=prompt.opens_reasoning)
         if sampling is None:
@@ -119,6 +121,12 @@ class TitoMode:
             if 0 <= token_id < self._vocab_size:
                 self._token_texts[token_id] = text
         return text
+
+
+def _ids_of(tok: Any, tokens: Any) -> frozenset[int]:
+    """The ids of those of ``tokens`` that are single tokens of ``tok``."""
+    return frozenset(i for t in tokens for i in [tok.convert_tokens_to_ids(t)]
+                     if isinstance(i, int) and i != tok.unk_token_id)
 
 
 def _earlier_calls(messages: list[Any]) -> int:

@@ -14,6 +14,12 @@ Invariants:
   end-of-turn + suffix, with and without tools. A generation prompt that opens a think
   block (Qwen3-Thinking-2507, QwQ, DeepSeek-R1-Distill) may be missing from the full
   render: the model writes its reasoning after it, and later renders strip reasoning.
+  A harmony template (gpt-oss, ``harmony``) writes the channel header the model samples
+  itself after the generation prompt, and a call as one assistant message: the
+  recorded completion takes their place (see ``harmony``).
+- Harmony stops on ``<|return|>`` and ``<|call|>``; ``<|end|>`` ends a message only.
+  After a sampled tool call the suffix is what the template writes after a call to the
+  same function (its tool message names it).
 - A request's ``RenderOptions`` (template kwargs, generation prompt, continuing the
   final message) apply to the full render and to the suffix alike.
 - With ``today`` set, a template's ``strftime_now`` formats that date (at midnight)
@@ -28,6 +34,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ...errors import BadRequest, ConfigError
+from .harmony import CALL, END, FINAL_HEADER, START, harmony_of
 from .template_input import RenderOptions, content_format, reserved_names
 
 __all__ = ["Renderer", "dated"]
@@ -118,10 +125,15 @@ class Renderer:
         self.content_format = content_format(self.template)
         self.reserved = reserved_names(tokenizer)
         self.eot_text, self.eot_id = self._find_end_of_turn()
+        self.harmony = harmony_of(tokenizer, self.eot_text)
+        turn_ends = list(self.harmony.stop_ids) if self.harmony else [self.eot_id]
         eos = tokenizer.eos_token_id
-        self.stop_token_ids: tuple[int, ...] = tuple(
-            dict.fromkeys([self.eot_id] + ([eos] if isinstance(eos, int) else []))
-        )
+        if isinstance(eos, int) and not (self.harmony and eos == self.eot_id):
+            turn_ends.append(eos)
+        self.stop_token_ids: tuple[int, ...] = tuple(dict.fromkeys(turn_ends))
+        self.end_ids = frozenset([self.eot_id, *turn_ends])
+        """Ids that close a sampled turn (or, in harmony, its last message): a
+        completion ending in one needs no end-of-turn before the next messages."""
 
     def render(self, messages: list[dict[str, Any]], tools: list[Any] | None,
                *, generation_prompt: bool, continue_final: bool = False,
@@ -153,8 +165,12 @@ class Renderer:
                            continue_final=options.continue_final, kwargs=options.kwargs)
 
     def suffix_text(self, new: list[dict[str, Any]], tools: list[Any] | None,
-                    *, closed: bool, options: RenderOptions = _DEFAULT) -> str:
-        """What follows a sampled assistant turn for the ``new`` messages (see above)."""
+                    *, closed: bool, options: RenderOptions = _DEFAULT,
+                    reply: dict[str, Any] | None = None) -> str:
+        """What follows a sampled assistant turn for the ``new`` messages (see above);
+        ``reply``: that turn as the client sent it back."""
+        if self.harmony is not None and reply is not None and reply.get("tool_calls"):
+            return self._after_call(reply, new, tools, closed=closed, options=options)
         probe = [_PROBE_USER, {"role": "assistant", "content": _SENTINEL}]
         text = self.full_text(probe + new, tools, options)
         if text.count(_SENTINEL) != 1:
@@ -165,6 +181,26 @@ class Renderer:
             raise BadRequest("the chat template does not end an assistant turn with "
                              f"{self.eot_text!r} before these messages", param="messages")
         return after[len(self.eot_text):] if closed else after
+
+    def _after_call(self, reply: dict[str, Any], new: list[dict[str, Any]],
+                    tools: list[Any] | None, *, closed: bool, options: RenderOptions) -> str:
+        """Harmony: what the template writes after an assistant call to the function
+        ``reply`` called first (the tool message names it), ``<|call|>`` first when the
+        sampled call did not end with it."""
+        first = reply["tool_calls"][0]
+        function = first.get("function") if isinstance(first, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
+        probe: list[dict[str, Any]] = [_PROBE_USER, {
+            "role": "assistant", "content": "", "tool_calls": [
+                {"id": "call_0", "type": "function",
+                 "function": {"name": name, "arguments": {}}}]}]
+        head = self.render(probe, tools, generation_prompt=False, kwargs=options.kwargs)
+        text = self.full_text(probe + new, tools, options)
+        if not head.endswith(CALL) or not text.startswith(head):
+            raise BadRequest("the chat template does not end a tool call turn with "
+                             f"{CALL!r} before these messages", param="messages")
+        after = text[len(head):]
+        return after if closed else CALL + after
 
     def think_closing(self, prompt_tail: Sequence[int], completion: Sequence[int]) -> str:
         """The text that closes a reasoning block a turn cut short left open ("" if it
@@ -220,6 +256,33 @@ class Renderer:
                     raise ConfigError(f"the chat template cannot render incrementally: "
                                       f"{exc.message}") from None
                 self._compare(prompt, whole, suffix, follow["role"])
+        if self.harmony is not None:
+            self._check_call()
+
+    def _check_call(self) -> None:
+        """Harmony: the full render of [user, assistant call, tool] must be the prompt +
+        one assistant message ending with ``<|call|>`` (the call the model samples in its
+        own form) + the suffix after a call."""
+        call = {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "call_0", "type": "function",
+             "function": {"name": "probe", "arguments": {"x": "y"}}}]}
+        follow = {"role": "tool", "tool_call_id": "call_0", "content": "42"}
+        try:
+            prompt = self.full_text([_PROBE_USER], _PROBE_TOOLS)
+            whole = self.full_text([_PROBE_USER, call, follow], _PROBE_TOOLS)
+            suffix = self.suffix_text([follow], _PROBE_TOOLS, closed=True, reply=call)
+        except BadRequest as exc:
+            raise ConfigError(f"the chat template cannot render incrementally: "
+                              f"{exc.message}") from None
+        middle = whole[len(prompt):len(whole) - len(suffix)]
+        if (whole.startswith(prompt) and whole.endswith(suffix)
+                and len(prompt) + len(suffix) <= len(whole) and middle.endswith(CALL)
+                and START not in middle and END not in middle):
+            return
+        raise ConfigError(
+            "the chat template cannot render incrementally: in the full render of [user, "
+            "assistant tool call, tool] the call is not one assistant message between the "
+            f"prompt and the tool message (it writes {middle[:48]!r})")
 
     def _compare(self, prompt: str, whole: str, suffix: str, role: str) -> None:
         """``whole`` must be ``prompt`` + reply + end-of-turn + ``suffix``; a prompt that
@@ -231,6 +294,8 @@ class Renderer:
         opening = _think_opening(prompt)
         if opening and whole == prompt[:-len(opening)] + tail:
             return
+        if self.harmony is not None and whole == prompt + FINAL_HEADER + tail:
+            return  # the model samples the channel header itself
         built = prompt + tail
         where = next((i for i, (a, b) in enumerate(zip(built, whole, strict=False))
                       if a != b), min(len(built), len(whole)))

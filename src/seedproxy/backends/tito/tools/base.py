@@ -103,6 +103,9 @@ class ToolParser:
     start: ClassVar[str] = ""
     markers: ClassVar[tuple[str, ...]] = ()
     """Special tokens of the format, kept in the decoded text for the parser."""
+    kept_stops: ClassVar[tuple[str, ...]] = ()
+    """Stop tokens a call ends with, kept in the decoded text for the parser (SGLang
+    keeps gpt-oss's ``<|call|>``; other stop ids are never text)."""
     numbered: ClassVar[bool] = False
     """Whether call ids count the conversation's earlier calls (``call_id``'s
     ``earlier``; counted only for such a format)."""
