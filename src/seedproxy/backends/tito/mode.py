@@ -14,7 +14,7 @@ from .decode import IncrementalDecoder, decoder_of
 from .dialect import DIALECTS, Dialect
 from .harmony import MARKERS as HARMONY_MARKERS
 from .lineage import FullRender, Prompt, RecordedTurn, plan_prompt
-from .reasoning import REASONING_PARSERS, ReasoningParser
+from .reasoning import REASONING_PARSERS, ReasoningParser, ThinkParser
 from .renderer import Renderer
 from .sampling import Sampling, checked_forcing, sampling_of
 from .tokenizer import generation_eos_ids, load_tokenizer, read_template
@@ -40,8 +40,9 @@ class TitoMode:
         self.model_name = model_name
         self._tool_parser = TOOL_PARSERS[tool_parser] if tool_parser else None
         self._reasoning = REASONING_PARSERS[reasoning_parser] if reasoning_parser else None
+        # The think tags a structural tag leaves free (harmony's channels are none).
         self._think = (self._reasoning.open_tag, self._reasoning.close_tag) if (
-            self._reasoning) else ()
+            self._reasoning is not None and issubclass(self._reasoning, ThinkParser)) else ()
         tok = renderer.tokenizer
         self.stop_token_ids: tuple[int, ...] = tuple(dict.fromkeys(
             [*renderer.stop_token_ids, *eos_ids]))
