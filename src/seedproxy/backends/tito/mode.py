@@ -97,7 +97,7 @@ class TitoMode:
             tools = ForcedCallParser()
         elif self._tool_parser is not None and body.get("tools") and (
                 body.get("tool_choice") != "none"):
-            tools = self._tool_parser()
+            tools = self._tool_parser(body["tools"])
         decoder = IncrementalDecoder(self.renderer.tokenizer, self.hidden,
                                      decode=self._decode)
         earlier = _earlier_calls(body["messages"]) if tools is not None and tools.numbered else 0

@@ -8,6 +8,7 @@ own module under ``tools``; ``tools.base`` says what they all keep).
 | ``mistral`` | ``[TOOL_CALLS][{...}]`` or ``[TOOL_CALLS]name[ARGS]{...}`` |
 | ``deepseekv3``, ``deepseekv31`` | ``<｜tool▁calls▁begin｜>`` sections |
 | ``kimi_k2`` | ``<|tool_calls_section_begin|>`` sections |
+| ``glm45``, ``glm`` | ``<tool_call>NAME`` + ``<arg_key>``/``<arg_value>`` pairs |
 
 A forcing ``tool_choice`` (``required``, a named function) is read by
 ``ForcedCallParser`` whatever the ``--tool-parser``: the JSON array its grammar allows.
@@ -18,6 +19,7 @@ from __future__ import annotations
 from .tools.base import ToolCall, ToolParser
 from .tools.deepseek import DeepSeekV3Parser, DeepSeekV31Parser
 from .tools.forced import ForcedCallParser
+from .tools.glm import Glm45Parser
 from .tools.hermes import HermesParser
 from .tools.kimi import KimiK2Parser
 from .tools.llama3 import Llama3JsonParser
@@ -32,4 +34,5 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "mistral": MistralParser,
     "deepseekv3": DeepSeekV3Parser, "deepseekv31": DeepSeekV31Parser,
     "kimi_k2": KimiK2Parser,
+    "glm45": Glm45Parser, "glm": Glm45Parser,
 }

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -106,7 +106,9 @@ class ToolParser:
     """Whether call ids count the conversation's earlier calls (``call_id``'s
     ``earlier``; counted only for such a format)."""
 
-    def __init__(self) -> None:
+    def __init__(self, tools: Sequence[Mapping[str, Any]] = ()) -> None:
+        """``tools``: the request's checked ``tools`` (read by a format that types its
+        arguments by their schemas; one parser per answer)."""
         self._buffer = ""
         self._captured: str | None = None
         self._raw_marker = ""
