@@ -244,3 +244,55 @@ def test_glm45_argument_values_as_sglang_types_them(raw: str, kind: str | None,
                                                     value: Any) -> None:
     got = argument_value(raw, kind)
     assert (got, type(got)) == (value, type(value))
+
+
+
+READ = tool("ReadFile", path={"type": "string"})
+KIMI_TOOLS = [READ, tool("get_weather", city={"type": "string"}, unit={"type": "string"})]
+
+
+def kimi(*calls: tuple[str, dict[str, Any]], before: str = "") -> str:
+    """``before``, then one section of calls (id, arguments)."""
+    body = "".join(f"{KC}{ident}{KA}{json.dumps(args)}{KCE}" for ident, args in calls)
+    return f"{before}{KB}{body}{KE}"
+
+
+@pytest.mark.parametrize(("text", "tools", "content", "calls"), [
+    pytest.param(kimi(("functions.ReadFile:5", {"path": "/a.py"}),
+                      ("functions.get_weather:6", {"city": "Tokyo"})), KIMI_TOOLS,
+                 "", [("ReadFile", {"path": "/a.py"}), ("get_weather", {"city": "Tokyo"})],
+                 id="kimik2:test_non_streaming_tool_index_is_local"),
+    pytest.param(kimi(("functions.mcp__portal__search-documents:0", {"path": "/d"})),
+                 [tool("mcp__portal__search-documents", path={"type": "string"})], "",
+                 [("mcp__portal__search-documents", {"path": "/d"})],
+                 id="kimik2:test_hyphenated_name_non_streaming"),
+    pytest.param(kimi(("functions.get_weather:0", {"city": "London"}), before="Prefix text:")
+                 + kimi(("functions.get_weather:1", {"city": "Delhi"}),
+                        before=" Now calling next: "), KIMI_TOOLS,
+                 "Prefix text: Now calling next:",
+                 [("get_weather", {"city": "London"}), ("get_weather", {"city": "Delhi"})],
+                 id="kimik2:test_e2e_normal_text_between_two_tool_calls"),
+    pytest.param(kimi(("weird@id", {"city": "London"}), before="normal text before")
+                 + kimi(("functions.get_weather:0", {"city": "Delhi"})),
+                 KIMI_TOOLS, "normal text before", [("get_weather", {"city": "Delhi"})],
+                 id="kimik2:test_e2e_unparsable_tool_id_does_not_wedge_stream"),
+    pytest.param(kimi(("3", {"path": "/x"})), [READ], "", [("ReadFile", {"path": "/x"})],
+                 id="kimik2_detector.py:_infer_tool_name, a bare counter and one tool"),
+    pytest.param(kimi(("3", {"city": "Paris"}), ("4", {"path": "/x"})), KIMI_TOOLS, "",
+                 [("get_weather", {"city": "Paris"}), ("ReadFile", {"path": "/x"})],
+                 id="kimik2_detector.py:_infer_tool_name, keys matched against the schemas"),
+    pytest.param(kimi(("3", {"zip": 1, "z": 2}), ("get_weather", {"city": "P"}),
+                      ("functions.get_weather:4", {"city": "Oslo"})),
+                 KIMI_TOOLS, "", [("get_weather", {"city": "Oslo"})],
+                 id="kimik2_detector.py:_parse_tool_call_id, no tool named: skipped"),
+])
+def test_kimi_k2_ids_resolve_as_sglang(text: str, tools: list[dict[str, Any]], content: str,
+                                       calls: list[Any]) -> None:
+    assert run("kimi_k2", text, tools) == [(content, calls)] * 2
+
+
+def test_kimi_k2_bare_counter_without_tools_or_properties_is_no_call() -> None:
+    text = kimi(("0", {"city": "Paris"}))
+    assert run("kimi_k2", text, []) == [(text, [])] * 2
+    bare = [{"type": "function", "function": {"name": f"t{k}"}} for k in range(2)]
+    assert run("kimi_k2", text, bare) == [(text, [])] * 2

@@ -21,7 +21,7 @@ from ....nesting import too_deep
 from ..segments import partial_tag
 
 __all__ = ["ToolCall", "ToolParser", "call_of", "decode_at", "loads", "marked_calls",
-           "openai_call_id", "skip_space"]
+           "openai_call_id", "schema_properties", "skip_space"]
 
 _DECODER = json.JSONDecoder()
 
@@ -76,6 +76,23 @@ def marked_calls(captured: str, call_begin: str, section_end: str,
     if captured.startswith(section_end, at):
         pos = at + len(section_end)
     return calls, captured[pos:]
+
+
+def schema_properties(schema: Any) -> dict[str, Any]:
+    """A ``parameters`` schema's top-level properties, from its ``anyOf``/``oneOf``/
+    ``allOf`` branches when it declares none (the first branch naming a key wins), as
+    SGLang's ``get_schema_properties`` reads them."""
+    if not isinstance(schema, dict):
+        return {}
+    if isinstance(schema.get("properties"), dict):
+        return dict(schema["properties"])
+    merged: dict[str, Any] = {}
+    for keyword in ("anyOf", "oneOf", "allOf"):
+        branches = schema.get(keyword)
+        for branch in branches if isinstance(branches, list) else []:
+            for key, value in schema_properties(branch).items():
+                merged.setdefault(key, value)
+    return merged
 
 
 def call_of(item: Any, args_key: str = "arguments") -> ToolCall | None:

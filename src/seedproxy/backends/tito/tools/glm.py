@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ....nesting import too_deep
-from .base import ToolCall, ToolParser, decode_at, skip_space
+from .base import ToolCall, ToolParser, decode_at, schema_properties, skip_space
 
 __all__ = ["Glm45Parser", "argument_value", "value_type"]
 
@@ -107,21 +107,6 @@ def _enum_kind(value: Any) -> str:
     return "string"
 
 
-def _properties(schema: Any) -> dict[str, Any]:
-    """A ``parameters`` schema's top-level properties, from its ``anyOf``/``oneOf``/
-    ``allOf`` branches when it declares none (the first branch naming a key wins)."""
-    if not isinstance(schema, dict):
-        return {}
-    if isinstance(schema.get("properties"), dict):
-        return dict(schema["properties"])
-    merged: dict[str, Any] = {}
-    for keyword in ("anyOf", "oneOf", "allOf"):
-        for branch in schema.get(keyword) or []:
-            for key, value in _properties(branch).items():
-                merged.setdefault(key, value)
-    return merged
-
-
 def argument_value(raw: str, kind: str | None) -> Any:
     """One ``<arg_value>``'s text as the call's argument, for a parameter of ``kind``."""
     value = _json(raw)
@@ -151,7 +136,8 @@ class Glm45Parser(ToolParser):
     def __init__(self, tools: Sequence[Mapping[str, Any]] = ()) -> None:
         """``tools``: the request's checked ``tools`` (their schemas type the values)."""
         super().__init__(tools)
-        self._schemas = {t["function"]["name"]: _properties(t["function"].get("parameters"))
+        self._schemas = {t["function"]["name"]: schema_properties(
+            t["function"].get("parameters"))
                          for t in tools}
 
     def parse(self, captured: str) -> tuple[list[ToolCall], str]:
