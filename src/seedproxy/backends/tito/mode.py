@@ -30,18 +30,14 @@ when no parser reads them, as SGLang's chat route does)."""
 
 class TitoMode:
     def __init__(self, renderer: Renderer, dialect: Dialect, *, tool_parser: str | None,
-                 reasoning_parser: str | None, model_name: str | None = None,
-                 eos_ids: Sequence[int] = ()) -> None:
-        """``eos_ids``: the model's own end ids (its ``generation_config``), stop ids
-        as SGLang makes them, next to the template's end-of-turn and the tokenizer's eos."""
+                 reasoning_parser: str | None, model_name: str | None = None) -> None:
         self.renderer = renderer
         self.dialect = dialect
         self.model_name = model_name
         self._tool_parser = TOOL_PARSERS[tool_parser] if tool_parser else None
         self._reasoning = REASONING_PARSERS[reasoning_parser] if reasoning_parser else None
         tok = renderer.tokenizer
-        self.stop_token_ids: tuple[int, ...] = tuple(dict.fromkeys(
-            [*renderer.stop_token_ids, *eos_ids]))
+        self.stop_token_ids = renderer.stop_token_ids
         tags = {*_PARSER_TAGS, *(self._tool_parser.markers if self._tool_parser else ()),
                 *(self._reasoning.markers() if self._reasoning else ())}
         keep = {i for t in tags for i in [tok.convert_tokens_to_ids(t)]
@@ -140,8 +136,8 @@ def open_tito(*, backend: str, auth: dict[str, str], tokenizer_path: str | None,
         tokenizer = load_tokenizer(tokenizer_path)
         eos_ids = generation_eos_ids(tokenizer_path)
     template = read_template(chat_template) if chat_template else None
-    renderer = Renderer(tokenizer, template, today=today)
+    renderer = Renderer(tokenizer, template, today=today, eos_ids=eos_ids)
     renderer.check()
     dialect = DIALECTS[backend](auth)
     return TitoMode(renderer, dialect, tool_parser=tool_parser,
-                    reasoning_parser=reasoning_parser, model_name=model_name, eos_ids=eos_ids)
+                    reasoning_parser=reasoning_parser, model_name=model_name)

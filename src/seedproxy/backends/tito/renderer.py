@@ -86,7 +86,11 @@ class Renderer:
     """Renders messages with one chat template and one tokenizer (thread-safe reads)."""
 
     def __init__(self, tokenizer: Any, template: str | None = None, *,
-                 today: datetime.date | None = None) -> None:
+                 today: datetime.date | None = None, eos_ids: Sequence[int] = ()) -> None:
+        """``eos_ids``: the model's own end ids (its ``generation_config``: Llama 3.1's
+        ``<|eom_id|>`` and ``<|eot_id|>``), stop ids as SGLang makes them, next to the
+        template's end-of-turn and the tokenizer's eos. A turn that ends in any of them
+        is closed: the next turn's text follows it, less the template's end-of-turn."""
         self.tokenizer = tokenizer
         self.template = template if template is not None else tokenizer.chat_template
         if not isinstance(self.template, str) or not self.template:
@@ -99,7 +103,7 @@ class Renderer:
         self.eot_text, self.eot_id = self._find_end_of_turn()
         eos = tokenizer.eos_token_id
         self.stop_token_ids: tuple[int, ...] = tuple(
-            dict.fromkeys([self.eot_id] + ([eos] if isinstance(eos, int) else []))
+            dict.fromkeys([self.eot_id, *([eos] if isinstance(eos, int) else []), *eos_ids])
         )
 
     def render(self, messages: list[dict[str, Any]], tools: list[Any] | None,
