@@ -454,3 +454,43 @@ def test_llama31_eom_id_ends_a_tool_turn_hidden_and_the_next_prompt_follows_it(
     assert second == expected_first(tok, as_rendered, tools=TOOLS, **kwargs)
     lineage = httpx.get(f"{base}/sessions/eom/trajectory").json()["interactions"][1]["lineage"]
     assert lineage["extends"] == {"interaction_id": "i0", "choice": 0}
+
+
+# 8. a marker spelled by ordinary tokens is text
+
+def spelled(tok: Any, text: str) -> list[int]:
+    """``text``'s ids with ``<tool_call>``/``</tool_call>`` spelled by ordinary tokens
+    (``<``, ``tool``, ``_call``, ``>``), as a model writing the characters samples them."""
+    out: list[int] = []
+    for piece in text.replace("<tool_call>", "\0<\0tool_call\0>\0").replace(
+            "</tool_call>", "\0</\0tool_call\0>\0").split("\0"):
+        out += ids(tok, piece)
+    return out
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_tool_call_tag_spelled_by_ordinary_tokens_stays_text(
+        stream: bool, fake: Fake, start_proxy: Callable[..., str]) -> None:
+    """Qwen's ``<tool_call>`` is one added token (151657): only that id opens a call.
+    The same characters from ordinary tokens stay text, in the content and in the
+    reasoning (where the id would end the reasoning), while the id still opens one."""
+    name = "qwen3"
+    tok = tok_of(name)
+    marker = int(tok.convert_tokens_to_ids("<tool_call>"))
+    assert ids(tok, "<tool_call>") == [marker]
+    literal = '<tool_call>{"name": "lookup", "arguments": {"word": "x"}}</tool_call>'
+    thought = "Maybe <tool_call> is right."
+    ordinary = spelled(tok, f"<think>\n{thought}\n</think>\n\nWrite {literal} to call.")
+    assert marker not in ordinary and tok.decode(ordinary).count("<tool_call>") == 2
+    real = ids(tok, "<think>\nok\n</think>\n\n" + call_text(name, {"word": "y"}))
+    fake.switches.script = [ordinary + [eot_id(name)], real + [eot_id(name)]]
+    base = start(start_proxy, fake, name)
+    messages = [{"role": "user", "content": "How do I call lookup?"}]
+    got = post(base, "lit", {"messages": messages, "tools": TOOLS, "stream": stream})
+    assert got["finish_reason"] == "stop"
+    assert got["message"]["content"] == f"Write {literal} to call."
+    assert got["message"]["reasoning_content"] == thought
+    assert "tool_calls" not in got["message"]
+    got = post(base, "lit", {"messages": messages, "tools": TOOLS, "stream": stream})
+    assert got["finish_reason"] == "tool_calls"
+    assert json.loads(got["message"]["tool_calls"][0]["function"]["arguments"]) == {"word": "y"}

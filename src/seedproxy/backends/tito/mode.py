@@ -13,6 +13,7 @@ from .assistant import AssistantStream
 from .decode import IncrementalDecoder, decoder_of
 from .dialect import DIALECTS, Dialect
 from .lineage import FullRender, Prompt, RecordedTurn, plan_prompt
+from .markers import MarkerGuard, id_markers
 from .reasoning import REASONING_PARSERS, ThinkParser
 from .renderer import Renderer
 from .sampling import Sampling, checked_forcing, sampling_of
@@ -46,6 +47,11 @@ class TitoMode:
         # <end_of_turn> is an ordinary added token).
         self.hidden = (frozenset(int(i) for i in tok.all_special_ids) - keep) | frozenset(
             self.stop_token_ids)
+        self._marker_ids = id_markers(tok, [
+            *(self._tool_parser.markers if self._tool_parser else ()),
+            *((self._reasoning.tool_start,) if self._reasoning and self._reasoning.tool_start
+              else ())])
+        """Parser markers that are one added token: read from ids (``markers``)."""
         self._decode = decoder_of(tok)
         self._vocab_size = len(tok)  # the wrapper's len() costs a microsecond a request
         self._token_texts: dict[int, str] = {}  # bounded by the vocabulary
@@ -98,7 +104,8 @@ class TitoMode:
                                      decode=self._decode)
         earlier = _earlier_calls(body["messages"]) if tools is not None and tools.numbered else 0
         return AssistantStream(decoder, reasoning, tools, sampling.stop,
-                               continues=prompt.prefix is not None, earlier_calls=earlier)
+                               continues=prompt.prefix is not None, earlier_calls=earlier,
+                               guard=MarkerGuard(self._marker_ids) if self._marker_ids else None)
 
     def token_text(self, token_id: int) -> str:
         """One token's text as ``tokenizer.decode([token_id])`` gives it (cached)."""
