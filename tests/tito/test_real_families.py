@@ -60,12 +60,18 @@ SETUPS: dict[str, dict[str, Any]] = {
     "llama3.1": {"reasoning": None, "tools": "llama3-json", "say": lambda r, a: a},
     "r1-distill-qwen": {"reasoning": "think", "tools": None,
                         "say": lambda r, a: f"{r}\n</think>\n\n{a}"},
+    "kimi-k2": {"reasoning": None, "tools": "kimi_k2", "say": lambda r, a: a},
 }
 
 
-def call_text(name: str, args: dict[str, Any]) -> str:
+def call_text(name: str, args: dict[str, Any], k: int = 0) -> str:
+    """The text of a call to ``lookup``, the conversation's call ``k``."""
     if SETUPS[name]["tools"] == "llama3-json":
         return json.dumps({"name": "lookup", "parameters": args})
+    if SETUPS[name]["tools"] == "kimi_k2":
+        return (f"<|tool_calls_section_begin|><|tool_call_begin|>functions.lookup:{k}"
+                f"<|tool_call_argument_begin|>{json.dumps(args)}<|tool_call_end|>"
+                "<|tool_calls_section_end|>")
     return "<tool_call>\n" + json.dumps({"name": "lookup", "arguments": args}) + "\n</tool_call>"
 
 
@@ -201,6 +207,18 @@ def test_the_start_up_check_refuses_gpt_oss_in_one_line_naming_the_reason() -> N
     assert "<|channel|>final" in message
 
 
+def test_the_start_up_check_refuses_glm45_in_one_line_naming_the_reason() -> None:
+    """GLM-4.5 writes ``<think></think>`` before every earlier assistant turn's content,
+    and ends a turn with the next one's opener (``<|user|>``, ``<|observation|>``)."""
+    with pytest.raises(ConfigError) as refused:
+        Renderer(tok_of("glm4.5")).check()
+    assert str(refused.value) == (
+        "the chat template cannot render incrementally: in the full render of [user, "
+        "assistant, user] the assistant turn is not the prompt + the reply "
+        "('\\n<think></think>\\n\\u2063SEEDPR' at character 37, where the prompt + reply has "
+        "'\\u2063SEEDPROXY-ASSISTANT-TUR')")
+
+
 def test_a_template_that_rewrites_an_earlier_turn_is_refused_naming_it() -> None:
     """A template that marks only the latest user message (as Mistral's re-inserts
     ``[AVAILABLE_TOOLS]`` before it) renders turn 0 differently once it is history:
@@ -254,7 +272,7 @@ def test_a_four_turn_tool_conversation_extends_every_prompt_exactly(
         {"role": "user", "content": "Define two words."},
     ]
     first = expected_first(tok, messages, tools=TOOLS)
-    replies = [call_text(name, {"word": "apple"}), call_text(name, {"word": "pear"}),
+    replies = [call_text(name, {"word": "apple"}), call_text(name, {"word": "pear"}, 1),
                "Both are fruit.", "You are welcome."]
     script = [emitted(name, setup["say"]("Plan.", text) if k < 2 or not setup["reasoning"]
                       else setup["say"]("Sum up.", text)) for k, text in enumerate(replies)]
@@ -266,6 +284,8 @@ def test_a_four_turn_tool_conversation_extends_every_prompt_exactly(
             assert got["finish_reason"] == "tool_calls", message
             (call,) = message["tool_calls"]
             assert call["function"]["name"] == "lookup"
+            if setup["tools"] == "kimi_k2":  # ids count the conversation's calls
+                assert call["id"] == f"functions.lookup:{k}"
             assert json.loads(call["function"]["arguments"]) == {
                 "word": ["apple", "pear"][k]}
             messages += [message, {"role": "tool", "tool_call_id": call["id"],
@@ -350,12 +370,14 @@ def test_a_brought_history_renders_null_content_and_string_arguments_as_sglang(
 
 # 6. content-part arrays
 
-def test_every_family_template_takes_string_content() -> None:
-    """SGLang's detection: no template here loops over ``message.content``."""
+def test_each_family_template_takes_the_content_format_sglang_detects() -> None:
+    """SGLang's detection: Kimi K2's and GLM-4.5's templates loop over
+    ``message.content``."""
     from seedproxy.backends.tito.template_input import content_format
 
     assert {name: content_format(template_path(name).read_text(encoding="utf-8"))
-            for name in FAMILIES} == dict.fromkeys(FAMILIES, "string")
+            for name in FAMILIES} == {**dict.fromkeys(FAMILIES, "string"), "kimi-k2": "openai",
+                                  "glm4.5": "openai"}
 
 
 @pytest.mark.parametrize("name", ["qwen3", "llama3.1"])
