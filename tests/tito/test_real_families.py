@@ -61,6 +61,7 @@ SETUPS: dict[str, dict[str, Any]] = {
     "r1-distill-qwen": {"reasoning": "think", "tools": None,
                         "say": lambda r, a: f"{r}\n</think>\n\n{a}"},
     "kimi-k2": {"reasoning": None, "tools": "kimi_k2", "say": lambda r, a: a},
+    "deepseek-v3.1": {"reasoning": None, "tools": "deepseekv31", "say": lambda r, a: a},
 }
 
 
@@ -68,6 +69,9 @@ def call_text(name: str, args: dict[str, Any], k: int = 0) -> str:
     """The text of a call to ``lookup``, the conversation's call ``k``."""
     if SETUPS[name]["tools"] == "llama3-json":
         return json.dumps({"name": "lookup", "parameters": args})
+    if SETUPS[name]["tools"] == "deepseekv31":
+        return ("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>lookup<｜tool▁sep｜>"
+                f"{json.dumps(args)}<｜tool▁call▁end｜><｜tool▁calls▁end｜>")
     if SETUPS[name]["tools"] == "kimi_k2":
         return (f"<|tool_calls_section_begin|><|tool_call_begin|>functions.lookup:{k}"
                 f"<|tool_call_argument_begin|>{json.dumps(args)}<|tool_call_end|>"
