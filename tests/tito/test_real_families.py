@@ -61,6 +61,7 @@ SETUPS: dict[str, dict[str, Any]] = {
     "r1-distill-qwen": {"reasoning": "think", "tools": None,
                         "say": lambda r, a: f"{r}\n</think>\n\n{a}"},
     "kimi-k2": {"reasoning": None, "tools": "kimi_k2", "say": lambda r, a: a},
+    "gemma3": {"reasoning": None, "tools": None, "say": lambda r, a: a},
     "deepseek-v3.1": {"reasoning": None, "tools": "deepseekv31", "say": lambda r, a: a},
 }
 
@@ -375,13 +376,13 @@ def test_a_brought_history_renders_null_content_and_string_arguments_as_sglang(
 # 6. content-part arrays
 
 def test_each_family_template_takes_the_content_format_sglang_detects() -> None:
-    """SGLang's detection: Kimi K2's and GLM-4.5's templates loop over
+    """SGLang's detection: Gemma 3's, Kimi K2's and GLM-4.5's templates loop over
     ``message.content``."""
     from seedproxy.backends.tito.template_input import content_format
 
     assert {name: content_format(template_path(name).read_text(encoding="utf-8"))
             for name in FAMILIES} == {**dict.fromkeys(FAMILIES, "string"), "kimi-k2": "openai",
-                                  "glm4.5": "openai"}
+                                  "glm4.5": "openai", "gemma3": "openai"}
 
 
 @pytest.mark.parametrize("name", ["qwen3", "llama3.1"])
