@@ -224,6 +224,20 @@ def test_the_start_up_check_refuses_glm45_in_one_line_naming_the_reason() -> Non
         "'\\u2063SEEDPROXY-ASSISTANT-TUR')")
 
 
+def test_the_start_up_check_refuses_mistral_small_31_naming_the_moved_tools() -> None:
+    """Mistral Small 3.1 writes ``[AVAILABLE_TOOLS]`` before the latest user message only,
+    so with tools an earlier turn renders differently once it is history."""
+    import datetime
+
+    with pytest.raises(ConfigError) as refused:
+        Renderer(tok_of("mistral-small-3.1"), today=datetime.date(2024, 7, 26)).check()
+    assert str(refused.value) == (
+        "the chat template cannot render incrementally: in the full render of [user, "
+        "assistant, user] the assistant turn is not the prompt + the reply "
+        "('INST]ping[/INST]\\u2063SEEDPRO' at character 1221, where the prompt + reply "
+        "has 'AVAILABLE_TOOLS] [{\"type')")
+
+
 def test_a_template_that_rewrites_an_earlier_turn_is_refused_naming_it() -> None:
     """A template that marks only the latest user message (as Mistral's re-inserts
     ``[AVAILABLE_TOOLS]`` before it) renders turn 0 differently once it is history:
@@ -376,13 +390,14 @@ def test_a_brought_history_renders_null_content_and_string_arguments_as_sglang(
 # 6. content-part arrays
 
 def test_each_family_template_takes_the_content_format_sglang_detects() -> None:
-    """SGLang's detection: Gemma 3's, Kimi K2's and GLM-4.5's templates loop over
-    ``message.content``."""
+    """SGLang's detection: Gemma 3's, Kimi K2's, GLM-4.5's and Mistral Small 3.1's
+    templates loop over ``message.content``."""
     from seedproxy.backends.tito.template_input import content_format
 
     assert {name: content_format(template_path(name).read_text(encoding="utf-8"))
             for name in FAMILIES} == {**dict.fromkeys(FAMILIES, "string"), "kimi-k2": "openai",
-                                  "glm4.5": "openai", "gemma3": "openai"}
+                                  "glm4.5": "openai", "gemma3": "openai",
+                                  "mistral-small-3.1": "openai"}
 
 
 @pytest.mark.parametrize("name", ["qwen3", "llama3.1"])
