@@ -6,14 +6,18 @@ Invariants:
 - An incremental suffix never re-renders history: it is the text the template writes
   after an assistant turn (a probe whose content is a sentinel) for the new messages,
   up to and including the next generation prompt. The completion that was sampled
-  ends with the end-of-turn token, so the suffix starts after it; a completion cut
-  short (no end-of-turn) gets the end-of-turn text first, and ``</think>`` before it
-  when it stopped inside a reasoning block (``think_closing``).
+  ends with a stop id (the end-of-turn token; one of the model's own end ids, such as
+  Llama 3.1's ``<|eom_id|>``, standing for it; or, for a template with no end-of-turn
+  such as GLM-4.5's, the next message's opener), so the suffix starts after it; a
+  completion cut short (no stop id) gets the template's text from its end-of-turn on,
+  and ``</think>`` before it when it stopped inside a reasoning block
+  (``think_closing``).
 - ``check`` (run once at start-up) proves the template composes this way: the full
   render of [user, assistant, user] equals render([user]) + assistant content +
   end-of-turn + suffix, with and without tools. A generation prompt that opens a think
   block (Qwen3-Thinking-2507, QwQ, DeepSeek-R1-Distill) may be missing from the full
-  render: the model writes its reasoning after it, and later renders strip reasoning.
+  render, and an empty think block (GLM-4.5) may precede the reply there: the model
+  writes its reasoning in that place, and later renders strip reasoning.
 - A request's ``RenderOptions`` (template kwargs, generation prompt, continuing the
   final message) apply to the full render and to the suffix alike.
 - With ``today`` set, a template's ``strftime_now`` formats that date (at midnight)
@@ -105,6 +109,8 @@ class Renderer:
         self.stop_token_ids: tuple[int, ...] = tuple(
             dict.fromkeys([self.eot_id, *([eos] if isinstance(eos, int) else []), *eos_ids])
         )
+        self._stop_texts = {i: str(tokenizer.decode([i], skip_special_tokens=False))
+                            for i in self.stop_token_ids}
 
     def render(self, messages: list[dict[str, Any]], tools: list[Any] | None,
                *, generation_prompt: bool, continue_final: bool = False,
@@ -135,18 +141,40 @@ class Renderer:
                            continue_final=options.continue_final, kwargs=options.kwargs)
 
     def suffix_text(self, new: list[dict[str, Any]], tools: list[Any] | None,
-                    *, closed: bool, options: RenderOptions = _DEFAULT) -> str:
-        """What follows a sampled assistant turn for the ``new`` messages (see above)."""
+                    *, end: int | None, options: RenderOptions = _DEFAULT) -> str:
+        """What follows a sampled assistant turn for the ``new`` messages (see above).
+        ``end``: the stop id the turn ended with (its text, or the template's
+        end-of-turn that it stands for, is not repeated); None for a turn cut short."""
+        after = self._after(new, tools, options)
+        opener = self._turn_end(after)
+        if opener is None:
+            raise BadRequest("the chat template does not end an assistant turn with a stop "
+                             f"token before these messages (it writes {after[:20]!r})",
+                             param="messages")
+        if end is None:
+            return after
+        ended = self._stop_texts.get(end, "")
+        if ended and after.startswith(ended):
+            return after[len(ended):]
+        if opener == self.eot_text:  # the model's own end stands for the template's
+            return after[len(opener):]
+        raise BadRequest(f"the turn ended with {ended!r}, where the chat template writes "
+                         f"{opener!r} before these messages", param="messages")
+
+    def _after(self, new: list[dict[str, Any]], tools: list[Any] | None,
+               options: RenderOptions) -> str:
+        """The template's text after a probe assistant turn's content, for ``new``."""
         probe = [_PROBE_USER, {"role": "assistant", "content": _SENTINEL}]
         text = self.full_text(probe + new, tools, options)
         if text.count(_SENTINEL) != 1:
             raise BadRequest("the chat template does not render an assistant turn verbatim",
                              param="messages")
-        after = text[text.index(_SENTINEL) + len(_SENTINEL):]
-        if not after.startswith(self.eot_text):
-            raise BadRequest("the chat template does not end an assistant turn with "
-                             f"{self.eot_text!r} before these messages", param="messages")
-        return after[len(self.eot_text):] if closed else after
+        return text[text.index(_SENTINEL) + len(_SENTINEL):]
+
+    def _turn_end(self, after: str) -> str | None:
+        """The stop token's text that ``after`` opens with (the longest), or None."""
+        found = [t for t in self._stop_texts.values() if t and after.startswith(t)]
+        return max(found, key=len) if found else None
 
     def think_closing(self, prompt_tail: Sequence[int], completion: Sequence[int]) -> str:
         """The text that closes a reasoning block a turn cut short left open ("" if it
@@ -195,23 +223,35 @@ class Renderer:
                 try:
                     prompt = self.full_text(first, tools)
                     whole = self.full_text([*first, reply, follow], tools)
-                    suffix = self.suffix_text([follow], tools, closed=True)
+                    after = self._after([follow], tools, _DEFAULT)
+                    if follow["role"] == "user" and not after.startswith(self.eot_text):
+                        raise BadRequest("the chat template does not end an assistant turn "
+                                         f"with {self.eot_text!r}", param="messages")
                 except BadRequest as exc:
                     if follow["role"] == "tool":
                         continue  # a template without tool messages: tools are refused later
                     raise ConfigError(f"the chat template cannot render incrementally: "
                                       f"{exc.message}") from None
-                self._compare(prompt, whole, suffix, follow["role"])
+                if follow["role"] == "tool" and self._turn_end(after) is None:
+                    continue  # no stop id opens a tool message: tool turns are refused later
+                self._compare(prompt, whole, after, follow["role"])
 
-    def _compare(self, prompt: str, whole: str, suffix: str, role: str) -> None:
-        """``whole`` must be ``prompt`` + reply + end-of-turn + ``suffix``; a prompt that
-        opens a think block (``<think>\n``) may lose that opening in ``whole``: the model
-        writes its reasoning after it, and a later render strips earlier reasoning."""
-        tail = _SENTINEL + self.eot_text + suffix
+    def _compare(self, prompt: str, whole: str, after: str, role: str) -> None:
+        """``whole`` must be ``prompt`` + reply + ``after`` (the end of the turn and what
+        follows); a prompt that opens a think block (``<think>\n``) may lose that opening
+        in ``whole``, and an empty think block (``<think></think>``, GLM-4.5's) may stand
+        between the prompt and the reply: the model writes its own reasoning there, and a
+        later render strips earlier reasoning."""
+        tail = _SENTINEL + after
         if whole == prompt + tail:
             return
         opening = _think_opening(prompt)
         if opening and whole == prompt[:-len(opening)] + tail:
+            return
+        middle = whole[len(prompt):len(whole) - len(tail)] if len(whole) > len(
+            prompt) + len(tail) else ""
+        if (whole.startswith(prompt) and whole.endswith(tail)
+                and middle.strip() == _THINK + _THINK_END):
             return
         built = prompt + tail
         where = next((i for i, (a, b) in enumerate(zip(built, whole, strict=False))
