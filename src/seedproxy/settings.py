@@ -158,10 +158,10 @@ class Settings(BaseSettings):
     """Token-in-token-out: a Jinja chat template file overriding the tokenizer's."""
     tool_parser: str | None = None
     """Token-in-token-out: SGLang's --tool-call-parser name (hermes, qwen, qwen25,
-    llama3, mistral, deepseekv3, deepseekv31, kimi_k2)."""
+    llama3, mistral, deepseekv3, deepseekv31, kimi_k2, gpt-oss)."""
     reasoning_parser: str | None = None
     """Token-in-token-out: think, or SGLang's --reasoning-parser name (qwen3,
-    qwen3-thinking, deepseek-r1, glm45, kimi_k2, kimi)."""
+    qwen3-thinking, deepseek-r1, glm45, kimi_k2, kimi, gpt-oss)."""
     template_date: datetime.date | None = None
     """Token-in-token-out: the date (YYYY-MM-DD) a chat template's ``strftime_now``
     gives (Llama 3.2, gpt-oss and Mistral Small 3.2 write today's date into turn 0);

@@ -28,7 +28,8 @@ from typing import Any
 
 from .nesting import too_deep
 
-__all__ = ["Forcing", "ToolChoiceError", "forcing_of", "parse_forced", "tools_rendered"]
+__all__ = ["Forcing", "ToolChoiceError", "forcing_of", "parse_forced", "tool_defs",
+           "tools_rendered"]
 
 _FREE = ("auto", "none")
 
@@ -105,7 +106,9 @@ def _tool_schema(tool: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _defs(tools: list[dict[str, Any]]) -> dict[str, Any]:
+def tool_defs(tools: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ``$defs`` of every tool's ``parameters``, merged (SGLang's
+    ``_get_tool_schema_defs``); ``ToolChoiceError`` when one name has two schemas."""
     found: dict[str, Any] = {}
     for tool in tools:
         for name, schema in ((tool["function"].get("parameters") or {}).get("$defs")
@@ -154,7 +157,7 @@ def forcing_of(body: dict[str, Any]) -> Forcing | None:
                   "items": {"type": "object", "anyOf": [_tool_schema(t) for t in tools]}}
         if not parallel:
             schema["maxItems"] = 1
-        defs = _defs(tools)
+        defs = tool_defs(tools)
         if defs:
             schema["$defs"] = defs
     return Forcing(json.dumps(schema), named)

@@ -154,3 +154,19 @@ def test_structural_tag_is_the_engines_400_relayed(tito: str) -> None:
     assert reply.status_code == 400, reply.text
     error = reply.json()["error"]
     assert "structural_tag is not supported by the embedded engine" in error["message"]
+
+
+def test_a_tool_parsers_structural_tag_is_the_engines_400_relayed(
+        engine: RunningEngine, start_proxy: Callable[..., str]) -> None:
+    """With ``--tool-parser``, a forced call is the parser's structural tag (as on
+    SGLang), which the engine cannot run: its 400, relayed; auto calls stay free."""
+    base = start_proxy([engine.url], token_in_token_out=True, tool_parser="hermes",
+                       tokenizer=str(gguf_tokenizer_dir(default_gguf_path())))
+    body = {"model": "m", "messages": MESSAGES, "tools": [LOOKUP, CLOCK], "max_tokens": 4}
+    reply = httpx.post(f"{base}/v1/chat/completions", timeout=60,
+                       json={**body, "tool_choice": "required"})
+    assert reply.status_code == 400, reply.text
+    error = reply.json()["error"]
+    assert "structural_tag is not supported by the embedded engine" in error["message"]
+    free = httpx.post(f"{base}/v1/chat/completions", timeout=60, json=body)
+    assert free.status_code == 200, free.text

@@ -13,7 +13,8 @@
   and its ``generation_config.json`` end ids [128001, 128008, 128009].
 
 Each is built once into a model folder (``tokenizer.json`` + ``tokenizer_config.json``
-with the family's chat template) under the cache directory, written atomically so that
+with the family's chat template, and the model's ``generation_config.json`` end ids
+where the family has several) under the cache directory, written atomically so that
 parallel test workers share it, and loaded with ``AutoTokenizer`` as ``--tokenizer``
 loads a folder. Nothing is downloaded.
 """
@@ -56,8 +57,8 @@ class Family:
     eos: str
     bos: str | None = None
     eot: str = "<|im_end|>"
-    eos_ids: tuple[int, ...] = ()
-    """The ``eos_token_id`` list of the model's ``generation_config.json`` (none: no file)."""
+    generation_eos: tuple[int, ...] = ()
+    """The model's ``generation_config.json`` ``eos_token_id`` (written when set)."""
 
 
 FAMILIES = {f.name: f for f in [
@@ -66,29 +67,31 @@ FAMILIES = {f.name: f for f in [
     Family("qwq", "qwen", "Qwen-QwQ-32B.jinja", "<|im_end|>"),
     Family("qwen2.5", "qwen2.5", "Qwen-Qwen2.5-7B-Instruct.jinja", "<|im_end|>"),
     Family("llama3.1", "llama3.1", "meta-llama-Llama-3.1-8B-Instruct.jinja", "<|eot_id|>",
-           bos="<|begin_of_text|>", eot="<|eot_id|>", eos_ids=(128001, 128008, 128009)),
+           bos="<|begin_of_text|>", eot="<|eot_id|>",
+           generation_eos=(128001, 128008, 128009)),
     Family("r1-distill-qwen", "r1-qwen", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja",
            "<｜end▁of▁sentence｜>", bos="<｜begin▁of▁sentence｜>",
            eot="<｜end▁of▁sentence｜>"),
     Family("gpt-oss", "o200k-harmony", "openai-gpt-oss-120b.jinja", "<|return|>",
-           bos="<|startoftext|>", eot="<|end|>"),
+           bos="<|startoftext|>", eot="<|end|>",
+           generation_eos=(200002, 199999, 200012)),  # <|return|>, <|endoftext|>, <|call|>
     # GLM-4.5 ends a turn by writing the next turn's opener (<|user|>, or <|observation|>
     # after a tool call): its generation_config ends are [<|endoftext|>, <|user|>,
     # <|observation|>] (151329, 151336, 151338 there; 256, 263, 265 here).
     Family("glm4.5", "bytes-glm4.5", "zai-org-GLM-4.5.jinja", "<|endoftext|>",
-           eot="<|user|>", eos_ids=(256, 263, 265)),
+           eot="<|user|>", generation_eos=(256, 263, 265)),
     Family("deepseek-v3.1", "deepseek-v3", "deepseek-ai-DeepSeek-V3.1.jinja",
            "<｜end▁of▁sentence｜>", bos="<｜begin▁of▁sentence｜>",
-           eot="<｜end▁of▁sentence｜>", eos_ids=(1,)),
+           eot="<｜end▁of▁sentence｜>", generation_eos=(1,)),
     Family("mistral-small-3.1", "tekken", "mistralai-Mistral-Small-3.1-24B-Instruct-2503.jinja",
            "</s>", bos="<s>", eot="</s>"),
     # Gemma 3's <end_of_turn> is an added token outside the special ids; its
     # generation_config ends on [<eos>, <end_of_turn>] (1, 106 there; 257, 262 here).
     Family("gemma3", "bytes-gemma3", "google-gemma-3-1b-it.jinja", "<eos>", bos="<bos>",
-           eot="<end_of_turn>", eos_ids=(257, 262)),
+           eot="<end_of_turn>", generation_eos=(257, 262)),
     # Kimi K2's generation_config ends on <|im_end|> (163586 there, 258 here).
     Family("kimi-k2", "bytes-kimi-k2", "moonshotai-Kimi-K2-Instruct.jinja", "[EOS]",
-           bos="[BOS]", eot="<|im_end|>", eos_ids=(258,)),
+           bos="[BOS]", eot="<|im_end|>", generation_eos=(258,)),
 ]}
 
 # Byte-level vocabularies: the 256 byte tokens (ids 0-255, one per byte: no merges),
@@ -319,9 +322,9 @@ def tokenizer_dir(name: str) -> Path:
     _write_atomic(folder / "tokenizer.json", text)
     _write_atomic(folder / "tokenizer_config.json", json.dumps(config, ensure_ascii=False,
                                                                indent=1))
-    if fam.eos_ids:
+    if fam.generation_eos:
         _write_atomic(folder / "generation_config.json",
-                      json.dumps({"eos_token_id": list(fam.eos_ids)}))
+                      json.dumps({"eos_token_id": list(fam.generation_eos)}))
     _write_atomic(marker, stamp)
     return folder
 

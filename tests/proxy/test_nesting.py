@@ -55,6 +55,44 @@ def test_a_chat_body_nested_past_the_bound_is_a_400_using_no_index(
     assert http.post("/trajectories/export", json={"session_ids": ["deep"]}).status_code == 200
 
 
+def test_a_deep_body_is_refused_after_turns_whose_messages_it_repeats(
+        http: httpx.Client, fake: Fake) -> None:
+    """Messages repeated byte for byte from the last recorded turn are not walked again
+    for depth; what the request adds, and every other field, still is."""
+    messages: list[Any] = [{"role": "user", "content": "hi"}]
+    for _ in range(3):  # each turn repeats the last one's messages exactly
+        answer = http.post("/sessions/deeper/v1/chat/completions",
+                           json={"model": "m", "messages": messages})
+        assert answer.status_code == 200, answer.text
+        messages = [*messages, answer.json()["choices"][0]["message"],
+                    {"role": "user", "content": "more"}]
+    prefix = orjson.dumps(messages).decode()[1:-1]
+    deep_message = '{"role": "user", "content": "hi", "x": ' + nested(MAX_DEPTH - 2) + "}"
+    deep_field = nested(MAX_DEPTH)
+    refused = [
+        f'{{"model": "m", "messages": [{prefix}, {deep_message}]}}',
+        f'{{"model": "m", "messages": [{prefix}], "metadata": {deep_field}}}',
+        f'{{"model": "m", "metadata": {deep_field}, "messages": [{prefix}]}}',
+    ]
+    for raw in refused:
+        answer = http.post("/sessions/deeper/v1/chat/completions", content=raw,
+                           headers={"content-type": "application/json"})
+        assert answer.status_code == 400, (raw[-80:], answer.text)
+        assert "nested" in answer.json()["error"]["message"]
+    # One level less is accepted, after the same prefix.
+    fine = ('{"model": "m", "messages": [' + prefix + ', {"role": "user", "content": "hi", '
+            '"x": ' + nested(MAX_DEPTH - 3) + "}]}")  # 64 levels
+    answer = http.post("/sessions/deeper/v1/chat/completions", content=fine,
+                       headers={"content-type": "application/json"})
+    assert answer.status_code == 200, answer.text
+    assert http.get("/sessions/deeper").json()["next_index"] == 4
+    assert len(fake.received) == 4
+    export = http.post("/trajectories/export", json={"session_ids": ["deeper"]})
+    assert export.status_code == 200
+    assert export.json()["trajectories"][0]["interactions"][3]["request"]["messages"][:-1] == (
+        messages)
+
+
 def test_session_metadata_nested_past_the_bound_is_refused(http: httpx.Client) -> None:
     for depth in (255, 300, 1000):
         raw = f'{{"session_id": "meta{depth}", "metadata": {{"m": {nested(depth)}}}}}'

@@ -1,8 +1,10 @@
 """A forcing ``tool_choice`` (``required``, a named function; Anthropic's ``any`` /
-``tool``; a Responses named function) in token-in-token-out mode, against the fake
-SGLang's /generate: the grammar sent is the one SGLang 0.5.23's chat route builds, the
-forced output comes back as calls, is recorded exactly, and the next turn extends it.
-Invalid tools are a 400 naming their problem, as SGLang's ``_validate_request`` says."""
+``tool``; a Responses named function) in token-in-token-out mode with no
+``--tool-parser``, against the fake SGLang's /generate: the grammar sent is the
+JSON-array schema SGLang 0.5.23's chat route builds then, the forced output comes back
+as calls, is recorded exactly, and the next turn extends it. Invalid tools are a 400
+naming their problem, as SGLang's ``_validate_request`` says. (With a tool parser the
+constraint is the parser's structural tag: ``test_tool_structural_tags``.)"""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ pytest.importorskip("transformers")
 
 from tests.conftest import Fake  # noqa: E402
 from tests.helpers.fake_compat import CompatSwitches  # noqa: E402
-from tests.tito.test_contract import TOKENIZER, generated, tito  # noqa: E402
+from tests.tito.test_contract import TEMPLATE, TOKENIZER, generated, tito  # noqa: E402
 
 LOOKUP: dict[str, Any] = {"type": "function", "function": {
     "name": "lookup", "description": "Look a word up", "parameters": {
@@ -47,6 +49,12 @@ NAMED_SINGLE_SCHEMA = ('{"type": "array", "minItems": 1, "items": ' + LOOKUP_ITE
 CALL = '[{"name": "lookup", "parameters": {"word": "sea"}}]'
 
 
+def bare(start_proxy: Callable[..., str], fake: Fake) -> str:
+    """Token-in-token-out with no ``--tool-parser``: SGLang forces the JSON array."""
+    return start_proxy([fake.url], token_in_token_out=True, tokenizer=TOKENIZER,
+                       chat_template=TEMPLATE, reasoning_parser="think")
+
+
 @pytest.mark.parametrize(("fields", "schema"), [
     ({"tool_choice": "required"}, REQUIRED_SCHEMA),
     ({"tool_choice": NAMED}, NAMED_SCHEMA),
@@ -57,7 +65,7 @@ CALL = '[{"name": "lookup", "parameters": {"word": "sea"}}]'
 def test_the_forcing_grammar_is_the_one_sglangs_chat_route_sends(
         fake: Fake, start_proxy: Callable[..., str], encode: Callable[[str], list[int]],
         fields: dict[str, Any], schema: str) -> None:
-    base = tito(start_proxy, fake)
+    base = bare(start_proxy, fake)
     fake.switches.script = [encode(CALL)]
     reply = httpx.post(f"{base}/sessions/g/v1/chat/completions", timeout=60,
                        json={"model": "m", "messages": HI, "tools": TOOLS, **fields})
@@ -77,7 +85,7 @@ def test_the_forcing_grammar_is_the_one_sglangs_chat_route_sends(
 def test_a_forced_call_is_a_call_recorded_exactly_and_the_next_turn_extends_it(
         fake: Fake, start_proxy: Callable[..., str],
         encode: Callable[[str], list[int]]) -> None:
-    base = tito(start_proxy, fake)
+    base = bare(start_proxy, fake)
     call, answer = encode(CALL), encode("Salt water.")
     fake.switches.script = [call, answer]
     client = openai.OpenAI(base_url=f"{base}/sessions/f/v1", api_key="x", max_retries=0)
@@ -109,7 +117,7 @@ def test_a_forced_call_is_a_call_recorded_exactly_and_the_next_turn_extends_it(
 def test_a_streamed_forced_call_is_the_same_message(
         fake: Fake, start_proxy: Callable[..., str],
         encode: Callable[[str], list[int]]) -> None:
-    base = tito(start_proxy, fake)
+    base = bare(start_proxy, fake)
     two = '[{"name": "clock", "parameters": {}}, {"name": "lookup", "parameters": {"word": "é"}}]'
     fake.switches.script = [encode(two), encode(two)]
     client = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0)
@@ -136,7 +144,7 @@ def test_output_that_is_not_a_call_array_stays_content(
         encode: Callable[[str], list[int]]) -> None:
     """A grammar cut short by max_tokens leaves broken JSON: SGLang's route returns it
     as content with the finish it had."""
-    base = tito(start_proxy, fake)
+    base = bare(start_proxy, fake)
     fake.switches.script = [encode('[{"name": "lookup", "param')[:-1]]
     reply = httpx.post(f"{base}/v1/chat/completions", timeout=60, json={
         "model": "m", "messages": HI, "tools": TOOLS, "tool_choice": NAMED, "max_tokens": 50})
@@ -202,7 +210,7 @@ ANTHROPIC_TOOL: Any = {"name": "lookup", "description": "Look a word up",
 def test_anthropic_any_and_tool_force_the_call(
         fake: Fake, start_proxy: Callable[..., str],
         encode: Callable[[str], list[int]]) -> None:
-    base = tito(start_proxy, fake)
+    base = bare(start_proxy, fake)
     fake.switches.script = [encode(CALL), encode(CALL)]
     client = anthropic.Anthropic(base_url=base, api_key="x", max_retries=0)
     choices: list[Any] = [
@@ -239,7 +247,7 @@ def test_anthropic_unknown_tool_is_an_anthropic_400(
 def test_responses_named_function_forces_the_call(
         fake: Fake, start_proxy: Callable[..., str],
         encode: Callable[[str], list[int]]) -> None:
-    base = tito(start_proxy, fake)
+    base = bare(start_proxy, fake)
     fake.switches.script = [encode(CALL)]
     client = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0)
     tool: Any = {"type": "function", "name": "lookup", **{

@@ -6,7 +6,7 @@ content, reasoning where the family has it) and a 4-turn tool conversation (stre
 not), through the proxy in front of the fake SGLang scripted with the ids the model
 emits, stopping at the first stop id as SGLang does. Each turn's prompt extends the
 previous prompt + completion exactly; turn 0 equals ``apply_chat_template(...,
-add_generation_prompt=True)``."""
+add_generation_prompt=True)``. gpt-oss (harmony) has its own file, test_harmony.py."""
 
 from __future__ import annotations
 
@@ -125,7 +125,7 @@ def emitted(name: str, text: str, end: str | None = None) -> list[int]:
 
 def sampled(name: str, emitted_ids: list[int]) -> list[int]:
     """What the upstream returned of ``emitted_ids``: up to the first stop id."""
-    stops = {eot_id(name), *FAMILIES[name].eos_ids}
+    stops = {eot_id(name), *FAMILIES[name].generation_eos}
     return emitted_ids[:next(i for i, t in enumerate(emitted_ids) if t in stops) + 1]
 
 
@@ -209,17 +209,7 @@ def test_each_tokenizer_encodes_as_its_package_does(name: str, encoding: str) ->
 @pytest.mark.parametrize("name", sorted(SETUPS))
 def test_the_start_up_check_accepts_each_family(name: str) -> None:
     # With the end ids ``serve`` reads from the folder's generation_config.json.
-    Renderer(tok_of(name), eos_ids=FAMILIES[name].eos_ids).check()  # ConfigError if refused
-
-
-def test_the_start_up_check_refuses_gpt_oss_in_one_line_naming_the_reason() -> None:
-    with pytest.raises(ConfigError) as refused:
-        Renderer(tok_of("gpt-oss")).check()
-    message = str(refused.value)
-    assert "\n" not in message
-    assert message.startswith("the chat template cannot render incrementally")
-    assert "the assistant turn is not the prompt + the reply" in message
-    assert "<|channel|>final" in message
+    Renderer(tok_of(name), eos_ids=FAMILIES[name].generation_eos).check()  # else ConfigError
 
 
 def test_the_start_up_check_refuses_mistral_small_31_naming_the_moved_tools() -> None:
@@ -330,6 +320,22 @@ def test_template_kwargs_change_the_prompt_as_apply_chat_template_does(
         assert ids(tok, tok.decode(sent))[-4:] == ids(tok, "<think>\n\n</think>\n\n")[-4:]
 
 
+def test_reasoning_effort_none_renders_as_enable_thinking_false_as_sglang_sets_it(
+        fake: Fake, start_proxy: Callable[..., str]) -> None:
+    """SGLang's request model turns ``reasoning_effort`` into ``thinking`` and
+    ``enable_thinking`` (unless the kwargs set them): "none" is Qwen3's empty think."""
+    tok = tok_of("qwen3")
+    base = start(start_proxy, fake, "qwen3")
+    messages = [{"role": "user", "content": "hi"}]
+    fake.switches.script = [emitted("qwen3", "ok"), emitted("qwen3", "ok")]
+    post(base, "effort", {"messages": messages, "reasoning_effort": "none"})
+    post(base, "effort-2", {"messages": messages, "reasoning_effort": "none",
+                            "chat_template_kwargs": {"enable_thinking": True}})
+    off, kept = prompts(fake)
+    assert off == expected_first(tok, messages, enable_thinking=False)
+    assert kept == expected_first(tok, messages) != off
+
+
 # 4. a turn cut off (finish length)
 
 @pytest.mark.parametrize("name,cut,closing", [
@@ -415,24 +421,6 @@ def test_text_parts_are_joined_and_an_image_is_refused(
     assert refused.status_code == 400
     assert "image_url" in refused.json()["error"]["message"]
     assert len(prompts(fake)) == 1
-
-
-def test_serve_refuses_gpt_oss_with_one_line_and_exit_2(fake: Fake) -> None:
-    import subprocess
-    import sys
-
-    from tests.helpers.procs import seedproxy_env
-
-    done = subprocess.run(
-        [sys.executable, "-m", "seedproxy", "serve", "--upstream", fake.url, "--port", "0",
-         "--token-in-token-out", "--tokenizer", str(tokenizer_dir("gpt-oss"))],
-        env=seedproxy_env(), capture_output=True, text=True, timeout=300)
-    assert done.returncode == 2, done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in done.stderr
-    assert lines[0].startswith("seedproxy: error: the chat template cannot render "
-                               "incrementally: in the full render of [user, assistant, user] "
-                               "the assistant turn is not the prompt + the reply")
 
 
 def test_enable_thinking_false_holds_over_a_three_turn_chat(

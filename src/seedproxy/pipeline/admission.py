@@ -19,6 +19,7 @@ from ..backends import Endpoint
 from ..backends.bridging import as_chat
 from ..errors import BadRequest, ClientClosed, SeedProxyError
 from ..sessions import Interaction, NewSession, SessionRecord
+from ..sessions.cursor import SessionView
 from .departure import unless_client_leaves
 from .exchange import Exchange
 from .headers import compacted_from, is_sdk_retry, pinned_index
@@ -54,13 +55,18 @@ class Admission:
         ex: Exchange | None = None
         try:
             raw = await read_body(request, self.services.settings.max_body_bytes)
-            client = client_request(endpoint, raw, await self.services.parser.body(endpoint, raw))
-            chat, turn = await self._translate(client, session)
+            view = await self._view(session)
+            body, signed = await self.services.parser.signed_body(
+                endpoint, raw, view.last_sent() if view is not None else None,
+                signs=session is not None)
+            client = client_request(endpoint, raw, body, signed)
+            chat, turn = await self._translate(client, session, view)
             headers = request.headers
             pinned = pinned_index(headers)
             ex = await seat(self.services, client, session, pinned=pinned,
                             retry=is_sdk_retry(headers), arrived=arrived,
                             compacted=compacted_from(headers))
+            ex.view = view
             recorded = None
             if ex.session is not None and ex.session.replays and ex.slot is not None:
                 recorded = await self.services.replays.lookup(
@@ -74,8 +80,18 @@ class Admission:
             shown = {"x-seedproxy-overhead-ms": f"{(time.perf_counter() - arrived) * 1000:.3f}"}
             return self._refusal.error_response(exc, ex.headers() if ex is not None else shown)
 
+    async def _view(self, session: SessionRecord | NewSession | None) -> SessionView | None:
+        """The session's view, brought up to date in one store operation (None for a new
+        session or none): what the body is signed against, the turn is rendered from
+        and the record links into."""
+        if not isinstance(session, SessionRecord):
+            return None
+        sessions = self.services.sessions
+        return await sessions.cursors.view(sessions.store, session)
+
     async def _translate(self, client: ClientRequest,
-                         session: SessionRecord | NewSession | None
+                         session: SessionRecord | NewSession | None,
+                         view: SessionView | None = None
                          ) -> tuple[dict[str, object] | None, TitoTurn | None]:
         """The chat request an upstream is sent instead (a bridge), and the rendered
         token-in-token-out turn; both raise their 4xx before the slot."""
@@ -87,7 +103,8 @@ class Admission:
         mode = services.tito
         if mode is None or not (self.messages or endpoint in (Endpoint.CHAT, Endpoint.RESPONSES)):
             return chat, None
-        turn = await prepare(mode, services.sessions, chat or client.body, session)
+        turn = await prepare(mode, services.sessions, chat or client.body, session, view=view,
+                             signed=client.signed if chat is None else None)
         return chat, turn
 
     def _strategies(self, ex: Exchange, chat: dict[str, object] | None,

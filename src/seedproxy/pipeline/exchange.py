@@ -40,6 +40,7 @@ from ..errors import (
 )
 from ..seeds import answer_basis
 from ..sessions import Interaction, SessionRecord, Slot
+from ..sessions.cursor import SessionView
 from .failure import UpstreamAnswered
 from .headers import seedproxy_headers
 from .keying import ContentSeat
@@ -85,6 +86,9 @@ class Exchange:
     recording: bool = False
     replayed: bool = False
     """Answered from a resumed session's source record (``replaying.py``): no upstream."""
+    view: SessionView | None = None
+    """This process's view of the session, brought up to date when the request was
+    admitted (``Cursors.view``); its record links into it without another store read."""
     dispatches: list[Dispatch] = field(default_factory=list)
     """Where each upstream request is running; see ``inflight.py``."""
     _replies: list[UpstreamReply] = field(default_factory=list)
@@ -244,8 +248,11 @@ class Exchange:
             compacted_from=self.compacted_from,
         )
         sessions = self.services.sessions
-        view = await sessions.cursors.view(sessions.store, self.session)
-        link, sent = view.link_for(interaction)  # stored once: what it adds to its base
+        view = self.view
+        if view is None:
+            view = await sessions.cursors.view(sessions.store, self.session)
+        # Stored once: what it adds to its base (its messages signed as they were read).
+        link, sent = view.link_for(interaction, self.client.signed)
         await sessions.store.record(self.session.session_id, interaction, link=link, sent=sent)
         self.services.metrics.recorded_tokens.inc(interaction.token_count)
 

@@ -33,9 +33,10 @@ import orjson
 from ..backends import Endpoint
 from ..backends.echo import loads_echoed
 from ..errors import ParserBusy, ParserUnavailable
+from ..sessions.codec import Sent, Signed
 from ..sessions.token_ids import TokenIds
 from . import parse_jobs
-from .request import decode_body
+from .request import decode_body, decode_signed
 
 __all__ = ["Parser"]
 
@@ -62,11 +63,20 @@ class Parser:
 
     async def body(self, endpoint: Endpoint, raw: bytes) -> dict[str, Any]:
         """``decode_body(endpoint, raw)``: its result, or its ``BadRequest``."""
+        return (await self.signed_body(endpoint, raw, None, signs=False))[0]
+
+    async def signed_body(self, endpoint: Endpoint, raw: bytes,
+                          last: tuple[str, Sent] | None, *, signs: bool = True
+                          ) -> tuple[dict[str, Any], Signed | None]:
+        """``decode_signed(endpoint, raw, last)`` (``decode_body`` and no signature unless
+        ``signs``); an offloaded body is checked whole in the worker, and not signed."""
         if not self.offloads(len(raw)):
-            return decode_body(endpoint, raw)
+            if not signs:
+                return decode_body(endpoint, raw), None
+            return decode_signed(endpoint, raw, last)
         result = await self._run(parse_jobs.read_body, endpoint, raw, self._hold)
         body: dict[str, Any] = parse_jobs.unpacked(result)
-        return body
+        return body, None
 
     async def answer(self, content: bytes, known: TokenIds | None = None, *,
                      echoes: bool = False) -> Any:

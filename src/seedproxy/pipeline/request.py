@@ -18,12 +18,14 @@ from starlette.requests import ClientDisconnect, Request
 from ..backends import Endpoint
 from ..errors import BadRequest, BodyTimeout, PayloadTooLarge
 from ..nesting import MAX_DEPTH, too_deep
+from ..sessions.codec import Sent, Signed, sign
 
 __all__ = [
     "MAX_CHOICES",
     "ClientRequest",
     "client_request",
     "decode_body",
+    "decode_signed",
     "documented",
     "parse_body",
     "read_body",
@@ -45,6 +47,9 @@ class ClientRequest:
     stream: bool
     n: int
     seed: int | None
+    signed: Signed | None = None
+    """The body's messages signed against the session's last turn (``decode_signed``),
+    for its record to reuse; None outside a session, or for an offloaded body."""
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -92,18 +97,39 @@ def decode_body(endpoint: Endpoint, raw: bytes) -> dict[str, Any]:
     """``raw`` parsed, refused (``BadRequest``) unless it is a JSON object no deeper
     than ``MAX_DEPTH`` that holds ``endpoint``'s prompt. The whole of the work on a
     body's size: ``offload.py`` runs it in a worker process for a large body."""
+    body = _loaded(raw)
+    _check_depth(raw, body)
+    _check_prompt(endpoint, body)
+    return body
+
+
+def decode_signed(endpoint: Endpoint, raw: bytes, last: tuple[str, Sent] | None
+                  ) -> tuple[dict[str, Any], Signed | None]:
+    """``decode_body``, with the body's messages signed against ``last`` (the session's
+    last recorded turn: its interaction id and ``Sent``; None before its first). Messages
+    that repeat that turn's byte for byte sit where an accepted body held them, so only
+    the rest of the body is walked for depth: the walk costs what the request adds."""
+    body = _loaded(raw)
+    signed = sign(body, *(last if last is not None else (None, None)))
+    known = (last[1].field, last[1].count) if (
+        last is not None and signed is not None and signed.repeated) else None
+    _check_depth(raw, body, known)
+    _check_prompt(endpoint, body)
+    return body, signed
+
+
+def _loaded(raw: bytes) -> dict[str, Any]:
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise BadRequest(f"request body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object")
-    _check_depth(raw, body)
-    _check_prompt(endpoint, body)
     return body
 
 
-def client_request(endpoint: Endpoint, raw: bytes, body: dict[str, Any]) -> ClientRequest:
+def client_request(endpoint: Endpoint, raw: bytes, body: dict[str, Any],
+                   signed: Signed | None = None) -> ClientRequest:
     """The request ``decode_body`` read, its top-level fields checked."""
     params = body.get("sampling_params") if endpoint is Endpoint.GENERATE else body
     if endpoint is Endpoint.GENERATE and params is not None and not isinstance(params, dict):
@@ -119,7 +145,7 @@ def client_request(endpoint: Endpoint, raw: bytes, body: dict[str, Any]) -> Clie
         stream = False
     if not isinstance(stream, bool):
         raise BadRequest("stream must be a boolean", param="stream")
-    return ClientRequest(endpoint, raw, body, stream, n or 1, seed)
+    return ClientRequest(endpoint, raw, body, stream, n or 1, seed, signed)
 
 
 def request_digest(endpoint: Endpoint, raw: bytes) -> bytes:
@@ -152,10 +178,16 @@ def _check_prompt(endpoint: Endpoint, body: dict[str, Any]) -> None:
             raise BadRequest("input_ids must be a list", param="input_ids")
 
 
-def _check_depth(raw: bytes, body: Any) -> None:
+def _check_depth(raw: bytes, body: dict[str, Any], known: tuple[str, int] | None = None) -> None:
     """Refuse a body nested more than ``MAX_DEPTH`` (64) levels (400, before any work):
     deeper JSON could not be stored and exported. A body with fewer brackets than that
-    cannot be so deep, so most are never walked."""
+    cannot be so deep, so most are never walked. ``known``: a message field and how
+    many of its first items an accepted body held at the same place (not walked)."""
+    if known is not None:
+        field, count = known
+        if too_deep({**body, field: body[field][count:]}):
+            raise BadRequest(f"request body is nested more than {MAX_DEPTH} levels deep")
+        return
     if raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:
         return
     if too_deep(body):

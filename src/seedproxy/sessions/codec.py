@@ -25,8 +25,8 @@ from ..errors import StoreError
 from .interaction import ChoiceRecord, Interaction
 from .routing import RoutedExperts
 
-__all__ = ["MESSAGE_FIELDS", "Link", "Sent", "Stored", "conversation", "decode", "encode",
-           "resolve", "sent_of", "with_reward"]
+__all__ = ["MESSAGE_FIELDS", "Link", "Sent", "Signed", "Stored", "conversation", "decode",
+           "encode", "resolve", "sent_of", "sign", "with_reward"]
 
 _MAGIC = b"\x00SP2"
 _HEAD = struct.Struct("<4sI")
@@ -65,6 +65,33 @@ class Sent:
     count: int
     size: int
     digest: str
+
+
+@dataclass(frozen=True, slots=True)
+class Signed:
+    """A request's ``sent_of`` against one recorded turn, computed once where its body
+    is read and reused where it is recorded: ``base`` is that turn's interaction id
+    and ``base_sent`` its ``Sent`` (both None without one); ``repeated`` is whether the
+    request's messages start with the base's, byte for byte."""
+
+    sent: Sent
+    base: str | None
+    base_sent: Sent | None
+    repeated: bool
+
+    def against(self, base: str | None, base_sent: Sent | None) -> tuple[Sent, bool] | None:
+        """``sent_of`` against that base, when it is the one signed against; else None."""
+        if base != self.base or base_sent != self.base_sent:
+            return None
+        return self.sent, self.repeated
+
+
+def sign(request: Any, base: str | None, base_sent: Sent | None) -> Signed | None:
+    """``sent_of(request, base_sent)`` kept with its base; None as ``sent_of`` gives."""
+    found = sent_of(request, base_sent)
+    if found is None:
+        return None
+    return Signed(found[0], base, base_sent, found[1])
 
 
 def _hex(digest: Any) -> str:

@@ -18,7 +18,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, overload
 
-from .codec import Link, Sent, Stored, decode, sent_of
+from .codec import Link, Sent, Signed, Stored, decode, sent_of
 from .interaction import ChoiceRecord, Interaction
 from .record import SessionRecord
 from .store.base import SessionStore
@@ -119,14 +119,24 @@ class SessionView:
             return None
         return self.prompt_ids(last)
 
-    def known_keys(self, request: dict[str, Any]) -> list[str]:
+    def last_sent(self) -> tuple[str, Sent] | None:
+        """The turn recorded last: its interaction id and its request's ``Sent``."""
+        last = self._turns.get(self._last) if self._last is not None else None
+        if last is None or last.sent is None:
+            return None
+        return last.interaction_id, last.sent
+
+    def known_keys(self, request: dict[str, Any], signed: Signed | None = None) -> list[str]:
         """The token-in-token-out keys of ``request``'s first messages when they are,
         byte for byte, the messages the last turn recorded sent (its keys, then); else
-        []. Costs a serialisation and a digest of the messages, no key per message."""
+        []. Costs a serialisation and a digest of the messages, no key per message
+        (none when ``signed``, the request's signature, was made against that turn)."""
         last = self._turns.get(self._last) if self._last is not None else None
         if last is None or last.sent is None or last.tito is None:
             return []
-        found = sent_of(request, last.sent)
+        found = signed.against(last.interaction_id, last.sent) if signed is not None else None
+        if found is None:
+            found = sent_of(request, last.sent)
         if found is None or not found[1]:
             return []
         keys = last.keys()
@@ -176,11 +186,17 @@ class SessionView:
         self._memo = (turn.interaction_id, out, text)
         return out, text
 
-    def link_for(self, interaction: Interaction) -> tuple[Link | None, Sent | None]:
+    def link_for(self, interaction: Interaction, signed: Signed | None = None
+                 ) -> tuple[Link | None, Sent | None]:
         """How ``interaction`` is stored once: the turn it extends (its token-in-token-out
-        lineage, else the last turn recorded) and how much of it it repeats."""
+        lineage, else the last turn recorded) and how much of it it repeats.
+        ``signed``: its request's signature, reused when made against that turn."""
         base = self._base(interaction)
-        found = sent_of(interaction.request, base.sent if base is not None else None)
+        base_sent = base.sent if base is not None else None
+        found = (signed.against(base.interaction_id if base is not None else None, base_sent)
+                 if signed is not None else None)
+        if found is None:
+            found = sent_of(interaction.request, base_sent)
         sent = found[0] if found else None
         if base is None:
             return None, sent

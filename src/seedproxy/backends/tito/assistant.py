@@ -13,7 +13,7 @@ from typing import Any
 
 from .decode import IncrementalDecoder
 from .markers import MarkerGuard
-from .reasoning import ThinkParser
+from .reasoning import ReasoningParser
 from .segments import Held, StopTrim
 from .tool_parsers import ToolCall, ToolParser
 from .tools.base import openai_call_id
@@ -54,7 +54,7 @@ class Reply:
 
 
 class AssistantStream:
-    def __init__(self, decoder: IncrementalDecoder, reasoning: ThinkParser | None,
+    def __init__(self, decoder: IncrementalDecoder, reasoning: ReasoningParser | None,
                  tools: ToolParser | None, stops: tuple[str, ...] = (), *,
                  continues: bool = False, earlier_calls: int = 0,
                  guard: MarkerGuard | None = None) -> None:

@@ -15,9 +15,11 @@ Invariants:
   ``{"type", "structures": [{"begin", "schema", "end"}], "triggers", "at_least_one"}``
   (schema null and at_least_one false when left out); the ``format`` form (xgrammar's
   own) goes as sent. Other kinds are a 400.
-- A forcing ``tool_choice`` (``required`` or a named tool) is the JSON schema of
+- A forcing ``tool_choice`` (``required`` or a named tool) is the tool parser's
+  structural tag where it builds one (``tools.structural``), else the JSON schema of
   ``seedproxy.tool_choice``; with any other constraint it is a 400, as SGLang 0.5.23's
-  ``to_sampling_params`` refuses the pair.
+  ``to_sampling_params`` refuses the pair. The tag of an unforced call (``auto`` with
+  a strict tool) gives way to any other constraint, as SGLang drops it then.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import Any
 from ...errors import BadRequest
 from ...tool_choice import Forcing
 
-__all__ = ["Constraint", "check_regex", "constraint_of"]
+__all__ = ["Constraint", "check_regex", "constraint_of", "legacy_tag_text"]
 
 _GRAMMARS = ("regex", "ebnf", "json_schema")
 
@@ -45,12 +47,16 @@ class Constraint:
     response_format: dict[str, Any] | None = None
     """For ``response_format``: ``{"type": "json_object"}``, ``{"type": "json_schema",
     "json_schema": {...as sent}}`` or the ``structural_tag`` object as sent."""
+    structural: bool = False
+    """A tool parser's structural tag for its calls (``tools.structural``)."""
 
     @property
     def param(self) -> str:
         """The ``sampling_params`` key SGLang's chat route puts it under."""
         if self.field in _GRAMMARS:
             return self.field
+        if self.structural:
+            return "structural_tag"
         if self.response_format is not None and (
                 self.response_format.get("type") == "structural_tag"):
             return "structural_tag"
@@ -151,27 +157,37 @@ def _structural_tag(fmt: dict[str, Any]) -> str:
     if not isinstance(at_least_one, bool):
         raise BadRequest("response_format.at_least_one must be a boolean",
                          param="response_format")
-    return json.dumps({
-        "type": "structural_tag",
-        "structures": [{"begin": s["begin"], "schema": s.get("schema"), "end": s["end"]}
-                       for s in structures],
-        "triggers": triggers, "at_least_one": at_least_one,
-    })
+    return legacy_tag_text([{"begin": s["begin"], "schema": s.get("schema"), "end": s["end"]}
+                            for s in structures], triggers, at_least_one)
 
 
-def constraint_of(body: dict[str, Any], forcing: Forcing | None = None) -> Constraint | None:
-    """The one constraint ``body`` asks for (``forcing``: its forced tool call, checked);
-    ``BadRequest`` names a bad or second one."""
+def legacy_tag_text(structures: list[dict[str, Any]], triggers: list[str],
+                    at_least_one: bool) -> str:
+    """``json.dumps`` of SGLang's ``LegacyStructuralTagResponseFormat``
+    (``structures`` as ``{"begin", "schema", "end"}``), as ``to_sampling_params`` sends
+    it under ``structural_tag``."""
+    return json.dumps({"type": "structural_tag", "structures": structures,
+                       "triggers": triggers, "at_least_one": at_least_one})
+
+
+def constraint_of(body: dict[str, Any], forcing: Forcing | None = None,
+                  tool_tag: str | None = None) -> Constraint | None:
+    """The one constraint ``body`` asks for (``forcing``: its forced tool call, checked;
+    ``tool_tag``: the tool parser's structural tag for its calls, if it builds one);
+    ``BadRequest`` names a bad or second one. An ``auto`` tool tag gives way to the
+    client's own constraint, as SGLang drops it then."""
     grammar = _grammar(body)
     fmt = _response_format(body.get("response_format"))
     if grammar is not None and fmt is not None:
         raise BadRequest("response_format cannot be combined with regex, ebnf or json_schema",
                          param="response_format")
     asked = grammar or fmt
-    if forcing is None:
-        return asked
-    if asked is not None:
+    if forcing is not None and asked is not None:
         raise BadRequest("tool_choice 'required' or a named tool cannot be combined with "
                          "response_format, regex, or ebnf: the tool-call constraint and the "
                          "output constraint cannot both be honored.", param="tool_choice")
-    return Constraint("tool_choice", forcing.schema)
+    if asked is not None:
+        return asked
+    if tool_tag is not None:
+        return Constraint("tool_choice", tool_tag, structural=True)
+    return None if forcing is None else Constraint("tool_choice", forcing.schema)

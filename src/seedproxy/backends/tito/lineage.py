@@ -3,7 +3,8 @@
 A request *extends* turn t when its messages are t's messages, then an assistant
 message matching one of t's recorded replies, then at least one new message, with
 the same tools. Its prompt is then t's prompt ids + that choice's completion ids
-exactly as sampled + the ids of the new messages only. Otherwise it is a full
+exactly as sampled (its end included: the end-of-turn, or harmony's ``<|return|>``
+or ``<|call|>``) + the ids of the new messages only. Otherwise it is a full
 render, and ``forked_from`` names the earlier turn sharing the longest message
 prefix. The template kwargs are part of the context key, so a turn whose kwargs
 differ from the earlier one's is a full render (a new branch). A request continuing
@@ -168,9 +169,9 @@ def plan_prompt(renderer: Renderer, body: dict[str, Any], history: Sequence[Reco
         if choice is None:
             continue
         completion = turn.choices[choice].token_ids
-        end = completion[-1] if completion and completion[-1] in renderer.stop_token_ids else None
-        new = messages_from(len((turn.tito or {})["messages"]))[1:]
-        suffix = renderer.suffix_text(new, tools, end=end, options=options)
+        end = completion[-1] if completion and completion[-1] in renderer.end_ids else None
+        reply, *new = messages_from(len((turn.tito or {})["messages"]))
+        suffix = renderer.suffix_text(new, tools, end=end, options=options, reply=reply)
         if end is None:  # cut short: close a reasoning block it left open first
             suffix = renderer.think_closing(turn.prompt_ids().ids[-_TAIL:], completion) + suffix
         added = array("i", completion) + array("i", renderer.encode(suffix))

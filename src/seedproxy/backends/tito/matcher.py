@@ -123,8 +123,11 @@ def reasoning_key(text: str) -> str | None:
 
 
 def context_key(body: dict[str, Any]) -> str:
-    """What the template renders outside the messages: tools and template kwargs."""
+    """What the template renders outside the messages: tools, template kwargs and a
+    ``reasoning_effort`` (only when set, so the keys of requests without it stay)."""
+    effort = body.get("reasoning_effort")
     try:
-        return _digest([body.get("tools") or None, body.get("chat_template_kwargs") or None])
+        return _digest([body.get("tools") or None, body.get("chat_template_kwargs") or None,
+                        *([] if effort is None else [effort])])
     except (TypeError, orjson.JSONEncodeError):
         return _digest(repr(body.get("tools")))

@@ -12,9 +12,10 @@ from ...tool_choice import tools_rendered
 from .assistant import AssistantStream
 from .decode import IncrementalDecoder, decoder_of
 from .dialect import DIALECTS, Dialect
+from .harmony import MARKERS as HARMONY_MARKERS
 from .lineage import FullRender, Prompt, RecordedTurn, plan_prompt
 from .markers import MarkerGuard, id_markers
-from .reasoning import REASONING_PARSERS, ThinkParser
+from .reasoning import REASONING_PARSERS, ReasoningParser, ThinkParser
 from .renderer import Renderer
 from .sampling import Sampling, checked_forcing, sampling_of
 from .tokenizer import generation_eos_ids, load_tokenizer, read_template
@@ -37,20 +38,25 @@ class TitoMode:
         self.model_name = model_name
         self._tool_parser = TOOL_PARSERS[tool_parser] if tool_parser else None
         self._reasoning = REASONING_PARSERS[reasoning_parser] if reasoning_parser else None
+        # The think tags a structural tag leaves free (harmony's channels are none).
+        self._think = (self._reasoning.open_tag, self._reasoning.close_tag) if (
+            self._reasoning is not None and issubclass(self._reasoning, ThinkParser)) else ()
         tok = renderer.tokenizer
         self.stop_token_ids = renderer.stop_token_ids
         tags = {*_PARSER_TAGS, *(self._tool_parser.markers if self._tool_parser else ()),
-                *(self._reasoning.markers() if self._reasoning else ())}
-        keep = {i for t in tags for i in [tok.convert_tokens_to_ids(t)]
-                if isinstance(i, int) and i != tok.unk_token_id}
+                *(self._reasoning.markers() if self._reasoning else ()),
+                *(HARMONY_MARKERS if renderer.harmony else ())}
+        keep = _ids_of(tok, tags)
+        kept_stops = _ids_of(tok, self._tool_parser.kept_stops if self._tool_parser else ())
         # An end of turn is never text, special to the tokenizer or not (Gemma's
-        # <end_of_turn> is an ordinary added token).
-        self.hidden = (frozenset(int(i) for i in tok.all_special_ids) - keep) | frozenset(
-            self.stop_token_ids)
+        # <end_of_turn> is an ordinary added token), unless the tool parser reads it.
+        self.hidden = (frozenset(int(i) for i in tok.all_special_ids) - keep) | (
+            frozenset(self.stop_token_ids) - kept_stops)
+        tool_start = self._reasoning.tool_start if self._reasoning is not None and issubclass(
+            self._reasoning, ThinkParser) else ""
         self._marker_ids = id_markers(tok, [
             *(self._tool_parser.markers if self._tool_parser else ()),
-            *((self._reasoning.tool_start,) if self._reasoning and self._reasoning.tool_start
-              else ())])
+            *((tool_start,) if tool_start else ())])
         """Parser markers that are one added token: read from ids (``markers``)."""
         self._decode = decoder_of(tok)
         self._vocab_size = len(tok)  # the wrapper's len() costs a microsecond a request
@@ -86,16 +92,21 @@ class TitoMode:
     def sampling(self, body: dict[str, Any]) -> Sampling:
         return sampling_of(body, self.stop_token_ids, carries=self.dialect.carries,
                            vocab_size=self._vocab_size,
-                           reasoning=self._reasoning is not None)
+                           reasoning=self._reasoning is not None,
+                           tool_parser=self._tool_parser, think=self._think)
 
-    def assistant(self, prompt: Prompt, body: dict[str, Any]) -> AssistantStream:
-        """A fresh parser chain for one choice of ``body``."""
-        reasoning: ThinkParser | None = None
+    def assistant(self, prompt: Prompt, body: dict[str, Any],
+                  sampling: Sampling | None = None) -> AssistantStream:
+        """A fresh parser chain for one choice of ``body`` (``sampling``: its
+        ``sampling(body)``, when the caller holds it already)."""
+        reasoning: ReasoningParser | None = None
         if self._reasoning is not None:
             reasoning = self._reasoning(opened=prompt.opens_reasoning)
-        sampling = self.sampling(body)
+        if sampling is None:
+            sampling = self.sampling(body)
         tools: ToolParser | None = None
-        if sampling.forcing is not None:
+        tagged = sampling.constraint is not None and sampling.constraint.structural
+        if sampling.forcing is not None and not tagged:
             tools = ForcedCallParser()
         elif self._tool_parser is not None and body.get("tools") and (
                 body.get("tool_choice") != "none"):
@@ -115,6 +126,12 @@ class TitoMode:
             if 0 <= token_id < self._vocab_size:
                 self._token_texts[token_id] = text
         return text
+
+
+def _ids_of(tok: Any, tokens: Any) -> frozenset[int]:
+    """The ids of those of ``tokens`` that are single tokens of ``tok``."""
+    return frozenset(i for t in tokens for i in [tok.convert_tokens_to_ids(t)]
+                     if isinstance(i, int) and i != tok.unk_token_id)
 
 
 def _earlier_calls(messages: list[Any]) -> int:

@@ -17,17 +17,39 @@ Streaming and whole input give the same parts joined.
 | ``deepseek-r1`` | ``<think>`` ``</think>`` | yes | none |
 | ``kimi_k2`` | ``<think>`` ``</think>`` | no | ``<|tool_calls_section_begin|>`` |
 | ``kimi`` | ``◁think▷`` ``◁/think▷`` | no | none |
+
+``gpt-oss`` reads harmony's channels instead (``reasoning_harmony``).
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
+from .reasoning_harmony import HarmonyReasoning
 from .segments import Held, partial_tag
 
-__all__ = ["REASONING_PARSERS", "ThinkParser"]
+__all__ = ["REASONING_PARSERS", "ReasoningParser", "ThinkParser"]
 
 Part = tuple[str, str]
+
+
+class ReasoningParser(Protocol):
+    """What every reasoning parser offers (one per answer choice)."""
+
+    def __init__(self, *, opened: bool = False) -> None: ...
+
+    @classmethod
+    def markers(cls) -> tuple[str, ...]:
+        """The tags this parser reads (kept in the decoded text)."""
+        ...
+
+    def feed(self, text: str) -> list[Part]:
+        """The (kind, text) parts ``text`` completes."""
+        ...
+
+    def finish(self) -> list[Part]:
+        """What is left once the completion has ended."""
+        ...
 
 
 class ThinkParser:
@@ -120,8 +142,8 @@ class KimiParser(ThinkParser):
     close_tag = "◁/think▷"
 
 
-REASONING_PARSERS: dict[str, type[ThinkParser]] = {
+REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
     "think": ThinkParser, "qwen3": Qwen3Parser, "qwen3-thinking": Qwen3ThinkingParser,
     "glm45": Qwen3Parser, "deepseek-r1": DeepSeekR1Parser, "kimi_k2": KimiK2Parser,
-    "kimi": KimiParser,
+    "kimi": KimiParser, "gpt-oss": HarmonyReasoning,
 }

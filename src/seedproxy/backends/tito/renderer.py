@@ -18,6 +18,12 @@ Invariants:
   block (Qwen3-Thinking-2507, QwQ, DeepSeek-R1-Distill) may be missing from the full
   render, and an empty think block (GLM-4.5) may precede the reply there: the model
   writes its reasoning in that place, and later renders strip reasoning.
+  A harmony template (gpt-oss, ``harmony``) writes the channel header the model samples
+  itself after the generation prompt, and a call as one assistant message: the
+  recorded completion takes their place (see ``harmony``).
+- Harmony stops on ``<|return|>`` and ``<|call|>``; ``<|end|>`` ends a message only.
+  After a sampled tool call the suffix is what the template writes after a call to the
+  same function (its tool message names it).
 - A request's ``RenderOptions`` (template kwargs, generation prompt, continuing the
   final message) apply to the full render and to the suffix alike.
 - With ``today`` set, a template's ``strftime_now`` formats that date (at midnight)
@@ -28,10 +34,11 @@ Invariants:
 from __future__ import annotations
 
 import datetime
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ...errors import BadRequest, ConfigError
+from .harmony import CALL, END, FINAL_HEADER, START, harmony_of
 from .template_input import RenderOptions, content_format, reserved_names
 
 __all__ = ["Renderer", "dated"]
@@ -86,6 +93,26 @@ def _template_errors() -> tuple[type[BaseException], ...]:
     return (TemplateError, TypeError, KeyError, ValueError, AttributeError, IndexError)
 
 
+def encoder_of(tokenizer: Any) -> Callable[[str], list[int]]:
+    """``tokenizer.encode(text, add_special_tokens=False)`` as a function. A fast (Rust)
+    tokenizer is called through its backend directly when the two agree on a probe
+    text holding every special token (the wrapper costs about as much as the encode)."""
+    def wrapped(text: str) -> list[int]:
+        return list(tokenizer.encode(text, add_special_tokens=False))
+
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or not callable(getattr(backend, "encode", None)):
+        return wrapped
+
+    def direct(text: str) -> list[int]:
+        ids: list[int] = backend.encode(text, add_special_tokens=False).ids
+        return ids
+
+    special = "".join(str(t) for t in getattr(tokenizer, "all_special_tokens", []))
+    probe = f" Hello  world,\n\tcafé 日本 🙂{special} x{special[:1]}y "
+    return direct if direct(probe) == wrapped(probe) else wrapped
+
+
 class Renderer:
     """Renders messages with one chat template and one tokenizer (thread-safe reads)."""
 
@@ -102,15 +129,22 @@ class Renderer:
         if today is not None and "strftime_now" in self.template:
             self.template = dated(today) + self.template
         self._errors = _template_errors()
+        self._encode = encoder_of(tokenizer)
         self.content_format = content_format(self.template)
         self.reserved = reserved_names(tokenizer)
         self.eot_text, self.eot_id = self._find_end_of_turn()
+        self.harmony = harmony_of(tokenizer, self.eot_text)
+        turn_ends = list(self.harmony.stop_ids) if self.harmony else [self.eot_id]
         eos = tokenizer.eos_token_id
-        self.stop_token_ids: tuple[int, ...] = tuple(
-            dict.fromkeys([self.eot_id, *([eos] if isinstance(eos, int) else []), *eos_ids])
-        )
+        if isinstance(eos, int) and not (self.harmony and eos == self.eot_id):
+            turn_ends.append(eos)
+        turn_ends += eos_ids
+        self.stop_token_ids: tuple[int, ...] = tuple(dict.fromkeys(turn_ends))
+        self.end_ids = frozenset([self.eot_id, *turn_ends])
+        """Ids that close a sampled turn (or, in harmony, its last message): a
+        completion ending in one needs no end-of-turn before the next messages."""
         self._stop_texts = {i: str(tokenizer.decode([i], skip_special_tokens=False))
-                            for i in self.stop_token_ids}
+                            for i in sorted(self.end_ids)}
 
     def render(self, messages: list[dict[str, Any]], tools: list[Any] | None,
                *, generation_prompt: bool, continue_final: bool = False,
@@ -133,7 +167,8 @@ class Renderer:
         return text
 
     def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
+        """``tokenizer.encode(text, add_special_tokens=False)``."""
+        return self._encode(text)
 
     def full_text(self, messages: list[dict[str, Any]], tools: list[Any] | None,
                   options: RenderOptions = _DEFAULT) -> str:
@@ -141,10 +176,15 @@ class Renderer:
                            continue_final=options.continue_final, kwargs=options.kwargs)
 
     def suffix_text(self, new: list[dict[str, Any]], tools: list[Any] | None,
-                    *, end: int | None, options: RenderOptions = _DEFAULT) -> str:
-        """What follows a sampled assistant turn for the ``new`` messages (see above).
+                    *, end: int | None, options: RenderOptions = _DEFAULT,
+                    reply: dict[str, Any] | None = None) -> str:
+        """What follows a sampled assistant turn for the ``new`` messages (see above);
         ``end``: the stop id the turn ended with (its text, or the template's
-        end-of-turn that it stands for, is not repeated); None for a turn cut short."""
+        end-of-turn that it stands for, is not repeated), None for a turn cut short;
+        ``reply``: that turn as the client sent it back."""
+        if self.harmony is not None and reply is not None and reply.get("tool_calls"):
+            return self._after_call(reply, new, tools, closed=end is not None,
+                                    options=options)
         after = self._after(new, tools, options)
         opener = self._turn_end(after)
         if opener is None:
@@ -175,6 +215,26 @@ class Renderer:
         """The stop token's text that ``after`` opens with (the longest), or None."""
         found = [t for t in self._stop_texts.values() if t and after.startswith(t)]
         return max(found, key=len) if found else None
+
+    def _after_call(self, reply: dict[str, Any], new: list[dict[str, Any]],
+                    tools: list[Any] | None, *, closed: bool, options: RenderOptions) -> str:
+        """Harmony: what the template writes after an assistant call to the function
+        ``reply`` called first (the tool message names it), ``<|call|>`` first when the
+        sampled call did not end with it."""
+        first = reply["tool_calls"][0]
+        function = first.get("function") if isinstance(first, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
+        probe: list[dict[str, Any]] = [_PROBE_USER, {
+            "role": "assistant", "content": "", "tool_calls": [
+                {"id": "call_0", "type": "function",
+                 "function": {"name": name, "arguments": {}}}]}]
+        head = self.render(probe, tools, generation_prompt=False, kwargs=options.kwargs)
+        text = self.full_text(probe + new, tools, options)
+        if not head.endswith(CALL) or not text.startswith(head):
+            raise BadRequest("the chat template does not end a tool call turn with "
+                             f"{CALL!r} before these messages", param="messages")
+        after = text[len(head):]
+        return after if closed else CALL + after
 
     def think_closing(self, prompt_tail: Sequence[int], completion: Sequence[int]) -> str:
         """The text that closes a reasoning block a turn cut short left open ("" if it
@@ -235,6 +295,33 @@ class Renderer:
                 if follow["role"] == "tool" and self._turn_end(after) is None:
                     continue  # no stop id opens a tool message: tool turns are refused later
                 self._compare(prompt, whole, after, follow["role"])
+        if self.harmony is not None:
+            self._check_call()
+
+    def _check_call(self) -> None:
+        """Harmony: the full render of [user, assistant call, tool] must be the prompt +
+        one assistant message ending with ``<|call|>`` (the call the model samples in its
+        own form) + the suffix after a call."""
+        call = {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "call_0", "type": "function",
+             "function": {"name": "probe", "arguments": {"x": "y"}}}]}
+        follow = {"role": "tool", "tool_call_id": "call_0", "content": "42"}
+        try:
+            prompt = self.full_text([_PROBE_USER], _PROBE_TOOLS)
+            whole = self.full_text([_PROBE_USER, call, follow], _PROBE_TOOLS)
+            suffix = self.suffix_text([follow], _PROBE_TOOLS, end=self.eot_id, reply=call)
+        except BadRequest as exc:
+            raise ConfigError(f"the chat template cannot render incrementally: "
+                              f"{exc.message}") from None
+        middle = whole[len(prompt):len(whole) - len(suffix)]
+        if (whole.startswith(prompt) and whole.endswith(suffix)
+                and len(prompt) + len(suffix) <= len(whole) and middle.endswith(CALL)
+                and START not in middle and END not in middle):
+            return
+        raise ConfigError(
+            "the chat template cannot render incrementally: in the full render of [user, "
+            "assistant tool call, tool] the call is not one assistant message between the "
+            f"prompt and the tool message (it writes {middle[:48]!r})")
 
     def _compare(self, prompt: str, whole: str, after: str, role: str) -> None:
         """``whole`` must be ``prompt`` + reply + ``after`` (the end of the turn and what
@@ -248,6 +335,8 @@ class Renderer:
         opening = _think_opening(prompt)
         if opening and whole == prompt[:-len(opening)] + tail:
             return
+        if self.harmony is not None and whole == prompt + FINAL_HEADER + tail:
+            return  # the model samples the channel header itself
         middle = whole[len(prompt):len(whole) - len(tail)] if len(whole) > len(
             prompt) + len(tail) else ""
         if (whole.startswith(prompt) and whole.endswith(tail)

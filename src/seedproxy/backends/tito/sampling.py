@@ -20,6 +20,8 @@ from typing import Any
 from ...errors import BadRequest
 from ...tool_choice import Forcing, ToolChoiceError, forcing_of
 from .constraints import Constraint, check_regex, constraint_of
+from .tools.base import ToolParser
+from .tools.structural import ToolAsk
 
 __all__ = ["CARRIABLE", "Sampling", "sampling_of"]
 
@@ -121,7 +123,9 @@ class Sampling:
     stop_regex: tuple[str, ...] = ()
     constraint: Constraint | None = None
     forcing: Forcing | None = None
-    """``tool_choice`` forces a call: the reply is read as SGLang reads a forced one."""
+    """``tool_choice`` forces a call: the reply is read as SGLang reads a forced one
+    (the tool parser's format where ``constraint`` is its structural tag, else the
+    JSON array)."""
     ignore_eos: bool = False
     """Generate past the end of the turn: the template's stop ids are not sent (only the
     client's ``stop_token_ids``), and the upstream ignores its own EOS."""
@@ -148,13 +152,30 @@ def _int(body: dict[str, Any], key: str, low: int) -> int | None:
     return value
 
 
+def _tool_tag(body: dict[str, Any], forcing: Forcing | None,
+              tool_parser: type[ToolParser] | None, think: tuple[str, ...]) -> str | None:
+    """The tool parser's structural tag for ``body``'s calls, if it builds one."""
+    tools = body.get("tools")
+    if tool_parser is None or not tools or body.get("tool_choice") == "none":
+        return None
+    return tool_parser.structural_tag(ToolAsk(
+        tools, forced=forcing is not None, named=forcing.name if forcing else None,
+        parallel=body.get("parallel_tool_calls") is not False, think=think))
+
+
 def sampling_of(body: dict[str, Any], stop_token_ids: tuple[int, ...], *,
                 carries: frozenset[str], vocab_size: int,
-                reasoning: bool = False) -> Sampling:
+                reasoning: bool = False, tool_parser: type[ToolParser] | None = None,
+                think: tuple[str, ...] = ()) -> Sampling:
     """Read ``body``'s sampling fields; ``BadRequest`` names the first bad one, or one
-    the dialect cannot carry (``carries``: its fields out of ``CARRIABLE``)."""
+    the dialect cannot carry (``carries``: its fields out of ``CARRIABLE``).
+    ``tool_parser``: the ``--tool-parser``, whose structural tag constrains the calls
+    where the dialect carries a ``tool_choice``; ``think``: the reasoning parser's
+    open and close tags."""
     forcing = checked_forcing(body)
     _refuse_uncarried(body, carries)
+    tool_tag = (_tool_tag(body, forcing, tool_parser, think) if "tool_choice" in carries
+                else None)
     stop = body.get("stop")
     if stop is None:
         stops: tuple[str, ...] = ()
@@ -197,7 +218,7 @@ def sampling_of(body: dict[str, Any], stop_token_ids: tuple[int, ...], *,
         repetition_penalty=_penalty(body, "repetition_penalty", 0.0, 2.0, open_low=True),
         logit_bias=_logit_bias(body, vocab_size),
         stop_regex=_stop_regex(body),
-        constraint=constraint_of(body, forcing),
+        constraint=constraint_of(body, forcing, tool_tag),
         forcing=forcing,
         ignore_eos=bool(ignore_eos),
         require_reasoning=reasoning,

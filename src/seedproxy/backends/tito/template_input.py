@@ -4,6 +4,10 @@ Invariants (SGLang 0.5.23 ``serving_chat.py`` / ``jinja_template_utils.py``):
 - ``chat_template_kwargs`` reach the template as extra variables. They are a JSON
   object of at most ``_MAX_KWARGS_BYTES`` whose keys are not ``apply_chat_template``'s
   own parameters; anything else is a 400 naming the field, before the slot.
+- A top-level ``reasoning_effort`` (SGLang's levels, or a number from 0 to 0.99) is
+  the template's ``reasoning_effort`` unless the kwargs set one, and sets the kwargs'
+  ``thinking`` and ``enable_thinking`` it leaves unset to whether the effort is not
+  ``"none"``, as SGLang's request model does.
 - ``add_generation_prompt`` (default true) and ``continue_final_message`` are booleans;
   continuing needs a final assistant message and an ``add_generation_prompt`` that was
   not set true (transformers refuses both at once).
@@ -35,6 +39,7 @@ _MAX_KWARGS_BYTES = 4096
 _TEXT_PARTS = frozenset({"text", "input_text"})
 _MEDIA_WORDS = ("image", "audio", "video", "vision")
 _CONTENT_NAMES = ("message", "msg", "m")
+_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "ultra", "max")
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +92,7 @@ def render_options(body: dict[str, Any], reserved: frozenset[str]) -> RenderOpti
             raise BadRequest(f"chat_template_kwargs must be at most {_MAX_KWARGS_BYTES} "
                              "bytes of JSON", param="chat_template_kwargs")
         kwargs = dict(raw)
+    _add_effort(body.get("reasoning_effort"), kwargs)
     generation = _flag(body, "add_generation_prompt")
     continued = bool(_flag(body, "continue_final_message"))
     if continued:
@@ -100,6 +106,22 @@ def render_options(body: dict[str, Any], reserved: frozenset[str]) -> RenderOpti
                              "assistant's", param="continue_final_message")
         return RenderOptions(kwargs, generation_prompt=False, continue_final=True)
     return RenderOptions(kwargs, generation_prompt=generation is not False)
+
+
+def _add_effort(effort: Any, kwargs: dict[str, Any]) -> None:
+    """A request's ``reasoning_effort`` into the template kwargs (see above)."""
+    if effort is None:
+        return
+    level = isinstance(effort, str) and effort in _EFFORTS
+    number = (isinstance(effort, int | float) and not isinstance(effort, bool)
+              and 0 <= effort <= 0.99)
+    if not (level or number):
+        raise BadRequest("reasoning_effort must be one of " + ", ".join(_EFFORTS)
+                         + " or a number from 0 to 0.99", param="reasoning_effort")
+    thinking = effort != "none"
+    kwargs.setdefault("thinking", thinking)
+    kwargs.setdefault("enable_thinking", thinking)
+    kwargs.setdefault("reasoning_effort", effort)
 
 
 def content_format(template: str) -> str:

@@ -9,9 +9,13 @@ own module under ``tools``; ``tools.base`` says what they all keep).
 | ``deepseekv3``, ``deepseekv31`` | ``<｜tool▁calls▁begin｜>`` sections |
 | ``kimi_k2`` | ``<|tool_calls_section_begin|>`` sections |
 | ``glm45``, ``glm`` | ``<tool_call>NAME`` + ``<arg_key>``/``<arg_value>`` pairs |
+| ``gpt-oss`` | ``<|channel|>commentary to=functions.NAME ...<|call|>`` |
 
-A forcing ``tool_choice`` (``required``, a named function) is read by
-``ForcedCallParser`` whatever the ``--tool-parser``: the JSON array its grammar allows.
+Each parser's ``structural_tag`` is the constraint SGLang's chat route puts on its
+calls (``tools.structural``): a forcing ``tool_choice`` (``required``, a named
+function), or ``auto`` with a strict tool. A forced call through a parser that builds
+no tag, or with no ``--tool-parser``, is the JSON array, read by ``ForcedCallParser``.
+Adding a format is its module and one entry here.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ from .tools.base import ToolCall, ToolParser
 from .tools.deepseek import DeepSeekV3Parser, DeepSeekV31Parser
 from .tools.forced import ForcedCallParser
 from .tools.glm import Glm45Parser
-from .tools.hermes import HermesParser
+from .tools.gpt_oss import GptOssParser
+from .tools.hermes import HermesParser, Qwen25Parser
 from .tools.kimi import KimiK2Parser
 from .tools.llama3 import Llama3JsonParser
 from .tools.mistral import MistralParser
@@ -29,10 +34,10 @@ __all__ = ["TOOL_PARSERS", "ForcedCallParser", "HermesParser", "Llama3JsonParser
            "MistralParser", "ToolCall", "ToolParser"]
 
 TOOL_PARSERS: dict[str, type[ToolParser]] = {
-    "hermes": HermesParser, "qwen": HermesParser, "qwen25": HermesParser,
+    "hermes": HermesParser, "qwen": Qwen25Parser, "qwen25": Qwen25Parser,
     "llama3": Llama3JsonParser, "llama3-json": Llama3JsonParser,
     "mistral": MistralParser,
     "deepseekv3": DeepSeekV3Parser, "deepseekv31": DeepSeekV31Parser,
-    "kimi_k2": KimiK2Parser,
+    "kimi_k2": KimiK2Parser, "gpt-oss": GptOssParser,
     "glm45": Glm45Parser, "glm": Glm45Parser,
 }

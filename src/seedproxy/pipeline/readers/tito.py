@@ -26,7 +26,10 @@ from ...backends.tito import AssistantStream, Prompt, TitoMode, tito_record
 from ...backends.tito.dialect import Reader as SampleReader
 from ...backends.tito.dialect import Sample
 from ...backends.tito.lineage import FullRender, reply_key
+from ...backends.tito.sampling import Sampling
 from ...sessions import ChoiceRecord, NewSession, SessionManager, SessionRecord
+from ...sessions.codec import Signed
+from ...sessions.cursor import SessionView
 from ..sse import event_json, split_events
 from .passthrough import parsed_answer
 
@@ -38,8 +41,11 @@ __all__ = ["TitoReader", "TitoTurn", "prepare"]
 
 @dataclass(slots=True)
 class TitoTurn:
+    """One turn's request, its rendered prompt and its sampling fields (read once)."""
+
     chat: dict[str, Any]
     prompt: Prompt
+    sampling: Sampling
 
 
 OFFLOAD_CHARS = 16_384
@@ -48,20 +54,24 @@ OFFLOAD_CHARS = 16_384
 
 async def prepare(mode: TitoMode, sessions: SessionManager, chat: dict[str, Any],
                   session: SessionRecord | NewSession | None, *,
-                  offload_chars: int = OFFLOAD_CHARS) -> TitoTurn:
+                  offload_chars: int = OFFLOAD_CHARS, view: SessionView | None = None,
+                  signed: Signed | None = None) -> TitoTurn:
     """Render the prompt (a 4xx here uses no index). The session's turns come from
     this process's view of it, brought up to date in one store operation; a turn
     extending one renders only what it adds, and a large full render (a brought
-    history, a fork) runs on a worker thread, so other sessions are not held up."""
-    mode.sampling(chat)  # checked now: a bad field is a 400 before the slot
+    history, a fork) runs on a worker thread, so other sessions are not held up.
+    ``view``: the session's, up to date already; ``signed``: ``chat``'s messages as
+    signed when its body was read (both reused)."""
+    sampling = mode.sampling(chat)  # checked now: a bad field is a 400 before the slot
     if not isinstance(session, SessionRecord):  # a new session has no history yet
         plan = mode.plan(chat, [])
     else:
-        view = await sessions.cursors.view(sessions.store, session)
-        plan = mode.plan(chat, view.turns(), known=view.known_keys(chat))
+        if view is None:
+            view = await sessions.cursors.view(sessions.store, session)
+        plan = mode.plan(chat, view.turns(), known=view.known_keys(chat, signed))
     if isinstance(plan, FullRender):  # a whole history: a large one off the event loop
         plan = await asyncio.to_thread(plan.run) if plan.size >= offload_chars else plan.run()
-    return TitoTurn(chat, plan)
+    return TitoTurn(chat, plan, sampling)
 
 
 @dataclass(slots=True)
@@ -115,7 +125,7 @@ class TitoReader:
 
     async def open(self, ex: Exchange) -> None:
         mode, n = self.mode, ex.client.n
-        sampling = mode.sampling(self.turn.chat)
+        sampling = self.turn.sampling
         # One request per choice; without derived seeds (--no-deterministic) every choice
         # carries the client's own seed, or none.
         seeds: list[int | None] = list(ex.seeds) if len(ex.seeds) == n else (
@@ -123,7 +133,8 @@ class TitoReader:
         requests = [mode.dialect.request(self.turn.prompt.ids, sampling, seed, ex.client.stream,
                                          self.model) for seed in seeds]
         self.replies = await ex.send_all(requests)
-        self.choices = [_Choice(j, mode.assistant(self.turn.prompt, self.turn.chat),
+        self.choices = [_Choice(j, mode.assistant(self.turn.prompt, self.turn.chat,
+                                                        self.turn.sampling),
                                 mode.dialect.reader(), []) for j in range(len(self.replies))]
 
     async def whole(self, ex: Exchange) -> tuple[Any, Captured]:

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 from ....nesting import too_deep
 from ..segments import partial_tag
+from .structural import CallFrame, ToolAsk, frame_tag
 
 __all__ = ["ToolCall", "ToolParser", "call_of", "decode_at", "loads", "marked_calls",
            "openai_call_id", "schema_properties", "skip_space"]
@@ -119,9 +120,15 @@ class ToolParser:
     start: ClassVar[str] = ""
     markers: ClassVar[tuple[str, ...]] = ()
     """Special tokens of the format, kept in the decoded text for the parser."""
+    kept_stops: ClassVar[tuple[str, ...]] = ()
+    """Stop tokens a call ends with, kept in the decoded text for the parser (SGLang
+    keeps gpt-oss's ``<|call|>``; other stop ids are never text)."""
     numbered: ClassVar[bool] = False
     """Whether call ids count the conversation's earlier calls (``call_id``'s
     ``earlier``; counted only for such a format)."""
+    frame: ClassVar[CallFrame | None] = None
+    """How SGLang's detector of the same name frames a call in its structural tag; None
+    where it builds none (a forced call is then the JSON array)."""
 
     def __init__(self, tools: Sequence[Mapping[str, Any]] = ()) -> None:
         """``tools``: the request's checked ``tools`` (read by a format that types its
@@ -135,6 +142,13 @@ class ToolParser:
         """The id of call ``position`` (named ``name``) of the answer ``base``, stable
         across reruns; ``earlier``: the calls in the conversation before this answer."""
         return openai_call_id(base, position)
+
+    @classmethod
+    def structural_tag(cls, ask: ToolAsk) -> str | None:
+        """The ``structural_tag`` text SGLang's chat route constrains the calls ``ask``
+        describes with, for this format, or None where it sends none (a forced call
+        then takes the JSON array). A format with a model-native tag overrides this."""
+        return frame_tag(cls.frame, ask) if cls.frame else None
 
     def feed(self, text: str) -> str:
         """Content that can be shown now."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from .base import ToolCall, ToolParser, call_of, decode_at, marked_calls, skip_space
+from .structural import CallFrame
 
 __all__ = ["DeepSeekV3Parser", "DeepSeekV31Parser"]
 
@@ -29,6 +30,7 @@ class DeepSeekV31Parser(ToolParser):
     markers = (CALLS_BEGIN, CALLS_END, CALL_BEGIN, CALL_END, SEP)
     closing: ClassVar[str] = ""
     """What follows the arguments' JSON before the call's end (V3's code fence)."""
+    frame = CallFrame(CALL_BEGIN, SEP, CALL_END, CALL_BEGIN)
 
     def parse(self, captured: str) -> tuple[list[ToolCall], str]:
         return marked_calls(captured, CALL_BEGIN, CALLS_END, self._call)
@@ -59,6 +61,8 @@ class DeepSeekV31Parser(ToolParser):
 
 class DeepSeekV3Parser(DeepSeekV31Parser):
     closing = "```"
+    frame = CallFrame(CALLS_BEGIN + CALL_BEGIN + "function" + SEP, "\n```json\n",
+                      "\n```" + CALL_END + CALLS_END, CALLS_BEGIN)
 
     def _header(self, text: str, at: int) -> tuple[str, int] | None:
         """``function<｜tool▁sep｜>NAME`` then a ``json`` code fence."""

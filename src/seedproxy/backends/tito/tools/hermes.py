@@ -10,14 +10,16 @@ block whose JSON is not a call (kept whole, with its tags).
 from __future__ import annotations
 
 from .base import ToolCall, ToolParser, call_of, decode_at, skip_space
+from .structural import CallFrame
 
-__all__ = ["HermesParser"]
+__all__ = ["HermesParser", "Qwen25Parser"]
 
 
 class HermesParser(ToolParser):
     start = "<tool_call>"
     end = "</tool_call>"
     markers = (start, end)
+    frame = CallFrame('<tool_call>{"name":"', '", "arguments":', "}</tool_call>", start)
 
     def parse(self, captured: str) -> tuple[list[ToolCall], str]:
         calls: list[ToolCall] = []
@@ -41,3 +43,10 @@ class HermesParser(ToolParser):
                 return calls, "".join(outside)
             outside.append(rest[:at])
             rest = rest[at + len(self.start):]
+
+
+class Qwen25Parser(HermesParser):
+    """The same calls; SGLang's Qwen25Detector frames them on their own lines."""
+
+    frame = CallFrame('<tool_call>\n{"name":"', '", "arguments":', "}\n</tool_call>",
+                      HermesParser.start)

@@ -20,6 +20,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .base import ToolCall, ToolParser, call_of, decode_at, schema_properties, skip_space
+from .kimi_tag import kimi_tag
+from .structural import ToolAsk
 
 __all__ = ["KimiK2Parser"]
 
@@ -46,6 +48,10 @@ class KimiK2Parser(ToolParser):
     @staticmethod
     def call_id(base: str, position: int, name: str = "", earlier: int = 0) -> str:
         return f"functions.{name}:{earlier + position}"
+
+    @classmethod
+    def structural_tag(cls, ask: ToolAsk) -> str | None:
+        return kimi_tag(ask)
 
     def parse(self, captured: str) -> tuple[list[ToolCall], str]:
         calls: list[ToolCall] = []

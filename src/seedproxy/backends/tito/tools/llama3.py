@@ -11,6 +11,7 @@ from typing import Any
 
 from ..segments import partial_tag
 from .base import ToolCall, ToolParser, call_of, decode_at, skip_space
+from .structural import CallFrame
 
 __all__ = ["Llama3JsonParser"]
 
@@ -18,6 +19,7 @@ __all__ = ["Llama3JsonParser"]
 class Llama3JsonParser(ToolParser):
     start = "<|python_tag|>"
     markers = (start,)
+    frame = CallFrame('<|python_tag|>{"name":"', '", "arguments":', "}", start)
 
     def __init__(self, tools: Sequence[Mapping[str, Any]] = ()) -> None:
         super().__init__(tools)

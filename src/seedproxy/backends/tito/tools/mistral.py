@@ -11,6 +11,7 @@ import hashlib
 import string
 
 from .base import ToolCall, ToolParser, call_of, decode_at, skip_space
+from .structural import CallFrame
 
 __all__ = ["MistralParser", "mistral_call_id"]
 
@@ -31,6 +32,7 @@ class MistralParser(ToolParser):
     start = "[TOOL_CALLS]"
     args = "[ARGS]"
     markers = (start, args)
+    frame = CallFrame('[TOOL_CALLS] [{"name":"', '", "arguments":', "}]", start)
 
     @staticmethod
     def call_id(base: str, position: int, name: str = "", earlier: int = 0) -> str:

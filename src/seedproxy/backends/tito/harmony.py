@@ -1,0 +1,60 @@
+"""OpenAI's harmony format (gpt-oss): what token-in-token-out needs to know of it.
+
+A harmony turn is a run of messages, each ``[<|start|>assistant]<|channel|>HEADER
+<|message|>BODY`` closed by ``<|end|>`` (the message ends, the turn goes on),
+``<|call|>`` (a tool call: the turn ends) or ``<|return|>`` (the final answer: the
+turn ends). So the stop ids are ``<|return|>`` and ``<|call|>``, never ``<|end|>``.
+
+The chat template writes an assistant turn sent back differently from how the model
+sampled it: it drops the analysis messages, writes the final message's end as
+``<|end|>`` (the model sampled ``<|return|>``) and a call's header in its own order.
+The model sampled the channel header after the generation prompt ``<|start|>assistant``
+itself, so the recorded completion holds it. History is never re-rendered in this
+mode: the next turn is the recorded prompt + the completion as sampled + the new
+messages as the template writes them after such a turn.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["CALL", "CHANNEL", "CONSTRAIN", "END", "FINAL_HEADER", "MARKERS", "MESSAGE",
+           "RETURN", "START", "Harmony", "harmony_of"]
+
+START = "<|start|>"
+CHANNEL = "<|channel|>"
+MESSAGE = "<|message|>"
+CONSTRAIN = "<|constrain|>"
+END = "<|end|>"
+CALL = "<|call|>"
+RETURN = "<|return|>"
+MARKERS = (START, CHANNEL, MESSAGE, CONSTRAIN, END, CALL, RETURN)
+FINAL_HEADER = CHANNEL + "final" + MESSAGE
+"""What the template writes between ``<|start|>assistant`` and a final answer."""
+
+
+@dataclass(frozen=True, slots=True)
+class Harmony:
+    """The ids of a harmony tokenizer's turn ends."""
+
+    return_id: int
+    call_id: int
+
+    @property
+    def stop_ids(self) -> tuple[int, int]:
+        return (self.return_id, self.call_id)
+
+
+def harmony_of(tokenizer: Any, eot_text: str) -> Harmony | None:
+    """The harmony ids when the template ends a message with ``<|end|>`` and every
+    harmony marker is one token of the tokenizer; else None."""
+    if eot_text != END:
+        return None
+    ids: dict[str, int] = {}
+    for marker in MARKERS:
+        got = list(tokenizer.encode(marker, add_special_tokens=False))
+        if len(got) != 1:
+            return None
+        ids[marker] = int(got[0])
+    return Harmony(ids[RETURN], ids[CALL])

@@ -1,0 +1,72 @@
+"""``gpt-oss``: harmony tool calls, as SGLang 0.5.23's GptOssDetector reads them:
+``[<|start|>assistant]<|channel|>commentary to=functions.NAME <|constrain|>json
+<|message|>{...}<|call|>``. The name is the part after the last dot; arguments that
+are empty are ``{}``. The ``gpt-oss`` reasoning parser passes such a message on
+whole (markers included) and shows only the bodies of the others, so what is left
+around the calls is the final answer and any preamble. A block that is not a call
+(another header order, JSON that does not parse) stays in the content as written.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..harmony import CALL, CHANNEL, CONSTRAIN, END, MESSAGE, RETURN, START
+from ..segments import partial_tag
+from .base import ToolCall, ToolParser, call_of, loads
+
+__all__ = ["GptOssParser"]
+
+_ASSISTANT = START + "assistant"
+_START = "<|channel|>commentary to="
+_HEAD = re.compile(r"([A-Za-z_][\w.\-]*)\s*" + re.escape(CONSTRAIN + "json" + MESSAGE))
+
+
+class GptOssParser(ToolParser):
+    start = _START
+    markers = (START, CHANNEL, MESSAGE, CONSTRAIN, END, CALL, RETURN)
+    kept_stops = (CALL,)
+
+    def _find_start(self, text: str) -> tuple[int, int] | None:
+        at = text.find(_START)
+        if at < 0:
+            return None
+        if at >= len(_ASSISTANT) and text.startswith(_ASSISTANT, at - len(_ASSISTANT)):
+            return at - len(_ASSISTANT), len(_ASSISTANT) + len(_START)
+        return at, len(_START)
+
+    def _hold(self, text: str) -> int:
+        return max(partial_tag(text, _ASSISTANT + _START), partial_tag(text, _START))
+
+    def parse(self, captured: str) -> tuple[list[ToolCall], str]:
+        calls: list[ToolCall] = []
+        outside: list[str] = []
+        marker, rest = self._raw_marker, captured
+        while True:
+            call, stop = _call(rest)
+            if call is None:
+                outside.append(marker + rest[:stop])
+            else:
+                calls.append(call)
+            rest = rest[stop:]
+            found = self._find_start(rest)
+            if found is None:
+                outside.append(rest)
+                return calls, "".join(outside)
+            at, size = found
+            outside.append(rest[:at])
+            marker, rest = rest[at:at + size], rest[at + size:]
+
+
+def _call(text: str) -> tuple[ToolCall | None, int]:
+    """The call whose header ends the marker at ``text``'s start, and where its block
+    ends (after ``<|call|>``, else the end)."""
+    end = text.find(CALL)
+    stop = len(text) if end < 0 else end + len(CALL)
+    head = _HEAD.match(text, 0, len(text) if end < 0 else end)
+    if head is None:
+        return None, stop
+    body = text[head.end():len(text) if end < 0 else end]
+    arguments = loads(body) if body.strip() else {}
+    name = head.group(1).rsplit(".", 1)[-1]
+    return call_of({"name": name, "arguments": arguments}), stop
