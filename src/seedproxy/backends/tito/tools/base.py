@@ -22,7 +22,8 @@ from ..segments import partial_tag
 from .structural import CallFrame, ToolAsk, frame_tag
 
 __all__ = ["ToolCall", "ToolParser", "call_of", "decode_at", "loads", "marked_calls",
-           "openai_call_id", "schema_properties", "skip_space"]
+           "openai_call_id", "schema_properties", "skip_space",
+           "tagged_calls"]
 
 _DECODER = json.JSONDecoder()
 
@@ -77,6 +78,31 @@ def marked_calls(captured: str, call_begin: str, section_end: str,
     if captured.startswith(section_end, at):
         pos = at + len(section_end)
     return calls, captured[pos:]
+
+
+def tagged_calls(captured: str, start: str,
+                 take: Callable[[str], tuple[ToolCall | None, int]]
+                 ) -> tuple[list[ToolCall], str]:
+    """Blocks each opened by ``start`` (``captured`` begins just after the first one):
+    ``take(the text after a start)`` gives the block's call (None: it is no call) and
+    where the block ends. A block that is no call stays content, its tag included, as
+    does the text between and after the blocks. Returns the calls and that content."""
+    calls: list[ToolCall] = []
+    outside: list[str] = []
+    rest = captured
+    while True:
+        call, stop = take(rest)
+        if call is None:
+            outside.append(start + rest[:stop])
+        else:
+            calls.append(call)
+        rest = rest[stop:]
+        at = rest.find(start)
+        if at < 0:
+            outside.append(rest)
+            return calls, "".join(outside)
+        outside.append(rest[:at])
+        rest = rest[at + len(start):]
 
 
 def schema_properties(schema: Any) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ....nesting import too_deep
-from .base import ToolCall, ToolParser, decode_at, schema_properties, skip_space
+from .base import ToolCall, ToolParser, decode_at, schema_properties, skip_space, tagged_calls
 
 __all__ = ["Glm45Parser", "argument_value", "value_type"]
 
@@ -141,24 +141,14 @@ class Glm45Parser(ToolParser):
                          for t in tools}
 
     def parse(self, captured: str) -> tuple[list[ToolCall], str]:
-        calls: list[ToolCall] = []
-        outside: list[str] = []
-        rest = captured  # just after an opening tag
-        while True:
-            close = rest.find(self.end)
-            call = self._call(rest[:close]) if close >= 0 else None
-            stop = len(rest) if close < 0 else close + len(self.end)
-            if call is None:
-                outside.append(self.start + rest[:stop])
-            else:
-                calls.append(call)
-            rest = rest[stop:]
-            at = rest.find(self.start)
-            if at < 0:
-                outside.append(rest)
-                return calls, "".join(outside)
-            outside.append(rest[:at])
-            rest = rest[at + len(self.start):]
+        return tagged_calls(captured, self.start, self._block)
+
+    def _block(self, rest: str) -> tuple[ToolCall | None, int]:
+        """The call just after an opening tag (it ends at the first closing one)."""
+        close = rest.find(self.end)
+        if close < 0:
+            return None, len(rest)
+        return self._call(rest[:close]), close + len(self.end)
 
     def _call(self, body: str) -> ToolCall | None:
         """The call whose text (between the tags) is ``body``; None when it is not one."""
