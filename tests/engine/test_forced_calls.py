@@ -170,3 +170,37 @@ def test_a_tool_parsers_structural_tag_is_the_engines_400_relayed(
     assert "structural_tag is not supported by the embedded engine" in error["message"]
     free = httpx.post(f"{base}/v1/chat/completions", timeout=60, json=body)
     assert free.status_code == 200, free.text
+
+
+def test_the_embedded_engine_forces_calls_with_a_tool_parser_by_the_json_array(
+        engine: RunningEngine, start_proxy: Callable[..., str],
+        compact: dict[str, float]) -> None:
+    """In front of the embedded engine (``seedproxy serve``'s token-in-token-out mode,
+    ``embedded``), a ``--tool-parser`` does not bring structural tags the engine cannot
+    run: a forced call is the JSON array, sampled exactly as the engine's own chat
+    route samples it, and a strict ``auto`` call is left free."""
+    from seedproxy.proxy.app import open_tito_mode
+    from seedproxy.settings import Settings
+
+    settings = Settings(upstream=[engine.url], token_in_token_out=True, tool_parser="hermes",
+                        tokenizer=str(gguf_tokenizer_dir(default_gguf_path())))
+    mode = open_tito_mode(settings, embedded=True)
+    base = start_proxy([engine.url], token_in_token_out=True, tool_parser="hermes",
+                       tokenizer=settings.tokenizer, _app={"tito": mode})
+    body = {"model": "m", "messages": MESSAGES, "tools": [LOOKUP, CLOCK],
+            "tool_choice": "required", "max_tokens": 80, "logit_bias": compact}
+    reply = httpx.post(f"{base}/sessions/embedded/v1/chat/completions", timeout=120,
+                       json=body)
+    assert reply.status_code == 200, reply.text
+    seed = int(reply.headers["x-seedproxy-seed"])
+    chat = httpx.post(f"{engine.url}/v1/chat/completions", timeout=120,
+                      json={**body, "seed": seed}).json()["choices"][0]
+    [answer] = reply.json()["choices"]
+    assert answer["finish_reason"] == "tool_calls" == chat["finish_reason"]
+    check_calls(answer["message"]["tool_calls"], {"lookup", "clock"})
+    assert [c["function"] for c in answer["message"]["tool_calls"]] == [
+        c["function"] for c in chat["message"]["tool_calls"]]
+    strict = {**LOOKUP, "function": {**LOOKUP["function"], "strict": True}}
+    free = httpx.post(f"{base}/v1/chat/completions", timeout=120, json={
+        "model": "m", "messages": MESSAGES, "tools": [strict], "max_tokens": 4})
+    assert free.status_code == 200, free.text

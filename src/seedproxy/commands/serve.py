@@ -148,7 +148,7 @@ def _embedded(settings: Settings) -> tuple[_RunningEngine, Settings, TitoMode | 
 
         # The embedded engine's own tokenizer: token in, token out by default.
         tito = open_tito_mode(settings, tokenizer=engine.tokenizer,
-                              model_name=engine.model_name)
+                              model_name=engine.model_name, embedded=True)
         settings = settings.model_copy(update={
             "token_in_token_out": True, "tokenizer": settings.tokenizer or engine.model_path})
     return engine, settings, tito

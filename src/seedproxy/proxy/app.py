@@ -204,8 +204,9 @@ def create_app(
 
 
 def open_tito_mode(settings: Settings, *, tokenizer: Any = None,
-                   model_name: str | None = None) -> TitoMode:
-    """Token-in-token-out mode from ``settings`` (``ConfigError`` on any problem)."""
+                   model_name: str | None = None, embedded: bool = False) -> TitoMode:
+    """Token-in-token-out mode from ``settings`` (``ConfigError`` on any problem);
+    ``embedded``: in front of the embedded engine, which runs no structural tags."""
     from ..backends.tito import open_tito
 
     key = settings.upstream_api_key
@@ -214,7 +215,7 @@ def open_tito_mode(settings: Settings, *, tokenizer: Any = None,
         backend=settings.backend, auth=auth, tokenizer_path=settings.tokenizer,
         tokenizer=tokenizer, chat_template=settings.chat_template,
         tool_parser=settings.tool_parser, reasoning_parser=settings.reasoning_parser,
-        model_name=model_name, today=settings.template_date,
+        model_name=model_name, today=settings.template_date, structural_tags=not embedded,
     )
 
 

@@ -32,11 +32,17 @@ when no parser reads them, as SGLang's chat route does)."""
 
 class TitoMode:
     def __init__(self, renderer: Renderer, dialect: Dialect, *, tool_parser: str | None,
-                 reasoning_parser: str | None, model_name: str | None = None) -> None:
+                 reasoning_parser: str | None, model_name: str | None = None,
+                 structural_tags: bool = True) -> None:
+        """``structural_tags``: whether the upstream runs structural tags (SGLang does; the
+        embedded engine does not): without them a forced call is the JSON array, and a
+        strict ``auto`` call is left free, as they were before tags. The model's own end
+        ids (its ``generation_config``) are the renderer's (``Renderer``'s ``eos_ids``)."""
         self.renderer = renderer
         self.dialect = dialect
         self.model_name = model_name
         self._tool_parser = TOOL_PARSERS[tool_parser] if tool_parser else None
+        self._tagged_parser = self._tool_parser if structural_tags else None
         self._reasoning = REASONING_PARSERS[reasoning_parser] if reasoning_parser else None
         # The think tags a structural tag leaves free (harmony's channels are none).
         self._think = (self._reasoning.open_tag, self._reasoning.close_tag) if (
@@ -93,7 +99,7 @@ class TitoMode:
         return sampling_of(body, self.stop_token_ids, carries=self.dialect.carries,
                            vocab_size=self._vocab_size,
                            reasoning=self._reasoning is not None,
-                           tool_parser=self._tool_parser, think=self._think)
+                           tool_parser=self._tagged_parser, think=self._think)
 
     def assistant(self, prompt: Prompt, body: dict[str, Any],
                   sampling: Sampling | None = None) -> AssistantStream:
@@ -144,7 +150,7 @@ def _earlier_calls(messages: list[Any]) -> int:
 def open_tito(*, backend: str, auth: dict[str, str], tokenizer_path: str | None,
               tokenizer: Any = None, chat_template: str | None, tool_parser: str | None,
               reasoning_parser: str | None, model_name: str | None = None,
-              today: datetime.date | None = None) -> TitoMode:
+              today: datetime.date | None = None, structural_tags: bool = True) -> TitoMode:
     """Load and check everything; ``ConfigError`` (one line, exit 2) on any problem."""
     if tool_parser is not None and tool_parser not in TOOL_PARSERS:
         raise ConfigError(f"unknown --tool-parser {tool_parser!r}; choose one of "
@@ -164,4 +170,5 @@ def open_tito(*, backend: str, auth: dict[str, str], tokenizer_path: str | None,
     renderer.check()
     dialect = DIALECTS[backend](auth)
     return TitoMode(renderer, dialect, tool_parser=tool_parser,
-                    reasoning_parser=reasoning_parser, model_name=model_name)
+                    reasoning_parser=reasoning_parser, model_name=model_name,
+                    structural_tags=structural_tags)
