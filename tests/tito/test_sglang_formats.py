@@ -14,6 +14,7 @@ import pytest
 from seedproxy.backends.tito.reasoning import REASONING_PARSERS
 from seedproxy.backends.tito.segments import Held
 from seedproxy.backends.tito.tool_parsers import TOOL_PARSERS
+from seedproxy.backends.tito.tools.glm import argument_value
 from seedproxy.backends.tito.tools.mistral import mistral_call_id
 
 WEATHER = '{"name": "get_weather", "arguments": {"city": "Beijing"}}'
@@ -26,12 +27,13 @@ KB, KE = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
 KC, KA, KCE = "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>"
 
 
-def run(name: str, text: str) -> list[tuple[str, list[tuple[str, Any]]]]:
+def run(name: str, text: str, tools: list[dict[str, Any]] | None = None
+        ) -> list[tuple[str, list[tuple[str, Any]]]]:
     """(content, calls) for ``text`` whole and streamed a character at a time; the
     content trimmed as the assistant message trims it."""
     out = []
     for pieces in ([text], list(text)):
-        parser, held = TOOL_PARSERS[name](), Held()
+        parser, held = TOOL_PARSERS[name](tools or []), Held()
         shown = "".join(held.feed(parser.feed(p)) for p in pieces)
         rest, calls = parser.finish()
         out.append((shown + held.feed(rest),
@@ -163,3 +165,134 @@ def parts(name: str, text: str, opened: bool = False) -> list[tuple[str, str]]:
 def test_reasoning_formats_parse_as_sglang(name: str, text: str, reasoning: str,
                                            content: str) -> None:
     assert parts(name, text) == [(reasoning, content)] * 2
+
+
+def tool(name: str, **properties: Any) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name, "parameters": {
+        "type": "object", "properties": properties}}}
+
+
+GLM_TOOLS = [tool("get_weather", city={"type": "string"}, date={"type": "string"}),
+             tool("todo_write", todos={"type": "array"}),
+             tool("apply_diff", old_string={"type": "string"}, new_string={"type": "string"}),
+             tool("typed", n={"type": "number"}, flag={"type": "boolean"},
+                  s={"type": "string"}, opt={"anyOf": [{"type": "integer"}, {"type": "null"}]},
+                  e={"enum": ["a", "b"]})]
+
+
+def glm(name: str, *pairs: tuple[str, str], sep: str = "\n") -> str:
+    body = "".join(f"<arg_key>{k}</arg_key>{sep}<arg_value>{v}</arg_value>{sep}" for k, v in pairs)
+    return f"<tool_call>{name}{sep}{body}</tool_call>"
+
+
+@pytest.mark.parametrize(("text", "content", "calls"), [
+    pytest.param(glm("get_weather", ("city", "Beijing"), ("date", "2024-06-27"))
+                 + glm("get_weather", ("city", "Shanghai"), ("date", "2024-06-28")), "",
+                 [("get_weather", {"city": "Beijing", "date": "2024-06-27"}),
+                  ("get_weather", {"city": "Shanghai", "date": "2024-06-28"})],
+                 id="glm4_moe:test_multiple_tool_calls"),
+    pytest.param(glm("get_weather", ("city", "北京"), sep="\\n"), "",
+                 [("get_weather", {"city": "北京"})],
+                 id="glm4_moe_detector.py:docstring, literal \\n separators"),
+    pytest.param(glm("apply_diff", ("old_string", "    indented code"),
+                     ("new_string", "        also indented")), "",
+                 [("apply_diff", {"old_string": "    indented code",
+                                  "new_string": "        also indented"})],
+                 id="glm4_moe:test_whitespace_preserved_in_arg_values"),
+    pytest.param(glm("get_weather", ("city", '"\\C|\\."'), ("date", "2024-06-27")), "",
+                 [("get_weather", {"city": r"\C|\.", "date": "2024-06-27"})],
+                 id="glm4_moe:test_quoted_string_invalid_python_escape_no_warning"),
+    pytest.param(glm("todo_write", ("todos", '[{"id": "1", "task": "C:\\\\Users"}]')), "",
+                 [("todo_write", {"todos": [{"id": "1", "task": "C:\\Users"}]})],
+                 id="glm4_moe:test_array_argument_with_escaped_json"),
+    pytest.param(glm("todo_write", ("todos", '[{\\"id\\": \\"1\\"}]')), "",
+                 [("todo_write", {"todos": [{"id": "1"}]})],
+                 id="glm4_moe:test_array_argument_with_escaped_json (escaped quotes)"),
+    pytest.param("Let me check." + glm("get_weather", ("city", "Paris")) + " Done.",
+                 "Let me check. Done.", [("get_weather", {"city": "Paris"})],
+                 id="text before and after the call is content"),
+    pytest.param(glm("typed", ("n", '"5"'), ("flag", "true"), ("s", "42"), ("opt", "7"),
+                     ("e", "a"), ("free", "[1, 2]"), ("word", "text")), "",
+                 [("typed", {"n": 5, "flag": True, "s": "42", "opt": 7, "e": "a",
+                             "free": [1, 2], "word": "text"})],
+                 id="glm4_moe_detector.py:_parse_argument_pairs, values typed by schema"),
+    pytest.param(glm("get_weather", ("city", "Paris")) + glm("nope", ("city", "x")),
+                 glm("nope", ("city", "x")), [("get_weather", {"city": "Paris"})],
+                 id="glm4_moe:test_invalid_tool_call (an unknown tool is no call)"),
+])
+def test_glm45_calls_parse_as_sglang(text: str, content: str, calls: list[Any]) -> None:
+    assert run("glm45", text, GLM_TOOLS) == [(content, calls)] * 2
+
+
+def test_glm45_without_a_known_tool_is_content_as_generated() -> None:
+    text = glm("invalid_func", ("city", "Beijing"))  # glm4_moe:test_invalid_tool_call
+    assert run("glm45", text, GLM_TOOLS) == [(text, [])] * 2
+    assert run("glm45", "<tool_call>get_weather</tool_call>", GLM_TOOLS) == [
+        ("<tool_call>get_weather</tool_call>", [])] * 2
+    # A Python literal that JSON cannot hold (a set) fails SGLang's json.dumps: no call.
+    unset = glm("typed", ("free", "{1, 2}"))
+    assert run("glm45", unset, GLM_TOOLS) == [(unset, [])] * 2
+
+
+@pytest.mark.parametrize(("raw", "kind", "value"), [
+    # glm4_moe:test_parse_arguments_preserves_underscore_in_string_args
+    ("123_456", "string", "123_456"), ("1_000.5", "string", "1_000.5"), ("123_456", None, 123456),
+    ("true", "string", "True"), ("{\"a\": 1}", "string", '{"a": 1}'), ("'x'", "string", "x"),
+    ("2.5", "number", 2.5), ('"3"', "number", 3), ("x y", None, "x y"),
+])
+def test_glm45_argument_values_as_sglang_types_them(raw: str, kind: str | None,
+                                                    value: Any) -> None:
+    got = argument_value(raw, kind)
+    assert (got, type(got)) == (value, type(value))
+
+
+
+READ = tool("ReadFile", path={"type": "string"})
+KIMI_TOOLS = [READ, tool("get_weather", city={"type": "string"}, unit={"type": "string"})]
+
+
+def kimi(*calls: tuple[str, dict[str, Any]], before: str = "") -> str:
+    """``before``, then one section of calls (id, arguments)."""
+    body = "".join(f"{KC}{ident}{KA}{json.dumps(args)}{KCE}" for ident, args in calls)
+    return f"{before}{KB}{body}{KE}"
+
+
+@pytest.mark.parametrize(("text", "tools", "content", "calls"), [
+    pytest.param(kimi(("functions.ReadFile:5", {"path": "/a.py"}),
+                      ("functions.get_weather:6", {"city": "Tokyo"})), KIMI_TOOLS,
+                 "", [("ReadFile", {"path": "/a.py"}), ("get_weather", {"city": "Tokyo"})],
+                 id="kimik2:test_non_streaming_tool_index_is_local"),
+    pytest.param(kimi(("functions.mcp__portal__search-documents:0", {"path": "/d"})),
+                 [tool("mcp__portal__search-documents", path={"type": "string"})], "",
+                 [("mcp__portal__search-documents", {"path": "/d"})],
+                 id="kimik2:test_hyphenated_name_non_streaming"),
+    pytest.param(kimi(("functions.get_weather:0", {"city": "London"}), before="Prefix text:")
+                 + kimi(("functions.get_weather:1", {"city": "Delhi"}),
+                        before=" Now calling next: "), KIMI_TOOLS,
+                 "Prefix text: Now calling next:",
+                 [("get_weather", {"city": "London"}), ("get_weather", {"city": "Delhi"})],
+                 id="kimik2:test_e2e_normal_text_between_two_tool_calls"),
+    pytest.param(kimi(("weird@id", {"city": "London"}), before="normal text before")
+                 + kimi(("functions.get_weather:0", {"city": "Delhi"})),
+                 KIMI_TOOLS, "normal text before", [("get_weather", {"city": "Delhi"})],
+                 id="kimik2:test_e2e_unparsable_tool_id_does_not_wedge_stream"),
+    pytest.param(kimi(("3", {"path": "/x"})), [READ], "", [("ReadFile", {"path": "/x"})],
+                 id="kimik2_detector.py:_infer_tool_name, a bare counter and one tool"),
+    pytest.param(kimi(("3", {"city": "Paris"}), ("4", {"path": "/x"})), KIMI_TOOLS, "",
+                 [("get_weather", {"city": "Paris"}), ("ReadFile", {"path": "/x"})],
+                 id="kimik2_detector.py:_infer_tool_name, keys matched against the schemas"),
+    pytest.param(kimi(("3", {"zip": 1, "z": 2}), ("get_weather", {"city": "P"}),
+                      ("functions.get_weather:4", {"city": "Oslo"})),
+                 KIMI_TOOLS, "", [("get_weather", {"city": "Oslo"})],
+                 id="kimik2_detector.py:_parse_tool_call_id, no tool named: skipped"),
+])
+def test_kimi_k2_ids_resolve_as_sglang(text: str, tools: list[dict[str, Any]], content: str,
+                                       calls: list[Any]) -> None:
+    assert run("kimi_k2", text, tools) == [(content, calls)] * 2
+
+
+def test_kimi_k2_bare_counter_without_tools_or_properties_is_no_call() -> None:
+    text = kimi(("0", {"city": "Paris"}))
+    assert run("kimi_k2", text, []) == [(text, [])] * 2
+    bare = [{"type": "function", "function": {"name": f"t{k}"}} for k in range(2)]
+    assert run("kimi_k2", text, bare) == [(text, [])] * 2

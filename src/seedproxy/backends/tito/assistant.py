@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .decode import IncrementalDecoder
+from .markers import MarkerGuard
 from .reasoning import ReasoningParser
 from .segments import Held, StopTrim
 from .tool_parsers import ToolCall, ToolParser
@@ -55,10 +56,12 @@ class Reply:
 class AssistantStream:
     def __init__(self, decoder: IncrementalDecoder, reasoning: ReasoningParser | None,
                  tools: ToolParser | None, stops: tuple[str, ...] = (), *,
-                 continues: bool = False, earlier_calls: int = 0) -> None:
+                 continues: bool = False, earlier_calls: int = 0,
+                 guard: MarkerGuard | None = None) -> None:
         """``earlier_calls``: tool calls in the conversation before this answer (for a
-        format whose ids count them)."""
+        format whose ids count them); ``guard``: the markers read from token ids."""
         self._earlier_calls = earlier_calls
+        self._guard = guard
         self._decoder = decoder
         self._stop = StopTrim(stops) if stops else None
         self._reasoning = reasoning
@@ -75,10 +78,16 @@ class AssistantStream:
                                    self._earlier_calls)
 
     def feed(self, token_id: int) -> list[Delta]:
-        return self._route(self._trim(self._decoder.feed(token_id)))
+        text = self._decoder.feed(token_id)
+        if self._guard is not None:
+            text = self._guard.feed(token_id, text)
+        return self._route(self._trim(text))
 
     def finish(self) -> list[Delta]:
-        deltas = self._route(self._trim(self._decoder.finish()))
+        text = self._decoder.finish()
+        if self._guard is not None:
+            text = self._guard.finish(text)
+        deltas = self._route(self._trim(text))
         if self._stop is not None:
             deltas += self._route(self._stop.finish())
         if self._reasoning is not None:
@@ -86,7 +95,9 @@ class AssistantStream:
         if self._tools is not None:
             rest, calls = self._tools.finish()
             deltas += self._show_content(rest)
-            self.reply.tool_calls = calls
+            guard = self._guard
+            self.reply.tool_calls = calls if guard is None else [
+                ToolCall(guard.restore(c.name), guard.restore(c.arguments)) for c in calls]
         return deltas
 
     def _trim(self, text: str) -> str:
@@ -103,6 +114,7 @@ class AssistantStream:
         deltas: list[Delta] = []
         for kind, text in parts:
             if kind == "reasoning":
+                text = self._guard.restore(text) if self._guard is not None else text
                 self.reply.reasoning += text
                 deltas.append(Delta("reasoning_content", text))
             else:
@@ -112,6 +124,8 @@ class AssistantStream:
 
     def _show_content(self, text: str) -> list[Delta]:
         shown = self._content.feed(text) if text else ""
+        if shown and self._guard is not None:
+            shown = self._guard.restore(shown)
         if not shown:
             return []
         self.reply.content += shown

@@ -169,11 +169,10 @@ def plan_prompt(renderer: Renderer, body: dict[str, Any], history: Sequence[Reco
         if choice is None:
             continue
         completion = turn.choices[choice].token_ids
-        closed = bool(completion) and completion[-1] in renderer.end_ids
+        end = completion[-1] if completion and completion[-1] in renderer.end_ids else None
         reply, *new = messages_from(len((turn.tito or {})["messages"]))
-        suffix = renderer.suffix_text(new, tools, closed=closed, options=options,
-                                      reply=reply)
-        if not closed:  # cut short: close a reasoning block it left open first
+        suffix = renderer.suffix_text(new, tools, end=end, options=options, reply=reply)
+        if end is None:  # cut short: close a reasoning block it left open first
             suffix = renderer.think_closing(turn.prompt_ids().ids[-_TAIL:], completion) + suffix
         added = array("i", completion) + array("i", renderer.encode(suffix))
         ids = turn.prompt_ids().extended(added)

@@ -14,6 +14,7 @@ from .decode import IncrementalDecoder, decoder_of
 from .dialect import DIALECTS, Dialect
 from .harmony import MARKERS as HARMONY_MARKERS
 from .lineage import FullRender, Prompt, RecordedTurn, plan_prompt
+from .markers import MarkerGuard, id_markers
 from .reasoning import REASONING_PARSERS, ReasoningParser, ThinkParser
 from .renderer import Renderer
 from .sampling import Sampling, checked_forcing, sampling_of
@@ -32,12 +33,11 @@ when no parser reads them, as SGLang's chat route does)."""
 class TitoMode:
     def __init__(self, renderer: Renderer, dialect: Dialect, *, tool_parser: str | None,
                  reasoning_parser: str | None, model_name: str | None = None,
-                 eos_ids: Sequence[int] = (), structural_tags: bool = True) -> None:
-        """``eos_ids``: the model's own end ids (its ``generation_config``), stop ids
-        as SGLang makes them, next to the template's end-of-turn and the tokenizer's eos.
-        ``structural_tags``: whether the upstream runs structural tags (SGLang does; the
+                 structural_tags: bool = True) -> None:
+        """``structural_tags``: whether the upstream runs structural tags (SGLang does; the
         embedded engine does not): without them a forced call is the JSON array, and a
-        strict ``auto`` call is left free, as they were before tags."""
+        strict ``auto`` call is left free, as they were before tags. The model's own end
+        ids (its ``generation_config``) are the renderer's (``Renderer``'s ``eos_ids``)."""
         self.renderer = renderer
         self.dialect = dialect
         self.model_name = model_name
@@ -48,8 +48,7 @@ class TitoMode:
         self._think = (self._reasoning.open_tag, self._reasoning.close_tag) if (
             self._reasoning is not None and issubclass(self._reasoning, ThinkParser)) else ()
         tok = renderer.tokenizer
-        self.stop_token_ids: tuple[int, ...] = tuple(dict.fromkeys(
-            [*renderer.stop_token_ids, *eos_ids]))
+        self.stop_token_ids = renderer.stop_token_ids
         tags = {*_PARSER_TAGS, *(self._tool_parser.markers if self._tool_parser else ()),
                 *(self._reasoning.markers() if self._reasoning else ()),
                 *(HARMONY_MARKERS if renderer.harmony else ())}
@@ -59,6 +58,12 @@ class TitoMode:
         # <end_of_turn> is an ordinary added token), unless the tool parser reads it.
         self.hidden = (frozenset(int(i) for i in tok.all_special_ids) - keep) | (
             frozenset(self.stop_token_ids) - kept_stops)
+        tool_start = self._reasoning.tool_start if self._reasoning is not None and issubclass(
+            self._reasoning, ThinkParser) else ""
+        self._marker_ids = id_markers(tok, [
+            *(self._tool_parser.markers if self._tool_parser else ()),
+            *((tool_start,) if tool_start else ())])
+        """Parser markers that are one added token: read from ids (``markers``)."""
         self._decode = decoder_of(tok)
         self._vocab_size = len(tok)  # the wrapper's len() costs a microsecond a request
         self._token_texts: dict[int, str] = {}  # bounded by the vocabulary
@@ -111,12 +116,13 @@ class TitoMode:
             tools = ForcedCallParser()
         elif self._tool_parser is not None and body.get("tools") and (
                 body.get("tool_choice") != "none"):
-            tools = self._tool_parser()
+            tools = self._tool_parser(body["tools"])
         decoder = IncrementalDecoder(self.renderer.tokenizer, self.hidden,
                                      decode=self._decode)
         earlier = _earlier_calls(body["messages"]) if tools is not None and tools.numbered else 0
         return AssistantStream(decoder, reasoning, tools, sampling.stop,
-                               continues=prompt.prefix is not None, earlier_calls=earlier)
+                               continues=prompt.prefix is not None, earlier_calls=earlier,
+                               guard=MarkerGuard(self._marker_ids) if self._marker_ids else None)
 
     def token_text(self, token_id: int) -> str:
         """One token's text as ``tokenizer.decode([token_id])`` gives it (cached)."""
@@ -160,9 +166,9 @@ def open_tito(*, backend: str, auth: dict[str, str], tokenizer_path: str | None,
         tokenizer = load_tokenizer(tokenizer_path)
         eos_ids = generation_eos_ids(tokenizer_path)
     template = read_template(chat_template) if chat_template else None
-    renderer = Renderer(tokenizer, template, today=today)
+    renderer = Renderer(tokenizer, template, today=today, eos_ids=eos_ids)
     renderer.check()
     dialect = DIALECTS[backend](auth)
     return TitoMode(renderer, dialect, tool_parser=tool_parser,
-                    reasoning_parser=reasoning_parser, model_name=model_name, eos_ids=eos_ids,
+                    reasoning_parser=reasoning_parser, model_name=model_name,
                     structural_tags=structural_tags)

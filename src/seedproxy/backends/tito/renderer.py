@@ -6,14 +6,18 @@ Invariants:
 - An incremental suffix never re-renders history: it is the text the template writes
   after an assistant turn (a probe whose content is a sentinel) for the new messages,
   up to and including the next generation prompt. The completion that was sampled
-  ends with the end-of-turn token, so the suffix starts after it; a completion cut
-  short (no end-of-turn) gets the end-of-turn text first, and ``</think>`` before it
-  when it stopped inside a reasoning block (``think_closing``).
+  ends with a stop id (the end-of-turn token; one of the model's own end ids, such as
+  Llama 3.1's ``<|eom_id|>``, standing for it; or, for a template with no end-of-turn
+  such as GLM-4.5's, the next message's opener), so the suffix starts after it; a
+  completion cut short (no stop id) gets the template's text from its end-of-turn on,
+  and ``</think>`` before it when it stopped inside a reasoning block
+  (``think_closing``).
 - ``check`` (run once at start-up) proves the template composes this way: the full
   render of [user, assistant, user] equals render([user]) + assistant content +
   end-of-turn + suffix, with and without tools. A generation prompt that opens a think
   block (Qwen3-Thinking-2507, QwQ, DeepSeek-R1-Distill) may be missing from the full
-  render: the model writes its reasoning after it, and later renders strip reasoning.
+  render, and an empty think block (GLM-4.5) may precede the reply there: the model
+  writes its reasoning in that place, and later renders strip reasoning.
   A harmony template (gpt-oss, ``harmony``) writes the channel header the model samples
   itself after the generation prompt, and a call as one assistant message: the
   recorded completion takes their place (see ``harmony``).
@@ -113,7 +117,11 @@ class Renderer:
     """Renders messages with one chat template and one tokenizer (thread-safe reads)."""
 
     def __init__(self, tokenizer: Any, template: str | None = None, *,
-                 today: datetime.date | None = None) -> None:
+                 today: datetime.date | None = None, eos_ids: Sequence[int] = ()) -> None:
+        """``eos_ids``: the model's own end ids (its ``generation_config``: Llama 3.1's
+        ``<|eom_id|>`` and ``<|eot_id|>``), stop ids as SGLang makes them, next to the
+        template's end-of-turn and the tokenizer's eos. A turn that ends in any of them
+        is closed: the next turn's text follows it, less the template's end-of-turn."""
         self.tokenizer = tokenizer
         self.template = template if template is not None else tokenizer.chat_template
         if not isinstance(self.template, str) or not self.template:
@@ -130,10 +138,13 @@ class Renderer:
         eos = tokenizer.eos_token_id
         if isinstance(eos, int) and not (self.harmony and eos == self.eot_id):
             turn_ends.append(eos)
+        turn_ends += eos_ids
         self.stop_token_ids: tuple[int, ...] = tuple(dict.fromkeys(turn_ends))
         self.end_ids = frozenset([self.eot_id, *turn_ends])
         """Ids that close a sampled turn (or, in harmony, its last message): a
         completion ending in one needs no end-of-turn before the next messages."""
+        self._stop_texts = {i: str(tokenizer.decode([i], skip_special_tokens=False))
+                            for i in sorted(self.end_ids)}
 
     def render(self, messages: list[dict[str, Any]], tools: list[Any] | None,
                *, generation_prompt: bool, continue_final: bool = False,
@@ -165,22 +176,45 @@ class Renderer:
                            continue_final=options.continue_final, kwargs=options.kwargs)
 
     def suffix_text(self, new: list[dict[str, Any]], tools: list[Any] | None,
-                    *, closed: bool, options: RenderOptions = _DEFAULT,
+                    *, end: int | None, options: RenderOptions = _DEFAULT,
                     reply: dict[str, Any] | None = None) -> str:
         """What follows a sampled assistant turn for the ``new`` messages (see above);
+        ``end``: the stop id the turn ended with (its text, or the template's
+        end-of-turn that it stands for, is not repeated), None for a turn cut short;
         ``reply``: that turn as the client sent it back."""
         if self.harmony is not None and reply is not None and reply.get("tool_calls"):
-            return self._after_call(reply, new, tools, closed=closed, options=options)
+            return self._after_call(reply, new, tools, closed=end is not None,
+                                    options=options)
+        after = self._after(new, tools, options)
+        opener = self._turn_end(after)
+        if opener is None:
+            raise BadRequest("the chat template does not end an assistant turn with a stop "
+                             f"token before these messages (it writes {after[:20]!r})",
+                             param="messages")
+        if end is None:
+            return after
+        ended = self._stop_texts.get(end, "")
+        if ended and after.startswith(ended):
+            return after[len(ended):]
+        if opener == self.eot_text:  # the model's own end stands for the template's
+            return after[len(opener):]
+        raise BadRequest(f"the turn ended with {ended!r}, where the chat template writes "
+                         f"{opener!r} before these messages", param="messages")
+
+    def _after(self, new: list[dict[str, Any]], tools: list[Any] | None,
+               options: RenderOptions) -> str:
+        """The template's text after a probe assistant turn's content, for ``new``."""
         probe = [_PROBE_USER, {"role": "assistant", "content": _SENTINEL}]
         text = self.full_text(probe + new, tools, options)
         if text.count(_SENTINEL) != 1:
             raise BadRequest("the chat template does not render an assistant turn verbatim",
                              param="messages")
-        after = text[text.index(_SENTINEL) + len(_SENTINEL):]
-        if not after.startswith(self.eot_text):
-            raise BadRequest("the chat template does not end an assistant turn with "
-                             f"{self.eot_text!r} before these messages", param="messages")
-        return after[len(self.eot_text):] if closed else after
+        return text[text.index(_SENTINEL) + len(_SENTINEL):]
+
+    def _turn_end(self, after: str) -> str | None:
+        """The stop token's text that ``after`` opens with (the longest), or None."""
+        found = [t for t in self._stop_texts.values() if t and after.startswith(t)]
+        return max(found, key=len) if found else None
 
     def _after_call(self, reply: dict[str, Any], new: list[dict[str, Any]],
                     tools: list[Any] | None, *, closed: bool, options: RenderOptions) -> str:
@@ -249,13 +283,18 @@ class Renderer:
                 try:
                     prompt = self.full_text(first, tools)
                     whole = self.full_text([*first, reply, follow], tools)
-                    suffix = self.suffix_text([follow], tools, closed=True)
+                    after = self._after([follow], tools, _DEFAULT)
+                    if follow["role"] == "user" and not after.startswith(self.eot_text):
+                        raise BadRequest("the chat template does not end an assistant turn "
+                                         f"with {self.eot_text!r}", param="messages")
                 except BadRequest as exc:
                     if follow["role"] == "tool":
                         continue  # a template without tool messages: tools are refused later
                     raise ConfigError(f"the chat template cannot render incrementally: "
                                       f"{exc.message}") from None
-                self._compare(prompt, whole, suffix, follow["role"])
+                if follow["role"] == "tool" and self._turn_end(after) is None:
+                    continue  # no stop id opens a tool message: tool turns are refused later
+                self._compare(prompt, whole, after, follow["role"])
         if self.harmony is not None:
             self._check_call()
 
@@ -270,7 +309,7 @@ class Renderer:
         try:
             prompt = self.full_text([_PROBE_USER], _PROBE_TOOLS)
             whole = self.full_text([_PROBE_USER, call, follow], _PROBE_TOOLS)
-            suffix = self.suffix_text([follow], _PROBE_TOOLS, closed=True, reply=call)
+            suffix = self.suffix_text([follow], _PROBE_TOOLS, end=self.eot_id, reply=call)
         except BadRequest as exc:
             raise ConfigError(f"the chat template cannot render incrementally: "
                               f"{exc.message}") from None
@@ -284,11 +323,13 @@ class Renderer:
             "assistant tool call, tool] the call is not one assistant message between the "
             f"prompt and the tool message (it writes {middle[:48]!r})")
 
-    def _compare(self, prompt: str, whole: str, suffix: str, role: str) -> None:
-        """``whole`` must be ``prompt`` + reply + end-of-turn + ``suffix``; a prompt that
-        opens a think block (``<think>\n``) may lose that opening in ``whole``: the model
-        writes its reasoning after it, and a later render strips earlier reasoning."""
-        tail = _SENTINEL + self.eot_text + suffix
+    def _compare(self, prompt: str, whole: str, after: str, role: str) -> None:
+        """``whole`` must be ``prompt`` + reply + ``after`` (the end of the turn and what
+        follows); a prompt that opens a think block (``<think>\n``) may lose that opening
+        in ``whole``, and an empty think block (``<think></think>``, GLM-4.5's) may stand
+        between the prompt and the reply: the model writes its own reasoning there, and a
+        later render strips earlier reasoning."""
+        tail = _SENTINEL + after
         if whole == prompt + tail:
             return
         opening = _think_opening(prompt)
@@ -296,6 +337,11 @@ class Renderer:
             return
         if self.harmony is not None and whole == prompt + FINAL_HEADER + tail:
             return  # the model samples the channel header itself
+        middle = whole[len(prompt):len(whole) - len(tail)] if len(whole) > len(
+            prompt) + len(tail) else ""
+        if (whole.startswith(prompt) and whole.endswith(tail)
+                and middle.strip() == _THINK + _THINK_END):
+            return
         built = prompt + tail
         where = next((i for i, (a, b) in enumerate(zip(built, whole, strict=False))
                       if a != b), min(len(built), len(whole)))

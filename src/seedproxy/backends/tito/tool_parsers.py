@@ -8,6 +8,7 @@ own module under ``tools``; ``tools.base`` says what they all keep).
 | ``mistral`` | ``[TOOL_CALLS][{...}]`` or ``[TOOL_CALLS]name[ARGS]{...}`` |
 | ``deepseekv3``, ``deepseekv31`` | ``<｜tool▁calls▁begin｜>`` sections |
 | ``kimi_k2`` | ``<|tool_calls_section_begin|>`` sections |
+| ``glm45``, ``glm`` | ``<tool_call>NAME`` + ``<arg_key>``/``<arg_value>`` pairs |
 | ``gpt-oss`` | ``<|channel|>commentary to=functions.NAME ...<|call|>`` |
 
 Each parser's ``structural_tag`` is the constraint SGLang's chat route puts on its
@@ -22,6 +23,7 @@ from __future__ import annotations
 from .tools.base import ToolCall, ToolParser
 from .tools.deepseek import DeepSeekV3Parser, DeepSeekV31Parser
 from .tools.forced import ForcedCallParser
+from .tools.glm import Glm45Parser
 from .tools.gpt_oss import GptOssParser
 from .tools.hermes import HermesParser, Qwen25Parser
 from .tools.kimi import KimiK2Parser
@@ -37,4 +39,5 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "mistral": MistralParser,
     "deepseekv3": DeepSeekV3Parser, "deepseekv31": DeepSeekV31Parser,
     "kimi_k2": KimiK2Parser, "gpt-oss": GptOssParser,
+    "glm45": Glm45Parser, "glm": Glm45Parser,
 }

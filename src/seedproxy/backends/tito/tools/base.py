@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -22,7 +22,8 @@ from ..segments import partial_tag
 from .structural import CallFrame, ToolAsk, frame_tag
 
 __all__ = ["ToolCall", "ToolParser", "call_of", "decode_at", "loads", "marked_calls",
-           "openai_call_id", "skip_space"]
+           "openai_call_id", "schema_properties", "skip_space",
+           "tagged_calls"]
 
 _DECODER = json.JSONDecoder()
 
@@ -79,6 +80,48 @@ def marked_calls(captured: str, call_begin: str, section_end: str,
     return calls, captured[pos:]
 
 
+def tagged_calls(captured: str, start: str,
+                 take: Callable[[str], tuple[ToolCall | None, int]]
+                 ) -> tuple[list[ToolCall], str]:
+    """Blocks each opened by ``start`` (``captured`` begins just after the first one):
+    ``take(the text after a start)`` gives the block's call (None: it is no call) and
+    where the block ends. A block that is no call stays content, its tag included, as
+    does the text between and after the blocks. Returns the calls and that content."""
+    calls: list[ToolCall] = []
+    outside: list[str] = []
+    rest = captured
+    while True:
+        call, stop = take(rest)
+        if call is None:
+            outside.append(start + rest[:stop])
+        else:
+            calls.append(call)
+        rest = rest[stop:]
+        at = rest.find(start)
+        if at < 0:
+            outside.append(rest)
+            return calls, "".join(outside)
+        outside.append(rest[:at])
+        rest = rest[at + len(start):]
+
+
+def schema_properties(schema: Any) -> dict[str, Any]:
+    """A ``parameters`` schema's top-level properties, from its ``anyOf``/``oneOf``/
+    ``allOf`` branches when it declares none (the first branch naming a key wins), as
+    SGLang's ``get_schema_properties`` reads them."""
+    if not isinstance(schema, dict):
+        return {}
+    if isinstance(schema.get("properties"), dict):
+        return dict(schema["properties"])
+    merged: dict[str, Any] = {}
+    for keyword in ("anyOf", "oneOf", "allOf"):
+        branches = schema.get(keyword)
+        for branch in branches if isinstance(branches, list) else []:
+            for key, value in schema_properties(branch).items():
+                merged.setdefault(key, value)
+    return merged
+
+
 def call_of(item: Any, args_key: str = "arguments") -> ToolCall | None:
     """A call from ``{"name", args_key}`` (``arguments`` also read), or None."""
     if not isinstance(item, dict) or not isinstance(item.get("name"), str) or not item["name"]:
@@ -113,7 +156,9 @@ class ToolParser:
     """How SGLang's detector of the same name frames a call in its structural tag; None
     where it builds none (a forced call is then the JSON array)."""
 
-    def __init__(self) -> None:
+    def __init__(self, tools: Sequence[Mapping[str, Any]] = ()) -> None:
+        """``tools``: the request's checked ``tools`` (read by a format that types its
+        arguments by their schemas; one parser per answer)."""
         self._buffer = ""
         self._captured: str | None = None
         self._raw_marker = ""

@@ -9,7 +9,7 @@ block whose JSON is not a call (kept whole, with its tags).
 
 from __future__ import annotations
 
-from .base import ToolCall, ToolParser, call_of, decode_at, skip_space
+from .base import ToolCall, ToolParser, call_of, decode_at, skip_space, tagged_calls
 from .structural import CallFrame
 
 __all__ = ["HermesParser", "Qwen25Parser"]
@@ -22,27 +22,17 @@ class HermesParser(ToolParser):
     frame = CallFrame('<tool_call>{"name":"', '", "arguments":', "}</tool_call>", start)
 
     def parse(self, captured: str) -> tuple[list[ToolCall], str]:
-        calls: list[ToolCall] = []
-        outside: list[str] = []
-        rest = captured  # just after an opening tag
-        while True:
-            got = decode_at(rest, skip_space(rest, 0))
-            call = call_of(got[0]) if got is not None else None
-            if got is None or call is None:
-                close = rest.find(self.end)
-                stop = len(rest) if close < 0 else close + len(self.end)
-                outside.append(self.start + rest[:stop])
-            else:
-                calls.append(call)
-                stop = skip_space(rest, got[1])
-                stop = stop + len(self.end) if rest.startswith(self.end, stop) else got[1]
-            rest = rest[stop:]
-            at = rest.find(self.start)
-            if at < 0:
-                outside.append(rest)
-                return calls, "".join(outside)
-            outside.append(rest[:at])
-            rest = rest[at + len(self.start):]
+        return tagged_calls(captured, self.start, self._block)
+
+    def _block(self, rest: str) -> tuple[ToolCall | None, int]:
+        """The call just after an opening tag and where its block ends."""
+        got = decode_at(rest, skip_space(rest, 0))
+        call = call_of(got[0]) if got is not None else None
+        if got is None or call is None:
+            close = rest.find(self.end)
+            return None, len(rest) if close < 0 else close + len(self.end)
+        stop = skip_space(rest, got[1])
+        return call, stop + len(self.end) if rest.startswith(self.end, stop) else got[1]
 
 
 class Qwen25Parser(HermesParser):

@@ -1,16 +1,25 @@
-"""``kimi_k2``: Kimi K2's call section, as SGLang's KimiK2Detector parses it:
-``<|tool_calls_section_begin|>``, per call ``<|tool_call_begin|>functions.NAME:N
+"""``kimi_k2``: Kimi K2's call sections, as SGLang 0.5.23's KimiK2Detector parses them:
+``<|tool_calls_section_begin|>``, per call ``<|tool_call_begin|>ID
 <|tool_call_argument_begin|>{...}<|tool_call_end|>``, then ``<|tool_calls_section_end|>``.
-Text after the section is content. Call ids are ``functions.NAME:K`` with K counting
-the conversation's calls (earlier turns' first), as SGLang gives them and Kimi's
-template expects.
+
+- ``ID`` is ``functions.NAME:N`` or ``NAME:N`` (the call is NAME's), or a bare counter
+  ``N``: the call is then the only tool's, or, among several, the tool whose schema's
+  properties best match the arguments' keys (shared keys less extra keys, at least
+  0; the first best one), else no one's. Any other id (``weird@id``,
+  ``get_weather`` without ``:N``) is no call.
+- A call that does not read is skipped; the calls around it still count. Several
+  sections may follow one another: text between and after them is content.
+- Call ids are ``functions.NAME:K`` with K counting the conversation's calls (earlier
+  turns' first), as SGLang gives them and Kimi's template expects.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from .base import ToolCall, ToolParser, call_of, decode_at, marked_calls, skip_space
+from .base import ToolCall, ToolParser, call_of, decode_at, schema_properties, skip_space
 from .kimi_tag import kimi_tag
 from .structural import ToolAsk
 
@@ -22,12 +31,19 @@ CALL_BEGIN = "<|tool_call_begin|>"
 ARGS_BEGIN = "<|tool_call_argument_begin|>"
 CALL_END = "<|tool_call_end|>"
 _ID = re.compile(r"(?:functions\.)?([\w.\-]+):\d+")
+_COUNTER = re.compile(r"\d+")
 
 
 class KimiK2Parser(ToolParser):
     start = SECTION_BEGIN
     markers = (SECTION_BEGIN, SECTION_END, CALL_BEGIN, ARGS_BEGIN, CALL_END)
     numbered = True
+
+    def __init__(self, tools: Sequence[Mapping[str, Any]] = ()) -> None:
+        """``tools``: the request's checked ``tools`` (a bare counter id names one)."""
+        super().__init__(tools)
+        self._tools = [(t["function"]["name"], set(schema_properties(
+            t["function"].get("parameters")))) for t in tools]
 
     @staticmethod
     def call_id(base: str, position: int, name: str = "", earlier: int = 0) -> str:
@@ -38,16 +54,47 @@ class KimiK2Parser(ToolParser):
         return kimi_tag(ask)
 
     def parse(self, captured: str) -> tuple[list[ToolCall], str]:
-        return marked_calls(captured, CALL_BEGIN, SECTION_END, self._call)
+        calls: list[ToolCall] = []
+        outside: list[str] = []
+        rest = captured  # just after a section's opening marker
+        while True:
+            end = rest.find(SECTION_END)
+            section = rest if end < 0 else rest[:end]
+            found = (self._call(piece) for piece in section.split(CALL_BEGIN)[1:])
+            calls += [call for call in found if call is not None]
+            if end < 0:
+                return calls, "".join(outside)
+            rest = rest[end + len(SECTION_END):]
+            at = rest.find(SECTION_BEGIN)
+            if at < 0:
+                outside.append(rest)
+                return calls, "".join(outside)
+            outside.append(rest[:at])
+            rest = rest[at + len(SECTION_BEGIN):]
 
-    def _call(self, text: str, at: int) -> tuple[ToolCall, int] | None:
-        args = text.find(ARGS_BEGIN, at)
-        named = _ID.fullmatch(text[at:args].strip()) if args >= 0 else None
-        if named is None:
+    def _call(self, piece: str) -> ToolCall | None:
+        """The call in ``piece`` (what follows one ``<|tool_call_begin|>``), or None."""
+        args = piece.find(ARGS_BEGIN)
+        ident = piece[:args].strip() if args >= 0 else ""
+        if not ident or any(c.isspace() or c in "<|" for c in ident):
             return None
-        got = decode_at(text, skip_space(text, args + len(ARGS_BEGIN)))
-        call = call_of({"name": named.group(1), "arguments": got[0]}) if got else None
-        if got is None or call is None:
+        got = decode_at(piece, skip_space(piece, args + len(ARGS_BEGIN)))
+        if got is None or not isinstance(got[0], dict) or not piece.startswith(
+                CALL_END, skip_space(piece, got[1])):
             return None
-        end = skip_space(text, got[1])
-        return (call, end + len(CALL_END)) if text.startswith(CALL_END, end) else None
+        named = _ID.fullmatch(ident)
+        name = named.group(1) if named else (
+            self._inferred(got[0]) if _COUNTER.fullmatch(ident) else None)
+        return call_of({"name": name, "arguments": got[0]}) if name else None
+
+    def _inferred(self, arguments: dict[str, Any]) -> str | None:
+        """The tool a bare-counter call is for (SGLang's ``_infer_tool_name``)."""
+        if len(self._tools) <= 1:
+            return self._tools[0][0] if self._tools else None
+        keys = set(arguments)
+        best, best_score = None, -1  # a tool must score at least 0
+        for name, properties in self._tools:
+            score = len(keys & properties) - len(keys - properties)
+            if properties and score > best_score:
+                best, best_score = name, score
+        return best

@@ -6,6 +6,9 @@ content.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from ..segments import partial_tag
 from .base import ToolCall, ToolParser, call_of, decode_at, skip_space
 from .structural import CallFrame
@@ -18,8 +21,8 @@ class Llama3JsonParser(ToolParser):
     markers = (start,)
     frame = CallFrame('<|python_tag|>{"name":"', '", "arguments":', "}", start)
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, tools: Sequence[Mapping[str, Any]] = ()) -> None:
+        super().__init__(tools)
         self._content = False
         """Set once the reply began as text: only the tag can open calls then."""
 
