@@ -1,8 +1,8 @@
 """Forced tool calls on the engine (tiny model, real llguidance grammar): its chat route
 forces ``tool_choice: "required"`` / a named function with SGLang's JSON-array schema
 and reads the calls back; token-in-token-out mode in front of it samples exactly the
-same tokens, parses the same calls and records them; ``structural_tag``, which the
-engine cannot run, is the engine's 400 relayed."""
+same tokens, parses the same calls and records them; ``structural_tag`` runs on the
+engine as SGLang's llguidance backend builds it, and one it cannot build is its 400."""
 
 from __future__ import annotations
 
@@ -146,28 +146,36 @@ def test_invalid_tools_are_the_engines_400_too(engine: RunningEngine) -> None:
     assert reply.json()["message"] == "Tool 'nope' not found in tools list."
 
 
-def test_structural_tag_is_the_engines_400_relayed(tito: str) -> None:
-    fmt = {"type": "structural_tag", "structures": [{"begin": "<w>", "end": "</w>"}],
-           "triggers": ["<w>"]}
+def test_a_structural_tag_runs_on_the_engine_and_a_bad_one_is_its_400_relayed(
+        tito: str) -> None:
+    """``response_format: structural_tag`` reaches the engine's ``/generate``, which
+    builds it as SGLang's llguidance backend does: a tag it can build constrains the
+    answer; one it cannot (a structure without a schema) is its 400, relayed."""
+    fmt = {"type": "structural_tag", "triggers": ["Call:"], "structures": [
+        {"begin": "Call:", "schema": {"type": "integer"}, "end": "."}]}
     reply = httpx.post(f"{tito}/sessions/st/v1/chat/completions", timeout=60, json={
         "model": "m", "messages": MESSAGES, "response_format": fmt, "max_tokens": 8})
+    assert reply.status_code == 200, reply.text
+    bad = {**fmt, "structures": [{"begin": "<w>", "end": "</w>"}], "triggers": ["<w>"]}
+    reply = httpx.post(f"{tito}/sessions/st/v1/chat/completions", timeout=60, json={
+        "model": "m", "messages": MESSAGES, "response_format": bad, "max_tokens": 8})
     assert reply.status_code == 400, reply.text
-    error = reply.json()["error"]
-    assert "structural_tag is not supported by the embedded engine" in error["message"]
+    assert "Invalid structural_tag" in reply.json()["error"]["message"]
 
 
 def test_a_tool_parsers_structural_tag_is_the_engines_400_relayed(
         engine: RunningEngine, start_proxy: Callable[..., str]) -> None:
-    """With ``--tool-parser``, a forced call is the parser's structural tag (as on
-    SGLang), which the engine cannot run: its 400, relayed; auto calls stay free."""
+    """With ``--tool-parser`` in front of an engine taken for SGLang (an upstream of its
+    own), a forced call is the parser's structural tag, as on SGLang; its trigger
+    ``<tool_call>`` is no special token of this tokenizer, so the engine's llguidance
+    cannot build it: its 400, relayed; auto calls stay free."""
     base = start_proxy([engine.url], token_in_token_out=True, tool_parser="hermes",
                        tokenizer=str(gguf_tokenizer_dir(default_gguf_path())))
     body = {"model": "m", "messages": MESSAGES, "tools": [LOOKUP, CLOCK], "max_tokens": 4}
     reply = httpx.post(f"{base}/v1/chat/completions", timeout=60,
                        json={**body, "tool_choice": "required"})
     assert reply.status_code == 400, reply.text
-    error = reply.json()["error"]
-    assert "structural_tag is not supported by the embedded engine" in error["message"]
+    assert "Invalid structural_tag" in reply.json()["error"]["message"]
     free = httpx.post(f"{base}/v1/chat/completions", timeout=60, json=body)
     assert free.status_code == 200, free.text
 

@@ -89,6 +89,40 @@ def test_completions_regex_and_streaming_agree(client: httpx.Client) -> None:
     assert "".join(p["choices"][0]["text"] for p in parts) == whole
 
 
+def test_a_structural_tag_constrains_what_follows_its_trigger(client: httpx.Client) -> None:
+    """SGLang's legacy structural tag on ``/generate``: free text until a trigger, then
+    the structure's begin, a value of its schema and its end. A bias makes the random
+    model write the trigger; whatever it writes after it obeys the tag, the same for
+    the same seed."""
+    from seedproxy.engine.testing import tiny_tokenizer
+
+    tok = tiny_tokenizer()
+    call, colon = (tok.convert_tokens_to_ids(t) for t in ("Call", ":"))
+    tag = {"triggers": ["Call:"], "structures": [
+        {"begin": "Call:", "schema": {"type": "integer", "minimum": 0, "maximum": 99},
+         "end": "."}]}
+    sp = {"max_new_tokens": 24, "sampling_seed": 4, "structural_tag": json.dumps(tag),
+          "logit_bias": {str(call): 40.0, str(colon): 40.0}}
+    out = gen(client, sp)
+    text = out["text"]
+    assert "Call:" in text, text
+    for segment in text.split("Call:")[1:]:
+        number = re.match(r"\s*([0-9]+)\.", segment)
+        assert number is not None and 0 <= int(number.group(1)) <= 99, text
+    assert gen(client, sp)["output_ids"] == out["output_ids"]
+
+
+@pytest.mark.parametrize("tag", [
+    "{}", "[]", '{"structures": [], "triggers": ["a"]}',
+    '{"structures": [{"begin": "x", "schema": {}, "end": "y"}], "triggers": ["z"]}',
+    '{"structures": [{"begin": "x", "end": "y"}], "triggers": ["x"]}',
+])
+def test_a_structural_tag_it_cannot_build_is_a_400(client: httpx.Client, tag: str) -> None:
+    r = client.post("/generate", json={"text": "x", "sampling_params": {"structural_tag": tag}})
+    assert r.status_code == 400, r.text
+    assert "Invalid structural_tag" in r.json()["error"]["message"]
+
+
 @pytest.mark.parametrize(("path", "body", "param"), [
     ("/generate", {"text": "x", "sampling_params": {"regex": "[0-9"}}, "regex"),
     ("/generate", {"text": "x", "sampling_params": {"json_schema": "{nope"}}, "json_schema"),

@@ -1,4 +1,5 @@
-"""Grammar-constrained decoding (``regex``, ``json_schema``, ``ebnf``) with llguidance.
+"""Grammar-constrained decoding (``regex``, ``json_schema``, ``ebnf``, ``structural_tag``)
+with llguidance.
 
 llguidance is one of SGLang's grammar backends (``--grammar-backend llguidance``); this
 module follows that backend: JSON schemas go through ``grammar_from_json_schema``, regexes
@@ -16,6 +17,7 @@ Invariants:
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
@@ -66,6 +68,8 @@ class GrammarCompiler:
         try:
             if field == "json_schema":
                 grammar = LLMatcher.grammar_from_json_schema(source)
+            elif field == "structural_tag":
+                grammar = _struct_tag_grammar(source)
             else:
                 grammar = grammar_from("ebnf" if field == "ebnf" else "regex", source)
         except ValueError as exc:
@@ -81,6 +85,46 @@ class GrammarCompiler:
 
         return GrammarProcessor(LLMatcher(self._tokenizer(), grammar, log_level=0),
                                 self.eos_token_ids)
+
+
+def _struct_tag_grammar(source: str) -> str:
+    """A legacy structural tag (``{"structures": [{"begin", "schema", "end"}],
+    "triggers": [...]}``, the JSON text SGLang's chat route sends) as llguidance's
+    grammar, built as SGLang's llguidance backend builds it: one ``StructTag`` per
+    structure, its trigger the first of ``triggers`` that its ``begin`` starts with (else
+    the first). ``at_least_one`` is not read, as that backend does not. Any shape this
+    cannot read is a ``ValueError`` (the caller's 400)."""
+    from llguidance import StructTag, grammar_from
+
+    try:
+        tag = json.loads(source)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    if not isinstance(tag, dict) or tag.get("structures") is None:
+        raise ValueError("only the legacy form (structures and triggers) is supported")
+    structures, triggers = tag.get("structures"), tag.get("triggers")
+    if not isinstance(triggers, list) or not triggers or not all(
+            isinstance(t, str) and t for t in triggers):
+        raise ValueError("triggers must be a non-empty list of strings")
+    if not isinstance(structures, list) or not structures:
+        raise ValueError("structures must be a non-empty list")
+    tags = []
+    for item in structures:
+        if not isinstance(item, dict) or not isinstance(item.get("begin"), str) or (
+                not isinstance(item.get("end"), str)):
+            raise ValueError("each structure needs a string begin and end")
+        schema = item.get("schema")
+        if not isinstance(schema, dict | str):
+            raise ValueError("each structure's schema must be a JSON schema")
+        begin = item["begin"]
+        trigger = next((t for t in triggers if begin.startswith(t)), triggers[0])
+        if not begin.startswith(trigger):
+            raise ValueError(f"begin {begin[:64]!r} does not start with a trigger")
+        tags.append(StructTag(trigger=trigger, begin=begin, grammar=schema, end=item["end"]))
+    lark = StructTag.to_grammar(tags)
+    if lark.lstrip().startswith("{"):  # side grammars: already llguidance's JSON form
+        return str(lark)
+    return str(grammar_from("lark", lark))
 
 
 class GrammarProcessor:

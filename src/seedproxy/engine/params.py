@@ -5,9 +5,9 @@ Invariants:
   ``RequestError`` (400), as in SGLang, where ``SamplingParams(**d)`` rejects it.
 - ``sampling_seed`` must be an int (a bool or string is a 400); ``None`` means 42.
 - ``temperature < 1e-5`` is greedy: the seed then changes nothing.
-- Grammars (``regex``, ``json_schema``, ``ebnf``), penalties, ``logit_bias`` and
-  ``stop_regex`` are carried here, validated for type and range; what is not implemented
-  (``structural_tag``) is a 400 naming the field, never silently ignored.
+- Grammars (``regex``, ``json_schema``, ``ebnf``, and ``structural_tag`` when none of
+  those is set, as SGLang picks one), penalties, ``logit_bias`` and ``stop_regex`` are
+  carried here, validated for type and range.
 """
 
 from __future__ import annotations
@@ -145,9 +145,8 @@ def _grammar(raw: dict[str, Any]) -> tuple[str, str] | None:
     if len(given) > 1:
         raise RequestError("Only one of regex, json_schema, or ebnf can be set.",
                            param=given[1])
-    if raw.get("structural_tag") is not None:
-        raise RequestError("structural_tag is not supported by the embedded engine",
-                           param="structural_tag")
+    if not given and raw.get("structural_tag") is not None:
+        given = ["structural_tag"]  # SGLang's last choice, after the other three
     if not given:
         return None
     key, src = given[0], raw[given[0]]

@@ -206,7 +206,8 @@ def create_app(
 def open_tito_mode(settings: Settings, *, tokenizer: Any = None,
                    model_name: str | None = None, embedded: bool = False) -> TitoMode:
     """Token-in-token-out mode from ``settings`` (``ConfigError`` on any problem);
-    ``embedded``: in front of the embedded engine, which runs no structural tags."""
+    ``embedded``: in front of the embedded engine, whose llguidance tags force no call
+    (``at_least_one`` is not read there): no tool tags are built."""
     from ..backends.tito import open_tito
 
     key = settings.upstream_api_key

@@ -34,10 +34,11 @@ class TitoMode:
     def __init__(self, renderer: Renderer, dialect: Dialect, *, tool_parser: str | None,
                  reasoning_parser: str | None, model_name: str | None = None,
                  structural_tags: bool = True) -> None:
-        """``structural_tags``: whether the upstream runs structural tags (SGLang does; the
-        embedded engine does not): without them a forced call is the JSON array, and a
-        strict ``auto`` call is left free, as they were before tags. The model's own end
-        ids (its ``generation_config``) are the renderer's (``Renderer``'s ``eos_ids``)."""
+        """``structural_tags``: whether tool calls get the parser's structural tag (as on
+        SGLang; not in front of the embedded engine, whose llguidance tags force no call):
+        without them a forced call is the JSON array, and a strict ``auto`` call is left
+        free. The model's own end ids (its ``generation_config``) are the renderer's
+        (``Renderer``'s ``eos_ids``)."""
         self.renderer = renderer
         self.dialect = dialect
         self.model_name = model_name
