@@ -93,28 +93,49 @@ def test_the_engines_chat_route_forces_a_parseable_call(
     assert [c["function"] for c in streamed] == shown  # the same seed, the same calls
 
 
-def test_a_named_function_is_held_to_sglangs_schema(
+def test_a_named_function_is_forced_to_an_object_as_on_sglangs_default_backend(
         engine: RunningEngine, compact: dict[str, float]) -> None:
-    """SGLang's named-tool schema gives its items no ``"type": "object"``, so any JSON
-    item is valid; a random model may write a string there, which stays content, as on
-    SGLang's route. Whatever comes out obeys the schema."""
-    from jsonschema import validate
+    """SGLang's named-tool schema gives its items no ``"type": "object"``; xgrammar
+    (SGLang's default backend) reads ``properties`` as an object anyway, so the engine
+    does too: a model pushed hard towards scalars (``false``, ``null``, digits, empty
+    strings) still writes the named call, never ``[false]`` left as content."""
+    from seedproxy.engine.testing import tiny_tokenizer
 
-    from seedproxy.tool_choice import forcing_of
-
+    tok = tiny_tokenizer()
+    scalars = {str(i): 60.0 for i in range(len(tok))
+               if tok.decode([i]).strip() in ("false", "true", "null", "0", "1", '""')}
+    assert scalars
     body = {"model": "m", "messages": MESSAGES, "tools": [LOOKUP, CLOCK],
-            "tool_choice": NAMED, "max_tokens": 80, "logit_bias": compact}
-    forcing = forcing_of(body)
-    assert forcing is not None
+            "tool_choice": NAMED, "max_tokens": 80, "logit_bias": {**compact, **scalars}}
     for seed in range(3):
         answer = httpx.post(f"{engine.url}/v1/chat/completions", timeout=120,
                             json={**body, "seed": seed}).json()["choices"][0]
-        assert answer["finish_reason"] in ("stop", "tool_calls")
+        assert answer["finish_reason"] == "tool_calls", answer
         calls = answer["message"]["tool_calls"]
-        if calls is None:
-            validate(json.loads(answer["message"]["content"]), json.loads(forcing.schema))
-        else:
-            assert [c["function"]["name"] for c in calls] == ["clock"] * len(calls)
+        assert [c["function"]["name"] for c in calls] == ["clock"] * len(calls)
+        for call in calls:
+            assert isinstance(json.loads(call["function"]["arguments"]), dict)
+
+
+def test_schema_types_are_inferred_as_xgrammar_infers_them() -> None:
+    """Pinned against xgrammar 0.2.9's ``compile_json_schema``: ``properties`` or
+    ``additionalProperties`` make an object, ``items`` an array, nothing else infers;
+    settled subschemas are left alone; nesting is followed."""
+    from seedproxy.engine.schema_types import with_inferred_types
+
+    schema = {"type": "array", "minItems": 1, "items": {
+        "properties": {"name": {"type": "string"}, "p": {"properties": {}}},
+        "required": ["name"]}, "$defs": {"d": {"items": {"additionalProperties": False}}}}
+    assert json.dumps(with_inferred_types(schema)) == json.dumps({
+        "type": "array", "minItems": 1, "items": {
+            "type": "object", "properties": {"name": {"type": "string"},
+                                             "p": {"type": "object", "properties": {}}},
+            "required": ["name"]}, "$defs": {"d": {"type": "array", "items": {
+                "type": "object", "additionalProperties": False}}}})
+    for left in ({"required": ["a"]}, {"minItems": 1}, {"minLength": 1},
+                 {"anyOf": [{"type": "string"}], "properties": {}},
+                 {"$ref": "#/$defs/d", "properties": {}}):
+        assert with_inferred_types(dict(left)) == left
 
 
 def test_tito_forces_exactly_what_the_engines_chat_route_forces(

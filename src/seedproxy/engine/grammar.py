@@ -4,7 +4,9 @@ with llguidance.
 llguidance is one of SGLang's grammar backends (``--grammar-backend llguidance``); this
 module follows that backend: JSON schemas go through ``grammar_from_json_schema``, regexes
 through ``grammar_from("regex")``, and EBNF (GBNF, as SGLang's users write it) through
-``grammar_from("ebnf")``.
+``grammar_from("ebnf")``. Schemas (``json_schema`` and a structural tag's) first get the
+types xgrammar, SGLang's default backend, infers (``schema_types``), so SGLang's
+named-tool schema forces an object there as it does on SGLang.
 
 Invariants:
 - A grammar is compiled and validated before the request is queued: an invalid one is a
@@ -24,6 +26,7 @@ from typing import Any
 import torch
 
 from .errors import RequestError
+from .schema_types import with_inferred_types
 
 __all__ = ["GrammarCompiler", "GrammarProcessor"]
 
@@ -67,7 +70,7 @@ class GrammarCompiler:
 
         try:
             if field == "json_schema":
-                grammar = LLMatcher.grammar_from_json_schema(source)
+                grammar = LLMatcher.grammar_from_json_schema(_typed(source))
             elif field == "structural_tag":
                 grammar = _struct_tag_grammar(source)
             else:
@@ -85,6 +88,21 @@ class GrammarCompiler:
 
         return GrammarProcessor(LLMatcher(self._tokenizer(), grammar, log_level=0),
                                 self.eos_token_ids)
+
+
+def _typed(source: str) -> str:
+    """``source`` with xgrammar's inferred types; text that is not a JSON object is left
+    for llguidance to refuse or read."""
+    try:
+        schema = json.loads(source)
+    except (RecursionError, ValueError):
+        return source
+    if not isinstance(schema, dict):
+        return source
+    try:
+        return json.dumps(with_inferred_types(schema))
+    except RecursionError:
+        return source
 
 
 def _struct_tag_grammar(source: str) -> str:
@@ -120,7 +138,8 @@ def _struct_tag_grammar(source: str) -> str:
         trigger = next((t for t in triggers if begin.startswith(t)), triggers[0])
         if not begin.startswith(trigger):
             raise ValueError(f"begin {begin[:64]!r} does not start with a trigger")
-        tags.append(StructTag(trigger=trigger, begin=begin, grammar=schema, end=item["end"]))
+        tags.append(StructTag(trigger=trigger, begin=begin, grammar=with_inferred_types(schema),
+                              end=item["end"]))
     lark = StructTag.to_grammar(tags)
     if lark.lstrip().startswith("{"):  # side grammars: already llguidance's JSON form
         return str(lark)
