@@ -164,9 +164,11 @@ def forcing_of(body: dict[str, Any]) -> Forcing | None:
 
 
 def tools_rendered(body: dict[str, Any], forcing: Forcing | None) -> list[Any] | None:
-    """The tools the template renders: only the named one for a named choice (SGLang's
-    chat route), else all of them."""
+    """The tools the template renders, as SGLang's chat route picks them: none for
+    ``tool_choice: "none"``, only the named one for a named choice, else all of them."""
     tools = body.get("tools") or None
+    if body.get("tool_choice") == "none":
+        return None
     if tools is None or forcing is None or forcing.name is None:
         return tools
     return [t for t in tools if t["function"]["name"] == forcing.name]

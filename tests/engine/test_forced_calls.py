@@ -233,3 +233,4 @@ def test_the_embedded_engine_forces_calls_with_a_tool_parser_by_the_json_array(
     free = httpx.post(f"{base}/v1/chat/completions", timeout=120, json={
         "model": "m", "messages": MESSAGES, "tools": [strict], "max_tokens": 4})
     assert free.status_code == 200, free.text
+

@@ -82,6 +82,33 @@ def test_the_forcing_grammar_is_the_one_sglangs_chat_route_sends(
     assert ('"name": "clock"' in prompt) is (fields["tool_choice"] == "required")
 
 
+def test_tool_choice_none_renders_no_tools_as_sglangs_chat_route(
+        fake: Fake, start_proxy: Callable[..., str], encode: Callable[[str], list[int]]) -> None:
+    """SGLang's chat route gives the template no tools for ``tool_choice: "none"``: the
+    prompt is the one without ``tools``, and the answer is not parsed for calls."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(TOKENIZER)
+    template = open(TEMPLATE, encoding="utf-8").read()
+    base = tito(start_proxy, fake)
+    fake.switches.script = [encode('<tool_call>\n{"name": "lookup"}\n</tool_call>')] * 2
+    answers = []
+    for choice in ("none", "auto"):
+        reply = httpx.post(f"{base}/sessions/none-{choice}/v1/chat/completions", timeout=60,
+                           json={"model": "m", "messages": HI, "tools": TOOLS,
+                                 "tool_choice": choice})
+        assert reply.status_code == 200, reply.text
+        answers.append(reply.json()["choices"][0])
+    without, with_tools = (r["input_ids"] for r in generated(fake))
+    expected = tok.apply_chat_template(HI, chat_template=template, add_generation_prompt=True,
+                                       tokenize=False)
+    assert without == list(tok.encode(expected, add_special_tokens=False))
+    assert with_tools != without
+    assert answers[0]["message"].get("tool_calls") is None
+    assert answers[0]["message"]["content"].startswith("<tool_call>")
+    assert answers[1]["message"]["tool_calls"][0]["function"]["name"] == "lookup"
+
+
 def test_a_forced_call_is_a_call_recorded_exactly_and_the_next_turn_extends_it(
         fake: Fake, start_proxy: Callable[..., str],
         encode: Callable[[str], list[int]]) -> None:

@@ -118,8 +118,9 @@ def parse_chat(state: EngineState, body: dict[str, Any], headers: Any) -> ChatJo
             "return_token_ids is not supported with streaming on /v1/chat/completions. "
             "Please set stream=false when using return_token_ids=true.")
     forcing = _forcing(body)
-    if forcing is not None and forcing.name is not None:
-        body = {**body, "tools": tools_rendered(body, forcing)}  # only the named one
+    if body.get("tools") and (body.get("tool_choice") == "none" or (
+            forcing is not None and forcing.name is not None)):
+        body = {**body, "tools": tools_rendered(body, forcing)}  # none, or the named one
     prompt = render_messages(state, body)
     if forcing is not None:
         body = {**body, "json_schema": forcing.schema}

@@ -86,8 +86,9 @@ class TitoMode:
                 raise BadRequest(f"unsupported message role {str(role)[:64]!r}",
                                  param="messages")
         forcing = checked_forcing(body)
-        if forcing is not None and forcing.name is not None:
-            # SGLang's chat route renders only the named tool.
+        if body.get("tools") and (body.get("tool_choice") == "none" or (
+                forcing is not None and forcing.name is not None)):
+            # SGLang's chat route renders no tool for "none", only the named one.
             body = {**body, "tools": tools_rendered(body, forcing)}
         return plan_prompt(self.renderer, body, history, known=known)
 
