@@ -81,28 +81,37 @@ def marked_calls(captured: str, call_begin: str, section_end: str,
 
 
 def tagged_calls(captured: str, start: str,
-                 take: Callable[[str], tuple[ToolCall | None, int]]
+                 take: Callable[[str], tuple[ToolCall | None, int]],
+                 find: Callable[[str], tuple[int, int] | None] | None = None
                  ) -> tuple[list[ToolCall], str]:
-    """Blocks each opened by ``start`` (``captured`` begins just after the first one):
-    ``take(the text after a start)`` gives the block's call (None: it is no call) and
-    where the block ends. A block that is no call stays content, its tag included, as
-    does the text between and after the blocks. Returns the calls and that content."""
+    """Blocks each opened by a start tag (``captured`` begins just after the first one,
+    ``start``): ``take(the text after a start)`` gives the block's call (None: it is no
+    call) and where the block ends; ``find(text)`` gives where the next start tag is and
+    its length (None: none; by default ``start`` itself). A block that is no call stays
+    content, its tag included, as does the text between and after the blocks. Returns
+    the calls and that content."""
+    def plain(text: str) -> tuple[int, int] | None:
+        at = text.find(start)
+        return None if at < 0 else (at, len(start))
+
+    locate = find if find is not None else plain
     calls: list[ToolCall] = []
     outside: list[str] = []
-    rest = captured
+    marker, rest = start, captured
     while True:
         call, stop = take(rest)
         if call is None:
-            outside.append(start + rest[:stop])
+            outside.append(marker + rest[:stop])
         else:
             calls.append(call)
         rest = rest[stop:]
-        at = rest.find(start)
-        if at < 0:
+        found = locate(rest)
+        if found is None:
             outside.append(rest)
             return calls, "".join(outside)
+        at, size = found
         outside.append(rest[:at])
-        rest = rest[at + len(start):]
+        marker, rest = rest[at:at + size], rest[at + size:]
 
 
 def schema_properties(schema: Any) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import re
 
 from ..harmony import CALL, CHANNEL, CONSTRAIN, END, MESSAGE, RETURN, START
 from ..segments import partial_tag
-from .base import ToolCall, ToolParser, call_of, loads
+from .base import ToolCall, ToolParser, call_of, loads, tagged_calls
 
 __all__ = ["GptOssParser"]
 
@@ -39,23 +39,7 @@ class GptOssParser(ToolParser):
         return max(partial_tag(text, _ASSISTANT + _START), partial_tag(text, _START))
 
     def parse(self, captured: str) -> tuple[list[ToolCall], str]:
-        calls: list[ToolCall] = []
-        outside: list[str] = []
-        marker, rest = self._raw_marker, captured
-        while True:
-            call, stop = _call(rest)
-            if call is None:
-                outside.append(marker + rest[:stop])
-            else:
-                calls.append(call)
-            rest = rest[stop:]
-            found = self._find_start(rest)
-            if found is None:
-                outside.append(rest)
-                return calls, "".join(outside)
-            at, size = found
-            outside.append(rest[:at])
-            marker, rest = rest[at:at + size], rest[at + size:]
+        return tagged_calls(captured, self._raw_marker, _call, self._find_start)
 
 
 def _call(text: str) -> tuple[ToolCall | None, int]:
