@@ -47,8 +47,9 @@ from ..errors import BadRequest, Conflict, StoreError, UpstreamNotFound
 from .board import FleetBoard, FleetState, LocalBoard
 from .joining import join_refusal
 from .pause import PauseGate, PauseMode
-from .pool import Upstream, UpstreamPool
+from .pool import UpstreamPool
 from .preflight import Finding, check_server_info
+from .upstream import Upstream
 
 __all__ = ["FleetControl", "UpstreamReport", "WeightSync", "read_server_info"]
 

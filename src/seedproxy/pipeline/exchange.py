@@ -29,7 +29,7 @@ from starlette.responses import Response
 
 from ..backends import Captured, UpstreamRequest
 from ..backends.dispatch import Dispatch
-from ..backends.pool import UpstreamReply
+from ..backends.upstream import UpstreamReply
 from ..errors import (
     ParserBusy,
     ParserUnavailable,

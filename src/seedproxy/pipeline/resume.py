@@ -38,7 +38,8 @@ import orjson
 from ..backends import UpstreamRequest
 from ..backends.dispatch import Dispatch
 from ..backends.pause import PauseGate
-from ..backends.pool import UpstreamPool, UpstreamReply
+from ..backends.pool import UpstreamPool
+from ..backends.upstream import UpstreamReply
 from ..errors import SeedProxyError, StoreError
 from ..sessions.token_ids import TokenIds
 from .offload import Parser

@@ -25,8 +25,9 @@ import orjson
 
 from ..backends import Backend, Endpoint
 from ..backends.bridging import as_chat
-from ..backends.pool import UpstreamPool, UpstreamReply
+from ..backends.pool import UpstreamPool
 from ..backends.tito import TitoMode
+from ..backends.upstream import UpstreamReply
 from ..errors import BadRequest, OverCapacity, UpstreamError
 from ..pipeline.readers.fanout import one_choice
 from ..sessions import ChoiceRecord, Interaction, SessionStore

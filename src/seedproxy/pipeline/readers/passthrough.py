@@ -15,7 +15,7 @@ import orjson
 
 from ...backends import Captured, Endpoint, StreamCapture, UpstreamRequest
 from ...backends.answer_shape import check_answer, check_chunk, check_error
-from ...backends.pool import UpstreamReply
+from ...backends.upstream import UpstreamReply
 from ...errors import UpstreamError
 from ...sessions.token_ids import TokenIds
 from ..sse import DONE, event_json, split_events

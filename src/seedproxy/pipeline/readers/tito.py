@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 from ...backends import Captured
 from ...backends.answer_shape import check_error
-from ...backends.pool import UpstreamReply
 from ...backends.tito import AssistantStream, Prompt, TitoMode, tito_record
 from ...backends.tito.dialect import Reader as SampleReader
 from ...backends.tito.dialect import Sample
 from ...backends.tito.lineage import FullRender, reply_key
 from ...backends.tito.sampling import Sampling
+from ...backends.upstream import UpstreamReply
 from ...sessions import ChoiceRecord, NewSession, SessionManager, SessionRecord
 from ...sessions.codec import Signed
 from ...sessions.cursor import SessionView

@@ -1,0 +1,61 @@
+"""The pool's records: one upstream server's state (``Upstream``) and one answer a
+server gave (``UpstreamReply``).
+
+Invariants: an ``Upstream`` is changed only on the event loop (no lock), by the pool
+(with its ``priming.Release``) and the fleet's control plane. ``UpstreamReply.response``
+stays open (a stream being read) until ``aclose()``, which closes it once however often
+it is called.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+__all__ = ["Upstream", "UpstreamReply"]
+
+
+@dataclass(slots=True)
+class Upstream:
+    url: str
+    healthy: bool = True
+    failures: int = 0
+    inflight: int = 0
+    weight_version: str | None = None
+    """The server's weight version as last reported or set (``FleetControl``)."""
+    refused: str | None = None
+    """Why the determinism preflight refuses this server (None: it does not)."""
+    timeouts: int = 0
+    """Requests to it in a row that timed out (its answer, or a free connection to
+    it, never came); any answer from it ends the run (a probe does not)."""
+    degraded: bool = False
+    """Its last ``fails_before_down`` requests all timed out, though it may answer
+    ``/health``: ranked after the others, and tried alone (one request at a time,
+    when none is in flight) until one is answered."""
+    draining: bool = False
+    """Left the fleet: no new request goes to it, and it is forgotten once the
+    requests it holds are done (``UpstreamPool.set_members``)."""
+
+
+@dataclass(slots=True)
+class UpstreamReply:
+    """An upstream's answer. ``response`` is open (streaming) until ``aclose()``."""
+
+    upstream: str
+    response: httpx.Response
+    waited_s: float = 0.0
+    failovers: int = 0
+    dispatch_weight_version: str | None = None
+    """The server's weight version known when the request was sent to it."""
+    rid: str | None = None
+    """The request's id on that server (SGLang's ``rid``), for ``/abort_request``."""
+    parsed: tuple[Any] | None = None
+    """The answer's JSON, when a sender already parsed it (so it is parsed once)."""
+    _closed: bool = field(default=False, repr=False)
+
+    async def aclose(self) -> None:
+        if not self._closed:
+            self._closed = True
+            await self.response.aclose()
