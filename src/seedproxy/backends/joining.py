@@ -20,7 +20,7 @@ __all__ = ["Reported", "join_refusal"]
 
 
 class Reported(Protocol):
-    """What a joining server told (``fleet.UpstreamReport``)."""
+    """What a joining server told (``server_report.UpstreamReport``)."""
 
     url: str
     up: bool

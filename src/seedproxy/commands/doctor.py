@@ -11,7 +11,7 @@ import asyncio
 
 import httpx
 
-from ..backends.fleet import UpstreamReport, read_server_info
+from ..backends.server_report import UpstreamReport, read_server_info
 from ..errors import ConfigError
 
 __all__ = ["doctor", "inspect_upstreams", "refuse_nondeterministic"]
