@@ -28,13 +28,14 @@ import orjson
 from ...errors import SessionNotFound, StoreError
 from ..codec import Link, Sent, decode, encode, resolve, with_reward
 from ..interaction import Interaction
-from ..record import SessionRecord, Slot
+from ..record import SessionRecord
 from ..summary import apply_summary
 from .base import RETRY_MEMORY, View, over_capacity
 from .changes import ChangeSignal
 from .sqlite_leases import SqliteLeases
 from .sqlite_open import open_file
 from .sqlite_reads import SqliteReads
+from .sqlite_slots import SqliteSlots
 
 __all__ = ["SqliteStore"]
 
@@ -42,12 +43,13 @@ log = logging.getLogger("seedproxy")
 
 T = TypeVar("T")
 
-class SqliteStore(SqliteLeases, SqliteReads):
+class SqliteStore(SqliteSlots, SqliteLeases, SqliteReads):
     """``SessionStore`` over one SQLite file. Safe across threads and tasks; several
     processes may share the file (``BEGIN IMMEDIATE`` serialises their writes). Export
     leases live in the file too (``sqlite_leases.py``), and so do the indexes pages,
-    exports and the TTL sweep read (``sqlite_reads.py``). ``check_s``: how often a
-    waiting export reads the change counter for another process's writes (None: never)."""
+    exports and the TTL sweep read (``sqlite_reads.py``); requests take their slots in
+    ``sqlite_slots.py``. ``check_s``: how often a waiting export reads the change
+    counter for another process's writes (None: never)."""
 
     def __init__(
         self, path: str, *, retry_memory: int = RETRY_MEMORY, check_s: float | None = 1.0
@@ -179,98 +181,6 @@ class SqliteStore(SqliteLeases, SqliteReads):
     async def list(self, group_id: str | None = None) -> builtins.list[SessionRecord]:
         view: View = "all" if group_id is None else "group"
         return await self.scan(view, key=group_id, limit=-1)  # SQLite: no limit
-
-    async def allocate(
-        self, session_id: str, *, digest: bytes, retry: bool, pinned: int | None,
-        content_key: str | None = None,
-    ) -> Slot:
-        def work(db: sqlite3.Connection) -> Slot:
-            slot = self._allocate(db, session_id, digest, retry, pinned)
-            if content_key is None:
-                return slot
-            number = self._occurrence(db, session_id, content_key, slot.interaction_id)
-            return Slot(slot.index, slot.interaction_id, slot.reused, number)
-
-        return await self._run(work)
-
-    def _allocate(
-        self,
-        db: sqlite3.Connection,
-        session_id: str,
-        digest: bytes,
-        retry: bool,
-        pinned: int | None,
-    ) -> Slot:
-        record = self._require(db, session_id)
-        clock = db.execute(
-            "SELECT coalesce(max(clock), 0) + 1 FROM recent WHERE session_id = ?", (session_id,)
-        ).fetchone()[0]
-        if retry:
-            kept = db.execute(
-                "SELECT request_index, interaction_id FROM recent "
-                "WHERE session_id = ? AND digest = ?",
-                (session_id, digest),
-            ).fetchone()
-            if kept is not None:
-                db.execute(
-                    "UPDATE recent SET clock = ? WHERE session_id = ? AND digest = ?",
-                    (clock, session_id, digest),
-                )
-                return Slot(int(kept[0]), str(kept[1]), reused=True)
-        if pinned is not None:
-            used = db.execute(
-                "INSERT INTO pins (session_id, request_index, used) VALUES (?, ?, 1) "
-                "ON CONFLICT DO UPDATE SET used = used + 1 RETURNING used",
-                (session_id, pinned),
-            ).fetchone()[0]
-            slot = Slot(pinned, f"i{pinned}.p{int(used) - 1}")
-        else:
-            slot = Slot(record.next_index, f"i{record.next_index}")
-            record.next_index += 1
-        record.last_active_at = time.time()
-        self._save(db, record)
-        # A digest seen before keeps its place in the retry memory (as a dict does).
-        db.execute(
-            "INSERT INTO recent (session_id, digest, request_index, interaction_id, clock) "
-            "VALUES (?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET "
-            "request_index = excluded.request_index, interaction_id = excluded.interaction_id",
-            (session_id, digest, slot.index, slot.interaction_id, clock),
-        )
-        db.execute(
-            "DELETE FROM recent WHERE session_id = ? AND clock <= ("
-            " SELECT clock FROM recent WHERE session_id = ?"
-            " ORDER BY clock DESC LIMIT 1 OFFSET ?)",
-            (session_id, session_id, self._retry_memory),
-        )
-        return slot
-
-    async def occurrence(self, session_id: str, key: str, interaction_id: str) -> int:
-        def work(db: sqlite3.Connection) -> int:
-            self._require(db, session_id)
-            return self._occurrence(db, session_id, key, interaction_id)
-
-        return await self._run(work)
-
-    @staticmethod
-    def _occurrence(db: sqlite3.Connection, session_id: str, key: str,
-                    interaction_id: str) -> int:
-        """The occurrence of ``key`` that ``interaction_id`` takes (or took)."""
-        known = db.execute(
-            "SELECT occurrence FROM occurrences WHERE session_id = ? AND interaction_id = ?",
-            (session_id, interaction_id),
-        ).fetchone()
-        if known is not None:
-            return int(known[0])
-        number = int(db.execute(
-            "SELECT count(*) FROM occurrences WHERE session_id = ? AND key = ?",
-            (session_id, key),
-        ).fetchone()[0])
-        db.execute(
-            "INSERT INTO occurrences (session_id, interaction_id, key, occurrence) "
-            "VALUES (?, ?, ?, ?)",
-            (session_id, interaction_id, key, number),
-        )
-        return number
 
     async def record(self, session_id: str, interaction: Interaction, *,
                      link: Link | None = None, sent: Sent | None = None) -> None:
