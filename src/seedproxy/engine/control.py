@@ -35,7 +35,7 @@ from .errors import EngineError, RequestError
 from .reload import prepare_update
 from .routing import guard, json_response, read_body
 from .state import EngineState
-from .worker import PAUSE_MODES, PauseMode
+from .worker_control import PAUSE_MODES, PauseMode
 
 __all__ = ["control_routes"]
 

@@ -1,5 +1,6 @@
-"""One worker thread that runs up to ``max_batch`` generations together, and its
-control plane: pause and continue (SGLang's three modes), and the weight-version label.
+"""One worker thread that runs up to ``max_batch`` generations together, and what its
+control plane (``worker_control.py``) asks of it: pause and continue (SGLang's three
+modes), the weight-version label, weight swaps and cache flushes.
 
 Invariants:
 - Exactly one thread touches the model (its buffers, prefix cache and forward pass).
@@ -39,7 +40,6 @@ import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Literal
 
 import torch
 
@@ -53,14 +53,11 @@ from .generator import (
     Update,
 )
 from .model import EngineModel
-from .reload import PreparedWeights
+from .worker_control import PauseMode, PendingSwap, WorkerControl
 
-__all__ = ["PAUSE_MODES", "PauseMode", "StepHook", "Worker", "default_threads"]
+__all__ = ["StepHook", "Worker", "default_threads"]
 
 logger = logging.getLogger("seedproxy.engine")
-
-PauseMode = Literal["abort", "in_place", "retract"]
-PAUSE_MODES: tuple[PauseMode, ...] = ("abort", "in_place", "retract")
 
 StepHook = Callable[[list[tuple[GenRequest, int]]], None]
 """Called after each step with every running request and its tokens so far."""
@@ -75,23 +72,15 @@ def default_threads() -> int:
 
 
 @dataclass
-class _Swap:
-    prepared: PreparedWeights
-    version: str | None
-    done: Callable[[int | None], None]
-    """Called on the worker thread: how many requests were held paused across the swap,
-    or None when the worker stopped first."""
-
-
-@dataclass
 class _Job:
     req: GenRequest
     on_update: Callable[[Update], None]
     cancel: threading.Event = field(default_factory=threading.Event)
 
 
-class Worker:
-    """A daemon thread admitting queued jobs into one batched ``Generator``."""
+class Worker(WorkerControl):
+    """A daemon thread admitting queued jobs into one batched ``Generator``; its
+    controls (pause, abort, swaps, flushes) are ``WorkerControl``'s."""
 
     def __init__(self, model: EngineModel, threads: int | None = None,
                  max_batch: int = DEFAULT_MAX_BATCH, cache_mb: int = DEFAULT_CACHE_MB,
@@ -113,7 +102,7 @@ class Worker:
         """Cancel flags of the requests submitted and not yet finished, by rid."""
         self._thread: threading.Thread | None = None
         self._after_first: Callable[[], object] | None = None
-        self._swap: _Swap | None = None
+        self._swap: PendingSwap | None = None
         self._flushes: list[Callable[[bool], None]] = []
         self._busy = False
         """Requests are running (set by the worker under the lock, between steps)."""
@@ -144,85 +133,7 @@ class Worker:
         if swap is not None:
             swap.done(None)
 
-    @property
-    def paused(self) -> PauseMode | None:
-        return self._paused
-
-    @property
-    def swap_pending(self) -> bool:
-        """Whether new weights wait to be swapped in (for the running batch to end)."""
-        return self._swap is not None
-
-    @property
-    def waiting(self) -> int:
-        """Requests queued and not admitted (parked ones included)."""
-        return len(self._waiting)
-
-    def pause(self, mode: PauseMode) -> None:
-        """Stop stepping before the next step; in ``abort`` mode every request running or
-        queued now is cancelled. Returns at once."""
-        with self._cv:
-            self._paused = mode
-            self._poked = True
-            self._cv.notify_all()
-        if mode == "abort":
-            self.abort(None)
-
-    def resume(self) -> None:
-        with self._cv:
-            self._paused = None
-            self._cv.notify_all()
-
-    def set_weight_version(self, version: str, *, abort_all: bool) -> None:
-        """Label the tokens sampled from now on ``version``; with ``abort_all`` every
-        request running or queued ends with ``finish_reason`` abort."""
-        with self._cv:
-            self.weight_version = version
-        if abort_all:
-            self.abort(None)
-
-    async def load_weights(self, prepared: PreparedWeights, version: str | None) -> int | None:
-        """Swap in ``prepared`` (and label tokens ``version`` from then, when given) at
-        the worker's next chance; return how many requests were held paused across the
-        swap, or None when the worker stopped first. One swap at a time."""
-        loop = asyncio.get_running_loop()
-        result: asyncio.Future[int | None] = loop.create_future()
-
-        def done(paused: int | None) -> None:
-            try:
-                loop.call_soon_threadsafe(result.set_result, paused)
-            except RuntimeError:  # the loop is gone: nobody waits for the answer
-                pass
-
-        with self._cv:
-            if self._swap is not None:
-                raise RuntimeError("a weight swap is already pending")
-            self._swap = _Swap(prepared, version, done)
-            self._poked = True
-            self._cv.notify_all()
-        return await result
-
-    async def flush_cache(self) -> bool:
-        """Empty the prefix cache at the worker's next chance; False (and nothing done)
-        when requests are running or waiting then."""
-        loop = asyncio.get_running_loop()
-        result: asyncio.Future[bool] = loop.create_future()
-
-        def done(flushed: bool) -> None:
-            try:
-                loop.call_soon_threadsafe(result.set_result, flushed)
-            except RuntimeError:  # the loop is gone: nobody waits for the answer
-                pass
-
-        with self._cv:
-            if self._busy or self._waiting:  # answered now: a held step cannot delay it
-                return False
-            self._flushes.append(done)
-            self._poked = True
-            self._cv.notify_all()
-        return await result
-
-    def _swap_in(self, gen: Generator, swap: _Swap, mode: PauseMode | None) -> None:
+    def _swap_in(self, gen: Generator, swap: PendingSwap, mode: PauseMode | None) -> None:
         if mode is not None:
             self._hold(gen, mode)  # a retract parks the batch before the keys change
         with self._cv:
@@ -362,25 +273,6 @@ class Worker:
             self._waiting.append(_Job(req, report, flag))
             self._cv.notify_all()
         return flag
-
-    def abort(self, rid: str | None) -> int:
-        """Cancel the running or queued requests named ``rid`` (a request's own rid, or
-        the base of its ``rid-i`` choices); every one when ``rid`` is None. Returns how
-        many were told; each ends with ``finish_reason`` abort at its next step."""
-        told = 0
-        for name, flag in list(self._live.items()):
-            if rid is None or name == rid or name.startswith(rid + "-"):
-                flag.set()
-                told += 1
-        with self._cv:  # a paused worker ends them now
-            self._poked = True
-            self._cv.notify_all()
-        return told
-
-    def stopping(self, rid: str) -> bool:
-        """Whether the unfinished request ``rid`` has been told to stop."""
-        flag = self._live.get(rid)
-        return flag is not None and flag.is_set()
 
     async def stream(self, req: GenRequest) -> AsyncIterator[Update]:
         """Yield the cumulative updates of ``req`` on the running loop, ending at finish."""
