@@ -103,10 +103,10 @@ class Worker(WorkerControl):
         self._thread: threading.Thread | None = None
         self._after_first: Callable[[], object] | None = None
         self._swap: PendingSwap | None = None
+        """Weights waiting to be swapped in (under _cv)."""
         self._flushes: list[Callable[[bool], None]] = []
         self._busy = False
         """Requests are running (set by the worker under the lock, between steps)."""
-        """Weights waiting to be swapped in (under _cv)."""
         self.running = 0
         """How many requests are in the batch (written by the worker thread only)."""
 
