@@ -94,6 +94,23 @@ def test_sequence_or_tag_and_grammar_compose(client: httpx.Client, seed: int) ->
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
+def test_repeats_hold_their_counts(client: httpx.Client, seed: int) -> None:
+    fmt = {"type": "sequence", "elements": [
+        {"type": "repeat", "min": 2, "max": 3, "content": DIGIT},
+        {"type": "optional", "content": {"type": "const_string", "value": "?"}},
+        {"type": "plus", "content": {"type": "tag", "begin": "(", "content": NUMBER,
+                                     "end": ")"}},
+        {"type": "star", "content": {"type": "const_string", "value": "ab"}},
+        {"type": "const_string", "value": "!"}]}
+    out = gen(client, fmt, seed, 60)
+    text = out["text"]
+    if out["meta_info"]["finish_reason"]["type"] == "stop":
+        assert re.fullmatch(r"[0-9]{2,3}\??(\(\s*[0-9]+\s*\))+(ab)*!", text), out
+    else:  # cut by max_new_tokens inside the star: a prefix of the language
+        assert re.fullmatch(r"[0-9]{2,3}\??(\(\s*[0-9]+\s*\))+(ab)*a?", text), out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
 def test_any_text_in_a_tag_runs_to_the_first_end(client: httpx.Client, seed: int) -> None:
     """xgrammar's reading: the tag's text may not hold its end, and the tag is closed
     right after it (the bias makes the random model write "." everywhere it may)."""
@@ -188,6 +205,11 @@ for _ in range(40):
     (tag_text({"type": "token", "token": 5}), "type 'token' is not supported"),
     (tag_text({"type": "dispatch", "rules": []}), "type 'dispatch' is not supported"),
     (tag_text({"type": "nope"}), "unknown type 'nope'"),
+    (tag_text({"type": "repeat", "min": 0, "max": 5000, "content": DIGIT}),
+     "from -1 to 1000"),
+    (tag_text({"type": "repeat", "min": 3, "max": 2, "content": DIGIT}), "max at least min"),
+    (tag_text({"type": "sequence", "elements": [
+        {"type": "star", "content": {"type": "any_text"}}, NUMBER]}), "cannot be matched"),
     (tag_text({"type": "json_schema", "json_schema": {}, "style": "qwen_xml"}),
      "only 'json' is supported"),
     (tag_text({"type": "any_text", "max_tokens": 4}), "max_tokens is not supported"),

@@ -3,8 +3,9 @@ checked nodes, for ``struct_lark`` to write as an llguidance grammar.
 
 Read as xgrammar 0.2.9 (SGLang's default grammar backend) reads it: ``const_string``,
 ``regex``, ``json_schema`` (style ``json``), ``grammar`` (syntax ``ebnf``), ``any_text``,
-``sequence``, ``or``, ``tag`` (string ``begin``, string or list ``end``),
-``triggered_tags`` and ``tags_with_separator``, with xgrammar's own refusals (an empty
+``sequence``, ``or``, ``optional``, ``plus``, ``star``, ``repeat`` (at most
+``MAX_REPEAT``), ``tag`` (string ``begin``, string or list ``end``), ``triggered_tags``
+and ``tags_with_separator``, with xgrammar's own refusals (an empty
 ``sequence``, ``or``, ``triggers`` or ``tags``; a tag matching no trigger or several).
 Types and options llguidance cannot hold exactly (token-level formats, ``dispatch``, XML
 styles, ``max_tokens``/``max_chars`` budgets, ``lark`` grammars) are refused by name.
@@ -21,8 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["MAX_DEPTH", "MAX_NODES", "AnyText", "Const", "Grammar", "Json", "Node", "Or",
-           "Regex", "Separated", "Seq", "Tag", "Triggered", "read_format"]
+__all__ = ["MAX_DEPTH", "MAX_NODES", "MAX_REPEAT", "AnyText", "Const", "Grammar", "Json",
+           "Node", "Or", "Regex", "Repeat", "Separated", "Seq", "Tag", "Triggered",
+           "open_ended", "read_format"]
 
 MAX_DEPTH = 32
 MAX_NODES = 1000
@@ -33,11 +35,10 @@ _REFUSED = {
     "any_tokens": "token-level formats are not supported",
     "token_triggered_tags": "token-level formats are not supported",
     "token_dispatch": "token-level formats are not supported",
-    "dispatch": "dispatch's regex patterns are not supported",
+    "dispatch": "string-dispatched free text is only supported as triggered_tags",
     "qwen_xml_parameter": "XML argument styles are not supported",
-    "optional": "not supported", "plus": "not supported", "star": "not supported",
-    "repeat": "not supported",
 }
+MAX_REPEAT = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +77,15 @@ class Or:
 
 
 @dataclass(frozen=True, slots=True)
+class Repeat:
+    """``optional``, ``plus``, ``star`` and ``repeat``: ``content`` ``low`` to ``high``
+    times (``high`` None: unbounded)."""
+    content: Node
+    low: int
+    high: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class Tag:
     begin: str
     content: Node
@@ -101,7 +111,8 @@ class Separated:
     stop_after_first: bool
 
 
-Node = Const | Regex | Json | Grammar | AnyText | Seq | Or | Tag | Triggered | Separated
+Node = (Const | Regex | Json | Grammar | AnyText | Seq | Or | Repeat | Tag | Triggered
+        | Separated)
 
 
 def read_format(tag: Any) -> Node:
@@ -260,6 +271,25 @@ def _or(r: _Reader, raw: dict[str, Any], where: str, depth: int) -> Node:
     return Or(r.children(raw, where, depth))
 
 
+def _count(raw: dict[str, Any], key: str, where: str) -> int:
+    value = raw.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or not -1 <= value <= MAX_REPEAT:
+        raise ValueError(f"{where}.{key} must be an integer from -1 to {MAX_REPEAT}")
+    return value
+
+
+def _repeat(r: _Reader, raw: dict[str, Any], where: str, depth: int) -> Node:
+    content = r.node(raw.get("content"), f"{where}.content", depth + 1)
+    kind = raw["type"]
+    if kind != "repeat":
+        low, high = {"optional": (0, 1), "plus": (1, None), "star": (0, None)}[kind]
+        return Repeat(content, low, high)
+    low, high = _count(raw, "min", where), _count(raw, "max", where)
+    if low < 0 or (high != -1 and high < low):
+        raise ValueError(f"{where}: min must be at least 0 and max at least min (or -1)")
+    return Repeat(content, low, None if high == -1 else high)
+
+
 def _tag(r: _Reader, raw: dict[str, Any], where: str, depth: int) -> Node:
     return r.tag_body(raw, where, depth)
 
@@ -295,7 +325,8 @@ def _separated(r: _Reader, raw: dict[str, Any], where: str, depth: int) -> Node:
 
 _READERS = {
     "const_string": _const, "regex": _regex, "json_schema": _json, "grammar": _grammar,
-    "any_text": _any_text, "sequence": _seq, "or": _or, "tag": _tag,
+    "any_text": _any_text, "sequence": _seq, "or": _or, "tag": _tag, "optional": _repeat,
+    "plus": _repeat, "star": _repeat, "repeat": _repeat,
     "triggered_tags": _triggered, "tags_with_separator": _separated,
 }
 
@@ -313,4 +344,6 @@ def open_ended(node: Node) -> bool:
         return any(open_ended(e) for e in node.elements)
     if isinstance(node, Tag):
         return not any(node.ends) and open_ended(node.content)
+    if isinstance(node, Repeat):
+        return open_ended(node.content)
     return False

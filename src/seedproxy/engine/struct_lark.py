@@ -4,7 +4,7 @@ xgrammar matches the tree with an Earley parser over characters; llguidance lexe
 and its lexer takes the longest lexeme without backtracking. So the tree is written to
 keep xgrammar's language exactly:
 - A *regular* subtree (``const_string``, ``regex``, ``any_text``, and ``sequence``,
-  ``or``, ``tag`` and ``tags_with_separator`` built only from those) becomes one lark
+  ``or``, the repeats, ``tag`` and ``tags_with_separator`` built only from those) becomes one lark
   terminal, a single regular expression: its pieces split wherever xgrammar's would.
 - A regular run is merged into the terminal before it (``follow``), so free text
   followed by a string (a tag's end, the rest of a sequence) is one lexeme that ends
@@ -16,7 +16,9 @@ keep xgrammar's language exactly:
 - ``json_schema`` is inline ``%json`` (with xgrammar's inferred types, ``schema_types``)
   and ``grammar`` (EBNF) a side grammar converted by llguidance as the ``ebnf`` field is.
   Where a JSON schema, a grammar or a ``regex`` lexeme can run on into what follows
-  (a bare number before a digit), llguidance takes the longest, xgrammar any split.
+  (a bare number before a digit), llguidance takes the longest, xgrammar any split; and
+  two JSON values in a row (``star`` of a schema) may have JSON whitespace between them
+  in llguidance, whose inline schemas share one whitespace rule, none in xgrammar.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from .struct_format import (
     Node,
     Or,
     Regex,
+    Repeat,
     Separated,
     Seq,
     Tag,
@@ -79,7 +82,7 @@ def _regular(node: Node) -> bool:
         return True
     if isinstance(node, Seq | Or):
         return all(_regular(e) for e in node.elements)
-    if isinstance(node, Tag):
+    if isinstance(node, Tag | Repeat):
         return _regular(node.content)
     if isinstance(node, Separated):
         return all(_regular(t) for t in node.tags)
@@ -93,6 +96,13 @@ def _repeat(item: str, separator: str, at_least_one: bool, stop_after_first: boo
     sep = f"{_lit(separator)} " if separator else ""
     many = f"{item} ({sep}{item})*"
     return many if at_least_one else f"({many})?"
+
+
+def _times(item: str, node: Repeat) -> str:
+    if node.high is None:
+        return f"({item})" + ("*" if node.low == 0 else "+" if node.low == 1 else
+                              f"{{{node.low},}}")
+    return f"({item}){{{node.low},{node.high}}}"
 
 
 def _ends(tag: Tag) -> tuple[str, ...]:
@@ -125,6 +135,8 @@ class _Writer:
             return "(" + " ".join(self.term(e, excl) for e in node.elements) + ")"
         if isinstance(node, Or):
             return "(" + " | ".join(self.term(e, excl) for e in node.elements) + ")"
+        if isinstance(node, Repeat):
+            return _times(self.term(node.content, excl), node)
         if isinstance(node, Tag):
             ends = _ends(node)
             end = " " + _alt(ends) if ends else ""
@@ -165,6 +177,8 @@ class _Writer:
         if isinstance(node, Or):
             return "(" + " | ".join(self.emit(e, excl, follow, tail=tail)
                                     for e in node.elements) + ")"
+        if isinstance(node, Repeat):
+            return _times(self.emit(node.content, excl, None, tail=False), node) + after
         if isinstance(node, Tag):
             return self._tag(node, follow, tail)
         if isinstance(node, Triggered):
