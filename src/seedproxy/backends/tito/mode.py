@@ -18,6 +18,7 @@ from .markers import MarkerGuard, id_markers
 from .reasoning import REASONING_PARSERS, ReasoningParser, ThinkParser
 from .renderer import Renderer
 from .sampling import Sampling, checked_forcing, sampling_of
+from .template_check import check as check_template
 from .tokenizer import generation_eos_ids, load_tokenizer, read_template
 from .tool_parsers import TOOL_PARSERS, ForcedCallParser, ToolParser
 
@@ -169,7 +170,7 @@ def open_tito(*, backend: str, auth: dict[str, str], tokenizer_path: str | None,
         eos_ids = generation_eos_ids(tokenizer_path)
     template = read_template(chat_template) if chat_template else None
     renderer = Renderer(tokenizer, template, today=today, eos_ids=eos_ids)
-    renderer.check()
+    check_template(renderer)
     dialect = DIALECTS[backend](auth)
     return TitoMode(renderer, dialect, tool_parser=tool_parser,
                     reasoning_parser=reasoning_parser, model_name=model_name,

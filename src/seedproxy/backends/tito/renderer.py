@@ -12,15 +12,11 @@ Invariants:
   completion cut short (no stop id) gets the template's text from its end-of-turn on,
   and ``</think>`` before it when it stopped inside a reasoning block
   (``think_closing``).
-- ``check`` (run once at start-up) proves the template composes this way: the full
-  render of [user, assistant, user] equals render([user]) + assistant content +
-  end-of-turn + suffix, with and without tools. A generation prompt that opens a think
-  block (Qwen3-Thinking-2507, QwQ, DeepSeek-R1-Distill) may be missing from the full
-  render, and an empty think block (GLM-4.5) may precede the reply there: the model
-  writes its reasoning in that place, and later renders strip reasoning.
-  A harmony template (gpt-oss, ``harmony``) writes the channel header the model samples
-  itself after the generation prompt, and a call as one assistant message: the
-  recorded completion takes their place (see ``harmony``).
+- ``template_check.check`` (run once at start-up) proves the template composes this
+  way, or composes by one of the named rules.
+- The probe carries the conversation's system message, so a template that writes it
+  (or the tools) at the latest user message only (Mistral Nemo's, Small 3.1's) writes it
+  again in the suffix of each new user message: nothing recorded is re-rendered.
 - Harmony stops on ``<|return|>`` and ``<|call|>``; ``<|end|>`` ends a message only.
   After a sampled tool call the suffix is what the template writes after a call to the
   same function (its tool message names it).
@@ -38,16 +34,17 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ...errors import BadRequest, ConfigError
-from .harmony import CALL, END, FINAL_HEADER, START, harmony_of
+from .harmony import CALL, harmony_of
 from .template_input import RenderOptions, content_format, reserved_names
 
-__all__ = ["Renderer", "dated"]
+__all__ = ["PROBE_TOOLS", "PROBE_USER", "SENTINEL", "THINK", "THINK_END", "Renderer",
+           "dated", "encoder_of"]
 
-_SENTINEL = "\u2063SEEDPROXY-ASSISTANT-TURN\u2063"
-_THINK = "<think>"
-_THINK_END = "</think>"
-_PROBE_USER = {"role": "user", "content": "ping"}
-_PROBE_TOOLS = [{
+SENTINEL = "\u2063SEEDPROXY-ASSISTANT-TURN\u2063"
+THINK = "<think>"
+THINK_END = "</think>"
+PROBE_USER = {"role": "user", "content": "ping"}
+PROBE_TOOLS = [{
     "type": "function",
     "function": {
         "name": "probe", "description": "a probe",
@@ -129,6 +126,11 @@ class Renderer:
         if today is not None and "strftime_now" in self.template:
             self.template = dated(today) + self.template
         self._errors = _template_errors()
+        self.special_texts: tuple[str, ...] = tuple(sorted(
+            ({str(t) for t in tokenizer.all_special_tokens}
+             | {str(t) for t in getattr(tokenizer, "added_tokens_encoder", {})}) - {""},
+            key=len, reverse=True))
+        """The special and added tokens' texts, longest first."""
         self._encode = encoder_of(tokenizer)
         self.content_format = content_format(self.template)
         self.reserved = reserved_names(tokenizer)
@@ -177,16 +179,19 @@ class Renderer:
 
     def suffix_text(self, new: list[dict[str, Any]], tools: list[Any] | None,
                     *, end: int | None, options: RenderOptions = _DEFAULT,
-                    reply: dict[str, Any] | None = None) -> str:
+                    reply: dict[str, Any] | None = None,
+                    system: dict[str, Any] | None = None) -> str:
         """What follows a sampled assistant turn for the ``new`` messages (see above);
         ``end``: the stop id the turn ended with (its text, or the template's
         end-of-turn that it stands for, is not repeated), None for a turn cut short;
-        ``reply``: that turn as the client sent it back."""
+        ``reply``: that turn as the client sent it back; ``system``: the conversation's
+        first message when it is a system message."""
+        lead = [system] if system is not None else []
         if self.harmony is not None and reply is not None and reply.get("tool_calls"):
             return self._after_call(reply, new, tools, closed=end is not None,
-                                    options=options)
-        after = self._after(new, tools, options)
-        opener = self._turn_end(after)
+                                    options=options, lead=lead)
+        after = self.text_after(new, tools, options, lead=lead)
+        opener = self.turn_end(after)
         if opener is None:
             raise BadRequest("the chat template does not end an assistant turn with a stop "
                              f"token before these messages (it writes {after[:20]!r})",
@@ -201,30 +206,32 @@ class Renderer:
         raise BadRequest(f"the turn ended with {ended!r}, where the chat template writes "
                          f"{opener!r} before these messages", param="messages")
 
-    def _after(self, new: list[dict[str, Any]], tools: list[Any] | None,
-               options: RenderOptions) -> str:
-        """The template's text after a probe assistant turn's content, for ``new``."""
-        probe = [_PROBE_USER, {"role": "assistant", "content": _SENTINEL}]
+    def text_after(self, new: list[dict[str, Any]], tools: list[Any] | None,
+                   options: RenderOptions, *, lead: Sequence[dict[str, Any]] = ()) -> str:
+        """The template's text after a probe assistant turn's content, for ``new``;
+        ``lead``: the messages before the probe's user message (a system message)."""
+        probe = [*lead, PROBE_USER, {"role": "assistant", "content": SENTINEL}]
         text = self.full_text(probe + new, tools, options)
-        if text.count(_SENTINEL) != 1:
+        if text.count(SENTINEL) != 1:
             raise BadRequest("the chat template does not render an assistant turn verbatim",
                              param="messages")
-        return text[text.index(_SENTINEL) + len(_SENTINEL):]
+        return text[text.index(SENTINEL) + len(SENTINEL):]
 
-    def _turn_end(self, after: str) -> str | None:
+    def turn_end(self, after: str) -> str | None:
         """The stop token's text that ``after`` opens with (the longest), or None."""
         found = [t for t in self._stop_texts.values() if t and after.startswith(t)]
         return max(found, key=len) if found else None
 
     def _after_call(self, reply: dict[str, Any], new: list[dict[str, Any]],
-                    tools: list[Any] | None, *, closed: bool, options: RenderOptions) -> str:
+                    tools: list[Any] | None, *, closed: bool, options: RenderOptions,
+                    lead: Sequence[dict[str, Any]]) -> str:
         """Harmony: what the template writes after an assistant call to the function
         ``reply`` called first (the tool message names it), ``<|call|>`` first when the
         sampled call did not end with it."""
         first = reply["tool_calls"][0]
         function = first.get("function") if isinstance(first, dict) else None
         name = function.get("name") if isinstance(function, dict) else None
-        probe: list[dict[str, Any]] = [_PROBE_USER, {
+        probe: list[dict[str, Any]] = [*lead, PROBE_USER, {
             "role": "assistant", "content": "", "tool_calls": [
                 {"id": "call_0", "type": "function",
                  "function": {"name": name, "arguments": {}}}]}]
@@ -243,28 +250,23 @@ class Renderer:
         prompt may have opened the block)."""
         text = str(self.tokenizer.decode([*prompt_tail, *completion],
                                          skip_special_tokens=False))
-        if text.rfind(_THINK) <= text.rfind(_THINK_END):
+        if text.rfind(THINK) <= text.rfind(THINK_END):
             return ""
-        return ("" if text.endswith("\n") else "\n") + _THINK_END + "\n\n"
+        return ("" if text.endswith("\n") else "\n") + THINK_END + "\n\n"
 
     def _find_end_of_turn(self) -> tuple[str, int]:
         """The special token that closes an assistant turn in this template."""
-        probe = [_PROBE_USER, {"role": "assistant", "content": _SENTINEL}, _PROBE_USER]
+        probe = [PROBE_USER, {"role": "assistant", "content": SENTINEL}, PROBE_USER]
         try:
             text = self.render(probe, None, generation_prompt=True)
         except BadRequest as exc:
             raise ConfigError(f"the chat template cannot render a conversation: {exc.message}"
                               ) from None
-        if text.count(_SENTINEL) != 1:
+        if text.count(SENTINEL) != 1:
             raise ConfigError("the chat template does not render assistant content verbatim, "
                               "so it cannot render incrementally")
-        after = text[text.index(_SENTINEL) + len(_SENTINEL):]
-        specials = sorted(
-            {str(t) for t in self.tokenizer.all_special_tokens}
-            | {str(t) for t in getattr(self.tokenizer, "added_tokens_encoder", {})},
-            key=len, reverse=True,
-        )
-        eot = next((t for t in specials if t and after.startswith(t)), None)
+        after = text[text.index(SENTINEL) + len(SENTINEL):]
+        eot = next((t for t in self.special_texts if after.startswith(t)), None)
         if eot is None:
             raise ConfigError("the chat template does not close an assistant turn with a "
                               f"special token (it writes {after[:20]!r})")
@@ -272,89 +274,3 @@ class Renderer:
         if len(ids) != 1:
             raise ConfigError(f"the end-of-turn token {eot!r} is not a single token")
         return eot, ids[0]
-
-    def check(self) -> None:
-        """Prove the template renders incrementally; ``ConfigError`` names what breaks."""
-        for tools in (None, _PROBE_TOOLS):
-            for follow in ({"role": "user", "content": "again"},
-                           {"role": "tool", "tool_call_id": "call_0", "content": "42"}):
-                first = [_PROBE_USER]
-                reply = {"role": "assistant", "content": _SENTINEL}
-                try:
-                    prompt = self.full_text(first, tools)
-                    whole = self.full_text([*first, reply, follow], tools)
-                    after = self._after([follow], tools, _DEFAULT)
-                    if follow["role"] == "user" and not after.startswith(self.eot_text):
-                        raise BadRequest("the chat template does not end an assistant turn "
-                                         f"with {self.eot_text!r}", param="messages")
-                except BadRequest as exc:
-                    if follow["role"] == "tool":
-                        continue  # a template without tool messages: tools are refused later
-                    raise ConfigError(f"the chat template cannot render incrementally: "
-                                      f"{exc.message}") from None
-                if follow["role"] == "tool" and self._turn_end(after) is None:
-                    continue  # no stop id opens a tool message: tool turns are refused later
-                self._compare(prompt, whole, after, follow["role"])
-        if self.harmony is not None:
-            self._check_call()
-
-    def _check_call(self) -> None:
-        """Harmony: the full render of [user, assistant call, tool] must be the prompt +
-        one assistant message ending with ``<|call|>`` (the call the model samples in its
-        own form) + the suffix after a call."""
-        call = {"role": "assistant", "content": "", "tool_calls": [
-            {"id": "call_0", "type": "function",
-             "function": {"name": "probe", "arguments": {"x": "y"}}}]}
-        follow = {"role": "tool", "tool_call_id": "call_0", "content": "42"}
-        try:
-            prompt = self.full_text([_PROBE_USER], _PROBE_TOOLS)
-            whole = self.full_text([_PROBE_USER, call, follow], _PROBE_TOOLS)
-            suffix = self.suffix_text([follow], _PROBE_TOOLS, end=self.eot_id, reply=call)
-        except BadRequest as exc:
-            raise ConfigError(f"the chat template cannot render incrementally: "
-                              f"{exc.message}") from None
-        middle = whole[len(prompt):len(whole) - len(suffix)]
-        if (whole.startswith(prompt) and whole.endswith(suffix)
-                and len(prompt) + len(suffix) <= len(whole) and middle.endswith(CALL)
-                and START not in middle and END not in middle):
-            return
-        raise ConfigError(
-            "the chat template cannot render incrementally: in the full render of [user, "
-            "assistant tool call, tool] the call is not one assistant message between the "
-            f"prompt and the tool message (it writes {middle[:48]!r})")
-
-    def _compare(self, prompt: str, whole: str, after: str, role: str) -> None:
-        """``whole`` must be ``prompt`` + reply + ``after`` (the end of the turn and what
-        follows); a prompt that opens a think block (``<think>\n``) may lose that opening
-        in ``whole``, and an empty think block (``<think></think>``, GLM-4.5's) may stand
-        between the prompt and the reply: the model writes its own reasoning there, and a
-        later render strips earlier reasoning."""
-        tail = _SENTINEL + after
-        if whole == prompt + tail:
-            return
-        opening = _think_opening(prompt)
-        if opening and whole == prompt[:-len(opening)] + tail:
-            return
-        if self.harmony is not None and whole == prompt + FINAL_HEADER + tail:
-            return  # the model samples the channel header itself
-        middle = whole[len(prompt):len(whole) - len(tail)] if len(whole) > len(
-            prompt) + len(tail) else ""
-        if (whole.startswith(prompt) and whole.endswith(tail)
-                and middle.strip() == _THINK + _THINK_END):
-            return
-        built = prompt + tail
-        where = next((i for i, (a, b) in enumerate(zip(built, whole, strict=False))
-                      if a != b), min(len(built), len(whole)))
-        raise ConfigError(
-            "the chat template cannot render incrementally: in the full render of [user, "
-            f"assistant, {role}] the assistant turn is not the prompt + the reply "
-            f"({whole[where:where + 24]!r} at character {where}, where the prompt + reply "
-            f"has {built[where:where + 24]!r})")
-
-
-def _think_opening(prompt: str) -> str:
-    """The ``<think>`` opening (and the whitespace after it) that ends ``prompt``, or ""."""
-    bare = prompt.rstrip()
-    if not bare.endswith(_THINK):
-        return ""
-    return prompt[len(bare) - len(_THINK):]
