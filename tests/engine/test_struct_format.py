@@ -10,6 +10,7 @@ tag's end), ``logit_bias`` pushes the random model towards it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Callable, Iterator
@@ -156,6 +157,17 @@ def test_triggered_tags_output_is_pinned(client: httpx.Client) -> None:
 
 
 PINNED_TEXT = 'CallCallCallCallCallCall:0."):CallCallCallCallCallCallCallCallCallCall:0."):'
+
+
+def test_many_triggers_leave_the_text_free(client: httpx.Client) -> None:
+    """40 unrelated triggers: the text is still free (a grammar that ran out of
+    llguidance's lexer fuel would leave only the end of sequence: an empty answer)."""
+    names = [hashlib.sha256(str(k).encode()).hexdigest()[:12] for k in range(40)]
+    fmt = {"type": "triggered_tags", "triggers": names, "tags": [
+        {"type": "tag", "begin": name, "content": NUMBER, "end": "."} for name in names]}
+    out = gen(client, fmt, 5, 16)
+    assert out["meta_info"]["finish_reason"]["type"] == "length", out
+    assert not any(name in out["text"] for name in names), out
 
 
 def test_at_least_one_and_stop_after_first_is_exactly_one_tag(client: httpx.Client) -> None:

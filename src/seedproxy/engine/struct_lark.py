@@ -11,8 +11,10 @@ keep xgrammar's language exactly:
   where xgrammar's would. Free text with nothing mergeable after it but more grammar
   (``any_text`` then a JSON schema) is refused: the lexer could never leave it.
 - ``any_text`` and ``triggered_tags`` inside a tag exclude the tag's ends, as xgrammar's
-  ``TagDispatch`` does; ``triggered_tags``' free text is cut at the first trigger (one
-  terminal per trigger: text ending with it in which no trigger ended earlier).
+  ``TagDispatch`` does; ``triggered_tags``' free text is cut at the first trigger: one
+  lazy lexeme per trigger (as llguidance's ``StructTag``), and the first to match ends
+  the text. (Terminals that exclude every other trigger instead run out of llguidance's
+  lexer fuel from about 20 triggers.)
 - ``json_schema`` is inline ``%json`` (with xgrammar's inferred types, ``schema_types``)
   and ``grammar`` (EBNF) a side grammar converted by llguidance as the ``ebnf`` field is.
   Where a JSON schema, a grammar or a ``regex`` lexeme can run on into what follows
@@ -46,7 +48,6 @@ from .struct_format import (
 __all__ = ["format_grammar"]
 
 _ANY = "/(?s:.*)/"
-_SOME = "/(?s:.+)/"
 
 
 def format_grammar(node: Node) -> str:
@@ -115,11 +116,13 @@ class _Writer:
         self.sides: list[dict[str, Any]] = []
 
     def _define(self, kind: str, body: str) -> str:
-        name = f"sf_{kind}{len(self.defs)}"
+        """A new terminal (``kind`` "t") or lazy rule (``"c[lazy]"``) named for
+        ``body``."""
+        name = f"sf_{kind[0]}{len(self.defs)}"
         if kind == "t":
             name = name.upper()
-        self.defs.append(f"{name}: {body}\n")
-        return name
+        self.defs.append(f"{name}{kind[1:]}: {body}\n")
+        return name.split("[")[0]
 
     def term(self, node: Node, excl: tuple[str, ...]) -> str:
         """A regular node as a terminal expression; ``excl``: the enclosing tag's ends."""
@@ -216,13 +219,12 @@ class _Writer:
     def _triggered(self, node: Triggered, excl: tuple[str, ...], follow: str | None,
                    tail: bool) -> str:
         banned = node.excludes + excl
-        no_banned = f" & ~({_ANY} {_alt(banned)} {_ANY})" if banned else ""
+        free = self._define("t", _free(banned)) if banned else _ANY
         loops = []
         for trigger, group in zip(node.triggers, node.groups, strict=True):
             if not group:
                 continue
-            cut = self._define("t", f"({_ANY} {_lit(trigger)}) & ~({_ANY} "
-                                    f"{_alt(node.triggers)} {_SOME}){no_banned}")
+            cut = self._define("c[lazy]", f"{free} {_lit(trigger)}")
             rests = [self._tag(Tag(t.begin[len(trigger):], t.content, t.ends), None, False)
                      for t in group]
             loops.append(f"{cut} ({' | '.join(rests)})")
