@@ -228,6 +228,7 @@ for _ in range(40):
     (tag_text({"type": "grammar", "grammar": "start: 'a'", "syntax": "lark"}),
      "only 'ebnf' is supported"),
     (tag_text({"type": "regex", "pattern": "[0-9"}), "Invalid structural_tag"),
+    (tag_text({"type": "regex", "pattern": ""}), "pattern must be non-empty"),
     (json.dumps({"type": "other", "format": DIGIT}), "type must be 'structural_tag'"),
 ])
 def test_a_format_it_cannot_hold_is_a_400_naming_structural_tag(

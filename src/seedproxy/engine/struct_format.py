@@ -231,7 +231,10 @@ def _const(r: _Reader, raw: dict[str, Any], where: str, depth: int) -> Node:
 
 
 def _regex(r: _Reader, raw: dict[str, Any], where: str, depth: int) -> Node:
-    return Regex(_text(raw, "pattern", where))
+    pattern = _text(raw, "pattern", where)
+    if not pattern:
+        raise ValueError(f"{where}.pattern must be non-empty")
+    return Regex(pattern)
 
 
 def _json(r: _Reader, raw: dict[str, Any], where: str, depth: int) -> Node:
