@@ -212,6 +212,7 @@ for _ in range(40):
      "triggers must be a list of strings"),
     (tag_text(call_tags(triggers=["Go:"])), "does not match any trigger"),
     (tag_text(call_tags(triggers=["Call", "Call:"])), "inside another trigger"),
+    (tag_text(call_tags(triggers=["Call:", "Go:"])), "triggers[1] starts no tag"),
     (tag_text({"type": "sequence", "elements": [{"type": "any_text"}, NUMBER]}),
      "cannot be matched exactly"),
     (tag_text({"type": "token", "token": 5}), "type 'token' is not supported"),

@@ -314,6 +314,9 @@ def _triggered(r: _Reader, raw: dict[str, Any], where: str, depth: int) -> Node:
         if len(matched) > 1:
             raise ValueError(f"{where}.tags[{i}] matches multiple triggers")
         groups[matched[0]].append(tag)
+    for k, group in enumerate(groups):
+        if not group:
+            raise ValueError(f"{where}.triggers[{k}] starts no tag")
     return Triggered(triggers, tuple(tuple(g) for g in groups),
                      _flag(raw, "at_least_one", where), _flag(raw, "stop_after_first", where),
                      r.strings(raw.get("excludes", []), f"{where}.excludes",

@@ -124,6 +124,10 @@ class _Writer:
         self.defs.append(f"{name}{kind[1:]}: {body}\n")
         return name.split("[")[0]
 
+    def _after(self, follow: str | None) -> str:
+        """``follow`` as a lexeme of its own after a rule (a leading space), or ""."""
+        return "" if follow is None else " " + self._define("t", follow)
+
     def term(self, node: Node, excl: tuple[str, ...]) -> str:
         """A regular node as a terminal expression; ``excl``: the enclosing tag's ends."""
         if isinstance(node, Const):
@@ -161,27 +165,27 @@ class _Writer:
                 raise ValueError("free text (any_text) followed by a JSON schema, a grammar "
                                  "or triggered_tags cannot be matched exactly")
             return self._define("t", expr)
-        after = "" if follow is None else " " + self._define("t", follow)
         if isinstance(node, Json):
             schema = {} if node.schema is True else with_inferred_types(node.schema)
             try:
                 text = json.dumps(schema)
             except RecursionError:
                 raise ValueError("json_schema is nested too deeply") from None
-            return f"%json {text}{after}"
+            return f"%json {text}{self._after(follow)}"
         if isinstance(node, Grammar):
             from llguidance import grammar_from
 
             name = f"sf_g{len(self.sides)}"
             self.sides.append({"name": name, "lark_grammar": grammar_from("ebnf", node.ebnf)})
-            return f"@{name}{after}"
+            return f"@{name}{self._after(follow)}"
         if isinstance(node, Seq):
             return self._seq(node.elements, excl, follow, tail)
         if isinstance(node, Or):
             return "(" + " | ".join(self.emit(e, excl, follow, tail=tail)
                                     for e in node.elements) + ")"
         if isinstance(node, Repeat):
-            return _times(self.emit(node.content, excl, None, tail=False), node) + after
+            return (_times(self.emit(node.content, excl, None, tail=False), node)
+                    + self._after(follow))
         if isinstance(node, Tag):
             return self._tag(node, follow, tail)
         if isinstance(node, Triggered):
@@ -189,7 +193,7 @@ class _Writer:
         assert isinstance(node, Separated)
         item = "(" + " | ".join(self._tag(t, None, False) for t in node.tags) + ")"
         return "(" + _repeat(item, node.separator, node.at_least_one,
-                             node.stop_after_first) + ")" + after
+                             node.stop_after_first) + ")" + self._after(follow)
 
     def _seq(self, elements: tuple[Node, ...], excl: tuple[str, ...], follow: str | None,
              tail: bool) -> str:
@@ -222,8 +226,6 @@ class _Writer:
         free = self._define("t", _free(banned)) if banned else _ANY
         loops = []
         for trigger, group in zip(node.triggers, node.groups, strict=True):
-            if not group:
-                continue
             cut = self._define("c[lazy]", f"{free} {_lit(trigger)}")
             rests = [self._tag(Tag(t.begin[len(trigger):], t.content, t.ends), None, False)
                      for t in group]
@@ -231,15 +233,14 @@ class _Writer:
         loop = "(" + " | ".join(loops) + ")"
         first = "(" + " | ".join(self._tag(t, None, False) for g in node.groups
                                  for t in g) + ")"
-        after = "" if follow is None else " " + self._define("t", follow)
         if node.at_least_one and node.stop_after_first:
-            return first + after
+            return first + self._after(follow)
         if follow is None and not tail:
             raise ValueError("triggered_tags' free text followed by a JSON schema, a grammar "
                              "or more triggered_tags cannot be matched exactly")
         text = _free(node.triggers + banned)
         rest = self._define("t", text if follow is None else f"{text} {follow}")
         if node.stop_after_first:
-            return f"({rest} | {loop}{after})"
+            return f"({rest} | {loop}{self._after(follow)})"
         head = first + " " if node.at_least_one else ""
         return f"{head}{loop}* {rest}"
