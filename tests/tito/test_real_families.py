@@ -88,8 +88,9 @@ def call_text(name: str, args: dict[str, Any], k: int = 0) -> str:
         return f"<tool_call>lookup{pairs}\n</tool_call>"
     if name == "devstral-small-2":
         return f"[TOOL_CALLS]lookup[ARGS]{json.dumps(args)}"
-    if SETUPS[name]["tools"] == "mistral":
-        return "[TOOL_CALLS]" + json.dumps([{"name": "lookup", "arguments": args}])
+    if SETUPS[name]["tools"] == "mistral":  # v3/v7 tekken: the call carries its id
+        return "[TOOL_CALLS]" + json.dumps([{"name": "lookup", "arguments": args,
+                                             "id": f"call{k:05d}"}])
     if SETUPS[name]["tools"] == "kimi_k2":
         return (f"<|tool_calls_section_begin|><|tool_call_begin|>functions.lookup:{k}"
                 f"<|tool_call_argument_begin|>{json.dumps(args)}<|tool_call_end|>"
@@ -219,11 +220,16 @@ def test_each_tokenizer_encodes_as_its_package_does(name: str, encoding: str) ->
 def test_each_tekken_folder_encodes_as_mistral_common_does(
         name: str, version: str, tmp_path: Any) -> None:
     """The converted tekken folders encode 300 mixed-script texts as mistral-common's own
-    Tekkenizer does, and write each control token the templates use as one id."""
+    Tekkenizer does, and write each control token the templates use as one id; the
+    scripted tool call is the ids mistral-common encodes for that assistant message."""
     pytest.importorskip("mistral_common")
-    from tests.helpers.tokenizers_mistral import tekken
+    from tests.helpers.tokenizers_mistral import assistant_ids, tekken
 
-    tok, own = tok_of(name), tekken(version, tmp_path).instruct_tokenizer.tokenizer
+    mistral = tekken(version, tmp_path)
+    tok, own = tok_of(name), mistral.instruct_tokenizer.tokenizer
+    args = {"word": "apple"}
+    assert ids(tok, call_text(name, args)) + [eot_id(name)] == assistant_ids(
+        mistral, None, [("lookup", json.dumps(args))])
     texts = _texts(300)
     assert [ids(tok, t) for t in texts] == [own.encode(t, bos=False, eos=False) for t in texts]
     controls = ["[INST]", "[/INST]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]", "[TOOL_CALLS]",
