@@ -27,6 +27,8 @@ import torch
 
 from .errors import RequestError
 from .schema_types import with_inferred_types
+from .struct_format import read_format
+from .struct_lark import format_grammar
 
 __all__ = ["GrammarCompiler", "GrammarProcessor"]
 
@@ -106,20 +108,27 @@ def _typed(source: str) -> str:
 
 
 def _struct_tag_grammar(source: str) -> str:
-    """A legacy structural tag (``{"structures": [{"begin", "schema", "end"}],
-    "triggers": [...]}``, the JSON text SGLang's chat route sends) as llguidance's
-    grammar, built as SGLang's llguidance backend builds it: one ``StructTag`` per
-    structure, its trigger the first of ``triggers`` that its ``begin`` starts with (else
-    the first). ``at_least_one`` is not read, as that backend does not. Any shape this
-    cannot read is a ``ValueError`` (the caller's 400)."""
+    """A structural tag as llguidance's grammar. xgrammar's form (``{"type":
+    "structural_tag", "format": {...}}``) is read by ``struct_format`` and written by
+    ``struct_lark``. The legacy form (``{"structures": [{"begin", "schema", "end"}],
+    "triggers": [...]}``, the JSON text SGLang's chat route sends) is built as SGLang's
+    llguidance backend builds it: one ``StructTag`` per structure, its trigger the first
+    of ``triggers`` that its ``begin`` starts with (else the first); ``at_least_one`` is
+    not read, as that backend does not. Any shape this cannot read is a ``ValueError``
+    (the caller's 400)."""
     from llguidance import StructTag, grammar_from
 
     try:
         tag = json.loads(source)
     except json.JSONDecodeError as exc:
         raise ValueError(f"not JSON: {exc}") from None
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    if isinstance(tag, dict) and "format" in tag:
+        return format_grammar(read_format(tag))
     if not isinstance(tag, dict) or tag.get("structures") is None:
-        raise ValueError("only the legacy form (structures and triggers) is supported")
+        raise ValueError("needs either format (xgrammar's structural tag) or structures "
+                         "and triggers (the legacy form)")
     structures, triggers = tag.get("structures"), tag.get("triggers")
     if not isinstance(triggers, list) or not triggers or not all(
             isinstance(t, str) and t for t in triggers):

@@ -7,14 +7,16 @@ Invariants:
 - ``n > 1`` copies one set of params, seed included, to every choice (SGLang's behaviour:
   all choices of one request are identical).
 - ``response_format`` maps as in SGLang's ``serving_chat``: ``json_object`` is the schema
-  ``{"type": "object"}``, ``json_schema`` its ``json_schema.schema``; ``text`` is no
-  constraint; anything else is a 400 naming ``response_format``.
+  ``{"type": "object"}``, ``json_schema`` its ``json_schema.schema``, ``structural_tag``
+  the object as JSON text under ``structural_tag``; ``text`` is no constraint; anything
+  else is a 400 naming ``response_format``.
 - A prompt plus ``max_tokens`` that reaches the context length is a 400 (SGLang's
   message), not clamped.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import orjson
@@ -25,7 +27,7 @@ from .params import SamplingParams, parse_sampling_params
 
 __all__ = [
     "check_context_budget", "error_body", "openai_sampling_params", "raise_for_failure",
-    "response_format_schema", "token_text", "usage", "usage_counts", "want_bool", "want_int",
+    "response_format_grammar", "token_text", "usage", "usage_counts", "want_bool", "want_int",
 ]
 
 
@@ -67,8 +69,11 @@ def check_context_budget(prompt_len: int, max_new_tokens: int | None,
         "within the limit.", param="max_tokens")
 
 
-def response_format_schema(fmt: Any) -> str | None:
-    """The JSON schema (as a string) that ``response_format`` asks for, or None."""
+def response_format_grammar(fmt: Any) -> tuple[str, str] | None:
+    """The grammar ``response_format`` asks for, as a ``sampling_params`` field and its
+    text (``json_schema`` or ``structural_tag``), or None. A structural tag (xgrammar's
+    ``format`` form or the legacy ``structures``/``triggers`` one) goes as SGLang's chat
+    route sends it: the object as JSON text, checked when it is compiled."""
     if fmt is None:
         return None
     if not isinstance(fmt, dict) or not isinstance(fmt.get("type"), str):
@@ -78,16 +83,26 @@ def response_format_schema(fmt: Any) -> str | None:
     if kind == "text":
         return None
     if kind == "json_object":
-        return '{"type": "object"}'
+        return "json_schema", '{"type": "object"}'
     if kind == "json_schema":
         spec = fmt.get("json_schema")
         schema = spec.get("schema", spec.get("schema_")) if isinstance(spec, dict) else None
         if not isinstance(schema, dict | bool):
             raise RequestError("response_format.json_schema.schema must be a JSON schema",
                                param="response_format")
-        return orjson.dumps(schema).decode()
+        return "json_schema", orjson.dumps(schema).decode()
+    if kind == "structural_tag":
+        if "format" not in fmt and "structures" not in fmt:
+            raise RequestError("response_format of type structural_tag needs format or "
+                               "structures and triggers", param="response_format")
+        try:
+            return "structural_tag", json.dumps(fmt)
+        except RecursionError:  # nested past json's limit: never a valid tag
+            raise RequestError("response_format is nested too deeply",
+                               param="response_format") from None
     raise RequestError(f"response_format type {kind!r} is not supported by the embedded "
-                       "engine (text, json_object, json_schema are)", param="response_format")
+                       "engine (text, json_object, json_schema, structural_tag are)",
+                       param="response_format")
 
 
 def openai_sampling_params(body: dict[str, Any], vocab_size: int,
@@ -127,12 +142,12 @@ def openai_sampling_params(body: dict[str, Any], vocab_size: int,
         "sampling_seed": seed,
         "n": n,
     }
-    schema = response_format_schema(body.get("response_format"))
-    if schema is not None:
+    asked = response_format_grammar(body.get("response_format"))
+    if asked is not None:
         if any(sp[k] is not None for k in ("regex", "ebnf", "json_schema")):
             raise RequestError("response_format cannot be combined with regex, ebnf or "
                                "json_schema", param="response_format")
-        sp["json_schema"] = schema
+        sp[asked[0]] = asked[1]
     return parse_sampling_params({k: v for k, v in sp.items() if v is not None}, vocab_size)
 
 
