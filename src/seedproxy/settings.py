@@ -158,7 +158,7 @@ class Settings(BaseSettings):
     """Token-in-token-out: a Jinja chat template file overriding the tokenizer's."""
     tool_parser: str | None = None
     """Token-in-token-out: SGLang's --tool-call-parser name (hermes, qwen, qwen25,
-    llama3, mistral, deepseekv3, deepseekv31, kimi_k2, gpt-oss)."""
+    llama3, mistral, deepseekv3, deepseekv31, kimi_k2, glm45, gpt-oss, pythonic)."""
     reasoning_parser: str | None = None
     """Token-in-token-out: think, or SGLang's --reasoning-parser name (qwen3,
     qwen3-thinking, deepseek-r1, glm45, kimi_k2, kimi, gpt-oss)."""

@@ -103,6 +103,29 @@ def run(name: str, text: str, tools: list[dict[str, Any]] | None = None
                  [("get_weather", {"city": "Paris"}),
                   ("get_tourist_attractions", {"city": "London"})],
                  id="srt:TestKimiK2Detector.test_multiple_tool_calls"),
+    # pythonic: SGLang 0.5.23's PythonicDetector run from its wheel on these texts (whole
+    # and streamed a character at a time gave these results)
+    pytest.param("pythonic", '[get_weather(city="Paris"), search(query="restaurants", '
+                 'limit=3)]', "", [("get_weather", {"city": "Paris"}),
+                                   ("search", {"query": "restaurants", "limit": 3})],
+                 id="pythonic_detector.py: two calls"),
+    pytest.param("pythonic", 'Let me check. [get_weather(city="Paris", units="c")]',
+                 "Let me check.", [("get_weather", {"city": "Paris", "units": "c"})],
+                 id="pythonic_detector.py: text before"),
+    pytest.param("pythonic", '[get_weather(city="Paris")] Done.', "Done.",
+                 [("get_weather", {"city": "Paris"})], id="pythonic_detector.py: text after"),
+    pytest.param("pythonic", '[get_weather(city="Paris", extra={"a": [1, 2.5, True, None]},'
+                 ' d={1: "x"})]', "", [("get_weather", {"city": "Paris", "extra": {
+                     "a": [1, 2.5, True, None]}, "d": {"1": "x"}})],
+                 id="pythonic_detector.py: nested literals, a number key"),
+    pytest.param("pythonic", "[get_weather(city='日本')]", "",
+                 [("get_weather", {"city": "日本"})], id="pythonic_detector.py: quotes, unicode"),
+    pytest.param("pythonic", "[get_weather()]", "", [("get_weather", {})],
+                 id="pythonic_detector.py: no arguments"),
+    # SGLang's stream finds both lists; its whole-answer path finds neither
+    pytest.param("pythonic", '[get_weather(city="Paris")][search(query="x")]', "",
+                 [("get_weather", {"city": "Paris"}), ("search", {"query": "x"})],
+                 id="pythonic_detector.py: two lists (as its stream reads them)"),
 ])
 def test_tool_formats_parse_as_sglang(name: str, text: str, content: str,
                                       calls: list[Any]) -> None:
@@ -116,6 +139,15 @@ def test_tool_formats_parse_as_sglang(name: str, text: str, content: str,
     ("deepseekv31", f"{TB}{TC}get_weather{SEP}{{\"city\"{TCE}{TE}"),
     # srt:TestKimiK2Detector.test_invalid_tool_call: no call, the text whole
     ("kimi_k2", f"{KB}invalid_tool:0{KA}{{\"city\": \"Paris\"}}{KCE}{KE}"),
+    # pythonic: a positional argument, an item that is no call, a dotted name, a list left
+    # open: SGLang's detector finds no call and shows the text (its stream holds an open
+    # list back); an argument that is no literal (``-1``, a name, 1e999): SGLang drops
+    # the block, seedproxy shows it, as with every format here
+    ("pythonic", "[get_weather(1)]"), ("pythonic", '[get_weather(city="Paris"), 3]'),
+    ("pythonic", "[a.b(c=1)]"), ("pythonic", '[get_weather(city="Paris"'),
+    ("pythonic", "[get_weather(city=-1)]"), ("pythonic", "[get_weather(city=x)]"),
+    ("pythonic", "[get_weather(city=1e999)]"),
+    ("pythonic", "No calls here [1, 2] and [link](url)."),
 ])
 def test_no_call_at_all_stays_content_as_generated(name: str, text: str) -> None:
     # srt/hermes test_malformed_json_returns_original_text: the text, whole.
@@ -296,3 +328,24 @@ def test_kimi_k2_bare_counter_without_tools_or_properties_is_no_call() -> None:
     assert run("kimi_k2", text, []) == [(text, [])] * 2
     bare = [{"type": "function", "function": {"name": f"t{k}"}} for k in range(2)]
     assert run("kimi_k2", text, bare) == [(text, [])] * 2
+
+
+@pytest.mark.parametrize("text", [
+    "[f(a=" + "(" * 5000 + ")" * 5000 + ")]",  # past Python's parser nesting limit
+    "[f(a=" + "[" * 5000 + "]" * 5000 + ")]",  # past the bracket depth read
+    "[f(a={" + '"k": {' * 3000 + "1" + "}" * 3001 + ")]",
+    "[f(a=__import__('os').system('true'))]",  # never evaluated: not a literal
+    "[f(a=b'bytes'), g(a=...)]",
+])
+def test_pythonic_hostile_lists_are_content_and_never_run(text: str) -> None:
+    """The model's text is parsed by Python's parser within bounds, never evaluated: a
+    list too deep, too large or holding no literal is content as generated."""
+    assert run("pythonic", text) == [(text, [])] * 2
+
+
+def test_a_pythonic_list_over_the_size_read_is_content() -> None:
+    text = "[f(a='" + "x" * (1 << 20) + "')]"
+    parser = TOOL_PARSERS["pythonic"]()
+    assert parser.feed(text) == "" and parser.finish() == (text, [])
+    small = TOOL_PARSERS["pythonic"]()
+    assert small.feed("[f(a='x')]") == "" and small.finish()[1] != []

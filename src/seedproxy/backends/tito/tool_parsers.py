@@ -10,6 +10,7 @@ own module under ``tools``; ``tools.base`` says what they all keep).
 | ``kimi_k2`` | ``<|tool_calls_section_begin|>`` sections |
 | ``glm45``, ``glm`` | ``<tool_call>NAME`` + ``<arg_key>``/``<arg_value>`` pairs |
 | ``gpt-oss`` | ``<|channel|>commentary to=functions.NAME ...<|call|>`` |
+| ``pythonic`` | ``[name(key=literal, ...), ...]`` |
 
 Each parser's ``structural_tag`` is the constraint SGLang's chat route puts on its
 calls (``tools.structural``): a forcing ``tool_choice`` (``required``, a named
@@ -29,6 +30,7 @@ from .tools.hermes import HermesParser, Qwen25Parser
 from .tools.kimi import KimiK2Parser
 from .tools.llama3 import Llama3JsonParser
 from .tools.mistral import MistralParser
+from .tools.pythonic import PythonicParser
 
 __all__ = ["TOOL_PARSERS", "ForcedCallParser", "HermesParser", "Llama3JsonParser",
            "MistralParser", "ToolCall", "ToolParser"]
@@ -39,5 +41,5 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "mistral": MistralParser,
     "deepseekv3": DeepSeekV3Parser, "deepseekv31": DeepSeekV31Parser,
     "kimi_k2": KimiK2Parser, "gpt-oss": GptOssParser,
-    "glm45": Glm45Parser, "glm": Glm45Parser,
+    "glm45": Glm45Parser, "glm": Glm45Parser, "pythonic": PythonicParser,
 }
