@@ -3,6 +3,7 @@ and through the proxy against the fake SGLang: tool calls, reasoning, malformed 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -167,3 +168,47 @@ def test_a_streamed_tool_call_arrives_whole_with_reasoning_deltas(
     assert message.tool_calls is not None
     assert [(c.id, c.function.name, c.function.arguments) for c in calls] == [
         (c.id, c.function.name, c.function.arguments) for c in message.tool_calls]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_pythonic_calls_through_the_proxy_then_the_next_turn_extends_them(
+        stream: bool, fake: Fake, start_proxy: Callable[..., str], mode: TitoMode) -> None:
+    """``--tool-parser pythonic`` in front of the scripted upstream: a list of keyword
+    calls is two calls (SGLang's PythonicDetector), streamed and not; sent back with its
+    tool results, the next prompt extends the sampled ids exactly."""
+    base = start_proxy(
+        [fake.url], token_in_token_out=True,
+        tokenizer=str(gguf_tokenizer_dir(default_gguf_path())), chat_template=str(TEMPLATE),
+        tool_parser="pythonic")
+    call = mode.renderer.encode('Checking. [lookup(word="sea"), lookup(word="salt", n=2)]'
+                                "<|im_end|>")
+    fake.switches.script = [call, mode.renderer.encode("Both found.<|im_end|>")]
+    client = openai.OpenAI(base_url=f"{base}/sessions/py/v1", api_key="x", max_retries=0)
+    messages: list[Any] = [{"role": "user", "content": "Look up sea and salt."}]
+    if stream:
+        calls: dict[int, Any] = {}
+        content, finish = "", None
+        for chunk in client.chat.completions.create(model="m", messages=messages, tools=TOOLS,
+                                                    stream=True):
+            for choice in chunk.choices:
+                content += choice.delta.content or ""
+                for tc in choice.delta.tool_calls or []:
+                    calls[tc.index] = tc
+                finish = choice.finish_reason or finish
+        got = [(c.id, c.function.name, c.function.arguments) for _, c in sorted(calls.items())]
+    else:
+        reply = client.chat.completions.create(model="m", messages=messages, tools=TOOLS)
+        content, finish = reply.choices[0].message.content or "", reply.choices[0].finish_reason
+        got = [(c.id, c.function.name, c.function.arguments)
+               for c in reply.choices[0].message.tool_calls or []]
+    assert finish == "tool_calls" and content.strip() == "Checking."
+    assert [(name, json.loads(args)) for _, name, args in got] == [
+        ("lookup", {"word": "sea"}), ("lookup", {"word": "salt", "n": 2})]
+    messages.append({"role": "assistant", "content": content, "tool_calls": [
+        {"id": i, "type": "function", "function": {"name": n, "arguments": a}}
+        for i, n, a in got]})
+    messages += [{"role": "tool", "tool_call_id": i, "content": "found"} for i, _, _ in got]
+    second = client.chat.completions.create(model="m", messages=messages, tools=TOOLS)
+    assert second.choices[0].message.content == "Both found."
+    sent = [r["input_ids"] for r in fake.received if "input_ids" in r]
+    assert sent[1][:len(sent[0]) + len(call)] == sent[0] + call
