@@ -122,6 +122,11 @@ def run(name: str, text: str, tools: list[dict[str, Any]] | None = None
                  [("get_weather", {"city": "日本"})], id="pythonic_detector.py: quotes, unicode"),
     pytest.param("pythonic", "[get_weather()]", "", [("get_weather", {})],
                  id="pythonic_detector.py: no arguments"),
+    # an invalid escape keeps its backslash and only warns (the test run makes warnings
+    # errors): SGLang's _run_ast_quiet ignores the warning too
+    pytest.param("pythonic", "[search(query='\\d+ items')]", "",
+                 [("search", {"query": "\\d+ items"})],
+                 id="utils.py _run_ast_quiet: an invalid escape is kept"),
     # SGLang's stream finds both lists; its whole-answer path finds neither
     pytest.param("pythonic", '[get_weather(city="Paris")][search(query="x")]', "",
                  [("get_weather", {"city": "Paris"}), ("search", {"query": "x"})],

@@ -89,8 +89,12 @@ def _calls(block: str) -> list[ToolCall]:
     if len(block) > _MAX_LIST:
         return []
     try:
-        with warnings.catch_warnings():  # e.g. an invalid escape in a string literal
-            warnings.simplefilter("ignore")
+        # An invalid escape (``"\\d+"``) keeps its backslash and only warns: never an
+        # error here (as in SGLang). Parsers run on the event loop's thread, so this
+        # process-wide warnings state is not raced by another parse.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=SyntaxWarning)
+            warnings.filterwarnings("ignore", category=DeprecationWarning)
             tree = ast.parse(block, mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
