@@ -122,11 +122,6 @@ def run(name: str, text: str, tools: list[dict[str, Any]] | None = None
                  [("get_weather", {"city": "日本"})], id="pythonic_detector.py: quotes, unicode"),
     pytest.param("pythonic", "[get_weather()]", "", [("get_weather", {})],
                  id="pythonic_detector.py: no arguments"),
-    # an invalid escape keeps its backslash and only warns (the test run makes warnings
-    # errors): SGLang's _run_ast_quiet ignores the warning too
-    pytest.param("pythonic", "[search(query='\\d+ items')]", "",
-                 [("search", {"query": "\\d+ items"})],
-                 id="utils.py _run_ast_quiet: an invalid escape is kept"),
     # SGLang's stream finds both lists; its whole-answer path finds neither
     pytest.param("pythonic", '[get_weather(city="Paris")][search(query="x")]', "",
                  [("get_weather", {"city": "Paris"}), ("search", {"query": "x"})],
@@ -354,3 +349,15 @@ def test_a_pythonic_list_over_the_size_read_is_content() -> None:
     assert parser.feed(text) == "" and parser.finish() == (text, [])
     small = TOOL_PARSERS["pythonic"]()
     assert small.feed("[f(a='x')]") == "" and small.finish()[1] != []
+
+
+def test_a_pythonic_invalid_escape_is_kept_even_where_warnings_are_errors() -> None:
+    """An invalid escape keeps its backslash and only warns; under ``-W error`` Python's
+    parser would make it a syntax error and the call content. SGLang's _run_ast_quiet
+    ignores that warning, and so does the parser."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = run("pythonic", "[search(query='\\d+ items')]")
+    assert got == [("", [("search", {"query": "\\d+ items"})])] * 2
