@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from seedproxy.engine.grammar import GrammarCompiler
+from seedproxy.engine.grammar import CompiledGrammar, GrammarCompiler
 from seedproxy.engine.testing import tiny_tokenizer
 
 
@@ -45,7 +45,7 @@ def formatted(n: int) -> str:
              "end": "</function>"} for k in range(n)]}})
 
 
-def walk(compiler: GrammarCompiler, grammar: str, ids: list[int]) -> float:
+def walk(compiler: GrammarCompiler, grammar: CompiledGrammar, ids: list[int]) -> float:
     """Seconds per token: the mask, then the token, along ``ids`` (each allowed, and
     the end of sequence allowed after the last)."""
     proc = compiler.processor(grammar)

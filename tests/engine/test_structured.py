@@ -6,6 +6,7 @@ tokens that keep the output inside the language, and the sequence ends with EOS 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from typing import Any
@@ -148,6 +149,62 @@ def test_unsupported_or_invalid_constraints_are_400_naming_the_field(
         assert r.json()["param"] == param
 
 
+def fuel_grammar(triggers: int) -> str:
+    """Lark (which the ``ebnf`` field also reads) for free text cut at one of
+    ``triggers`` words, each cut a terminal that excludes every trigger: from about 15
+    triggers, building its lexer runs out of llguidance's fuel."""
+    words = [hashlib.sha256(str(k).encode()).hexdigest()[:12] for k in range(triggers)]
+    never = "(" + " | ".join(json.dumps(w) for w in words) + ")"
+    cuts = [f"CUT{i}: (/(?s:.*)/ {json.dumps(w)}) & ~(/(?s:.*)/ {never} /(?s:.+)/)\n"
+            for i, w in enumerate(words)]
+    return "start: (" + " | ".join(f"CUT{i}" for i in range(triggers)) + ")*\n" + "".join(cuts)
+
+
+def fuel_request(path: str, triggers: int) -> tuple[dict[str, Any], str]:
+    """A request on ``path`` constrained by ``fuel_grammar(triggers)``, and its field."""
+    if path == "/generate":
+        return {"text": "x", "sampling_params": {"max_new_tokens": 4, "sampling_seed": 1,
+                                                 "ebnf": fuel_grammar(triggers)}}, "ebnf"
+    if path == "/v1/completions":
+        return {"prompt": "x", "max_tokens": 4, "seed": 1,
+                "ebnf": fuel_grammar(triggers)}, "ebnf"
+    fmt = {"type": "grammar", "grammar": fuel_grammar(triggers)}
+    return {"messages": [{"role": "user", "content": "x"}], "max_tokens": 4, "seed": 1,
+            "response_format": {"type": "structural_tag", "format": fmt}}, "structural_tag"
+
+
+PATHS = ["/generate", "/v1/completions", "/v1/chat/completions"]
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_grammar_out_of_lexer_fuel_is_a_400_naming_the_field(client: httpx.Client,
+                                                               path: str) -> None:
+    """The matcher is in error before the first token: refused before any decoding
+    (not answered 200 with only the end of sequence allowed: an empty answer)."""
+    body, field = fuel_request(path, 20)
+    r = client.post(path, json=body)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"] if path == "/generate" else r.json()
+    message = error["message"]
+    assert message.startswith(f"Invalid {field}: ") and "fuel exhausted" in message, message
+    assert len(message) <= 600
+    if path != "/generate":
+        assert (error["object"], error["type"], error["param"], error["code"]) == (
+            "error", "BadRequestError", field, 400)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_the_same_grammar_with_fewer_triggers_decodes(client: httpx.Client,
+                                                      path: str) -> None:
+    body, _ = fuel_request(path, 12)
+    r = client.post(path, json=body)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    text = out["text"] if path == "/generate" else (
+        out["choices"][0].get("text") or out["choices"][0]["message"]["content"])
+    assert text, out
+
+
 def test_penalty_formulas_are_sglangs() -> None:
     row = torch.tensor([2.0, -2.0, 1.0, -1.0, 0.5])
     out = Penalties(0.5, 0.25, 1.0).process(row.clone(), [0, 0, 1])
@@ -234,7 +291,8 @@ def test_the_grammar_tokenizer_is_built_after_the_first_answer_not_beside_it() -
     hold.arm(at=1)
     running = start_engine_thread(tiny_model(), on_step=hold)
     try:
-        grammars = running.server.config.app.state.engine.processors.grammars
+        app: Any = running.server.config.app
+        grammars = app.state.engine.processors.grammars
         with httpx.Client(base_url=running.url, timeout=60) as client, \
                 ThreadPoolExecutor(1) as pool:
             first = pool.submit(client.post, "/generate", json={

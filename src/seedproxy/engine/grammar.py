@@ -10,7 +10,11 @@ named-tool schema forces an object there as it does on SGLang.
 
 Invariants:
 - A grammar is compiled and validated before the request is queued: an invalid one is a
-  400 naming its field, so the decode loop never meets a broken grammar.
+  400 naming its field, and so is one whose matcher is in error at the start (llguidance
+  ran out of lexer fuel building it or computing the first mask), so the decode loop
+  never meets a grammar that could only end the sequence at once.
+- The first mask is computed once per request, at compile time; every choice's matcher
+  is a copy of the compiled one and starts from that mask.
 - The mask is a pure function of the tokens consumed so far, and disallowed tokens get
   ``-inf`` before the seeded Gumbel argmax, so a constrained request stays deterministic.
 - Once the grammar is complete (or could not continue) only the end-of-sequence tokens are
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -30,7 +35,19 @@ from .schema_types import with_inferred_types
 from .struct_format import read_format
 from .struct_lark import format_grammar
 
-__all__ = ["GrammarCompiler", "GrammarProcessor"]
+__all__ = ["CompiledGrammar", "GrammarCompiler", "GrammarProcessor"]
+
+_ERROR_CHARS = 500
+"""The most of llguidance's error text a refusal quotes."""
+
+
+@dataclass(frozen=True)
+class CompiledGrammar:
+    """A request's grammar, checked: a matcher at the start (never advanced itself, only
+    copied) and the logit bias it allows first."""
+
+    start: Any
+    first: bytes
 
 
 class GrammarCompiler:
@@ -63,10 +80,11 @@ class GrammarCompiler:
         thread.start()
         return thread
 
-    def compile(self, field: str, source: str) -> str:
-        """Validate ``source`` and return llguidance's serialised grammar for it.
+    def compile(self, field: str, source: str) -> CompiledGrammar:
+        """Validate ``source`` and return its matcher at the start, first mask computed.
 
-        Raises ``RequestError`` (400, ``param=field``) when the grammar does not compile.
+        Raises ``RequestError`` (400, ``param=field``) when the grammar does not compile
+        or its matcher is in error before the first token.
         """
         from llguidance import LLMatcher, grammar_from
 
@@ -82,14 +100,20 @@ class GrammarCompiler:
         error = LLMatcher.validate_grammar(grammar, self._tokenizer())
         if error:
             raise RequestError(f"Invalid {field}: {error.strip()}", param=field)
-        return grammar
+        start = LLMatcher(self._tokenizer(), grammar, log_level=0)
+        first = start.compute_logit_bias()
+        if start.is_error():
+            raise RequestError(f"Invalid {field}: {_clip(start.get_error())}", param=field)
+        return CompiledGrammar(start, first)
 
-    def processor(self, grammar: str) -> GrammarProcessor:
-        """A fresh matcher (one per sequence) over a grammar from ``compile``."""
-        from llguidance import LLMatcher
+    def processor(self, grammar: CompiledGrammar) -> GrammarProcessor:
+        """A fresh matcher (one per sequence): a copy of the compiled one."""
+        return GrammarProcessor(grammar.start.deep_copy(), self.eos_token_ids, grammar.first)
 
-        return GrammarProcessor(LLMatcher(self._tokenizer(), grammar, log_level=0),
-                                self.eos_token_ids)
+
+def _clip(error: str) -> str:
+    error = error.strip()
+    return error if len(error) <= _ERROR_CHARS else error[:_ERROR_CHARS] + "..."
 
 
 def _typed(source: str) -> str:
@@ -156,18 +180,21 @@ def _struct_tag_grammar(source: str) -> str:
 
 
 class GrammarProcessor:
-    """The per-sequence ``LogitsProcessor`` for one grammar."""
+    """The per-sequence ``LogitsProcessor`` for one grammar. ``first``: the logit bias
+    ``matcher`` allows before any token (computed once, at compile time)."""
 
-    def __init__(self, matcher: Any, eos_token_ids: frozenset[int]) -> None:
+    def __init__(self, matcher: Any, eos_token_ids: frozenset[int], first: bytes) -> None:
         self._m = matcher
         self._eos = sorted(eos_token_ids)
+        self._first: bytes | None = first
 
     def _allowed(self, width: int) -> torch.Tensor:
         allowed = torch.zeros(width, dtype=torch.bool)
         if self._m.is_stopped() or self._m.is_error():
             allowed[[t for t in self._eos if t < width]] = True
             return allowed
-        bias = torch.frombuffer(bytearray(self._m.compute_logit_bias()), dtype=torch.uint8)
+        raw = self._first if self._first is not None else self._m.compute_logit_bias()
+        bias = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
         n = min(width, bias.numel())
         allowed[:n] = bias[:n] > 0
         return allowed
@@ -176,5 +203,6 @@ class GrammarProcessor:
         return logits.masked_fill_(~self._allowed(logits.numel()), float("-inf"))
 
     def accept(self, token_id: int) -> None:
+        self._first = None
         if not self._m.is_stopped():
             self._m.consume_token(token_id)

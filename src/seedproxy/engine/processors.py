@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from .grammar import GrammarCompiler
+from .grammar import CompiledGrammar, GrammarCompiler
 from .logits import LogitsProcessor
 from .params import SamplingParams
 from .penalties import LogitBias, Penalties
@@ -42,13 +42,14 @@ class ProcessorFactory:
     def __init__(self, grammars: GrammarCompiler) -> None:
         self.grammars = grammars
 
-    def compile(self, params: SamplingParams) -> str | None:
+    def compile(self, params: SamplingParams) -> CompiledGrammar | None:
         """The compiled grammar of ``params`` (None without one); a bad one is a 400."""
         if params.grammar is None:
             return None
         return self.grammars.compile(*params.grammar)
 
-    def build(self, params: SamplingParams, grammar: str | None) -> LogitsProcessor | None:
+    def build(self, params: SamplingParams,
+              grammar: CompiledGrammar | None) -> LogitsProcessor | None:
         parts: list[LogitsProcessor] = []
         penalties = Penalties(params.frequency_penalty, params.presence_penalty,
                               params.repetition_penalty)
