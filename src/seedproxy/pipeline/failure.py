@@ -7,7 +7,8 @@ Invariants:
   stream) is an ``answer_shape.UpstreamFailed`` with that error's status
   (``check_chunk``; 502 when it names none).
 - An upstream that answered >= 400 is an ``UpstreamAnswered``: its status, and its
-  message re-shaped into OpenAI's error object.
+  message, type and ``param`` (a string of at most ``_PARAM_CHARS``) re-shaped into
+  OpenAI's error object.
 """
 
 from __future__ import annotations
@@ -21,16 +22,21 @@ from ..errors import UpstreamError, UpstreamTimeout, error_body
 
 __all__ = ["UpstreamAnswered", "transport_failure"]
 
+_PARAM_CHARS = 256
+
 
 class UpstreamAnswered(UpstreamError):
-    """An upstream answered with an error status; ``body()`` keeps its message and type."""
+    """An upstream answered with an error status; ``body()`` keeps its message, type and
+    param."""
 
     def __init__(self, status: int, content: bytes) -> None:
-        message, self.upstream_type = _message(status, content)
+        message, self.upstream_type, param = _message(status, content)
         super().__init__(message, status_code=status)
+        self.param = param
 
     def body(self) -> dict[str, Any]:
-        return error_body(self.message, self.upstream_type, code=self.status_code)
+        return error_body(self.message, self.upstream_type, param=self.param,
+                          code=self.status_code)
 
 
 def transport_failure(exc: httpx.HTTPError, upstream: str | None) -> UpstreamError:
@@ -41,18 +47,22 @@ def transport_failure(exc: httpx.HTTPError, upstream: str | None) -> UpstreamErr
     return UpstreamError(f"upstream {where} broke off the stream ({type(exc).__name__})")
 
 
-def _message(status: int, content: bytes) -> tuple[str, str]:
-    """An upstream error's message and type (SGLang's flat shape, OpenAI's, FastAPI's)."""
+def _message(status: int, content: bytes) -> tuple[str, str, str | None]:
+    """An upstream error's message, type and param (SGLang's flat shape, OpenAI's,
+    FastAPI's)."""
     try:
         data = orjson.loads(content)
     except orjson.JSONDecodeError:
         data = None
-    message = None
+    message = param = None
     error_type = "upstream_error"
     if isinstance(data, dict):
         inner: dict[str, Any] = data["error"] if isinstance(data.get("error"), dict) else data
         message = inner.get("message") or inner.get("detail")
         error_type = str(inner.get("type") or error_type)
+        param = inner.get("param")
     if not isinstance(message, str):
         message = content.decode("utf-8", "replace")[:2000] or f"upstream answered {status}"
-    return message, error_type
+    if not isinstance(param, str) or len(param) > _PARAM_CHARS:
+        param = None
+    return message, error_type, param
