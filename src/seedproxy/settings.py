@@ -60,7 +60,7 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     """Address to bind; a non-loopback one needs an admin key."""
     port: int = Field(default=8000, ge=0, le=65535)
-    """Port to bind."""
+    """Port to bind; 0 binds a free one, which the "seedproxy listening on" log line names."""
     deterministic: bool = True
     """Derive and send seeds; off, requests pass through as sent."""
     admin_key: str | None = None

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import signal
 import socket
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,43 +22,12 @@ import orjson
 import pytest
 
 from tests.conftest import Fake
-from tests.helpers.procs import free_port, start_seedproxy, wait_http
+from tests.helpers.serving import Serving
 
 MSG = [{"role": "user", "content": "hello"}]
 RUN_OUT = 1.0  # visibility_timeout_s of a lease meant to run out
 HOLD = 3600.0  # one meant to hold for the whole test
 ENDED = 6
-
-
-class Proxy:
-    """One ``seedproxy serve`` process on a free port; its stderr goes to ``log``."""
-
-    def __init__(self, fake: Fake, store: str, log: Path) -> None:
-        self.port = free_port()
-        self.log = log
-        with log.open("ab") as stderr:
-            self.proc = start_seedproxy("serve", "--port", str(self.port), "--upstream",
-                                        fake.url, "--store", store,
-                                        stdout=subprocess.DEVNULL, stderr=stderr)
-        wait_http(f"{self.url}/healthz", timeout_s=60, proc=self.proc)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        assert b"Traceback" not in self.log.read_bytes(), self.log.read_text()
 
 
 class Ledger:
@@ -144,22 +112,24 @@ def drop_mid_answer(url: str, **body: Any) -> bytes:
 
 
 @pytest.fixture
-def proxies(fake: Fake, tmp_path: Path) -> Iterator[list[Proxy]]:
-    started: list[Proxy] = []
+def proxies(fake: Fake, tmp_path: Path) -> Iterator[list[Serving]]:
+    started: list[Serving] = []
     yield started
     for proxy in started:
         if proxy.proc.poll() is None or proxy.proc.returncode != -signal.SIGKILL:
             proxy.stop()
+            assert b"Traceback" not in proxy.log.read_bytes(), proxy.log.read_text()
 
 
-def start(proxies: list[Proxy], fake: Fake, store: str, tmp_path: Path) -> Proxy:
-    proxy = Proxy(fake, store, tmp_path / f"proxy-{len(proxies)}.log")
+def start(proxies: list[Serving], fake: Fake, store: str, tmp_path: Path) -> Serving:
+    proxy = Serving("--upstream", fake.url, "--store", store,
+                    log=tmp_path / f"proxy-{len(proxies)}.log").wait()
     proxies.append(proxy)
     return proxy
 
 
 def test_memory_store_an_exporter_dropped_mid_answer_loses_nothing(
-    fake: Fake, tmp_path: Path, proxies: list[Proxy]
+    fake: Fake, tmp_path: Path, proxies: list[Serving]
 ) -> None:
     proxy = start(proxies, fake, "memory://", tmp_path)
     ended, still_open = rollouts(proxy.url)
@@ -173,7 +143,7 @@ def test_memory_store_an_exporter_dropped_mid_answer_loses_nothing(
 
 
 def test_sqlite_a_dropped_exporter_and_a_proxy_killed_mid_lease_lose_nothing(
-    fake: Fake, tmp_path: Path, proxies: list[Proxy]
+    fake: Fake, tmp_path: Path, proxies: list[Serving]
 ) -> None:
     store = f"sqlite:///{tmp_path / 'sessions.db'}"
     first = start(proxies, fake, store, tmp_path)
@@ -191,7 +161,7 @@ def test_sqlite_a_dropped_exporter_and_a_proxy_killed_mid_lease_lose_nothing(
 
 
 def test_redis_a_replica_killed_mid_lease_is_taken_over_by_the_other(
-    fake: Fake, tmp_path: Path, proxies: list[Proxy], redis_url: str
+    fake: Fake, tmp_path: Path, proxies: list[Serving], redis_url: str
 ) -> None:
     store = redis_url
     one = start(proxies, fake, store, tmp_path)

@@ -25,7 +25,8 @@ def test_every_field_is_one_row_with_its_default_and_docstring() -> None:
     assert len(rows) == len(Settings.model_fields)
     by_flag = {row.split(" | ")[0]: row for row in rows}
     assert by_flag["| `--port`"] == (
-        "| `--port` | `SEEDPROXY_PORT` | 8000 | Port to bind. |")
+        "| `--port` | `SEEDPROXY_PORT` | 8000 | Port to bind; 0 binds a free one, which the "
+        "\"seedproxy listening on\" log line names. |")
     assert by_flag["| `--deterministic`, `--no-deterministic`"].split(" | ")[2] == "true"
     assert by_flag["| `--max-body-bytes`"].split(" | ")[2] == "32 MiB"
     assert "memory:// \\| sqlite:///PATH" in by_flag["| `--store`"]

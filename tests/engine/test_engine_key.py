@@ -4,20 +4,16 @@ neither pause it, nor set the weight version it records, nor generate through it
 
 from __future__ import annotations
 
-import re
 import signal
-import subprocess
-import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
 
 import httpx
 import pytest
 
 from seedproxy.engine import start_engine_thread
 from seedproxy.engine.testing import tiny_model
-from tests.helpers.procs import free_port, start_seedproxy, wait_http
+from tests.helpers.serving import Serving
 
 ADMIN = {"authorization": "Bearer admin-key"}
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
@@ -49,30 +45,15 @@ def test_an_engine_with_a_key_refuses_every_route_but_health_without_it() -> Non
         engine.stop()
 
 
-def _engine_url(stderr: IO[bytes]) -> str:
-    for raw in stderr:
-        found = re.search(r"embedded engine serving .* at (http://\S+)", raw.decode())
-        if found:
-            return found.group(1)
-    raise AssertionError("serve never said where its engine listens")
-
-
 @pytest.fixture
-def served(tiny_model_dir: Path) -> Iterator[tuple[str, str]]:
-    port = free_port()
-    proc = start_seedproxy("serve", "--port", str(port), "--model", str(tiny_model_dir),
-                           "--admin-key", "admin-key", stderr=subprocess.PIPE)
+def served(tiny_model_dir: Path, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    proxy = Serving("--model", str(tiny_model_dir), "--admin-key", "admin-key",
+                    log=tmp_path / "serve.log")
     try:
-        assert proc.stderr is not None
-        engine = _engine_url(proc.stderr)
-        # Keep reading its log, so a full pipe never blocks it.
-        threading.Thread(target=proc.stderr.read, daemon=True).start()
-        proxy = f"http://127.0.0.1:{port}"
-        wait_http(f"{proxy}/healthz", 120, proc)
-        yield proxy, engine
+        engine = proxy.line(r"embedded engine serving .* at (http://\S+)").group(1)
+        yield proxy.wait(120).url, engine
     finally:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=30)
+        proxy.stop(signal.SIGINT)
 
 
 def test_serve_keys_its_engine_and_only_the_proxy_can_drive_it(served: tuple[str, str]) -> None:

@@ -23,7 +23,8 @@ import pytest
 
 from seedproxy import derive_seed
 from seedproxy.commands.serve import HOLD_ENGINE_LOAD_VAR
-from tests.helpers.procs import free_port, seedproxy_env, start_seedproxy, wait_http
+from tests.helpers.procs import seedproxy_env, wait_http
+from tests.helpers.serving import Serving
 from tests.helpers.waiting import wait_until
 
 CHAT = {"model": "default", "max_tokens": 6, "temperature": 0.9, "logprobs": True,
@@ -32,9 +33,16 @@ CHAT = {"model": "default", "max_tokens": 6, "temperature": 0.9, "logprobs": Tru
 
 @dataclass
 class Held:
-    url: str
-    proc: subprocess.Popen[bytes]
+    served: Serving
     fifo: Path
+
+    @property
+    def url(self) -> str:
+        return self.served.url
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes]:
+        return self.served.proc
 
     def release(self) -> None:
         with self.fifo.open("wb"):  # the load reads the FIFO to its end, then starts
@@ -48,23 +56,12 @@ class Held:
 def _start_held(tmp_path: Path, *args: str) -> Iterator[Held]:
     fifo = tmp_path / "hold"
     os.mkfifo(fifo)
-    port = free_port()
-    proc = start_seedproxy("serve", "--port", str(port), *args,
-                           env=seedproxy_env(**{HOLD_ENGINE_LOAD_VAR: str(fifo)}),
-                           stderr=subprocess.PIPE)
-    held = Held(f"http://127.0.0.1:{port}", proc, fifo)
+    served = Serving(*args, env=seedproxy_env(**{HOLD_ENGINE_LOAD_VAR: str(fifo)}),
+                     log=tmp_path / "serve.log")
     try:
-        yield held
+        yield Held(served, fifo)
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:  # still held: the load never started
-                proc.kill()
-                proc.wait(timeout=30)
-        assert proc.stderr is not None
-        proc.stderr.close()
+        served.stop(signal.SIGINT, timeout_s=60)  # killed if still held: the load never started
 
 
 @pytest.fixture
@@ -153,8 +150,8 @@ def test_a_load_that_fails_ends_serve_with_its_one_line_error(tmp_path: Path) ->
             held.release()
             refused = early.result()
         assert held.proc.wait(timeout=120) == 2
-        assert held.proc.stderr is not None
-        lines = held.proc.stderr.read().decode().strip().splitlines()
+        held.served.stop()  # all its stderr read
+        lines = held.served.text().strip().splitlines()
         assert lines[-1].startswith("seedproxy: error: ") and str(model) in lines[-1]
         assert not any("Traceback" in line for line in lines)
         assert refused.status_code == 503

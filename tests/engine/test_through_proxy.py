@@ -16,7 +16,8 @@ import pytest
 
 from seedproxy import derive_seed
 from seedproxy.engine import RunningEngine
-from tests.helpers.procs import free_port, seedproxy_env, start_seedproxy, wait_http
+from tests.helpers.procs import seedproxy_env
+from tests.helpers.serving import Serving
 
 MSG = [{"role": "user", "content": "Write a short poem about the sea."}]
 
@@ -134,26 +135,21 @@ def test_temperature_zero_ignores_the_seed(admin: httpx.Client) -> None:
     assert len(seeds) == 3
 
 
-def test_serve_without_upstream_runs_the_engine_in_process(tiny_model_dir: Path) -> None:
-    port = free_port()
-    proc = start_seedproxy(
-        "serve", "--port", str(port), "--model", str(tiny_model_dir), stderr=subprocess.PIPE
-    )
+def test_serve_without_upstream_runs_the_engine_in_process(
+        tiny_model_dir: Path, tmp_path: Path) -> None:
+    served = Serving("--model", str(tiny_model_dir), log=tmp_path / "serve.log")
     try:
-        wait_http(f"http://127.0.0.1:{port}/healthz", 120, proc)
-        c = openai.OpenAI(
-            base_url=f"http://127.0.0.1:{port}/sessions/ep-1/v1", api_key="x", max_retries=0
-        )
+        url = served.wait(120).url
+        c = openai.OpenAI(base_url=f"{url}/sessions/ep-1/v1", api_key="x", max_retries=0)
         assert [m.id for m in c.models.list()] == [tiny_model_dir.name]
         raw = c.chat.completions.with_raw_response.create(model="m", messages=MSG, max_tokens=5)
         assert raw.headers["x-seedproxy-seed"] == str(derive_seed("ep-1", 0))
         assert raw.parse().usage.completion_tokens == 5
         # Token in, token out is on by itself with the embedded engine.
-        turn = httpx.get(f"http://127.0.0.1:{port}/sessions/ep-1/trajectory").json()
+        turn = httpx.get(f"{url}/sessions/ep-1/trajectory").json()
         assert turn["interactions"][0]["lineage"] == {"extends": None, "forked_from": None}
     finally:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=30)
+        served.stop(signal.SIGINT)
 
 
 def test_a_missing_model_path_is_a_one_line_error() -> None:
@@ -167,26 +163,20 @@ def test_a_missing_model_path_is_a_one_line_error() -> None:
 
 
 def test_verify_logprobs_finds_the_embedded_engine_by_itself(
-        tiny_model_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``serve`` prints the engine's address, ``GET /fleet`` names the same one, and
     ``verify-logprobs`` without ``--engine`` teacher-forces through it."""
     from seedproxy.commands.cli import main
 
-    port = free_port()
-    proc = start_seedproxy("serve", "--port", str(port), "--model", str(tiny_model_dir),
-                           stderr=subprocess.PIPE)
-    assert proc.stderr is not None
+    served = Serving("--model", str(tiny_model_dir), log=tmp_path / "serve.log")
     try:
-        lines = []
-        for raw in proc.stderr:  # ends (and the test fails) if serve exits first
-            lines.append(raw.decode())
-            if "embedded engine serving" in lines[-1]:
-                break
+        served.line("embedded engine serving")  # fails the test if serve exits first
+        lines = list(served.lines)
         printed = [line for line in lines if "embedded engine serving" in line]
         assert len(printed) == 1, lines
-        assert any("seedproxy listening" in line for line in lines[:-1]), lines  # port first
-        url = f"http://127.0.0.1:{port}"
-        wait_http(f"{url}/healthz", 120, proc)
+        listening = [n for n, line in enumerate(lines) if "seedproxy listening" in line]
+        assert listening and listening[0] < lines.index(printed[0]), lines  # port first
+        url = served.wait(120).url
         engine = httpx.get(f"{url}/fleet").json()["engine"]
         assert engine.startswith("http://127.0.0.1:") and f" at {engine} " in printed[0]
         assert engine != url and httpx.get(f"{engine}/health").status_code == 200
@@ -196,8 +186,7 @@ def test_verify_logprobs_finds_the_embedded_engine_by_itself(
         assert main(["verify-logprobs", "--url", url, "--session", "vl-1"]) == 0
         assert "6 sampled tokens, 6 match, max |diff| 0" in capsys.readouterr().out
     finally:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=30)
+        served.stop(signal.SIGINT)
 
 
 def test_verify_logprobs_without_an_embedded_engine_asks_for_one(

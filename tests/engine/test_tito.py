@@ -15,7 +15,6 @@ import pytest
 from seedproxy.commands.cli import main
 from seedproxy.engine import RunningEngine
 from seedproxy.engine.model import default_gguf_path, gguf_tokenizer_dir
-from tests.helpers.procs import free_port
 
 TEMPLATE = str(Path(__file__).parents[1] / "helpers" / "qwen3_style.jinja")
 TOOLS = [{"type": "function", "function": {
@@ -112,7 +111,7 @@ def trajectory(admin: httpx.Client, session: str, style: str = "individual") -> 
 def test_a_tokenizer_or_template_that_cannot_work_is_exit_2(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     base = ["serve", "--upstream", "http://127.0.0.1:9", "--token-in-token-out",
-            "--port", str(free_port())]
+            "--port", "0"]
     assert main([*base, "--tokenizer", str(tmp_path / "missing")]) == 2
     assert "tokenizer not found" in capsys.readouterr().err
     bad = tmp_path / "bad.jinja"  # renders the last message only: history is rewritten

@@ -32,13 +32,28 @@ def find_redis_server() -> str | None:
     return next((c for c in _CANDIDATES if Path(c).exists()), None)
 
 
+_ATTEMPTS = 5
+
+
+class _Exited(RuntimeError):
+    """redis-server ended before it answered PING."""
+
+
 class RedisServer:
     def __init__(self, binary: str) -> None:
-        self.port = free_port()
         self._dir = tempfile.TemporaryDirectory(prefix="seedproxy-redis-")
-        self._argv = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                      "--appendonly", "no", "--dir", self._dir.name]
-        self.proc = self._spawn()
+        for attempt in range(_ATTEMPTS):
+            # redis-server cannot say which port it bound, so one probed free is passed;
+            # another process may take it first (then redis-server exits): try another.
+            self.port = free_port()
+            self._argv = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save",
+                          "", "--appendonly", "no", "--dir", self._dir.name]
+            try:
+                self.proc = self._spawn()
+                break
+            except _Exited:
+                if attempt == _ATTEMPTS - 1:
+                    raise
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         proc = subprocess.Popen(self._argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -72,7 +87,7 @@ class RedisServer:
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"redis-server exited with {self.proc.returncode}")
+                raise _Exited(f"redis-server exited with {self.proc.returncode}")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
                     sock.sendall(b"PING\r\n")

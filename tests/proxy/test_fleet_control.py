@@ -17,7 +17,7 @@ from seedproxy import derive_seed
 from tests.conftest import Fake
 from tests.helpers.fake_sglang import routed_experts_of, tokens_for
 from tests.helpers.fleet import Fleet
-from tests.helpers.procs import free_port, seedproxy_env, start_seedproxy
+from tests.helpers.procs import seedproxy_env, start_seedproxy
 from tests.helpers.waiting import wait_until
 
 
@@ -237,7 +237,7 @@ def test_no_deterministic_mode_does_not_refuse(fake: Fake, start_proxy: Callable
 
 def test_serve_refuses_a_nondeterministic_upstream_with_one_line_naming_it(fake: Fake) -> None:
     fake.switches.control.server_info["speculative_algorithm"] = "EAGLE"
-    proc = start_seedproxy("serve", "--upstream", fake.url, "--port", str(free_port()),
+    proc = start_seedproxy("serve", "--upstream", fake.url, "--port", "0",
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     _, err = proc.communicate(timeout=60)
     lines = err.decode().strip().splitlines()

@@ -3,8 +3,6 @@ in front of one fake SGLang act as one control plane, whichever replica is told.
 
 from __future__ import annotations
 
-import signal
-import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,44 +15,19 @@ import redis
 from seedproxy import derive_seed
 from tests.conftest import Fake
 from tests.helpers.fake_sglang import tokens_for
-from tests.helpers.procs import free_port, start_seedproxy, wait_http
 from tests.helpers.redis_server import RedisServer, redis_or_skip
+from tests.helpers.serving import Serving
 from tests.helpers.waiting import wait_until
 from tests.proxy.test_fleet_control import generate, run_paused_load
 
 
-class Replica:
+class Replica(Serving):
     """One ``seedproxy serve`` process; its stderr goes to ``log``."""
-
-    def __init__(self, *args: str, log: Path) -> None:
-        self.port = free_port()
-        self.log = log
-        self._stderr = log.open("ab")
-        self.proc = start_seedproxy("serve", "--port", str(self.port), *args,
-                                    stdout=subprocess.DEVNULL, stderr=self._stderr)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def wait(self) -> Replica:
-        wait_http(f"{self.url}/healthz", timeout_s=60, proc=self.proc)
-        return self
 
     def fleet(self) -> dict[str, Any]:
         answer = httpx.get(f"{self.url}/fleet", timeout=30)
         assert answer.status_code == 200, answer.text
         return dict(answer.json())
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self._stderr.close()
 
 
 @pytest.fixture

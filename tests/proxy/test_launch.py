@@ -18,7 +18,8 @@ import pytest
 from seedproxy.commands.cli import main
 from seedproxy.commands.launch import parse_gpus, plan_servers
 from seedproxy.errors import ConfigError
-from tests.helpers.procs import free_port, seedproxy_env, start_seedproxy, wait_http
+from tests.helpers.procs import seedproxy_env, start_seedproxy
+from tests.helpers.serving import Serving
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE_PKG = ROOT / "tests" / "helpers" / "fake_sglang_pkg"
@@ -228,9 +229,7 @@ def kill_leftovers(proc: subprocess.Popen[bytes], records: Path) -> None:
 def test_launch_starts_one_server_per_tp_group_and_stops_them_all(
     tmp_path: Path, stop_with: signal.Signals
 ) -> None:
-    port = free_port()
-    proc = start_seedproxy(
-        "launch",
+    served = Serving(
         "--model-path",
         "/models/tiny",
         "--gpus",
@@ -241,16 +240,14 @@ def test_launch_starts_one_server_per_tp_group_and_stops_them_all(
         "fa3",
         "--base-port",
         "0",
-        "--port",
-        str(port),
         "--",
         "--mem-fraction-static",
         "0.7",
-        env=launcher_env(tmp_path),
+        command="launch", env=launcher_env(tmp_path), log=tmp_path / "launch.log",
     )
+    proc = served.proc
     try:
-        proxy = f"http://127.0.0.1:{port}"
-        wait_http(f"{proxy}/healthz", timeout_s=60, proc=proc)
+        proxy = served.wait().url
         first, second = read_records(tmp_path, 2)
         assert [first["cuda_visible_devices"], second["cuda_visible_devices"]] == ["0,1", "2,3"]
         ports = []
@@ -301,7 +298,7 @@ def test_a_server_that_dies_while_loading_fails_the_launch_and_stops_the_rest(
         "--base-port",
         "0",
         "--port",
-        str(free_port()),
+        "0",
         # GPU 1's server dies once both servers have recorded themselves (by design,
         # not by luck: the launcher stops GPU 0's server as soon as GPU 1's dies).
         env=launcher_env(tmp_path, FAKE_SGLANG_FAIL_ON_GPUS="1", FAKE_SGLANG_FAIL_AFTER="2"),
@@ -319,21 +316,11 @@ def test_a_server_that_dies_while_loading_fails_the_launch_and_stops_the_rest(
 
 
 def test_servers_die_with_a_launcher_killed_outright(tmp_path: Path) -> None:
-    port = free_port()
-    proc = start_seedproxy(
-        "launch",
-        "--model-path",
-        "/models/tiny",
-        "--gpus",
-        "0",
-        "--base-port",
-        "0",
-        "--port",
-        str(port),
-        env=launcher_env(tmp_path),
-    )
+    served = Serving("--model-path", "/models/tiny", "--gpus", "0", "--base-port", "0",
+                     command="launch", env=launcher_env(tmp_path), log=tmp_path / "launch.log")
+    proc = served.proc
     try:
-        wait_http(f"http://127.0.0.1:{port}/healthz", timeout_s=60, proc=proc)
+        served.wait()
         (record,) = read_records(tmp_path, 1)
         proc.kill()
         proc.wait()

@@ -4,7 +4,6 @@ SIGTERM drains in-flight requests, and two replicas on one Redis act as one prox
 from __future__ import annotations
 
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -18,47 +17,15 @@ import pytest
 
 from seedproxy import derive_seed
 from tests.conftest import Fake
-from tests.helpers.procs import free_port, seedproxy_env, start_seedproxy, wait_http
+from tests.helpers.serving import Serving
 from tests.helpers.waiting import wait_until
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 
 
-class Proxy:
-    def __init__(self, *args: str, log: Path, wait: bool = True) -> None:
-        self.port = free_port()
-        self.log = log
-        self._stderr = log.open("ab")
-        self.proc = start_seedproxy(
-            "serve", "--port", str(self.port), *args,
-            env=seedproxy_env(), stdout=subprocess.DEVNULL, stderr=self._stderr,
-        )
-        if wait:
-            self.wait()
-
-    def wait(self) -> None:
-        wait_http(f"{self.url}/healthz", timeout_s=60, proc=self.proc)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def stop(self, sig: int = signal.SIGTERM) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        try:
-            code = self.proc.wait(timeout=30)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait()
-            self._stderr.close()
-        return code
-
-
 @pytest.fixture
-def procs() -> Iterator[list[Proxy]]:
-    started: list[Proxy] = []
+def procs() -> Iterator[list[Serving]]:
+    started: list[Serving] = []
     yield started
     for proxy in started:
         if proxy.proc.poll() is None:
@@ -66,10 +33,10 @@ def procs() -> Iterator[list[Proxy]]:
 
 
 def test_sigkill_on_sqlite_loses_no_acknowledged_interaction_and_reuses_no_index(
-    fake: Fake, procs: list[Proxy], tmp_path: Path
+    fake: Fake, procs: list[Serving], tmp_path: Path
 ) -> None:
     db = f"sqlite:///{tmp_path / 'state.db'}"
-    first = Proxy("--upstream", fake.url, "--store", db, log=tmp_path / "first.log")
+    first = Serving("--upstream", fake.url, "--store", db, log=tmp_path / "first.log").wait()
     procs.append(first)
     fake.switches.token_delay_s = 0.005
     acked: list[tuple[str, int, int]] = []
@@ -114,7 +81,7 @@ def test_sigkill_on_sqlite_loses_no_acknowledged_interaction_and_reuses_no_index
             f.result()
     assert len(acked) >= 40
 
-    second = Proxy("--upstream", fake.url, "--store", db, log=tmp_path / "second.log")
+    second = Serving("--upstream", fake.url, "--store", db, log=tmp_path / "second.log").wait()
     procs.append(second)
     with httpx.Client(base_url=second.url, timeout=30) as http:
         for session in sorted({s for s, _, _ in acked}):
@@ -134,9 +101,9 @@ def test_sigkill_on_sqlite_loses_no_acknowledged_interaction_and_reuses_no_index
 
 
 def test_sigterm_drains_a_slow_request_in_flight(
-    fake: Fake, procs: list[Proxy], tmp_path: Path
+    fake: Fake, procs: list[Serving], tmp_path: Path
 ) -> None:
-    proxy = Proxy("--upstream", fake.url, log=tmp_path / "proxy.log")
+    proxy = Serving("--upstream", fake.url, log=tmp_path / "proxy.log").wait()
     procs.append(proxy)
     fake.switches.token_delay_s = 0.25  # 4 tokens: about 1 s
     result: dict[str, Any] = {}
@@ -161,10 +128,11 @@ def test_sigterm_drains_a_slow_request_in_flight(
 
 
 def test_two_replicas_on_one_redis_act_as_one_proxy(
-    fake: Fake, procs: list[Proxy], tmp_path: Path, redis_url: str, start_proxy: Callable[..., str]
+    fake: Fake, procs: list[Serving], tmp_path: Path, redis_url: str,
+    start_proxy: Callable[..., str],
 ) -> None:
     replicas = [
-        Proxy("--upstream", fake.url, "--store", redis_url, log=tmp_path / f"r{n}.log", wait=False)
+        Serving("--upstream", fake.url, "--store", redis_url, log=tmp_path / f"r{n}.log")
         for n in range(2)
     ]
     procs.extend(replicas)

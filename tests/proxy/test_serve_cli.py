@@ -14,7 +14,7 @@ import pytest
 from seedproxy import __version__
 from seedproxy.commands.cli import main
 from seedproxy.settings import load_settings
-from tests.helpers.procs import free_port, start_seedproxy
+from tests.helpers.procs import start_seedproxy
 
 
 def test_serve_on_a_public_host_without_an_admin_key_refuses_with_one_line() -> None:
@@ -52,8 +52,7 @@ def test_serve_on_a_public_host_without_an_admin_key_refuses_with_one_line() -> 
 def test_bad_serve_flags_are_one_line_and_exit_2(
     argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    port = str(free_port())
-    assert main(["serve", "--upstream", "http://127.0.0.1:9", "--port", port, *argv]) == 2
+    assert main(["serve", "--upstream", "http://127.0.0.1:9", "--port", "0", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0], err
 
@@ -63,7 +62,7 @@ def test_an_unsupported_proxy_variable_is_one_line_and_exit_2(
 ) -> None:
     monkeypatch.setenv("HTTPS_PROXY", "socks5://127.0.0.1:1080")
     monkeypatch.delenv("https_proxy", raising=False)
-    assert main(["serve", "--upstream", "https://127.0.0.1:9", "--port", str(free_port())]) == 2
+    assert main(["serve", "--upstream", "https://127.0.0.1:9", "--port", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "only http:// forward proxies" in err[0], err
 
@@ -127,7 +126,7 @@ def test_index_by_reads_from_flag_env_and_file(
     monkeypatch.setenv("SEEDPROXY_INDEX_BY", "arrival")
     assert load_settings({}, str(config)).index_by == "arrival"
     assert load_settings({"index_by": "content"}, str(config)).index_by == "content"
-    assert main(["serve", "--upstream", "http://127.0.0.1:9", "--port", str(free_port()),
+    assert main(["serve", "--upstream", "http://127.0.0.1:9", "--port", "0",
                  "--index-by", "order"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "index_by" in err[0], err

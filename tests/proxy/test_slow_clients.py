@@ -6,28 +6,22 @@ closes a connection whose request head, or then whose body, does not arrive with
 from __future__ import annotations
 
 import socket
-import subprocess
 from collections.abc import Iterator
 
 import pytest
 
-from tests.helpers.procs import free_port, start_seedproxy, wait_http
+from tests.helpers.serving import Serving
 
 
 @pytest.fixture(scope="module")
-def served() -> Iterator[int]:
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     """One proxy for the module; no request here reaches its upstream."""
-    port = free_port()
-    proc = start_seedproxy(
-        "serve", "--upstream", "http://127.0.0.1:9", "--port", str(port), "--client-timeout", "1",
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
+    proxy = Serving("--upstream", "http://127.0.0.1:9", "--client-timeout", "1",
+                    log=tmp_path_factory.mktemp("slow") / "serve.log")
     try:
-        wait_http(f"http://127.0.0.1:{port}/healthz", proc=proc)
-        yield port
+        yield proxy.wait().port
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        proxy.stop()
 
 
 def read_until_closed(sock: socket.socket) -> bytes:

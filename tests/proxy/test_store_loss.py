@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,36 +16,24 @@ import pytest
 
 from seedproxy import derive_seed
 from tests.conftest import Fake
-from tests.helpers.procs import free_port, start_seedproxy, wait_http
+from tests.helpers.serving import Serving
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
 
-class Proxy:
-    def __init__(self, fake: Fake, path: Path) -> None:
-        self.url = f"http://127.0.0.1:{free_port()}"
-        self.proc = start_seedproxy("serve", "--port", self.url.rsplit(":", 1)[1],
-                                    "--upstream", fake.url, "--store", f"sqlite:///{path}",
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        wait_http(f"{self.url}/healthz", timeout_s=60, proc=self.proc)
-
-    def stop(self) -> bytes:
-        self.proc.terminate()
-        _, err = self.proc.communicate(timeout=30)
-        return err
-
-
 @pytest.fixture
-def run(fake: Fake) -> Iterator[list[Proxy]]:
-    started: list[Proxy] = []
+def run(fake: Fake) -> Iterator[list[Serving]]:
+    started: list[Serving] = []
     yield started
     for proxy in started:
         if proxy.proc.poll() is None:
-            assert b"Traceback" not in proxy.stop()
+            proxy.stop()
+            assert "Traceback" not in proxy.text()
 
 
-def start(run: list[Proxy], fake: Fake, path: Path) -> Proxy:
-    run.append(Proxy(fake, path))
+def start(run: list[Serving], fake: Fake, path: Path) -> Serving:
+    log = path.with_name(f"{path.name}-serve-{len(run)}.log")
+    run.append(Serving("--upstream", fake.url, "--store", f"sqlite:///{path}", log=log).wait())
     return run[-1]
 
 
@@ -73,7 +60,7 @@ def assert_lost(url: str, path: Path, what: str) -> None:
 
 
 def test_a_deleted_file_stops_the_store_and_a_restart_is_a_new_epoch(
-    fake: Fake, run: list[Proxy], tmp_path: Path
+    fake: Fake, run: list[Serving], tmp_path: Path
 ) -> None:
     path = tmp_path / "sessions.db"
     first = start(run, fake, path)
@@ -102,7 +89,7 @@ def test_a_deleted_file_stops_the_store_and_a_restart_is_a_new_epoch(
 
 
 def test_a_file_replaced_under_the_proxy_stops_the_store(
-    fake: Fake, run: list[Proxy], tmp_path: Path
+    fake: Fake, run: list[Serving], tmp_path: Path
 ) -> None:
     path = tmp_path / "sessions.db"
     proxy = start(run, fake, path)

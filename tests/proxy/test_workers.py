@@ -4,6 +4,7 @@ the single-process memory store refuses several workers."""
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -12,7 +13,8 @@ import pytest
 from seedproxy.proxy.factory import settings_env
 from seedproxy.seeds import derive_seed
 from seedproxy.settings import Settings, load_settings
-from tests.helpers.procs import free_port, seedproxy_env, start_seedproxy, wait_http
+from tests.helpers.procs import start_seedproxy
+from tests.helpers.serving import Serving
 
 
 def test_settings_survive_the_trip_to_a_worker(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -47,28 +49,19 @@ def test_several_workers_with_the_memory_store_is_a_one_line_error() -> None:
     assert len(lines) == 1 and "memory store is single-process" in lines[0]
 
 
-def test_two_workers_share_one_session_through_redis(fake: Any, redis_url: str) -> None:
-    # redis_url: a redis-server of this test worker's own, already answering PING
-    port = free_port()
-    proc = start_seedproxy(
-        "serve",
-        "--upstream",
-        fake.url,
-        "--port",
-        str(port),
-        "--workers",
-        "2",
-        "--store",
-        redis_url,
-        env=seedproxy_env(),
-    )
+def test_two_workers_share_one_session_through_redis(
+        fake: Any, redis_url: str, tmp_path: Path) -> None:
+    # redis_url: a redis-server of this test worker's own, already answering PING.
+    # --port 0: the workers share the one port the line "seedproxy listening" names.
+    served = Serving("--upstream", fake.url, "--workers", "2", "--store", redis_url,
+                     log=tmp_path / "serve.log")
     try:
-        wait_http(f"http://127.0.0.1:{port}/healthz", timeout_s=180, proc=proc)
+        served.wait(timeout_s=180)
         body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
         seeds = []
         for _ in range(6):  # new connections, so both workers take requests
             answer = httpx.post(
-                f"http://127.0.0.1:{port}/sessions/w-1/v1/chat/completions",
+                f"{served.url}/sessions/w-1/v1/chat/completions",
                 json=body,
                 headers={"connection": "close"},
                 timeout=30,
@@ -77,8 +70,7 @@ def test_two_workers_share_one_session_through_redis(fake: Any, redis_url: str) 
             seeds.append(int(answer.headers["x-seedproxy-seed"]))
         assert seeds == [derive_seed("w-1", i) for i in range(6)]
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        served.stop()
 
 
 def test_hot_routes_keep_their_schema_and_other_methods(proxy: str) -> None:

@@ -51,6 +51,9 @@ def serve(flags: dict[str, Any], config_file: str | None) -> int:
     tito = check_before_binding(settings)
     configure_logging()
     sock = bind(settings.host, settings.port)
+    # --port 0 binds a free port: from here on the settings name the one bound, so
+    # the line that says where it listens and the workers' shared socket use it.
+    settings = settings.model_copy(update={"port": sock.getsockname()[1]})
     try:
         if not settings.upstream and settings.workers == 1:
             return _serve_while_loading(settings, sock)
@@ -62,7 +65,7 @@ def serve(flags: dict[str, Any], config_file: str | None) -> int:
             if settings.upstream and settings.backend == "sglang" and settings.deterministic:
                 _preflight(settings.upstream,
                            enforce=not settings.allow_nondeterministic_upstream)
-            _say_listening(settings, sock)
+            _say_listening(settings)
             if settings.workers > 1:
                 return _run_workers(settings, sock, engine)
             uvicorn.Server(_config(app, settings)).run(sockets=[sock])
@@ -97,7 +100,7 @@ def _serve_while_loading(settings: Settings, sock: socket.socket) -> int:
 
     gate = LoadingApp(loading, wait_s=settings.engine_load_wait_s, on_failure=stop)
     server = uvicorn.Server(_config(gate, settings))
-    _say_listening(settings, sock, " (the engine is loading: GET /readyz says when it is ready)")
+    _say_listening(settings, " (the engine is loading: GET /readyz says when it is ready)")
     try:
         server.run(sockets=[sock])
     finally:
@@ -165,9 +168,8 @@ def _proxy_app(settings: Settings, tito: TitoMode | None,
     )
 
 
-def _say_listening(settings: Settings, sock: socket.socket, note: str = "") -> None:
-    log.info("seedproxy listening on http://%s:%d%s", settings.host,
-             sock.getsockname()[1], note)
+def _say_listening(settings: Settings, note: str = "") -> None:
+    log.info("seedproxy listening on http://%s:%d%s", settings.host, settings.port, note)
 
 
 def _run_workers(settings: Settings, sock: socket.socket,
