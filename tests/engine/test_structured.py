@@ -64,6 +64,21 @@ def test_json_schema_output_parses_and_matches(client: httpx.Client, seed: int) 
     assert gen(client, sp)["output_ids"] == out["output_ids"]
 
 
+def test_constrained_outputs_are_pinned(client: httpx.Client) -> None:
+    """Exact tokens for one seed: every choice copies the request's checked matcher and
+    starts from its first mask, computed once; a copy or mask that drifted from a fresh
+    matcher's would move these (the values a matcher built per choice gave)."""
+    out = gen(client, {"max_new_tokens": 60, "sampling_seed": 5,
+                       "json_schema": json.dumps(SCHEMA)}, text="A person:")
+    assert out["output_ids"] == [39428, 1245, 1799, 47999, 5107, 10242, 14460, 473, 1799, 40,
+                                 36, 1627, 6322, 25535, 4326, 87, 23597, 2]
+    assert out["text"] == '{"name":"/())(-","age":84,"pet":"dog"}'
+    r = client.post("/v1/completions", json={
+        "prompt": "Id:", "max_tokens": 20, "seed": 3, "n": 2,
+        "regex": "[A-Z]{2}[0-9]{2}-[a-z]{1,6}"})
+    assert [c["text"] for c in r.json()["choices"]] == ["IH31-ossils", "IH31-ossils"]
+
+
 def test_ebnf_output_is_in_the_language(client: httpx.Client) -> None:
     for seed in range(3):
         out = gen(client, {"max_new_tokens": 8, "sampling_seed": seed,
