@@ -79,6 +79,22 @@ def test_constrained_outputs_are_pinned(client: httpx.Client) -> None:
     assert [c["text"] for c in r.json()["choices"]] == ["IH31-ossils", "IH31-ossils"]
 
 
+def test_a_grammar_that_ends_before_min_new_tokens_ends_the_answer(
+        client: httpx.Client) -> None:
+    """The grammar allows only a stop token once "ab" is written: the answer ends there
+    with that stop, rather than min_new_tokens forcing tokens the grammar never allows."""
+    sp = {"max_new_tokens": 8, "sampling_seed": 4, "regex": "ab"}
+    free = gen(client, sp)
+    held = gen(client, {**sp, "min_new_tokens": 6})
+    assert held["text"] == free["text"] == "ab"
+    assert held["output_ids"] == free["output_ids"]
+    assert held["meta_info"]["finish_reason"] == free["meta_info"]["finish_reason"] == {
+        "type": "stop", "matched": free["output_ids"][-1]}
+    # a grammar that leaves room keeps min_new_tokens: no stop before the sixth token
+    longer = gen(client, {**sp, "regex": "[a-z]+", "min_new_tokens": 6})
+    assert len(longer["output_ids"]) >= 6 and re.fullmatch("[a-z]+", longer["text"])
+
+
 def test_ebnf_output_is_in_the_language(client: httpx.Client) -> None:
     for seed in range(3):
         out = gen(client, {"max_new_tokens": 8, "sampling_seed": seed,

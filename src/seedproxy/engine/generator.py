@@ -125,6 +125,12 @@ class Seq:
         return len(self.tokens) - self.kv.length
 
 
+def _only(row: torch.Tensor, banned: torch.Tensor) -> bool:
+    """Whether ``row`` allows no column but ``banned`` ones (every other one is -inf)."""
+    n = min(row.numel(), banned.numel())
+    return bool(torch.isneginf(row[:n][~banned[:n]]).all())
+
+
 def _top(logprobs: torch.Tensor, k: int) -> list[tuple[int, float]]:
     vals, idx = torch.topk(logprobs, min(k, logprobs.numel()))
     return [(int(i), float(v)) for v, i in zip(vals.tolist(), idx.tolist(), strict=True)]
@@ -280,6 +286,8 @@ class Generator:
         if req.processor is not None:
             row = req.processor.process(row, upd.output_ids)
         ban = seq.banned if len(upd.output_ids) < p.min_new_tokens else None
+        if ban is not None and req.processor is not None and _only(row, ban):
+            ban = None  # the grammar allows nothing but a stop: it ends before min_new_tokens
         choice = self.sampler.choose(row, p, pos, ban)
         if req.processor is not None:
             req.processor.accept(choice.token_id)
@@ -295,7 +303,7 @@ class Generator:
             matched = match_stop_regex(p.stop_regex, seq.text.text)
         if matched is not None:
             upd.finish = {"type": "stop", "matched": matched}
-        elif choice.token_id in seq.stop_ids and len(upd.output_ids) > p.min_new_tokens - 1:
+        elif choice.token_id in seq.stop_ids and ban is None:
             upd.finish = {"type": "stop", "matched": choice.token_id}
         elif len(upd.output_ids) >= seq.limit:
             upd.finish = {"type": "length", "length": len(upd.output_ids)}
