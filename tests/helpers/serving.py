@@ -51,6 +51,7 @@ class Serving:
                 with self._changed:
                     self.lines.append(raw.decode(errors="replace"))
                     self._changed.notify_all()
+        self.proc.stderr.close()
         with self._changed:
             self._ended = True
             self._changed.notify_all()
