@@ -64,3 +64,21 @@ def test_pages_cover_every_turn_once_in_order() -> None:
         seen += [t["turn"] for t in page["turns"]]
         offset = page["next_offset"]
     assert seen == list(range(7))
+
+
+def test_a_fresh_request_repeating_an_earlier_message_is_shown_whole() -> None:
+    hi = [said("user", "hi")]
+    assert added([chat("a", 0, hi, "r0"), chat("b", 1, hi, "r1")]) == [
+        (0, ["hi"]), (0, ["hi"])]
+    echo = [said("user", "q0"), said("assistant", "r0")]
+    assert added([chat("a", 0, [said("user", "q0")], "r0"), chat("b", 1, echo, "r1")]) == [
+        (0, ["q0"]), (0, ["q0", "r0"])]
+
+
+def test_a_turn_carries_how_its_prompt_was_made() -> None:
+    turn = chat("a", 0, [said("user", "q0")], "r0")
+    turn.tito = {"prompt": {"kind": "rendered", "reason": {"message": None,
+                                                           "what": "first turn"}}}
+    (shown,) = turns_page([turn], 0, 10)["turns"]
+    assert shown["prompt"] == {"kind": "rendered",
+                               "reason": {"message": None, "what": "first turn"}}

@@ -5,8 +5,12 @@ messages past that history (``messages_from``: how many leading messages it repe
 from the turn before it). The turn before is the one it extends (token-in-token-out's
 ``extends``), else the previous one in trajectory order. The repeated history is the
 longest common prefix of the two message lists, plus the assistant message right after
-it when it is that turn's answer (shown on that turn already). Prompt ids are left out
-(``prompt_tokens`` counts them), so a page's size does not grow with the history.
+it when it is that turn's answer (shown on that turn already). A turn that adds nothing
+past that history (a fresh request repeating an earlier one) is shown whole. Each turn
+carries its branch (token-in-token-out) and how its prompt was made (``prompt``:
+extended, matched or rendered), so a page shows where a rollout forks, compacts or
+replays. Prompt ids are left out (``prompt_tokens`` counts them), so a page's size does
+not grow with the history.
 Everything else is the trajectory's record of the turn, unchanged.
 """
 
@@ -51,7 +55,7 @@ def repeated(turn: Interaction, before: Interaction | None) -> int:
             not answers or any(echo.get("content") == a.get("content") for a in answers
                                if isinstance(a, dict))):
             shared += 1
-    return shared
+    return shared if shared < len(messages) else 0
 
 
 def turns_page(interactions: list[Interaction], offset: int, limit: int) -> dict[str, Any]:
@@ -78,6 +82,9 @@ def turns_page(interactions: list[Interaction], offset: int, limit: int) -> dict
             shown["request"] = {**turn.request, name: messages[skip:]}
         if branch:
             shown["branch"] = branch.get(turn.interaction_id)
+        tito = turn.tito or {}
+        if isinstance(tito.get("prompt"), dict):
+            shown["prompt"] = tito["prompt"]
         turns.append(shown)
     end = offset + len(page)
     return {"total": len(interactions), "offset": offset,

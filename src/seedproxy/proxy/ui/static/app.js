@@ -310,6 +310,29 @@ function answerText(interaction) {
   return JSON.stringify(r);
 }
 
+function mark(kind, text, title) {
+  return el("span", { className: "mark mark-" + kind, title: title || null, text });
+}
+
+function turnMarks(it) {
+  // What the record knows about where a turn sits: its branch, how its prompt was made,
+  // a compaction, a replay, a fork.
+  const marks = [];
+  if (it.branch) marks.push(mark("branch", "branch " + it.branch));
+  const prompt = it.prompt;
+  if (prompt && typeof prompt.kind === "string") {
+    const how = prompt.kind === "matched" && Array.isArray(prompt.matchers) ? " (" + prompt.matchers.join(", ") + ")"
+      : prompt.kind === "rendered" && prompt.reason && prompt.reason.what ? ": " + prompt.reason.what : "";
+    marks.push(mark("prompt", prompt.kind + how, "how this turn's prompt was made"));
+  }
+  if (it.compacted_from) marks.push(mark("compacted", "compacts " + it.compacted_from, "its summary replaces the history up to this interaction"));
+  const forked = it.lineage && it.lineage.forked_from;
+  if (forked && forked.interaction_id) marks.push(mark("forked", "forked from " + forked.interaction_id));
+  if (it.replayed) marks.push(mark("replayed", "replayed", "answered from the source record, no upstream call"));
+  if (it.abandoned) marks.push(mark("abandoned", "abandoned", "the client left before the answer was complete"));
+  return marks.length ? el("span", { className: "marks" }, marks) : null;
+}
+
 function interactionCard(it, turn, texts) {
   const meta = el("div", { className: "meta" },
     el("span", {}, "turn ", el("b", { text: turn })),
@@ -322,7 +345,8 @@ function interactionCard(it, turn, texts) {
     el("span", {}, "reward ", el("b", { text: fmt(it.reward) })),
     it.weight_version !== undefined ? el("span", {}, "weight version ", el("b", { text: fmt(it.weight_version) })) : null,
     it.prompt_tokens !== undefined ? el("span", {}, "prompt ", el("b", { text: it.prompt_tokens + " tokens" })) : null,
-    el("span", {}, it.endpoint));
+    el("span", {}, it.endpoint),
+    turnMarks(it));
   // The request's messages past the history it repeats (messages_from of them).
   const earlier = it.messages_from ? el("div", { className: "msg earlier muted", text: "… " + it.messages_from + " earlier message" + (it.messages_from === 1 ? "" : "s") }) : null;
   const msgs = el("div", { className: "messages" }, earlier, messagesOf(it.request).map(([role, content, calls]) =>
@@ -334,23 +358,38 @@ function interactionCard(it, turn, texts) {
     meta, msgs, answer, el("h2", { text: "completion tokens" }), completions);
 }
 
-function concatCard(card, concat, texts) {
-  if (concat.concat_error) {
-    const e = concat.concat_error;
-    card.append(el("div", { className: "drift", id: "drift" },
-      "drift at turn " + e.turn + " (request index " + e.request_index + ")" + (e.position !== null ? ", position " + e.position : "") + ": " + e.reason));
+function branchHeader(b, chain) {
+  // One branch of a token-in-token-out rollout and its links to the others.
+  const links = [];
+  if (b.main) links.push(mark("main", "main conversation"));
+  if (chain.includes(b.branch_id)) links.push(mark("chain", "chain " + (chain.indexOf(b.branch_id) + 1) + "/" + chain.length));
+  if (b.compacted_from) links.push(mark("compacted", "compacted from branch " + fmt(b.compacted_from.branch) + " at " + fmt(b.compacted_from.interaction_id)));
+  if (b.subagent_of) links.push(mark("subagent", "sub-agent of " + fmt(b.subagent_of.interaction_id) + (b.subagent_of.tool_call_id ? " call " + b.subagent_of.tool_call_id : "")));
+  if (b.side_request) links.push(mark("side", "side request"));
+  if (b.parent && b.parent.branch) links.push(mark("forked", "forks from branch " + b.parent.branch + " at " + fmt(b.parent.interaction_id)));
+  return el("h3", { className: "branch-head", dataset: { branch: b.branch_id } }, "branch " + b.branch_id + " · " + (b.interaction_ids || []).length + " turns ", links);
+}
+
+function concatCard(card, concat, texts, part) {
+  // part: which branch of the rollout (0 for the first, or a rollout with no branches);
+  // element ids name the first branch's nodes, as they name a single sequence's.
+  const error = concat.concat_error || concat.error;
+  if (error) {
+    const e = error;
+    card.append(el("div", { className: "drift", id: part ? null : "drift" },
+      (e.turn !== undefined ? "drift at turn " + e.turn + " (request index " + e.request_index + ")" + (e.position !== null && e.position !== undefined ? ", position " + e.position : "") : "broken at " + fmt(e.interaction_id)) + ": " + e.reason));
     return;
   }
   const ids = concat.token_ids || [];
   const mask = concat.loss_mask || [];
   const lps = concat.logprobs || [];
-  const box = el("div", { className: "tokens" });
+  const box = el("div", { className: "tokens", dataset: { part: part || 0 } });
   card.append(el("p", { className: "legend", text: ids.length + " tokens; grey: prompt (mask 0); coloured: generated (mask 1), by probability" }), box);
   const shownLps = ids.map((_, p) => mask[p] === 1 ? lps[p] : undefined);
   const glyphs = GLYPHS.get(ids) || new Map();
   let turn = 0;
   let shown = 0;
-  const more = el("span", { className: "muted", id: "concat-more" });
+  const more = el("span", { className: "muted concat-more", id: part ? null : "concat-more" });
   const renderMore = () => { // CONCAT_CHUNK tokens at a time, as the strip's end scrolls into view
     const stop = Math.min(ids.length, shown + CONCAT_CHUNK);
     const out = [];
@@ -436,10 +475,16 @@ async function sessionView(id) {
   };
   const loadConcat = async () => {
     const whole = await api(base + "/trajectory?style=concat");
-    const ids = whole.token_ids || [];
-    const decoded = await decodeAll([{ upstream, completion_token_ids: [] }], ids);
-    await findGlyphs([[ids, upstream]], decoded);
-    if (token === viewToken) concatCard(concat, whole, decoded);
+    // Token-in-token-out: one exact sequence per branch, each shown with its links.
+    const parts = Array.isArray(whole.branches) && whole.branches.length ? whole.branches : [whole];
+    const all = parts.flatMap((b) => b.token_ids || []);
+    const decoded = await decodeAll([{ upstream, completion_token_ids: [] }], all);
+    await findGlyphs(parts.map((b) => [b.token_ids || [], upstream]), decoded);
+    if (token !== viewToken) return false;
+    parts.forEach((b, k) => {
+      if (parts.length > 1) concat.append(branchHeader(b, whole.chain || []));
+      concatCard(concat, b, decoded, k);
+    });
     return false;
   };
   let next = append(first, texts);
