@@ -8,8 +8,8 @@ module, else to ``pkg``.
 
 Layers, lowest first: ``seeds`` imports no other seedproxy module; ``sessions`` nothing
 from backends, proxy, commands or pipeline; ``backends`` nothing from proxy, commands
-or pipeline; ``engine`` nothing from proxy, pipeline or commands. (``pipeline`` and
-``commands`` need not exist: the rule holds the day they appear.)"""
+or pipeline; ``engine`` nothing from proxy, pipeline or commands; ``pipeline`` nothing
+from proxy, commands or engine; ``proxy`` nothing from commands."""
 
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "sessions": ("backends", "proxy", "commands", "pipeline"),
     "backends": ("proxy", "commands", "pipeline"),
     "engine": ("proxy", "pipeline", "commands"),
+    "pipeline": ("proxy", "commands", "engine"),
+    "proxy": ("commands",),
 }
 
 
