@@ -19,7 +19,7 @@ import redis
 
 from tests.helpers.redis_server import RedisServer, find_redis_server, redis_or_skip
 
-__all__ = ["DOWN_AFTER_MS", "SentinelSet", "sentinel_or_skip"]
+__all__ = ["DOWN_AFTER_MS", "SentinelSet", "sentinel_or_skip", "wait_synced"]
 
 DOWN_AFTER_MS = 500
 _FAILOVER_TIMEOUT_MS = 2000
@@ -37,6 +37,23 @@ def sentinel_or_skip() -> str:
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
         pytest.fail(message + " CI=true requires it.", pytrace=False)
     pytest.skip(message)
+
+
+def wait_synced(port: int, replicas: int, timeout_s: float = 60.0) -> None:
+    """Wait until the server on ``port`` is a primary with ``replicas`` replicas online
+    (``INFO replication``)."""
+    deadline = time.monotonic() + timeout_s
+    with redis.Redis(port=port, socket_timeout=10) as client:
+        while True:
+            info = client.info("replication")
+            online = [v for k, v in info.items()
+                      if k.startswith("slave") and isinstance(v, dict)
+                      and v.get("state") == "online"]
+            if info["role"] == "master" and len(online) >= replicas:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"127.0.0.1:{port} has not {replicas} replicas: {info}")
+            time.sleep(0.05)
 
 
 class _Sentinel(RedisServer):
@@ -68,7 +85,7 @@ class SentinelSet:
                          for _ in range(replicas)]
         self.sentinels = [_Sentinel(sentinel, service, self.primary.port)
                           for _ in range(sentinels)]
-        self.wait_synced(self.primary.port, replicas)
+        wait_synced(self.primary.port, replicas)
 
     def url(self, options: str = "") -> str:
         hosts = ",".join(f"127.0.0.1:{s.port}" for s in self.sentinels)
@@ -79,22 +96,6 @@ class SentinelSet:
         with redis.Redis(port=self.sentinels[0].port, socket_timeout=10) as client:
             _, port = client.sentinel_get_master_addr_by_name(self.service)
         return int(port)
-
-    def wait_synced(self, port: int, replicas: int, timeout_s: float = 60.0) -> None:
-        """Wait until the server on ``port`` is a primary with ``replicas`` replicas
-        online (``INFO replication``)."""
-        deadline = time.monotonic() + timeout_s
-        with redis.Redis(port=port, socket_timeout=10) as client:
-            while True:
-                info = client.info("replication")
-                online = [v for k, v in info.items()
-                          if k.startswith("slave") and isinstance(v, dict)
-                          and v.get("state") == "online"]
-                if info["role"] == "master" and len(online) >= replicas:
-                    return
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"127.0.0.1:{port} has not {replicas} replicas: {info}")
-                time.sleep(0.05)
 
     def kill_primary(self) -> int:
         """SIGKILL the primary; its port."""
