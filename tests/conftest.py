@@ -15,6 +15,7 @@ from seedproxy.proxy import create_app
 from seedproxy.settings import Settings
 from tests.helpers.fake_sglang import Switches, create_fake_sglang
 from tests.helpers.fleet import Fleet
+from tests.helpers.redis_sentinel import SentinelSet
 from tests.helpers.redis_server import RedisServer, redis_or_skip
 from tests.helpers.servers import ServerThread
 
@@ -95,3 +96,17 @@ def redis_server() -> Iterator[RedisServer]:
 def redis_url(redis_server: RedisServer) -> str:
     """A store URL with a key prefix of its own, so tests never see each other's keys."""
     return f"{redis_server.url}?prefix=t{uuid.uuid4().hex[:12]}:"
+
+
+@pytest.fixture(scope="session")
+def sentinel_servers() -> Iterator[SentinelSet]:
+    """A primary, one replica and one Sentinel (fails under CI=true if missing)."""
+    servers = SentinelSet(replicas=1, sentinels=1)
+    yield servers
+    servers.stop()
+
+
+@pytest.fixture
+def sentinel_url(sentinel_servers: SentinelSet) -> str:
+    """A store URL through the Sentinel, every write held by the replica (``WAIT 1``)."""
+    return sentinel_servers.url(f"prefix=t{uuid.uuid4().hex[:12]}:&wait_replicas=1")

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from seedproxy.commands.sglang import DETERMINISTIC_ATTENTION
-from tests.helpers.procs import free_port
+from tests.helpers.procs import free_port, seedproxy_env
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
@@ -93,3 +93,93 @@ def test_compose_puts_seedproxy_in_front_of_every_server_with_redis(
     assert args[args.index("--store") + 1] == "redis://redis:6379/0"
     assert "SEEDPROXY_ADMIN_KEY" in proxy["environment"]
     assert set(proxy["depends_on"]) == {*(n for n in services if n.startswith("sglang-")), "redis"}
+
+
+# Kubernetes (deploy/k8s, kustomize): checked against the Kubernetes schemas that
+# kubernetes-validate ships (offline), and against seedproxy's own command lines.
+K8S = ROOT / "deploy" / "k8s"
+
+
+@pytest.fixture
+def k8s() -> dict[tuple[str, str], dict[str, Any]]:
+    """Every resource kustomization.yaml lists, by (kind, name)."""
+    yaml = pytest.importorskip("yaml")
+    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    listed = kustomization["resources"]
+    assert sorted(listed) == sorted(p.name for p in K8S.glob("*.yaml")
+                                    if p.name != "kustomization.yaml")
+    docs = [doc for name in listed for doc in yaml.safe_load_all((K8S / name).read_text())]
+    return {(doc["kind"], doc["metadata"]["name"]): doc for doc in docs}
+
+
+def container(resource: dict[str, Any]) -> dict[str, Any]:
+    (only,) = resource["spec"]["template"]["spec"]["containers"]
+    return only  # type: ignore[no-any-return]
+
+
+def test_every_manifest_is_valid_kubernetes_and_a_broken_one_is_not(
+    k8s: dict[tuple[str, str], dict[str, Any]],
+) -> None:
+    import kubernetes_validate
+
+    versions = ("1.29", kubernetes_validate.latest_version())
+    for resource in k8s.values():
+        for version in versions:
+            kubernetes_validate.validate(resource, version, strict=True)
+    broken = json.loads(json.dumps(k8s["Deployment", "seedproxy"]))
+    broken["spec"]["replica"] = broken["spec"].pop("replicas")
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, versions[0], strict=True)
+
+
+def test_the_proxy_manifest_names_real_serve_options_and_the_services_it_needs(
+    k8s: dict[tuple[str, str], dict[str, Any]], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from seedproxy.commands.cli import build_parser
+    from seedproxy.commands.options import flag_values
+    from seedproxy.sessions.store.redis_url import parse_url
+    from seedproxy.settings import load_settings
+
+    proxy = container(k8s["Deployment", "seedproxy"])
+    monkeypatch.setenv("SEEDPROXY_ADMIN_KEY", "k" * 32)
+    settings = load_settings(flag_values(build_parser().parse_args(["serve", *proxy["args"]])))
+    (env,) = proxy["env"]
+    assert env["name"] == "SEEDPROXY_ADMIN_KEY" and "secretKeyRef" in env["valueFrom"]
+    assert proxy["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert proxy["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    port = {p["name"]: p["containerPort"] for p in proxy["ports"]}["http"]
+    assert settings.port == port and settings.host == "0.0.0.0"
+
+    store = parse_url(settings.store)
+    assert store.wait_replicas >= 1
+    ((host, sentinel_port),) = store.sentinels
+    assert k8s["Service", host]["spec"]["ports"][0]["port"] == sentinel_port
+    config = k8s["ConfigMap", "redis-sentinel"]["data"]["sentinel.conf"]
+    assert f"sentinel monitor {store.service} redis-0.redis 6379 " in config
+    assert k8s["StatefulSet", "redis"]["spec"]["replicas"] > store.wait_replicas
+
+    servers = sorted(name for kind, name in k8s if kind == "Deployment"
+                     and name.startswith("sglang-"))
+    assert settings.upstream == [f"http://{name}:30000" for name in servers]
+    for name in servers:
+        assert k8s["Service", name]["spec"]["ports"][0]["port"] == 30000
+
+
+def test_each_sglang_server_runs_what_sglang_command_prints(
+    k8s: dict[tuple[str, str], dict[str, Any]],
+) -> None:
+    servers = [doc for (kind, name), doc in k8s.items()
+               if kind == "Deployment" and name.startswith("sglang-")]
+    assert len(servers) >= 2
+    for server in servers:
+        assert server["spec"]["replicas"] == 1
+        spec = container(server)
+        argv = [*spec["command"], *spec["args"]]
+        model = argv[argv.index("--model-path") + 1]
+        printed = subprocess.run(
+            [sys.executable, "-m", "seedproxy", "sglang-command", "--model-path", model,
+             "--attention-backend", "fa3", "--port", "30000", "--", "--host", "0.0.0.0"],
+            capture_output=True, text=True, check=True, env=seedproxy_env()).stdout.split()
+        assert argv[0] == "python3" and argv[1:] == printed[1:]
+        assert spec["readinessProbe"]["httpGet"]["path"] == "/health"
+        assert spec["resources"]["limits"]["nvidia.com/gpu"] == 1

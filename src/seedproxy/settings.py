@@ -66,7 +66,7 @@ class Settings(BaseSettings):
     admin_key: str | None = None
     """Bearer key for admin routes (required for a non-loopback host)."""
     store: str = "memory://"
-    """memory:// | sqlite:///PATH | redis://HOST:PORT/DB"""
+    """memory:// | sqlite:///PATH | redis://HOST:PORT/DB | redis+sentinel://HOST:PORT[,...]/SERVICE"""
     model: str | None = None
     """Embedded engine model: a Hugging Face folder or a .gguf file."""
     engine_max_batch: int = Field(

@@ -40,20 +40,27 @@ class _Exited(RuntimeError):
 
 
 class RedisServer:
-    def __init__(self, binary: str) -> None:
+    """One ``redis-server`` (``extra``: more of its arguments, e.g. ``--replicaof``)."""
+
+    def __init__(self, binary: str, *extra: str) -> None:
         self._dir = tempfile.TemporaryDirectory(prefix="seedproxy-redis-")
         for attempt in range(_ATTEMPTS):
             # redis-server cannot say which port it bound, so one probed free is passed;
             # another process may take it first (then redis-server exits): try another.
             self.port = free_port()
-            self._argv = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save",
-                          "", "--appendonly", "no", "--dir", self._dir.name]
+            self._argv = [*self._arguments(binary, self._dir.name), "--port", str(self.port),
+                          *extra]
             try:
                 self.proc = self._spawn()
                 break
             except _Exited:
                 if attempt == _ATTEMPTS - 1:
                     raise
+
+    def _arguments(self, binary: str, folder: str) -> list[str]:
+        """The command line before ``--port``."""
+        return [binary, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                "--dir", folder]
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         proc = subprocess.Popen(self._argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -177,8 +177,9 @@ async def test_a_watch_wakes_when_another_handle_ends_a_session(
     """Memory: one store; SQLite: the same handle (its own signal); Redis: a second
     connection, as another replica, with the version backstop an hour away."""
     param = request.node.callspec.params["opener"]
-    if param == "redis":
-        url = request.getfixturevalue("redis_url") + "&watch_check_s=3600"
+    if param.startswith("redis"):
+        fixture = "redis_url" if param == "redis" else "sentinel_url"
+        url = request.getfixturevalue(fixture) + "&watch_check_s=3600"
         waiter, ender = open_store(url), open_store(url)
     elif param == "sqlite":
         waiter = ender = SqliteStore(str(tmp_path / "w.db"), check_s=None)

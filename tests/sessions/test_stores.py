@@ -18,17 +18,20 @@ from seedproxy.sessions.store import RETRY_MEMORY
 Opener = Callable[[], SessionStore]
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis"])
+@pytest.fixture(params=["memory", "sqlite", "redis", "redis-sentinel-wait"])
 def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
     """Opens a handle on one shared store: the same object for memory, a new connection
-    (as a restarted proxy or another replica would open) for SQLite and Redis."""
+    (as a restarted proxy or another replica would open) for SQLite and Redis (also
+    through a Sentinel, every write waiting for a replica)."""
     if request.param == "memory":
         shared = open_store("memory://")
         return lambda: shared
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'sessions.db'}"
-    else:
+    elif request.param == "redis":
         url = request.getfixturevalue("redis_url")
+    else:
+        url = request.getfixturevalue("sentinel_url")
     return lambda: open_store(url)
 
 

@@ -1,5 +1,6 @@
 """Session stores, chosen by URL: ``memory://`` (default), ``sqlite:///path.db``,
-``redis://host:port/db``. Durable stores are imported lazily."""
+``redis://host:port/db``, ``redis+sentinel://host:port[,...]/service[/db]``. Durable
+stores are imported lazily."""
 
 from __future__ import annotations
 
@@ -27,11 +28,12 @@ def open_store(url: str) -> SessionStore:
             return SqliteStore(path)
         except StoreError as exc:
             raise ConfigError(exc.message) from None
-    if scheme in ("redis", "rediss", "unix"):
+    if scheme in ("redis", "rediss", "unix", "redis+sentinel"):
         from .redis import RedisStore
 
         try:
             return RedisStore(url)
         except ValueError as exc:
             raise ConfigError(f"bad redis store URL {url!r}: {exc}") from None
-    raise ConfigError(f"unsupported store URL {url!r}: use memory://, sqlite:///PATH or redis://HOST:PORT/DB")
+    raise ConfigError(f"unsupported store URL {url!r}: use memory://, sqlite:///PATH, "
+                      "redis://HOST:PORT/DB or redis+sentinel://HOST:PORT[,...]/SERVICE[/DB]")

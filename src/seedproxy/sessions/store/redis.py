@@ -1,4 +1,6 @@
-"""The Redis store: sessions shared by several proxy replicas. ``redis://host:port/db``.
+"""The Redis store: sessions shared by several proxy replicas. ``redis://host:port/db``,
+or a Sentinel-named primary, ``redis+sentinel://host:port[,host:port...]/service[/db]``
+(``redis_url.py``).
 
 Invariants: every read-modify-write runs as one Lua script, so ``allocate`` (retry
 digest reuse, pins and the counter) is atomic across replicas, and so are the
@@ -29,7 +31,16 @@ most ``?timeout_s=N`` (5 s) for its answer, and every script refuses to run (err
 was sent, so a command that timed out (a 503) and sat in a paused Redis's buffer never
 takes effect later (clocks within ``timeout_s / 4`` of each other assumed). A broken
 connection (Redis restarted) is re-made and the command resent once, since a command
-on a dead connection never ran.
+on a dead connection never ran; under Sentinel the new connection goes to whichever
+primary the Sentinels name then. With ``?wait_replicas=N`` every script that writes is
+acknowledged only once N replicas hold it (``redis_wait.py``), so a primary's death
+loses nothing a client was told, and no index handed out is handed out again.
+
+Redis Cluster is not supported: the scripts that create, end, record and export a
+session also update store-wide keys in the same atomic step (``{p}all``, ``{p}open``,
+``{p}unexp``, ``{p}ready``, ``{p}active``, ``{p}ver``, the ``created``/``ended``
+counters that order exports, the capacity check of ``create``), and a lease or ack
+covers several sessions; Cluster runs a script only on keys of one hash slot.
 """
 
 from __future__ import annotations
@@ -51,7 +62,8 @@ from . import redis_scripts as lua
 from .base import RETRY_MEMORY, over_capacity
 from .redis_leases import RedisLeases
 from .redis_reads import RedisReads
-from .redis_url import parse_url
+from .redis_url import open_client, parse_url
+from .redis_wait import run_waited
 
 __all__ = ["RedisStore"]
 
@@ -67,7 +79,6 @@ class RedisStore(RedisLeases, RedisReads):
 
     def __init__(self, url: str, *, retry_memory: int = RETRY_MEMORY) -> None:
         try:
-            import redis.asyncio as aioredis
             from redis.asyncio.retry import Retry
             from redis.backoff import NoBackoff
             from redis.exceptions import ConnectionError as RedisConnectionError
@@ -76,23 +87,25 @@ class RedisStore(RedisLeases, RedisReads):
             raise ConfigError(
                 "the Redis store needs the redis package: pip install 'seedproxy[redis]'"
             ) from exc
-        base, self._p, self._ended_ttl, self._timeout, self._check_s = parse_url(url)
+        options = parse_url(url)
+        self._p, self._ended_ttl, self._timeout = (options.prefix, options.ended_ttl_s,
+                                                   options.timeout_s)
+        self._check_s, self._options = options.watch_check_s, options
         self._errors: tuple[type[BaseException], ...] = (RedisError, OSError)
-        self._redis: Any = aioredis.Redis.from_url(
-            base,
+        self._redis, self._sentinels = open_client(
+            options,
             socket_timeout=self._timeout,
             socket_connect_timeout=self._timeout,
             # Only a broken connection is retried: a timed-out command may yet run.
             retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
         )
         self._retry_memory = retry_memory
-        scripts = [self._redis.register_script(lua.GUARD + body) for body in (
-            lua.ALLOCATE, lua.CREATE, lua.END, lua.RECORD, lua.SET_REWARD,
-            lua.MARK_EXPORTED, lua.OCCURRENCE, lua.CHANGES,
-        )]
         (self._allocate, self._create, self._end, self._record, self._set_reward,
-         self._mark_exported, self._occurrence, self._changes) = (
-            self._guarded(script) for script in scripts)
+         self._mark_exported, self._occurrence) = (self.script(body) for body in (
+            lua.ALLOCATE, lua.CREATE, lua.END, lua.RECORD, lua.SET_REWARD,
+            lua.MARK_EXPORTED, lua.OCCURRENCE))
+        self._changes = self._guarded(self._redis.register_script(lua.GUARD + lua.CHANGES),
+                                      writes=False)
         self._init_leases()  # export leases: redis_leases.py
 
     # Shared with the fleet board (backends/redis_board.py): one connection, one key
@@ -102,9 +115,10 @@ class RedisStore(RedisLeases, RedisReads):
         return self._p
 
     def script(self, body: str) -> Any:
-        """``body`` as a Lua script run as the store's own are: with the deadline guard
-        (see Outages) and its deadline passed as the last ARGV."""
-        return self._guarded(self._redis.register_script(lua.GUARD + body))
+        """``body``, a Lua script that writes, run as the store's own are: with the
+        deadline guard (see Outages), its deadline passed as the last ARGV, and acknowledged
+        once ``wait_replicas`` replicas hold what it wrote."""
+        return self._guarded(self._redis.register_script(lua.GUARD + body), writes=True)
 
     async def run(self, awaitable: Any) -> Any:
         """Await a command on ``client``; a Redis failure is a ``StoreError``."""
@@ -130,11 +144,17 @@ class RedisStore(RedisLeases, RedisReads):
     def _key_of(self, api_key: str) -> str:
         return self._p + "k:" + hashlib.sha256(api_key.encode()).hexdigest()
 
-    def _guarded(self, script: Any) -> Any:
-        """``script`` called with its deadline appended to ``args``."""
+    def _guarded(self, script: Any, *, writes: bool) -> Any:
+        """``script`` called with its deadline appended to ``args`` (and, if it ``writes``
+        and ``wait_replicas`` is set, followed by ``WAIT``)."""
+        replicas = self._options.wait_replicas if writes else 0
 
         def call(*, keys: builtins.list[str], args: builtins.list[Any] | None = None) -> Any:
             deadline = time.time() + self._timeout * _DEADLINE_SHARE
+            if replicas:
+                return run_waited(self._redis, script, keys=keys,
+                                  args=[*(args or []), repr(deadline)], replicas=replicas,
+                                  wait_s=self._options.wait_timeout_s)
             return script(keys=keys, args=[*(args or []), repr(deadline)])
 
         return call
@@ -363,3 +383,5 @@ class RedisStore(RedisLeases, RedisReads):
 
     async def close(self) -> None:
         await self._redis.aclose()
+        if self._sentinels is not None:
+            await self._sentinels.aclose()
