@@ -17,6 +17,7 @@ from starlette.responses import Response
 
 from ..backends import Endpoint
 from ..backends.bridging import as_chat
+from ..backends.responses_bridge import left_out_tools
 from ..errors import BadRequest, ClientClosed, SeedProxyError
 from ..sessions import Interaction, NewSession, SessionRecord
 from ..sessions.cursor import SessionView
@@ -67,6 +68,8 @@ class Admission:
                             retry=is_sdk_retry(headers), arrived=arrived,
                             compacted=compacted_from(headers))
             ex.view = view
+            if chat is not None and endpoint is Endpoint.RESPONSES:
+                ex.left_out_tools = left_out_tools(client.body) or None
             recorded = None
             if ex.session is not None and ex.session.replays and ex.slot is not None:
                 recorded = await self.services.replays.lookup(
