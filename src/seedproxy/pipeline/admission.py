@@ -30,6 +30,7 @@ from .readers.fanout import FanoutReader
 from .readers.passthrough import PassthroughReader
 from .readers.record import RecordReader
 from .readers.tito import TitoReader, TitoTurn, prepare
+from .refusals import note_refusal
 from .replaying import AsRecorded
 from .request import ClientRequest, client_request, read_body
 from .seating import seat
@@ -81,7 +82,21 @@ class Admission:
             return await run(ex, reader, presenter, request)
         except SeedProxyError as exc:
             shown = {"x-seedproxy-overhead-ms": f"{(time.perf_counter() - arrived) * 1000:.3f}"}
+            self.refused(endpoint, exc, session,
+                         ex.slot.index if ex is not None and ex.slot is not None else None)
             return self._refusal.error_response(exc, ex.headers() if ex is not None else shown)
+
+    def refused(self, endpoint: Endpoint, exc: SeedProxyError,
+                session: SessionRecord | NewSession | str | None, index: int | None = None
+                ) -> None:
+        """Count and log a request refused on ``endpoint`` before an upstream saw it
+        (``refusals.py``); ``session``: its record, or the id its path named. A client
+        that left is not a refusal."""
+        if isinstance(exc, ClientClosed):
+            return
+        name = session if isinstance(session, str) or session is None else session.session_id
+        note_refusal(self.services.metrics, endpoint.value, exc, session=name, index=index,
+                     logged=self.services.settings.log_requests)
 
     async def _view(self, session: SessionRecord | NewSession | None) -> SessionView | None:
         """The session's view, brought up to date in one store operation (None for a new
