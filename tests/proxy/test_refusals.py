@@ -91,3 +91,17 @@ def test_request_logging_off_still_counts_refusals(
 def test_the_reason_is_a_bounded_label_never_client_text(error: SeedProxyError,
                                                          reason: str) -> None:
     assert reason_of(error) == reason
+
+
+def test_a_session_id_that_is_not_valid_is_counted_but_not_logged(
+    fake: Fake, start_proxy: Callable[..., str], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="seedproxy.request")
+    url = start_proxy([fake.url])
+    named = "x" * 129
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    answer = httpx.post(f"{url}/sessions/{named}/v1/chat/completions", json=body)
+    assert answer.status_code == 400
+    [line] = refused_lines(caplog)
+    assert line["session"] is None and named not in orjson.dumps(line).decode()
+    assert line["reason"] == answer.json()["error"]["param"]

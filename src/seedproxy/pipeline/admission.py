@@ -21,6 +21,7 @@ from ..backends.responses_bridge import left_out_tools
 from ..errors import BadRequest, ClientClosed, SeedProxyError
 from ..sessions import Interaction, NewSession, SessionRecord
 from ..sessions.cursor import SessionView
+from ..sessions.ids import check_id
 from .departure import unless_client_leaves
 from .exchange import Exchange
 from .headers import compacted_from, is_sdk_retry, pinned_index
@@ -90,11 +91,16 @@ class Admission:
                 session: SessionRecord | NewSession | str | None, index: int | None = None
                 ) -> None:
         """Count and log a request refused on ``endpoint`` before an upstream saw it
-        (``refusals.py``); ``session``: its record, or the id its path named. A client
-        that left is not a refusal."""
+        (``refusals.py``); ``session``: its record, or the id its path named (logged
+        only when it is a valid id). A client that left is not a refusal."""
         if isinstance(exc, ClientClosed):
             return
         name = session if isinstance(session, str) or session is None else session.session_id
+        if isinstance(session, str):
+            try:
+                check_id(session, param="session_id")
+            except BadRequest:
+                name = None
         note_refusal(self.services.metrics, endpoint.value, exc, session=name, index=index,
                      logged=self.services.settings.log_requests)
 
