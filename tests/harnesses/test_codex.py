@@ -7,8 +7,11 @@ In token-in-token-out mode the upstream is a scripted Qwen3 (``ScriptedQwen3``: 
 real Qwen3 tokenizer and template) that calls Codex's shell tool five times, reading
 each result, then answers. Every later turn extends the one before it, the exported
 ids are the ones the model sampled, and a second session of the same identity gets
-the same seeds. In the default (passthrough) mode the Responses request is bridged to
-the fake SGLang's chat route, which calls the shell tool once, then answers.
+the same seeds. With a model catalog entry like Codex's GPT-5 ones, Codex offers its
+freeform ``apply_patch`` (a ``custom`` tool with a Lark grammar): the model patches a
+file through it, reads the file back with the shell, and every turn still extends. In
+the default (passthrough) mode the Responses request is bridged to the fake SGLang's
+chat route, which calls the shell tool once, then answers.
 """
 
 from __future__ import annotations
