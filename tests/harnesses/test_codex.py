@@ -11,7 +11,8 @@ the same seeds. With a model catalog entry like Codex's GPT-5 ones, Codex offers
 freeform ``apply_patch`` (a ``custom`` tool with a Lark grammar): the model patches a
 file through it, reads the file back with the shell, and every turn still extends. In
 the default (passthrough) mode the Responses request is bridged to the fake SGLang's
-chat route, which calls the shell tool once, then answers.
+chat route, which calls the shell tool once, then answers; in front of a
+Responses-capable upstream (the vLLM backend) it goes as Codex sent it, seeded.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from seedproxy import derive_seed  # noqa: E402
 from tests.conftest import Fake  # noqa: E402
 from tests.helpers.codex_cli import codex_binary, model_catalog, run_codex  # noqa: E402
 from tests.helpers.codex_model import PATCH, PATCHED, ScriptedQwen3, marker  # noqa: E402
+from tests.helpers.fake_compat import CompatSwitches, create_fake_vllm  # noqa: E402
 from tests.helpers.real_tokenizers import family, tokenizer_dir  # noqa: E402
 from tests.helpers.servers import ServerThread  # noqa: E402
 
@@ -164,3 +166,22 @@ def test_codex_completes_in_the_default_mode(
     outputs = [i for i in second["request"]["input"] if i.get("type") == "function_call_output"]
     assert outputs and outputs[-1]["call_id"] == call["call_id"]
     assert "seedproxy-42" in str(outputs[-1]["output"])
+
+
+def test_codex_completes_in_front_of_a_responses_upstream(
+    codex: Path, start_proxy: Callable[..., str], tmp_path: Path,
+) -> None:
+    switches = CompatSwitches()
+    with ServerThread(create_fake_vllm(switches)) as upstream:
+        proxy = start_proxy([upstream.url], backend="vllm")
+        base, key = open_session(proxy, "codex-vllm", "codex-vllm")
+        done = run_codex(codex, base, key, "say something", tmp_path)
+    assert done.returncode == 0, done.stderr[-4000:]
+    [turn] = trajectory(proxy, "codex-vllm")
+    answer = turn["response"]["output"][0]["content"][0]["text"]
+    assert turn["status"] == 200 and answer and answer in done.stdout
+    [sent] = switches.received
+    assert sent["seed"] == derive_seed("codex-vllm", 0)
+    assert {k: v for k, v in sent.items() if k != "seed"} == turn["request"]
+    assert {t["type"] for t in sent["tools"]} >= {"function", "namespace", "web_search"}
+    assert "left_out_tools" not in turn  # nothing was left out: the upstream got them all
