@@ -121,9 +121,24 @@ def test_an_untranslatable_request_is_a_400_using_no_index(
     proxy: str, fake: Fake, http: httpx.Client
 ) -> None:
     with pytest.raises(openai.BadRequestError):
-        sdk(proxy, "bad-r").responses.create(model="m", input="x", tools=[{"type": "web_search"}])
+        sdk(proxy, "bad-r").responses.create(
+            model="m", input=[{"type": "item_reference", "id": "rs_1"}])
     assert fake.received == []
     assert http.get("/sessions/bad-r").status_code == 404  # a 4xx creates no session
+
+
+def test_a_hosted_tool_is_left_out_of_the_prompt_and_named_in_the_record(
+    proxy: str, fake: Fake, http: httpx.Client
+) -> None:
+    fake.switches.stop_after = 3
+    response = sdk(proxy, "hosted").responses.create(
+        model="m", input="x", tools=[{"type": "web_search"}, {"type": "file_search",
+                                                              "vector_store_ids": ["v"]}])
+    assert response.status == "completed"
+    assert "tools" not in fake.received[0]
+    [turn] = http.get("/sessions/hosted/trajectory").json()["interactions"]
+    assert turn["left_out_tools"] == ["web_search", "file_search"]
+    assert [t["type"] for t in turn["response"]["tools"]] == ["web_search", "file_search"]
 
 
 def test_logprobs_asked_for_come_back_in_the_output(proxy: str) -> None:

@@ -3,7 +3,9 @@
 Tokens come from ``fake_sglang.tokens_for`` (same prompt and seed, same words). A
 request without ``seed`` draws a random one, as both real servers do.
 
-- ``create_fake_vllm``: ``seed`` on chat, completions and responses; with
+- ``create_fake_vllm``: ``seed`` on chat, completions and responses (a streamed
+  Responses answer is ``response.created``, its message item's ``output_item.added``,
+  one ``output_text.delta``, ``output_item.done``, then ``response.completed``); with
   ``return_token_ids``, chat answers carry ``prompt_token_ids`` at the top (the first
   chunk's top when streaming) and ``choices[].token_ids`` (deltas when streaming);
   completions carry both per choice. Unknown fields are ignored, as vLLM does.
@@ -290,31 +292,32 @@ def _create(sw: CompatSwitches, *, vllm: bool) -> Starlette:
         raw = body.get("input")
         text = raw if isinstance(raw, str) else orjson.dumps(raw).decode()
         ids = draw(body, tokenize(text), int(body.get("max_output_tokens") or 8))
-        return JSONResponse(
-            {
-                "id": "resp_" + uuid.uuid4().hex,
-                "object": "response",
-                "created_at": int(time.time()),
-                "model": sw.name,
-                "status": "completed",
-                "output": [
-                    {
-                        "id": "msg_" + uuid.uuid4().hex,
-                        "type": "message",
-                        "role": "assistant",
-                        "status": "completed",
-                        "content": [
-                            {"type": "output_text", "text": detok(ids).strip(), "annotations": []}
-                        ],
-                    }
-                ],
-                "usage": {
-                    "input_tokens": len(text),
-                    "output_tokens": len(ids),
-                    "total_tokens": len(text) + len(ids),
-                },
-            }
-        )
+        answer = {
+            "id": "resp_" + uuid.uuid4().hex,
+            "object": "response",
+            "created_at": int(time.time()),
+            "model": sw.name,
+            "status": "completed",
+            "output": [
+                {
+                    "id": "msg_" + uuid.uuid4().hex,
+                    "type": "message",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [
+                        {"type": "output_text", "text": detok(ids).strip(), "annotations": []}
+                    ],
+                }
+            ],
+            "usage": {
+                "input_tokens": len(text),
+                "output_tokens": len(ids),
+                "total_tokens": len(text) + len(ids),
+            },
+        }
+        if body.get("stream"):
+            return StreamingResponse(_response_events(answer), media_type="text/event-stream")
+        return JSONResponse(answer)
 
     async def models(request: Request) -> Response:
         return JSONResponse(
@@ -336,3 +339,25 @@ def _create(sw: CompatSwitches, *, vllm: bool) -> Starlette:
     if vllm:
         routes.append(Route("/health", health, methods=["GET"]))
     return Starlette(routes=routes)
+
+
+def _response_events(answer: dict[str, Any]) -> Any:
+    """A whole Responses answer as the stream of events that builds it."""
+    item = answer["output"][0]
+    events = [
+        {"type": "response.created", "response": {**answer, "status": "in_progress",
+                                                  "output": []}},
+        {"type": "response.output_item.added", "output_index": 0,
+         "item": {**item, "status": "in_progress", "content": []}},
+        {"type": "response.output_text.delta", "item_id": item["id"], "output_index": 0,
+         "content_index": 0, "delta": item["content"][0]["text"]},
+        {"type": "response.output_item.done", "output_index": 0, "item": item},
+        {"type": "response.completed", "response": answer},
+    ]
+
+    async def stream() -> Any:
+        for k, event in enumerate(events):
+            data = orjson.dumps({**event, "sequence_number": k})
+            yield b"event: " + event["type"].encode() + b"\ndata: " + data + b"\n\n"
+
+    return stream()

@@ -1,10 +1,11 @@
 """Responses API <-> chat completions, for upstreams whose /v1/responses drops ``seed``.
 
 Pure translation, no I/O. ``to_chat`` turns a Responses request into the chat request
-that carries the same conversation (instructions, messages, function calls and their
-outputs, function tools, sampling fields); ``to_response`` turns the chat answer back
-into a Responses object. Ids are derived from the upstream's own ids, never from a
-clock or randomness, so a replayed rollout records byte-identical objects.
+that carries the same conversation (instructions, messages, function and custom tool
+calls and their outputs, the tools as ``responses_tools`` renders them, sampling
+fields); ``to_response`` turns the chat answer back into a Responses object. Ids are
+derived from the upstream's own ids, never from a clock or randomness, so a replayed
+rollout records byte-identical objects.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ import orjson
 
 from ..errors import BadRequest
 from .responses_envelope import envelope
+from .responses_tools import ToolPlan, call_arguments, call_output_item, plan_tools
 
-__all__ = ["chat_usage_to_responses", "error_object", "output_items", "to_chat", "to_response"]
+__all__ = ["chat_usage_to_responses", "error_object", "left_out_tools", "output_items", "to_chat",
+           "to_response"]
 
 _PASS_THROUGH = ("model", "temperature", "top_p", "presence_penalty", "frequency_penalty",
                  "parallel_tool_calls", "user", "seed", "stream")
@@ -48,13 +51,16 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     chat["messages"] = messages
     if body.get("max_output_tokens") is not None:
         chat["max_tokens"] = body["max_output_tokens"]
-    if body.get("tools"):
-        chat["tools"] = [_tool(t) for t in body["tools"]]
+    plan = plan_tools(body.get("tools"))
+    if plan.chat:
+        chat["tools"] = plan.chat
     choice = body.get("tool_choice")
     if isinstance(choice, str):
         chat["tool_choice"] = choice
-    elif isinstance(choice, dict) and choice.get("type") == "function":
-        chat["tool_choice"] = {"type": "function", "function": {"name": choice.get("name")}}
+    elif isinstance(choice, dict) and choice.get("type") in ("function", "custom"):
+        name, _ = call_arguments({"name": choice.get("name"),
+                                  "namespace": choice.get("namespace")})
+        chat["tool_choice"] = {"type": "function", "function": {"name": name}}
     fmt = (body.get("text") or {}).get("format") if isinstance(body.get("text"), dict) else None
     if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
         schema = {k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}
@@ -89,18 +95,16 @@ def _input_messages(items: Any) -> list[dict[str, Any]]:
                 raise BadRequest(f"unsupported message role {role!r}", param="input")
             messages.append({"role": "system" if role == "developer" else role,
                              "content": _content(item.get("content"))})
-        elif kind == "function_call":
-            call = {
-                "id": item.get("call_id"),
-                "type": "function",
-                "function": {"name": item.get("name"), "arguments": item.get("arguments", "")},
-            }
+        elif kind in ("function_call", "custom_tool_call"):
+            name, arguments = call_arguments(item)
+            call = {"id": item.get("call_id"), "type": "function",
+                    "function": {"name": name, "arguments": arguments}}
             last = messages[-1] if messages else None
             if last is not None and last["role"] == "assistant":
                 last.setdefault("tool_calls", []).append(call)  # one turn: text + calls
             else:
                 messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
-        elif kind == "function_call_output":
+        elif kind in ("function_call_output", "custom_tool_call_output"):
             output = item.get("output")
             text = output if isinstance(output, str) else _text_of(output)
             messages.append({"role": "tool", "tool_call_id": item.get("call_id"), "content": text})
@@ -136,12 +140,9 @@ def _text_of(parts: Any) -> str:
     return "".join(p.get("text", "") for p in parts if isinstance(p, dict))
 
 
-def _tool(tool: Any) -> dict[str, Any]:
-    if not isinstance(tool, dict) or tool.get("type") != "function":
-        kind = tool.get("type") if isinstance(tool, dict) else None
-        raise BadRequest(f"only function tools are supported, not {kind!r}", param="tools")
-    function = {k: tool[k] for k in ("name", "description", "parameters", "strict") if k in tool}
-    return {"type": "function", "function": function}
+def left_out_tools(body: dict[str, Any]) -> list[str]:
+    """The types of the tools in ``body`` that ``to_chat`` leaves out (hosted tools)."""
+    return plan_tools(body.get("tools")).left_out
 
 
 def chat_usage_to_responses(usage: Any) -> dict[str, Any] | None:
@@ -168,11 +169,6 @@ def message_item(
             "content": [part]}
 
 
-def call_item(call_id: str, name: str, arguments: str, status: str) -> dict[str, Any]:
-    return {"id": f"fc_{call_id}", "type": "function_call", "call_id": call_id, "name": name,
-            "arguments": arguments, "status": status}
-
-
 def reasoning_item(item_id: str, text: str) -> dict[str, Any]:
     """The upstream's ``reasoning_content`` as a reasoning item (no summary is made)."""
     return {"id": item_id, "type": "reasoning", "summary": [],
@@ -181,10 +177,10 @@ def reasoning_item(item_id: str, text: str) -> dict[str, Any]:
 
 def output_items(
     response_id: str, text: str | None, calls: list[dict[str, Any]], logprobs: list[Any] | None,
-    reasoning: str | None = None,
+    reasoning: str | None = None, plan: ToolPlan | None = None,
 ) -> list[dict[str, Any]]:
     """The Responses ``output`` of one chat message: its reasoning, its text, then its
-    tool calls."""
+    tool calls (each as ``plan``, the request's tools, says)."""
     items: list[dict[str, Any]] = []
     if reasoning:
         items.append(reasoning_item(f"rs_{response_id}", reasoning))
@@ -193,8 +189,8 @@ def output_items(
     for k, call in enumerate(calls):
         function = call.get("function") or {}
         call_id = call.get("id") or f"call_{response_id}_{k}"
-        items.append(call_item(call_id, function.get("name") or "", function.get("arguments") or "",
-                               "completed"))
+        items.append(call_output_item(plan or ToolPlan(), call_id, function.get("name") or "",
+                                      function.get("arguments") or "", "completed"))
     return items
 
 
@@ -230,7 +226,8 @@ def to_response(body: dict[str, Any], answer: dict[str, Any], completed_at: int)
     reasoning = message.get("reasoning_content")
     output = output_items(response_id, text if isinstance(text, str) else None,
                           message.get("tool_calls") or [], logprobs,
-                          reasoning if isinstance(reasoning, str) else None)
+                          reasoning if isinstance(reasoning, str) else None,
+                          plan_tools(body.get("tools")))
     return envelope(body, response_id, answer.get("created"), answer.get("model"),
                     status="completed", output=output,
                     usage=chat_usage_to_responses(answer.get("usage")),

@@ -32,7 +32,7 @@ def _text_or_none(value: Any) -> str | None:
 def _tool(tool: Any) -> Any:
     """A function tool as the Response shows it: every field present."""
     if not isinstance(tool, dict) or tool.get("type") != "function":
-        return tool  # the translation refuses anything else before this runs
+        return tool  # namespace, custom and hosted tools: shown as the request gave them
     strict = tool.get("strict")
     return {"type": "function", "name": tool.get("name"),
             "description": _text_or_none(tool.get("description")),

@@ -4,7 +4,9 @@ Emits what the openai SDK's ``client.responses.stream(...)`` accumulates:
 ``response.created``, ``response.in_progress``, per message ``output_item.added`` ->
 ``content_part.added`` -> ``output_text.delta``... -> ``output_text.done`` ->
 ``content_part.done`` -> ``output_item.done``, per function call ``output_item.added``
--> ``function_call_arguments.delta``... -> ``.done`` -> ``output_item.done``, and last
+-> ``function_call_arguments.delta``... -> ``.done`` -> ``output_item.done`` (a call to a
+freeform tool: ``output_item.added`` -> ``custom_tool_call_input.delta`` (the whole
+input, once the call is complete) -> ``.done`` -> ``output_item.done``), and last
 ``response.completed`` carrying the whole response. The upstream's
 ``reasoning_content`` comes first, as a reasoning item: ``output_item.added`` ->
 ``reasoning_text.delta``... -> ``reasoning_text.done`` -> ``output_item.done``.
@@ -17,7 +19,6 @@ from collections.abc import Callable
 from typing import Any
 
 from .responses_bridge import (
-    call_item,
     chat_usage_to_responses,
     error_object,
     message_item,
@@ -26,6 +27,7 @@ from .responses_bridge import (
     wants_logprobs,
 )
 from .responses_envelope import envelope
+from .responses_tools import call_output_item, custom_input, plan_tools
 
 __all__ = ["ResponsesEvents"]
 
@@ -45,7 +47,9 @@ class ResponsesEvents:
         self._text: dict[str, Any] | None = None  # the open message item
         self._text_index = -1
         self._reasoning: dict[str, Any] | None = None  # the reasoning item, once opened
+        self._plan = plan_tools(body.get("tools"))
         self._calls: dict[int, tuple[int, dict[str, Any]]] = {}  # chat tool index -> (output, item)
+        self._raw: dict[str, str] = {}  # a freeform call's id -> its chat arguments so far
         self._usage: dict[str, Any] | None = None
         self._finish: Any = None
         self._final: dict[str, Any] | None = None
@@ -136,20 +140,40 @@ class ResponsesEvents:
         function = call.get("function") or {}
         if index not in self._calls:
             call_id = call.get("id") or f"call_{self._id}_{index}"
-            item = call_item(call_id, function.get("name") or "", "", "in_progress")
+            item = call_output_item(self._plan, call_id, function.get("name") or "", "",
+                                    "in_progress")
             self._calls[index] = (len(self._output), item)
             self._output.append(item)
             events.append(self._event("response.output_item.added",
                                       output_index=len(self._output) - 1, item=dict(item)))
         position, item = self._calls[index]
-        if function.get("name") and not item["name"]:
-            item["name"] = function["name"]
+        if function.get("name") and not item["name"]:  # named after it was opened
+            named = call_output_item(self._plan, item["call_id"], function["name"],
+                                     item.get("arguments", ""), "in_progress")
+            item.clear()
+            item.update(named)
         arguments = function.get("arguments")
-        if isinstance(arguments, str) and arguments:
-            item["arguments"] += arguments
-            events.append(self._event("response.function_call_arguments.delta",
-                                      item_id=item["id"], output_index=position, delta=arguments))
+        if not isinstance(arguments, str) or not arguments:
+            return events
+        if item["type"] == "custom_tool_call":  # its input is known once the call is whole
+            self._raw[item["id"]] = self._raw.get(item["id"], "") + arguments
+            return events
+        item["arguments"] += arguments
+        events.append(self._event("response.function_call_arguments.delta",
+                                  item_id=item["id"], output_index=position, delta=arguments))
         return events
+
+    def _close_call(self, position: int, item: dict[str, Any]) -> list[dict[str, Any]]:
+        if item["type"] == "custom_tool_call":
+            item["input"] = custom_input(self._raw.get(item["id"], ""))
+            return [self._event("response.custom_tool_call_input.delta", item_id=item["id"],
+                                output_index=position, delta=item["input"]),
+                    self._event("response.custom_tool_call_input.done", item_id=item["id"],
+                                output_index=position, input=item["input"])]
+        item["status"] = "completed"
+        return [self._event("response.function_call_arguments.done", item_id=item["id"],
+                            output_index=position, name=item["name"],
+                            arguments=item["arguments"])]
 
     def finish(self) -> list[dict[str, Any]]:
         """Close every open item and complete the response; call once, at the end."""
@@ -165,8 +189,8 @@ class ResponsesEvents:
                     self._event("response.output_item.done", output_index=position, item=item)
                 )
                 continue
-            item["status"] = "completed"
             if item["type"] == "message":
+                item["status"] = "completed"
                 part = item["content"][0]
                 events.append(self._event("response.output_text.done", item_id=item["id"],
                                           output_index=position, content_index=0,
@@ -174,9 +198,7 @@ class ResponsesEvents:
                 events.append(self._event("response.content_part.done", item_id=item["id"],
                                           output_index=position, content_index=0, part=part))
             else:
-                events.append(self._event("response.function_call_arguments.done",
-                                          item_id=item["id"], output_index=position,
-                                          name=item["name"], arguments=item["arguments"]))
+                events.extend(self._close_call(position, item))
             events.append(
                 self._event("response.output_item.done", output_index=position, item=item)
             )

@@ -17,9 +17,11 @@ from starlette.responses import Response
 
 from ..backends import Endpoint
 from ..backends.bridging import as_chat
+from ..backends.responses_bridge import left_out_tools
 from ..errors import BadRequest, ClientClosed, SeedProxyError
 from ..sessions import Interaction, NewSession, SessionRecord
 from ..sessions.cursor import SessionView
+from ..sessions.ids import check_id
 from .departure import unless_client_leaves
 from .exchange import Exchange
 from .headers import compacted_from, is_sdk_retry, pinned_index
@@ -29,6 +31,7 @@ from .readers.fanout import FanoutReader
 from .readers.passthrough import PassthroughReader
 from .readers.record import RecordReader
 from .readers.tito import TitoReader, TitoTurn, prepare
+from .refusals import note_refusal
 from .replaying import AsRecorded
 from .request import ClientRequest, client_request, read_body
 from .seating import seat
@@ -67,6 +70,8 @@ class Admission:
                             retry=is_sdk_retry(headers), arrived=arrived,
                             compacted=compacted_from(headers))
             ex.view = view
+            if chat is not None and endpoint is Endpoint.RESPONSES:
+                ex.left_out_tools = left_out_tools(client.body) or None
             recorded = None
             if ex.session is not None and ex.session.replays and ex.slot is not None:
                 recorded = await self.services.replays.lookup(
@@ -78,7 +83,26 @@ class Admission:
             return await run(ex, reader, presenter, request)
         except SeedProxyError as exc:
             shown = {"x-seedproxy-overhead-ms": f"{(time.perf_counter() - arrived) * 1000:.3f}"}
+            self.refused(endpoint, exc, session,
+                         ex.slot.index if ex is not None and ex.slot is not None else None)
             return self._refusal.error_response(exc, ex.headers() if ex is not None else shown)
+
+    def refused(self, endpoint: Endpoint, exc: SeedProxyError,
+                session: SessionRecord | NewSession | str | None, index: int | None = None
+                ) -> None:
+        """Count and log a request refused on ``endpoint`` before an upstream saw it
+        (``refusals.py``); ``session``: its record, or the id its path named (logged
+        only when it is a valid id). A client that left is not a refusal."""
+        if isinstance(exc, ClientClosed):
+            return
+        name = session if isinstance(session, str) or session is None else session.session_id
+        if isinstance(session, str):
+            try:
+                check_id(session, param="session_id")
+            except BadRequest:
+                name = None
+        note_refusal(self.services.metrics, endpoint.value, exc, session=name, index=index,
+                     logged=self.services.settings.log_requests)
 
     async def _view(self, session: SessionRecord | NewSession | None) -> SessionView | None:
         """The session's view, brought up to date in one store operation (None for a new

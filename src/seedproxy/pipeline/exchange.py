@@ -76,6 +76,8 @@ class Exchange:
     """The content key and occurrence, in a content-keyed session."""
     compacted_from: str | None = None
     """The interaction whose history this request's summary replaces (the client said)."""
+    left_out_tools: list[str] | None = None
+    """The request's hosted tools left out of the prompt (a bridged Responses request)."""
     upstream_s: float = 0.0
     upstream: str | None = None
     dispatch_weight_version: str | None = None
@@ -246,6 +248,7 @@ class Exchange:
             occurrence=self.seat.occurrence if self.seat is not None else None,
             replayed=self.replayed,
             compacted_from=self.compacted_from,
+            left_out_tools=self.left_out_tools,
         )
         sessions = self.services.sessions
         view = self.view

@@ -70,6 +70,13 @@ class Metrics:
             "seedproxy_offloaded_parses", "Bodies parsed in a worker process (offload.py).",
             registry=self.registry,
         )
+        self.refusals = Counter(
+            "seedproxy_refusals",
+            "Requests refused before reaching an upstream, by route, status and reason "
+            "(the error's code, param field or type: refusals.py).",
+            ["route", "status", "reason"],
+            registry=self.registry,
+        )
         self._children: dict[tuple[str, int, str | None], tuple[Any, Any]] = {}
 
     def observe(
@@ -89,6 +96,9 @@ class Metrics:
         self.overhead.observe(overhead_s)
         if latency is not None:
             latency.observe(upstream_s)
+
+    def refused(self, route: str, status: int, reason: str) -> None:
+        self.refusals.labels(route, str(status), reason).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -13,7 +13,9 @@ class StreamTranscript:
     """Concatenates per-choice text (and tool-call fragments) from SSE events.
 
     The record keeps ``{"object": "stream", "choices": [...], "usage": ...}``; the
-    client saw the same content split across events.
+    client saw the same content split across events. A Responses stream (passed as an
+    upstream sent it) records the last Responses object its events carried: the
+    ``response.completed`` one when it ended well.
     """
 
     def __init__(self, endpoint: Endpoint) -> None:
@@ -29,6 +31,10 @@ class StreamTranscript:
             return
         if self._endpoint is Endpoint.GENERATE:
             self._last = event
+            return
+        if self._endpoint is Endpoint.RESPONSES:
+            if isinstance(event.get("response"), dict):
+                self._last = event["response"]
             return
         if event.get("usage") is not None:
             self._usage = event["usage"]
@@ -49,7 +55,7 @@ class StreamTranscript:
                 self._finish[index] = choice["finish_reason"]
 
     def result(self) -> Any:
-        if self._endpoint is Endpoint.GENERATE:
+        if self._endpoint in (Endpoint.GENERATE, Endpoint.RESPONSES):
             return self._last
         indices = sorted(set(self._text) | set(self._finish) | set(self._tools))
         choices = []

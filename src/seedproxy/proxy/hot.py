@@ -119,7 +119,8 @@ class HotRoutes:
         try:
             session = await self._access.session_for(request, session_id)
             response = await self._admission.handle(request, endpoint, session)
-        except SeedProxyError as exc:
+        except SeedProxyError as exc:  # the admission answers its own: this is access's
+            self._admission.refused(endpoint, exc, session_id)
             response = await self._on_error(request, exc)
         except Exception:
             log.exception("unexpected error on %s", scope["path"])

@@ -1,4 +1,4 @@
-"""Logging set-up: one JSON line per proxied request, human lines for the rest."""
+"""Logging set-up: one JSON line per proxied or refused request, human lines for the rest."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ import orjson
 __all__ = ["configure_logging", "flush_logs"]
 
 _REQUEST_FIELDS = ("session", "index", "seed", "upstream", "status", "proxy_ms", "upstream_ms")
+_REFUSAL_FIELDS = ("route", "reason", "detail")
+"""Written only when set: a refused request's route, reason label and message."""
 
 
 class _RequestFormatter(logging.Formatter):
@@ -20,6 +22,10 @@ class _RequestFormatter(logging.Formatter):
         line: dict[str, Any] = {"event": record.getMessage()}
         for key in _REQUEST_FIELDS:
             line[key] = getattr(record, key, None)
+        for key in _REFUSAL_FIELDS:
+            value = getattr(record, key, None)
+            if value is not None:
+                line[key] = value
         return orjson.dumps(line).decode()
 
 

@@ -47,9 +47,11 @@ def messages_router(
     max_body_bytes = admission.services.settings.max_body_bytes
 
     async def messages(request: Request) -> Response:
+        named = request.path_params.get("session_id")
         try:
-            session = await access.session_for(request, request.path_params.get("session_id"))
+            session = await access.session_for(request, named)
         except SeedProxyError as exc:
+            admission.refused(Endpoint.MESSAGES, exc, named)
             return refusal.error_response(exc, {})
         return await admission.handle(request, Endpoint.MESSAGES, session)
 

@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse, Response
 
 from ..backends import OPENAI_ENDPOINTS, Endpoint
 from ..backends.pool import UpstreamPool
-from ..errors import UpstreamError, error_body
+from ..errors import SeedProxyError, UpstreamError, error_body
 from ..pipeline.admission import Admission
 from .access import Access
 
@@ -30,7 +30,12 @@ def openai_router(admission: Admission, access: Access, pool: UpstreamPool) -> A
 
     def route(endpoint: Endpoint):  # type: ignore[no-untyped-def]
         async def handler(request: Request) -> Response:
-            session = await access.session_for(request, request.path_params.get("session_id"))
+            named = request.path_params.get("session_id")
+            try:
+                session = await access.session_for(request, named)
+            except SeedProxyError as exc:
+                admission.refused(endpoint, exc, named)
+                raise
             return await admission.handle(request, endpoint, session)
 
         handler.__name__ = endpoint.name.lower()

@@ -193,6 +193,8 @@ def encode(interaction: Interaction, link: Link | None = None, sent: Sent | None
         header["replayed"] = True
     if i.compacted_from is not None:
         header["compacted_from"] = i.compacted_from
+    if i.left_out_tools:
+        header["left_out_tools"] = i.left_out_tools
     parts = [b"", orjson.dumps(header), _pack(prompt)]
     for c in i.choices:
         parts += [_pack(c.token_ids), _pack(c.logprobs)]
@@ -237,7 +239,8 @@ def decode(blob: bytes) -> Stored:
         upstream=head["upstream"], abandoned=head["abandoned"],
         dispatch_weight_version=head["dispatch_weight_version"], tito=head["tito"],
         content_key=head["content_key"], occurrence=head["occurrence"],
-        replayed=head.get("replayed", False), compacted_from=head.get("compacted_from"))
+        replayed=head.get("replayed", False), compacted_from=head.get("compacted_from"),
+        left_out_tools=head.get("left_out_tools"))
     link = Link(*head["link"]) if head["link"] else None
     sent = Sent(*head["sent"]) if head["sent"] else None
     return Stored(interaction, link, sent)

@@ -142,6 +142,9 @@ class Interaction:
     """Answered from a resumed (or forked) session's source record, with no upstream call."""
     compacted_from: str | None = None
     """The interaction whose history this request's summary replaces (a compaction)."""
+    left_out_tools: list[str] | None = None
+    """The types of the request's hosted tools the proxy left out of the prompt (a
+    Responses request's ``web_search``...: ``responses_tools``); None when none were."""
 
     @property
     def token_count(self) -> int:
@@ -199,11 +202,13 @@ class Interaction:
             shown["replayed"] = True
         if self.compacted_from is not None:
             shown["compacted_from"] = self.compacted_from
+        if self.left_out_tools:
+            shown["left_out_tools"] = list(self.left_out_tools)
         return shown
 
     def to_storage(self) -> dict[str, Any]:
         """Return a lossless, JSON-serialisable form for durable stores (the rarely set
-        ``replayed`` and ``compacted_from`` only when set)."""
+        ``replayed``, ``compacted_from`` and ``left_out_tools`` only when set)."""
         stored: dict[str, Any] = {
             "interaction_id": self.interaction_id,
             "request_index": self.request_index,
@@ -227,6 +232,8 @@ class Interaction:
             stored["replayed"] = True
         if self.compacted_from is not None:
             stored["compacted_from"] = self.compacted_from
+        if self.left_out_tools:
+            stored["left_out_tools"] = self.left_out_tools
         return stored
 
     @classmethod
@@ -251,4 +258,5 @@ class Interaction:
             occurrence=data.get("occurrence"),
             replayed=data.get("replayed", False),
             compacted_from=data.get("compacted_from"),
+            left_out_tools=data.get("left_out_tools"),
         )
