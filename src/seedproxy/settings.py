@@ -100,6 +100,9 @@ class Settings(BaseSettings):
     """Worker processes parsing large bodies (started with the first one)."""
     offload_parse_queue: int = Field(default=4, ge=0)
     """Large bodies waiting for a parse worker at most; one more gets 429."""
+    offload_parse_timeout_s: float = Field(default=30.0, gt=0)
+    """Seconds a large body may take in the parse pool (the pool's start not counted);
+    past it, a 503 and the pool is restarted (a stuck worker is killed)."""
     connect_timeout_s: float = Field(
         default=5.0, gt=0,
         validation_alias=AliasChoices("connect_timeout_s", "connect_timeout"),

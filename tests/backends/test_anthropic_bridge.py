@@ -42,6 +42,7 @@ def test_stop_reasons_and_usage() -> None:
     assert matched["usage"] == {
         "input_tokens": 3,
         "output_tokens": 2,
+        "output_tokens_details": {"thinking_tokens": 0},
         "cache_creation_input_tokens": 0,
         "cache_read_input_tokens": 1,
         "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0},

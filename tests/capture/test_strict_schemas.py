@@ -205,6 +205,30 @@ def test_every_messages_stream_event_holds_to_anthropics_schema(
         e["content_block"]["type"] for _, e in events if e["type"] == "content_block_start"]
 
 
+@pytest.mark.parametrize("patch", [
+    {"reasoning_tokens": 3},  # SGLang's top-level count
+    {"completion_tokens_details": {"reasoning_tokens": 3}},  # OpenAI's
+])
+def test_a_message_counts_the_upstreams_reasoning_tokens_as_thinking_tokens(
+        http: httpx.Client, fake: Fake, patch: dict[str, Any]) -> None:
+    """``usage.output_tokens_details.thinking_tokens`` is the upstream's reasoning count,
+    in the Message, in the streamed ``message_delta`` and in what is recorded; 0 in
+    ``message_start``, whose counts come with ``message_delta``."""
+    fake.switches.reasoning, fake.switches.usage_patch = True, patch
+    body = messages(http, "m-think").json()
+    check_message(body)
+    assert body["usage"]["output_tokens_details"] == {"thinking_tokens": 3}
+    assert recorded(http, "m-think")["usage"]["output_tokens_details"] == {"thinking_tokens": 3}
+    events = dict(sse(messages(http, "ms-think", stream=True).text))
+    assert events["message_start"]["message"]["usage"]["output_tokens_details"] == {
+        "thinking_tokens": 0}
+    assert events["message_delta"]["usage"]["output_tokens_details"] == {"thinking_tokens": 3}
+    fake.switches.reasoning = False
+    fake.switches.usage_patch = None
+    plain = messages(http, "m-nothink").json()
+    assert plain["usage"]["output_tokens_details"] == {"thinking_tokens": 0}
+
+
 def test_messages_errors_hold_to_anthropics_schema(http: httpx.Client, fake: Fake) -> None:
     fake.switches.fail_next, fake.switches.fail_status = 1, 400
     answer = messages(http, "m-err")

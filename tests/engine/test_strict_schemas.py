@@ -69,6 +69,7 @@ def test_messages_with_a_matched_stop_sequence_hold_to_the_schema(http: httpx.Cl
     body: dict[str, Any] = {"model": "m", "max_tokens": 12, "messages": ASK, "tools": TOOLS}
     first = http.post("/sessions/e-m/v1/messages", json=body).json()
     check_message(first)
+    assert first["usage"]["output_tokens_details"] == {"thinking_tokens": 0}
     words = first["content"][0]["text"].split()
     stop = words[len(words) // 2]  # the same seed writes the same words up to it again
     again = {"X-Request-Index": "0"}

@@ -144,6 +144,61 @@ def test_a_structural_tag_constrains_what_follows_its_trigger(client: httpx.Clie
     assert gen(client, sp)["output_ids"] == out["output_ids"]
 
 
+DIGIT = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9}},
+         "required": ["n"], "additionalProperties": False,
+         "x-guidance": {"whitespace_flexible": False}}
+
+
+@pytest.mark.parametrize(("trigger", "begin", "end", "content"), [
+    ("<a>", "<a>", "</a>", '<<a>{"n":4}</a>a>a>'),
+    ("<function=get_weather>", "<function=get_weather>", "</function>", None),
+    ("<function=", "<function=get_weather>", "</function>",
+     '<function=get_weather>{"n":4}</function>",='),
+])
+def test_a_legacy_tag_whose_strings_look_like_tags_matches_them_as_text(
+        client: httpx.Client, trigger: str, begin: str, end: str, content: str | None) -> None:
+    """Begin, end and trigger strings are literal text, as xgrammar reads them (this
+    vocabulary has no special token ``<a>``): the chat route answers, and a bias toward
+    the trigger's text tokens makes the random model write it, the structure following.
+    The ids are pinned: the prompt is the chat's, so /generate answers as the chat did."""
+    from seedproxy.engine.testing import tiny_tokenizer
+
+    tok = tiny_tokenizer()
+    tag = {"structures": [{"begin": begin, "schema": DIGIT, "end": end}],
+           "triggers": [trigger]}
+    bias = {str(i): 30.0 for i in tok.encode(trigger)}
+    messages = [{"role": "user", "content": "x"}]
+    r = client.post("/v1/chat/completions", json={
+        "model": "m", "messages": messages, "max_tokens": 16, "seed": 6, "logit_bias": bias,
+        "response_format": {"type": "structural_tag", **tag}})
+    assert r.status_code == 200, r.text
+    if content is None:
+        return
+    assert r.json()["choices"][0]["message"]["content"] == content
+    prompt = tok.encode(tok.apply_chat_template(messages, add_generation_prompt=True,
+                                                tokenize=False))
+    out = client.post("/generate", json={"input_ids": prompt, "sampling_params": {
+        "max_new_tokens": 16, "sampling_seed": 6, "logit_bias": bias,
+        "structural_tag": json.dumps(tag)}}).json()
+    assert out["text"] == content
+    if trigger == "<a>":
+        assert out["output_ids"] == [44, 44, 81, 46, 39428, 94, 1799, 36, 109, 9617, 81, 46,
+                                     81, 46, 81, 46]
+
+
+def test_a_legacy_trigger_that_is_a_special_token_matches_that_token(
+        client: httpx.Client) -> None:
+    """``<|im_start|>`` is one special token of this vocabulary (id 1): the trigger is
+    that token, never its text spelled in pieces, and the structure follows it."""
+    tag = {"structures": [{"begin": "<|im_start|>", "schema": DIGIT, "end": "."}],
+           "triggers": ["<|im_start|>"]}
+    out = gen(client, {"max_new_tokens": 12, "sampling_seed": 1, "logit_bias": {"1": 30.0},
+                       "structural_tag": json.dumps(tag)})
+    assert out["output_ids"] == [1, 39428, 94, 1799, 36, 19181, 1, 39428, 94, 1799, 36,
+                                 19181]
+    assert out["text"] == '{"n":4}.{"n":4}.'
+
+
 @pytest.mark.parametrize("tag", [
     "{}", "[]", '{"structures": [], "triggers": ["a"]}',
     '{"structures": [{"begin": "x", "schema": {}, "end": "y"}], "triggers": ["z"]}',

@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
+import time
 from array import array
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -31,6 +33,7 @@ from seedproxy.pipeline.request import decode_body
 from seedproxy.sessions.token_ids import TokenIds
 from tests.conftest import Fake
 from tests.helpers.parse_hold import ParseHold
+from tests.helpers.waiting import wait_until
 from tests.proxy.test_nesting import nested
 
 PAD = "x" * 2048
@@ -242,6 +245,82 @@ def test_a_body_past_the_queue_bound_is_a_429(
     assert refused.headers["retry-after"] == "1"
     hold.release()
     assert first.result().status_code == 200
+
+
+def running(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie, dead and not reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/messages"])
+def test_a_stopped_worker_is_a_503_past_the_bound_and_the_pool_starts_again(
+        fake: Fake, start_proxy: Callable[..., str], hold: ParseHold, path: str,
+        background: Callable[..., Future[Any]]) -> None:
+    """A worker stopped (SIGSTOP) inside a parse: the body is a 503 once it has taken
+    ``offload_parse_timeout_s``, in the route's error shape; the stopped worker is killed
+    and the next body is parsed by a new one."""
+    proxy = start_proxy([fake.url], offload_parse_bytes=1024, offload_parse_queue=0,
+                        offload_parse_timeout_s=5, _app={"parse_hold": str(hold.path)})
+    answer = background(big_chat, proxy, path)
+    pid = hold.entered()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        refused = answer.result()
+        assert refused.status_code == 503, refused.text
+        if path == "/v1/messages":
+            assert refused.json()["error"]["type"] == "overloaded_error"
+        else:
+            assert refused.json()["error"]["type"] == "server_error"
+        assert "took longer than 5 s" in refused.text and fake.received == []
+        wait_until(lambda: not running(pid))
+    finally:
+        if running(pid):
+            os.kill(pid, signal.SIGKILL)
+    again = background(big_chat, proxy, path)
+    assert hold.entered() != pid
+    hold.release()
+    assert again.result().status_code == 200
+    assert len(fake.received) == 1
+
+
+def test_a_client_that_leaves_during_a_parse_gives_its_place_back(
+        held_proxy: str, hold: ParseHold, fake: Fake,
+        background: Callable[..., Future[Any]]) -> None:
+    """One place (a worker, no queue): a client that leaves while its body is parsed
+    frees it at once, so the next body is taken (not a 429) even while the worker is
+    still inside the first parse; both parses then run and the next body is answered."""
+    body = orjson.dumps({"model": "m", "max_tokens": 4, "pad": PAD,
+                         "messages": [{"role": "user", "content": "hi"}]})
+    host, port = held_proxy.removeprefix("http://").split(":")
+    gone = socket.create_connection((host, int(port)))
+    gone.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+                 b"content-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+                 % (len(body), body))
+    hold.entered()
+    gone.close()
+
+    def admitted() -> httpx.Response:
+        """``big_chat`` until it is not refused for want of a place (the proxy saw the
+        client leave); a 429 after a generous while is the answer."""
+        deadline = time.monotonic() + 60
+        while True:
+            answer = big_chat(held_proxy)
+            if answer.status_code != 429 or time.monotonic() > deadline:
+                return answer
+            time.sleep(0.05)
+
+    next_body = background(admitted)
+    wait_until(lambda: offloaded(held_proxy) == 2 or next_body.done())
+    assert not next_body.done(), next_body.result().text  # taken, waiting for the worker
+    hold.release()  # the first parse ends (nobody waits for it)
+    hold.entered()
+    hold.release()
+    assert next_body.result().status_code == 200
+    assert len(fake.received) == 1
 
 
 @pytest.mark.parametrize("value", [

@@ -22,6 +22,7 @@ import orjson
 
 from ..errors import BadRequest
 from ..nesting import too_deep
+from .shapes import reasoning_tokens
 
 __all__ = [
     "MessageIds",
@@ -293,12 +294,15 @@ def stop_reason(
 
 
 def delta_usage(usage: Any) -> dict[str, Any]:
-    """``message_delta``'s usage (``MessageDeltaUsage``): token counts, no server tools."""
+    """``message_delta``'s usage (``MessageDeltaUsage``): token counts, no server tools;
+    ``output_tokens_details.thinking_tokens`` the upstream's reasoning tokens (0 where it
+    counts none), at most ``output_tokens``."""
     usage = usage if isinstance(usage, dict) else {}
     cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
     return {
         "input_tokens": int(usage.get("prompt_tokens") or 0),
         "output_tokens": int(usage.get("completion_tokens") or 0),
+        "output_tokens_details": {"thinking_tokens": reasoning_tokens(usage)},
         "cache_creation_input_tokens": 0,
         "cache_read_input_tokens": int(cached),
         "server_tool_use": None,

@@ -6,8 +6,8 @@ reach another client's request), no redirects, auth, event hooks or default head
 and upstream URLs parsed once. Anything it does not cover (params, json, files,
 non-string URLs) takes httpx's ordinary path. Every request, http or https, goes
 through the one ``FastTransport`` with the client's timeouts and TLS settings, and
-carries the upstream key (``api_key``) when one is set: proxied requests, probes and
-the fleet's control calls alike.
+carries the upstream key (``api_key``) when one is set, and the proxy's hop mark
+(``hop``, ``loop.py``): proxied requests, probes and the fleet's control calls alike.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from .loop import HOP_HEADER
 from .route import Proxies
 from .transport import _SKIP_HEADERS, DEFAULT_MAX_BODY_BYTES, FastTransport
 
@@ -27,7 +28,7 @@ _URL_CACHE = 4096
 
 class LeanClient(httpx.AsyncClient):
     def __init__(self, *, timeout: httpx.Timeout, transport: httpx.AsyncBaseTransport,
-                 api_key: str | None = None) -> None:
+                 api_key: str | None = None, hop: str | None = None) -> None:
         # trust_env=False: the transport reads the proxy variables itself; httpx's own
         # proxy mounts would never be used (``send`` goes straight to the transport).
         super().__init__(
@@ -37,6 +38,8 @@ class LeanClient(httpx.AsyncClient):
         self._default_timeout = self.timeout.as_dict()
         self._urls: dict[str, httpx.URL] = {}
         self._key_header = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        self._hop = {HOP_HEADER: hop} if hop is not None else {}
+        """Sent last, so no header passed on from a client replaces it."""
 
     def build_request(  # type: ignore[override]
         self,
@@ -49,8 +52,8 @@ class LeanClient(httpx.AsyncClient):
         extensions: dict[str, Any] | None = None,
         **other: Any,
     ) -> httpx.Request:
-        if self._key_header:
-            headers = {**self._key_header, **(headers or {})}
+        if self._key_header or self._hop:
+            headers = {**self._key_header, **(headers or {}), **self._hop}
         if not isinstance(url, str) or any(v is not None for v in other.values()):
             return super().build_request(
                 method,
@@ -79,8 +82,8 @@ class LeanClient(httpx.AsyncClient):
         built here from a per-URL head, the same bytes the transport would write."""
         transport = self._lean_transport
         parsed = self._parse(url)
-        if self._key_header:
-            headers = {**self._key_header, **headers}
+        if self._key_header or self._hop:
+            headers = {**self._key_header, **headers, **self._hop}
         if not isinstance(transport, FastTransport):
             built = self.build_request("POST", url, content=content, headers=headers)
             return await self.send(built, stream=True)
@@ -127,12 +130,14 @@ def upstream_client(
     api_key: str | None = None,
     max_connections: int = 1024,
     pool_timeout_s: float = 5.0,
+    hop: str | None = None,
 ) -> LeanClient:
     """The default upstream client: ``LeanClient`` over ``FastTransport``; proxies
-    from the environment unless given; ``api_key`` sent on every request; at most
+    from the environment unless given; ``api_key`` and ``hop`` sent on every request; at most
     ``max_connections`` to each upstream, waited for ``pool_timeout_s``."""
     return LeanClient(
         api_key=api_key,
+        hop=hop,
         timeout=httpx.Timeout(read_timeout_s, connect=connect_timeout_s, pool=pool_timeout_s),
         transport=FastTransport(
             max_connections=max_connections,

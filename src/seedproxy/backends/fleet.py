@@ -46,6 +46,7 @@ import httpx
 from ..errors import BadRequest, Conflict, StoreError, UpstreamNotFound
 from .board import FleetBoard, FleetState, LocalBoard
 from .joining import join_refusal
+from .loop import LOOPED
 from .pause import PauseGate, PauseMode
 from .pool import UpstreamPool
 from .server_report import UpstreamReport, read_server_info
@@ -150,17 +151,20 @@ class FleetControl:
     async def join(self, url: str) -> tuple[UpstreamReport, bool]:
         """Add ``url`` to the fleet on every replica, once it passes the preflight
         and reports the fleet's weight version (``Conflict`` otherwise, naming every
-        reason; ``UpstreamUnavailable`` when it cannot be reached). Returns its report
-        and whether it joined now (False: it was serving already)."""
+        reason; ``UpstreamUnavailable`` when it cannot be reached). A server already in
+        the fleet under another spelling of its URL (``server_key``: ``localhost`` or
+        ``127.0.0.1``, a default port, a trailing ``/``) is that member. Returns its
+        report and whether it joined now (False: it was serving already)."""
         current = self.pool.find(url)
         if current is not None and not current.draining:
             return await self._inspect_one(current), False
+        url = current.url if current is not None else url  # one server, one spelling
         report = UpstreamReport(url, True, 0)
         if self.sglang:
             await read_server_info(self.pool.client, report, self.timeout_s)
         else:
             report.error = await self.pool.check(url)
-            report.up = report.error is None
+            report.up, report.looped = report.error is None, report.error == LOOPED
         join_refusal(report, sglang=self.sglang, enforce=self.enforce,
                      fleet_version=self.weight_version())
         if report.findings:
@@ -186,7 +190,7 @@ class FleetControl:
         if not any(not u.draining for u in self.pool.upstreams if u is not upstream):
             raise Conflict(f"{url} is the fleet's last upstream: add another one first",
                            param="url", code="last_upstream")
-        self.apply(await self.board.set_member(url, False))
+        self.apply(await self.board.set_member(upstream.url, False))
         return upstream
 
     async def refresh(self) -> None:

@@ -1,6 +1,8 @@
 """Who may join the fleet at run time: the rule ``FleetControl.join`` applies to what a
 new server reported, before any request goes to it. Pure: no I/O here.
 
+- A URL that leads back to this proxy (its probe came back here, ``loop.py``) is
+  refused (409, code ``upstream_loop``), whatever the preflight setting.
 - A server that cannot be reached is refused (503): nothing was checked.
 - SGLang: its ``/get_server_info`` must be readable and pass the determinism preflight
   (``preflight.py``), unless the preflight only warns (``--no-deterministic``,
@@ -14,6 +16,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from ..errors import Conflict, UpstreamUnavailable
+from .loop import LOOPED
 from .preflight import Finding
 
 __all__ = ["Reported", "join_refusal"]
@@ -28,11 +31,15 @@ class Reported(Protocol):
     findings: list[Finding]
     weight_version: str | None
     error: str | None
+    looped: bool
 
 
 def join_refusal(report: Reported, *, sglang: bool, enforce: bool,
                  fleet_version: str | None) -> None:
     """Raise why the server ``report`` describes may not join; return when it may."""
+    if report.looped:
+        raise Conflict(f"{report.url} cannot join the fleet: {LOOPED}", param="url",
+                       code="upstream_loop")
     if not report.up:
         raise UpstreamUnavailable(f"{report.url} cannot join the fleet: {report.error}")
     if not sglang:

@@ -30,16 +30,17 @@ from ..sessions.token_ids import orjson_default
 from .base import UpstreamRequest
 from .client import LeanClient
 from .dispatch import Abortable, Dispatch
+from .loop import LOOP_STATUS, LOOPED, is_loop
 from .pause import PauseGate
 from .priming import Release, prime
 from .transport import UpstreamBodyTooLarge, read_response
-from .upstream import Upstream, UpstreamReply
+from .upstream import Upstream, UpstreamReply, server_key
 
 __all__ = ["NoConnection", "UpstreamPool", "rendezvous_order"]
 
 log = logging.getLogger("seedproxy.upstream")
 
-_RETRYABLE_STATUS = frozenset({502, 503})
+_RETRYABLE_STATUS = frozenset({502, 503, LOOP_STATUS})  # a loop: that server is this proxy
 
 T = TypeVar("T")
 
@@ -80,7 +81,10 @@ class UpstreamPool:
         self._turn = 0
 
     def find(self, url: str) -> Upstream | None:
-        return next((u for u in self.upstreams if u.url == url), None)
+        """The upstream that is the server at ``url``, however it is spelled
+        (``server_key``)."""
+        key = server_key(url)
+        return next((u for u in self.upstreams if server_key(u.url) == key), None)
 
     def set_members(self, urls: list[str], *, weight_version: str | None) -> None:
         """Make ``urls`` the fleet: a new one joins (at ``weight_version``, the fleet's),
@@ -294,7 +298,8 @@ class UpstreamPool:
             # Any answer below 500 means the server is up: an OpenAI-compatible
             # server may have no /health route at all (404), SGLang answers 503 while sick.
             status = response.status_code
-            reason = None if status < 500 else f"/health answered {status}"
+            reason = (LOOPED if is_loop(response) else None if status < 500
+                      else f"/health answered {status}")
         except httpx.HTTPError as exc:
             reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         if reason is None:

@@ -17,6 +17,7 @@ import orjson
 from ..errors import BadRequest
 from .responses_envelope import envelope
 from .responses_tools import ToolPlan, call_arguments, call_output_item, plan_tools
+from .shapes import reasoning_tokens
 
 __all__ = ["chat_usage_to_responses", "error_object", "left_out_tools", "output_items", "to_chat",
            "to_response"]
@@ -149,7 +150,7 @@ def chat_usage_to_responses(usage: Any) -> dict[str, Any] | None:
     if not isinstance(usage, dict):
         return None
     cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
-    reasoning = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0
+    reasoning = reasoning_tokens(usage)
     return {
         "input_tokens": usage.get("prompt_tokens", 0),
         "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},

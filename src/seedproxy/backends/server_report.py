@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 
+from .loop import LOOPED, is_loop
 from .preflight import Finding, check_server_info
 
 __all__ = ["UpstreamReport", "read_server_info"]
@@ -35,6 +36,8 @@ class UpstreamReport:
     """Its recent requests all timed out (``Upstream.degraded``)."""
     draining: bool = False
     """It left the fleet and still holds requests (``Upstream.draining``)."""
+    looped: bool = False
+    """Its answer was this proxy's own loop refusal: the URL leads back here."""
 
     @property
     def deterministic(self) -> bool | None:
@@ -65,6 +68,9 @@ async def read_server_info(
     except httpx.HTTPError as exc:
         report.up = False
         report.error = f"unreachable: {type(exc).__name__}"
+        return
+    if is_loop(response):
+        report.looped, report.error = True, LOOPED
         return
     if response.status_code != 200:
         report.error = f"/get_server_info answered {response.status_code}"

@@ -6,7 +6,8 @@ from typing import Any
 
 import orjson
 
-__all__ = ["chat_logprobs", "completion_logprobs", "floats", "ids_json", "ints", "wants"]
+__all__ = ["chat_logprobs", "completion_logprobs", "floats", "ids_json", "ints",
+           "reasoning_tokens", "wants"]
 
 
 def wants(body: dict[str, Any], *keys: str) -> bool:
@@ -16,6 +17,21 @@ def wants(body: dict[str, Any], *keys: str) -> bool:
         if value is True or (isinstance(value, int) and not isinstance(value, bool)):
             return True
     return False
+
+
+def reasoning_tokens(usage: dict[str, Any]) -> int:
+    """The reasoning tokens an OpenAI-style ``usage`` counts: OpenAI's
+    ``completion_tokens_details.reasoning_tokens``, else SGLang's top-level
+    ``reasoning_tokens``; 0 where neither is a non-negative integer. Never more than
+    ``completion_tokens`` where that is an integer."""
+    details = usage.get("completion_tokens_details")
+    value = details.get("reasoning_tokens") if isinstance(details, dict) else None
+    if value is None:
+        value = usage.get("reasoning_tokens")
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        return 0
+    total = usage.get("completion_tokens")
+    return min(value, total) if isinstance(total, int) and total >= 0 else value
 
 
 _MAX_TOKEN_ID = 2**31 - 1

@@ -1,6 +1,8 @@
 """The pool's records: one upstream server's state (``Upstream``) and one answer a
 server gave (``UpstreamReply``).
 
+``server_key`` names the server a URL reaches, however it is spelled.
+
 Invariants: an ``Upstream`` is changed only on the event loop (no lock), by the pool
 (with its ``priming.Release``) and the fleet's control plane. ``UpstreamReply.response``
 stays open (a stream being read) until ``aclose()``, which closes it once however often
@@ -9,12 +11,35 @@ it is called.
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
-__all__ = ["Upstream", "UpstreamReply"]
+__all__ = ["Upstream", "UpstreamReply", "server_key"]
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_LOOPBACK_NAMES = frozenset({"localhost", "localhost."})
+
+
+def server_key(url: str) -> str:
+    """What identifies the server at ``url`` (a root URL, checked as ``--upstream`` is):
+    its scheme, its host (lower case; ``localhost`` and every loopback address, 127.0.0.0/8
+    and ``::1``, are one host), its port (the scheme's default when none is written) and
+    its path without a trailing ``/``. Two URLs with one key reach one server on this
+    machine; a server reached under two names of other hosts (a DNS name and its address)
+    is not recognised."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    host = (parts.hostname or "").lower()
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host in _LOOPBACK_NAMES
+    port = parts.port if parts.port is not None else _DEFAULT_PORTS.get(scheme, 0)
+    return f"{scheme}://{'loopback' if loopback else host}:{port}{parts.path.rstrip('/')}"
 
 
 @dataclass(slots=True)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +35,7 @@ from .errors import RequestError
 from .schema_types import with_inferred_types
 from .struct_format import read_format
 from .struct_lark import format_grammar
+from .struct_legacy import legacy_grammar
 
 __all__ = ["CompiledGrammar", "GrammarCompiler", "GrammarProcessor"]
 
@@ -73,6 +75,12 @@ class GrammarCompiler:
                 self._ll = from_tokenizer(self._hf, n_vocab=self.vocab_size, eos_token=eos)
             return self._ll
 
+    def _special_id(self, text: str) -> int | None:
+        """The id of the special token whose text is exactly ``text``, or None."""
+        ll = self._tokenizer()
+        ids = ll.tokenize_str(text, parse_special=True)
+        return ids[0] if len(ids) == 1 and ll.is_special_token(ids[0]) else None
+
     def warm(self) -> threading.Thread:
         """Build the llguidance tokenizer in a daemon thread, off the event loop."""
         thread = threading.Thread(target=self._tokenizer, name="seedproxy-grammar-warm",
@@ -92,7 +100,7 @@ class GrammarCompiler:
             if field == "json_schema":
                 grammar = LLMatcher.grammar_from_json_schema(_typed(source))
             elif field == "structural_tag":
-                grammar = _struct_tag_grammar(source)
+                grammar = _struct_tag_grammar(source, self._special_id)
             else:
                 grammar = grammar_from("ebnf" if field == "ebnf" else "regex", source)
         except ValueError as exc:
@@ -131,17 +139,12 @@ def _typed(source: str) -> str:
         return source
 
 
-def _struct_tag_grammar(source: str) -> str:
+def _struct_tag_grammar(source: str, special_id: Callable[[str], int | None]) -> str:
     """A structural tag as llguidance's grammar. xgrammar's form (``{"type":
     "structural_tag", "format": {...}}``) is read by ``struct_format`` and written by
-    ``struct_lark``. The legacy form (``{"structures": [{"begin", "schema", "end"}],
-    "triggers": [...]}``, the JSON text SGLang's chat route sends) is built as SGLang's
-    llguidance backend builds it: one ``StructTag`` per structure, its trigger the first
-    of ``triggers`` that its ``begin`` starts with (else the first); ``at_least_one`` is
-    not read, as that backend does not. Any shape this cannot read is a ``ValueError``
-    (the caller's 400)."""
-    from llguidance import StructTag, grammar_from
-
+    ``struct_lark``; the legacy form (``{"structures": [...], "triggers": [...]}``) is
+    written by ``struct_legacy``. Any shape neither can read is a ``ValueError`` (the
+    caller's 400)."""
     try:
         tag = json.loads(source)
     except json.JSONDecodeError as exc:
@@ -153,30 +156,7 @@ def _struct_tag_grammar(source: str) -> str:
     if not isinstance(tag, dict) or tag.get("structures") is None:
         raise ValueError("needs either format (xgrammar's structural tag) or structures "
                          "and triggers (the legacy form)")
-    structures, triggers = tag.get("structures"), tag.get("triggers")
-    if not isinstance(triggers, list) or not triggers or not all(
-            isinstance(t, str) and t for t in triggers):
-        raise ValueError("triggers must be a non-empty list of strings")
-    if not isinstance(structures, list) or not structures:
-        raise ValueError("structures must be a non-empty list")
-    tags = []
-    for item in structures:
-        if not isinstance(item, dict) or not isinstance(item.get("begin"), str) or (
-                not isinstance(item.get("end"), str)):
-            raise ValueError("each structure needs a string begin and end")
-        schema = item.get("schema")
-        if not isinstance(schema, dict | str):
-            raise ValueError("each structure's schema must be a JSON schema")
-        begin = item["begin"]
-        trigger = next((t for t in triggers if begin.startswith(t)), triggers[0])
-        if not begin.startswith(trigger):
-            raise ValueError(f"begin {begin[:64]!r} does not start with a trigger")
-        tags.append(StructTag(trigger=trigger, begin=begin, grammar=with_inferred_types(schema),
-                              end=item["end"]))
-    lark = StructTag.to_grammar(tags)
-    if lark.lstrip().startswith("{"):  # side grammars: already llguidance's JSON form
-        return str(lark)
-    return str(grammar_from("lark", lark))
+    return legacy_grammar(tag, special_id)
 
 
 class GrammarProcessor:

@@ -22,7 +22,7 @@ from ..errors import BadRequest, ClientClosed, SeedProxyError
 from ..sessions import Interaction, NewSession, SessionRecord
 from ..sessions.cursor import SessionView
 from ..sessions.ids import check_id
-from .departure import unless_client_leaves
+from .departure import stop_when_client_leaves, unless_client_leaves
 from .exchange import Exchange
 from .headers import compacted_from, is_sdk_retry, pinned_index
 from .presenters import MessagesPresenter, OpenAIPresenter, Presenter, ResponsesPresenter
@@ -59,9 +59,13 @@ class Admission:
         try:
             raw = await read_body(request, self.services.settings.max_body_bytes)
             view = await self._view(session)
-            body, signed = await self.services.parser.signed_body(
-                endpoint, raw, view.last_sent() if view is not None else None,
-                signs=session is not None)
+            parser = self.services.parser
+            parse = parser.signed_body(endpoint, raw,
+                                       view.last_sent() if view is not None else None,
+                                       signs=session is not None)
+            if parser.offloads(len(raw)):  # a client that leaves frees its parse slot
+                parse = stop_when_client_leaves(parse, request.receive)
+            body, signed = await parse
             client = client_request(endpoint, raw, body, signed)
             chat, turn = await self._translate(client, session, view)
             headers = request.headers

@@ -8,10 +8,16 @@ message either way; the loop only unpickles the result and unpacks its int lists
 Smaller bodies are parsed in the loop as before.
 
 Invariants:
-- At most ``workers + queue`` bodies are in the pool at once (running or waiting);
-  one more is refused with 429 (``ParserBusy``) before it is handed over.
+- At most ``workers + queue`` callers wait on the pool at once; one more is refused
+  with 429 (``ParserBusy``) before it is handed over. A caller that stops waiting (its
+  client left: the handler is cancelled) gives its place back at once, even while the
+  worker still runs its body.
 - A worker that dies fails every body in its pool with 503 (``ParserUnavailable``),
   and the next body starts a new pool: nothing waits on a dead process.
+- A body not parsed ``timeout_s`` after it was handed over (a stuck or stopped worker)
+  is a 503 too: the pool's workers are killed, failing its other bodies with a 503,
+  and the next body starts a new pool. A new pool is started (every worker up) before
+  any body is handed to it, so its start never counts against ``timeout_s``.
 - An upstream answer refused so is recorded with the error the client is shown
   (``Exchange.fail``), as an upstream's own failure is; a client body is refused
   before it is seated, using no index.
@@ -24,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 from collections.abc import Callable
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
@@ -45,18 +51,22 @@ class Parser:
     """Parses client bodies and upstream answers, large ones in worker processes."""
 
     def __init__(self, *, threshold: int | None, workers: int, queue: int,
-                 offloaded: Callable[[], None] = lambda: None,
+                 timeout_s: float = 30.0, offloaded: Callable[[], None] = lambda: None,
                  hold: str | None = None) -> None:
         """``threshold``: bodies over this many bytes are offloaded (``None``: none);
-        ``offloaded`` is called once per offloaded body; ``hold`` is the workers' test
-        seam (``parse_jobs._wait``)."""
+        ``timeout_s``: the most a body may take in a started pool; ``offloaded`` is
+        called once per offloaded body; ``hold`` is the workers' test seam
+        (``parse_jobs._wait``)."""
         self.threshold = threshold
         self.workers = workers
         self.queue = queue
+        self.timeout_s = timeout_s
         self._offloaded = offloaded
         self._hold = hold
         self._executor: ProcessPoolExecutor | None = None
-        self._pending: set[Future[Any]] = set()
+        self._started: asyncio.Future[Any] | None = None
+        """The current pool's start (every worker up), awaited by each body."""
+        self._waiting = 0
 
     def offloads(self, size: int) -> bool:
         return self.threshold is not None and size > self.threshold
@@ -91,34 +101,64 @@ class Parser:
         return parse_jobs.unpacked(result)
 
     async def _run(self, job: Callable[..., Any], *args: Any) -> Any:
-        if len(self._pending) >= self.workers + self.queue:
+        if self._waiting >= self.workers + self.queue:
             raise ParserBusy(
-                f"{len(self._pending)} large bodies are being parsed already; retry shortly")
-        executor = self._executor
-        if executor is None:
+                f"{self._waiting} large bodies are being parsed already; retry shortly")
+        self._waiting += 1
+        try:
+            executor = await self._pool()
+            try:
+                future = executor.submit(job, *args)
+            except BrokenProcessPool:
+                raise self._broken(executor) from None
+            self._offloaded()
+            try:
+                return await asyncio.wait_for(asyncio.wrap_future(future), self.timeout_s)
+            except TimeoutError:
+                raise self._stuck(executor) from None
+            except BrokenProcessPool:
+                raise self._broken(executor) from None
+        finally:
+            self._waiting -= 1
+
+    async def _pool(self) -> ProcessPoolExecutor:
+        """The pool, started (one ``ready`` job per worker, so each worker is up)."""
+        executor, started = self._executor, self._started
+        if executor is None or started is None:
             executor = self._executor = ProcessPoolExecutor(
                 self.workers, mp_context=multiprocessing.get_context("spawn"))
+            started = self._started = asyncio.ensure_future(asyncio.gather(
+                *(asyncio.wrap_future(executor.submit(parse_jobs.ready))
+                  for _ in range(self.workers))))
         try:
-            future = executor.submit(job, *args)
+            await asyncio.shield(started)
         except BrokenProcessPool:
             raise self._broken(executor) from None
-        self._pending.add(future)
-        future.add_done_callback(self._pending.discard)
-        self._offloaded()
-        try:
-            return await asyncio.wrap_future(future)
-        except BrokenProcessPool:
-            raise self._broken(executor) from None
+        return executor
 
     def _broken(self, executor: ProcessPoolExecutor) -> ParserUnavailable:
         """Drop ``executor`` (a worker died), so the next body starts a new pool."""
-        if self._executor is executor:
-            self._executor = None
-            executor.shutdown(wait=False, cancel_futures=True)
+        self._drop(executor)
         return ParserUnavailable("the process parsing this body stopped; retry the request")
+
+    def _stuck(self, executor: ProcessPoolExecutor) -> ParserUnavailable:
+        """Kill ``executor``'s workers (one is stuck past the bound) and drop it."""
+        if self._executor is executor:
+            for process in list(executor._processes.values()):
+                process.kill()  # SIGKILL: a stopped (SIGSTOP) process dies too
+        self._drop(executor)
+        return ParserUnavailable(
+            f"parsing this body took longer than {self.timeout_s:g} s "
+            "(--offload-parse-timeout-s): the parse workers were restarted; retry the "
+            "request")
+
+    def _drop(self, executor: ProcessPoolExecutor) -> None:
+        if self._executor is executor:
+            self._executor = self._started = None
+            executor.shutdown(wait=False, cancel_futures=True)
 
     async def close(self) -> None:
         """Stop the workers once the bodies they are parsing are done; drop the rest."""
-        executor, self._executor = self._executor, None
+        executor, self._executor, self._started = self._executor, None, None
         if executor is not None:
             await asyncio.to_thread(executor.shutdown, wait=True, cancel_futures=True)

@@ -28,7 +28,7 @@ from ..backends.echo import loads_echoed, packed
 from ..sessions.token_ids import TokenIds
 from .request import decode_body
 
-__all__ = ["Invalid", "Packed", "read_answer", "read_body", "unpacked"]
+__all__ = ["Invalid", "Packed", "read_answer", "read_body", "ready", "unpacked"]
 
 _PACK_MIN = 64
 """Shorter int lists cross as they are: packing them saves nothing."""
@@ -50,6 +50,12 @@ class Invalid:
     """An upstream answer that is not JSON (``orjson``'s message)."""
 
     message: str
+
+
+def ready() -> int:
+    """Nothing: run once per worker as a pool starts, so every worker is up (this
+    module imported) before any body is timed. Returns the worker's pid."""
+    return os.getpid()
 
 
 def read_body(endpoint: Endpoint, raw: bytes, hold: str | None = None) -> Packed:

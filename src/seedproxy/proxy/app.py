@@ -20,6 +20,7 @@ from ..backends.anthropic_bridge import anthropic_error
 from ..backends.board import open_board
 from ..backends.client import upstream_client
 from ..backends.fleet import FleetControl
+from ..backends.loop import new_hop
 from ..backends.pause import PauseGate
 from ..backends.pool import UpstreamPool
 from ..errors import (
@@ -43,7 +44,7 @@ from .access import Access
 from .admin import admin_router
 from .fleet_routes import fleet_router
 from .health import readiness_router, warn_if_no_upstream
-from .hot import HotRoutes, ProxyApp
+from .hot import MESSAGES_PATHS, HotRoutes, ProxyApp
 from .logs import flush_logs
 from .messages import PromptCounter, messages_router
 from .replay import Verifier
@@ -58,8 +59,6 @@ if TYPE_CHECKING:
 __all__ = ["create_app", "open_tito_mode"]
 
 log = logging.getLogger("seedproxy")
-
-_MESSAGES_PATHS = ("/v1/messages", "/v1/messages/count_tokens")
 
 
 def create_app(
@@ -94,6 +93,7 @@ def create_app(
     own_store = store is None
     store = store if store is not None else open_store(settings.store)
     own_client = client is None
+    hop = new_hop()  # this proxy's mark on what it sends upstream (``backends.loop``)
     client = client or upstream_client(
         read_timeout_s=settings.read_timeout_s,
         connect_timeout_s=settings.connect_timeout_s,
@@ -101,6 +101,7 @@ def create_app(
         api_key=settings.upstream_api_key,
         max_connections=settings.max_upstream_connections,
         pool_timeout_s=settings.pool_timeout_s,
+        hop=hop,
     )
     backend = backend or BACKENDS[settings.backend](
         api_key=settings.upstream_api_key, routed_experts=settings.capture_routed_experts
@@ -122,6 +123,7 @@ def create_app(
     access = Access(sessions, settings.admin_key)
     parser = Parser(threshold=settings.offload_parse_bytes,
                     workers=settings.offload_parse_workers, queue=settings.offload_parse_queue,
+                    timeout_s=settings.offload_parse_timeout_s,
                     offloaded=metrics.offloaded_parses.inc, hold=parse_hold)
     sender = ResumingSender(pool, gate, parser, max_event_bytes=settings.max_upstream_body_bytes,
                             rids=settings.backend == "sglang", refresh=fleet.refresh)
@@ -159,6 +161,7 @@ def create_app(
             flush_logs()
 
     app = ProxyApp(title="seedproxy", version="0.1.0", lifespan=lifespan)
+    app.hop = hop.encode()
     app.hot = HotRoutes(admission=openai, access=access, on_error=on_seedproxy_error)
     app.state.settings = settings
     app.state.sessions = sessions
@@ -262,6 +265,6 @@ def _install_error_handlers(app: FastAPI) -> None:
         connection kept (``ProxyApp`` ends the re-raise that would reset it)."""
         path = request.url.path
         log.exception("unexpected error on %s", path)
-        if path.endswith(_MESSAGES_PATHS):
+        if path.endswith(MESSAGES_PATHS):
             return JSONResponse(anthropic_error(500, "internal error"), status_code=500)
         return JSONResponse(error_body("internal error", "internal_error"), status_code=500)

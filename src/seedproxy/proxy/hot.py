@@ -23,26 +23,47 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import Message, Receive, Scope, Send
 
 from ..backends import OPENAI_ENDPOINTS, Endpoint
+from ..backends.anthropic_bridge import anthropic_error
+from ..backends.loop import HOP_HEADER, LOOP_HEADER, LOOP_STATUS
 from ..errors import SeedProxyError, error_body
 from ..pipeline.admission import Admission
 from .access import Access
 
-__all__ = ["HotRoutes", "ProxyApp"]
+__all__ = ["MESSAGES_PATHS", "HotRoutes", "ProxyApp"]
 
 log = logging.getLogger("seedproxy")
 
 _SESSIONS = "/sessions/"
+_HOP = HOP_HEADER.encode()
+MESSAGES_PATHS = ("/v1/messages", "/v1/messages/count_tokens")
+"""The routes that answer in Anthropic's shape."""
+
+
+def _loop_refusal(path: str) -> Response:
+    """508 in the route's protocol shape (Anthropic's on the Messages routes)."""
+    message = ("this request came back to the seedproxy that sent it upstream: one of "
+               "its upstreams leads back to the proxy itself; remove it (DELETE "
+               "/fleet/upstreams?url=...) or fix --upstream")
+    body = (anthropic_error(LOOP_STATUS, message) if path.endswith(MESSAGES_PATHS)
+            else error_body(message, "loop_detected", code="upstream_loop"))
+    return JSONResponse(body, status_code=LOOP_STATUS, headers={LOOP_HEADER: "1"})
 
 
 class ProxyApp(FastAPI):
-    """FastAPI, with ``hot`` (once set) answering its routes first."""
+    """FastAPI, with ``hot`` (once set) answering its routes first, and any request
+    carrying ``hop`` (this proxy's own hop mark, ``backends.loop``) refused before
+    anything else: it went out of this proxy to an upstream and came back."""
 
     hot: HotRoutes | None = None
+    hop: bytes | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         hot = self.hot
         if scope["type"] != "http":
             await super().__call__(scope, receive, send)
+            return
+        if self.hop is not None and (_HOP, self.hop) in scope["headers"]:
+            await _loop_refusal(scope["path"])(scope, receive, send)
             return
         if hot is None or self.user_middleware:
             await self._answered(scope, receive, send)
