@@ -57,7 +57,7 @@ def admin_router(
             store, resume=body.resume,
             fork=(body.fork.session, body.fork.at) if body.fork is not None else None,
             identity=body.identity, group_size=body.group_size, index_by=body.index_by,
-            seed=body.seed,
+            seed=body.seed, session_id=body.session_id,
         )
         group = await sessions.create_group(
             identity=replay.identity,
