@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..errors import BadRequest
 from .branches import branch_of, branch_records, compaction_chain, is_tito
 from .concat import concat_record
 from .interaction import Interaction
@@ -68,8 +69,9 @@ async def lease_batch(
     ``prepare`` (building the whole answer) runs under the lock before anything is
     leased: when it raises, nothing is.
 
-    Named ``session_ids`` are taken whatever their ended or exported state (but not
-    while another live lease holds them); otherwise only ended sessions not exported
+    Named ``session_ids`` are taken once each, whatever their ended or exported state
+    (but not while another live lease holds them; with ``remove``, a named session
+    still open is a ``BadRequest``); otherwise only ended sessions not exported
     (of ``group_id``, if given) are candidates. On timeout the result is what is
     ready: in deterministic mode the ended prefix of the batch. A waiting export
     sleeps until the store changes (``store.watch``) or a lease that kept a candidate
@@ -83,7 +85,7 @@ async def lease_batch(
             async with lock if lock is not None else contextlib.nullcontext():
                 now = clock()
                 selection = await _select_once(
-                    store, session_ids, group_id, count, deterministic, now
+                    store, session_ids, group_id, count, deterministic, now, remove
                 )
                 if selection.complete or time.monotonic() >= deadline:
                     if prepare is not None:
@@ -112,9 +114,15 @@ async def _select_once(
     count: int | None,
     deterministic: bool,
     now: float,
+    remove: bool,
 ) -> _Selection:
     if session_ids is not None:
-        found = [r for r in [await store.get(s) for s in session_ids] if r is not None]
+        named = dict.fromkeys(session_ids)  # each session once, however often it is named
+        found = [r for r in [await store.get(s) for s in named] if r is not None]
+        if remove and (still_open := [r.session_id for r in found if not r.ended]):
+            raise BadRequest(f"remove would delete open session(s) {', '.join(still_open)} "
+                             "while their agents may still send turns (the next would start "
+                             "them again at index 0): end them first", param="remove")
         held = await store.held_until([r.session_id for r in found], now)
         return _Selection(sorted((r for r in found if r.session_id not in held),
                                  key=lambda r: r.created_seq), True, list(held.values()))
