@@ -16,10 +16,10 @@ async def test_a_session_named_several_times_is_delivered_once(store: SessionSto
         assert await store.create(rec(session_id))
         await store.record(session_id, interaction("i0", 0))
         await store.end(session_id)
-    batch_id, taken = await lease_batch(store, session_ids=["t", "s", "s", "t", "s"])
+    batch_id, taken, _, _ = await lease_batch(store, session_ids=["t", "s", "s", "t", "s"])
     assert [r.session_id for r in taken] == ["s", "t"]
     assert await store.ack(batch_id, 0.0)
-    again, taken = await lease_batch(store, session_ids=["s", "s", "s"])
+    taken = (await lease_batch(store, session_ids=["s", "s", "s"])).sessions
     assert [r.session_id for r in taken] == ["s"]  # named: taken whatever its state
 
 
@@ -35,11 +35,11 @@ async def test_remove_of_an_open_named_session_is_refused_and_deletes_nothing(
     assert refused.value.param == "remove"
     assert "open session(s) live, idle" in str(refused.value)
     # nothing was leased: every session is still there and can be taken at once
-    batch_id, taken = await lease_batch(store, session_ids=["done"], remove=True)
+    batch_id, taken, _, _ = await lease_batch(store, session_ids=["done"], remove=True)
     assert [r.session_id for r in taken] == ["done"]
     assert await store.ack(batch_id, 0.0)
     assert await store.get("done") is None
     assert [r.session_id for r in await store.list()] == ["live", "idle"]
     await store.end("live")
-    batch_id, taken = await lease_batch(store, session_ids=["live"], remove=True)
+    taken = (await lease_batch(store, session_ids=["live"], remove=True)).sessions
     assert [r.session_id for r in taken] == ["live"]

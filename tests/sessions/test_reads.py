@@ -234,8 +234,8 @@ async def test_a_waiting_export_returns_when_a_session_ends(
         watched, count=1, timeout_s=600.0, deterministic=not any_order))  # type: ignore[arg-type]
     await asyncio.wait_for(watched.opened.wait(), WAIT_S)
     await store.end("s")
-    _, taken = await asyncio.wait_for(exporting, WAIT_S)
-    assert [r.session_id for r in taken] == ["s"]
+    leased = await asyncio.wait_for(exporting, WAIT_S)
+    assert [r.session_id for r in leased.sessions] == ["s"]
 
 
 def test_each_sqlite_read_uses_an_index(tmp_path: Path) -> None:
