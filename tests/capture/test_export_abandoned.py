@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import orjson
 
+from seedproxy.client import SeedProxyClient
 from tests.conftest import Fake
 from tests.helpers.procs import seedproxy_env
 
@@ -100,3 +101,23 @@ def test_skip_abandoned_leaves_them_out_and_takes_them_out(
         assert "skipped 1 abandoned session" in done.stderr
         assert http.get("/sessions/c").json()["exported"] is True  # acked with its batch
         assert http.post("/trajectories/export", json={}).json()["trajectories"] == []
+
+
+async def test_the_client_reads_the_end_status_and_can_skip_abandoned(
+    fake: Fake, start_proxy: Callable[..., str]
+) -> None:
+    clock = Clock()
+    url = started(fake, start_proxy, clock)
+    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+        for session in ("f", "g", "h"):
+            assert (await http.post(f"/sessions/{session}/v1/completions",
+                                    json=PROMPT)).is_success
+        for session in ("g", "h"):
+            assert (await http.post(f"/sessions/{session}/end")).is_success
+    async with SeedProxyClient(url) as proxy:
+        assert await proxy.export() == []  # f is open and not idle yet
+        clock.ahead = ABANDON_S
+        kept = await proxy.export(count=1, skip_abandoned=True)  # f skipped, g counted
+        assert [(t.session_id, t.end_status) for t in kept] == [("g", "ended")]
+        rest = await proxy.export()
+        assert [(t.session_id, t.end_status) for t in rest] == [("h", "ended")]
