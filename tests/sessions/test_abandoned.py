@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from seedproxy.sessions import SessionRecord, SessionStore
 from seedproxy.sessions.export import lease_batch
 from tests.sessions.test_reads import WAIT_S, Watched
@@ -33,9 +35,9 @@ async def later_than(stamp: float) -> None:
 
 async def fixture(store: SessionStore) -> float:
     """s0 ended, s1 open and idle, s2 ended, s3 open and active, s4 ended (creation
-    order); returns the idleness cut: s1 was last active at it, s3 after it."""
+    order, all of group g); returns the idleness cut: s1 was last active at it, s3 after."""
     for n in range(5):
-        assert await store.create(rec(f"s{n}"))
+        assert await store.create(rec(f"s{n}", group="g"))
         await touched(store, f"s{n}", 0)
     cut = (await touched(store, "s1", 1)).last_active_at
     await later_than(cut)
@@ -45,12 +47,14 @@ async def fixture(store: SessionStore) -> float:
     return cut
 
 
+@pytest.mark.parametrize("group_id", [None, "g"])  # the store's index, or one group's list
 async def test_an_idle_session_in_the_middle_is_exported_abandoned_in_creation_order(
-    store: SessionStore,
+    store: SessionStore, group_id: str | None
 ) -> None:
     cut = await fixture(store)
     clock = lambda: cut + ABANDON_S  # noqa: E731  s1 idle exactly the abandon time
-    leased = await lease_batch(store, abandon_after_s=ABANDON_S, clock=clock)
+    leased = await lease_batch(store, group_id=group_id, abandon_after_s=ABANDON_S,
+                               clock=clock)
     assert [r.session_id for r in leased.sessions] == ["s0", "s1", "s2"]
     assert [r.end_status for r in leased.sessions] == ["ended", "abandoned", "ended"]
     assert [r.session_id for r in leased.waiting] == ["s3"]  # active: the export stops there
@@ -60,7 +64,7 @@ async def test_an_idle_session_in_the_middle_is_exported_abandoned_in_creation_o
     assert await store.count_open() == 1
     assert await store.ack(leased.batch_id, clock())
     await store.end("s3")
-    rest = await lease_batch(store, abandon_after_s=ABANDON_S, clock=clock)
+    rest = await lease_batch(store, group_id=group_id, abandon_after_s=ABANDON_S, clock=clock)
     assert [(r.session_id, r.end_status) for r in rest.sessions] == [("s3", "ended"),
                                                                      ("s4", "ended")]
     assert rest.waiting == []
