@@ -31,7 +31,7 @@ class SessionRecord:
     end_status: str | None = None
     """How the session ended: ``"ended"`` (``POST /sessions/{id}/end``) or
     ``"abandoned"`` (idle past the abandon time while an export waited on it, see
-    ``export.py``); None while open."""
+    ``selection.py``); None while open."""
     reward: float | None = None
     exported: bool = False
     seed: int | None = None

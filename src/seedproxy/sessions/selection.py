@@ -64,12 +64,13 @@ class Selection:
     skip_abandoned: bool = False
 
     def delivered(self) -> list[SessionRecord]:
-        return [r for r in self.chosen if not self._skipped(r)]
+        return [r for r in self.chosen if not self.skips(r)]
 
     def skipped(self) -> list[SessionRecord]:
-        return [r for r in self.chosen if self._skipped(r)]
+        return [r for r in self.chosen if self.skips(r)]
 
-    def _skipped(self, record: SessionRecord) -> bool:
+    def skips(self, record: SessionRecord) -> bool:
+        """Whether ``record`` is leased without being delivered (nor counted)."""
         return self.skip_abandoned and record.end_status == ABANDONED
 
 
@@ -96,7 +97,7 @@ class _Batch:
                 return True
         elif not selection.waiting:
             selection.chosen.append(settled)
-        if not selection._skipped(settled):
+        if not selection.skips(settled):
             self._counted += 1
         return ask.count is not None and self._counted >= ask.count
 
