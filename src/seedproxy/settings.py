@@ -130,6 +130,9 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("session_ttl_s", "session_ttl"),
     )
     """Evict sessions idle (or ended) this long; un-exported ones are logged as lost."""
+    abandon_after_s: float = Field(default=1800.0, gt=0)
+    """An open session that an export waits on (deterministic order), idle this long,
+    is ended as abandoned and exported with end_status "abandoned"."""
     graceful_shutdown_s: float = Field(
         default=30.0, ge=0,
         validation_alias=AliasChoices("graceful_shutdown_s", "graceful_shutdown"),

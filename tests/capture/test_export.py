@@ -127,6 +127,25 @@ def test_remove_forgets_the_exported_sessions_and_keeping_them_hides_them(
     assert export(http, group_id="rm") == []
 
 
+def test_remove_of_an_open_named_session_is_a_400_and_its_next_turn_goes_on(
+    http: httpx.Client,
+) -> None:
+    """Issue 34, item 7: deleting an open session would let its agent's next turn start
+    it again at index 0, splitting the rollout in two records."""
+    turn(http, "rm-open")
+    refused = http.post("/trajectories/export", json={"session_ids": ["rm-open", "rm-open"],
+                                                       "remove": True})
+    assert refused.status_code == 400
+    error = refused.json()["error"]
+    assert error["param"] == "remove" and "rm-open" in error["message"]
+    turn(http, "rm-open")
+    assert http.get("/sessions/rm-open").json()["next_index"] == 2
+    http.post("/sessions/rm-open/end")
+    taken = http.post("/trajectories/export", json={"session_ids": ["rm-open", "rm-open"],
+                                                     "remove": True}).json()
+    assert [len(t["interactions"]) for t in taken["trajectories"]] == [2]  # once, whole
+
+
 def test_a_session_taken_with_wait_is_not_exported_again(http: httpx.Client) -> None:
     ids = group(http, "wt", 2)
     for sid in ids:

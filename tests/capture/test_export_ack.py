@@ -44,7 +44,8 @@ def export(http: httpx.Client, **body: Any) -> dict[str, Any]:
     answer = http.post("/trajectories/export", json=body)
     assert answer.status_code == 200, answer.text
     data: dict[str, Any] = answer.json()
-    assert set(data) == {"batch_id", "open_sessions", "trajectories"} and data["batch_id"]
+    assert set(data) == {"batch_id", "open_sessions", "waiting_on", "skipped",
+                         "trajectories"} and data["batch_id"]
     assert type(data["open_sessions"]) is int
     return data
 

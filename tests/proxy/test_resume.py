@@ -278,6 +278,26 @@ def test_a_fork_replays_its_prefix_then_samples_with_its_own_identity(
     assert [s["identity"] for s in group.json()["sessions"]] == ["tree.g:0", "tree.g:1"]
 
 
+@pytest.mark.parametrize("body", [
+    {"identity": "task7", "group_size": 2},  # branch task7:0 is the source's identity
+    {"identity": "task7:0"},
+    {"session_id": "task7:0"},  # no identity: the session id is the branch's
+])
+def test_no_fork_branch_gets_the_source_identity(
+        fake: Fake, proxy: str, body: dict[str, Any]) -> None:
+    """Issue 34, item 2: a branch with the source's identity would re-sample its seeds."""
+    assert create(proxy, session_id="run1:0", identity="task7:0").status_code == 201
+    agent(proxy, "run1:0", 3)
+    refused = create(proxy, fork={"session": "run1:0", "at": 1}, **body)
+    assert refused.status_code == 400, refused.text
+    error = refused.json()["error"]
+    assert error["param"] == "identity" and "'task7:0'" in error["message"]
+    assert [s["session_id"] for s in httpx.get(f"{proxy}/sessions").json()["sessions"]] == [
+        "run1:0"]
+    made = create(proxy, identity="task8", group_size=2, fork={"session": "run1:0", "at": 1})
+    assert [s["identity"] for s in made.json()["sessions"]] == ["task8:0", "task8:1"]
+
+
 @pytest.mark.parametrize(("body", "status", "param"), [
     ({"resume": "nobody"}, 404, "resume"),
     ({"fork": {"session": "nobody", "at": 1}, "identity": "z"}, 404, "fork"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -63,13 +64,17 @@ async def records_read(store: SessionStore, action: Callable[[Counting], Awaitab
     return counting.records
 
 
-@pytest.mark.parametrize("kind", ["page", "export", "export-any-order", "sweep"])
+@pytest.mark.parametrize("kind", ["page", "export", "export-any-order", "export-abandoning",
+                                  "sweep"])
 async def test_reads_cost_the_same_whatever_the_store_holds(opener: Opener, kind: str) -> None:
     actions: dict[str, Callable[[Counting], Awaitable[object]]] = {
         "page": lambda s: session_page(s, group_id=None, identity=None, offset=0,  # type: ignore[arg-type]
                                        limit=10),
         "export": lambda s: lease_batch(s),  # type: ignore[arg-type]
         "export-any-order": lambda s: lease_batch(s, deterministic=False),  # type: ignore[arg-type]
+        # "open" is idle past the abandon time: ended as abandoned, and exported
+        "export-abandoning": lambda s: lease_batch(  # type: ignore[arg-type]
+            s, abandon_after_s=1.0, clock=lambda: time.time() + 10.0),
         "sweep": lambda s: Evictor(s, 3600.0).sweep(),  # type: ignore[arg-type]
     }
     seen = []
@@ -235,8 +240,8 @@ async def test_a_waiting_export_returns_when_a_session_ends(
         watched, count=1, timeout_s=600.0, deterministic=not any_order))  # type: ignore[arg-type]
     await asyncio.wait_for(watched.opened.wait(), WAIT_S)
     await store.end("s")
-    _, taken = await asyncio.wait_for(exporting, WAIT_S)
-    assert [r.session_id for r in taken] == ["s"]
+    leased = await asyncio.wait_for(exporting, WAIT_S)
+    assert [r.session_id for r in leased.sessions] == ["s"]
 
 
 def test_each_sqlite_read_uses_an_index(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from seedproxy.proxy.listing import session_page
 from seedproxy.sessions import SessionRecord, SessionStore
-from seedproxy.sessions import export as export_module
+from seedproxy.sessions import selection as selection_module
 from seedproxy.sessions.export import lease_batch
 from tests.sessions.test_stores import interaction
 
@@ -54,14 +54,14 @@ def ticking() -> Callable[[], float]:
 async def test_exports_choose_the_same_sessions_in_the_same_order(
     store: SessionStore, page: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(export_module, "_PAGE", page, raising=False)  # index read in steps
+    monkeypatch.setattr(selection_module, "PAGE", page)  # index read in steps
     await fixture(store)
     clock = ticking()
 
     async def chosen(**kwargs: object) -> list[str]:
-        _, taken = await lease_batch(store, clock=clock, visibility_timeout_s=1.0,
-                                     **kwargs)  # type: ignore[arg-type]
-        return [r.session_id for r in taken]
+        leased = await lease_batch(store, clock=clock, visibility_timeout_s=1.0,
+                                   **kwargs)  # type: ignore[arg-type]
+        return [r.session_id for r in leased.sessions]
 
     # Deterministic: creation order, the ended prefix (a2 is open), b exported, d leased.
     assert await chosen() == ["a0", "a1", "c0"]

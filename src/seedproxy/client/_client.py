@@ -128,6 +128,7 @@ class Group:
         out: Target | None = None,
         ack: bool = True,
         visibility_timeout_s: float | None = None,
+        skip_abandoned: bool = False,
     ) -> ExportBatch:
         """Wait (up to ``timeout_s``) for every sample to end, then export them in
         sample order. With ``out`` they are written to that JSON Lines file (fsynced)
@@ -261,6 +262,7 @@ class SeedProxyClient:
         out: Target | None = None,
         ack: bool = True,
         visibility_timeout_s: float | None = None,
+        skip_abandoned: bool = False,
     ) -> ExportBatch:
         """``POST /trajectories/export``: see the README for selection and order.
 
@@ -269,8 +271,11 @@ class SeedProxyClient:
         fsynced, then acknowledged. Without it, ``ack=True`` acknowledges it as soon as
         it has been received; ``ack=False`` leaves that to ``ack(batch.batch_id)``
         once it is safe (unacknowledged, it is exported again after
-        ``visibility_timeout_s``, 300 s by default)."""
+        ``visibility_timeout_s``, 300 s by default). ``skip_abandoned`` leaves out
+        sessions the proxy ended as abandoned (they leave later exports all the same)."""
         body: dict[str, Any] = {"timeout_s": timeout_s, "style": style, "remove": remove}
+        if skip_abandoned:
+            body["skip_abandoned"] = True
         for name, value in (("group_id", group_id), ("session_ids", session_ids),
                             ("count", count), ("visibility_timeout_s", visibility_timeout_s)):
             if value is not None:

@@ -90,6 +90,9 @@ class Trajectory:
     """Concat: ``[{version, start, end}]`` over ``token_ids`` positions (end exclusive):
     the weight version that sampled each generated token."""
     concat_error: ConcatError | None = None
+    end_status: str | None = None
+    """"ended" (its agent ended it) or "abandoned" (ended by the proxy, idle while an
+    export waited on it: the rollout may be cut short)."""
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -108,6 +111,7 @@ class Trajectory:
             logprobs=data.get("logprobs"),
             weight_versions=data.get("weight_versions"),
             concat_error=ConcatError(**error) if error else None,
+            end_status=data.get("end_status"),
             raw=data,
         )
 

@@ -101,6 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "interactions; concat: one token sequence with a loss mask")
     export.add_argument("--visibility-timeout", type=float,
                         help="seconds the batch stays leased without an ack (server: 300)")
+    export.add_argument("--skip-abandoned", action="store_true",
+                        help="leave out sessions ended as abandoned (taken out all the same)")
     export.add_argument("--out", required=True)
 
     verify = commands.add_parser(
@@ -228,7 +230,7 @@ def _export(args: argparse.Namespace) -> int:
     return export_to_file(
         args.url, out=args.out, group=args.group, count=args.count,
         timeout_s=args.timeout, admin_key=args.admin_key, style=args.style,
-        visibility_timeout_s=args.visibility_timeout,
+        visibility_timeout_s=args.visibility_timeout, skip_abandoned=args.skip_abandoned,
     )
 
 

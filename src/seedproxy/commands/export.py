@@ -1,16 +1,20 @@
 """``seedproxy export``: pull trajectories from a running proxy into JSON Lines.
 
-Delivery is at least once: the export leases its batch, the file is written and
-fsynced, and only then is the batch acknowledged (``POST /trajectories/ack``). A run
-that dies before the ack loses nothing: the batch is exported again once its lease
-(``--visibility-timeout``) runs out.
+Delivery is at least once: the output is opened first (a path that cannot be
+written leases nothing), then the export leases its batch, the file is written and
+fsynced (a device such as ``/dev/null`` is only written), and only then is the batch
+acknowledged (``POST /trajectories/ack``). A run that dies before the ack loses
+nothing: the batch is exported again once its lease (``--visibility-timeout``) runs out.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 import sys
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, BinaryIO
 
 import httpx
 import orjson
@@ -42,11 +46,14 @@ def export_to_file(
     admin_key: str | None,
     style: str = "individual",
     visibility_timeout_s: float | None = None,
+    skip_abandoned: bool = False,
 ) -> int:
     """Export ended sessions (``count`` of them, waiting up to ``timeout_s``) to ``out``,
-    one trajectory per line, then acknowledge them. Fewer than ``count`` by the
-    timeout: what came is still written (and acknowledged), a line on stderr says so,
-    and the exit code is ``EXIT_SHORT``."""
+    one trajectory per line, then acknowledge them. ``out`` is opened before anything
+    is leased, so a path that cannot be written leases nothing. Fewer than ``count`` by
+    the timeout: what came is still written (and acknowledged), a line on stderr says so,
+    and the exit code is ``EXIT_SHORT``. One line on stderr sums the export up, naming
+    the open sessions a deterministic export waits behind."""
     body: dict[str, object] = {"timeout_s": timeout_s, "style": style}
     if group:
         body["group_id"] = group
@@ -58,36 +65,98 @@ def export_to_file(
         if not 0 < visibility_timeout_s <= 86400:
             raise ConfigError("--visibility-timeout must be in (0, 86400] seconds")
         body["visibility_timeout_s"] = visibility_timeout_s
+    if skip_abandoned:
+        body["skip_abandoned"] = True
     headers = {"content-type": "application/json"}
     if admin_key:
         headers["authorization"] = f"Bearer {admin_key}"
-    answer = _post(url, "/trajectories/export", body, headers, http_timeout_s(timeout_s))
-    trajectories, batch_id = answer["trajectories"], answer["batch_id"]
+    with _opened(out) as (handle, regular):
+        answer = _post(url, "/trajectories/export", body, headers, http_timeout_s(timeout_s))
+        trajectories, batch_id = answer["trajectories"], answer["batch_id"]
+        _write(handle, regular, trajectories, out)
+    _post(url, "/trajectories/ack", {"batch_id": batch_id}, headers, http_timeout_s(0))
+    short = count is not None and len(trajectories) < count
+    print(f"seedproxy: export: {_summary(answer, count, timeout_s, out)}", file=sys.stderr)
+    return EXIT_SHORT if short else 0
+
+
+@contextlib.contextmanager
+def _opened(out: str) -> Iterator[tuple[BinaryIO, bool]]:
+    """``out`` open for writing (not yet truncated) and whether it is a regular file;
+    ``ConfigError`` when it cannot be opened. A file this created is removed again when
+    the export fails before writing it."""
+    existed = os.path.lexists(out)
     try:
-        with open(out, "wb") as handle:
-            for record in tqdm(trajectories, desc="export", unit="trajectory"):
-                handle.write(orjson.dumps(record, option=orjson.OPT_SORT_KEYS) + b"\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        _fsync_dir(out)
+        fd = os.open(out, os.O_WRONLY | os.O_CREAT, 0o666)
     except OSError as exc:
         raise ConfigError(f"cannot write {out}: {exc.strerror}") from None
-    _post(url, "/trajectories/ack", {"batch_id": batch_id}, headers, http_timeout_s(0))
-    still_open = answer.get("open_sessions")
-    if not trajectories:
-        waiting = (f"; {still_open} session{'s' if still_open != 1 else ''} still open"
+    written = False
+    with os.fdopen(fd, "wb") as handle:
+        try:
+            yield handle, stat.S_ISREG(os.fstat(fd).st_mode)
+            written = True
+        finally:
+            if not written and not existed:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(out)
+
+
+def _write(handle: BinaryIO, regular: bool, trajectories: list[Any], out: str) -> None:
+    """Replace a regular file's content and make it durable (fsync, then its directory
+    entry); a device or pipe (``/dev/null``, ``/dev/stdout``) is written, with no fsync
+    to refuse."""
+    bar = tqdm(trajectories, desc="export", unit=" trajectories", total=len(trajectories),
+               disable=None if trajectories else True)  # None: off unless on a terminal
+    try:
+        if regular:
+            handle.truncate(0)
+        for record in bar:
+            handle.write(orjson.dumps(record, option=orjson.OPT_SORT_KEYS) + b"\n")
+        handle.flush()
+        if regular:
+            os.fsync(handle.fileno())
+            _fsync_dir(out)
+    except OSError as exc:
+        raise ConfigError(f"cannot write {out}: {exc.strerror}") from None
+    finally:
+        bar.close()
+
+
+def _summary(answer: dict[str, Any], count: int | None, timeout_s: float, out: str) -> str:
+    """The one line an export ends with: what it wrote, and what it waits behind."""
+    written = len(answer["trajectories"])
+    behind = _behind(answer.get("waiting_on") or [])
+    skipped = answer.get("skipped") or []
+    if skipped:
+        behind += f"; skipped {len(skipped)} abandoned session{_s(len(skipped))}"
+    if count is not None and written < count:
+        return (f"only {written} of {count} sessions had ended within {timeout_s:g} s"
+                f"{behind}; wrote {written} to {out}")
+    if not written:
+        still_open = answer.get("open_sessions")
+        waiting = (f"; {still_open} session{_s(still_open)} still open"
                    if isinstance(still_open, int) and still_open else "")
-        print(f"seedproxy: export: no ended session to export{waiting} (only ended "
-              f"sessions are exported: POST /sessions/{{id}}/end); wrote 0 to {out}",
-              file=sys.stderr)
-    if count is not None and len(trajectories) < count:
-        print(
-            f"seedproxy: export: only {len(trajectories)} of {count} sessions had ended "
-            f"within {timeout_s:g} s; wrote {len(trajectories)} to {out}",
-            file=sys.stderr,
-        )
-        return EXIT_SHORT
-    return 0
+        return (f"no ended session to export{waiting}{behind} (only ended sessions are "
+                f"exported: POST /sessions/{{id}}/end); wrote 0 to {out}")
+    return f"wrote {written} trajector{'y' if written == 1 else 'ies'} to {out}{behind}"
+
+
+def _behind(waiting: list[dict[str, Any]]) -> str:
+    """Names the open sessions (at most three) an export stopped at in creation order."""
+    if not waiting:
+        return ""
+    named = []
+    for entry in waiting[:3]:
+        left = entry.get("abandoned_in_s")
+        until = "" if left is None else f", ended as abandoned in {left:.0f} s"
+        named.append(f"{entry['session_id']} (idle {entry['idle_s']:.0f} s{until})")
+    more = f" and {len(waiting) - 3} more" if len(waiting) > 3 else ""
+    return (f"; in creation order it waits behind open session{_s(len(waiting))} "
+            f"{', '.join(named)}{more}")
+
+
+def _s(n: object) -> str:
+    return "" if n == 1 else "s"
 
 
 def _post(url: str, path: str, body: dict[str, object], headers: dict[str, str],

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -43,7 +44,12 @@ def admin_router(
     deterministic: bool,
     max_body_bytes: int,
     inflight: InFlight,
+    abandon_after_s: float | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> APIRouter:
+    """``abandon_after_s``: an open session a batch export waits on, idle this long, is
+    ended as abandoned (``sessions/selection.py``). ``clock``: wall-clock seconds, for
+    leases and idleness (a test seam)."""
     router = APIRouter()
     store = sessions.store
     exporting = asyncio.Lock()  # select + lease, one at a time per app (the store's
@@ -57,7 +63,7 @@ def admin_router(
             store, resume=body.resume,
             fork=(body.fork.session, body.fork.at) if body.fork is not None else None,
             identity=body.identity, group_size=body.group_size, index_by=body.index_by,
-            seed=body.seed,
+            seed=body.seed, session_id=body.session_id,
         )
         group = await sessions.create_group(
             identity=replay.identity,
@@ -93,6 +99,7 @@ def admin_router(
             "index_by": record.index_by,
             "interactions": len(interactions),
             "ended": record.ended,
+            "end_status": record.end_status,
             "exported": record.exported,
             "reward": record.reward,
             "metadata": record.metadata,
@@ -170,21 +177,21 @@ def admin_router(
         async with store.watch() as watch:  # woken by the store: its end, a release
             while True:
                 record = await sessions.require(session_id)
-                held = await store.held_until([session_id], time.time())
+                held = await store.held_until([session_id], clock())
                 if record.ended and not held:
-                    batch_id, taken = await lease_batch(
+                    leased = await lease_batch(
                         store, session_ids=[session_id], lock=exporting,
-                        visibility_timeout_s=visibility_timeout_s, prepare=build)
-                    if taken:
+                        visibility_timeout_s=visibility_timeout_s, prepare=build, clock=clock)
+                    if leased.sessions:
                         break  # else another export leased it meanwhile: wait on
                     continue
                 left = deadline - loop.time()
                 if left <= 0:
                     raise WaitTimeout(
                         f"session {session_id!r} did not end within {timeout_s} s")
-                ends = [until - time.time() for until in held.values()]
+                ends = [until - clock() for until in held.values()]
                 await watch.wait(min([left, *ends]))
-        return Response(orjson.dumps({**built[0], "batch_id": batch_id}),
+        return Response(orjson.dumps({**built[0], "batch_id": leased.batch_id}),
                         media_type="application/json")
 
     @router.post("/trajectories/export", openapi_extra=documented(ExportRequest))
@@ -206,7 +213,7 @@ def admin_router(
                     continue
             built[:] = [orjson.dumps(trajectories)]
 
-        batch_id, chosen = await lease_batch(
+        leased = await lease_batch(
             store,
             session_ids=body.session_ids,
             group_id=body.group_id,
@@ -216,12 +223,17 @@ def admin_router(
             lock=exporting,
             visibility_timeout_s=body.visibility_timeout_s,
             remove=body.remove,
+            abandon_after_s=abandon_after_s,
+            skip_abandoned=body.skip_abandoned,
+            clock=clock,
             prepare=build,
         )
-        # Only ended sessions are exported: say how many are still open (O(1) count).
-        content = (b'{"batch_id":' + orjson.dumps(batch_id) + b',"open_sessions":'
-                   + orjson.dumps(await store.count_open()) + b',"trajectories":'
-                   + built[0] + b"}")
+        # Only ended sessions are exported: say how many are still open (O(1) count)
+        # and which ones this batch waits on.
+        status = {"batch_id": leased.batch_id, "open_sessions": await store.count_open(),
+                  "waiting_on": _waiting_on(leased.waiting, clock(), abandon_after_s),
+                  "skipped": [r.session_id for r in leased.skipped]}
+        content = orjson.dumps(status)[:-1] + b',"trajectories":' + built[0] + b"}"
         return Response(content, media_type="application/json")
 
     @router.post("/trajectories/ack", openapi_extra=documented(AckRequest))
@@ -230,7 +242,7 @@ def admin_router(
         they are deleted now). Idempotent, and still accepted after the lease ran out."""
         await access.require_admin(request)
         body = await read_model(request, AckRequest, max_body_bytes)
-        if not await store.ack(body.batch_id, time.time()):
+        if not await store.ack(body.batch_id, clock()):
             raise BatchNotFound(f"batch {body.batch_id!r} not found (or forgotten)",
                            param="batch_id")
         return {"batch_id": body.batch_id, "acknowledged": True}
@@ -247,3 +259,13 @@ def admin_router(
         return Response(status_code=204)
 
     return router
+
+
+def _waiting_on(waiting: list[SessionRecord], now: float,
+                abandon_after_s: float | None) -> list[dict[str, Any]]:
+    """The open sessions a deterministic export stopped at: how long each has been idle
+    and in how long it is ended as abandoned (None: never)."""
+    return [{"session_id": r.session_id, "idle_s": round(max(0.0, now - r.last_active_at), 1),
+             "abandoned_in_s": None if abandon_after_s is None else
+             round(max(0.0, r.last_active_at + abandon_after_s - now), 1)}
+            for r in waiting]

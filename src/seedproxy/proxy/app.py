@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -72,6 +73,7 @@ def create_app(
     prompt_counter: PromptCounter | None = None,
     engine_url: str | None = None,
     parse_hold: str | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> FastAPI:
     """Build the proxy. ``upstreams`` overrides ``settings.upstream`` (the CLI passes
     the embedded engine's URL); injected ``store`` and ``client`` are not closed.
@@ -80,7 +82,8 @@ def create_app(
     ``prompt_counter`` (a tokenizer, e.g. the engine's) enables count_tokens; in
     token-in-token-out mode the mode's renderer counts when none is given.
     ``engine_url`` names the embedded engine (``GET /fleet`` shows it).
-    ``parse_hold`` is a test seam: parse workers wait on it (``parse_jobs._wait``)."""
+    ``parse_hold`` is a test seam: parse workers wait on it (``parse_jobs._wait``).
+    ``clock`` (wall-clock seconds) is what exports measure leases and idleness by."""
     urls = upstreams if upstreams is not None else settings.upstream
     if not urls:
         raise ConfigError(
@@ -178,6 +181,8 @@ def create_app(
             deterministic=settings.deterministic,
             max_body_bytes=settings.max_body_bytes,
             inflight=inflight,
+            abandon_after_s=settings.abandon_after_s,
+            clock=clock,
         )
     )
     app.include_router(readiness_router(pool, store))

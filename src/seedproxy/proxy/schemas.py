@@ -62,6 +62,8 @@ class ExportRequest(_Body):
     style: Literal["individual", "concat"] = "individual"
     visibility_timeout_s: float = Field(default=300.0, gt=0, le=86400)
     """How long the batch stays leased without an ack before it is exported again."""
+    skip_abandoned: StrictBool = False
+    """Lease sessions ended as abandoned with the batch, but deliver none of them."""
 
 
 class AckRequest(_Body):

@@ -1,14 +1,11 @@
-"""Choosing which sessions an export takes, and in which order; leasing them.
+"""Leasing the batch an export takes (``selection.py`` chooses it) and building each
+session's trajectory.
 
-Deterministic mode takes sessions in creation order and never skips an earlier
-session for one that ended first (AReaL's ``_select_results``): the batch is the
-first ``count`` sessions not exported and not under a live lease (all of them without
-``count``), and only its ended prefix is ever taken. Without determinism the batch is
-the first ``count`` sessions to end, in the order they ended. The batch is then leased
-atomically in the store (``store/leases.py``): two concurrent exports, on one replica
-or several, never take the same session; one that loses a race selects again. Only an
-ack takes a batch out of later exports; an unacknowledged lease runs out and its
-sessions come back in the same order (creation or end order never changes).
+The batch is leased atomically in the store (``store/leases.py``): two concurrent
+exports, on one replica or several, never take the same session; one that loses a
+race selects again. Only an ack takes a batch out of later exports; an unacknowledged
+lease runs out and its sessions come back in the same order (creation or end order
+never changes).
 """
 
 from __future__ import annotations
@@ -18,35 +15,36 @@ import contextlib
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from .branches import branch_of, branch_records, compaction_chain, is_tito
 from .concat import concat_record
 from .interaction import Interaction
 from .record import SessionRecord
-from .store.base import SessionStore, View
+from .selection import Ask, select_once
+from .store.base import SessionStore
 from .store.changes import Watch
 
-__all__ = ["Style", "lease_batch", "new_batch_id", "ordered_interactions", "trajectory"]
+__all__ = ["Leased", "Style", "lease_batch", "new_batch_id", "ordered_interactions",
+           "trajectory"]
 
 Style = Literal["individual", "concat"]
-
-_PAGE = 256
-"""Sessions read from the store's index per step of a selection."""
 
 
 def new_batch_id() -> str:
     return "batch-" + uuid.uuid4().hex
 
 
-@dataclass(slots=True)
-class _Selection:
-    chosen: list[SessionRecord]
-    complete: bool
-    lease_ends: list[float] = field(default_factory=list)
-    """When the live leases that kept candidates out run out: the selection may change
-    then, with no write to wake a waiting export."""
+class Leased(NamedTuple):
+    """What ``lease_batch`` leased under ``batch_id``."""
+
+    batch_id: str
+    sessions: list[SessionRecord]
+    """To deliver, in delivery order."""
+    skipped: list[SessionRecord]
+    """Abandoned sessions leased but not delivered (``skip_abandoned``)."""
+    waiting: list[SessionRecord]
+    """Open sessions the export stopped at (deterministic mode), in creation order."""
 
 
 async def lease_batch(
@@ -60,21 +58,27 @@ async def lease_batch(
     lock: asyncio.Lock | None = None,
     visibility_timeout_s: float = 300.0,
     remove: bool = False,
+    abandon_after_s: float | None = None,
+    skip_abandoned: bool = False,
     clock: Callable[[], float] = time.time,
     prepare: Callable[[list[SessionRecord]], Awaitable[None]] | None = None,
-) -> tuple[str, list[SessionRecord]]:
+) -> Leased:
     """Lease the sessions to export under a new batch id, waiting up to ``timeout_s``
-    for ``count`` of them; returns (batch_id, sessions in delivery order).
-    ``prepare`` (building the whole answer) runs under the lock before anything is
-    leased: when it raises, nothing is.
+    for ``count`` of them (``selection.py``). ``prepare`` (building the whole answer
+    from the sessions to deliver) runs under the lock before anything is leased: when
+    it raises, nothing is.
 
-    Named ``session_ids`` are taken whatever their ended or exported state (but not
-    while another live lease holds them); otherwise only ended sessions not exported
+    Named ``session_ids`` are taken once each, whatever their ended or exported state
+    (but not while another live lease holds them; with ``remove``, a named session
+    still open is a ``BadRequest``); otherwise only ended sessions not exported
     (of ``group_id``, if given) are candidates. On timeout the result is what is
     ready: in deterministic mode the ended prefix of the batch. A waiting export
-    sleeps until the store changes (``store.watch``) or a lease that kept a candidate
-    out runs out, never polling.
+    sleeps until the store changes (``store.watch``), a lease that kept a candidate
+    out runs out or a session it waits on comes to its abandon time, never polling.
+    ``clock``: wall-clock seconds, for leases and idleness alike.
     """
+    ask = Ask(session_ids, group_id, count, deterministic, remove, abandon_after_s,
+              skip_abandoned)
     batch_id = new_batch_id()
     deadline = time.monotonic() + timeout_s
     async with contextlib.AsyncExitStack() as stack:
@@ -82,92 +86,27 @@ async def lease_batch(
         while True:
             async with lock if lock is not None else contextlib.nullcontext():
                 now = clock()
-                selection = await _select_once(
-                    store, session_ids, group_id, count, deterministic, now
-                )
+                selection = await select_once(store, ask, now)
                 if selection.complete or time.monotonic() >= deadline:
+                    delivered = selection.delivered()
                     if prepare is not None:
-                        await prepare(selection.chosen)
+                        await prepare(delivered)
                     refused = await store.lease(
                         batch_id, selection.chosen, now=now, until=now + visibility_timeout_s,
                         remove=remove, named=session_ids is not None,
                     )
                     if not refused:
-                        return batch_id, selection.chosen
+                        return Leased(batch_id, delivered, selection.skipped(),
+                                      selection.waiting)
                     continue  # another export (or an ack) got there first: select again
             if watch is None:
                 # Watch first, then look again: a change after this look wakes the wait.
                 watch = await stack.enter_async_context(store.watch())
                 continue
             wait_s = deadline - time.monotonic()
-            if selection.lease_ends:
-                wait_s = min(wait_s, min(selection.lease_ends) - clock())
+            if selection.wake_at:
+                wait_s = min(wait_s, min(selection.wake_at) - clock())
             await watch.wait(max(0.0, wait_s))
-
-
-async def _select_once(
-    store: SessionStore,
-    session_ids: list[str] | None,
-    group_id: str | None,
-    count: int | None,
-    deterministic: bool,
-    now: float,
-) -> _Selection:
-    if session_ids is not None:
-        found = [r for r in [await store.get(s) for s in session_ids] if r is not None]
-        held = await store.held_until([r.session_id for r in found], now)
-        return _Selection(sorted((r for r in found if r.session_id not in held),
-                                 key=lambda r: r.created_seq), True, list(held.values()))
-    if group_id is not None:  # one group's sessions: few, read together
-        unexported = [r for r in await store.list(group_id) if not r.exported]
-        held = await store.held_until([r.session_id for r in unexported], now)
-        pending = [r for r in unexported if r.session_id not in held]
-        if deterministic:
-            chosen = _ended_prefix(pending if count is None else pending[:count])
-            return _Selection(chosen, count is None or len(chosen) == count,
-                              list(held.values()))
-        ended = sorted((r for r in pending if r.ended), key=lambda r: r.ended_seq or 0)
-        chosen = ended if count is None else ended[:count]
-        return _Selection(chosen, count is None or len(chosen) == count, list(held.values()))
-    if deterministic:
-        return await _walk(store, "unexported", count, now, stop_at_open=True)
-    return await _walk(store, "ready", count, now, stop_at_open=False)
-
-
-def _ended_prefix(batch: list[SessionRecord]) -> list[SessionRecord]:
-    ready: list[SessionRecord] = []
-    for record in batch:
-        if not record.ended:
-            break
-        ready.append(record)
-    return ready
-
-
-async def _walk(
-    store: SessionStore, view: View, count: int | None, now: float, *, stop_at_open: bool
-) -> _Selection:
-    """Read ``view`` a page at a time, skipping sessions under a live lease, until
-    ``count`` are chosen (or, ``stop_at_open``, an open session ends the ended prefix):
-    the cost is what is chosen plus the leased ones passed, not what the store holds."""
-    chosen: list[SessionRecord] = []
-    lease_ends: list[float] = []
-    after = -1
-    while True:
-        page = await store.scan(view, after=after, limit=_PAGE)
-        held = await store.held_until([r.session_id for r in page], now)
-        for record in page:
-            if record.session_id in held:
-                lease_ends.append(held[record.session_id])
-                continue
-            if stop_at_open and not record.ended:
-                return _Selection(chosen, count is None or len(chosen) == count, lease_ends)
-            chosen.append(record)
-            if count is not None and len(chosen) == count:
-                return _Selection(chosen, True, lease_ends)
-        if len(page) < _PAGE:
-            return _Selection(chosen, count is None, lease_ends)
-        last = page[-1]
-        after = (last.ended_seq or 0) if view == "ready" else last.created_seq
 
 
 async def ordered_interactions(
@@ -199,6 +138,7 @@ async def trajectory(
         "group_id": record.group_id,
         "reward": record.reward,
         "metadata": record.metadata,
+        "end_status": record.end_status,
     }
     if style == "individual":
         shown = [i.to_dict() for i in interactions]

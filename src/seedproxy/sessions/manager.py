@@ -17,7 +17,7 @@ from .ids import MAX_ID_BYTES, MAX_IDENTITY_BYTES, check_id
 from .record import SessionRecord
 from .store.base import SessionStore
 
-__all__ = ["NewSession", "SessionGroup", "SessionManager"]
+__all__ = ["NewSession", "SessionGroup", "SessionManager", "member_identities"]
 
 _MAX_SUFFIX = 100_000
 
@@ -111,7 +111,7 @@ class SessionManager:
             room = MAX_ID_BYTES if session_id is not None else MAX_IDENTITY_BYTES
             check_id(identity, param="identity", max_bytes=room)
         base = identity or session_id or secrets.token_hex(6)
-        identities = [base] if group_size == 1 else [f"{base}:{i}" for i in range(group_size)]
+        identities = member_identities(base, group_size)
         extra = dict(metadata or {})
         mode = index_by or self._default_index_by
         if session_id is not None:
@@ -152,6 +152,11 @@ class SessionManager:
             if await self.store.create(record, max_open=self._max_open, reserve=reserve):
                 return n
         raise BadRequest(f"too many sessions for identity {record.identity!r}", param="identity")
+
+
+def member_identities(base: str, group_size: int) -> list[str]:
+    """The identities of a group's members: ``base`` alone, or ``{base}:0`` ... ``:{k-1}``."""
+    return [base] if group_size == 1 else [f"{base}:{i}" for i in range(group_size)]
 
 
 def _new_key() -> str:

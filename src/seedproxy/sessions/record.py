@@ -28,6 +28,10 @@ class SessionRecord:
     next_index: int = 0
     ended: bool = False
     ended_seq: int | None = None
+    end_status: str | None = None
+    """How the session ended: ``"ended"`` (``POST /sessions/{id}/end``) or
+    ``"abandoned"`` (idle past the abandon time while an export waited on it, see
+    ``selection.py``); None while open."""
     reward: float | None = None
     exported: bool = False
     seed: int | None = None
@@ -57,6 +61,8 @@ class SessionRecord:
         ``interaction_count`` (None), never a wrong 0."""
         known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
         known.setdefault("interaction_count", None)
+        if known.get("ended") and known.get("end_status") is None:
+            known["end_status"] = "ended"  # ended before the status was kept
         return cls(**known)
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..errors import BadRequest, SessionNotFound
 from .ids import check_id
+from .manager import member_identities
 from .record import SessionRecord
 from .store.base import SessionStore
 
@@ -37,9 +38,12 @@ class ReplayOptions:
 async def replay_options(
     store: SessionStore, *, resume: str | None, fork: tuple[str, int] | None,
     identity: str | None, group_size: int, index_by: str | None, seed: int | None,
+    session_id: str | None = None,
 ) -> ReplayOptions:
     """The creation options; 400 on a conflict (``BadRequest`` names the field), 404 when
-    the source session is unknown."""
+    the source session is unknown. No fork branch gets the source's identity (its
+    ``identity``, or ``session_id`` when it names none, as ``member_identities`` spells
+    a group's), since it would re-sample the source's seeds."""
     if resume is None and fork is None:
         return ReplayOptions(identity, index_by, seed, None)
     if resume is not None and fork is not None:
@@ -64,8 +68,10 @@ async def replay_options(
         if seed is not None and seed != source.seed:
             raise BadRequest("a resumed session keeps the source's seed", param="seed")
         return ReplayOptions(source.identity, source.index_by, source.seed, replays)
-    if identity is not None and identity == source.identity and group_size == 1:
-        raise BadRequest("a fork samples with a new identity's seeds: give another identity "
+    base = identity if identity is not None else session_id
+    if base is not None and source.identity in member_identities(base, group_size):
+        raise BadRequest(f"a fork samples with a new identity's seeds, but a branch would get "
+                         f"the source's own ({source.identity!r}): give another identity "
                          "(or resume to keep the source's)", param="identity")
     return ReplayOptions(identity, source.index_by, seed, replays)
 

@@ -160,12 +160,16 @@ class Session:
         with self._lock:
             return sum(len(b) for _, _, b in self._blobs.values())
 
-    def end(self, ended_seq: int) -> SessionRecord:
+    def end(self, ended_seq: int, abandoned_before: float | None = None) -> SessionRecord:
+        """See ``SessionStore.end``."""
         with self._lock:
-            if not self._record.ended:
-                self._record.ended = True
-                self._record.ended_seq = ended_seq
-            return SessionRecord.from_dict(self._record.to_dict())
+            record = self._record
+            if not record.ended and (abandoned_before is None
+                                     or record.last_active_at <= abandoned_before):
+                record.ended = True
+                record.ended_seq = ended_seq
+                record.end_status = "ended" if abandoned_before is None else "abandoned"
+            return SessionRecord.from_dict(record.to_dict())
 
     def mark_exported(self) -> None:
         with self._lock:

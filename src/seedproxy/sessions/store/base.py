@@ -98,8 +98,14 @@ class SessionStore(Protocol):
         """Set an interaction's reward (the last one's when None) and the session's.
         Returns the interaction id rewarded, or None if the session has none."""
 
-    async def end(self, session_id: str) -> SessionRecord:
-        """Mark the session ended (idempotent) and return it."""
+    async def end(
+        self, session_id: str, *, abandoned_before: float | None = None
+    ) -> SessionRecord:
+        """Mark the session ended (idempotent; ``end_status`` "ended") and return it.
+        With ``abandoned_before`` (wall-clock seconds), end it as "abandoned", and only
+        if it is open and was last active at or before then; else return it unchanged.
+        The check and the end are one atomic step, so a request that arrives meanwhile
+        keeps its session open."""
 
     async def mark_exported(self, session_ids: builtins.list[str]) -> None:
         """Flag sessions as taken by an export; unknown ids are ignored."""

@@ -118,12 +118,14 @@ class MemoryStore(MemoryLeases, MemoryReads):
             self._changed(wake=False)
         return rewarded
 
-    async def end(self, session_id: str) -> SessionRecord:
+    async def end(
+        self, session_id: str, *, abandoned_before: float | None = None
+    ) -> SessionRecord:
         session = self._session(session_id)
         with self._lock:
             seq = next(self._ended)
-            record = session.end(seq)
-            if self._sessions.get(session_id) is session:
+            record = session.end(seq, abandoned_before)
+            if self._sessions.get(session_id) is session and record.ended:
                 self._open.discard(session_id)
                 if record.ended_seq == seq and not record.exported:
                     self._index_ended(session_id, seq)

@@ -70,7 +70,8 @@ __all__ = ["RedisStore"]
 _DEADLINE_SHARE = 0.75
 """A script's deadline, as a share of the time its caller waits for the answer."""
 
-_MUTABLE = ("next_index", "last_active_at", "ended", "ended_seq", "reward", "exported",
+_MUTABLE = ("next_index", "last_active_at", "ended", "ended_seq", "end_status", "reward",
+            "exported",
             "interaction_count", "last_order", "last_upstream", "last_weight_version")
 
 class RedisStore(RedisLeases, RedisReads):
@@ -175,6 +176,7 @@ class RedisStore(RedisLeases, RedisReads):
         data["last_active_at"] = float(raw[b"last_active_at"])
         data["ended"] = raw[b"ended"] == b"1"
         data["ended_seq"] = int(raw[b"ended_seq"]) if raw[b"ended_seq"] else None
+        data["end_status"] = raw[b"es"].decode() if b"es" in raw else None
         data["reward"] = float(raw[b"reward"]) if raw[b"reward"] else None
         data["exported"] = raw[b"exported"] == b"1"
         data["store_epoch"] = raw[b"epoch"].decode() if b"epoch" in raw else None
@@ -324,18 +326,21 @@ class RedisStore(RedisLeases, RedisReads):
             raise SessionNotFound(f"interaction {interaction_id!r} not found in {session_id!r}")
         return reply[1].decode() if int(reply[0]) == 1 else None
 
-    async def end(self, session_id: str) -> SessionRecord:
+    async def end(
+        self, session_id: str, *, abandoned_before: float | None = None
+    ) -> SessionRecord:
         keys = [self._k("s", session_id), self._p + "open", self._p + "seq:ended",
                 self._p + "ready", self._p + "ver"]
+        before = "" if abandoned_before is None else repr(abandoned_before)
         exported = await self._call(
-            self._end(keys=keys, args=[session_id, self.changes_channel]))
+            self._end(keys=keys, args=[session_id, self.changes_channel, before]))
         if exported == -1:
             raise SessionNotFound(f"session {session_id!r} not found")
-        if exported == b"1":
-            await self._expire(session_id)
         record = await self.get(session_id)
         if record is None:
             raise SessionNotFound(f"session {session_id!r} not found")
+        if exported == b"1" and record.ended:  # not a session left open (not abandoned)
+            await self._expire(session_id)
         return record
 
     async def _expire(self, session_id: str) -> None:

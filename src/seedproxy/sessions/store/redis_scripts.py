@@ -103,12 +103,16 @@ redis.call('PUBLISH', ARGV[5], 'created')
 return {seq, epoch}
 """
 
-# KEYS: s, open, ended-counter, ready, ver ; ARGV: id, channel
+# KEYS: s, open, ended-counter, ready, ver ; ARGV: id, channel, abandoned before ("":
+# end it as "ended"; else as "abandoned", only if last active at or before that time)
 END = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
-if redis.call('HGET', KEYS[1], 'ended') == '0' then
+if redis.call('HGET', KEYS[1], 'ended') == '0' and (ARGV[3] == '' or
+    tonumber(redis.call('HGET', KEYS[1], 'last_active_at')) <= tonumber(ARGV[3])) then
   local seq = redis.call('INCR', KEYS[3]) - 1
-  redis.call('HSET', KEYS[1], 'ended', 1, 'ended_seq', seq)
+  local status = 'ended'
+  if ARGV[3] ~= '' then status = 'abandoned' end
+  redis.call('HSET', KEYS[1], 'ended', 1, 'ended_seq', seq, 'es', status)
   redis.call('SREM', KEYS[2], ARGV[1])
   if redis.call('HGET', KEYS[1], 'exported') ~= '1' then
     redis.call('ZADD', KEYS[4], seq, ARGV[1])

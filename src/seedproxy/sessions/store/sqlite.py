@@ -271,12 +271,16 @@ class SqliteStore(SqliteSlots, SqliteLeases, SqliteReads):
 
         return await self._run(work)
 
-    async def end(self, session_id: str) -> SessionRecord:
+    async def end(
+        self, session_id: str, *, abandoned_before: float | None = None
+    ) -> SessionRecord:
         def work(db: sqlite3.Connection) -> SessionRecord:
             record = self._require(db, session_id)
-            if not record.ended:
+            if not record.ended and (abandoned_before is None
+                                     or record.last_active_at <= abandoned_before):
                 record.ended = True
                 record.ended_seq = self._next(db, "ended")
+                record.end_status = "ended" if abandoned_before is None else "abandoned"
                 self._save(db, record)
                 self._count_open(db, -1)
                 self._bump(db)
