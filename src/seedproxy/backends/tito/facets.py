@@ -203,7 +203,7 @@ def history_differences(recorded: Sequence[str], sent: Sequence[str],
     fired: set[str] = set()
     for was, now in zip(recorded, sent, strict=True):
         found = differences(was, now)
-        if found is None or not found <= allowed:
+        if found is None or not found.issubset(allowed):
             return None
         fired |= found
     return frozenset(fired)

@@ -115,7 +115,7 @@ def _extends(turn: RecordedTurn, messages: list[dict[str, Any]], keys: list[str]
     for choice, reply in enumerate(_replies(turn)):
         if choice < len(turn.choices) and turn.choices[choice].token_ids:
             found = _matches(reply, messages[size], keys[size])
-            if found is not None and found <= allowed:
+            if found is not None and found.issubset(allowed):
                 return choice, fired | found
     return None
 
