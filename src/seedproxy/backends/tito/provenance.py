@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from .facets import differences
+from .facets import differences, entry_key
 
 __all__ = ["rendered_reason"]
 
@@ -26,6 +26,9 @@ def rendered_reason(sent: list[dict[str, Any]], entries: list[str], context: str
         return {"message": None, "what": "first turn"}
     earlier: list[str] = best.get("messages") or []
     if common == 0:
+        if len(earlier) > 1 and len(entries) > 1 and entry_key(earlier[1]) == entry_key(
+                entries[1]):  # only the first message differs from the latest turn's
+            return {"message": 0, "what": f"the {sent[0].get('role')} message changed"}
         return {"message": 0, "what": "a new conversation: its first message opens no "
                                       "recorded turn"}
     if best.get("context") != context and common >= min(len(earlier), len(entries)):
@@ -41,6 +44,12 @@ def rendered_reason(sent: list[dict[str, Any]], entries: list[str], context: str
         if role != "assistant":
             return {"message": common, "what": f"a {role} message where the recorded "
                                                "turn's reply comes"}
+        for reply in best.get("replies") or []:
+            facets = reply.get("facets")
+            recorded = f"{reply.get('key')}|{facets}" if facets else str(reply.get("key"))
+            if differences(recorded, entries[common]) is not None:
+                return {"message": common, "what": _changed(
+                    sent[common], recorded, entries[common], matchers)}
         return {"message": common, "what": "the assistant message is not a reply sampled "
                                            "for the turn before it"}
     return {"message": None, "what": "the same messages as a recorded turn (a request "
