@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["AgentScript"]
+__all__ = ["AgentScript", "qwen3_ids"]
 
 MARKER_COMMAND = "echo seedproxy-$((6*7))"
 SUBAGENT_PROMPT = "SUBAGENT-TASK: reply with the single word ready."
@@ -64,3 +64,9 @@ class AgentScript:
 def _call(name: str, arguments: dict[str, Any]) -> str:
     return ("<tool_call>\n" + json.dumps({"name": name, "arguments": arguments})
             + "\n</tool_call>")
+
+
+def qwen3_ids(tokenizer: Any, text: str) -> list[int]:
+    """``text`` as Qwen3 samples it: its ids, then ``<|im_end|>``."""
+    ids = list(tokenizer.encode(text, add_special_tokens=False))
+    return ids + [tokenizer.convert_tokens_to_ids("<|im_end|>")]

@@ -28,6 +28,7 @@ from seedproxy.backends.tito.facets import (  # noqa: E402
 from seedproxy.errors import ConfigError  # noqa: E402
 from tests.conftest import Fake  # noqa: E402
 from tests.helpers.real_tokenizers import family, tokenizer_dir  # noqa: E402
+from tests.helpers.scripted_qwen import qwen3_ids  # noqa: E402
 
 TOOLS = [{"type": "function", "function": {
     "name": "lookup", "description": "Look a word up.",
@@ -76,9 +77,7 @@ def test_the_mode_setting() -> None:
 
 
 def emitted(text: str) -> list[int]:
-    tok = family("qwen3")
-    ids = list(tok.encode(text, add_special_tokens=False))
-    return ids + [tok.convert_tokens_to_ids("<|im_end|>")]
+    return qwen3_ids(family("qwen3"), text)
 
 
 def chat(base: str, session: str, messages: list[dict[str, Any]]) -> dict[str, Any]:

@@ -62,8 +62,8 @@ def link_branches(records: list[dict[str, Any]], interactions: list[Interaction]
         if record["subagent_of"] is None and record.get("compacted_from") is None:
             record["compacted_from"] = _compacted(texts, earlier, branch_of, parents)
         inferred = record.get("compacted_from") or {}
-        if inferred.get("summary"):
-            summaries.add(branch_of[inferred["summary"]])
+        if inferred.get("summary") and inferred.get("branch") != branch_of[inferred["summary"]]:
+            summaries.add(branch_of[inferred["summary"]])  # a summary request of its own
     chain = _main_chain(records, summaries)
     for record in records:
         record["main"] = record["branch_id"] in chain
