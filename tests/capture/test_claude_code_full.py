@@ -55,9 +55,10 @@ def open_session(http: httpx.Client) -> tuple[str, str, str]:
     return made["session_id"], str(made["base_url"]).removesuffix("/v1"), made["api_key"]
 
 
-def claude(base: str, key: str, prompt: str, scratch: Path, *extra: str) -> dict[str, Any]:
+def claude(base: str, key: str, prompt: str, scratch: Path, *extra: str,
+           side_requests: bool = False) -> dict[str, Any]:
     return run_claude(claude_binary(), base, key, prompt, scratch, "--allowedTools",
-                      "Bash,Agent", *extra)
+                      "Bash,Agent", *extra, side_requests=side_requests)
 
 
 def export(http: httpx.Client, session: str, style: str) -> dict[str, Any]:
@@ -73,7 +74,7 @@ def called(turn: dict[str, Any]) -> list[dict[str, Any]]:
 def test_full_mode_with_a_sub_agent_and_a_compaction(
         script: AgentScript, http: httpx.Client, tmp_path: Path) -> None:
     session, base, key = open_session(http)
-    first = claude(base, key, TASK, tmp_path / "a")
+    first = claude(base, key, TASK, tmp_path / "a", side_requests=True)  # its title too
     assert first["is_error"] is False and first["result"] == FINAL
     done = len(export(http, session, "individual")["interactions"])
     claude(base, key, "/compact", tmp_path / "a", "--continue")
@@ -99,8 +100,8 @@ def test_full_mode_with_a_sub_agent_and_a_compaction(
 
     # The post-compaction branch names what it compacted; the chain follows the main
     # conversation: the branch before the compaction, then the one after.
-    before = turns["i0"]["branch"]
-    assert agent["interaction_id"] in branches[before]["interaction_ids"]
+    before = agent["branch"]
+    assert before != "i0" and branches[before]["interaction_ids"][0] != "i0"
     after = [b for b in branches.values() if b["compacted_from"] is not None]
     assert len(after) == 1
     summary = after[0]["compacted_from"]["summary"]
@@ -128,17 +129,22 @@ def test_full_mode_with_a_sub_agent_and_a_compaction(
     # (a second continuation of it: its own branch).
     kinds = {iid: t["lineage"]["prompt"] for iid, t in turns.items()}
     rendered = sorted(iid for iid, k in kinds.items() if k["kind"] == "rendered")
-    assert rendered == sorted(["i0", sub[0]["branch_id"], after[0]["branch_id"]])
+    assert rendered == sorted(["i0", before, sub[0]["branch_id"], after[0]["branch_id"]])
     assert {kinds[iid]["reason"]["what"] for iid in rendered} == {
         "first turn", "a new conversation: its first message opens no recorded turn"}
     assert all(k == {"kind": "matched", "matchers": ["harness_metadata", "tool_arguments_json"]}
                for iid, k in kinds.items() if iid not in rendered)
     assert branches[summary]["parent"]["branch"] == before
     counts = concat["tito_prompts"]
-    assert counts == {"extended": 0, "rendered": 3, "unknown": 0, "matched": {
-        "total": len(turns) - 3,
-        "by_matcher": {"harness_metadata": len(turns) - 3,
-                       "tool_arguments_json": len(turns) - 3}}}
+    assert counts == {"extended": 0, "rendered": 4, "unknown": 0, "matched": {
+        "total": len(turns) - 4,
+        "by_matcher": {"harness_metadata": len(turns) - 4,
+                       "tool_arguments_json": len(turns) - 4}}}
+
+    # Its title request (index 0, no tools) is a side request, never the chain's head.
+    title = branches["i0"]
+    assert title["interaction_ids"] == ["i0"] and not turns["i0"]["request"].get("tools")
+    assert title["side_request"] is True and title["main"] is False
     metrics = http.get("/metrics").text
     assert ('seedproxy_tito_prompts_total{kind="matched",matcher="tool_arguments_json"} '
             f'{float(counts["matched"]["total"])}') in metrics
@@ -153,7 +159,7 @@ def test_full_mode_with_a_sub_agent_and_a_compaction(
     # same tokens, request by request.
     again, base2, key2 = open_session(http)
     assert again != session
-    claude(base2, key2, TASK, tmp_path / "b")
+    claude(base2, key2, TASK, tmp_path / "b", side_requests=True)
     replayed = export(http, again, "individual")["interactions"]
     assert len(replayed) == done
     for turn in replayed:

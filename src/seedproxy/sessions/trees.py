@@ -18,6 +18,10 @@ Inferred at export from what the harness sent, with no header from it, in this o
 - ``side_request``: a branch of one turn offering no tools, neither main nor a
   sub-agent (a title or summary request beside the main loop).
 
+A branch that continues an earlier turn (a second continuation: a retry, a summary
+request off a middle turn) started no conversation: no link is inferred for it. Each
+answer is read once; the cost is the branches times the earlier turns' texts.
+
 Everything here reads the records the export built and the interactions it read;
 the result depends on their content only, never on arrival order.
 """
@@ -52,15 +56,18 @@ def link_branches(records: list[dict[str, Any]], interactions: list[Interaction]
     answered = sorted((i for i in interactions if i.interaction_id in branch_of),
                       key=lambda i: (i.request_index, i.interaction_id))
     summaries: set[str] = set()
+    said = {i.interaction_id: _summary_of(answer_text(i)) for i in answered}
     for record in records:
         first = by_id[record["interaction_ids"][0]]
-        texts = user_texts(first)
+        parent = record.get("parent")
+        # A branch continuing an earlier turn (its second continuation) started nothing.
+        texts = [] if isinstance(parent, dict) and "choice" in parent else user_texts(first)
         earlier = [i for i in answered if (i.request_index, i.interaction_id) < (
             first.request_index, first.interaction_id)
             and branch_of[i.interaction_id] != record["branch_id"]]
         record["subagent_of"] = _caller(texts, earlier)
         if record["subagent_of"] is None and record.get("compacted_from") is None:
-            record["compacted_from"] = _compacted(texts, earlier, branch_of, parents)
+            record["compacted_from"] = _compacted(texts, earlier, said, branch_of, parents)
         inferred = record.get("compacted_from") or {}
         if inferred.get("summary") and inferred.get("branch") != branch_of[inferred["summary"]]:
             summaries.add(branch_of[inferred["summary"]])  # a summary request of its own
@@ -85,12 +92,12 @@ def _caller(texts: list[str], earlier: list[Interaction]) -> dict[str, Any] | No
     return None
 
 
-def _compacted(texts: list[str], earlier: list[Interaction], branch_of: dict[str, str],
-               parents: dict[str, Any]) -> dict[str, Any] | None:
+def _compacted(texts: list[str], earlier: list[Interaction], said: dict[str, str],
+               branch_of: dict[str, str], parents: dict[str, Any]) -> dict[str, Any] | None:
     if not texts:
         return None
     for turn in reversed(earlier):
-        summary = _summary_of(answer_text(turn))
+        summary = said[turn.interaction_id]
         if len(summary) < MIN_SUMMARY or not any(summary in text for text in texts):
             continue
         branch = branch_of[turn.interaction_id]
