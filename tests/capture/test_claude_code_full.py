@@ -55,10 +55,10 @@ def open_session(http: httpx.Client) -> tuple[str, str, str]:
     return made["session_id"], str(made["base_url"]).removesuffix("/v1"), made["api_key"]
 
 
-def claude(base: str, key: str, prompt: str, scratch: Path, *extra: str,
-           side_requests: bool = False) -> dict[str, Any]:
+def claude(base: str, key: str, prompt: str, scratch: Path, *extra: str) -> dict[str, Any]:
+    """One run with its side requests on (its title request)."""
     return run_claude(claude_binary(), base, key, prompt, scratch, "--allowedTools",
-                      "Bash,Agent", *extra, side_requests=side_requests)
+                      "Bash,Agent", *extra, side_requests=True)
 
 
 def export(http: httpx.Client, session: str, style: str) -> dict[str, Any]:
@@ -74,7 +74,7 @@ def called(turn: dict[str, Any]) -> list[dict[str, Any]]:
 def test_full_mode_with_a_sub_agent_and_a_compaction(
         script: AgentScript, http: httpx.Client, tmp_path: Path) -> None:
     session, base, key = open_session(http)
-    first = claude(base, key, TASK, tmp_path / "a", side_requests=True)  # its title too
+    first = claude(base, key, TASK, tmp_path / "a")
     assert first["is_error"] is False and first["result"] == FINAL
     done = len(export(http, session, "individual")["interactions"])
     claude(base, key, "/compact", tmp_path / "a", "--continue")
@@ -129,7 +129,7 @@ def test_full_mode_with_a_sub_agent_and_a_compaction(
     # (a second continuation of it: its own branch).
     kinds = {iid: t["lineage"]["prompt"] for iid, t in turns.items()}
     rendered = sorted(iid for iid, k in kinds.items() if k["kind"] == "rendered")
-    assert rendered == sorted(["i0", before, sub[0]["branch_id"], after[0]["branch_id"]])
+    assert rendered == sorted(["i0", before, sub[0]["branch_id"], after[0]["branch_id"]]), kinds
     assert {kinds[iid]["reason"]["what"] for iid in rendered} == {
         "first turn", "a new conversation: its first message opens no recorded turn"}
     assert all(k == {"kind": "matched", "matchers": ["harness_metadata", "tool_arguments_json"]}
@@ -159,7 +159,7 @@ def test_full_mode_with_a_sub_agent_and_a_compaction(
     # same tokens, request by request.
     again, base2, key2 = open_session(http)
     assert again != session
-    claude(base2, key2, TASK, tmp_path / "b", side_requests=True)
+    claude(base2, key2, TASK, tmp_path / "b")
     replayed = export(http, again, "individual")["interactions"]
     assert len(replayed) == done
     for turn in replayed:
