@@ -172,6 +172,10 @@ class Settings(BaseSettings):
     """Token-in-token-out: the date (YYYY-MM-DD) a chat template's ``strftime_now``
     gives (Llama 3.2, gpt-oss and Mistral Small 3.2 write today's date into turn 0);
     unset: the day of the render, so a replay on another day renders another prompt."""
+    tito_matchers: str = "default"
+    """Token-in-token-out: the named matchers that may map a resent history that is
+    not byte-identical onto the sampled tokens: default (all, each provably the same
+    conversation to the model), strict (none), or a comma-separated list of names."""
     index_by: Literal["arrival", "content"] = "arrival"
     """How sessions derive seeds by default: by arrival index, or by content key."""
 

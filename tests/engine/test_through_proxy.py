@@ -147,7 +147,9 @@ def test_serve_without_upstream_runs_the_engine_in_process(
         assert raw.parse().usage.completion_tokens == 5
         # Token in, token out is on by itself with the embedded engine.
         turn = httpx.get(f"{url}/sessions/ep-1/trajectory").json()
-        assert turn["interactions"][0]["lineage"] == {"extends": None, "forked_from": None}
+        assert turn["interactions"][0]["lineage"] == {
+            "extends": None, "forked_from": None,
+            "prompt": {"kind": "rendered", "reason": {"message": None, "what": "first turn"}}}
     finally:
         served.stop(signal.SIGINT)
 

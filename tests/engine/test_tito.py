@@ -195,8 +195,13 @@ def test_an_edited_history_starts_a_branch(tito_proxy: str, admin_for: Any) -> N
     admin = admin_for(tito_proxy)
     turns = trajectory(admin, "edit")["interactions"]
     assert [t["branch"] for t in turns] == ["i0", "i0", "i2", "i2"]
-    assert turns[2]["lineage"] == {"extends": None,
-                                   "forked_from": {"interaction_id": "i1", "messages": 1}}
+    assert turns[2]["lineage"] == {
+        "extends": None, "forked_from": {"interaction_id": "i1", "messages": 1},
+        "prompt": {"kind": "rendered", "reason": turns[2]["lineage"]["prompt"]["reason"]}}
+    assert turns[2]["lineage"]["prompt"]["reason"] == {
+        "message": 1, "what": "the user message changed"}
+    assert [t["lineage"]["prompt"]["kind"] == "rendered" for t in turns] == [
+        True, False, True, False]
     joined = trajectory(admin, "edit", "concat")
     assert [b["branch_id"] for b in joined["branches"]] == ["i0", "i2"]
     assert joined["branches"][1]["parent"]["interaction_id"] == "i1"

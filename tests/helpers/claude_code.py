@@ -63,10 +63,12 @@ def run_claude(
     *extra: str,
     max_output_tokens: int | None = None,
     check: bool = True,
+    side_requests: bool = False,
 ) -> dict[str, Any]:
     """Run one ``claude -p PROMPT --output-format json`` and return its JSON result;
     ``max_output_tokens`` sets the ``max_tokens`` it asks for (else its own 32000);
-    ``check`` asserts that it exited 0."""
+    ``check`` asserts that it exited 0; ``side_requests``: leave Claude Code's
+    non-essential requests on (its title request), telemetry and updates still off."""
     home = scratch / "home"
     work = scratch / "work"
     for folder in (home, work, scratch / "tmp"):
@@ -83,6 +85,8 @@ def run_claude(
         "DISABLE_AUTOUPDATER": "1",
         "IS_SANDBOX": "1",  # --dangerously-skip-permissions is refused to root without it
     }
+    if side_requests:
+        del env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"]
     if max_output_tokens is not None:
         env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] = str(max_output_tokens)
     done = subprocess.run(

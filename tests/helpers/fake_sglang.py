@@ -32,6 +32,7 @@ import struct
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,6 +91,9 @@ class Switches:
     script: list[list[int]] = field(default_factory=list)
     """Output ids for the next /generate requests (one list per request), as a
     model would sample them; finishing as the fake's own answers do."""
+    responder: Callable[[list[int]], list[int]] | None = None
+    """When set and ``script`` is empty: the output ids for a /generate request, from its
+    prompt ids (a scripted model that reads its prompt); finishing as ``script`` does."""
     script_stops: bool = False
     """With ``script``: the output ends at the first id in ``stop_token_ids`` (that id
     included, ``finish_reason {type: stop, matched: id}``), as SGLang stops, unless
@@ -302,7 +306,8 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
         n = int(params.get("n", 1))
         control = sw.control
         await control.admit()
-        scripted = sw.script.pop(0) if sw.script else None
+        scripted = sw.script.pop(0) if sw.script else (
+            sw.responder(list(prompt)) if sw.responder is not None else None)
         stop_at: int | None = None
         if scripted is not None:
             count = len(scripted)

@@ -34,6 +34,12 @@ class Segment:
     """The branch this one's first turn extended or forked from; None for the first."""
     compacted_from: str | None
     """The branch whose history this branch's first turn summarised, if any."""
+    subagent_of: dict[str, Any] | None
+    """``{interaction_id, tool_call_id}``: the tool call that started this sub-agent."""
+    side_request: bool
+    """A one-turn request without tools beside the main loop (a title, a summary)."""
+    main: bool
+    """A branch of the main conversation (the export's ``chain``)."""
     last: bool
     """The rollout's last segment (SkyRL's ``is_last_step``)."""
     interaction_ids: list[str]
@@ -53,7 +59,8 @@ class Segment:
             "session_id": self.session_id, "identity": self.identity,
             "group_id": self.group_id, "branch_id": self.branch_id,
             "branch_index": self.branch_index, "parent_branch": self.parent_branch,
-            "compacted_from": self.compacted_from,
+            "compacted_from": self.compacted_from, "subagent_of": self.subagent_of,
+            "side_request": self.side_request, "main": self.main,
         }
 
 
@@ -94,6 +101,8 @@ def _of(trajectory: Trajectory) -> list[Segment]:
             reward=trajectory.reward, branch_id=branch["branch_id"], branch_index=index,
             parent_branch=(branch.get("parent") or {}).get("branch"),
             compacted_from=(branch.get("compacted_from") or {}).get("branch"),
+            subagent_of=branch.get("subagent_of"),
+            side_request=bool(branch.get("side_request")), main=bool(branch.get("main", True)),
             last=index == len(branches) - 1,
             interaction_ids=list(branch.get("interaction_ids") or []),
             token_ids=tokens, loss_mask=mask,

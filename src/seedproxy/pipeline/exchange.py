@@ -258,6 +258,8 @@ class Exchange:
         link, sent = view.link_for(interaction, self.client.signed)
         await sessions.store.record(self.session.session_id, interaction, link=link, sent=sent)
         self.services.metrics.recorded_tokens.inc(interaction.token_count)
+        if interaction.tito is not None and status < 400:
+            self.services.metrics.count_prompt(interaction.tito.get("prompt"))
 
     def observe(self, status: int) -> None:
         settings = self.services.settings

@@ -77,7 +77,23 @@ class Metrics:
             ["route", "status", "reason"],
             registry=self.registry,
         )
+        self.tito_prompts = Counter(
+            "seedproxy_tito_prompts",
+            "Token-in-token-out turns by how the prompt was made (extended, matched, "
+            "rendered); a matched turn counts once per named matcher that fired.",
+            ["kind", "matcher"],
+            registry=self.registry,
+        )
         self._children: dict[tuple[str, int, str | None], tuple[Any, Any]] = {}
+
+    def count_prompt(self, how: Any) -> None:
+        """Count one token-in-token-out turn's ``tito["prompt"]`` (kinds and matcher
+        names are a bounded set: ``facets.MATCHERS``)."""
+        if not isinstance(how, dict) or not isinstance(how.get("kind"), str):
+            return
+        names = how.get("matchers") if how["kind"] == "matched" else None
+        for name in names if isinstance(names, list) and names else [""]:
+            self.tito_prompts.labels(how["kind"], str(name)).inc()
 
     def observe(
         self, route: str, status: int, upstream: str | None, overhead_s: float, upstream_s: float

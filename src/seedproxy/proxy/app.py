@@ -225,6 +225,7 @@ def open_tito_mode(settings: Settings, *, tokenizer: Any = None,
         tokenizer=tokenizer, chat_template=settings.chat_template,
         tool_parser=settings.tool_parser, reasoning_parser=settings.reasoning_parser,
         model_name=model_name, today=settings.template_date, structural_tags=not embedded,
+        matchers=settings.tito_matchers,
     )
 
 

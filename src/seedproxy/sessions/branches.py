@@ -7,8 +7,8 @@ history), starts a new branch whose ``parent`` says where it came from. Branches
 derived from the recorded lineage at export, so arrival order changes nothing.
 Each sequence has loss mask 1 exactly on sampled tokens, with their logprobs.
 A branch whose first turn the client marked as a compaction (``compacted_from``) names
-the turn its summary replaced and that turn's branch; ``compaction_chain`` orders the
-segments of a compacted rollout.
+the turn its summary replaced and that turn's branch; ``trees.py`` infers the other
+links and the main conversation, whose segments are the export's ``chain``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 from .concat import sequence_spans
 from .interaction import Interaction
 
-__all__ = ["branch_of", "branch_records", "compaction_chain", "is_tito"]
+__all__ = ["branch_of", "branch_records", "is_tito"]
 
 
 def is_tito(interactions: list[Interaction]) -> bool:
@@ -73,21 +73,6 @@ def branch_records(interactions: list[Interaction]) -> list[dict[str, Any]]:
             "interaction_id": replaced, "branch": branch.get(replaced)}
         records.append(record)
     return records
-
-
-def compaction_chain(records: list[dict[str, Any]]) -> list[str]:
-    """The branch ids of a compacted rollout in order: the first branch, then each
-    branch compacted from one in the chain so far (the first such, by first turn), one
-    segment per summary. A rollout never compacted is its first branch alone."""
-    if not records:
-        return []
-    chain = [records[0]["branch_id"]]
-    while True:
-        step = next((r["branch_id"] for r in records if r["branch_id"] not in chain
-                     and (r.get("compacted_from") or {}).get("branch") == chain[-1]), None)
-        if step is None:
-            return chain
-        chain.append(step)
 
 
 def _sequence(branch_id: str, parent: Any, members: list[Interaction],

@@ -17,13 +17,14 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, NamedTuple
 
-from .branches import branch_of, branch_records, compaction_chain, is_tito
+from .branches import branch_of, branch_records, is_tito
 from .concat import concat_record
 from .interaction import Interaction
 from .record import SessionRecord
 from .selection import Ask, select_once
 from .store.base import SessionStore
 from .store.changes import Watch
+from .trees import link_branches, prompt_counts
 
 __all__ = ["Leased", "Style", "lease_batch", "new_batch_id", "ordered_interactions",
            "trajectory"]
@@ -129,7 +130,9 @@ async def trajectory(
 
     ``individual``: one record per interaction under ``interactions``. ``concat``:
     one token sequence (see ``concat.py``); when it cannot be built the
-    per-interaction records come along so nothing is lost.
+    per-interaction records come along so nothing is lost. Token-in-token-out: one
+    training sample per branch, linked (``trees.py``), and ``tito_prompts``, how many
+    turns were extended, matched (by matcher) and rendered.
     """
     interactions = await ordered_interactions(store, record)
     head: dict[str, Any] = {
@@ -140,6 +143,8 @@ async def trajectory(
         "metadata": record.metadata,
         "end_status": record.end_status,
     }
+    if is_tito(interactions):
+        head["tito_prompts"] = prompt_counts(interactions)
     if style == "individual":
         shown = [i.to_dict() for i in interactions]
         if is_tito(interactions):
@@ -156,10 +161,12 @@ async def trajectory(
 
 
 def _tito_concat(interactions: list[Any]) -> dict[str, Any]:
-    """Token-in-token-out: exact by construction, one sequence per branch; the top-level
-    fields are the first branch's, as in the drift-checked form."""
+    """Token-in-token-out: exact by construction, one sequence per branch (each sampled
+    token in exactly one, with loss mask 1), linked; the top-level fields are the main
+    conversation's first branch's, as in the drift-checked form."""
     branches = branch_records(interactions)
-    first = branches[0] if branches else None
+    chain = link_branches(branches, interactions)
+    first = next((b for b in branches if b["branch_id"] == chain[0]), None) if chain else None
     return {
         "token_ids": first["token_ids"] if first else None,
         "loss_mask": first["loss_mask"] if first else None,
@@ -169,5 +176,5 @@ def _tito_concat(interactions: list[Any]) -> dict[str, Any]:
         "concat_error": None if first and first["error"] is None else (
             first["error"] if first else {"reason": "no turns"}),
         "branches": branches,
-        "chain": compaction_chain(branches),
+        "chain": chain,
     }

@@ -195,6 +195,8 @@ class Interaction:
         }
         if self.tito is not None:
             shown["lineage"] = {k: self.tito.get(k) for k in ("extends", "forked_from")}
+            if "prompt" in self.tito:  # how the prompt was made (recorded since named matchers)
+                shown["lineage"]["prompt"] = self.tito["prompt"]
         if self.content_key is not None:
             shown["content_key"] = self.content_key
             shown["occurrence"] = self.occurrence

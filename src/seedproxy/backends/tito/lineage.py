@@ -17,13 +17,15 @@ interactions), so it is the same in every store.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ...sessions import ChoiceRecord
 from ...sessions.token_ids import TokenIds
+from .facets import MATCHERS, differences, entry, entry_key, history_differences
 from .matcher import context_key, message_key, reasoning_key, reasoning_of
+from .provenance import rendered_reason
 from .renderer import Renderer
 from .template_input import RenderOptions, render_options, template_messages
 
@@ -63,6 +65,9 @@ class Prompt:
     forked_from: dict[str, Any] | None = None
     prefix: str | None = None
     """The continued final assistant message's text (``continue_final_message``)."""
+    how: dict[str, Any] | None = None
+    """How it was made (the record's ``tito["prompt"]``): ``extended``, ``matched``
+    with the matchers that mapped the resent history, or ``rendered`` with the reason."""
 
 
 def _replies(turn: RecordedTurn) -> list[dict[str, Any]]:
@@ -71,34 +76,54 @@ def _replies(turn: RecordedTurn) -> list[dict[str, Any]]:
     return replies if isinstance(replies, list) else []
 
 
-def _matches(reply: dict[str, Any], message: dict[str, Any]) -> bool:
-    if message.get("role") != "assistant" or message_key(message) != reply.get("key"):
-        return False
-    sent = reasoning_of(message)
-    return not sent or reasoning_key(sent) == reply.get("reasoning")
+def _reply_entry(reply: dict[str, Any]) -> str | None:
+    facets = reply.get("facets")
+    key = reply.get("key")
+    if not isinstance(key, str):
+        return None
+    return f"{key}|{facets}" if isinstance(facets, str) and facets else key
+
+
+def _matches(reply: dict[str, Any], message: dict[str, Any], sent: str) -> frozenset[str] | None:
+    """The matchers that map the resent ``message`` (entry ``sent``) onto ``reply``."""
+    if message.get("role") != "assistant":
+        return None
+    if "facets" not in reply:  # recorded before facets: its key and reasoning only
+        if message_key(message) != reply.get("key"):
+            return None
+        said = reasoning_of(message)
+        return frozenset() if not said or reasoning_key(said) == reply.get(
+            "reasoning") else None
+    recorded = _reply_entry(reply)
+    return None if recorded is None else differences(recorded, sent)
 
 
 def _extends(turn: RecordedTurn, messages: list[dict[str, Any]], keys: list[str],
-             context: str) -> int | None:
-    """The choice of ``turn`` that ``messages`` continue, or None."""
+             context: str, allowed: Collection[str]) -> tuple[int, frozenset[str]] | None:
+    """The choice of ``turn`` that ``messages`` continue, with the matchers that mapped
+    them, or None."""
     tito = turn.tito
     if turn.status >= 400 or not tito or tito.get("context") != context:
         return None
     earlier = tito.get("messages") or []
     size = len(earlier)
-    if len(keys) < size + 2 or keys[:size] != earlier:
+    if len(keys) < size + 2:
+        return None
+    fired = history_differences(earlier, keys[:size], allowed)
+    if fired is None:
         return None
     for choice, reply in enumerate(_replies(turn)):
-        if choice < len(turn.choices) and turn.choices[choice].token_ids and _matches(
-                reply, messages[size]):
-            return choice
+        if choice < len(turn.choices) and turn.choices[choice].token_ids:
+            found = _matches(reply, messages[size], keys[size])
+            if found is not None and found.issubset(allowed):
+                return choice, fired | found
     return None
 
 
 def _common(a: list[str], b: list[str]) -> int:
     size = 0
     for x, y in zip(a, b, strict=False):
-        if x != y:
+        if x != y and entry_key(x) != entry_key(y):
             break
         size += 1
     return size
@@ -118,6 +143,7 @@ class FullRender:
     recorded: list[str]
     prefix: str | None
     forked_from: dict[str, Any] | None
+    how: dict[str, Any] | None = None
 
     @property
     def size(self) -> int:
@@ -128,24 +154,25 @@ class FullRender:
         text = self.renderer.full_text(self.messages, self.tools, self.options)
         return Prompt(TokenIds(array("i", self.renderer.encode(text))),
                       _opens(text, self.options), self.context, self.recorded,
-                      prefix=self.prefix, forked_from=self.forked_from)
+                      prefix=self.prefix, forked_from=self.forked_from, how=self.how)
 
 
 def build_prompt(renderer: Renderer, body: dict[str, Any], history: Sequence[RecordedTurn],
-                 options: RenderOptions | None = None, *, known: Sequence[str] = ()
-                 ) -> Prompt:
+                 options: RenderOptions | None = None, *, known: Sequence[str] = (),
+                 matchers: Collection[str] = MATCHERS) -> Prompt:
     """The prompt for chat ``body`` given the session's earlier interactions."""
-    plan = plan_prompt(renderer, body, history, options, known=known)
+    plan = plan_prompt(renderer, body, history, options, known=known, matchers=matchers)
     return plan.run() if isinstance(plan, FullRender) else plan
 
 
 def plan_prompt(renderer: Renderer, body: dict[str, Any], history: Sequence[RecordedTurn],
-                options: RenderOptions | None = None, *, known: Sequence[str] = ()
-                ) -> Prompt | FullRender:
+                options: RenderOptions | None = None, *, known: Sequence[str] = (),
+                matchers: Collection[str] = MATCHERS) -> Prompt | FullRender:
     """The prompt for chat ``body`` given the session's earlier interactions: a turn
     that extends one is built here (its cost is what it adds); else the full render
     to run. ``known``: the message keys of the body's first messages, when a recorded
-    turn sent them byte for byte (only the messages past them are keyed here)."""
+    turn sent them byte for byte (only the messages past them are keyed here);
+    ``matchers``: the named matchers that may map a resent history (``facets.py``)."""
     if options is None:
         options = render_options(body, renderer.reserved)
     sent: list[dict[str, Any]] = body["messages"]
@@ -155,7 +182,7 @@ def plan_prompt(renderer: Renderer, body: dict[str, Any], history: Sequence[Reco
     seen = len(known) if len(known) < len(sent) else 0
     # Checked in the old order (conversion, then keys), so the same message is refused.
     converted = template_messages(sent[seen:], fmt)
-    keys = list(known[:seen]) + [message_key(m) for m in sent[seen:]]
+    keys = list(known[:seen]) + [entry(m) for m in sent[seen:]]
 
     def messages_from(start: int) -> list[dict[str, Any]]:
         if start >= seen:
@@ -165,9 +192,10 @@ def plan_prompt(renderer: Renderer, body: dict[str, Any], history: Sequence[Reco
     recorded = keys[:-1] if options.continue_final else keys
     prefix = _text(converted[-1].get("content")) if options.continue_final else None
     for turn in reversed(history):
-        choice = _extends(turn, sent, keys, context)
-        if choice is None:
+        found = _extends(turn, sent, keys, context, matchers)
+        if found is None:
             continue
+        choice, fired = found
         completion = turn.choices[choice].token_ids
         end = completion[-1] if completion and completion[-1] in renderer.end_ids else None
         reply, *new = messages_from(len((turn.tito or {})["messages"]))
@@ -179,7 +207,9 @@ def plan_prompt(renderer: Renderer, body: dict[str, Any], history: Sequence[Reco
         ids = turn.prompt_ids().extended(added)
         return Prompt(ids, _opens(suffix, options), context, recorded,
                       extends={"interaction_id": turn.interaction_id, "choice": choice},
-                      prefix=prefix)
+                      prefix=prefix, how=(
+                          {"kind": "matched", "matchers": sorted(fired)} if fired
+                          else {"kind": "extended"}))
     best = max(
         ((_common(recorded, (t.tito or {}).get("messages") or []), t.request_index, t)
          for t in history if t.tito and t.status < 400),
@@ -187,8 +217,10 @@ def plan_prompt(renderer: Renderer, body: dict[str, Any], history: Sequence[Reco
     )
     forked = ({"interaction_id": best[2].interaction_id, "messages": best[0]}
               if best is not None and best[0] > 0 else None)
+    reason = rendered_reason(sent, recorded, context, matchers,
+                             None if best is None else (best[2].tito or {}), best[0] if best else 0)
     return FullRender(renderer, messages_from(0), tools, options, context, recorded, prefix,
-                      forked)
+                      forked, {"kind": "rendered", "reason": reason})
 
 
 def _system(sent: list[dict[str, Any]], converted: list[dict[str, Any]], seen: int,
@@ -208,11 +240,12 @@ def _text(content: Any) -> str:
 
 
 def reply_key(prompt: Prompt, message: dict[str, Any]) -> str:
-    """The matching key of a choice's reply: with a continued message, that message's
-    content followed by the sampled content (what a client sends back)."""
+    """The matching entry (key and facets) of a choice's reply: with a continued
+    message, that message's content followed by the sampled content (what a client
+    sends back)."""
     if prompt.prefix is None:
-        return message_key(message)
-    return message_key({**message, "content": prompt.prefix + (message.get("content") or "")})
+        return entry(message)
+    return entry({**message, "content": prompt.prefix + (message.get("content") or "")})
 
 
 def _opens(text: str, options: RenderOptions) -> bool:
@@ -223,14 +256,19 @@ def _opens(text: str, options: RenderOptions) -> bool:
     return text.rstrip().endswith("<think>")
 
 
+def _reply_record(sent: str, reasoning: str) -> dict[str, Any]:
+    key, _, facets = sent.partition("|")
+    return {"key": key, "reasoning": reasoning_key(reasoning), "facets": facets}
+
+
 def tito_record(prompt: Prompt, replies: list[tuple[str, str]]) -> dict[str, Any]:
     """The interaction's ``tito`` field: keys for matching later turns, and lineage.
-    ``replies`` holds (message key, reasoning text) per choice."""
+    ``replies`` holds (message entry, reasoning text) per choice."""
     return {
         "context": prompt.context,
         "messages": prompt.message_keys,
-        "replies": [{"key": key, "reasoning": reasoning_key(reasoning)}
-                    for key, reasoning in replies],
+        "replies": [_reply_record(e, reasoning) for e, reasoning in replies],
         "extends": prompt.extends,
         "forked_from": prompt.forked_from,
+        "prompt": prompt.how,
     }

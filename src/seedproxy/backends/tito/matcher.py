@@ -8,8 +8,9 @@ part whole) and every other field with a value (null, ``[]`` and ``{}`` are no v
 as SDKs re-send ``refusal: null``), so an earlier message that gained a part or a field
 no longer matches, and the request is rendered in full (a new branch, or the 400 a
 fresh session gives). Reasoning is checked on its own and only when the client sent it
-back (agents commonly drop it). Arguments that are not
-JSON are keyed as text; arguments that are JSON but nest deeper than
+back (agents commonly drop it). Each of these normalisations is a named matcher, and
+what it changed in a message is recorded next to its key (``facets.py``). Arguments
+that are not JSON are keyed as text; arguments that are JSON but nest deeper than
 ``nesting.MAX_DEPTH`` (or past ``json``'s recursion limit), or hold an integer past
 Python's digit limit, are a 400 (before any index is taken).
 """
@@ -25,7 +26,8 @@ import orjson
 from ...errors import BadRequest
 from ...nesting import MAX_DEPTH, too_deep
 
-__all__ = ["context_key", "message_key", "reasoning_key", "reasoning_of", "unreadable_arguments"]
+__all__ = ["arguments_value", "content_of", "context_key", "message_key", "reasoning_key",
+           "reasoning_of", "unreadable_arguments"]
 
 _SIZE = 16
 _KEYED = frozenset({"role", "content", "tool_calls", "name"})
@@ -43,7 +45,7 @@ def _is_text(part: Any) -> bool:
             and isinstance(part.get("text"), str))
 
 
-def _content(content: Any) -> str | list[Any]:
+def content_of(content: Any) -> str | list[Any]:
     """A string (stripped) for a string, null or a single text part; else the parts,
     each text part as its text, in order."""
     if isinstance(content, str):
@@ -61,7 +63,7 @@ def _fields(message: dict[str, Any]) -> dict[str, Any]:
             if k not in _KEYED and k not in _UNKEYED and v is not None and v != [] and v != {}}
 
 
-def _arguments(raw: Any) -> Any:
+def arguments_value(raw: Any) -> Any:
     if not isinstance(raw, str):
         return raw
     try:
@@ -88,7 +90,7 @@ def _calls(calls: Any) -> list[Any]:
     for call in calls:
         fn = call.get("function") if isinstance(call, dict) else None
         if isinstance(fn, dict):
-            out.append([fn.get("name"), _arguments(fn.get("arguments"))])
+            out.append([fn.get("name"), arguments_value(fn.get("arguments"))])
         else:
             out.append(call)
     return out
@@ -97,7 +99,7 @@ def _calls(calls: Any) -> list[Any]:
 def message_key(message: dict[str, Any]) -> str:
     """The digest of ``message`` without ids and reasoning. A plain-text message with
     no other field keys as [role, text, calls, name], as it always has."""
-    content, extra = _content(message.get("content")), _fields(message)
+    content, extra = content_of(message.get("content")), _fields(message)
     text = content if isinstance(content, str) else ""
     keyed: list[Any] = [message.get("role"), text, _calls(message.get("tool_calls")),
                         message.get("name")]

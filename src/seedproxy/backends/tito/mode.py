@@ -12,6 +12,7 @@ from ...tool_choice import tools_rendered
 from .assistant import AssistantStream
 from .decode import IncrementalDecoder, decoder_of
 from .dialect import DIALECTS, Dialect
+from .facets import MATCHERS, matchers_of
 from .harmony import MARKERS as HARMONY_MARKERS
 from .lineage import FullRender, Prompt, RecordedTurn, plan_prompt
 from .markers import MarkerGuard, id_markers
@@ -34,13 +35,16 @@ when no parser reads them, as SGLang's chat route does)."""
 class TitoMode:
     def __init__(self, renderer: Renderer, dialect: Dialect, *, tool_parser: str | None,
                  reasoning_parser: str | None, model_name: str | None = None,
-                 structural_tags: bool = True) -> None:
+                 structural_tags: bool = True, matchers: frozenset[str] = frozenset(MATCHERS)
+                 ) -> None:
         """``structural_tags``: whether tool calls get the parser's structural tag (as on
         SGLang; not in front of the embedded engine, whose llguidance tags force no call):
         without them a forced call is the JSON array, and a strict ``auto`` call is left
         free. The model's own end ids (its ``generation_config``) are the renderer's
-        (``Renderer``'s ``eos_ids``)."""
+        (``Renderer``'s ``eos_ids``). ``matchers``: the named matchers that may map a
+        resent history onto the recorded turns (``facets.py``)."""
         self.renderer = renderer
+        self.matchers = matchers
         self.dialect = dialect
         self.model_name = model_name
         self._tool_parser = TOOL_PARSERS[tool_parser] if tool_parser else None
@@ -91,7 +95,7 @@ class TitoMode:
                 forcing is not None and forcing.name is not None)):
             # SGLang's chat route renders no tool for "none", only the named one.
             body = {**body, "tools": tools_rendered(body, forcing)}
-        return plan_prompt(self.renderer, body, history, known=known)
+        return plan_prompt(self.renderer, body, history, known=known, matchers=self.matchers)
 
     def count_prompt(self, body: dict[str, Any]) -> int:
         """The ids of chat ``body``'s prompt rendered whole, as a fresh session would
@@ -153,7 +157,8 @@ def _earlier_calls(messages: list[Any]) -> int:
 def open_tito(*, backend: str, auth: dict[str, str], tokenizer_path: str | None,
               tokenizer: Any = None, chat_template: str | None, tool_parser: str | None,
               reasoning_parser: str | None, model_name: str | None = None,
-              today: datetime.date | None = None, structural_tags: bool = True) -> TitoMode:
+              today: datetime.date | None = None, structural_tags: bool = True,
+              matchers: str = "default") -> TitoMode:
     """Load and check everything; ``ConfigError`` (one line, exit 2) on any problem."""
     if tool_parser is not None and tool_parser not in TOOL_PARSERS:
         raise ConfigError(f"unknown --tool-parser {tool_parser!r}; choose one of "
@@ -174,4 +179,4 @@ def open_tito(*, backend: str, auth: dict[str, str], tokenizer_path: str | None,
     dialect = DIALECTS[backend](auth)
     return TitoMode(renderer, dialect, tool_parser=tool_parser,
                     reasoning_parser=reasoning_parser, model_name=model_name,
-                    structural_tags=structural_tags)
+                    structural_tags=structural_tags, matchers=matchers_of(matchers))

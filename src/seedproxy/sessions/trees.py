@@ -1,0 +1,160 @@
+"""A session's branches as a tree a trainer can read: links inferred, the main one named.
+
+Inferred at export from what the harness sent, with no header from it, in this order:
+
+- ``subagent_of`` ``{interaction_id, tool_call_id}``: a text of the branch's first user
+  message equals a string argument of a tool call answered earlier in another branch
+  (the latest such call): the sub-agent that call started (Claude Code's ``Agent``);
+- ``compacted_from`` ``{interaction_id, branch, summary}``: a text of the branch's
+  first user message holds the answer of an earlier turn ``summary`` (its
+  ``<summary>`` part when it has one, at least ``MIN_SUMMARY`` characters; the latest
+  such turn): the history that turn summarised (the turn its branch forked from, or
+  the turn itself when it continued a branch) is what this branch replaces. A
+  compaction the client marked (``x-seedproxy-compacted-from``) is kept as it is;
+- ``main``: the main conversation is the chain of branches joined by compactions that
+  holds the most turns (then the most sampled tokens, then the earliest first turn),
+  sub-agents and summary requests left out; each of its branches is ``main: true``,
+  and the export's ``chain`` is that chain in order;
+- ``side_request``: a branch of one turn offering no tools, neither main nor a
+  sub-agent (a title or summary request beside the main loop).
+
+A branch that continues an earlier turn (a second continuation: a retry, a summary
+request off a middle turn) started no conversation: no link is inferred for it. Each
+answer is read once; the cost is the branches times the earlier turns' texts.
+
+Everything here reads the records the export built and the interactions it read;
+the result depends on their content only, never on arrival order.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .interaction import Interaction
+from .texts import answer_text, offers_tools, tool_calls, user_texts
+
+__all__ = ["MIN_SUMMARY", "link_branches", "prompt_counts"]
+
+MIN_SUMMARY = 16
+"""Characters: a shorter answer is not taken for a summary."""
+_SUMMARY = re.compile(r"<summary>(.*?)</summary>", re.DOTALL)
+
+
+def _summary_of(text: str) -> str:
+    found = _SUMMARY.search(text)
+    return (found.group(1) if found else text).strip()
+
+
+def link_branches(records: list[dict[str, Any]], interactions: list[Interaction]
+                  ) -> list[str]:
+    """Add ``subagent_of``, ``compacted_from`` (inferred), ``side_request`` and
+    ``main`` to each branch record; return the main chain's branch ids."""
+    by_id = {i.interaction_id: i for i in interactions}
+    branch_of = {iid: r["branch_id"] for r in records for iid in r["interaction_ids"]}
+    parents = {r["branch_id"]: r.get("parent") for r in records}
+    answered = sorted((i for i in interactions if i.interaction_id in branch_of),
+                      key=lambda i: (i.request_index, i.interaction_id))
+    summaries: set[str] = set()
+    said = {i.interaction_id: _summary_of(answer_text(i)) for i in answered}
+    for record in records:
+        first = by_id[record["interaction_ids"][0]]
+        parent = record.get("parent")
+        # A branch continuing an earlier turn (its second continuation) started nothing.
+        texts = [] if isinstance(parent, dict) and "choice" in parent else user_texts(first)
+        earlier = [i for i in answered if (i.request_index, i.interaction_id) < (
+            first.request_index, first.interaction_id)
+            and branch_of[i.interaction_id] != record["branch_id"]]
+        record["subagent_of"] = _caller(texts, earlier)
+        if record["subagent_of"] is None and record.get("compacted_from") is None:
+            record["compacted_from"] = _compacted(texts, earlier, said, branch_of, parents)
+        inferred = record.get("compacted_from") or {}
+        if inferred.get("summary") and inferred.get("branch") != branch_of[inferred["summary"]]:
+            summaries.add(branch_of[inferred["summary"]])  # a summary request of its own
+    chain = _main_chain(records, summaries)
+    for record in records:
+        record["main"] = record["branch_id"] in chain
+        first = by_id[record["interaction_ids"][0]]
+        record["side_request"] = (not record["main"] and record["subagent_of"] is None
+                                  and len(record["interaction_ids"]) == 1
+                                  and not offers_tools(first))
+    return chain
+
+
+def _caller(texts: list[str], earlier: list[Interaction]) -> dict[str, Any] | None:
+    if not texts:
+        return None
+    wanted = set(texts)
+    for turn in reversed(earlier):
+        for call_id, values in tool_calls(turn):
+            if wanted.intersection(values):
+                return {"interaction_id": turn.interaction_id, "tool_call_id": call_id}
+    return None
+
+
+def _compacted(texts: list[str], earlier: list[Interaction], said: dict[str, str],
+               branch_of: dict[str, str], parents: dict[str, Any]) -> dict[str, Any] | None:
+    if not texts:
+        return None
+    for turn in reversed(earlier):
+        summary = said[turn.interaction_id]
+        if len(summary) < MIN_SUMMARY or not any(summary in text for text in texts):
+            continue
+        branch = branch_of[turn.interaction_id]
+        parent = parents.get(branch) if branch == turn.interaction_id else None
+        if isinstance(parent, dict) and isinstance(parent.get("branch"), str):
+            return {"interaction_id": parent.get("interaction_id"),
+                    "branch": parent["branch"], "summary": turn.interaction_id}
+        return {"interaction_id": turn.interaction_id, "branch": branch,
+                "summary": turn.interaction_id}
+    return None
+
+
+def _main_chain(records: list[dict[str, Any]], summaries: set[str]) -> list[str]:
+    """The chains of branches joined by compactions, sub-agents and summary requests
+    left out; the one with the most turns, then sampled tokens, then earliest."""
+    candidates = [r for r in records if r["subagent_of"] is None
+                  and (r["branch_id"] not in summaries
+                       or (r.get("compacted_from") or {}).get("branch") is not None)]
+    ids = {r["branch_id"] for r in candidates}
+    best: tuple[int, int, int] | None = None
+    chain: list[str] = []
+    for place, root in enumerate(candidates):
+        if (root.get("compacted_from") or {}).get("branch") in ids:
+            continue
+        members = [root]
+        while True:
+            step = next((r for r in candidates if r not in members and (
+                r.get("compacted_from") or {}).get("branch") == members[-1]["branch_id"]),
+                None)
+            if step is None:
+                break
+            members.append(step)
+        score = (sum(len(r["interaction_ids"]) for r in members),
+                 sum(sum(r["loss_mask"]) for r in members), -place)
+        if best is None or score > best:
+            best, chain = score, [r["branch_id"] for r in members]
+    return chain
+
+
+def prompt_counts(interactions: list[Interaction]) -> dict[str, Any]:
+    """How the session's token-in-token-out prompts were made: turns ``extended``,
+    ``matched`` (``{total, by matcher}``), ``rendered``, and ``unknown`` (recorded
+    before ``tito["prompt"]`` was)."""
+    counts: dict[str, Any] = {"extended": 0, "matched": {"total": 0, "by_matcher": {}},
+                              "rendered": 0, "unknown": 0}
+    for turn in interactions:
+        if turn.tito is None or turn.status >= 400:
+            continue
+        how = turn.tito.get("prompt")
+        kind = how.get("kind") if isinstance(how, dict) else None
+        if kind == "matched":
+            counts["matched"]["total"] += 1
+            by = counts["matched"]["by_matcher"]
+            for name in how.get("matchers") or []:  # type: ignore[union-attr]
+                by[name] = by.get(name, 0) + 1
+        elif kind in ("extended", "rendered"):
+            counts[kind] += 1
+        else:
+            counts["unknown"] += 1
+    return counts
