@@ -31,9 +31,9 @@ from typing import Any
 
 from jinja2 import TemplateError
 
-from ..backends.tito.template_input import RenderOptions, render_options, template_messages
 from ..errors import BadRequest
 from ..sse_frames import DONE, data_frame
+from ..template_input import RenderOptions, render_options, template_messages
 from ..tool_choice import Forcing, ToolChoiceError, forcing_of, parse_forced, tools_rendered
 from .errors import RequestError
 from .generator import GenRequest, Update

@@ -23,9 +23,9 @@ from typing import Any, Protocol
 
 from ...sessions import ChoiceRecord
 from ...sessions.token_ids import TokenIds
+from ...template_input import RenderOptions, render_options, template_messages
 from .matcher import context_key, message_key, reasoning_key, reasoning_of
 from .renderer import Renderer
-from .template_input import RenderOptions, render_options, template_messages
 
 _TAIL = 8  # prompt ids enough to hold a generation prompt's ``<think>\n``
 

@@ -22,10 +22,10 @@ from typing import Any
 
 import orjson
 
-from ...errors import BadRequest
-from ...nesting import MAX_DEPTH, too_deep
+from ...nesting import too_deep
+from ...template_input import unreadable_arguments
 
-__all__ = ["context_key", "message_key", "reasoning_key", "reasoning_of", "unreadable_arguments"]
+__all__ = ["context_key", "message_key", "reasoning_key", "reasoning_of"]
 
 _SIZE = 16
 _KEYED = frozenset({"role", "content", "tool_calls", "name"})
@@ -73,12 +73,6 @@ def _arguments(raw: Any) -> Any:
     if too_deep(value):
         raise unreadable_arguments()
     return value
-
-
-def unreadable_arguments() -> BadRequest:
-    """The 400 for a client's tool-call arguments no JSON reader can take."""
-    return BadRequest(f"a tool call's arguments nest more than {MAX_DEPTH} levels deep or "
-                      "hold an integer too long to read", param="messages")
 
 
 def _calls(calls: Any) -> list[Any]:
