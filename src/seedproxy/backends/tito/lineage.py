@@ -153,7 +153,7 @@ def plan_prompt(renderer: Renderer, body: dict[str, Any], history: Sequence[Reco
     tools = body.get("tools") or None
     context = context_key(body)
     seen = len(known) if len(known) < len(sent) else 0
-    # Checked in the old order (conversion, then keys), so the same message is refused.
+    # Conversion before keys: a message both would refuse gets conversion's 400.
     converted = template_messages(sent[seen:], fmt)
     keys = list(known[:seen]) + [message_key(m) for m in sent[seen:]]
 

@@ -90,7 +90,8 @@ def _calls(calls: Any) -> list[Any]:
 
 def message_key(message: dict[str, Any]) -> str:
     """The digest of ``message`` without ids and reasoning. A plain-text message with
-    no other field keys as [role, text, calls, name], as it always has."""
+    no other field keys as [role, text, calls, name]: a fixed key, so sessions stored
+    earlier keep matching."""
     content, extra = _content(message.get("content")), _fields(message)
     text = content if isinstance(content, str) else ""
     keyed: list[Any] = [message.get("role"), text, _calls(message.get("tool_calls")),
