@@ -8,7 +8,7 @@ module, else to ``pkg``.
 
 Layers, lowest first: ``seeds`` imports no other seedproxy module; ``sessions`` nothing
 from backends, proxy, commands or pipeline; ``backends`` nothing from proxy, commands
-or pipeline; ``engine`` nothing from proxy, pipeline or commands; ``pipeline`` nothing
+or pipeline; ``engine`` nothing from backends, proxy, pipeline or commands; ``pipeline`` nothing
 from proxy, commands or engine; ``proxy`` nothing from commands."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ PACKAGE = "seedproxy"
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     "sessions": ("backends", "proxy", "commands", "pipeline"),
     "backends": ("proxy", "commands", "pipeline"),
-    "engine": ("proxy", "pipeline", "commands"),
+    "engine": ("backends", "proxy", "pipeline", "commands"),
     "pipeline": ("proxy", "commands", "engine"),
     "proxy": ("commands",),
 }

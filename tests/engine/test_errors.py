@@ -43,6 +43,17 @@ def test_malformed_json_is_400(client: httpx.Client, path: str) -> None:
     assert r.status_code == 400
 
 
+@pytest.mark.parametrize(("raw", "needle"), [
+    (b"{not json", "request body is not valid JSON"),
+    (b"[1, 2]", "request body must be a JSON object"),
+])
+def test_a_body_that_is_no_json_object_is_refused_as_the_proxy_refuses_it(
+        client: httpx.Client, raw: bytes, needle: str) -> None:
+    r = client.post("/v1/chat/completions", content=raw,
+                    headers={"content-type": "application/json"})
+    assert r.status_code == 400 and needle in r.json()["message"], r.text
+
+
 @pytest.mark.parametrize("body", [
     {"messages": "hi"}, {"messages": []}, {"messages": [{"content": "x"}]},
     {"messages": [{"role": "user", "content": "x"}], "seed": "abc"},

@@ -468,7 +468,7 @@ def test_a_brought_history_renders_null_content_and_string_arguments_as_sglang(
 def test_each_family_template_takes_the_content_format_sglang_detects() -> None:
     """SGLang's detection: Gemma 3's, Kimi K2's, GLM-4.5's and Mistral Small 3.1's
     templates loop over ``message.content``."""
-    from seedproxy.backends.tito.template_input import content_format
+    from seedproxy.template_input import content_format
 
     assert {name: content_format(template_path(name).read_text(encoding="utf-8"))
             for name in FAMILIES} == {**dict.fromkeys(FAMILIES, "string"), "kimi-k2": "openai",

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from .anthropic_bridge import (
     MessageIds,
     delta_usage,
@@ -26,12 +24,7 @@ from .anthropic_bridge import (
     tool_use_block,
 )
 
-__all__ = ["MessageEvents", "sse"]
-
-
-def sse(event: dict[str, Any]) -> bytes:
-    """One SSE event: ``event: TYPE`` then its JSON data."""
-    return b"event: " + str(event["type"]).encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
+__all__ = ["MessageEvents"]
 
 
 class MessageEvents:

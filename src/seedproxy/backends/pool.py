@@ -33,8 +33,9 @@ from .dispatch import Abortable, Dispatch
 from .loop import LOOP_STATUS, LOOPED, is_loop
 from .pause import PauseGate
 from .priming import Release, prime
-from .transport import UpstreamBodyTooLarge, read_response
+from .transport import read_response
 from .upstream import Upstream, UpstreamReply, server_key
+from .upstream_failure import NoConnection, upstream_failure
 
 __all__ = ["NoConnection", "UpstreamPool", "rendezvous_order"]
 
@@ -242,7 +243,7 @@ class UpstreamPool:
                 release(broken=False)
             if isinstance(exc, httpx.HTTPError):
                 what = "unreachable" if response is None else "failed while answering"
-                raise _as_upstream_error(upstream.url, what, exc) from exc
+                raise upstream_failure(upstream.url, what, exc) from exc
             raise
 
     async def get(self, path: str, *, method: str = "GET",
@@ -349,10 +350,6 @@ class UpstreamPool:
             )
 
 
-class NoConnection(UpstreamUnavailable):
-    """503: no connection to the server came free within the pool timeout."""
-
-
 def _standing(upstream: Upstream) -> int:
     """0 healthy, 1 degraded (unless idle: then it is tested), 2 down."""
     if not upstream.healthy:
@@ -369,16 +366,3 @@ def rendezvous_order(key: str, items: list[T], url: Callable[[T], str]) -> list[
 def _score(key: str, url: str) -> int:
     return int.from_bytes(hashlib.blake2b(f"{key}|{url}".encode(), digest_size=8).digest(), "big")
 
-
-def _as_upstream_error(url: str, what: str, exc: httpx.HTTPError) -> UpstreamError:
-    """504 for a timeout; 503 for a server that could not be reached at all (nothing
-    listening, a refused or failed connect); 502 for one that broke its answer."""
-    if isinstance(exc, httpx.PoolTimeout):
-        return NoConnection(f"upstream {url}: {exc} (--max-upstream-connections)")
-    if isinstance(exc, httpx.TimeoutException):
-        return UpstreamTimeout(f"upstream {url} timed out: {type(exc).__name__}")
-    if isinstance(exc, UpstreamBodyTooLarge):
-        return UpstreamError(f"upstream {url}: {exc} (--max-upstream-body-bytes)")
-    if isinstance(exc, httpx.ConnectError):
-        return UpstreamUnavailable(f"upstream {url} {what}: {type(exc).__name__}")
-    return UpstreamError(f"upstream {url} {what}: {type(exc).__name__}")

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from ..errors import BadRequest
 from .responses_envelope import envelope
 from .responses_tools import ToolPlan, call_arguments, call_output_item, plan_tools
@@ -245,8 +243,3 @@ def error_object(error: Any) -> dict[str, Any]:
             "param": param if isinstance(param, str) else None,
             "code": None if code is None else str(code)}
 
-
-def dumps(payload: Any) -> bytes:
-    """One Responses SSE event: ``event: TYPE`` then its JSON data."""
-    kind = str(payload.get("type", "")).encode()
-    return b"event: " + kind + b"\ndata: " + orjson.dumps(payload) + b"\n\n"

@@ -29,11 +29,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 from jinja2 import TemplateError
 
-from ..backends.tito.template_input import RenderOptions, render_options, template_messages
 from ..errors import BadRequest
+from ..sse_frames import DONE, data_frame
+from ..template_input import RenderOptions, render_options, template_messages
 from ..tool_choice import Forcing, ToolChoiceError, forcing_of, parse_forced, tools_rendered
 from .errors import RequestError
 from .generator import GenRequest, Update
@@ -245,7 +245,7 @@ async def chat_response(state: EngineState, job: ChatJob) -> dict[str, Any]:
 def _chunk(job: ChatJob, choices: list[dict[str, Any]], **extra: Any) -> bytes:
     body = {"id": job.reqs[0].rid, "object": "chat.completion.chunk",
             "created": int(time.time()), "model": job.model, "choices": choices, **extra}
-    return b"data: " + orjson.dumps(body) + b"\n\n"
+    return data_frame(body)
 
 
 def _delta(idx: int, delta: dict[str, Any], logprobs: Any = None, finish: Any = None,
@@ -290,4 +290,4 @@ async def chat_stream(state: EngineState, job: ChatJob) -> AsyncIterator[bytes]:
         yield _chunk(job, [], sglext=ext)
     if job.include_usage:
         yield _chunk(job, [], usage=usage(finals[0].prompt_tokens, finals))
-    yield b"data: [DONE]\n\n"
+    yield DONE

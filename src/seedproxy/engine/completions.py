@@ -19,8 +19,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
+from ..sse_frames import DONE, data_frame
 from .errors import RequestError
 from .generator import GenRequest, Update
 from .jobs import complete
@@ -154,7 +153,7 @@ async def completion_response(state: EngineState, job: CompletionJob) -> dict[st
 def _chunk(job: CompletionJob, choices: list[dict[str, Any]], **extra: Any) -> bytes:
     body = {"id": job.reqs[0].rid, "object": "text_completion", "created": int(time.time()),
             "model": job.model, "choices": choices, **extra}
-    return b"data: " + orjson.dumps(body) + b"\n\n"
+    return data_frame(body)
 
 
 async def completion_stream(state: EngineState, job: CompletionJob) -> AsyncIterator[bytes]:
@@ -190,4 +189,4 @@ async def completion_stream(state: EngineState, job: CompletionJob) -> AsyncIter
                 finals.append(upd)
     if job.include_usage:
         yield _chunk(job, [], usage=_prompt_usage(job, finals))
-    yield b"data: [DONE]\n\n"
+    yield DONE

@@ -15,8 +15,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import orjson
-
+from ..sse_frames import DONE, data_frame
 from .errors import RequestError
 from .generator import GenRequest, Update, version_spans
 from .jobs import complete
@@ -140,5 +139,5 @@ async def generate_stream(state: EngineState, reqs: list[GenRequest]) -> AsyncIt
             item = _item(state, req, upd)
             if len(reqs) > 1:
                 item["index"] = idx
-            yield b"data: " + orjson.dumps(item) + b"\n\n"
-    yield b"data: [DONE]\n\n"
+            yield data_frame(item)
+    yield DONE

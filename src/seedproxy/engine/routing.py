@@ -18,6 +18,8 @@ import orjson
 from fastapi import Request
 from fastapi.responses import Response
 
+from ..errors import BadRequest
+from ..json_body import json_object
 from .errors import InternalError, RequestError
 from .openai_common import error_body
 
@@ -36,12 +38,9 @@ async def read_body(request: Request, empty_ok: bool = False) -> dict[str, Any]:
     if empty_ok and not raw.strip():
         return {}
     try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise RequestError(f"Invalid JSON body: {exc}") from exc
-    if not isinstance(body, dict):
-        raise RequestError("The request body must be a JSON object.")
-    return body
+        return json_object(raw)
+    except BadRequest as exc:
+        raise RequestError(exc.message) from None
 
 
 class ClientGone(Exception):

@@ -10,7 +10,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..backends.tito.template_input import content_format, reserved_names
+from ..template_input import content_format, reserved_names
 from .errors import RequestError
 from .grammar import GrammarCompiler
 from .jobs import JobLog

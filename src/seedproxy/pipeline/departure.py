@@ -1,5 +1,5 @@
 """A non-streamed request whose client leaves before its answer (a closed connection,
-an SDK timeout). Streams have their own watcher (``relay.py``).
+an SDK timeout). Streams have their own watcher (``streaming.py``).
 
 Invariants:
 - The exchange runs in the handler's own task. A request still running after

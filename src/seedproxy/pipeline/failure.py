@@ -1,8 +1,9 @@
 """The one error map of the request path: what an upstream failure is, and its status.
 
 Invariants:
-- A transport failure while reading is a 504 when it is a timeout, else a 502,
-  wherever it happens (a single stream, a fan-out pump, a bridge, token-in-token-out).
+- A transport failure while reading has the status ``backends.upstream_failure`` gives
+  it (504 for a timeout, else 502), wherever it happens (a single stream, a fan-out
+  pump, a bridge, token-in-token-out).
 - A stream chunk that carries ``error`` (SGLang's and vLLM's way of ending a failing
   stream) is an ``answer_shape.UpstreamFailed`` with that error's status
   (``check_chunk``; 502 when it names none).
@@ -15,12 +16,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
 import orjson
 
-from ..errors import UpstreamError, UpstreamTimeout, error_body
+from ..errors import UpstreamError, error_body
 
-__all__ = ["UpstreamAnswered", "transport_failure"]
+__all__ = ["UpstreamAnswered"]
 
 _PARAM_CHARS = 256
 
@@ -37,14 +37,6 @@ class UpstreamAnswered(UpstreamError):
     def body(self) -> dict[str, Any]:
         return error_body(self.message, self.upstream_type, param=self.param,
                           code=self.status_code)
-
-
-def transport_failure(exc: httpx.HTTPError, upstream: str | None) -> UpstreamError:
-    """The failure a broken upstream read is (timeout: 504; anything else: 502)."""
-    where = upstream or "an upstream"
-    if isinstance(exc, httpx.TimeoutException):
-        return UpstreamTimeout(f"upstream {where} timed out mid-stream")
-    return UpstreamError(f"upstream {where} broke off the stream ({type(exc).__name__})")
 
 
 def _message(status: int, content: bytes) -> tuple[str, str, str | None]:

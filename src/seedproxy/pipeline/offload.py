@@ -5,7 +5,7 @@ every other request (``/healthz`` included). A body over ``threshold`` bytes (a 
 body, or an upstream's whole answer) is parsed by ``parse_jobs`` in a worker process,
 by the same functions as the in-loop path, so a refusal is the same status and
 message either way; the loop only unpickles the result and unpacks its int lists.
-Smaller bodies are parsed in the loop as before.
+Smaller bodies are parsed in the loop.
 
 Invariants:
 - At most ``workers + queue`` callers wait on the pool at once; one more is refused

@@ -19,11 +19,11 @@ from starlette.responses import Response
 
 from ..backends import Endpoint
 from ..backends.anthropic_bridge import anthropic_error, to_message
-from ..backends.anthropic_events import MessageEvents, sse
-from ..backends.responses_bridge import dumps, error_object, to_response
+from ..backends.anthropic_events import MessageEvents
+from ..backends.responses_bridge import error_object, to_response
 from ..backends.responses_events import ResponsesEvents
 from ..errors import SeedProxyError, StoreError, UpstreamError
-from .sse import DONE, encode_event
+from ..sse_frames import DONE, data_frame, typed_frame
 from .transcript import StreamTranscript
 
 __all__ = [
@@ -97,7 +97,7 @@ class _OpenAIWriter:
         if isinstance(chunk, bytes):
             return [chunk]
         self._transcript.add(chunk)
-        return [encode_event(chunk)]
+        return [data_frame(chunk)]
 
     def finish(self) -> list[bytes]:
         return [DONE]
@@ -106,7 +106,7 @@ class _OpenAIWriter:
         return self._transcript.result()
 
     def error(self, exc: SeedProxyError) -> bytes:
-        return encode_event(exc.body())
+        return data_frame(exc.body())
 
 
 class ResponsesPresenter(Presenter):
@@ -125,7 +125,8 @@ class ResponsesPresenter(Presenter):
 
     def writer(self) -> Writer:
         events = ResponsesEvents(self.body, self.clock)
-        return _Translating(events, dumps, lambda exc: dumps(events.error(exc.body()["error"])))
+        return _Translating(events, typed_frame,
+                            lambda exc: typed_frame(events.error(exc.body()["error"])))
 
 
 class MessagesPresenter(Presenter):
@@ -139,8 +140,8 @@ class MessagesPresenter(Presenter):
         return to_message(self.body, answer, self.seed)
 
     def writer(self) -> Writer:
-        return _Translating(MessageEvents(self.body, self.seed), sse,
-                            lambda exc: sse(self.error_body(exc)))
+        return _Translating(MessageEvents(self.body, self.seed), typed_frame,
+                            lambda exc: typed_frame(self.error_body(exc)))
 
     def error_body(self, exc: SeedProxyError) -> dict[str, Any]:
         return anthropic_error(exc.status_code, exc.message)

@@ -17,6 +17,7 @@ from starlette.requests import ClientDisconnect, Request
 
 from ..backends import Endpoint
 from ..errors import BadRequest, BodyTimeout, PayloadTooLarge
+from ..json_body import json_object
 from ..nesting import MAX_DEPTH, too_deep
 from ..sessions.codec import Sent, Signed, sign
 
@@ -97,7 +98,7 @@ def decode_body(endpoint: Endpoint, raw: bytes) -> dict[str, Any]:
     """``raw`` parsed, refused (``BadRequest``) unless it is a JSON object no deeper
     than ``MAX_DEPTH`` that holds ``endpoint``'s prompt. The whole of the work on a
     body's size: ``offload.py`` runs it in a worker process for a large body."""
-    body = _loaded(raw)
+    body = json_object(raw)
     _check_depth(raw, body)
     _check_prompt(endpoint, body)
     return body
@@ -109,23 +110,13 @@ def decode_signed(endpoint: Endpoint, raw: bytes, last: tuple[str, Sent] | None
     last recorded turn: its interaction id and ``Sent``; None before its first). Messages
     that repeat that turn's byte for byte sit where an accepted body held them, so only
     the rest of the body is walked for depth: the walk costs what the request adds."""
-    body = _loaded(raw)
+    body = json_object(raw)
     signed = sign(body, *(last if last is not None else (None, None)))
     known = (last[1].field, last[1].count) if (
         last is not None and signed is not None and signed.repeated) else None
     _check_depth(raw, body, known)
     _check_prompt(endpoint, body)
     return body, signed
-
-
-def _loaded(raw: bytes) -> dict[str, Any]:
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"request body is not valid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise BadRequest("request body must be a JSON object")
-    return body
 
 
 def client_request(endpoint: Endpoint, raw: bytes, body: dict[str, Any],

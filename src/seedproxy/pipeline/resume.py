@@ -42,8 +42,9 @@ from ..backends.pool import UpstreamPool
 from ..backends.upstream import UpstreamReply
 from ..errors import SeedProxyError, StoreError
 from ..sessions.token_ids import TokenIds
+from ..sse_frames import DONE, data_frame
 from .offload import Parser
-from .sse import DONE, encode_event, event_json, split_events
+from .sse import event_json, split_events
 
 __all__ = ["ResumingSender", "new_rid", "resumable"]
 
@@ -279,7 +280,7 @@ class _Stitched(httpx.AsyncByteStream):
                     if await self._sender._resume(whole, self._epoch, self._progress):
                         held = whole
                         continue
-                    yield encode_event(whole)
+                    yield data_frame(whole)
                 elif event.strip() != DONE.strip() or held is None:
                     yield event
             if held is None:
@@ -295,13 +296,13 @@ class _Stitched(httpx.AsyncByteStream):
             except SeedProxyError as exc:  # no server took the rest, or it was stopped:
                 # the abort stands
                 log.warning("could not resume a stream after a fleet abort: %s", exc.message)
-                yield encode_event(held)
+                yield data_frame(held)
                 yield DONE
                 return
             if self.whole is not None:
                 self.whole.upstream, self.whole.rid = self._reply.upstream, self._reply.rid
             if self._reply.response.status_code != 200:
-                yield encode_event(held)  # the abort stands: the client sees it
+                yield data_frame(held)  # the abort stands: the client sees it
                 yield DONE
                 return
 

@@ -9,9 +9,7 @@ import orjson
 
 from ..backends.transport import UpstreamBodyTooLarge
 
-__all__ = ["DONE", "encode_event", "event_json", "split_events"]
-
-DONE = b"data: [DONE]\n\n"
+__all__ = ["event_json", "split_events"]
 
 
 async def split_events(chunks: AsyncIterator[bytes], max_event_bytes: int) -> AsyncIterator[bytes]:
@@ -63,7 +61,3 @@ def event_json(event: bytes) -> Any:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
         return None
-
-
-def encode_event(payload: Any) -> bytes:
-    return b"data: " + orjson.dumps(payload) + b"\n\n"

@@ -23,9 +23,9 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from ..backends import Captured
+from ..backends.upstream_failure import upstream_failure
 from ..errors import UpstreamError
 from .exchange import Exchange, Snapshot
-from .failure import transport_failure
 from .presenters import Writer
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ async def _events(ex: Exchange, reader: Reader, writer: Writer,
         for out in closing:
             yield out
     except httpx.HTTPError as exc:
-        failure = transport_failure(exc, ex.upstream)
+        failure = upstream_failure(ex.upstream or "an upstream", "broke off the stream", exc)
         log.warning("upstream %s broke off a stream: %s", ex.upstream, type(exc).__name__)
         ex.status = failure.status_code
         yield writer.error(failure)

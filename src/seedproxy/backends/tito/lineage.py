@@ -23,11 +23,11 @@ from typing import Any, Protocol
 
 from ...sessions import ChoiceRecord
 from ...sessions.token_ids import TokenIds
+from ...template_input import RenderOptions, render_options, template_messages
 from .facets import MATCHERS, differences, entry, entry_key, history_differences
 from .matcher import context_key, message_key, reasoning_key, reasoning_of
 from .provenance import rendered_reason
 from .renderer import Renderer
-from .template_input import RenderOptions, render_options, template_messages
 
 _TAIL = 8  # prompt ids enough to hold a generation prompt's ``<think>\n``
 
@@ -180,7 +180,7 @@ def plan_prompt(renderer: Renderer, body: dict[str, Any], history: Sequence[Reco
     tools = body.get("tools") or None
     context = context_key(body)
     seen = len(known) if len(known) < len(sent) else 0
-    # Checked in the old order (conversion, then keys), so the same message is refused.
+    # Conversion before keys: a message both would refuse gets conversion's 400.
     converted = template_messages(sent[seen:], fmt)
     keys = list(known[:seen]) + [entry(m) for m in sent[seen:]]
 

@@ -23,8 +23,8 @@ from typing import Any
 
 import orjson
 
-from ...errors import BadRequest
-from ...nesting import MAX_DEPTH, too_deep
+from ...nesting import too_deep
+from ...template_input import unreadable_arguments
 
 __all__ = ["arguments_value", "content_of", "context_key", "message_key", "reasoning_key",
            "reasoning_of", "unreadable_arguments"]
@@ -77,12 +77,6 @@ def arguments_value(raw: Any) -> Any:
     return value
 
 
-def unreadable_arguments() -> BadRequest:
-    """The 400 for a client's tool-call arguments no JSON reader can take."""
-    return BadRequest(f"a tool call's arguments nest more than {MAX_DEPTH} levels deep or "
-                      "hold an integer too long to read", param="messages")
-
-
 def _calls(calls: Any) -> list[Any]:
     if not isinstance(calls, list):
         return []
@@ -98,7 +92,8 @@ def _calls(calls: Any) -> list[Any]:
 
 def message_key(message: dict[str, Any]) -> str:
     """The digest of ``message`` without ids and reasoning. A plain-text message with
-    no other field keys as [role, text, calls, name], as it always has."""
+    no other field keys as [role, text, calls, name]: a fixed key, so sessions stored
+    earlier keep matching."""
     content, extra = content_of(message.get("content")), _fields(message)
     text = content if isinstance(content, str) else ""
     keyed: list[Any] = [message.get("role"), text, _calls(message.get("tool_calls")),

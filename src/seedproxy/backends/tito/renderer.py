@@ -34,8 +34,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ...errors import BadRequest, ConfigError
+from ...template_input import RenderOptions, content_format, reserved_names
 from .harmony import CALL, harmony_of
-from .template_input import RenderOptions, content_format, reserved_names
 
 __all__ = ["PROBE_TOOLS", "PROBE_USER", "SENTINEL", "THINK", "THINK_END", "Renderer",
            "dated", "encoder_of"]

@@ -26,9 +26,9 @@ from difflib import SequenceMatcher
 from typing import Any
 
 from ...errors import BadRequest, ConfigError
+from ...template_input import RenderOptions
 from .harmony import CALL, END, FINAL_HEADER, START
 from .renderer import PROBE_TOOLS, PROBE_USER, SENTINEL, THINK, THINK_END, Renderer
-from .template_input import RenderOptions
 
 __all__ = ["check"]
 

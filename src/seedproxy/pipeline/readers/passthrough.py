@@ -18,7 +18,8 @@ from ...backends.answer_shape import check_answer, check_chunk, check_error
 from ...backends.upstream import UpstreamReply
 from ...errors import UpstreamError
 from ...sessions.token_ids import TokenIds
-from ..sse import DONE, event_json, split_events
+from ...sse_frames import DONE
+from ..sse import event_json, split_events
 from .ids import stamp
 
 if TYPE_CHECKING:

@@ -17,6 +17,7 @@ Invariants (SGLang 0.5.23 ``serving_chat.py`` / ``jinja_template_utils.py``):
 - ``content: null`` is "", keys whose value is null are dropped, and a tool call's
   ``arguments`` string that holds a JSON object is parsed into it (any other string
   stays a string).
+Imports only ``errors`` and ``nesting``, so the engine and token-in-token-out mode share it.
 """
 
 from __future__ import annotations
@@ -28,12 +29,11 @@ from typing import Any
 
 import orjson
 
-from ...errors import BadRequest
-from ...nesting import too_deep
-from .matcher import unreadable_arguments
+from .errors import BadRequest
+from .nesting import MAX_DEPTH, too_deep
 
 __all__ = ["RenderOptions", "content_format", "render_options", "reserved_names",
-           "template_messages"]
+           "template_messages", "unreadable_arguments"]
 
 _MAX_KWARGS_BYTES = 4096
 _TEXT_PARTS = frozenset({"text", "input_text"})
@@ -217,3 +217,9 @@ def template_messages(messages: list[dict[str, Any]], fmt: str) -> list[dict[str
             copy["tool_calls"] = _calls(calls)
         out.append(copy)
     return out
+
+
+def unreadable_arguments() -> BadRequest:
+    """The 400 for a client's tool-call arguments no JSON reader can take."""
+    return BadRequest(f"a tool call's arguments nest more than {MAX_DEPTH} levels deep or "
+                      "hold an integer too long to read", param="messages")
