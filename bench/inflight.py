@@ -128,24 +128,30 @@ def recorded(target: ov.Target, count: int) -> int:
 
 
 async def measure(target: ov.Target, upstream: ov.Target, inflight: int,
-                  count: int) -> dict[str, float]:
+                  count: int, ramp_timeout_s: float = 300.0) -> dict[str, float]:
     await probes(target, 50, "warm")
     alone = await probes(target, count, "alone")
     assert target.proc is not None
     idle = ov.rss_bytes(target.proc.pid)
     gate = asyncio.Semaphore(256)  # connecting, not holding: all stay open
     started = time.perf_counter()
-    held = await asyncio.gather(*(hold_one(target, i, gate) for i in range(inflight)))
+    tries = await asyncio.gather(*(asyncio.wait_for(hold_one(target, i, gate), ramp_timeout_s)
+                                   for i in range(inflight)), return_exceptions=True)
     ramp_s = time.perf_counter() - started
+    held = [t for t in tries if isinstance(t, tuple)]
+    failed = [t for t in tries if not isinstance(t, tuple)]
+    if failed:  # a proxy that queues or refuses past some number: said, not hidden
+        print(f"{target.name}: {len(failed)} of {inflight} never got their first chunk "
+              f"({type(failed[0]).__name__}: {failed[0]})", flush=True)
     loaded = ov.rss_bytes(target.proc.pid)
     under = await probes(target, count, "loaded")
     httpx.post(f"http://127.0.0.1:{upstream.port}/release", timeout=30).raise_for_status()
     done = sum(await asyncio.gather(*(finish(h) for h in held)))
     httpx.post(f"http://127.0.0.1:{upstream.port}/reset", timeout=30).raise_for_status()
     figures = {
-        "inflight": inflight, "completed": done, "ramp_s": ramp_s,
+        "inflight": len(held), "completed": done, "ramp_s": ramp_s,
         "rss_idle_mib": idle / 2**20, "rss_loaded_mib": loaded / 2**20,
-        "kib_per_request": (loaded - idle) / inflight / 1024,
+        "kib_per_request": (loaded - idle) / max(1, len(held)) / 1024,
         "p99_alone_ms": ov.pct(alone, 0.99) * 1e3, "p99_loaded_ms": ov.pct(under, 0.99) * 1e3,
     }
     if target.sessions:
@@ -180,8 +186,10 @@ def main() -> int:
         proxy = ov.start_seedproxy(upstream, workdir, room, None)
         targets.append(proxy)
         rows["seedproxy"] = asyncio.run(measure(proxy, upstream, args.inflight, args.probes))
+        print(json.dumps(rows["seedproxy"]), flush=True)
         ov.stop(proxy.proc)
-        litellm = None if args.no_litellm else ov.start_litellm(upstream, workdir, None)
+        litellm = None if args.no_litellm else ov.start_litellm(
+            upstream, workdir, None, (ov.MODEL, HOLD_MODEL))
         if litellm is not None:
             targets.append(litellm)
             rows["litellm"] = asyncio.run(measure(litellm, upstream, args.inflight, args.probes))
