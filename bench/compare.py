@@ -36,12 +36,15 @@ def export(rev: str, into: Path) -> Path:
     return into / "src"
 
 
-def start(src: Path, upstream: ov.Target, workdir: Path, name: str) -> ov.Target:
+def start(src: Path, upstream: ov.Target, workdir: Path, name: str,
+          extra: tuple[str, ...] = (), environ: dict[str, str] | None = None) -> ov.Target:
+    """``serve`` from ``src`` with flags ``extra`` and variables ``environ`` added."""
     port = ov.free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SEEDPROXY_")}
     env["PYTHONPATH"] = str(src)
+    env.update(environ or {})
     cmd = [sys.executable, "-m", "seedproxy", "serve", "--upstream",
-           f"http://127.0.0.1:{upstream.port}", "--port", str(port)]
+           f"http://127.0.0.1:{upstream.port}", "--port", str(port), *extra]
     log = open(workdir / f"{name}.log", "wb")  # noqa: SIM115 - lives as long as the process
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log)
     ov.wait_http(f"http://127.0.0.1:{port}/healthz", proc, 60)

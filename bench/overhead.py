@@ -213,7 +213,9 @@ def ensure_litellm() -> Path | None:
     return exe if exe.exists() else None
 
 
-def start_litellm(upstream: Target, workdir: Path, cpu: int | None) -> Target | None:
+def start_litellm(upstream: Target, workdir: Path, cpu: int | None,
+                  models: tuple[str, ...] = (MODEL,)) -> Target | None:
+    """LiteLLM proxy routing each of ``models`` to the same name upstream."""
     exe = ensure_litellm()
     if exe is None:
         return None
@@ -221,12 +223,14 @@ def start_litellm(upstream: Target, workdir: Path, cpu: int | None) -> Target | 
     config = workdir / "litellm.yaml"
     config.write_text(
         "model_list:\n"
-        f"  - model_name: {MODEL}\n"
-        "    litellm_params:\n"
-        f"      model: openai/{MODEL}\n"
-        f"      api_base: http://127.0.0.1:{upstream.port}/v1\n"
-        "      api_key: sk-fake-upstream\n"
-        "litellm_settings:\n"
+        + "".join(
+            f"  - model_name: {model}\n"
+            "    litellm_params:\n"
+            f"      model: openai/{model}\n"
+            f"      api_base: http://127.0.0.1:{upstream.port}/v1\n"
+            "      api_key: sk-fake-upstream\n"
+            for model in models)
+        + "litellm_settings:\n"
         "  drop_params: true\n"
         "  telemetry: false\n"
         "general_settings:\n"

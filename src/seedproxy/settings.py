@@ -146,6 +146,10 @@ class Settings(BaseSettings):
     connection is closed: connections that never finish cannot pile up."""
     log_requests: bool = True
     """One JSON log line per request."""
+    otel: bool = False
+    """Trace every request with OpenTelemetry, exported by OTLP/HTTP to where the
+    standard OTEL_* variables say (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME, ...);
+    needs the otel extra (docs/tracing.md)."""
     pause_timeout_s: float = Field(
         default=300.0, gt=0,
         validation_alias=AliasChoices("pause_timeout_s", "pause_timeout"),

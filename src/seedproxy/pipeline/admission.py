@@ -37,6 +37,7 @@ from .request import ClientRequest, client_request, read_body
 from .seating import seat
 from .services import Services
 from .streaming import stream_response
+from .tracing import Trace
 
 __all__ = ["Admission", "run"]
 
@@ -53,12 +54,15 @@ class Admission:
 
     async def handle(self, request: Request, endpoint: Endpoint,
                      session: SessionRecord | NewSession | None) -> Response:
-        """Answer one request; any refusal in the protocol's error shape."""
+        """Answer one request; any refusal in the protocol's error shape. Its trace
+        (``tracing.py``) ends with the answer: here, or when its stream ends."""
         arrived = time.perf_counter()
+        trace = self.services.tracer.start(endpoint.value, request.headers)
+        admitting = trace.child("admission")
         ex: Exchange | None = None
         try:
             raw = await read_body(request, self.services.settings.max_body_bytes)
-            view = await self._view(session)
+            view = await self._view(session, trace)
             parser = self.services.parser
             parse = parser.signed_body(endpoint, raw,
                                        view.last_sent() if view is not None else None,
@@ -72,7 +76,7 @@ class Admission:
             pinned = pinned_index(headers)
             ex = await seat(self.services, client, session, pinned=pinned,
                             retry=is_sdk_retry(headers), arrived=arrived,
-                            compacted=compacted_from(headers))
+                            compacted=compacted_from(headers), trace=trace)
             ex.view = view
             if chat is not None and endpoint is Endpoint.RESPONSES:
                 ex.left_out_tools = left_out_tools(client.body) or None
@@ -84,12 +88,18 @@ class Admission:
             if recorded is not None:
                 ex.replay(recorded)
             reader, presenter = self._strategies(ex, chat, turn, recorded)
+            admitting.end()
             return await run(ex, reader, presenter, request)
         except SeedProxyError as exc:
+            trace.end(exc.status_code, ex.span_attributes if ex is not None else None)
             shown = {"x-seedproxy-overhead-ms": f"{(time.perf_counter() - arrived) * 1000:.3f}"}
             self.refused(endpoint, exc, session,
                          ex.slot.index if ex is not None and ex.slot is not None else None)
             return self._refusal.error_response(exc, ex.headers() if ex is not None else shown)
+        finally:
+            admitting.end()
+            if ex is None or not ex.streaming:
+                trace.end(500)  # a bug raised past everything (else it has ended)
 
     def refused(self, endpoint: Endpoint, exc: SeedProxyError,
                 session: SessionRecord | NewSession | str | None, index: int | None = None
@@ -108,14 +118,16 @@ class Admission:
         note_refusal(self.services.metrics, endpoint.value, exc, session=name, index=index,
                      logged=self.services.settings.log_requests)
 
-    async def _view(self, session: SessionRecord | NewSession | None) -> SessionView | None:
+    async def _view(self, session: SessionRecord | NewSession | None,
+                    trace: Trace) -> SessionView | None:
         """The session's view, brought up to date in one store operation (None for a new
         session or none): what the body is signed against, the turn is rendered from
         and the record links into."""
         if not isinstance(session, SessionRecord):
             return None
         sessions = self.services.sessions
-        return await sessions.cursors.view(sessions.store, session)
+        with trace.child("store.view"):
+            return await sessions.cursors.view(sessions.store, session)
 
     async def _translate(self, client: ClientRequest,
                          session: SessionRecord | NewSession | None,

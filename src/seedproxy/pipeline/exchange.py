@@ -46,6 +46,7 @@ from .headers import seedproxy_headers
 from .keying import ContentSeat
 from .request import ClientRequest
 from .services import Services
+from .tracing import NO_SPAN, NO_TRACE, Attributes, Span, Trace
 
 if TYPE_CHECKING:
     from .presenters import Presenter
@@ -93,6 +94,10 @@ class Exchange:
     admitted (``Cursors.view``); its record links into it without another store read."""
     dispatches: list[Dispatch] = field(default_factory=list)
     """Where each upstream request is running; see ``inflight.py``."""
+    trace: Trace = NO_TRACE
+    """This request's trace (``tracing.py``); ended when the exchange is observed."""
+    _upstream_span: Span = NO_SPAN
+    """The upstream call's span: from the first send until the answer is read whole."""
     _replies: list[UpstreamReply] = field(default_factory=list)
     _streaming: bool = False
     _recorded: bool = False
@@ -153,6 +158,10 @@ class Exchange:
         status); the replies are this exchange's to close either way."""
         services = self.services
         key = self.session.session_id if self.session else None
+        self._upstream_span.end()
+        span = self._upstream_span = self.trace.child("upstream")
+        for request in requests:
+            span.inject(request.headers)  # the upstream's own spans join the trace
         if services.sender.rids:
             for j, request in enumerate(requests):
                 rid = self.rid(j)
@@ -177,6 +186,8 @@ class Exchange:
             results = await asyncio.gather(*(send(r) for r in requests), return_exceptions=True)
         replies = [r for r in results if isinstance(r, UpstreamReply)]
         self.upstream = ",".join(dict.fromkeys(r.upstream for r in replies)) or None
+        if self.upstream is not None:
+            span.set("seedproxy.upstream", self.upstream)
         versions = {r.dispatch_weight_version for r in replies}
         self.dispatch_weight_version = versions.pop() if len(versions) == 1 else None
         self.upstream_s = max((r.waited_s for r in replies),
@@ -208,6 +219,7 @@ class Exchange:
 
     async def close(self) -> None:
         """Close every reply not taken by a stream, even when closing one raises."""
+        self._upstream_span.end()
         if not self._streaming:
             await _close_all(self._replies)
 
@@ -223,6 +235,7 @@ class Exchange:
 
     async def record(self, status: int, response: Any, captured: Captured) -> None:
         """Record the interaction (once; nothing outside a session)."""
+        self._upstream_span.end()  # the answer was read whole (or failed)
         if self.session is None or self.slot is None or self._recorded:
             return
         self._recorded = self.recording = True
@@ -251,17 +264,21 @@ class Exchange:
             left_out_tools=self.left_out_tools,
         )
         sessions = self.services.sessions
-        view = self.view
-        if view is None:
-            view = await sessions.cursors.view(sessions.store, self.session)
-        # Stored once: what it adds to its base (its messages signed as they were read).
-        link, sent = view.link_for(interaction, self.client.signed)
-        await sessions.store.record(self.session.session_id, interaction, link=link, sent=sent)
+        with self.trace.child("record"):
+            view = self.view
+            if view is None:
+                view = await sessions.cursors.view(sessions.store, self.session)
+            # Stored once: what it adds to its base (its messages signed as they were read).
+            link, sent = view.link_for(interaction, self.client.signed)
+            await sessions.store.record(self.session.session_id, interaction, link=link,
+                                        sent=sent)
         self.services.metrics.recorded_tokens.inc(interaction.token_count)
         if interaction.tito is not None and status < 400:
             self.services.metrics.count_prompt(interaction.tito.get("prompt"))
 
     def observe(self, status: int) -> None:
+        """Count the answer, log its line, end its trace (once per exchange)."""
+        self.trace.end(status, self.span_attributes)
         settings = self.services.settings
         overhead_s = self.overhead_ms() / 1000
         self.services.metrics.observe(
@@ -280,6 +297,20 @@ class Exchange:
                     "upstream_ms": round(self.upstream_s * 1000, 3),
                 },
             ))
+
+    def span_attributes(self) -> Attributes:
+        """The request span's attributes: where the request ran, and its seeds."""
+        attributes: dict[str, str | int | list[int]] = {}
+        if self.seeds:
+            attributes["seedproxy.seed"] = self.seeds
+        if self.session is not None:
+            attributes["seedproxy.session"] = self.session.session_id
+            attributes["seedproxy.identity"] = self.session.identity
+        if self.slot is not None:
+            attributes["seedproxy.index"] = self.slot.index
+        if self.upstream is not None:
+            attributes["seedproxy.upstream"] = self.upstream
+        return attributes
 
     def answer(self, content: bytes, media_type: str, status: int = 200) -> Response:
         """The client's whole answer: headers, observed."""
@@ -319,6 +350,7 @@ class Exchange:
         """A stream is over: close its replies, then record (if not yet) and observe.
         A stream the client left before its end is aborted on its servers too."""
         unfinished = abandoned and not self._recorded
+        self._upstream_span.end()
         self.services.inflight.leave(self)
         try:
             await _close_all(self._replies)

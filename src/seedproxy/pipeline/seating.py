@@ -14,15 +14,18 @@ from .exchange import Exchange
 from .keying import content_seat, seat_key
 from .request import ClientRequest, request_digest
 from .services import Services
+from .tracing import NO_TRACE, Trace
 
 __all__ = ["seat"]
 
 
 async def seat(services: Services, client: ClientRequest,
                session: SessionRecord | NewSession | None, *, pinned: int | None,
-               retry: bool, arrived: float, compacted: str | None = None) -> Exchange:
+               retry: bool, arrived: float, compacted: str | None = None,
+               trace: Trace = NO_TRACE) -> Exchange:
     """Check the seed rules, create the session if new, take the slot, derive seeds.
-    ``compacted``: the interaction a compacted history replaces (recorded as such)."""
+    ``compacted``: the interaction a compacted history replaces (recorded as such);
+    ``trace``: the request's (the slot is its ``store.allocate`` span)."""
     settings = services.settings
     deterministic = settings.deterministic
     fixed = client.seed
@@ -38,14 +41,15 @@ async def seat(services: Services, client: ClientRequest,
         )
     if session is None:
         seeds = [client.seed] if client.seed is not None else []
-        return Exchange(services, client, None, None, seeds, arrived)
+        return Exchange(services, client, None, None, seeds, arrived, trace=trace)
     if isinstance(session, NewSession):
         session = await services.sessions.get_or_create(session.session_id)
     store = services.sessions.store
     digest = request_digest(client.endpoint, client.raw)
     key = seat_key(session, client, pinned)
-    slot = await store.allocate(session.session_id, digest=digest, retry=retry, pinned=pinned,
-                                content_key=key)  # index and occurrence: one atomic step
+    with trace.child("store.allocate"):  # index and occurrence: one atomic step
+        slot = await store.allocate(session.session_id, digest=digest, retry=retry,
+                                    pinned=pinned, content_key=key)
     position = content_seat(key, slot)
     if not deterministic:
         seeds = [client.seed] if client.seed is not None else []
@@ -58,4 +62,4 @@ async def seat(services: Services, client: ClientRequest,
     else:
         seeds = choice_seeds(session.identity, slot.index, client.n)
     return Exchange(services, client, session, slot, seeds, arrived, seat=position,
-                    compacted_from=compacted)
+                    compacted_from=compacted, trace=trace)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..backends import Backend
@@ -14,6 +14,7 @@ from .metrics import Metrics
 from .offload import Parser
 from .replaying import ReplayBook
 from .resume import ResumingSender
+from .tracing import NO_TRACER, Tracer
 
 if TYPE_CHECKING:
     from ..backends.tito import TitoMode
@@ -36,3 +37,5 @@ class Services:
     """Parses client bodies and upstream answers (large ones off the loop)."""
     tito: TitoMode | None = None
     """Token-in-token-out mode: chat, Responses and Messages render prompts here."""
+    tracer: Tracer = field(default=NO_TRACER)
+    """Starts each request's trace (``tracing.py``): the no-op unless ``--otel``."""

@@ -38,6 +38,7 @@ from ..pipeline.offload import Parser
 from ..pipeline.replaying import ReplayBook
 from ..pipeline.resume import ResumingSender
 from ..pipeline.services import Services
+from ..pipeline.tracers import open_tracer
 from ..sessions import SessionManager, SessionStore, open_store
 from ..sessions.eviction import Evictor
 from ..settings import Settings
@@ -131,10 +132,11 @@ def create_app(
     sender = ResumingSender(pool, gate, parser, max_event_bytes=settings.max_upstream_body_bytes,
                             rids=settings.backend == "sglang", refresh=fleet.refresh)
     inflight = InFlight(pool, fleet.board)
+    tracer = open_tracer(settings.otel)
     services = Services(
         settings=settings, sessions=sessions, backend=backend, pool=pool, sender=sender,
         metrics=metrics, inflight=inflight, replays=ReplayBook(sessions.store),
-        parser=parser, tito=tito,
+        parser=parser, tito=tito, tracer=tracer,
     )
     openai = Admission(services)
 
@@ -157,6 +159,7 @@ def create_app(
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             await parser.close()
+            await asyncio.to_thread(tracer.close)  # exports the spans still queued
             if own_client:
                 await client.aclose()
             if own_store:
