@@ -74,7 +74,7 @@ class RedisStore(RedisLeases, RedisReads):
             from redis.exceptions import RedisError
         except ImportError as exc:
             raise ConfigError(
-                "the Redis store needs the redis package: pip install 'seedproxy[redis]'"
+                "the Redis store needs the redis package: pip install -e '.[redis]'"
             ) from exc
         base, self._p, self._ended_ttl, self._timeout, self._check_s = parse_url(url)
         self._errors: tuple[type[BaseException], ...] = (RedisError, OSError)
