@@ -3,7 +3,8 @@
 environment variable, default, bounds, the field's docstring) and the older spellings
 from ``ALIASES``. A default is printed as the option accepts it (a byte count in bytes),
 and the bounds are the field's own constraints.
-``python -m seedproxy.commands.config_doc docs/configuration.md`` rewrites the page; a test fails when the checked-in page differs from ``render()``."""
+``python -m seedproxy.commands.config_doc docs/configuration.md`` rewrites the page; a
+test fails when the checked-in page differs from ``render()``."""
 
 from __future__ import annotations
 
