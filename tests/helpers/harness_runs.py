@@ -4,9 +4,10 @@ in front of the fake SGLang's chat route; sessions; the record of a run.
 
 A harness run is checked on its *main* turns: the requests that offered the shell tool
 (a harness may add side requests, such as opencode's title). They are ``ROUNDS`` calls
-and the answer; every main turn after the first extends the one before it
-(the record's ``lineage.extends``, the interaction's ``tito["extends"]``, names it); each turn's exported completion ids are the ids the
-scripted model returned for that turn's prompt; and seeds are ``seed(identity, index)``.
+and the answer; every main turn after the first extends the one before it (the
+record's ``lineage.extends``, the interaction's ``tito["extends"]``, names it); each
+turn's exported completion ids are the ids the scripted model returned for that turn's
+prompt; and seeds are ``seed(identity, index)``.
 """
 
 from __future__ import annotations
