@@ -6,7 +6,8 @@ tokenizer (``tests/helpers/real_tokenizers``), finds the tools the harness offer
 system turn's ``<tools>`` block, and counts the tool results since the task's user
 message. While fewer than ``ROUNDS`` results came back it calls the harness's shell tool
 with a real Qwen3 ``<tool_call>`` (the second call quotes what the first printed); then
-it answers ``DONE <what the last call printed>``. Every reply ends with ``<|im_end|>``.
+it answers ``DONE <what the last call printed>`` (it finds the printed marker in the
+harness's wrapping of the result). Every reply ends with ``<|im_end|>``.
 A request that offers no shell tool (a harness's title or summary request) gets a short
 plain answer. With ``text_actions`` (an agent that acts through a fenced ``bash`` block
 in its text, as mini-swe-agent does) the calls are such blocks, the rounds are the
@@ -36,6 +37,13 @@ in a real shell, so seeing it in a later prompt proves the harness ran the call.
 _TOOLS = re.compile(r"<tools>\n(.*?)\n</tools>", re.S)
 _RESULT = re.compile(r"<tool_response>\n(.*?)\n</tool_response>", re.S)
 _USER = "<|im_start|>user\n"
+_PRINTED = re.compile(r"(?:read )?seedproxy-\d+")
+"""What the model looks for in a tool result (harnesses wrap the output in their own text)."""
+
+
+def _printed(result: str) -> str:
+    found = _PRINTED.findall(result)
+    return found[-1] if found else ""
 
 
 def shell_commands(marker_from: str) -> list[str]:
@@ -87,8 +95,8 @@ class ScriptedQwen3:
             task = text.rfind(_USER, 0, task)
         results = _RESULT.findall(text[task:])
         if len(results) >= ROUNDS:
-            return f"DONE {results[-1].strip()}"
-        command = shell_commands(results[-1].strip() if results else "")[len(results)]
+            return f"DONE {_printed(results[-1])}"
+        command = shell_commands(_printed(results[-1]) if results else "")[len(results)]
         call = {"name": self.shell, "arguments": _arguments(shell, command)}
         return f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
 
