@@ -55,11 +55,13 @@ def shell_commands(marker_from: str) -> list[str]:
 class ScriptedQwen3:
     """Pass ``switches()`` to ``create_fake_sglang``. ``shell`` names the harness's shell
     tool (or ``None`` with ``text_actions``); ``end_command`` is the text-action command
-    that ends the run."""
+    that ends the run (it gets what the last command printed as its argument)."""
 
     shell: str | None
     text_actions: bool = False
     end_command: str = ""
+    fence: str = "bash"
+    """The info string of a text action's fenced block."""
     pairs: list[tuple[list[int], list[int]]] = field(default_factory=list)
     offered: list[list[str]] = field(default_factory=list)
     """The tool names each request offered, in call order."""
@@ -102,11 +104,10 @@ class ScriptedQwen3:
 
     def _text_action(self, text: str) -> str:
         rounds = text.count("<|im_start|>assistant\n") - 1  # the last one opens this reply
+        last = _printed(text[text.rfind(_USER):])
         if rounds >= ROUNDS:
-            return f"Finishing.\n\n```bash\n{self.end_command}\n```"
-        last = text[text.rfind(_USER):]
-        seen = MARKER if MARKER in last else ""
-        return f"Running a step.\n\n```bash\n{shell_commands(seen)[rounds]}\n```"
+            return f"Finishing.\n\n```{self.fence}\n{self.end_command} '{last}'\n```"
+        return f"Running a step.\n\n```{self.fence}\n{shell_commands(last)[rounds]}\n```"
 
     @staticmethod
     def _tools(text: str) -> list[dict[str, Any]]:
