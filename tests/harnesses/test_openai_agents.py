@@ -35,7 +35,6 @@ def run_agent(session: Session, kind: str) -> str:
     """One ``Runner.run_sync`` of a shell agent on the session; its final output."""
     from openai import AsyncOpenAI
 
-    @agents.function_tool
     def run_shell(command: str) -> str:
         """Run a shell command and return what it printed."""
         done = subprocess.run(["bash", "-c", command], capture_output=True, text=True,
@@ -48,7 +47,7 @@ def run_agent(session: Session, kind: str) -> str:
                   if kind == "chat"
                   else agents.OpenAIResponsesModel(model="qwen3", openai_client=client))
     agent = agents.Agent(name="shell", instructions="Use run_shell to do the task.",
-                         tools=[run_shell], model=model)
+                         tools=[agents.function_tool(run_shell)], model=model)
     result = agents.Runner.run_sync(agent, "Run the marker command, then report it.",
                                     run_config=agents.RunConfig(tracing_disabled=True))
     return str(result.final_output)
