@@ -43,12 +43,13 @@ def open_session(proxy: str, identity: str) -> Session:
 
 
 @contextmanager
-def tito_proxy(start_proxy: Callable[..., str], scripted: ScriptedQwen3) -> Iterator[str]:
+def tito_proxy(start_proxy: Callable[..., str], scripted: ScriptedQwen3,
+               **overrides: Any) -> Iterator[str]:
     """A token-in-token-out proxy (Qwen3, hermes tool calls) in front of ``scripted``."""
     with ServerThread(create_fake_sglang(scripted.switches())) as upstream:
         yield start_proxy([upstream.url], token_in_token_out=True,
                           tokenizer=str(tokenizer_dir("qwen3")), tool_parser="hermes",
-                          reasoning_parser="think")
+                          reasoning_parser="think", **overrides)
 
 
 @contextmanager
@@ -77,7 +78,8 @@ def check_tito(proxy: str, session: str, scripted: ScriptedQwen3, shell: str | N
                ) -> list[dict[str, Any]]:
     """The run's record, checked as the module says; returns its main turns. ``shell``
     picks the main turns by the tool they offer (None: every turn is a main turn)."""
-    turns = interactions(proxy, session)
+    # in request order (a content-keyed session lists its turns by content key)
+    turns = sorted(interactions(proxy, session), key=lambda t: int(t["request_index"]))
     returned = {tuple(prompt): ids for prompt, ids in scripted.pairs}
     assert len(turns) == len(scripted.pairs), (len(turns), len(scripted.pairs))
     for turn in turns:
@@ -110,15 +112,19 @@ def check_exported(proxy: str, session: str, scripted: ScriptedQwen3) -> None:
                timeout=60).raise_for_status()
 
 
-def check_replay(proxy: str, first: str, again: str) -> None:
-    """A second session of the same identity sent the same requests with the same seeds
-    and got the same tokens."""
+def check_replay(proxy: str, first: str, again: str, *, by_arrival: bool = True) -> None:
+    """A second session of the same identity sent the same requests, each with the seed
+    the first session's same request had, and got the same tokens. ``by_arrival``: the
+    seeds are also ``seed(identity, index)`` (the default index mode)."""
     one, two = interactions(proxy, first), interactions(proxy, again)
     assert len(one) == len(two)
-    identity = first
-    assert [t["seed"] for t in one] == [derive_seed(identity, k) for k in range(len(one))]
-    assert [t["seed"] for t in two] == [t["seed"] for t in one]
-    assert [t["completion_token_ids"] for t in two] == [t["completion_token_ids"] for t in one]
+    if by_arrival:
+        assert [t["seed"] for t in one] == [derive_seed(first, k) for k in range(len(one))]
+    same = {tuple(t["prompt_token_ids"]): t for t in one}
+    for turn in two:
+        match = same[tuple(turn["prompt_token_ids"])]
+        assert (turn["seed"], turn["completion_token_ids"]) == (
+            match["seed"], match["completion_token_ids"]), turn["request_index"]
 
 
 def check_passthrough(proxy: str, session: str, shell: str) -> list[dict[str, Any]]:
