@@ -113,13 +113,18 @@ def check_exported(proxy: str, session: str, scripted: ScriptedQwen3) -> None:
 
 
 def check_replay(proxy: str, first: str, again: str, *, by_arrival: bool = True) -> None:
-    """A second session of the same identity sent the same requests, each with the seed
-    the first session's same request had, and got the same tokens. ``by_arrival``: the
-    seeds are also ``seed(identity, index)`` (the default index mode)."""
+    """A second session of the same identity got the first session's seeds and tokens.
+    ``by_arrival`` (the default index mode): turn by turn, the seeds being
+    ``seed(identity, index)`` (a harness's tool results may differ between runs: qwen-code
+    prints the command's process group id). Else (content-keyed seeds): request by
+    request, the same prompt getting the same seed and tokens."""
     one, two = interactions(proxy, first), interactions(proxy, again)
     assert len(one) == len(two)
     if by_arrival:
         assert [t["seed"] for t in one] == [derive_seed(first, k) for k in range(len(one))]
+        assert [(t["seed"], t["completion_token_ids"]) for t in two] == [
+            (t["seed"], t["completion_token_ids"]) for t in one]
+        return
     same = {tuple(t["prompt_token_ids"]): t for t in one}
     for turn in two:
         match = same[tuple(turn["prompt_token_ids"])]
