@@ -144,10 +144,12 @@ def own_proxy(model_dir: Path, log_path: Path) -> Any:
                              daemon=True)
     drain.start()
     try:
-        deadline = time.monotonic() + 120  # readiness: the engine answers through the proxy
-        while httpx.get(f"{url}/readyz", timeout=5).status_code != 200:
+        # readiness: the engine answers through the proxy (a bound for a hang, generous
+        # for a loaded machine)
+        deadline = time.monotonic() + 900
+        while httpx.get(f"{url}/readyz", timeout=60).status_code != 200:
             if time.monotonic() > deadline:
-                raise SystemExit(f"{url} was not ready within 120 s; see {log_path}")
+                raise SystemExit(f"{url} was not ready within 900 s; see {log_path}")
             time.sleep(0.1)
         yield url
     finally:

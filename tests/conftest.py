@@ -110,3 +110,24 @@ def sentinel_servers() -> Iterator[SentinelSet]:
 def sentinel_url(sentinel_servers: SentinelSet) -> str:
     """A store URL through the Sentinel, every write held by the replica (``WAIT 1``)."""
     return sentinel_servers.url(f"prefix=t{uuid.uuid4().hex[:12]}:&wait_replicas=1")
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Name every group of skipped tests, with its reason and size, at the end of the
+    run, so that a missing system package (redis-server, chromium and chromium-driver,
+    openssl, node and npm: see the README's test paragraph) never hides behind a green
+    line. Under ``CI=true`` those groups fail instead of skipping."""
+    groups: dict[str, int] = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        groups[reason] = groups.get(reason, 0) + 1
+    if not groups:
+        return
+    terminalreporter.section("skipped groups (not tested on this machine)", yellow=True)
+    for reason, count in sorted(groups.items(), key=lambda item: (-item[1], item[0])):
+        terminalreporter.write_line(f"{count:5d} skipped: {reason}")
+    terminalreporter.write_line(
+        "Install what they name (README, Test; .ci/run installs them all) to run them."
+    )

@@ -41,6 +41,7 @@ NOT_SETTINGS = frozenset({
     "cache_dir",        # the engine's cache of converted models
     "engine_threads",   # the engine's torch threads
     "claude_code_dir",  # the test suite's Claude Code install
+    "harness_dir",      # the test suite's opencode and qwen-code install
     "ui_screenshots",   # the test suite's screenshot folder
 })
 """``SEEDPROXY_*`` variables that are read elsewhere than ``Settings``."""

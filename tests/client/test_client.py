@@ -23,6 +23,7 @@ from seedproxy.client import (
 )
 from tests.helpers.fake_sglang import Switches, create_fake_sglang
 from tests.helpers.servers import ServerThread
+from tests.helpers.waiting import HANG_S
 
 ADMIN = "client-test-admin"
 TURNS = ("Plan task {n}.", "Check it.", "Answer.")
@@ -61,7 +62,7 @@ class Agents:
         try:
             messages: list[Any] = [{"role": "system", "content": "Be brief."}]
             reply = ""
-            async with sample.async_openai(max_retries=0) as client:
+            async with sample.async_openai(max_retries=0, timeout=HANG_S) as client:
                 for n, prompt in enumerate(TURNS):
                     messages.append({"role": "user", "content": prompt.format(n=n)})
                     answer = await client.chat.completions.create(
@@ -76,7 +77,7 @@ class Agents:
 
 async def rollout_group(url: str, identity: str) -> tuple[list[str], list[Trajectory], int]:
     agents = Agents()
-    async with SeedProxyClient(url, admin_key=ADMIN) as proxy:
+    async with SeedProxyClient(url, admin_key=ADMIN, timeout_s=HANG_S) as proxy:
         group = await proxy.create_group(identity, k=8, metadata={"task": identity})
         replies = await group.run(agents, concurrency=3, reward=score, end=True)
         exported = await group.export(timeout_s=30)

@@ -12,6 +12,7 @@ import pytest
 
 from seedproxy.engine import RunningEngine
 from seedproxy.engine.model import default_gguf_path, gguf_tokenizer_dir
+from tests.helpers.waiting import HANG_S
 
 pytestmark = pytest.mark.engine
 
@@ -137,7 +138,7 @@ def test_every_streamed_delta_carries_reasoning_content(where: str, tito: str,
     import openai
 
     base = engine.url if where == "engine" else tito + "/sessions/rc-a"
-    client = openai.OpenAI(base_url=base + "/v1", api_key="x", max_retries=0, timeout=120)
+    client = openai.OpenAI(base_url=base + "/v1", api_key="x", max_retries=0, timeout=HANG_S)
     stream = client.chat.completions.create(model="m", messages=MESSAGES,  # type: ignore[arg-type]
                                             max_tokens=4, stream=True)
     choices = [c.choices[0] for c in stream if c.choices]

@@ -18,6 +18,7 @@ from seedproxy import derive_seed
 from seedproxy.engine import RunningEngine
 from tests.helpers.procs import seedproxy_env
 from tests.helpers.serving import Serving
+from tests.helpers.waiting import HANG_S
 
 MSG = [{"role": "user", "content": "Write a short poem about the sea."}]
 
@@ -35,7 +36,7 @@ def admin(proxy: str) -> Iterator[httpx.Client]:
 
 def session(admin: httpx.Client, identity: str) -> openai.OpenAI:
     made = admin.post("/sessions", json={"identity": identity}).json()["sessions"][0]
-    return openai.OpenAI(base_url=made["base_url"], api_key="x", max_retries=0, timeout=60)
+    return openai.OpenAI(base_url=made["base_url"], api_key="x", max_retries=0, timeout=HANG_S)
 
 
 def turn(admin: httpx.Client, session_id: str, index: int = 0) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import pytest
 
 from seedproxy.client import Trajectory
 from tests.helpers.procs import seedproxy_env
+from tests.helpers.waiting import HANG_S
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "grpo_cpu.py"
 STEPS = 2
@@ -34,7 +35,7 @@ def run_twice(tmp_path: Path, *extra: str) -> list[tuple[Path, list[str]]]:
              for out in outs]
     runs = []
     for out, proc in zip(outs, procs, strict=True):
-        stdout, stderr = proc.communicate(timeout=300)
+        stdout, stderr = proc.communicate(timeout=HANG_S)
         assert proc.returncode == 0, stderr.decode()[-3000:]
         runs.append((out, stdout.decode().splitlines()))
     return runs

@@ -8,15 +8,13 @@ Without node and npm the tests skip, except under ``CI=true``, where they fail.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
+from tests.helpers.npm_harness import npm_binary
 
 __all__ = ["claude_binary", "run_claude"]
 
@@ -29,29 +27,9 @@ def _cache_dir() -> Path:
 
 
 def claude_binary() -> Path:
-    """The ``claude`` executable, installed into the cache folder on first use. The
-    check and the install hold a lock on the folder, so parallel test workers
-    (pytest-xdist) install it once and never see a half-installed package."""
-    folder = _cache_dir()
-    binary = folder / "node_modules" / ".bin" / "claude"
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".install.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if binary.exists():
-            return binary
-        if shutil.which("npm") is None or shutil.which("node") is None:
-            if os.environ.get("CI") == "true":
-                pytest.fail("Claude Code tests need node and npm under CI")
-            pytest.skip("node and npm are not installed")
-        done = subprocess.run(
-            ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(folder), PACKAGE],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        if done.returncode != 0 or not binary.exists():
-            pytest.fail(f"npm install {PACKAGE} failed: {done.stderr[-2000:]}")
-        return binary
+    """The ``claude`` executable, installed into the cache folder on first use
+    (``npm_binary``: under a lock, so parallel test workers install it once)."""
+    return npm_binary(_cache_dir(), "claude", [PACKAGE])
 
 
 def run_claude(

@@ -21,7 +21,7 @@ import pytest
 
 __all__ = ["codex_binary", "model_catalog", "run_codex"]
 
-PACKAGE = "@openai/codex"
+PACKAGE = "@openai/codex@0.171.0"  # the version .ci/run installs
 KEY_ENV = "SEEDPROXY_CODEX_KEY"
 
 

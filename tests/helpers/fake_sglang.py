@@ -101,6 +101,12 @@ class Switches:
     answer_tools: bool = True
     call_tool: str | None = None
     call_arguments: dict[str, Any] | None = None
+    tool_rounds: int | None = None
+    """When set, a chat request with ``tools`` gets a call of the tool while fewer than
+    this many tool results follow the last user message (an agent's multi-step loop)."""
+    reply_fn: Callable[[list[dict[str, Any]]], str] | None = None
+    """When set, OpenAI chat answers are this function of the messages, one token per
+    character (a scripted agent that acts by text)."""
     call_arguments_text: str | None = None
     """When set (with ``call_tool``), the call's arguments as this exact text (a model's
     malformed or deeply nested output)."""
@@ -216,15 +222,22 @@ def chat_prompt(messages: list[dict[str, Any]]) -> str:
 def _tool_call(body: dict[str, Any], ids: list[int], sw: Switches) -> dict[str, Any] | None:
     messages = [m for m in body.get("messages") or [] if m.get("role") != "system"]
     tools = body.get("tools") or []
-    if not sw.answer_tools or not tools or not messages or messages[-1].get("role") != "user":
+    if not sw.answer_tools or not tools or not messages:
         return None
-    since_assistant = []
-    for m in reversed(messages):
-        if m.get("role") == "assistant":
-            break
-        since_assistant.append(m.get("role"))
-    if "tool" in since_assistant:
-        return None
+    if sw.tool_rounds is not None:
+        user = max((k for k, m in enumerate(messages) if m.get("role") == "user"), default=0)
+        if sum(m.get("role") == "tool" for m in messages[user:]) >= sw.tool_rounds:
+            return None
+    else:
+        if messages[-1].get("role") != "user":
+            return None
+        since_assistant = []
+        for m in reversed(messages):
+            if m.get("role") == "assistant":
+                break
+            since_assistant.append(m.get("role"))
+        if "tool" in since_assistant:
+            return None
     names = [(t.get("function") or {}).get("name", "tool") for t in tools]
     name = sw.call_tool if sw.call_tool in names else names[0]
     chosen = sw.call_arguments if sw.call_tool in names else None
@@ -427,6 +440,8 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
         if sw.reply is not None:
             ids = ([BYTE_BASE + b for b in sw.reply.encode()] if sw.byte_reply
                    else tokenize(sw.reply))[: int(count)]
+        if sw.reply_fn is not None and chat:
+            ids, finish = tokenize(sw.reply_fn(body.get("messages") or [])), "stop"
         want_lp = bool(body.get("logprobs")) if chat else body.get("logprobs") is not None
         obj = "chat.completion" if chat else "text_completion"
         # SGLang's answer id is the request's rid (a fresh uuid when none is given), and

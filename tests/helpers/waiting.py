@@ -5,7 +5,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-__all__ = ["wait_until"]
+__all__ = ["HANG_S", "wait_until"]
+
+HANG_S = 1800.0
+"""A limit that only catches a hang: a slow step (a CPU engine's request, a training
+script) on a loaded 2-core machine may take 5x its time alone, and must still pass."""
 
 
 def wait_until(condition: Callable[[], bool], timeout_s: float = 60.0) -> None:

@@ -170,7 +170,7 @@ def test_launch_refuses_in_one_line_when_sglang_is_missing(
     code, out, err = run_cli([*argv, "--python", sys.executable], capsys)
     assert code == 2
     assert err == (f"seedproxy: error: sglang is not installed for {sys.executable}: on a "
-                   "GPU host, pip install 'seedproxy[sglang]' (or pass --python with a "
+                   "GPU host, pip install -e '.[sglang]' (or pass --python with a "
                    "Python that has sglang)\n")
     code, out, err = run_cli([*argv, "--python", str(tmp_path / "no-python")], capsys)
     assert code == 2 and err.startswith("seedproxy: error: cannot run --python ")

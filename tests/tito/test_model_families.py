@@ -164,4 +164,4 @@ def test_a_gguf_tokenizer_without_torch_names_the_extra(
                  "--tokenizer", str(default_gguf_path())])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1, err
-    assert "pip install 'seedproxy[engine]'" in err[0] and "torch" in err[0]
+    assert "pip install -e '.[engine]'" in err[0] and "torch" in err[0]

@@ -1,6 +1,6 @@
 """Writing exports: JSON Lines (any style) and Parquet (``concat`` style, for trainers).
 
-Parquet needs pyarrow: ``pip install 'seedproxy[parquet]'``.
+Parquet needs pyarrow: ``pip install -e '.[parquet]'``.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def write_parquet(trajectories: Iterable[Trajectory], path: str | os.PathLike[st
         import pyarrow as pa  # type: ignore[import-untyped]
         import pyarrow.parquet as pq  # type: ignore[import-untyped]
     except ImportError as exc:
-        raise ImportError("Parquet export needs pyarrow: pip install 'seedproxy[parquet]'") from exc
+        raise ImportError("Parquet export needs pyarrow: pip install -e '.[parquet]'") from exc
     rows: dict[str, list[Any]] = {
         name: []
         for name in (

@@ -1,14 +1,18 @@
 """The configuration reference page (``docs/configuration.md``), generated from
 ``Settings`` so that it cannot drift from the code: one table row per field (flag,
-environment variable, default, the field's docstring) and the older spellings from
-``ALIASES``. ``python -m seedproxy.commands.config_doc docs/configuration.md`` rewrites
-the page; a test fails when the checked-in page differs from ``render()``."""
+environment variable, default, bounds, the field's docstring) and the older spellings
+from ``ALIASES``. A default is printed as the option accepts it (a byte count in bytes),
+and the bounds are the field's own constraints.
+``python -m seedproxy.commands.config_doc docs/configuration.md`` rewrites the page; a
+test fails when the checked-in page differs from ``render()``."""
 
 from __future__ import annotations
 
 import sys
+import typing
 from collections.abc import Sequence
 
+import annotated_types
 from pydantic.fields import FieldInfo
 
 from ..settings import ALIASES, ENV_PREFIX, Settings
@@ -16,7 +20,8 @@ from .options import _base, flag_name
 
 __all__ = ["render"]
 
-MIB = 1024 * 1024
+_BOUNDS = ((annotated_types.Ge, "ge", ">="), (annotated_types.Gt, "gt", ">"),
+           (annotated_types.Le, "le", "<="), (annotated_types.Lt, "lt", "<"))
 
 INTRO = """\
 <!-- Generated from seedproxy.settings.Settings by
@@ -63,9 +68,18 @@ def _default(name: str, info: FieldInfo) -> str:
         return ""
     if isinstance(value, bool):
         return str(value).lower()
-    if name.endswith("_bytes") and isinstance(value, int) and value % MIB == 0:
-        return f"{value // MIB} MiB"
     return str(value)
+
+
+def _bounds(info: FieldInfo) -> str:
+    """The field's constraints: numeric bounds as ``>= 0, <= 65535``, a ``Literal``'s
+    values as ``one of arrival, content``."""
+    kind = _base(info.annotation)
+    if typing.get_origin(kind) is typing.Literal:
+        return "one of " + ", ".join(str(v) for v in typing.get_args(kind))
+    found = [f"{sign} {getattr(item, attr)}" for item in info.metadata
+             for kind, attr, sign in _BOUNDS if isinstance(item, kind)]
+    return ", ".join(found)
 
 
 def _cell(text: str) -> str:
@@ -82,10 +96,12 @@ def _legacy() -> str:
 
 def render() -> str:
     """The whole page, deterministic for a given ``Settings``."""
-    rows = ["| flag | environment | default | what it does |", "| --- | --- | --- | --- |"]
+    rows = ["| flag | environment | default | bounds | what it does |",
+            "| --- | --- | --- | --- | --- |"]
     for name, info in Settings.model_fields.items():
         rows.append(f"| {_flags(name, info)} | `{ENV_PREFIX}{name.upper()}` | "
-                    f"{_cell(_default(name, info))} | {_cell(info.description or '')} |")
+                    f"{_cell(_default(name, info))} | {_cell(_bounds(info))} | "
+                    f"{_cell(info.description or '')} |")
     return "\n".join([INTRO, *rows, "", _legacy(), EXAMPLE]).rstrip("\n") + "\n"
 
 

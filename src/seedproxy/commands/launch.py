@@ -196,7 +196,7 @@ def require_sglang(python: str) -> None:
         raise ConfigError(f"cannot run --python {python}: {exc}") from None
     if found.returncode != 0:
         raise ConfigError(f"sglang is not installed for {python}: on a GPU host, "
-                          "pip install 'seedproxy[sglang]' (or pass --python with a Python "
+                          "pip install -e '.[sglang]' (or pass --python with a Python "
                           "that has sglang)")
 
 

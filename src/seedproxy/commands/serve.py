@@ -39,7 +39,7 @@ log = logging.getLogger("seedproxy")
 
 _T = TypeVar("_T")
 
-_ENGINE_EXTRA = "the embedded engine needs torch and transformers: pip install 'seedproxy[engine]'"
+_ENGINE_EXTRA = "the embedded engine needs torch and transformers: pip install -e '.[engine]'"
 
 
 def serve(flags: dict[str, Any], config_file: str | None) -> int:

@@ -16,9 +16,9 @@ from ...errors import ConfigError
 
 __all__ = ["generation_eos_ids", "load_tokenizer", "read_template"]
 
-_EXTRA = "token-in-token-out mode needs transformers: pip install 'seedproxy[tito]'"
+_EXTRA = "token-in-token-out mode needs transformers: pip install -e '.[tito]'"
 _GGUF_EXTRA = ("a .gguf tokenizer needs torch, which the engine extra brings: "
-               "pip install 'seedproxy[engine]' (or pass the model's folder)")
+               "pip install -e '.[engine]' (or pass the model's folder)")
 _CONFIG_BYTES = 1 << 20
 
 

@@ -86,7 +86,7 @@ class RedisStore(RedisLeases, RedisReads):
             from redis.exceptions import RedisError
         except ImportError as exc:
             raise ConfigError(
-                "the Redis store needs the redis package: pip install 'seedproxy[redis]'"
+                "the Redis store needs the redis package: pip install -e '.[redis]'"
             ) from exc
         options = parse_url(url)
         self._p, self._ended_ttl, self._timeout = (options.prefix, options.ended_ttl_s,
