@@ -35,6 +35,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import orjson
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -125,6 +126,9 @@ class Switches:
     """False: ``/detokenize`` answers 404, as a server without the route does."""
     detokenized: list[Any] = field(default_factory=list)
     """The bodies ``/detokenize`` received."""
+    fetch_images: bool = False
+    """Fetch every ``http(s)`` image URL a request names (chat ``image_url`` parts,
+    /generate ``image_data``) before answering, as SGLang's ``get_image_bytes`` does."""
     vocab_base: int = VOCAB_BASE
     """/generate's unscripted output ids are ``vocab_base`` + 0..25: set it inside a
     real tokenizer's vocabulary (token-in-token-out mode decodes them)."""
@@ -195,6 +199,21 @@ def detok(ids: list[int]) -> str:
 
 def tokenize(text: str) -> list[int]:
     return [ord(c) for c in text]
+
+
+def image_urls(body: dict[str, Any]) -> list[str]:
+    """The image URLs of a chat body's ``image_url`` parts and a /generate body's
+    ``image_data``, in order (SGLang's image inputs)."""
+    urls: list[str] = []
+    for message in body.get("messages") or []:
+        content = message.get("content") if isinstance(message, dict) else None
+        for part in content if isinstance(content, list) else []:
+            if isinstance(part, dict) and part.get("type") == "image_url":
+                field = part.get("image_url")
+                urls.append(str(field.get("url") if isinstance(field, dict) else field))
+    data = body.get("image_data")
+    urls.extend([data] if isinstance(data, str) else data or [])
+    return urls
 
 
 def chat_prompt(messages: list[dict[str, Any]]) -> str:
@@ -278,6 +297,11 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
             return None, error("invalid JSON")
         sw.received.append(body)
         sw.headers.append({k.lower(): v for k, v in request.headers.items()})
+        if sw.fetch_images:
+            async with httpx.AsyncClient() as fetcher:
+                for url in image_urls(body):
+                    if url.startswith(("http://", "https://")):
+                        await fetcher.get(url)
         if sw.fail_next > 0:
             sw.fail_next -= 1
             return None, error("injected failure", sw.fail_status)

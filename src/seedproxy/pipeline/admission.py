@@ -60,6 +60,7 @@ class Admission:
                 endpoint, raw, view.last_sent() if view is not None else None,
                 signs=session is not None)
             client = client_request(endpoint, raw, body, signed)
+            await self.services.images.check(endpoint, body)
             chat, turn = await self._translate(client, session, view)
             headers = request.headers
             pinned = pinned_index(headers)

@@ -20,6 +20,7 @@ from ..backends.anthropic_bridge import anthropic_error
 from ..backends.board import open_board
 from ..backends.client import upstream_client
 from ..backends.fleet import FleetControl
+from ..backends.media import ImageGate, ImagePolicy
 from ..backends.pause import PauseGate
 from ..backends.pool import UpstreamPool
 from ..errors import (
@@ -129,7 +130,10 @@ def create_app(
     services = Services(
         settings=settings, sessions=sessions, backend=backend, pool=pool, sender=sender,
         metrics=metrics, inflight=inflight, replays=ReplayBook(sessions.store),
-        parser=parser, tito=tito,
+        parser=parser, tito=tito, images=ImageGate(ImagePolicy(
+            max_bytes=settings.max_image_bytes, max_pixels=settings.max_image_pixels,
+            max_images=settings.max_images,
+            allowed_hosts=frozenset(host.lower() for host in settings.image_url_hosts))),
     )
     openai = Admission(services)
 
