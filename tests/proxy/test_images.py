@@ -17,17 +17,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from tests.conftest import Fake
+from tests.helpers.images import data_url, png
 from tests.helpers.servers import ServerThread
-
-
-def png(width: int, height: int, color: tuple[int, int, int] = (200, 30, 30)) -> bytes:
-    out = io.BytesIO()
-    Image.new("RGB", (width, height), color).save(out, "PNG")
-    return out.getvalue()
-
-
-def data_url(data: bytes, media_type: str = "image/png") -> str:
-    return f"data:{media_type};base64,{base64.b64encode(data).decode()}"
 
 
 def chat(url: str) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from seedproxy.backends.tito.renderer import Renderer  # noqa: E402
 from seedproxy.backends.tito.template_check import check  # noqa: E402
 from seedproxy.errors import ConfigError  # noqa: E402
 from tests.conftest import Fake  # noqa: E402
+from tests.helpers.images import png_url  # noqa: E402
 from tests.helpers.real_tokenizers import (  # noqa: E402
     FAMILIES,
     family,
@@ -486,7 +487,7 @@ def test_text_parts_are_joined_and_an_image_is_refused(
     post(base, "parts", {"messages": [{"role": "user", "content": parts}]})
     (sent,) = prompts(fake)
     assert sent == expected_first(tok, [{"role": "user", "content": "Is this a question?"}])
-    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    image = {"type": "image_url", "image_url": {"url": png_url()}}
     refused = httpx.post(f"{base}/sessions/parts/v1/chat/completions", timeout=60, json={
         "model": "m", "messages": [{"role": "user", "content": [parts[0], image]}]})
     assert refused.status_code == 400
