@@ -126,6 +126,10 @@ class Switches:
     """False: ``/detokenize`` answers 404, as a server without the route does."""
     detokenized: list[Any] = field(default_factory=list)
     """The bodies ``/detokenize`` received."""
+    image_token_id: int | None = None
+    """When set, a /generate with ``image_data`` must hold exactly one of this id per
+    image (SGLang's ``_expand_input_ids`` expands exactly one per image; any other count
+    falls back to re-tokenising, here a 400 so a test sees it)."""
     fetch_images: bool = False
     """Fetch every ``http(s)`` image URL a request names (chat ``image_url`` parts,
     /generate ``image_data``) before answering, as SGLang's ``get_image_bytes`` does."""
@@ -320,6 +324,11 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
         if isinstance(seed, bool) or not isinstance(seed, int):
             return error("sampling_seed must be an integer")
         prompt = body.get("input_ids") or tokenize(body.get("text") or "")
+        images = body.get("image_data") or []
+        if sw.image_token_id is not None and images and (
+                prompt.count(sw.image_token_id) != len(images)):
+            return error(f"{prompt.count(sw.image_token_id)} image tokens for "
+                         f"{len(images)} images in image_data")
         limit = params.get("max_new_tokens", 16)
         count = max(0, sw.context_length - len(prompt) - 1) if limit is None else int(limit)
         temperature = params.get("temperature", 1.0)

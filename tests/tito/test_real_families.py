@@ -474,7 +474,8 @@ def test_each_family_template_takes_the_content_format_sglang_detects() -> None:
     assert {name: content_format(template_path(name).read_text(encoding="utf-8"))
             for name in FAMILIES} == {**dict.fromkeys(FAMILIES, "string"), "kimi-k2": "openai",
                                   "glm4.5": "openai", "gemma3": "openai",
-                                  "mistral-small-3.1": "openai", "devstral-small-2": "openai"}
+                                  "mistral-small-3.1": "openai", "devstral-small-2": "openai",
+                                  "qwen2.5-vl": "openai"}
 
 
 @pytest.mark.parametrize("name", ["qwen3", "llama3.1"])

@@ -192,6 +192,8 @@ class Interaction:
         }
         if self.tito is not None:
             shown["lineage"] = {k: self.tito.get(k) for k in ("extends", "forked_from")}
+            if self.tito.get("images"):  # a vision prompt's images, each by its sha256
+                shown["images"] = self.tito["images"]
         if self.content_key is not None:
             shown["content_key"] = self.content_key
             shown["occurrence"] = self.occurrence
