@@ -180,6 +180,20 @@ def test_a_second_session_of_the_identity_sends_identical_ids_images_and_seeds(
     assert len({r["sampling_params"]["sampling_seed"] for r in first}) == 3
 
 
+def test_verify_resends_each_turn_with_its_recorded_images(
+        fake: Fake, start_proxy: Callable[..., str], tok: Any) -> None:
+    base = start(start_proxy, fake)
+    script(fake, tok)
+    chat_turns(base, "checked")
+    live = generated(fake)
+    script(fake, tok)
+    report = httpx.post(f"{base}/sessions/checked/verify", timeout=60).json()
+    assert report["ok"] is True and report["checked"] == 3, report
+    again = generated(fake)[len(live):]
+    assert [(r["input_ids"], r["image_data"]) for r in again] == [
+        (r["input_ids"], r["image_data"]) for r in live]
+
+
 def test_add_vision_id_is_refused_before_any_index(
         fake: Fake, start_proxy: Callable[..., str]) -> None:
     base = start(start_proxy, fake)

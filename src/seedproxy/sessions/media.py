@@ -13,9 +13,11 @@ import hashlib
 from collections.abc import Iterator
 from typing import Any
 
+from ..errors import StoreError
 from .codec import conversation
+from .interaction import Interaction
 
-__all__ = ["request_images", "sample_images"]
+__all__ = ["prompt_image_data", "request_images", "sample_images"]
 
 
 def request_images(request: Any) -> dict[str, tuple[str, str]]:
@@ -40,6 +42,19 @@ def sample_images(records: list[dict[str, Any]], request: Any) -> list[dict[str,
     for record in records:
         found = payloads.get(record["sha256"])
         out.append({**record, "data": found[1] if found else None})
+    return out
+
+
+def prompt_image_data(interaction: Interaction) -> list[str]:
+    """A recorded token-in-token-out prompt's images as its ``/generate`` carried them
+    (data URLs, in order), from its own request; [] for a prompt without images."""
+    records = (interaction.tito or {}).get("images") or []
+    out = []
+    for image in sample_images(records, interaction.request):
+        if image["data"] is None:
+            raise StoreError(f"interaction {interaction.interaction_id!r}: its request does "
+                             f"not hold image {image['sha256']}")
+        out.append(f"data:{image['media_type']};base64,{image['data']}")
     return out
 
 
