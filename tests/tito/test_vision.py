@@ -194,6 +194,31 @@ def test_verify_resends_each_turn_with_its_recorded_images(
         (r["input_ids"], r["image_data"]) for r in live]
 
 
+def test_converters_carry_the_images_in_their_free_slot_and_skyrl_refuses_them(
+        fake: Fake, start_proxy: Callable[..., str], tok: Any) -> None:
+    from seedproxy.client import Trajectory, to_skyrl, to_slime, to_tinker, to_trl, to_verl
+
+    base = start(start_proxy, fake)
+    script(fake, tok)
+    chat_turns(base, "convert")
+    rewarded = httpx.post(f"{base}/sessions/convert/reward", json={"reward": 1.0}, timeout=60)
+    assert rewarded.status_code == 200, rewarded.text
+    exported = httpx.get(f"{base}/sessions/convert/trajectory", timeout=60,
+                         params={"style": "concat"}).json()
+    batch = [Trajectory.from_json(exported)]
+    slots = [to_verl(batch)[0]["extra_fields"], to_slime(batch)[0]["metadata"],
+             to_trl(batch)["rollout"][0], to_tinker(batch)[1][0]]
+    for slot in slots:
+        images = slot["images"]
+        assert [base64.b64decode(i["data"]) for i in images] == SHOTS
+        assert [i["tokens"] for i in images] == EXPANDED
+    tokens = to_verl(batch)[0]["prompt_ids"] + to_verl(batch)[0]["response_ids"]
+    assert [i["position"] for i in slots[0]["images"]] == [
+        p for p, t in enumerate(tokens) if t == IMAGE_PAD]
+    with pytest.raises(ValueError, match="holds images"):
+        to_skyrl(batch)
+
+
 def test_add_vision_id_is_refused_before_any_index(
         fake: Fake, start_proxy: Callable[..., str]) -> None:
     base = start(start_proxy, fake)
