@@ -22,6 +22,7 @@ pytest.importorskip("transformers")
 from PIL import Image  # noqa: E402
 
 from seedproxy.sessions import MemoryStore, SessionStore, open_store  # noqa: E402
+from seedproxy.sessions.store.redis import RedisStore  # noqa: E402
 from tests.conftest import Fake  # noqa: E402
 from tests.helpers.images import data_url, png  # noqa: E402
 from tests.helpers.real_tokenizers import family, tokenizer_dir  # noqa: E402
@@ -260,12 +261,14 @@ def noise(k: int, side: int = 96) -> bytes:
     return out.getvalue()
 
 
-@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "redis"])
 def test_a_20_turn_screenshot_rollout_stores_and_exports_each_screenshot_once(
         fake: Fake, start_proxy: Callable[..., str], tok: Any, tmp_path: Any,
-        kind: str) -> None:
+        kind: str, request: pytest.FixtureRequest) -> None:
     db = f"{tmp_path}/s.db"
-    store = MemoryStore() if kind == "memory" else open_store(f"sqlite:///{db}")
+    url = {"memory": "memory://", "sqlite": f"sqlite:///{db}",
+           "redis": request.getfixturevalue("redis_url") if kind == "redis" else ""}[kind]
+    store = open_store(url)
     fake.switches.script_stops = True
     fake.switches.image_token_id = IMAGE_PAD
     base = start_proxy([fake.url], token_in_token_out=True,
@@ -288,7 +291,7 @@ def test_a_20_turn_screenshot_rollout_stores_and_exports_each_screenshot_once(
             concat = httpx.get(f"{base}/sessions/long/trajectory", timeout=60,
                                params={"style": "concat"})
             exported.append(len(concat.content))
-            stored.append(asyncio.run(stored_bytes(store, db)))
+            stored.append(asyncio.run(stored_bytes(store, db, url)))
     final = concat.json()["branches"][0]  # a sample: one branch, its images once each
     assert "images" not in concat.json()  # the top level repeats the ids, not the images
     assert [i["sha256"] for i in final["images"]] == [hashlib.sha256(s).hexdigest()
@@ -304,10 +307,17 @@ def test_a_20_turn_screenshot_rollout_stores_and_exports_each_screenshot_once(
             sizes, shot_size)
 
 
-async def stored_bytes(store: SessionStore, db: str) -> int:
+async def stored_bytes(store: SessionStore, db: str, url: str) -> int:
     """The bytes of every interaction record the store holds."""
     if isinstance(store, MemoryStore):
         return await store.stored_bytes()
+    if isinstance(store, RedisStore):  # the session's hash of records
+        import redis
+
+        client = redis.Redis.from_url(url.split("?")[0])
+        blobs = client.hvals(store.key_prefix + "i:long")
+        client.close()
+        return sum(len(blob) for blob in blobs)
     with sqlite3.connect(db) as connection:
         row = connection.execute("SELECT SUM(LENGTH(data)) FROM interactions").fetchone()
     return int(row[0])
