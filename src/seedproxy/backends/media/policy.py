@@ -27,13 +27,14 @@ backslashes, whitespace): a URL holding one never passes."""
 
 @dataclass(frozen=True, slots=True)
 class ImagePolicy:
-    """Bounds on a request's images (each checked before it is forwarded or rendered)."""
+    """Bounds on a request's images (each checked before it is forwarded or rendered);
+    the defaults are the settings' (``--max-image-bytes`` and the rest)."""
 
-    max_bytes: int = 10 * 1024 * 1024
-    """Decoded bytes of one image at most."""
-    max_pixels: int = 16_777_216
-    """Width x height of one image at most (read from its header before decoding)."""
-    max_images: int = 100
+    max_bytes: int
+    """Decoded bytes of one image at most (``--max-image-bytes``)."""
+    max_pixels: int
+    """Width x height of one image at most, read from its header before decoding."""
+    max_images: int
     """Images in one request at most (every turn's, as the history resends them)."""
     allowed_hosts: frozenset[str] = frozenset()
     """Hosts whose ``http(s)://`` image URLs are forwarded as sent (lower case)."""
