@@ -128,6 +128,7 @@ def test_images_out_of_bounds_are_400s_in_the_routes_shape_using_no_index(
         big, "BMP")
     cases = {
         "not base64": "data:image/png;base64,@@@@",
+        "not ascii": "data:image/png;base64,\u00e9\u00e9\u00e9\u00e9",
         "not an image": data_url(b"GIF89a but not really an image at all"),
         "truncated": data_url(whole[: len(whole) // 2]),
         "declared jpeg, is png": data_url(whole, "image/jpeg"),
@@ -151,6 +152,7 @@ def test_images_out_of_bounds_are_400s_in_the_routes_shape_using_no_index(
         assert accepted.headers["x-seedproxy-request-index"] == "0"
     assert messages == {
         "not base64": "an image's data is not valid base64",
+        "not ascii": "an image's data is not valid base64",
         "not an image": "an image is not a PNG, JPEG, GIF or WebP image",
         "truncated": "an image's data does not decode",
         "declared jpeg, is png": "an image declared image/jpeg is image/png",

@@ -27,7 +27,7 @@ def request_images(request: Any) -> dict[str, tuple[str, str]]:
     for media_type, payload in _walk(found[1] if found else []):
         try:
             data = binascii.a2b_base64(payload, strict_mode=True)
-        except binascii.Error:  # not an image this proxy accepted: not one of the prompt's
+        except ValueError:  # not an image this proxy accepted: not one of the prompt's
             continue
         out.setdefault(hashlib.sha256(data).hexdigest(), (media_type, payload))
     return out

@@ -56,7 +56,7 @@ def decode_image(payload: str, declared: str | None, policy: ImagePolicy,
         raise BadRequest(f"an image is over {policy.max_bytes} bytes", param=param)
     try:
         data = binascii.a2b_base64(payload, strict_mode=True)
-    except binascii.Error:
+    except ValueError:  # binascii.Error, or a ValueError for a character outside ASCII
         raise BadRequest("an image's data is not valid base64", param=param) from None
     if len(data) > policy.max_bytes:
         raise BadRequest(f"an image is over {policy.max_bytes} bytes", param=param)
