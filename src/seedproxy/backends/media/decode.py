@@ -23,6 +23,10 @@ __all__ = ["CheckedImage", "decode_image"]
 
 _FORMATS = {"PNG": "image/png", "JPEG": "image/jpeg", "GIF": "image/gif", "WEBP": "image/webp"}
 _ALIASES = {"image/jpg": "image/jpeg"}
+_BROKEN = (OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError)
+"""What Pillow raises for data that does not decode: OSError (truncated or broken data,
+no decoder for its mode), SyntaxError (a broken chunk), ValueError (bad parameters),
+EOFError (a frame past the end), DecompressionBombError (over Pillow's own bound)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,8 +75,10 @@ def _decoded(data: bytes, policy: ImagePolicy, param: str) -> tuple[str, int, in
     """The image's media type and size, once its pixels decoded."""
     try:
         image = Image.open(io.BytesIO(data), formats=list(_FORMATS))
-    except (UnidentifiedImageError, Image.DecompressionBombError):
+    except UnidentifiedImageError:
         raise BadRequest("an image is not a PNG, JPEG, GIF or WebP image", param=param) from None
+    except _BROKEN:
+        raise BadRequest("an image's data does not decode", param=param) from None
     with image:
         width, height = image.size
         if width * height > policy.max_pixels:
@@ -80,9 +86,7 @@ def _decoded(data: bytes, policy: ImagePolicy, param: str) -> tuple[str, int, in
                              param=param)
         try:
             image.load()
-        # Pillow's contract for a file that does not decode: OSError (truncated or
-        # broken data), SyntaxError (a broken PNG chunk), ValueError (bad parameters).
-        except (OSError, SyntaxError, ValueError, Image.DecompressionBombError):
+        except _BROKEN:
             raise BadRequest("an image's data does not decode", param=param) from None
         assert image.format is not None
         return _FORMATS[image.format], width, height
