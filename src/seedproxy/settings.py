@@ -104,6 +104,15 @@ class Settings(BaseSettings):
     offload_parse_timeout_s: float = Field(default=30.0, gt=0)
     """Seconds a large body may take in the parse pool (the pool's start not counted);
     past it, a 503 and the pool is restarted (a stuck worker is killed)."""
+    max_image_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
+    """Decoded bytes of one image in a request at most (larger: 400)."""
+    max_image_pixels: int = Field(default=16_777_216, ge=1)
+    """Width x height of one image at most, read from its header before decoding (400)."""
+    max_images: int = Field(default=100, ge=0)
+    """Images in one request at most, the history's included (400)."""
+    image_url_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Hosts whose http(s) image URLs are forwarded as sent (never fetched here);
+    unset: only data: URLs and base64 images are accepted, in every mode."""
     connect_timeout_s: float = Field(
         default=5.0, gt=0,
         validation_alias=AliasChoices("connect_timeout_s", "connect_timeout"),
@@ -189,6 +198,13 @@ class Settings(BaseSettings):
     def _split_upstreams(cls, value: Any) -> Any:
         if isinstance(value, str):
             return [u.strip() for u in value.split(",") if u.strip()]
+        return value
+
+    @field_validator("image_url_hosts", mode="before")
+    @classmethod
+    def _split_hosts(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [h.strip().lower() for h in value.split(",") if h.strip()]
         return value
 
     @field_validator("backend")

@@ -13,7 +13,8 @@ Invariants (SGLang 0.5.23 ``serving_chat.py`` / ``jinja_template_utils.py``):
   not set true (transformers refuses both at once).
 - A template whose content format is "string" (no loop over ``message.content``) gets
   text parts joined with a space; an "openai" one keeps the text parts as a list. A
-  media part is a 400: token prompts carry no images or audio.
+  media part is a 400, except an image of a vision model (``vision.py``) under an
+  "openai" template: it is kept in place as ``{"type": "image"}``.
 - ``content: null`` is "", keys whose value is null are dropped, and a tool call's
   ``arguments`` string that holds a JSON object is parsed into it (any other string
   stays a string).
@@ -159,7 +160,7 @@ def content_format(template: str) -> str:
     return "openai" if any(reads_content(loop.iter) for loop in loops) else "string"
 
 
-def _content(content: Any, fmt: str) -> Any:
+def _content(content: Any, fmt: str, images: bool) -> Any:
     if content is None:
         return ""
     if isinstance(content, str):
@@ -167,19 +168,22 @@ def _content(content: Any, fmt: str) -> Any:
     if not isinstance(content, list):
         raise BadRequest("message content must be a string or a list of content parts",
                          param="messages")
-    texts: list[str] = []
+    parts: list[dict[str, Any]] = []
     for part in content:
         kind = part.get("type") if isinstance(part, dict) else None
         if kind in _TEXT_PARTS and isinstance(part.get("text"), str):
-            texts.append(part["text"])
+            parts.append({"type": "text", "text": part["text"]})
+            continue
+        if kind == "image_url" and images and fmt == "openai":
+            parts.append({"type": "image"})  # the template writes its placeholder
             continue
         name = kind if isinstance(kind, str) else type(part).__name__
         raise BadRequest(f"content parts of type {name!r} are not supported: in "
                          "token-in-token-out mode the model takes text only (send text "
                          "parts)", param="messages")
     if fmt == "openai":
-        return [{"type": "text", "text": text} for text in texts]
-    return " ".join(texts)
+        return parts
+    return " ".join(part["text"] for part in parts)
 
 
 def _arguments(raw: Any) -> Any:
@@ -206,12 +210,15 @@ def _calls(calls: list[Any]) -> list[Any]:
     return out
 
 
-def template_messages(messages: list[dict[str, Any]], fmt: str) -> list[dict[str, Any]]:
-    """Copies of ``messages`` as the template gets them (see the module's invariants)."""
+def template_messages(messages: list[dict[str, Any]], fmt: str, *,
+                      images: bool = False) -> list[dict[str, Any]]:
+    """Copies of ``messages`` as the template gets them (see the module's invariants);
+    ``images``: the model takes images, and an ``image_url`` part becomes
+    ``{"type": "image"}`` (its bytes never reach the template)."""
     out = []
     for message in messages:
         copy = {k: v for k, v in message.items() if v is not None}
-        copy["content"] = _content(message.get("content"), fmt)
+        copy["content"] = _content(message.get("content"), fmt, images)
         calls = copy.get("tool_calls")
         if isinstance(calls, list):
             copy["tool_calls"] = _calls(calls)

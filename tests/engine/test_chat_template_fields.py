@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from seedproxy.engine import RunningEngine
+from tests.helpers.images import png_url
 
 pytestmark = pytest.mark.engine
 
@@ -80,7 +81,7 @@ def test_text_parts_are_joined_with_a_space_as_sglang_does(
 
 
 def test_an_image_part_is_a_400_saying_so(client: httpx.Client) -> None:
-    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    image = {"type": "image_url", "image_url": {"url": png_url()}}
     reply = client.post("/v1/chat/completions", json={
         "max_tokens": 2, "messages": [{"role": "user", "content": [image]}]})
     assert reply.status_code == 400

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import orjson
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -135,6 +136,13 @@ class Switches:
     """False: ``/detokenize`` answers 404, as a server without the route does."""
     detokenized: list[Any] = field(default_factory=list)
     """The bodies ``/detokenize`` received."""
+    image_token_id: int | None = None
+    """When set, a /generate with ``image_data`` must hold exactly one of this id per
+    image (SGLang's ``_expand_input_ids`` expands exactly one per image; any other count
+    falls back to re-tokenising, here a 400 so a test sees it)."""
+    fetch_images: bool = False
+    """Fetch every ``http(s)`` image URL a request names (chat ``image_url`` parts,
+    /generate ``image_data``) before answering, as SGLang's ``get_image_bytes`` does."""
     vocab_base: int = VOCAB_BASE
     """/generate's unscripted output ids are ``vocab_base`` + 0..25: set it inside a
     real tokenizer's vocabulary (token-in-token-out mode decodes them)."""
@@ -205,6 +213,21 @@ def detok(ids: list[int]) -> str:
 
 def tokenize(text: str) -> list[int]:
     return [ord(c) for c in text]
+
+
+def image_urls(body: dict[str, Any]) -> list[str]:
+    """The image URLs of a chat body's ``image_url`` parts and a /generate body's
+    ``image_data``, in order (SGLang's image inputs)."""
+    urls: list[str] = []
+    for message in body.get("messages") or []:
+        content = message.get("content") if isinstance(message, dict) else None
+        for part in content if isinstance(content, list) else []:
+            if isinstance(part, dict) and part.get("type") == "image_url":
+                field = part.get("image_url")
+                urls.append(str(field.get("url") if isinstance(field, dict) else field))
+    data = body.get("image_data")
+    urls.extend([data] if isinstance(data, str) else data or [])
+    return urls
 
 
 def chat_prompt(messages: list[dict[str, Any]]) -> str:
@@ -295,6 +318,11 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
             return None, error("invalid JSON")
         sw.received.append(body)
         sw.headers.append({k.lower(): v for k, v in request.headers.items()})
+        if sw.fetch_images:
+            async with httpx.AsyncClient() as fetcher:
+                for url in image_urls(body):
+                    if url.startswith(("http://", "https://")):
+                        await fetcher.get(url)
         if sw.fail_next > 0:
             sw.fail_next -= 1
             return None, error("injected failure", sw.fail_status)
@@ -313,6 +341,11 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
         if isinstance(seed, bool) or not isinstance(seed, int):
             return error("sampling_seed must be an integer")
         prompt = body.get("input_ids") or tokenize(body.get("text") or "")
+        images = body.get("image_data") or []
+        if sw.image_token_id is not None and images and (
+                prompt.count(sw.image_token_id) != len(images)):
+            return error(f"{prompt.count(sw.image_token_id)} image tokens for "
+                         f"{len(images)} images in image_data")
         limit = params.get("max_new_tokens", 16)
         count = max(0, sw.context_length - len(prompt) - 1) if limit is None else int(limit)
         temperature = params.get("temperature", 1.0)

@@ -49,6 +49,16 @@ O200K_PATTERN = "|".join([
 _VERSION = "1"  # bump when a build changes, so stale caches are rebuilt
 
 
+QWEN25_VL_PREPROCESSOR: tuple[tuple[str, Any], ...] = (
+    ("min_pixels", 3136), ("max_pixels", 12845056), ("patch_size", 14),
+    ("temporal_patch_size", 2), ("merge_size", 2),
+    ("image_mean", [0.48145466, 0.4578275, 0.40821073]),
+    ("image_std", [0.26862954, 0.26130258, 0.27577711]),
+    ("image_processor_type", "Qwen2VLImageProcessor"), ("processor_class", "Qwen2_5_VLProcessor"),
+)
+"""Qwen2.5-VL-7B-Instruct's ``preprocessor_config.json`` (every Qwen2.5-VL size)."""
+
+
 @dataclass(frozen=True)
 class Family:
     """One model family: its tokenizer build, chat template and end-of-turn."""
@@ -61,6 +71,8 @@ class Family:
     eot: str = "<|im_end|>"
     generation_eos: tuple[int, ...] = ()
     """The model's ``generation_config.json`` ``eos_token_id`` (written when set)."""
+    preprocessor: tuple[tuple[str, Any], ...] = ()
+    """The model's ``preprocessor_config.json`` (written when set): a vision model's."""
 
 
 FAMILIES = {f.name: f for f in [
@@ -68,6 +80,11 @@ FAMILIES = {f.name: f for f in [
     Family("qwen3-thinking-2507", "qwen", "Qwen-Qwen3-4B-Thinking-2507.jinja", "<|im_end|>"),
     Family("qwq", "qwen", "Qwen-QwQ-32B.jinja", "<|im_end|>"),
     Family("qwen2.5", "qwen2.5", "Qwen-Qwen2.5-7B-Instruct.jinja", "<|im_end|>"),
+    # Qwen2.5-VL's tokenizer is Qwen2.5's (<|vision_start|>, <|image_pad|>, <|vision_end|>
+    # are 151652, 151655, 151653 in both); its generation_config ends on [<|im_end|>,
+    # <|endoftext|>], its preprocessor_config.json is the card's (Qwen2VLImageProcessor).
+    Family("qwen2.5-vl", "qwen2.5", "Qwen-Qwen2.5-VL-7B-Instruct.jinja", "<|im_end|>",
+           generation_eos=(151645, 151643), preprocessor=QWEN25_VL_PREPROCESSOR),
     Family("llama3.1", "llama3.1", "meta-llama-Llama-3.1-8B-Instruct.jinja", "<|eot_id|>",
            bos="<|begin_of_text|>", eot="<|eot_id|>",
            generation_eos=(128001, 128008, 128009)),
@@ -337,6 +354,8 @@ def tokenizer_dir(name: str) -> Path:
     if fam.generation_eos:
         _write_atomic(folder / "generation_config.json",
                       json.dumps({"eos_token_id": list(fam.generation_eos)}))
+    if fam.preprocessor:
+        _write_atomic(folder / "preprocessor_config.json", json.dumps(dict(fam.preprocessor)))
     _write_atomic(marker, stamp)
     return folder
 

@@ -18,10 +18,11 @@ import pytest
 pytest.importorskip("transformers")
 
 from tests.conftest import Fake  # noqa: E402
+from tests.helpers.images import png_url  # noqa: E402
 from tests.tito.test_contract import EOT, TOKENIZER, generated, tito  # noqa: E402
 
 HI = {"role": "user", "content": "hi"}
-IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+IMAGE = {"type": "image_url", "image_url": {"url": png_url()}}
 
 
 @pytest.fixture(scope="module")

@@ -27,6 +27,7 @@ from seedproxy.backends.tito.renderer import Renderer  # noqa: E402
 from seedproxy.backends.tito.template_check import check  # noqa: E402
 from seedproxy.errors import ConfigError  # noqa: E402
 from tests.conftest import Fake  # noqa: E402
+from tests.helpers.images import png_url  # noqa: E402
 from tests.helpers.real_tokenizers import (  # noqa: E402
     FAMILIES,
     family,
@@ -473,7 +474,8 @@ def test_each_family_template_takes_the_content_format_sglang_detects() -> None:
     assert {name: content_format(template_path(name).read_text(encoding="utf-8"))
             for name in FAMILIES} == {**dict.fromkeys(FAMILIES, "string"), "kimi-k2": "openai",
                                   "glm4.5": "openai", "gemma3": "openai",
-                                  "mistral-small-3.1": "openai", "devstral-small-2": "openai"}
+                                  "mistral-small-3.1": "openai", "devstral-small-2": "openai",
+                                  "qwen2.5-vl": "openai"}
 
 
 @pytest.mark.parametrize("name", ["qwen3", "llama3.1"])
@@ -486,7 +488,7 @@ def test_text_parts_are_joined_and_an_image_is_refused(
     post(base, "parts", {"messages": [{"role": "user", "content": parts}]})
     (sent,) = prompts(fake)
     assert sent == expected_first(tok, [{"role": "user", "content": "Is this a question?"}])
-    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    image = {"type": "image_url", "image_url": {"url": png_url()}}
     refused = httpx.post(f"{base}/sessions/parts/v1/chat/completions", timeout=60, json={
         "model": "m", "messages": [{"role": "user", "content": [parts[0], image]}]})
     assert refused.status_code == 400

@@ -15,6 +15,7 @@ import pytest
 from seedproxy.client import Sample, SeedProxyClient
 from tests.conftest import Fake
 from tests.helpers.fake_sglang import BYTE_BASE, Switches, create_fake_sglang, detok
+from tests.helpers.images import png_url
 from tests.helpers.servers import ServerThread
 from tests.helpers.waiting import wait_until
 from tests.ui.browser import screenshot, wait
@@ -301,3 +302,27 @@ def test_a_messages_answer_shows_its_text(
     wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, ".completion .tok"))
     answer = driver.find_element(By.CSS_SELECTOR, ".answer").get_attribute("textContent")
     assert answer == "→ answer" + text
+
+
+def test_each_turn_shows_its_screenshots_as_thumbnails(
+    driver: Any, fake_url: str, start_proxy: Callable[..., str]
+) -> None:
+    proxy = start_proxy([fake_url])
+    shots = [png_url(40, 30, (200, 0, 0)), png_url(64, 48, (0, 0, 200))]
+    messages: list[dict[str, Any]] = []
+    for turn, shot in enumerate(shots):
+        messages.append({"role": "user", "content": [
+            {"type": "text", "text": f"step {turn}"},
+            {"type": "image_url", "image_url": {"url": shot}}]})
+        answer = httpx.post(f"{proxy}/sessions/shots-ui/v1/chat/completions", timeout=30,
+                            json={"model": "m", "max_tokens": 4, "messages": messages})
+        assert answer.status_code == 200, answer.text
+        messages.append(answer.json()["choices"][0]["message"])
+    driver.get(f"{proxy}/ui#/session/shots-ui")
+    wait(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, ".interaction img.thumb")) == 2)
+    # each turn shows the image it added (the first turn's is not repeated on the second),
+    # loaded under the page's policy: data: URLs only
+    loaded = driver.execute_script(
+        "return [...document.querySelectorAll('.interaction')].map((card) => "
+        "[...card.querySelectorAll('img.thumb')].map((i) => [i.src, i.naturalWidth]))")
+    assert loaded == [[[shots[0], 40]], [[shots[1], 64]]]

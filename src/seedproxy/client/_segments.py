@@ -11,7 +11,7 @@ that the export could not make one sequence raises ``ValueError`` naming it.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ._types import Trajectory
@@ -46,6 +46,10 @@ class Segment:
     token_ids: list[int]
     loss_mask: list[int]
     logprobs: list[float] | None
+    images: list[dict[str, Any]] = field(default_factory=list)
+    """A vision rollout's images, each once: ``sha256``, ``media_type``, ``width``,
+    ``height``, ``position`` (its placeholder's index in ``token_ids``), ``tokens`` (the
+    ids the model's processor expands it to) and ``data`` (base64)."""
 
     @property
     def prompt_length(self) -> int:
@@ -54,14 +58,19 @@ class Segment:
 
     def link(self) -> dict[str, Any]:
         """The fields that tie rows of one rollout together (carried in each trainer's
-        free-form slot: verl ``extra_fields``, slime ``metadata``, ...)."""
-        return {
+        free-form slot: verl ``extra_fields``, slime ``metadata``, ...), and a vision
+        rollout's ``images`` there too (none of these formats has a field for image
+        bytes that the converters could fill without the trainer's own processor)."""
+        link: dict[str, Any] = {
             "session_id": self.session_id, "identity": self.identity,
             "group_id": self.group_id, "branch_id": self.branch_id,
             "branch_index": self.branch_index, "parent_branch": self.parent_branch,
             "compacted_from": self.compacted_from, "subagent_of": self.subagent_of,
             "side_request": self.side_request, "main": self.main,
         }
+        if self.images:
+            link["images"] = self.images
+        return link
 
 
 def segments(trajectories: Iterable[Trajectory]) -> list[Segment]:
@@ -106,5 +115,6 @@ def _of(trajectory: Trajectory) -> list[Segment]:
             last=index == len(branches) - 1,
             interaction_ids=list(branch.get("interaction_ids") or []),
             token_ids=tokens, loss_mask=mask,
-            logprobs=None if logprobs is None else list(logprobs)))
+            logprobs=None if logprobs is None else list(logprobs),
+            images=list(branch.get("images") or [])))
     return out

@@ -7,6 +7,12 @@ carries the rollout's reward and, where the format has a free slot, its link
 (``Segment.link``: session, branch, parent branch, compaction). The converters are pure
 (plain lists and dicts, no trainer imported); ``to_tinker_objects`` imports ``tinker``
 when called. Field names follow each project's source, quoted per function.
+
+Images (a vision rollout): each row's free-form slot carries the branch's images with
+the link (``Segment.link``: sha256, position and expanded count, base64 data), since
+turning them into a trainer's own multimodal inputs needs that trainer's processor;
+SkyRL's ``GeneratorOutput`` has no free slot, so ``to_skyrl`` refuses a rollout with
+images rather than drop them.
 """
 
 from __future__ import annotations
@@ -92,6 +98,10 @@ def to_skyrl(trajectories: Iterable[Trajectory]) -> dict[str, Any]:
     ``stop_reasons``, ``rollout_metrics`` and ``sampling_masks`` as None."""
     segs = segments(trajectories)
     _, repetition = _positions(segs)
+    with_images = next((s for s in segs if s.images), None)
+    if with_images is not None:  # a row without its images would train on other inputs
+        raise ValueError(f"session {with_images.session_id!r} holds images, and SkyRL's "
+                         "GeneratorOutput has no field to carry them")
     out: dict[str, Any] = {
         "prompt_token_ids": [], "response_ids": [], "rewards": [], "loss_masks": [],
         "stop_reasons": None, "rollout_metrics": None, "rollout_logprobs": [],

@@ -1,7 +1,8 @@
 """The front half of every request, one ``Admission`` per client protocol, and ``run``.
 
-An admission reads and checks the body, translates it, renders a token-in-token-out
-prompt (all before the slot: a 4xx here uses no index), seats the exchange, and picks
+An admission reads and checks the body (its images too: ``backends/media``),
+translates it, renders a token-in-token-out prompt (all before the slot: a 4xx here
+uses no index), seats the exchange, and picks
 its strategies: the ``Reader`` from the mode (passthrough, bridge, TITO) and ``n``,
 the ``Presenter`` from the client's protocol. The hot routes, the FastAPI router and
 the Messages router all call ``handle``.
@@ -10,6 +11,7 @@ the Messages router all call ``handle``.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 import orjson
 from starlette.requests import Request
@@ -17,6 +19,7 @@ from starlette.responses import Response
 
 from ..backends import Endpoint
 from ..backends.bridging import as_chat
+from ..backends.media import CheckedImage
 from ..backends.responses_bridge import left_out_tools
 from ..errors import BadRequest, ClientClosed, SeedProxyError
 from ..sessions import Interaction, NewSession, SessionRecord
@@ -71,7 +74,8 @@ class Admission:
                 parse = stop_when_client_leaves(parse, request.receive)
             body, signed = await parse
             client = client_request(endpoint, raw, body, signed)
-            chat, turn = await self._translate(client, session, view)
+            images = await self.services.images.check(endpoint, body)
+            chat, turn = await self._translate(client, session, view, images)
             headers = request.headers
             pinned = pinned_index(headers)
             ex = await seat(self.services, client, session, pinned=pinned,
@@ -131,10 +135,13 @@ class Admission:
 
     async def _translate(self, client: ClientRequest,
                          session: SessionRecord | NewSession | None,
-                         view: SessionView | None = None
+                         view: SessionView | None = None,
+                         images: Sequence[CheckedImage] = ()
                          ) -> tuple[dict[str, object] | None, TitoTurn | None]:
         """The chat request an upstream is sent instead (a bridge), and the rendered
-        token-in-token-out turn; both raise their 4xx before the slot."""
+        token-in-token-out turn; both raise their 4xx before the slot. ``images``: the
+        client body's, checked (a bridged body's are read again from its chat form, in
+        the order the prompt holds them)."""
         services, endpoint = self.services, client.endpoint
         if self.messages and client.n != 1:
             raise BadRequest("n: the Messages API answers one message per request", param="n")
@@ -143,8 +150,10 @@ class Admission:
         mode = services.tito
         if mode is None or not (self.messages or endpoint in (Endpoint.CHAT, Endpoint.RESPONSES)):
             return chat, None
+        if chat is not None and images:
+            images = await services.images.check(Endpoint.CHAT, chat)
         turn = await prepare(mode, services.sessions, chat or client.body, session, view=view,
-                             signed=client.signed if chat is None else None)
+                             signed=client.signed if chat is None else None, images=images)
         return chat, turn
 
     def _strategies(self, ex: Exchange, chat: dict[str, object] | None,

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..backends import Backend
+from ..backends.media import ImageGate
 from ..backends.pool import UpstreamPool
 from ..sessions import SessionManager
 from ..settings import Settings
@@ -35,6 +36,8 @@ class Services:
     """Resumed sessions' source records (``replaying.py``)."""
     parser: Parser
     """Parses client bodies and upstream answers (large ones off the loop)."""
+    images: ImageGate
+    """Checks every request's images before it is seated (``backends/media``)."""
     tito: TitoMode | None = None
     """Token-in-token-out mode: chat, Responses and Messages render prompts here."""
     tracer: Tracer = field(default=NO_TRACER)

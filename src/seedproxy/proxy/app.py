@@ -22,6 +22,7 @@ from ..backends.board import open_board
 from ..backends.client import upstream_client
 from ..backends.fleet import FleetControl
 from ..backends.loop import new_hop
+from ..backends.media import ImageGate, ImagePolicy
 from ..backends.pause import PauseGate
 from ..backends.pool import UpstreamPool
 from ..errors import (
@@ -136,7 +137,10 @@ def create_app(
     services = Services(
         settings=settings, sessions=sessions, backend=backend, pool=pool, sender=sender,
         metrics=metrics, inflight=inflight, replays=ReplayBook(sessions.store),
-        parser=parser, tito=tito, tracer=tracer,
+        parser=parser, tito=tito, tracer=tracer, images=ImageGate(ImagePolicy(
+            max_bytes=settings.max_image_bytes, max_pixels=settings.max_image_pixels,
+            max_images=settings.max_images,
+            allowed_hosts=frozenset(host.lower() for host in settings.image_url_hosts))),
     )
     openai = Admission(services)
 

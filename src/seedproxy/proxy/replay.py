@@ -31,6 +31,7 @@ from ..backends.upstream import UpstreamReply
 from ..errors import BadRequest, OverCapacity, UpstreamError
 from ..pipeline.readers.fanout import one_choice
 from ..sessions import ChoiceRecord, Interaction, SessionStore
+from ..sessions.media import prompt_image_data
 
 __all__ = ["Verifier"]
 
@@ -121,8 +122,8 @@ class Verifier:
             raise BadRequest("this session was recorded in token-in-token-out mode: verify "
                              "it through a proxy in that mode (--token-in-token-out)")
         model = chat.get("model") or mode.model_name
-        request = mode.dialect.request(interaction.prompt_ids(),
-                                       mode.sampling(chat), seed, False, model)
+        request = mode.dialect.request(interaction.prompt_ids(), mode.sampling(chat), seed,
+                                       False, model, prompt_image_data(interaction))
         _, parsed = await _answer(await self.pool.send(request, key=session_id, stream=False))
         sample = mode.dialect.read(parsed)
         return ChoiceRecord.of(sample.token_ids, sample.logprobs, sample.finish)

@@ -17,6 +17,7 @@ from typing import Any
 
 from .concat import sequence_spans
 from .interaction import Interaction
+from .media import sample_images
 
 __all__ = ["branch_of", "branch_records", "is_tito"]
 
@@ -82,12 +83,14 @@ def _sequence(branch_id: str, parent: Any, members: list[Interaction],
     logprobs: list[float] = []
     versions: list[dict[str, Any]] = []
     error = None
+    last: Interaction | None = None
     for turn in members:
         prompt = turn.prompt_token_ids.tolist()
         if tokens and prompt[: len(tokens)] != tokens:
             error = {"interaction_id": turn.interaction_id,
                      "reason": "prompt does not extend the branch"}
             break
+        last = turn
         new = prompt[len(tokens):]
         choice = turn.choices[chosen.get(turn.interaction_id, 0)]
         completion = choice.token_ids.tolist()
@@ -100,9 +103,15 @@ def _sequence(branch_id: str, parent: Any, members: list[Interaction],
             error = error or {"interaction_id": turn.interaction_id,
                               "reason": "logprobs missing"}
         logprobs += [0.0] * len(new) + sampled
-    return {
+    record = {
         "branch_id": branch_id, "parent": parent,
         "interaction_ids": [t.interaction_id for t in members],
         "token_ids": tokens, "loss_mask": mask, "logprobs": logprobs,
         "weight_versions": versions, "error": error,
     }
+    images = (last.tito or {}).get("images") if last is not None else None
+    if images and last is not None:
+        # The last turn's prompt is the sequence's prefix: its placeholders' positions
+        # are the sequence's, and its request holds every image of the sample.
+        record["images"] = sample_images(images, last.request)
+    return record

@@ -3,10 +3,12 @@
 An interaction that extends an earlier one (its ``link``) stores its prompt as that
 interaction's prompt + one choice's completion (a reference) plus the ids it adds, its
 request's message list as that interaction's first messages plus the ones it adds, and
-its token-in-token-out keys likewise. Token ids and logprobs are packed little-endian
-4-byte arrays after a JSON header, never JSON lists. ``resolve`` rebuilds the whole
-interactions on read, equal field for field to what was recorded. A blob that starts
-with ``{`` is the older whole-JSON form (``Interaction.to_storage``), still read.
+its token-in-token-out keys and a vision prompt's image records likewise (the images
+themselves live in the messages: a screenshot is stored once a session). Token ids and
+logprobs are packed little-endian 4-byte arrays after a JSON header, never JSON lists.
+``resolve`` rebuilds the whole interactions on read, equal field for field to what was
+recorded. A blob that starts with ``{`` is the older whole-JSON form
+(``Interaction.to_storage``), still read.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from .interaction import ChoiceRecord, Interaction
 from .routing import RoutedExperts
 
 __all__ = ["MESSAGE_FIELDS", "Link", "Sent", "Signed", "Stored", "conversation", "decode",
-           "encode", "resolve", "sent_of", "sign", "with_reward"]
+           "encode", "linked_images", "own_images", "resolve", "sent_of", "sign",
+           "with_reward"]
 
 _MAGIC = b"\x00SP2"
 _HEAD = struct.Struct("<4sI")
@@ -172,6 +175,8 @@ def encode(interaction: Interaction, link: Link | None = None, sent: Sent | None
         request[link.field] = request[link.field][link.messages:]
     if link is not None and link.keys and tito is not None:
         tito = {**tito, "messages": tito["messages"][link.keys:]}
+    if link is not None and link.prompt and tito is not None and "images" in tito:
+        tito = {**tito, "images": own_images(tito["images"], link.prompt)}
     header = {
         "interaction_id": i.interaction_id, "request_index": i.request_index,
         "seeds": i.seeds, "endpoint": i.endpoint, "status": i.status,
@@ -300,5 +305,19 @@ def _rebuilt(item: Stored, done: dict[str, Interaction]) -> Interaction:
         i.request = request  # dict() then assignment keeps the key order
     if link.keys and i.tito is not None and base.tito is not None:
         i.tito = {**i.tito, "messages": base.tito["messages"][:link.keys] + i.tito["messages"]}
+    if link.prompt and i.tito is not None and "images" in i.tito:
+        i.tito = {**i.tito, "images": linked_images(base.tito, link.prompt) + i.tito["images"]}
     return i
+
+
+def own_images(images: list[dict[str, Any]], prompt: int) -> list[dict[str, Any]]:
+    """A vision prompt's images past the ``prompt`` ids it shares with the turn it
+    extends: those before are that turn's, stored there (each image once a session)."""
+    return [image for image in images if image["position"] >= prompt]
+
+
+def linked_images(base_tito: dict[str, Any] | None, prompt: int) -> list[dict[str, Any]]:
+    """The images of the turn a prompt extends that sit in the shared ``prompt`` ids."""
+    earlier = (base_tito or {}).get("images") or []
+    return [image for image in earlier if image["position"] < prompt]
 

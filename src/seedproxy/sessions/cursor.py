@@ -18,7 +18,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, overload
 
-from .codec import Link, Sent, Signed, Stored, decode, sent_of
+from .codec import Link, Sent, Signed, Stored, decode, linked_images, sent_of
 from .interaction import ChoiceRecord, Interaction
 from .record import SessionRecord
 from .store.base import SessionStore
@@ -31,7 +31,7 @@ class Turn:
     """One recorded interaction as the view holds it; ``prompt_token_ids`` and the
     ``tito`` message keys are rebuilt from the turns it extends on first use."""
 
-    __slots__ = ("_keys", "_view", "added", "choices", "interaction_id", "link",
+    __slots__ = ("_images", "_keys", "_view", "added", "choices", "interaction_id", "link",
                  "request_index", "sent", "status", "tito")
 
     def __init__(self, stored: Stored, view: SessionView) -> None:
@@ -46,6 +46,9 @@ class Turn:
         self.sent = stored.sent
         self._keys: list[str] | None = None if stored.link and stored.link.keys else (
             (i.tito or {}).get("messages") or [])
+        linked = stored.link is not None and stored.link.prompt and "images" in (i.tito or {})
+        self._images: list[dict[str, Any]] | None = None if linked else (
+            (i.tito or {}).get("images") or [])
         self._view = view
 
     @property
@@ -65,10 +68,23 @@ class Turn:
             self.tito = {**self.tito, "messages": self._keys}
         return self._keys
 
+    def images(self) -> list[dict[str, Any]]:
+        """A vision prompt's image records, whole (``codec.linked_images``)."""
+        if self._images is None:
+            link = self.link
+            assert link is not None and self.tito is not None
+            base = self._view.turn(link.interaction_id)
+            base.images()
+            self._images = linked_images(base.tito, link.prompt) + self.tito["images"]
+            self.tito = {**self.tito, "images": self._images}
+        return self._images
+
     def matching(self) -> Turn:
-        """Itself, with ``tito["messages"]`` whole (what lineage matching reads)."""
+        """Itself, with ``tito["messages"]`` and ``tito["images"]`` whole (what lineage
+        matching reads)."""
         if self.tito is not None:
             self.keys()
+            self.images()
         return self
 
 

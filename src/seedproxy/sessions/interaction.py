@@ -197,6 +197,8 @@ class Interaction:
             shown["lineage"] = {k: self.tito.get(k) for k in ("extends", "forked_from")}
             if "prompt" in self.tito:  # how the prompt was made (recorded since named matchers)
                 shown["lineage"]["prompt"] = self.tito["prompt"]
+            if self.tito.get("images"):  # a vision prompt's images, each by its sha256
+                shown["images"] = self.tito["images"]
         if self.content_key is not None:
             shown["content_key"] = self.content_key
             shown["occurrence"] = self.occurrence

@@ -27,6 +27,7 @@ field) on an answer without the ids it promised; anything else it raises is a bu
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -91,13 +92,17 @@ class Dialect:
     path: ClassVar[str]
     carries: ClassVar[frozenset[str]]
     """The fields out of ``CARRIABLE`` this dialect puts on its request."""
+    takes_images: ClassVar[bool] = False
+    """Whether a request carries the prompt's images (``request``'s ``images``)."""
 
     def __init__(self, auth: dict[str, str], model: str | None = None) -> None:
         self._auth = auth
         self._model = model
 
     def request(self, ids: TokenIds, sampling: Sampling, seed: int | None,
-                stream: bool, model: Any) -> UpstreamRequest:
+                stream: bool, model: Any, images: Sequence[str] = ()) -> UpstreamRequest:
+        """``images``: the prompt's images in order, one placeholder id each in ``ids``
+        (data URLs; only a dialect that ``takes_images`` is given any)."""
         raise NotImplementedError
 
     def read(self, answer: Any) -> Sample:
@@ -132,9 +137,10 @@ def _penalties_and_bias(sampling: Sampling, out: dict[str, Any]) -> None:
 class GenerateDialect(Dialect):
     path = "/generate"
     carries = CARRIABLE
+    takes_images = True
 
     def request(self, ids: TokenIds, sampling: Sampling, seed: int | None,
-                stream: bool, model: Any) -> UpstreamRequest:
+                stream: bool, model: Any, images: Sequence[str] = ()) -> UpstreamRequest:
         # max_new_tokens always: null (no max_tokens asked) is "up to the context", as on
         # the chat route; left out, /generate would stop at 128.
         params: dict[str, Any] = {"skip_special_tokens": False, "no_stop_trim": True,
@@ -158,6 +164,8 @@ class GenerateDialect(Dialect):
             params[constraint.param] = constraint.source
         body: dict[str, Any] = {"input_ids": ids, "sampling_params": params,
                                 "return_logprob": True, "stream": stream}
+        if images:
+            body["image_data"] = list(images)
         if sampling.top_logprobs:
             body["top_logprobs_num"] = sampling.top_logprobs
         if constraint is not None and sampling.require_reasoning:
@@ -219,7 +227,8 @@ class CompletionsDialect(Dialect):
     carries = CARRIABLE - {"stop_regex", "tool_choice"}
 
     def request(self, ids: TokenIds, sampling: Sampling, seed: int | None,
-                stream: bool, model: Any) -> UpstreamRequest:
+                stream: bool, model: Any, images: Sequence[str] = ()) -> UpstreamRequest:
+        assert not images, "this dialect takes no images (takes_images)"
         body: dict[str, Any] = {
             "model": model, "prompt": ids, "return_token_ids": True,
             "logprobs": max(1, sampling.top_logprobs), "skip_special_tokens": False,

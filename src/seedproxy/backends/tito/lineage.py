@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ...sessions import ChoiceRecord
@@ -68,6 +68,8 @@ class Prompt:
     how: dict[str, Any] | None = None
     """How it was made (the record's ``tito["prompt"]``): ``extended``, ``matched``
     with the matchers that mapped the resent history, or ``rendered`` with the reason."""
+    image_positions: list[int] = field(default_factory=list)
+    """Where ``ids`` hold an image placeholder (a vision model's), in order."""
 
 
 def _replies(turn: RecordedTurn) -> list[dict[str, Any]]:
@@ -152,9 +154,11 @@ class FullRender:
 
     def run(self) -> Prompt:
         text = self.renderer.full_text(self.messages, self.tools, self.options)
-        return Prompt(TokenIds(array("i", self.renderer.encode(text))),
-                      _opens(text, self.options), self.context, self.recorded,
-                      prefix=self.prefix, forked_from=self.forked_from, how=self.how)
+        ids = array("i", self.renderer.encode(text))
+        vision = self.renderer.vision
+        return Prompt(TokenIds(ids), _opens(text, self.options), self.context, self.recorded,
+                      prefix=self.prefix, forked_from=self.forked_from, how=self.how,
+                      image_positions=vision.positions(ids) if vision is not None else [])
 
 
 def build_prompt(renderer: Renderer, body: dict[str, Any], history: Sequence[RecordedTurn],
@@ -177,17 +181,18 @@ def plan_prompt(renderer: Renderer, body: dict[str, Any], history: Sequence[Reco
         options = render_options(body, renderer.reserved)
     sent: list[dict[str, Any]] = body["messages"]
     fmt = renderer.content_format
+    images = renderer.vision is not None
     tools = body.get("tools") or None
     context = context_key(body)
     seen = len(known) if len(known) < len(sent) else 0
     # Conversion before keys: a message both would refuse gets conversion's 400.
-    converted = template_messages(sent[seen:], fmt)
+    converted = template_messages(sent[seen:], fmt, images=images)
     keys = list(known[:seen]) + [entry(m) for m in sent[seen:]]
 
     def messages_from(start: int) -> list[dict[str, Any]]:
         if start >= seen:
             return converted[start - seen:]
-        return template_messages(sent[start:seen], fmt) + converted
+        return template_messages(sent[start:seen], fmt, images=images) + converted
 
     recorded = keys[:-1] if options.continue_final else keys
     prefix = _text(converted[-1].get("content")) if options.continue_final else None
@@ -200,16 +205,18 @@ def plan_prompt(renderer: Renderer, body: dict[str, Any], history: Sequence[Reco
         end = completion[-1] if completion and completion[-1] in renderer.end_ids else None
         reply, *new = messages_from(len((turn.tito or {})["messages"]))
         suffix = renderer.suffix_text(new, tools, end=end, options=options, reply=reply,
-                                      system=_system(sent, converted, seen, fmt))
+                                      system=_system(sent, converted, seen, fmt, images))
         if end is None:  # cut short: close a reasoning block it left open first
             suffix = renderer.think_closing(turn.prompt_ids().ids[-_TAIL:], completion) + suffix
         added = array("i", completion) + array("i", renderer.encode(suffix))
-        ids = turn.prompt_ids().extended(added)
+        before = turn.prompt_ids()
+        ids = before.extended(added)
         return Prompt(ids, _opens(suffix, options), context, recorded,
                       extends={"interaction_id": turn.interaction_id, "choice": choice},
                       prefix=prefix, how=(
                           {"kind": "matched", "matchers": sorted(fired)} if fired
-                          else {"kind": "extended"}))
+                          else {"kind": "extended"}),
+                      image_positions=_positions(renderer, turn, added, len(before)))
     best = max(
         ((_common(recorded, (t.tito or {}).get("messages") or []), t.request_index, t)
          for t in history if t.tito and t.status < 400),
@@ -223,14 +230,25 @@ def plan_prompt(renderer: Renderer, body: dict[str, Any], history: Sequence[Reco
                       forked, {"kind": "rendered", "reason": reason})
 
 
+def _positions(renderer: Renderer, turn: RecordedTurn, added: array[int],
+               offset: int) -> list[int]:
+    """The image placeholders of a prompt extending ``turn`` by ``added``: the turn's
+    own (its record's), then those ``added`` holds (only the new ids are scanned)."""
+    if renderer.vision is None:
+        return []
+    earlier = (turn.tito or {}).get("images") or []
+    return [int(image["position"]) for image in earlier] + renderer.vision.positions(
+        added, offset)
+
+
 def _system(sent: list[dict[str, Any]], converted: list[dict[str, Any]], seen: int,
-            fmt: str) -> dict[str, Any] | None:
+            fmt: str, images: bool) -> dict[str, Any] | None:
     """The conversation's first message as the template gets it, when it is a system
     message (the suffix's probe carries it: some templates write it at the latest user
     message)."""
     if not sent or sent[0].get("role") != "system":
         return None
-    return converted[0] if seen == 0 else template_messages(sent[:1], fmt)[0]
+    return converted[0] if seen == 0 else template_messages(sent[:1], fmt, images=images)[0]
 
 
 def _text(content: Any) -> str:
@@ -261,10 +279,14 @@ def _reply_record(sent: str, reasoning: str) -> dict[str, Any]:
     return {"key": key, "reasoning": reasoning_key(reasoning), "facets": facets}
 
 
-def tito_record(prompt: Prompt, replies: list[tuple[str, str]]) -> dict[str, Any]:
+def tito_record(prompt: Prompt, replies: list[tuple[str, str]],
+                images: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The interaction's ``tito`` field: keys for matching later turns, and lineage.
-    ``replies`` holds (message entry, reasoning text) per choice."""
+    ``replies`` holds (message entry, reasoning text) per choice; ``images`` the prompt's
+    images (``vision.image_records``), kept only when it has any."""
+    extra = {"images": images} if images else {}
     return {
+        **extra,
         "context": prompt.context,
         "messages": prompt.message_keys,
         "replies": [_reply_record(e, reasoning) for e, reasoning in replies],

@@ -22,6 +22,7 @@ from .sampling import Sampling, checked_forcing, sampling_of
 from .template_check import check as check_template
 from .tokenizer import generation_eos_ids, load_tokenizer, read_template
 from .tool_parsers import TOOL_PARSERS, ForcedCallParser, ToolParser
+from .vision import vision_of
 
 __all__ = ["TitoMode", "open_tito"]
 
@@ -90,6 +91,14 @@ class TitoMode:
             if not isinstance(role, str) or role not in _ROLES:  # a list is unhashable
                 raise BadRequest(f"unsupported message role {str(role)[:64]!r}",
                                  param="messages")
+        kwargs = body.get("chat_template_kwargs")
+        if self.renderer.vision is not None and isinstance(kwargs, dict) and kwargs.get(
+                "add_vision_id"):
+            # It numbers images across the conversation: a new turn's text would restart
+            # at "Picture 1", so no turn could extend the recorded prompt.
+            raise BadRequest("chat_template_kwargs: add_vision_id is not supported in "
+                             "token-in-token-out mode (it numbers images across turns)",
+                             param="chat_template_kwargs")
         forcing = checked_forcing(body)
         if body.get("tools") and (body.get("tool_choice") == "none" or (
                 forcing is not None and forcing.name is not None)):
@@ -174,7 +183,9 @@ def open_tito(*, backend: str, auth: dict[str, str], tokenizer_path: str | None,
         tokenizer = load_tokenizer(tokenizer_path)
         eos_ids = generation_eos_ids(tokenizer_path)
     template = read_template(chat_template) if chat_template else None
-    renderer = Renderer(tokenizer, template, today=today, eos_ids=eos_ids)
+    vision = vision_of(tokenizer, template or str(getattr(tokenizer, "chat_template", "")),
+                       tokenizer_path)
+    renderer = Renderer(tokenizer, template, today=today, eos_ids=eos_ids, vision=vision)
     check_template(renderer)
     dialect = DIALECTS[backend](auth)
     return TitoMode(renderer, dialect, tool_parser=tool_parser,

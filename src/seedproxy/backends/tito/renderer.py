@@ -36,6 +36,7 @@ from typing import Any
 from ...errors import BadRequest, ConfigError
 from ...template_input import RenderOptions, content_format, reserved_names
 from .harmony import CALL, harmony_of
+from .vision import Vision
 
 __all__ = ["PROBE_TOOLS", "PROBE_USER", "SENTINEL", "THINK", "THINK_END", "Renderer",
            "dated", "encoder_of"]
@@ -114,12 +115,16 @@ class Renderer:
     """Renders messages with one chat template and one tokenizer (thread-safe reads)."""
 
     def __init__(self, tokenizer: Any, template: str | None = None, *,
-                 today: datetime.date | None = None, eos_ids: Sequence[int] = ()) -> None:
+                 today: datetime.date | None = None, eos_ids: Sequence[int] = (),
+                 vision: Vision | None = None) -> None:
         """``eos_ids``: the model's own end ids (its ``generation_config``: Llama 3.1's
         ``<|eom_id|>`` and ``<|eot_id|>``), stop ids as SGLang makes them, next to the
         template's end-of-turn and the tokenizer's eos. A turn that ends in any of them
-        is closed: the next turn's text follows it, less the template's end-of-turn."""
+        is closed: the next turn's text follows it, less the template's end-of-turn.
+        ``vision``: the model takes images (``vision.py``), the template writing one
+        placeholder per image part."""
         self.tokenizer = tokenizer
+        self.vision = vision
         self.template = template if template is not None else tokenizer.chat_template
         if not isinstance(self.template, str) or not self.template:
             raise ConfigError("the tokenizer has no chat template: pass --chat-template FILE")

@@ -11,6 +11,8 @@ user] (or tool) is that, up to one of these named rules:
   block (GLM-4.5) may precede the reply there (later renders strip reasoning);
 - *harmony* (gpt-oss): the full render writes the channel header the model samples
   itself, and a call as one assistant message ending with ``<|call|>``;
+- *images* (a vision model): the same holds with image parts, and each image is exactly
+  one placeholder id in every render;
 - *latest user message* (Mistral Nemo, Small 3.1): the template writes the tools block
   (a run that opens and closes with special tokens) or the system message only at the
   latest user message; the suffix of each new user message writes it again there, so
@@ -64,6 +66,32 @@ def check(renderer: Renderer) -> None:
                 _compare(renderer, prompt, whole, after, follow["role"], system)
     if renderer.harmony is not None:
         _check_call(renderer)
+    if renderer.vision is not None:
+        _check_images(renderer)
+
+
+def _check_images(renderer: Renderer) -> None:
+    """A vision model's template: the full render of [user with an image, assistant,
+    user with two images] is the prompt + reply + the suffix, and holds exactly one
+    placeholder id per image (SGLang expands exactly one per image, else re-tokenises)."""
+    assert renderer.vision is not None
+    image = {"type": "image"}
+    first = [{"role": "user", "content": [image, {"type": "text", "text": "ping"}]}]
+    follow = {"role": "user", "content": [{"type": "text", "text": "again"}, image, image]}
+    reply = {"role": "assistant", "content": SENTINEL}
+    try:
+        prompt = renderer.full_text(first, None)
+        whole = renderer.full_text([*first, reply, follow], None)
+        after = renderer.text_after([follow], None, _DEFAULT)
+    except BadRequest as exc:
+        raise ConfigError(f"the chat template cannot render images: {exc.message}") from None
+    counts = [len(renderer.vision.positions(renderer.encode(text)))
+              for text in (prompt, whole, after)]
+    if counts != [1, 3, 2]:
+        raise ConfigError(
+            f"the chat template does not write one {renderer.vision.image_token!r} per "
+            f"image: {counts[0]} for one image, {counts[1]} for three")
+    _compare(renderer, prompt, whole, after, "user", None)
 
 
 def _check_call(renderer: Renderer) -> None:

@@ -15,18 +15,21 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...backends import Captured
 from ...backends.answer_shape import check_error
+from ...backends.media import CheckedImage
 from ...backends.tito import AssistantStream, Prompt, TitoMode, tito_record
 from ...backends.tito.dialect import Reader as SampleReader
 from ...backends.tito.dialect import Sample
 from ...backends.tito.lineage import FullRender, reply_key
 from ...backends.tito.sampling import Sampling
+from ...backends.tito.vision import image_records
 from ...backends.upstream import UpstreamReply
+from ...errors import BadRequest
 from ...sessions import ChoiceRecord, NewSession, SessionManager, SessionRecord
 from ...sessions.codec import Signed
 from ...sessions.cursor import SessionView
@@ -46,6 +49,10 @@ class TitoTurn:
     chat: dict[str, Any]
     prompt: Prompt
     sampling: Sampling
+    images: Sequence[CheckedImage] = ()
+    """The prompt's images in order, one placeholder each (``prompt.image_positions``)."""
+    image_records: list[dict[str, Any]] | None = None
+    """What the record keeps of them (``vision.image_records``); None without images."""
 
 
 OFFLOAD_CHARS = 16_384
@@ -55,13 +62,18 @@ OFFLOAD_CHARS = 16_384
 async def prepare(mode: TitoMode, sessions: SessionManager, chat: dict[str, Any],
                   session: SessionRecord | NewSession | None, *,
                   offload_chars: int = OFFLOAD_CHARS, view: SessionView | None = None,
-                  signed: Signed | None = None) -> TitoTurn:
+                  signed: Signed | None = None,
+                  images: Sequence[CheckedImage] = ()) -> TitoTurn:
     """Render the prompt (a 4xx here uses no index). The session's turns come from
     this process's view of it, brought up to date in one store operation; a turn
     extending one renders only what it adds, and a large full render (a brought
     history, a fork) runs on a worker thread, so other sessions are not held up.
     ``view``: the session's, up to date already; ``signed``: ``chat``'s messages as
-    signed when its body was read (both reused)."""
+    signed when its body was read (both reused); ``images``: ``chat``'s, checked, in
+    order (each must be one placeholder of the prompt)."""
+    if images and not mode.dialect.takes_images:
+        raise BadRequest("this upstream's token prompts carry no images (token-in-token-out "
+                         "takes images with --backend sglang)", param="messages")
     sampling = mode.sampling(chat)  # checked now: a bad field is a 400 before the slot
     if not isinstance(session, SessionRecord):  # a new session has no history yet
         plan = mode.plan(chat, [])
@@ -71,7 +83,14 @@ async def prepare(mode: TitoMode, sessions: SessionManager, chat: dict[str, Any]
         plan = mode.plan(chat, view.turns(), known=view.known_keys(chat, signed))
     if isinstance(plan, FullRender):  # a whole history: a large one off the event loop
         plan = await asyncio.to_thread(plan.run) if plan.size >= offload_chars else plan.run()
-    return TitoTurn(chat, plan, sampling)
+    if len(plan.image_positions) != len(images):
+        raise BadRequest(f"the prompt holds {len(plan.image_positions)} image placeholders "
+                         f"for {len(images)} images", param="messages")
+    records = None
+    if images:
+        assert mode.renderer.vision is not None  # images of a text model are refused above
+        records = image_records(mode.renderer.vision, images, plan.image_positions)
+    return TitoTurn(chat, plan, sampling, images, records)
 
 
 @dataclass(slots=True)
@@ -130,8 +149,9 @@ class TitoReader:
         # carries the client's own seed, or none.
         seeds: list[int | None] = list(ex.seeds) if len(ex.seeds) == n else (
             [ex.seeds[0] if ex.seeds else None] * n)
+        images = [image.data_url for image in self.turn.images]
         requests = [mode.dialect.request(self.turn.prompt.ids, sampling, seed, ex.client.stream,
-                                         self.model) for seed in seeds]
+                                         self.model, images) for seed in seeds]
         self.replies = await ex.send_all(requests)
         self.choices = [_Choice(j, mode.assistant(self.turn.prompt, self.turn.chat,
                                                         self.turn.sampling),
@@ -184,7 +204,7 @@ class TitoReader:
         replies = [(reply_key(prompt, c.message(self.cid)), c.assistant.reply.reasoning)
                    for c in self.choices]
         return Captured(self.turn.prompt.ids.ids, records,
-                        lineage=tito_record(self.turn.prompt, replies))
+                        lineage=tito_record(self.turn.prompt, replies, self.turn.image_records))
 
     def recorded(self, shown: Any) -> Any:
         return self._answer() if self.chat_client else shown

@@ -6,7 +6,9 @@ Other session data comes from the admin routes (``GET /sessions``,
 the key the user typed, as a bearer header.
 
 Every ``/ui`` response carries a strict Content-Security-Policy: scripts, styles and
-fetches from this origin only, no inline script, no framing.
+fetches from this origin only, no inline script, no framing; images from this origin
+or ``data:`` URLs only (a turn's recorded screenshots), so the page loads no image a
+client named by URL.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ __all__ = ["CSP", "ui_router"]
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
-    "img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
 _SECURITY = {
     "content-security-policy": CSP,

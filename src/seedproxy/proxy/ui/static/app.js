@@ -287,7 +287,29 @@ function messagesOf(request) {
 
 function renderContent(content) {
   if (content === null || content === undefined) return "";
-  return typeof content === "string" ? content : JSON.stringify(content, null, 1);
+  if (typeof content === "string") return content;
+  if (!Array.isArray(content) || !content.some((p) => imageSource(p) !== null)) return JSON.stringify(content, null, 1);
+  // Parts with images: text as text, each image a thumbnail (data: URLs only), the rest as JSON.
+  return content.map((p) => {
+    const src = imageSource(p);
+    if (src !== null) return el("img", { className: "thumb", src, alt: "image", title: "image" });
+    if (p && typeof p === "object" && typeof p.text === "string") return p.text;
+    return JSON.stringify(p);
+  });
+}
+
+function imageSource(part) {
+  // A recorded image as a data: URL (chat image_url, Responses input_image, Anthropic's
+  // base64 source), or null: a URL to elsewhere is never loaded.
+  if (!part || typeof part !== "object") return null;
+  let url = null;
+  if (part.type === "image_url") url = typeof part.image_url === "string" ? part.image_url : part.image_url && part.image_url.url;
+  else if (part.type === "input_image") url = part.image_url;
+  else if (part.type === "image" && part.source && part.source.type === "base64"
+    && typeof part.source.data === "string" && /^image\/[a-z+.-]+$/.test(String(part.source.media_type))) {
+    url = "data:" + part.source.media_type + ";base64," + part.source.data;
+  }
+  return typeof url === "string" && /^data:image\/[a-z+.-]+;base64,/.test(url) ? url : null;
 }
 
 function messageBlocks(blocks) {

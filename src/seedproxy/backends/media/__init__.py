@@ -1,0 +1,13 @@
+"""Images in client requests: located per protocol, checked against the operator's
+policy (no URL an upstream would fetch, bounded bytes, pixels and count), decoded off
+the event loop."""
+
+from __future__ import annotations
+
+from .decode import CheckedImage, decode_image
+from .gate import ImageGate
+from .locate import MediaRef, from_url, located
+from .policy import IMAGE_TYPES, ImagePolicy, check_url
+
+__all__ = ["IMAGE_TYPES", "CheckedImage", "ImageGate", "ImagePolicy", "MediaRef",
+           "check_url", "decode_image", "from_url", "located"]
