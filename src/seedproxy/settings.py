@@ -41,6 +41,7 @@ NOT_SETTINGS = frozenset({
     "cache_dir",        # the engine's cache of converted models
     "engine_threads",   # the engine's torch threads
     "claude_code_dir",  # the test suite's Claude Code install
+    "codex_dir",        # the test suite's Codex CLI install
     "harness_dir",      # the test suite's opencode and qwen-code install
     "ui_screenshots",   # the test suite's screenshot folder
 })

@@ -15,6 +15,7 @@ import pytest
 pytest.importorskip("transformers")
 
 from tests.conftest import Fake  # noqa: E402
+from tests.helpers.images import png_url  # noqa: E402
 from tests.tito.test_contract import EOT, TEMPLATE, TOKENIZER, generated, tito  # noqa: E402
 
 HI = [{"role": "user", "content": "hi"}]
@@ -133,7 +134,7 @@ def test_text_parts_reach_the_qwen_template_too(
 
 
 @pytest.mark.parametrize("part", [
-    {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+    {"type": "image_url", "image_url": {"url": png_url()}},  # a real image: past the gate
     {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}},
 ])
 def test_a_media_part_is_a_400_that_says_so(

@@ -21,6 +21,6 @@ def open_tracer(enabled: bool) -> Tracer:
         if not (exc.name or "").startswith("opentelemetry"):
             raise
         raise ConfigError(
-            "--otel needs OpenTelemetry: pip install 'seedproxy[otel]' "
+            "--otel needs OpenTelemetry: pip install -e '.[otel]' "
             f"({exc.name} is missing)") from None
     return otel_tracer()

@@ -80,6 +80,7 @@ class RedisStore(RedisLeases, RedisReads):
 
     def __init__(self, url: str, *, retry_memory: int = RETRY_MEMORY) -> None:
         try:
+            import redis.asyncio  # noqa: F401  (open_client's, imported here for the hint)
             from redis.asyncio.retry import Retry
             from redis.backoff import NoBackoff
             from redis.exceptions import ConnectionError as RedisConnectionError
