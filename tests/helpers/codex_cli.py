@@ -10,14 +10,12 @@ the Responses wire API, in a throwaway ``CODEX_HOME``.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
+from tests.helpers.npm_harness import npm_binary
 
 __all__ = ["codex_binary", "model_catalog", "run_codex"]
 
@@ -33,24 +31,7 @@ def _cache_dir() -> Path:
 def codex_binary() -> Path:
     """The ``codex`` executable, installed into the cache folder on first use, under a
     lock on the folder (parallel test workers install it once)."""
-    folder = _cache_dir()
-    binary = folder / "node_modules" / ".bin" / "codex"
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".install.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if binary.exists():
-            return binary
-        if shutil.which("npm") is None or shutil.which("node") is None:
-            if os.environ.get("CI") == "true":
-                pytest.fail("Codex CLI tests need node and npm under CI")
-            pytest.skip("node and npm are not installed")
-        done = subprocess.run(
-            ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(folder), PACKAGE],
-            capture_output=True, text=True, timeout=600,
-        )
-        if done.returncode != 0 or not binary.exists():
-            pytest.fail(f"npm install {PACKAGE} failed: {done.stderr[-2000:]}")
-        return binary
+    return npm_binary(_cache_dir(), "codex", [PACKAGE])
 
 
 def model_catalog(path: Path, slug: str) -> Path:
