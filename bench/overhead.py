@@ -1,5 +1,7 @@
-"""Overhead benchmark: the same load against a fast fake upstream directly, through
-seedproxy (sessions, deterministic seeds and capture on) and through LiteLLM proxy.
+"""Overhead benchmark: the same load against a fast fake upstream directly, through a
+bare pass-through proxy (``bench/passthrough.py``: the same uvicorn stack and HTTP client as
+seedproxy, nothing else: the floor a Python proxy cannot go below), through seedproxy
+(sessions, deterministic seeds and capture on) and through LiteLLM proxy.
 
     python bench/overhead.py [--quick] [--out bench/results/overhead.json]
 
@@ -190,6 +192,18 @@ def _check_seedproxy(target: Target) -> None:
     first = trajectory["interactions"][0]
     if not first.get("completion_token_ids"):
         raise RuntimeError("seedproxy recorded no token ids: capture is off")
+
+
+def start_floor(upstream: Target, workdir: Path, client: str, cpu: int | None) -> Target:
+    """The bare pass-through proxy with ``client``, started like the others."""
+    port = free_port()
+    cmd = [sys.executable, str(BENCH / "passthrough.py"), "--client", client,
+           "--port", str(port), "--upstream", f"http://127.0.0.1:{upstream.port}/v1/chat/completions"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
+                            stderr=open(workdir / "passthrough.log", "wb"),
+                            preexec_fn=_affinity(cpu))
+    wait_http(f"http://127.0.0.1:{port}/", proc, 30)
+    return Target("passthrough", port, proc)
 
 
 def ensure_litellm() -> Path | None:
@@ -431,6 +445,12 @@ def summarise(targets: list[Target], client_cost: dict[str, float]) -> dict[str,
             row["cpu_us_per_request"] = statistics.median(target.cpu_per_req_us)
         row["rounds"] = {k: v for k, v in target.results.items()}
         summary["targets"][target.name] = row
+    if "passthrough" in summary["targets"]:
+        sp, floor = summary["targets"]["seedproxy"], summary["targets"]["passthrough"]
+        summary["seedproxy_over_floor"] = {
+            "added_p50_ms": sp["added_p50_ms"] - floor["added_p50_ms"],
+            "cpu_per_request_x": sp["cpu_us_per_request"] / floor["cpu_us_per_request"],
+        }
     if "litellm" in summary["targets"]:
         sp, ll = summary["targets"]["seedproxy"], summary["targets"]["litellm"]
         summary["seedproxy_vs_litellm"] = {
@@ -467,6 +487,12 @@ def table(summary: dict[str, Any]) -> str:
             value = summary["targets"][name].get(key)
             cells.append("" if value is None else _fmt(key, value))
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    if "seedproxy_over_floor" in summary:
+        floor = summary["seedproxy_over_floor"]
+        lines.append("")
+        lines.append(f"seedproxy over the bare pass-through floor: "
+                     f"+{floor['added_p50_ms']:.3f} ms p50, "
+                     f"{floor['cpu_per_request_x']:.2f}x its CPU per request")
     if "seedproxy_vs_litellm" in summary:
         lines.append("")
         lines.append("| seedproxy vs LiteLLM | ratio |")
@@ -506,6 +532,10 @@ def main() -> int:
     parser.add_argument("--out", default=str(BENCH / "results" / "overhead.json"))
     parser.add_argument("--no-litellm", action="store_true", help="skip LiteLLM")
     parser.add_argument(
+        "--floor-client", default="pyreqwest",
+        help="the bare pass-through proxy's HTTP client (bench/passthrough.py); 'none' skips it",
+    )
+    parser.add_argument(
         "--pin", action="store_true", help="pin the upstream to core 1 and proxies to core 0"
     )
     parser.add_argument(
@@ -524,6 +554,8 @@ def main() -> int:
     with processes(targets):
         up_cpu, proxy_cpu = (1, 0) if args.pin else (None, None)
         targets.append(start_upstream(workdir, up_cpu))
+        if args.floor_client != "none":
+            targets.append(start_floor(targets[0], workdir, args.floor_client, proxy_cpu))
         targets.append(
             start_seedproxy(targets[0], workdir, shlex.split(args.seedproxy_args), proxy_cpu)
         )
