@@ -95,6 +95,9 @@ def test_every_branch_and_its_links_are_shown_and_cards_mark_branch_compaction_r
     # A resumed session answers from the record: its cards say so.
     httpx.post(f"{base}/sessions", json={"resume": "tree"}, timeout=30).raise_for_status()
     compacting(base, "tree-1")
+    # A fresh page: a change of the hash alone leaves the first session's four cards in
+    # place until the new ones render, and the wait below could count those.
+    driver.get("about:blank")
     driver.get(f"{base}/ui#/session/tree-1")
     wait(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, "section.interaction")) == 4)
     replayed = shown(driver, "return [...document.querySelectorAll('section.interaction')]"
