@@ -26,8 +26,7 @@ from .access import Access
 from .listing import MAX_PAGE, SEQ_MAX, session_page
 from .schemas import AckRequest, CreateSessions, ExportRequest, RewardRequest
 
-__all__ = ["VISIBILITY_DEFAULT_S", "VISIBILITY_MAX_S", "WAIT_DEFAULT_S", "WAIT_MAX_S",
-           "admin_router"]
+__all__ = ["admin_router"]
 
 WAIT_DEFAULT_S = 60.0
 """How long ``?wait=true`` waits for a session to end unless ``timeout_s`` says."""
@@ -45,6 +44,7 @@ class _Admin:
     itself)."""
 
     sessions: SessionManager
+    store: SessionStore
     access: Access
     deterministic: bool
     max_body_bytes: int
@@ -52,10 +52,6 @@ class _Admin:
     abandon_after_s: float | None
     clock: Callable[[], float]
     exporting: asyncio.Lock
-
-    @property
-    def store(self) -> SessionStore:
-        return self.sessions.store
 
 
 def admin_router(
@@ -72,7 +68,7 @@ def admin_router(
     ended as abandoned (``sessions/selection.py``). ``clock``: wall-clock seconds, for
     leases and idleness (a test seam)."""
     router = APIRouter()
-    admin = _Admin(sessions, access, deterministic, max_body_bytes, inflight,
+    admin = _Admin(sessions, sessions.store, access, deterministic, max_body_bytes, inflight,
                    abandon_after_s, clock, asyncio.Lock())
     _session_routes(router, admin)
     _session_change_routes(router, admin)
@@ -96,31 +92,29 @@ def _session_routes(router: APIRouter, admin: _Admin) -> None:
             seed=body.seed, session_id=body.session_id,
         )
         group = await admin.sessions.create_group(
-            identity=replay.identity,
-            session_id=body.session_id,
-            group_size=body.group_size,
-            metadata=body.metadata,
-            seed=replay.seed,
-            index_by=replay.index_by,
-            replays=replay.replays,
-        )
+            identity=replay.identity, session_id=body.session_id, group_size=body.group_size,
+            metadata=body.metadata, seed=replay.seed, index_by=replay.index_by,
+            replays=replay.replays)
         root = str(request.base_url).rstrip("/")
-        members = [
-            {
-                "session_id": r.session_id,
-                "identity": r.identity,
-                "api_key": r.api_key,
-                "base_url": f"{root}/sessions/{encode_id(r.session_id)}/v1",
-            }
-            for r in group.sessions
-        ]
+        members = [{"session_id": r.session_id, "identity": r.identity, "api_key": r.api_key,
+                    "base_url": f"{root}/sessions/{encode_id(r.session_id)}/v1"}
+                   for r in group.sessions]
         return JSONResponse({"group_id": group.group_id, "sessions": members}, status_code=201)
 
     @router.get("/sessions/{session_id}")
     async def get_session(session_id: str, request: Request) -> dict[str, Any]:
         check_id(session_id, param="session_id")
         record = await access.require_session_reader(request, session_id)
-        return _described(record, len(await store.interactions(session_id)))
+        interactions = await store.interactions(session_id)
+        return {
+            "session_id": record.session_id, "identity": record.identity,
+            "group_id": record.group_id, "next_index": record.next_index,
+            "index_by": record.index_by, "interactions": len(interactions),
+            "ended": record.ended, "end_status": record.end_status,
+            "exported": record.exported, "reward": record.reward,
+            "metadata": record.metadata, "replays": record.replays,
+            "store_epoch": record.store_epoch,
+        }
 
     @router.get("/sessions")
     async def list_sessions(
@@ -140,25 +134,6 @@ def _session_routes(router: APIRouter, admin: _Admin) -> None:
             store, group_id=group_id, identity=identity, offset=offset, limit=limit,
             cursor=cursor, since=since,
         )
-
-
-def _described(record: SessionRecord, interactions: int) -> dict[str, Any]:
-    """``GET /sessions/{id}``'s answer."""
-    return {
-        "session_id": record.session_id,
-        "identity": record.identity,
-        "group_id": record.group_id,
-        "next_index": record.next_index,
-        "index_by": record.index_by,
-        "interactions": interactions,
-        "ended": record.ended,
-        "end_status": record.end_status,
-        "exported": record.exported,
-        "reward": record.reward,
-        "metadata": record.metadata,
-        "replays": record.replays,
-        "store_epoch": record.store_epoch,
-    }
 
 
 def _session_change_routes(router: APIRouter, admin: _Admin) -> None:
@@ -281,20 +256,11 @@ def _export_routes(router: APIRouter, admin: _Admin) -> None:
             built[:] = [orjson.dumps(trajectories)]
 
         leased = await lease_batch(
-            store,
-            session_ids=body.session_ids,
-            group_id=body.group_id,
-            count=body.count,
-            timeout_s=body.timeout_s,
-            deterministic=admin.deterministic,
-            lock=admin.exporting,
-            visibility_timeout_s=body.visibility_timeout_s,
-            remove=body.remove,
-            abandon_after_s=admin.abandon_after_s,
-            skip_abandoned=body.skip_abandoned,
-            clock=clock,
-            prepare=build,
-        )
+            store, session_ids=body.session_ids, group_id=body.group_id, count=body.count,
+            timeout_s=body.timeout_s, deterministic=admin.deterministic, lock=admin.exporting,
+            visibility_timeout_s=body.visibility_timeout_s, remove=body.remove,
+            abandon_after_s=admin.abandon_after_s, skip_abandoned=body.skip_abandoned,
+            clock=clock, prepare=build)
         # Only ended sessions are exported: say how many are still open (O(1) count)
         # and which ones this batch waits on.
         status = {"batch_id": leased.batch_id, "open_sessions": await store.count_open(),

@@ -101,14 +101,10 @@ def create_app(
     store = store if store is not None else open_store(settings.store)
     hop = new_hop()  # this proxy's mark on what it sends upstream (``backends.loop``)
     client = client or upstream_client(
-        read_timeout_s=settings.read_timeout_s,
-        connect_timeout_s=settings.connect_timeout_s,
-        max_body_bytes=settings.max_upstream_body_bytes,
-        api_key=settings.upstream_api_key,
+        read_timeout_s=settings.read_timeout_s, connect_timeout_s=settings.connect_timeout_s,
+        max_body_bytes=settings.max_upstream_body_bytes, api_key=settings.upstream_api_key,
         max_connections=settings.max_upstream_connections,
-        pool_timeout_s=settings.pool_timeout_s,
-        hop=hop,
-    )
+        pool_timeout_s=settings.pool_timeout_s, hop=hop)
     parts = _assemble(settings, urls, store, client, backend, tito, parse_hold)
     owned = [close for close, own in ((client.aclose, own_client), (store.close, own_store))
              if own]
@@ -146,11 +142,9 @@ def _assemble(settings: Settings, urls: list[str], store: SessionStore,
         api_key=settings.upstream_api_key, routed_experts=settings.capture_routed_experts
     )
     sessions = SessionManager(
-        store,
-        max_open_sessions=settings.max_open_sessions,
+        store, max_open_sessions=settings.max_open_sessions,
         default_seed=settings.seed if settings.deterministic else None,
-        default_index_by=settings.index_by,
-    )
+        default_index_by=settings.index_by)
     gate = PauseGate(settings.pause_timeout_s)
     pool = UpstreamPool(urls, client, max_failover=settings.max_failover, gate=gate)
     fleet = FleetControl(
@@ -222,17 +216,10 @@ def _include_routes(app: FastAPI, parts: _Parts, prompt_counter: PromptCounter |
     app.include_router(openai_router(parts.admission, access, pool))
     app.include_router(messages_router(Admission(services, messages=True), access,
                                        prompt_counter))
-    app.include_router(
-        admin_router(
-            services.sessions,
-            access,
-            deterministic=settings.deterministic,
-            max_body_bytes=max_body_bytes,
-            inflight=services.inflight,
-            abandon_after_s=settings.abandon_after_s,
-            clock=clock,
-        )
-    )
+    app.include_router(admin_router(
+        services.sessions, access, deterministic=settings.deterministic,
+        max_body_bytes=max_body_bytes, inflight=services.inflight,
+        abandon_after_s=settings.abandon_after_s, clock=clock))
     app.include_router(readiness_router(pool, store))
     app.include_router(server_router(pool, fleet, access, max_body_bytes=max_body_bytes))
     app.include_router(fleet_router(
