@@ -8,7 +8,6 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -173,7 +172,7 @@ def _assemble(settings: Settings, urls: list[str], store: SessionStore,
 
 
 def _lifespan(parts: _Parts, owned: Sequence[Callable[[], Awaitable[None]]],
-              ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+              ) -> Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]:
     """Start the fleet and the background tasks; on shutdown stop them, then close the
     parser, the tracer, what the app opened itself (``owned``, in order) and the logs."""
     services, fleet = parts.services, parts.fleet
