@@ -16,8 +16,8 @@ import pytest
 from pydantic.fields import FieldInfo
 
 from seedproxy.commands.cli import build_parser
-from seedproxy.commands.options import LEGACY_NAMES, flag_values
-from seedproxy.settings import Settings, load_settings
+from seedproxy.commands.options import flag_values
+from seedproxy.settings import ALIASES, Settings, load_settings
 
 SPECIAL = {
     "upstream": ["http://127.0.0.1:9", "http://127.0.0.1:10"],
@@ -147,7 +147,7 @@ def test_a_field_is_set_by_its_toml_key(name: str, tmp_path: Path) -> None:
     assert getattr(from_argv(["--config", str(config)]), name) == value
 
 
-@pytest.mark.parametrize(("old", "name"), sorted(LEGACY_NAMES.items()))
+@pytest.mark.parametrize(("old", "name"), sorted(ALIASES.items()))
 def test_the_readmes_older_spellings_still_set_the_field(
     old: str, name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -169,7 +169,7 @@ def test_every_flag_has_help_and_old_spellings_stay_out_of_it(
     for name in FIELDS:
         assert Settings.model_fields[name].description, f"{name} has no description"
         assert "--" + name.replace("_", "-") in text
-    for old in LEGACY_NAMES:
+    for old in ALIASES:
         flag = "--" + old.replace("_", "-")
         assert not re.search(rf"(?<![\w-]){flag}(?![\w-])", text), flag
 

@@ -11,7 +11,7 @@ import pytest
 
 from seedproxy.backends import Endpoint
 from seedproxy.pipeline.replaying import ReplayBook
-from seedproxy.pipeline.request import parse_body
+from seedproxy.pipeline.request import client_request, decode_body
 from seedproxy.sessions import Interaction, SessionRecord, SessionStore, open_store
 
 
@@ -40,7 +40,8 @@ async def test_a_request_that_came_before_its_predecessor_goes_live_and_so_do_la
     book = ReplayBook(store)
 
     async def lookup(index: int) -> bool:
-        client = parse_body(Endpoint.COMPLETIONS, body(str(index)))
+        raw = body(str(index))
+        client = client_request(Endpoint.COMPLETIONS, raw, decode_body(Endpoint.COMPLETIONS, raw))
         found = await book.lookup(resumed, index, f"i{index}", client, pinned=False,
                                   streamable=True)
         return found is not None

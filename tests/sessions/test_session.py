@@ -16,7 +16,9 @@ def test_indices_are_unique_and_gap_free_under_threads(workers: int, each: int) 
     session = _session()
     with ThreadPoolExecutor(workers) as pool:
         batches = list(
-            pool.map(lambda _: [session.next_request_index() for _ in range(each)], range(workers))
+            pool.map(lambda w: [
+                session.allocate(digest=bytes([w, i]), retry=False, pinned=None).index
+                for i in range(each)], range(workers))
         )
     taken = sorted(i for batch in batches for i in batch)
     assert taken == list(range(workers * each))

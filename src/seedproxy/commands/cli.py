@@ -35,7 +35,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"seedproxy {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    _add_server_commands(commands)
+    _add_client_commands(commands)
+    return parser
 
+
+def _add_server_commands(commands: argparse._SubParsersAction[_Parser]) -> None:
+    """The commands that run a server: the proxy, SGLang's, the engine."""
     serve = commands.add_parser(
         "serve", help="run the proxy (with the embedded engine if no --upstream)"
     )
@@ -73,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     engine.add_argument("--model")
     _add_engine_options(engine)
 
+
+def _add_client_commands(commands: argparse._SubParsersAction[_Parser]) -> None:
+    """The commands that ask a running server, or nothing at all (``seed``)."""
     doctor = commands.add_parser(
         "doctor", help="check that SGLang upstreams are set up for deterministic inference"
     )
@@ -113,7 +122,6 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--session", required=True)
     verify.add_argument("--admin-key")
     verify.add_argument("--tolerance", type=float, default=0.0)
-    return parser
 
 
 def _add_engine_options(parser: argparse.ArgumentParser) -> None:

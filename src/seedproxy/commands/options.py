@@ -17,10 +17,7 @@ from pydantic.fields import FieldInfo
 
 from ..settings import ALIASES, Settings
 
-__all__ = ["LEGACY_NAMES", "add_settings_flags", "flag_name", "flag_values"]
-
-LEGACY_NAMES = ALIASES
-"""Older spelling -> field name; each is a hidden flag, env name and TOML key."""
+__all__ = ["add_settings_flags", "flag_name", "flag_values"]
 
 
 def flag_name(field: str) -> str:

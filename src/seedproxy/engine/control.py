@@ -94,6 +94,15 @@ _FLUSHED = ("Cache flushed.\nPlease check backend logs for more details. (When t
 def control_routes(state: EngineState) -> APIRouter:
     """The control routes over ``state.worker``."""
     router = APIRouter()
+    _info_routes(router, state)
+    _flow_routes(router, state)
+    _cache_routes(router, state)
+    _weight_routes(router, state)
+    return router
+
+
+def _info_routes(router: APIRouter, state: EngineState) -> None:
+    """``/get_model_info`` and ``/get_server_info``."""
     model, worker = state.model, state.worker
     tokenizer_path = model.model_path  # a weight update changes the weights, not this
 
@@ -117,6 +126,11 @@ def control_routes(state: EngineState) -> APIRouter:
             "weight_version": worker.weight_version, "paused": worker.paused,
             "waiting": worker.waiting, "running": worker.running,
         })
+
+
+def _flow_routes(router: APIRouter, state: EngineState) -> None:
+    """Abort, pause and continue generation; relabel the weights."""
+    worker = state.worker
 
     @router.post("/abort_request")
     async def abort_request(request: Request) -> Response:
@@ -167,6 +181,11 @@ def control_routes(state: EngineState) -> APIRouter:
 
         return await guard(True, run)
 
+
+def _cache_routes(router: APIRouter, state: EngineState) -> None:
+    """``/flush_cache``, by GET or POST."""
+    worker = state.worker
+
     async def flush_cache() -> Response:
         """SGLang's ``/flush_cache``: 200 and its text once the prefix cache is empty, a
         400 (nothing flushed) while requests are running or waiting."""
@@ -178,6 +197,10 @@ def control_routes(state: EngineState) -> APIRouter:
         router.add_api_route("/flush_cache", flush_cache, methods=[method],
                              operation_id=f"flush_cache_{method.lower()}")
 
+
+def _weight_routes(router: APIRouter, state: EngineState) -> None:
+    """``/update_weights_from_disk``, one update at a time."""
+    model, worker = state.model, state.worker
     updating = asyncio.Lock()
 
     @router.post("/update_weights_from_disk")
@@ -206,5 +229,3 @@ def control_routes(state: EngineState) -> APIRouter:
                                   "num_paused_requests": held})
 
         return await guard(True, run)
-
-    return router

@@ -59,10 +59,6 @@ class SamplingParams:
     """``(field, source)``: ``field`` is ``regex``, ``json_schema`` or ``ebnf``."""
     stop_regex: tuple[str, ...] = ()
 
-    @property
-    def greedy(self) -> bool:
-        return self.temperature < GREEDY_EPS or self.top_k == 1
-
 
 def _num(d: dict[str, Any], key: str, default: float) -> float:
     v = d.get(key)

@@ -95,6 +95,13 @@ def create_engine_app(model: EngineModel, max_batch: int = DEFAULT_MAX_BATCH,
     if api_key is not None:
         app.add_middleware(KeyGuard, key=api_key)
     app.include_router(control_routes(state))
+    _tokenizer_routes(app, model)
+    _generation_routes(app, state)
+    return app
+
+
+def _tokenizer_routes(app: FastAPI, model: EngineModel) -> None:
+    """Health, the model card, and the tokenizer both ways."""
 
     @app.get("/health")
     @app.get("/health_generate")
@@ -154,6 +161,10 @@ def create_engine_app(model: EngineModel, max_batch: int = DEFAULT_MAX_BATCH,
                                   "max_model_len": model.context_length})
         return await guard(False, run)
 
+
+def _generation_routes(app: FastAPI, state: EngineState) -> None:
+    """``/generate`` (SGLang's native) and the OpenAI chat and text completions."""
+
     @app.post("/generate")
     async def generate(request: Request) -> Response:
         async def run() -> Response:
@@ -187,5 +198,3 @@ def create_engine_app(model: EngineModel, max_batch: int = DEFAULT_MAX_BATCH,
                 return _sse(completion_stream(state, job))
             return json_response(await _until_disconnect(request, completion_response(state, job)))
         return await guard(False, run)
-
-    return app

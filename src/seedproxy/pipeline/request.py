@@ -28,7 +28,6 @@ __all__ = [
     "decode_body",
     "decode_signed",
     "documented",
-    "parse_body",
     "read_body",
     "read_model",
     "request_digest",
@@ -87,11 +86,6 @@ async def read_model(request: Request, model: type[M], limit: int) -> M:
     except ValidationError as exc:
         errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
         raise RequestValidationError(errors) from None
-
-
-def parse_body(endpoint: Endpoint, raw: bytes) -> ClientRequest:
-    """Parse and check ``raw``; ``BadRequest`` names the first bad field."""
-    return client_request(endpoint, raw, decode_body(endpoint, raw))
 
 
 def decode_body(endpoint: Endpoint, raw: bytes) -> dict[str, Any]:

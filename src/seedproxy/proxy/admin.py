@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -17,7 +18,7 @@ from fastapi.responses import JSONResponse, Response
 from ..errors import BatchNotFound, Forbidden, SessionNotFound, WaitTimeout
 from ..pipeline.inflight import InFlight
 from ..pipeline.request import documented, read_model
-from ..sessions import SessionManager, SessionRecord
+from ..sessions import SessionManager, SessionRecord, SessionStore
 from ..sessions.export import Style, lease_batch, trajectory
 from ..sessions.ids import check_id, encode_id
 from ..sessions.resuming import replay_options
@@ -25,8 +26,7 @@ from .access import Access
 from .listing import MAX_PAGE, SEQ_MAX, session_page
 from .schemas import AckRequest, CreateSessions, ExportRequest, RewardRequest
 
-__all__ = ["VISIBILITY_DEFAULT_S", "VISIBILITY_MAX_S", "WAIT_DEFAULT_S", "WAIT_MAX_S",
-           "admin_router"]
+__all__ = ["admin_router"]
 
 WAIT_DEFAULT_S = 60.0
 """How long ``?wait=true`` waits for a session to end unless ``timeout_s`` says."""
@@ -35,6 +35,23 @@ WAIT_MAX_S = 3600.0
 VISIBILITY_DEFAULT_S = 300.0
 """How long an export's batch stays leased without an ack, unless it says."""
 VISIBILITY_MAX_S = 86400.0
+
+
+@dataclass(frozen=True)
+class _Admin:
+    """What the session routes share. ``exporting``: select + lease, one at a time per
+    app (the store's lease is atomic across apps: this only saves a replica racing
+    itself)."""
+
+    sessions: SessionManager
+    store: SessionStore
+    access: Access
+    deterministic: bool
+    max_body_bytes: int
+    inflight: InFlight
+    abandon_after_s: float | None
+    clock: Callable[[], float]
+    exporting: asyncio.Lock
 
 
 def admin_router(
@@ -51,39 +68,37 @@ def admin_router(
     ended as abandoned (``sessions/selection.py``). ``clock``: wall-clock seconds, for
     leases and idleness (a test seam)."""
     router = APIRouter()
-    store = sessions.store
-    exporting = asyncio.Lock()  # select + lease, one at a time per app (the store's
-    # lease is atomic across apps: this only saves a replica racing itself)
+    admin = _Admin(sessions, sessions.store, access, deterministic, max_body_bytes, inflight,
+                   abandon_after_s, clock, asyncio.Lock())
+    _session_routes(router, admin)
+    _session_change_routes(router, admin)
+    _trajectory_route(router, admin)
+    _export_routes(router, admin)
+    return router
+
+
+def _session_routes(router: APIRouter, admin: _Admin) -> None:
+    """Create, inspect and list sessions."""
+    access, store = admin.access, admin.store
 
     @router.post("/sessions", status_code=201, openapi_extra=documented(CreateSessions))
     async def create_sessions(request: Request) -> JSONResponse:
         await access.require_admin(request)
-        body = await read_model(request, CreateSessions, max_body_bytes)
+        body = await read_model(request, CreateSessions, admin.max_body_bytes)
         replay = await replay_options(
             store, resume=body.resume,
             fork=(body.fork.session, body.fork.at) if body.fork is not None else None,
             identity=body.identity, group_size=body.group_size, index_by=body.index_by,
             seed=body.seed, session_id=body.session_id,
         )
-        group = await sessions.create_group(
-            identity=replay.identity,
-            session_id=body.session_id,
-            group_size=body.group_size,
-            metadata=body.metadata,
-            seed=replay.seed,
-            index_by=replay.index_by,
-            replays=replay.replays,
-        )
+        group = await admin.sessions.create_group(
+            identity=replay.identity, session_id=body.session_id, group_size=body.group_size,
+            metadata=body.metadata, seed=replay.seed, index_by=replay.index_by,
+            replays=replay.replays)
         root = str(request.base_url).rstrip("/")
-        members = [
-            {
-                "session_id": r.session_id,
-                "identity": r.identity,
-                "api_key": r.api_key,
-                "base_url": f"{root}/sessions/{encode_id(r.session_id)}/v1",
-            }
-            for r in group.sessions
-        ]
+        members = [{"session_id": r.session_id, "identity": r.identity, "api_key": r.api_key,
+                    "base_url": f"{root}/sessions/{encode_id(r.session_id)}/v1"}
+                   for r in group.sessions]
         return JSONResponse({"group_id": group.group_id, "sessions": members}, status_code=201)
 
     @router.get("/sessions/{session_id}")
@@ -92,18 +107,12 @@ def admin_router(
         record = await access.require_session_reader(request, session_id)
         interactions = await store.interactions(session_id)
         return {
-            "session_id": record.session_id,
-            "identity": record.identity,
-            "group_id": record.group_id,
-            "next_index": record.next_index,
-            "index_by": record.index_by,
-            "interactions": len(interactions),
-            "ended": record.ended,
-            "end_status": record.end_status,
-            "exported": record.exported,
-            "reward": record.reward,
-            "metadata": record.metadata,
-            "replays": record.replays,
+            "session_id": record.session_id, "identity": record.identity,
+            "group_id": record.group_id, "next_index": record.next_index,
+            "index_by": record.index_by, "interactions": len(interactions),
+            "ended": record.ended, "end_status": record.end_status,
+            "exported": record.exported, "reward": record.reward,
+            "metadata": record.metadata, "replays": record.replays,
             "store_epoch": record.store_epoch,
         }
 
@@ -126,11 +135,16 @@ def admin_router(
             cursor=cursor, since=since,
         )
 
+
+def _session_change_routes(router: APIRouter, admin: _Admin) -> None:
+    """Reward, end and delete a session (the admin's acts)."""
+    access, sessions, store = admin.access, admin.sessions, admin.store
+
     @router.post("/sessions/{session_id}/reward", openapi_extra=documented(RewardRequest))
     async def set_reward(session_id: str, request: Request) -> dict[str, Any]:
         await access.require_admin(request)
         check_id(session_id, param="session_id")
-        body = await read_model(request, RewardRequest, max_body_bytes)
+        body = await read_model(request, RewardRequest, admin.max_body_bytes)
         await sessions.require(session_id)
         rewarded = await store.set_reward(session_id, body.reward, body.interaction_id)
         return {"session_id": session_id, "interaction_id": rewarded, "reward": body.reward}
@@ -142,6 +156,21 @@ def admin_router(
         await sessions.require(session_id)
         record = await store.end(session_id)
         return {"session_id": record.session_id, "ended": True}
+
+    @router.delete("/sessions/{session_id}")
+    async def delete_session(session_id: str, request: Request) -> Response:
+        await access.require_admin(request)
+        check_id(session_id, param="session_id")
+        # Its requests in flight stop first, on every replica (aborted on their servers);
+        # their answers then find no session to be recorded in, and say so to their clients.
+        await admin.inflight.delete_session(session_id)
+        if not await store.delete(session_id):
+            raise SessionNotFound(f"session {session_id!r} not found")
+        return Response(status_code=204)
+
+
+def _trajectory_route(router: APIRouter, admin: _Admin) -> None:
+    """One session's trajectory, read as it stands or leased once it ends."""
 
     @router.get("/sessions/{session_id}/trajectory")
     async def get_trajectory(
@@ -158,48 +187,61 @@ def admin_router(
         batch of one (``batch_id``): acknowledged, it is out of later batch exports.
         Past the timeout it is a 504 and nothing is taken."""
         check_id(session_id, param="session_id")
-        record = await access.require_session_reader(request, session_id)
+        record = await admin.access.require_session_reader(request, session_id)
         if not wait:
-            return Response(orjson.dumps(await trajectory(store, record, style)),
+            return Response(orjson.dumps(await trajectory(admin.store, record, style)),
                             media_type="application/json")
-        if not access.may_export(request):
+        if not admin.access.may_export(request):
             raise Forbidden("wait=true takes the trajectory out of batch export: "
                             "that needs the admin key", param="wait")
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        built: list[dict[str, Any]] = []
+        leased = await _lease_when_ended(admin, session_id, timeout_s, style,
+                                         visibility_timeout_s)
+        return Response(orjson.dumps(leased), media_type="application/json")
 
-        async def build(chosen: list[SessionRecord]) -> None:
-            # The whole answer, serialisable, before anything is leased.
-            built[:] = [await trajectory(store, r, style) for r in chosen]
-            orjson.dumps(built)
 
-        async with store.watch() as watch:  # woken by the store: its end, a release
-            while True:
-                record = await sessions.require(session_id)
-                held = await store.held_until([session_id], clock())
-                if record.ended and not held:
-                    leased = await lease_batch(
-                        store, session_ids=[session_id], lock=exporting,
-                        visibility_timeout_s=visibility_timeout_s, prepare=build, clock=clock)
-                    if leased.sessions:
-                        break  # else another export leased it meanwhile: wait on
-                    continue
-                left = deadline - loop.time()
-                if left <= 0:
-                    raise WaitTimeout(
-                        f"session {session_id!r} did not end within {timeout_s} s")
-                ends = [until - clock() for until in held.values()]
-                await watch.wait(min([left, *ends]))
-        return Response(orjson.dumps({**built[0], "batch_id": leased.batch_id}),
-                        media_type="application/json")
+async def _lease_when_ended(admin: _Admin, session_id: str, timeout_s: float, style: Style,
+                            visibility_timeout_s: float) -> dict[str, Any]:
+    """Wait (woken by the store: its end, a release) until the session has ended and no
+    other export holds it, then lease it as a batch of one: its trajectory with
+    ``batch_id``. Past ``timeout_s``, ``WaitTimeout`` and nothing is taken."""
+    store, clock = admin.store, admin.clock
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    built: list[dict[str, Any]] = []
+
+    async def build(chosen: list[SessionRecord]) -> None:
+        # The whole answer, serialisable, before anything is leased.
+        built[:] = [await trajectory(store, r, style) for r in chosen]
+        orjson.dumps(built)
+
+    async with store.watch() as watch:
+        while True:
+            record = await admin.sessions.require(session_id)
+            held = await store.held_until([session_id], clock())
+            if record.ended and not held:
+                leased = await lease_batch(
+                    store, session_ids=[session_id], lock=admin.exporting,
+                    visibility_timeout_s=visibility_timeout_s, prepare=build, clock=clock)
+                if leased.sessions:
+                    return {**built[0], "batch_id": leased.batch_id}
+                continue  # another export leased it meanwhile: wait on
+            left = deadline - loop.time()
+            if left <= 0:
+                raise WaitTimeout(f"session {session_id!r} did not end within {timeout_s} s")
+            ends = [until - clock() for until in held.values()]
+            await watch.wait(min([left, *ends]))
+
+
+def _export_routes(router: APIRouter, admin: _Admin) -> None:
+    """Batch export and its acknowledgement."""
+    access, store, clock = admin.access, admin.store, admin.clock
 
     @router.post("/trajectories/export", openapi_extra=documented(ExportRequest))
     async def export(request: Request) -> Response:
         """Lease a batch (see ``sessions/export.py``): it is exported again after
         ``visibility_timeout_s`` unless ``POST /trajectories/ack`` names it first."""
         await access.require_admin(request)
-        body = await read_model(request, ExportRequest, max_body_bytes)
+        body = await read_model(request, ExportRequest, admin.max_body_bytes)
         built: list[bytes] = []
 
         async def build(chosen: list[SessionRecord]) -> None:
@@ -214,24 +256,15 @@ def admin_router(
             built[:] = [orjson.dumps(trajectories)]
 
         leased = await lease_batch(
-            store,
-            session_ids=body.session_ids,
-            group_id=body.group_id,
-            count=body.count,
-            timeout_s=body.timeout_s,
-            deterministic=deterministic,
-            lock=exporting,
-            visibility_timeout_s=body.visibility_timeout_s,
-            remove=body.remove,
-            abandon_after_s=abandon_after_s,
-            skip_abandoned=body.skip_abandoned,
-            clock=clock,
-            prepare=build,
-        )
+            store, session_ids=body.session_ids, group_id=body.group_id, count=body.count,
+            timeout_s=body.timeout_s, deterministic=admin.deterministic, lock=admin.exporting,
+            visibility_timeout_s=body.visibility_timeout_s, remove=body.remove,
+            abandon_after_s=admin.abandon_after_s, skip_abandoned=body.skip_abandoned,
+            clock=clock, prepare=build)
         # Only ended sessions are exported: say how many are still open (O(1) count)
         # and which ones this batch waits on.
         status = {"batch_id": leased.batch_id, "open_sessions": await store.count_open(),
-                  "waiting_on": _waiting_on(leased.waiting, clock(), abandon_after_s),
+                  "waiting_on": _waiting_on(leased.waiting, clock(), admin.abandon_after_s),
                   "skipped": [r.session_id for r in leased.skipped]}
         content = orjson.dumps(status)[:-1] + b',"trajectories":' + built[0] + b"}"
         return Response(content, media_type="application/json")
@@ -241,24 +274,11 @@ def admin_router(
         """The exporter has the batch: its sessions leave later exports (``remove``:
         they are deleted now). Idempotent, and still accepted after the lease ran out."""
         await access.require_admin(request)
-        body = await read_model(request, AckRequest, max_body_bytes)
+        body = await read_model(request, AckRequest, admin.max_body_bytes)
         if not await store.ack(body.batch_id, clock()):
             raise BatchNotFound(f"batch {body.batch_id!r} not found (or forgotten)",
                            param="batch_id")
         return {"batch_id": body.batch_id, "acknowledged": True}
-
-    @router.delete("/sessions/{session_id}")
-    async def delete_session(session_id: str, request: Request) -> Response:
-        await access.require_admin(request)
-        check_id(session_id, param="session_id")
-        # Its requests in flight stop first, on every replica (aborted on their servers);
-        # their answers then find no session to be recorded in, and say so to their clients.
-        await inflight.delete_session(session_id)
-        if not await store.delete(session_id):
-            raise SessionNotFound(f"session {session_id!r} not found")
-        return Response(status_code=204)
-
-    return router
 
 
 def _waiting_on(waiting: list[SessionRecord], now: float,

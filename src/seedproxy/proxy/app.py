@@ -7,7 +7,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -95,28 +96,54 @@ def create_app(
         tito = open_tito_mode(settings)
     if prompt_counter is None and tito is not None:
         prompt_counter = tito.count_prompt  # the tokenizer is at hand: count with it
-    own_store = store is None
+    own_store, own_client = store is None, client is None
     store = store if store is not None else open_store(settings.store)
-    own_client = client is None
     hop = new_hop()  # this proxy's mark on what it sends upstream (``backends.loop``)
     client = client or upstream_client(
-        read_timeout_s=settings.read_timeout_s,
-        connect_timeout_s=settings.connect_timeout_s,
-        max_body_bytes=settings.max_upstream_body_bytes,
-        api_key=settings.upstream_api_key,
+        read_timeout_s=settings.read_timeout_s, connect_timeout_s=settings.connect_timeout_s,
+        max_body_bytes=settings.max_upstream_body_bytes, api_key=settings.upstream_api_key,
         max_connections=settings.max_upstream_connections,
-        pool_timeout_s=settings.pool_timeout_s,
-        hop=hop,
-    )
+        pool_timeout_s=settings.pool_timeout_s, hop=hop)
+    parts = _assemble(settings, urls, store, client, backend, tito, parse_hold)
+    owned = [close for close, own in ((client.aclose, own_client), (store.close, own_store))
+             if own]
+    app = ProxyApp(title="seedproxy", version="0.1.0", lifespan=_lifespan(parts, owned))
+    app.hop = hop.encode()
+    app.hot = HotRoutes(admission=parts.admission, access=parts.access,
+                        on_error=on_seedproxy_error)
+    app.state.settings = settings
+    app.state.sessions = parts.services.sessions
+    app.state.pool = parts.services.pool
+    app.state.fleet = parts.fleet
+    app.state.metrics = parts.services.metrics
+    _include_routes(app, parts, prompt_counter, engine_url, clock)
+    _install_error_handlers(app)
+    return app
+
+
+@dataclass(frozen=True)
+class _Parts:
+    """What one app is made of, beyond what every exchange uses (``services``)."""
+
+    services: Services
+    admission: Admission
+    """The OpenAI routes' (hot and routed alike)."""
+    fleet: FleetControl
+    access: Access
+    client: httpx.AsyncClient
+
+
+def _assemble(settings: Settings, urls: list[str], store: SessionStore,
+              client: httpx.AsyncClient, backend: Backend | None, tito: TitoMode | None,
+              parse_hold: str | None) -> _Parts:
+    """The app's parts, built from ``settings`` around its store and upstream client."""
     backend = backend or BACKENDS[settings.backend](
         api_key=settings.upstream_api_key, routed_experts=settings.capture_routed_experts
     )
     sessions = SessionManager(
-        store,
-        max_open_sessions=settings.max_open_sessions,
+        store, max_open_sessions=settings.max_open_sessions,
         default_seed=settings.seed if settings.deterministic else None,
-        default_index_by=settings.index_by,
-    )
+        default_index_by=settings.index_by)
     gate = PauseGate(settings.pause_timeout_s)
     pool = UpstreamPool(urls, client, max_failover=settings.max_failover, gate=gate)
     fleet = FleetControl(
@@ -125,36 +152,44 @@ def create_app(
         board=open_board(store),
     )
     metrics = Metrics()
-    access = Access(sessions, settings.admin_key)
     parser = Parser(threshold=settings.offload_parse_bytes,
                     workers=settings.offload_parse_workers, queue=settings.offload_parse_queue,
                     timeout_s=settings.offload_parse_timeout_s,
                     offloaded=metrics.offloaded_parses.inc, hold=parse_hold)
     sender = ResumingSender(pool, gate, parser, max_event_bytes=settings.max_upstream_body_bytes,
                             rids=settings.backend == "sglang", refresh=fleet.refresh)
-    inflight = InFlight(pool, fleet.board)
-    tracer = open_tracer(settings.otel)
     services = Services(
         settings=settings, sessions=sessions, backend=backend, pool=pool, sender=sender,
-        metrics=metrics, inflight=inflight, replays=ReplayBook(sessions.store),
-        parser=parser, tito=tito, tracer=tracer, images=ImageGate(ImagePolicy(
+        metrics=metrics, inflight=InFlight(pool, fleet.board),
+        replays=ReplayBook(sessions.store), parser=parser, tito=tito,
+        tracer=open_tracer(settings.otel), images=ImageGate(ImagePolicy(
             max_bytes=settings.max_image_bytes, max_pixels=settings.max_image_pixels,
             max_images=settings.max_images,
             allowed_hosts=frozenset(host.lower() for host in settings.image_url_hosts))),
     )
-    openai = Admission(services)
+    return _Parts(services, Admission(services), fleet, Access(sessions, settings.admin_key),
+                  client)
+
+
+def _lifespan(parts: _Parts, owned: Sequence[Callable[[], Awaitable[None]]],
+              ) -> Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]:
+    """Start the fleet and the background tasks; on shutdown stop them, then close the
+    parser, the tracer, what the app opened itself (``owned``, in order) and the logs."""
+    services, fleet = parts.services, parts.fleet
+    settings, pool = services.settings, services.pool
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await fleet.start()
         tasks = [asyncio.create_task(warn_if_no_upstream(pool)),
-                 asyncio.create_task(fleet.follow(inflight.stop_soon))]
+                 asyncio.create_task(fleet.follow(services.inflight.stop_soon))]
         if fleet.sglang:
             await fleet.inspect()
             tasks.append(asyncio.create_task(fleet.inspect_forever(settings.health_interval_s)))
         tasks.append(asyncio.create_task(pool.probe_forever(settings.health_interval_s)))
         if settings.session_ttl_s is not None:
-            tasks.append(asyncio.create_task(Evictor(store, settings.session_ttl_s).run()))
+            evictor = Evictor(services.sessions.store, settings.session_ttl_s)
+            tasks.append(asyncio.create_task(evictor.run()))
         try:
             yield
         finally:
@@ -162,47 +197,37 @@ def create_app(
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-            await parser.close()
-            await asyncio.to_thread(tracer.close)  # exports the spans still queued
-            if own_client:
-                await client.aclose()
-            if own_store:
-                await store.close()
+            await services.parser.close()
+            await asyncio.to_thread(services.tracer.close)  # exports the spans still queued
+            for close in owned:
+                await close()
             flush_logs()
 
-    app = ProxyApp(title="seedproxy", version="0.1.0", lifespan=lifespan)
-    app.hop = hop.encode()
-    app.hot = HotRoutes(admission=openai, access=access, on_error=on_seedproxy_error)
-    app.state.settings = settings
-    app.state.sessions = sessions
-    app.state.pool = pool
-    app.state.fleet = fleet
-    app.state.metrics = metrics
-    app.include_router(openai_router(openai, access, pool))
+    return lifespan
+
+
+def _include_routes(app: FastAPI, parts: _Parts, prompt_counter: PromptCounter | None,
+                    engine_url: str | None, clock: Callable[[], float]) -> None:
+    """Every route group but the hot paths ``HotRoutes`` serves first."""
+    services, fleet, access = parts.services, parts.fleet, parts.access
+    settings, pool, store = services.settings, services.pool, services.sessions.store
+    max_body_bytes = settings.max_body_bytes
+    app.include_router(openai_router(parts.admission, access, pool))
     app.include_router(messages_router(Admission(services, messages=True), access,
                                        prompt_counter))
-    app.include_router(
-        admin_router(
-            sessions,
-            access,
-            deterministic=settings.deterministic,
-            max_body_bytes=settings.max_body_bytes,
-            inflight=inflight,
-            abandon_after_s=settings.abandon_after_s,
-            clock=clock,
-        )
-    )
+    app.include_router(admin_router(
+        services.sessions, access, deterministic=settings.deterministic,
+        max_body_bytes=max_body_bytes, inflight=services.inflight,
+        abandon_after_s=settings.abandon_after_s, clock=clock))
     app.include_router(readiness_router(pool, store))
-    app.include_router(server_router(pool, fleet, access,
-                                     max_body_bytes=settings.max_body_bytes))
+    app.include_router(server_router(pool, fleet, access, max_body_bytes=max_body_bytes))
     app.include_router(fleet_router(
-        fleet, Verifier(store, backend, pool, tito), access,
-        max_body_bytes=settings.max_body_bytes, engine_url=engine_url,
+        fleet, Verifier(store, services.backend, pool, services.tito), access,
+        max_body_bytes=max_body_bytes, engine_url=engine_url,
     ))
-    app.include_router(weight_router(fleet, access, max_body_bytes=settings.max_body_bytes))
+    app.include_router(weight_router(fleet, access, max_body_bytes=max_body_bytes))
     app.include_router(
-        ui_router(access, pool, TokenDecoder(client), store,
-                  max_body_bytes=settings.max_body_bytes)
+        ui_router(access, pool, TokenDecoder(parts.client), store, max_body_bytes=max_body_bytes)
     )
 
     @app.get("/healthz")
@@ -211,11 +236,9 @@ def create_app(
 
     @app.get("/metrics")
     async def metrics_route() -> Response:
-        metrics.open_sessions.set(await store.count_open())
-        return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
-
-    _install_error_handlers(app)
-    return app
+        services.metrics.open_sessions.set(await store.count_open())
+        return Response(services.metrics.render(),
+                        media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
 def open_tito_mode(settings: Settings, *, tokenizer: Any = None,

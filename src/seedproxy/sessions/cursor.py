@@ -314,6 +314,3 @@ class Cursors:
         view = self._views.get(record.session_id)
         created = (record.created_seq, record.created_at)
         return view if view is not None and view.created == created else None
-
-    def forget(self, session_id: str) -> None:
-        self._views.pop(session_id, None)

@@ -31,7 +31,7 @@ from .renderer import Renderer
 
 _TAIL = 8  # prompt ids enough to hold a generation prompt's ``<think>\n``
 
-__all__ = ["FullRender", "Prompt", "RecordedTurn", "build_prompt", "plan_prompt", "reply_key",
+__all__ = ["FullRender", "Prompt", "RecordedTurn", "plan_prompt", "reply_key",
            "tito_record"]
 
 
@@ -159,14 +159,6 @@ class FullRender:
         return Prompt(TokenIds(ids), _opens(text, self.options), self.context, self.recorded,
                       prefix=self.prefix, forked_from=self.forked_from, how=self.how,
                       image_positions=vision.positions(ids) if vision is not None else [])
-
-
-def build_prompt(renderer: Renderer, body: dict[str, Any], history: Sequence[RecordedTurn],
-                 options: RenderOptions | None = None, *, known: Sequence[str] = (),
-                 matchers: Collection[str] = MATCHERS) -> Prompt:
-    """The prompt for chat ``body`` given the session's earlier interactions."""
-    plan = plan_prompt(renderer, body, history, options, known=known, matchers=matchers)
-    return plan.run() if isinstance(plan, FullRender) else plan
 
 
 def plan_prompt(renderer: Renderer, body: dict[str, Any], history: Sequence[RecordedTurn],
