@@ -16,7 +16,8 @@ import re
 from typing import Any, ClassVar
 
 from ..sessions import ChoiceRecord
-from .base import Captured, Endpoint, StreamCapture, TrackedBackend, UpstreamRequest
+from .base import Captured, Endpoint, StreamCapture, UpstreamRequest
+from .kind import TrackedBackend
 from .shapes import chat_logprobs, completion_logprobs, ints, wants
 
 __all__ = ["OpenAIBackend"]

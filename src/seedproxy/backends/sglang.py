@@ -9,8 +9,10 @@ from typing import Any, ClassVar
 from ..sessions import ChoiceRecord
 from ..sessions.routing import RoutedExperts
 from ..sessions.token_ids import TokenIds
-from .base import Backend, Captured, Endpoint, UpstreamRequest
+from .base import Captured, Endpoint, UpstreamRequest
+from .kind import Backend
 from .shapes import chat_logprobs, completion_logprobs, floats, ints, wants
+from .tito.dialect import GenerateDialect
 
 __all__ = ["SGLangBackend"]
 
@@ -28,6 +30,9 @@ _SGLEXT_IDS = {"x-sglext-return-input-ids": "1", "x-sglext-return-output-ids": "
 class SGLangBackend(Backend):
     name: ClassVar[str] = "sglang"
     echoes_prompt: ClassVar[bool] = True
+    reports_server_info: ClassVar[bool] = True
+    names_requests: ClassVar[bool] = True
+    token_dialect = GenerateDialect
 
     def prepare(
         self, endpoint: Endpoint, body: dict[str, Any], seed: int | None, *, capture: bool

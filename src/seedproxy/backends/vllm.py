@@ -18,7 +18,8 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from ..sessions import ChoiceRecord
-from .base import Captured, Endpoint, StreamCapture, TrackedBackend, UpstreamRequest
+from .base import Captured, Endpoint, StreamCapture, UpstreamRequest
+from .kind import TrackedBackend
 from .shapes import chat_logprobs, completion_logprobs, ints, wants
 
 __all__ = ["VLLMBackend"]
