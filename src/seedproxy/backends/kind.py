@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 from .base import Captured, Endpoint, StreamCapture, UpstreamRequest
 from .tito.dialect import CompletionsDialect, Dialect
 
-__all__ = ["Backend", "TrackedBackend"]
+__all__ = ["Backend"]
 
 
 class Backend:
@@ -63,30 +63,6 @@ class Backend:
 
     def stream_capture(self, endpoint: Endpoint, client_body: dict[str, Any]) -> StreamCapture:
         return _PassThrough()
-
-
-class TrackedBackend(Backend):
-    """A kind whose whole answers and stream chunks are read by the same walk (ids
-    and logprobs per choice, as vLLM and OpenAI-compatible servers send them)."""
-
-    tracked: ClassVar[tuple[Endpoint, ...]] = (Endpoint.CHAT, Endpoint.COMPLETIONS)
-
-    def tracker(self, endpoint: Endpoint, client_body: dict[str, Any]) -> StreamCapture:
-        raise NotImplementedError
-
-    def finish(
-        self, endpoint: Endpoint, client_body: dict[str, Any], answer: Any
-    ) -> tuple[Any, Captured]:
-        if endpoint not in self.tracked or not isinstance(answer, dict):
-            return answer, Captured()
-        tracker = self.tracker(endpoint, client_body)
-        tracker.feed(answer)
-        return answer, tracker.result()
-
-    def stream_capture(self, endpoint: Endpoint, client_body: dict[str, Any]) -> StreamCapture:
-        if endpoint not in self.tracked:
-            return super().stream_capture(endpoint, client_body)
-        return self.tracker(endpoint, client_body)
 
 
 class _PassThrough:
