@@ -1,9 +1,10 @@
-"""Upstream dialects. ``BACKENDS`` maps ``--backend`` names to classes; a new dialect
-is one module here and one entry below."""
+"""Upstream kinds (``kind.py``). ``BACKENDS`` maps ``--backend`` names to their classes,
+the one list of names; a new kind is one module here and one entry below."""
 
 from __future__ import annotations
 
-from .base import OPENAI_ENDPOINTS, Backend, Captured, Endpoint, StreamCapture, UpstreamRequest
+from .base import OPENAI_ENDPOINTS, Captured, Endpoint, StreamCapture, UpstreamRequest
+from .kind import Backend
 from .openai import OpenAIBackend
 from .sglang import SGLangBackend
 from .vllm import VLLMBackend

@@ -74,8 +74,10 @@ class WeightSync:
 class FleetControl:
     """Fans control calls out to every upstream and keeps what they report."""
 
-    def __init__(self, pool: UpstreamPool, gate: PauseGate, *, sglang: bool, enforce: bool,
+    def __init__(self, pool: UpstreamPool, gate: PauseGate, *, server_info: bool, enforce: bool,
                  timeout_s: float = 5.0, board: FleetBoard | None = None) -> None:
+        """``server_info``: the upstreams answer ``/get_server_info``
+        (``Backend.reports_server_info``)."""
         self.pool = pool
         self._startup = [u.url for u in pool.upstreams]
         """This replica's ``--upstream`` list, which the board's membership amends."""
@@ -84,14 +86,14 @@ class FleetControl:
         self._state = FleetState()
         self._version: str | None = None
         """The board's weight version last applied to the upstreams."""
-        self.sglang = sglang
+        self.server_info = server_info
         self.enforce = enforce
         self.timeout_s = timeout_s
         self.load_timeout_s = 600.0
         """How long a server may take to load weights (or join an NCCL transfer)."""
 
     async def inspect(self) -> list[UpstreamReport]:
-        """Read every server's ``/get_server_info`` (SGLang only) and report. With
+        """Read every server's ``/get_server_info`` (where ``server_info``) and report. With
         ``enforce``, a server with findings is refused (no request goes to it) until a
         later inspection finds it clean; one that could not be checked keeps its state."""
         upstreams = self.pool.upstreams
@@ -119,7 +121,7 @@ class FleetControl:
         report = UpstreamReport(upstream.url, upstream.healthy, upstream.inflight,
                                 upstream.weight_version, degraded=upstream.degraded,
                                 draining=upstream.draining)
-        if self.sglang:
+        if self.server_info:
             await read_server_info(self.pool.client, report, self.timeout_s)
             if report.weight_version is not None:
                 upstream.weight_version = report.weight_version
@@ -160,12 +162,12 @@ class FleetControl:
             return await self._inspect_one(current), False
         url = current.url if current is not None else url  # one server, one spelling
         report = UpstreamReport(url, True, 0)
-        if self.sglang:
+        if self.server_info:
             await read_server_info(self.pool.client, report, self.timeout_s)
         else:
             report.error = await self.pool.check(url)
             report.up, report.looped = report.error is None, report.error == LOOPED
-        join_refusal(report, sglang=self.sglang, enforce=self.enforce,
+        join_refusal(report, server_info=self.server_info, enforce=self.enforce,
                      fleet_version=self.weight_version())
         if report.findings:
             log.warning("%s (allowed)", "; ".join(f.line(url) for f in report.findings))

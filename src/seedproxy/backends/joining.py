@@ -4,11 +4,11 @@ new server reported, before any request goes to it. Pure: no I/O here.
 - A URL that leads back to this proxy (its probe came back here, ``loop.py``) is
   refused (409, code ``upstream_loop``), whatever the preflight setting.
 - A server that cannot be reached is refused (503): nothing was checked.
-- SGLang: its ``/get_server_info`` must be readable and pass the determinism preflight
-  (``preflight.py``), unless the preflight only warns (``--no-deterministic``,
-  ``--allow-nondeterministic-upstream``); and it must report the fleet's weight
-  version, when the fleet has one: a server on other weights would give other tokens
-  for the same seed. Each refusal is a 409 naming every reason.
+- A kind that ``reports_server_info`` (SGLang): its ``/get_server_info`` must be
+  readable and pass the determinism preflight (``preflight.py``), unless the preflight
+  only warns (``--no-deterministic``, ``--allow-nondeterministic-upstream``); and it
+  must report the fleet's weight version, when the fleet has one: a server on other
+  weights would give other tokens for the same seed. Each refusal is a 409 naming every reason.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class Reported(Protocol):
     looped: bool
 
 
-def join_refusal(report: Reported, *, sglang: bool, enforce: bool,
+def join_refusal(report: Reported, *, server_info: bool, enforce: bool,
                  fleet_version: str | None) -> None:
     """Raise why the server ``report`` describes may not join; return when it may."""
     if report.looped:
@@ -42,7 +42,7 @@ def join_refusal(report: Reported, *, sglang: bool, enforce: bool,
                        code="upstream_loop")
     if not report.up:
         raise UpstreamUnavailable(f"{report.url} cannot join the fleet: {report.error}")
-    if not sglang:
+    if not server_info:
         return
     reasons: list[str] = []
     if not report.checked and enforce:

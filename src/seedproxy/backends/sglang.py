@@ -7,10 +7,12 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from ..sessions import ChoiceRecord
-from ..sessions.routing import RoutedExperts
+from ..sessions.routed_experts import RoutedExperts
 from ..sessions.token_ids import TokenIds
-from .base import Backend, Captured, Endpoint, UpstreamRequest
+from .base import Captured, Endpoint, UpstreamRequest
+from .kind import Backend
 from .shapes import chat_logprobs, completion_logprobs, floats, ints, wants
+from .tito.dialect import GenerateDialect
 
 __all__ = ["SGLangBackend"]
 
@@ -28,6 +30,9 @@ _SGLEXT_IDS = {"x-sglext-return-input-ids": "1", "x-sglext-return-output-ids": "
 class SGLangBackend(Backend):
     name: ClassVar[str] = "sglang"
     echoes_prompt: ClassVar[bool] = True
+    reports_server_info: ClassVar[bool] = True
+    names_requests: ClassVar[bool] = True
+    token_dialect = GenerateDialect
 
     def prepare(
         self, endpoint: Endpoint, body: dict[str, Any], seed: int | None, *, capture: bool
@@ -112,11 +117,11 @@ def _finish_generate(
     items = answer if isinstance(answer, list) else [answer]
     captured = Captured(prompt_token_ids=ints(client_body.get("input_ids")))
     keep = client_body.get("return_logprob") is True
-    keep_routing = client_body.get("return_routed_experts") is True
+    keep_experts = client_body.get("return_routed_experts") is True
     for item in items:
         if isinstance(item, dict):
             captured.choices.append(_generate_choice(item))
-            _strip_generate(item, logprobs=not keep, routing=not keep_routing)
+            _strip_generate(item, logprobs=not keep, experts=not keep_experts)
     return answer, captured
 
 
@@ -141,14 +146,14 @@ def _generate_choice(item: dict[str, Any]) -> ChoiceRecord:
     return record
 
 
-def _strip_generate(item: dict[str, Any], *, logprobs: bool, routing: bool) -> None:
+def _strip_generate(item: dict[str, Any], *, logprobs: bool, experts: bool) -> None:
     """Drop what the proxy asked for itself and the client did not."""
     meta = item.get("meta_info")
     if isinstance(meta, dict):
         if logprobs:
             for key in _GENERATE_LOGPROB_KEYS:
                 meta.pop(key, None)
-        if routing:
+        if experts:
             meta.pop("routed_experts", None)
 
 
@@ -157,14 +162,14 @@ class _GenerateStream:
 
     def __init__(self, client_body: dict[str, Any]) -> None:
         self._keep = client_body.get("return_logprob") is True
-        self._keep_routing = client_body.get("return_routed_experts") is True
+        self._keep_experts = client_body.get("return_routed_experts") is True
         self._prompt = ints(client_body.get("input_ids"))
         self._last: dict[int, ChoiceRecord] = {}
 
     def feed(self, event: dict[str, Any]) -> dict[str, Any] | None:
         index = event.get("index", 0)
         self._last[index if isinstance(index, int) else 0] = _generate_choice(event)
-        _strip_generate(event, logprobs=not self._keep, routing=not self._keep_routing)
+        _strip_generate(event, logprobs=not self._keep, experts=not self._keep_experts)
         return event
 
     def result(self) -> Captured:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import uvicorn
 
+from ..backends import BACKENDS
 from ..backends.client import upstream_client
 from ..errors import ConfigError
 from ..proxy.logs import configure_logging
@@ -62,7 +63,8 @@ def serve(flags: dict[str, Any], config_file: str | None) -> int:
             if not settings.upstream:
                 engine, settings, tito = _embedded(settings)
             app = _proxy_app(settings, tito, engine)
-            if settings.upstream and settings.backend == "sglang" and settings.deterministic:
+            if settings.upstream and settings.deterministic and BACKENDS[
+                    settings.backend].reports_server_info:
                 _preflight(settings.upstream,
                            enforce=not settings.allow_nondeterministic_upstream)
             _say_listening(settings)

@@ -33,7 +33,7 @@ from fastapi.responses import Response
 
 from .errors import EngineError, RequestError
 from .reload import prepare_update
-from .routing import guard, json_response, read_body
+from .route_io import guard, json_response, read_body
 from .state import EngineState
 from .worker_control import PAUSE_MODES, PauseMode
 

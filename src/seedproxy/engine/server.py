@@ -4,7 +4,7 @@ Invariants:
 - Every request body is parsed and validated before anything is queued; bad input is a
   400 (``RequestError``). A failure inside the engine (an unexpected exception, or a
   generation that failed on the worker) is logged and answered with a 500
-  (``InternalServerError``), never passed off as the client's fault (``routing.py``).
+  (``InternalServerError``), never passed off as the client's fault (``route_io.py``).
 - The control plane (info, abort, pause/continue, weight version) is ``control.py``.
 - A non-streamed request whose client disconnects is cancelled: its job stops at the next
   token (streams are cancelled by the response machinery the same way).
@@ -33,7 +33,7 @@ from .errors import RequestError
 from .generator import DEFAULT_CACHE_MB, DEFAULT_MAX_BATCH
 from .model import EngineModel
 from .native import generate_response, generate_stream, parse_generate
-from .routing import ClientGone, guard, json_response, read_body
+from .route_io import ClientGone, guard, json_response, read_body
 from .state import EngineState
 from .worker import StepHook, Worker
 

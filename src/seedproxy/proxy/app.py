@@ -147,7 +147,7 @@ def _assemble(settings: Settings, urls: list[str], store: SessionStore,
     gate = PauseGate(settings.pause_timeout_s)
     pool = UpstreamPool(urls, client, max_failover=settings.max_failover, gate=gate)
     fleet = FleetControl(
-        pool, gate, sglang=settings.backend == "sglang",
+        pool, gate, server_info=backend.reports_server_info,
         enforce=settings.deterministic and not settings.allow_nondeterministic_upstream,
         board=open_board(store),
     )
@@ -157,7 +157,7 @@ def _assemble(settings: Settings, urls: list[str], store: SessionStore,
                     timeout_s=settings.offload_parse_timeout_s,
                     offloaded=metrics.offloaded_parses.inc, hold=parse_hold)
     sender = ResumingSender(pool, gate, parser, max_event_bytes=settings.max_upstream_body_bytes,
-                            rids=settings.backend == "sglang", refresh=fleet.refresh)
+                            rids=backend.names_requests, refresh=fleet.refresh)
     services = Services(
         settings=settings, sessions=sessions, backend=backend, pool=pool, sender=sender,
         metrics=metrics, inflight=InFlight(pool, fleet.board),
@@ -183,7 +183,7 @@ def _lifespan(parts: _Parts, owned: Sequence[Callable[[], Awaitable[None]]],
         await fleet.start()
         tasks = [asyncio.create_task(warn_if_no_upstream(pool)),
                  asyncio.create_task(fleet.follow(services.inflight.stop_soon))]
-        if fleet.sglang:
+        if fleet.server_info:
             await fleet.inspect()
             tasks.append(asyncio.create_task(fleet.inspect_forever(settings.health_interval_s)))
         tasks.append(asyncio.create_task(pool.probe_forever(settings.health_interval_s)))
@@ -248,10 +248,9 @@ def open_tito_mode(settings: Settings, *, tokenizer: Any = None,
     (``at_least_one`` is not read there): no tool tags are built."""
     from ..backends.tito import open_tito
 
-    key = settings.upstream_api_key
-    auth = {"authorization": f"Bearer {key}"} if key else {}
+    dialect = BACKENDS[settings.backend](api_key=settings.upstream_api_key).tito()
     return open_tito(
-        backend=settings.backend, auth=auth, tokenizer_path=settings.tokenizer,
+        dialect=dialect, tokenizer_path=settings.tokenizer,
         tokenizer=tokenizer, chat_template=settings.chat_template,
         tool_parser=settings.tool_parser, reasoning_parser=settings.reasoning_parser,
         model_name=model_name, today=settings.template_date, structural_tags=not embedded,

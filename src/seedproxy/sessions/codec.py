@@ -25,7 +25,7 @@ import orjson
 
 from ..errors import StoreError
 from .interaction import ChoiceRecord, Interaction
-from .routing import RoutedExperts
+from .routed_experts import RoutedExperts
 
 __all__ = ["MESSAGE_FIELDS", "Link", "Sent", "Signed", "Stored", "conversation", "decode",
            "encode", "linked_images", "own_images", "resolve", "sent_of", "sign",

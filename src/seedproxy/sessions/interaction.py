@@ -12,7 +12,7 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
-from .routing import RoutedExperts
+from .routed_experts import RoutedExperts
 from .token_ids import TokenIds
 
 __all__ = ["ChoiceRecord", "Interaction", "VersionSpan", "version_spans"]

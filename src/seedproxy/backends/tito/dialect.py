@@ -37,7 +37,7 @@ from ..base import UpstreamRequest
 from ..shapes import ints
 from .sampling import CARRIABLE, Sampling
 
-__all__ = ["DIALECTS", "CompletionsDialect", "Dialect", "GenerateDialect", "Sample"]
+__all__ = ["CompletionsDialect", "Dialect", "GenerateDialect", "Sample"]
 
 
 @dataclass(slots=True)
@@ -292,7 +292,3 @@ class _CompletionsReader(Reader):
     def result(self) -> Sample:
         return self._sample
 
-
-DIALECTS: dict[str, type[Dialect]] = {
-    "sglang": GenerateDialect, "vllm": CompletionsDialect, "openai": CompletionsDialect,
-}

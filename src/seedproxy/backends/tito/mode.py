@@ -11,7 +11,7 @@ from ...errors import BadRequest, ConfigError
 from ...tool_choice import tools_rendered
 from .assistant import AssistantStream
 from .decode import IncrementalDecoder, decoder_of
-from .dialect import DIALECTS, Dialect
+from .dialect import Dialect
 from .facets import MATCHERS, matchers_of
 from .harmony import MARKERS as HARMONY_MARKERS
 from .lineage import FullRender, Prompt, RecordedTurn, plan_prompt
@@ -163,12 +163,13 @@ def _earlier_calls(messages: list[Any]) -> int:
                and m.get("role") == "assistant" and isinstance(m.get("tool_calls"), list))
 
 
-def open_tito(*, backend: str, auth: dict[str, str], tokenizer_path: str | None,
+def open_tito(*, dialect: Dialect, tokenizer_path: str | None,
               tokenizer: Any = None, chat_template: str | None, tool_parser: str | None,
               reasoning_parser: str | None, model_name: str | None = None,
               today: datetime.date | None = None, structural_tags: bool = True,
               matchers: str = "default") -> TitoMode:
-    """Load and check everything; ``ConfigError`` (one line, exit 2) on any problem."""
+    """Load and check everything; ``ConfigError`` (one line, exit 2) on any problem.
+    ``dialect``: the upstream kind's (``Backend.tito``)."""
     if tool_parser is not None and tool_parser not in TOOL_PARSERS:
         raise ConfigError(f"unknown --tool-parser {tool_parser!r}; choose one of "
                           + ", ".join(sorted(TOOL_PARSERS)))
@@ -187,7 +188,6 @@ def open_tito(*, backend: str, auth: dict[str, str], tokenizer_path: str | None,
                        tokenizer_path)
     renderer = Renderer(tokenizer, template, today=today, eos_ids=eos_ids, vision=vision)
     check_template(renderer)
-    dialect = DIALECTS[backend](auth)
     return TitoMode(renderer, dialect, tool_parser=tool_parser,
                     reasoning_parser=reasoning_parser, model_name=model_name,
                     structural_tags=structural_tags, matchers=matchers_of(matchers))

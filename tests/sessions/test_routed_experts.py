@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from seedproxy.sessions.routing import RoutedExperts
+from seedproxy.sessions.routed_experts import RoutedExperts
 
 
 def wire(ids: list[int]) -> str:
@@ -19,12 +19,12 @@ def wire(ids: list[int]) -> str:
 )
 def test_the_narrowest_type_that_holds_the_largest_id(top: int, dtype: str, width: int) -> None:
     ids = [0, 1, 2, top, 5, 6]
-    routing = RoutedExperts.from_wire(wire(ids), rows=3)
-    assert routing is not None
-    assert (routing.dtype, routing.rows, routing.cols) == (dtype, 3, 2)
-    assert len(routing.data) == len(ids) * width
-    assert routing.ids() == ids
-    assert RoutedExperts.from_dict(routing.to_dict()) == routing
+    experts = RoutedExperts.from_wire(wire(ids), rows=3)
+    assert experts is not None
+    assert (experts.dtype, experts.rows, experts.cols) == (dtype, 3, 2)
+    assert len(experts.data) == len(ids) * width
+    assert experts.ids() == ids
+    assert RoutedExperts.from_dict(experts.to_dict()) == experts
 
 
 @pytest.mark.parametrize(

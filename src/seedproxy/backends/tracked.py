@@ -1,0 +1,112 @@
+"""Kinds whose whole answers and stream chunks are read by one walk: OpenAI's chat and
+completion shapes, ids and logprobs per choice (vLLM, OpenAI-compatible servers).
+
+A kind that ``sends_token_ids`` (vLLM's ``return_token_ids``) puts them in
+``choices[].token_ids`` (per-chunk deltas when streaming) and the prompt's in
+``prompt_token_ids``: at the top of a chat answer (of its first chunk), in each
+completion choice. Otherwise each choice records its sampled tokens' logprobs, and
+token ids only where the server spells tokens as ``token_id:N`` (vLLM's
+``return_tokens_as_token_ids``) and every token of the choice is spelled so (a partial
+list would misalign with the logprobs). What the client did not ask for is stripped.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, ClassVar
+
+from ..sessions import ChoiceRecord
+from .base import Captured, Endpoint, StreamCapture
+from .kind import Backend
+from .shapes import chat_logprobs, completion_logprobs, ints, wants
+
+__all__ = ["TrackedBackend"]
+
+_TOKEN_ID = re.compile(r"token_id:(\d+)")
+
+
+class TrackedBackend(Backend):
+    tracked: ClassVar[tuple[Endpoint, ...]] = (Endpoint.CHAT, Endpoint.COMPLETIONS)
+    sends_token_ids: ClassVar[bool] = False
+    """Whether a capturing request gets the ids themselves (see the module docstring)."""
+
+    def finish(
+        self, endpoint: Endpoint, client_body: dict[str, Any], answer: Any
+    ) -> tuple[Any, Captured]:
+        if endpoint not in self.tracked or not isinstance(answer, dict):
+            return answer, Captured()
+        tracker = _Tracker(endpoint, client_body, ids=self.sends_token_ids)
+        tracker.feed(answer)
+        return answer, tracker.result()
+
+    def stream_capture(self, endpoint: Endpoint, client_body: dict[str, Any]) -> StreamCapture:
+        if endpoint not in self.tracked:
+            return super().stream_capture(endpoint, client_body)
+        return _Tracker(endpoint, client_body, ids=self.sends_token_ids)
+
+
+class _Tracker:
+    """One answer's or one stream's choices (stream ids are deltas, so both are the
+    same walk)."""
+
+    def __init__(self, endpoint: Endpoint, client_body: dict[str, Any], *, ids: bool) -> None:
+        self._chat = endpoint is Endpoint.CHAT
+        self._ids = ids
+        self._keep_ids = wants(client_body, "return_token_ids")
+        if self._chat:
+            self._keep_logprobs = wants(client_body, "logprobs")
+        else:
+            self._keep_logprobs = client_body.get("logprobs") is not None
+        self._prompt: list[int] = []
+        self._choices: dict[int, ChoiceRecord] = {}
+        self._tokens: dict[int, list[str]] = {}
+
+    def feed(self, event: dict[str, Any]) -> dict[str, Any] | None:
+        if self._ids and self._chat:
+            self._take_prompt(event)
+        for choice in event.get("choices") or []:
+            if not isinstance(choice, dict):
+                continue
+            index = choice.get("index", 0)
+            index = index if isinstance(index, int) else 0
+            record = self._choices.setdefault(index, ChoiceRecord())
+            record.logprobs.extend(
+                chat_logprobs(choice) if self._chat else completion_logprobs(choice)
+            )
+            if choice.get("finish_reason"):
+                record.finish_reason = choice["finish_reason"]
+            if self._ids:
+                record.token_ids.extend(ints(choice.get("token_ids")))
+                if not self._chat:
+                    self._take_prompt(choice)
+                if not self._keep_ids:
+                    choice.pop("token_ids", None)
+            else:
+                self._tokens.setdefault(index, []).extend(_tokens(choice, chat=self._chat))
+            if not self._keep_logprobs and choice.get("logprobs") is not None:
+                choice["logprobs"] = None
+        return event
+
+    def _take_prompt(self, holder: dict[str, Any]) -> None:
+        ids = holder.get("prompt_token_ids")
+        if ids and not self._prompt:
+            self._prompt = ints(ids)
+        if not self._keep_ids:
+            holder.pop("prompt_token_ids", None)
+
+    def result(self) -> Captured:
+        choices = [self._choices[i] for i in sorted(self._choices)]
+        for index, record in zip(sorted(self._choices), choices, strict=True):
+            matches = [_TOKEN_ID.fullmatch(t) for t in self._tokens.get(index, [])]
+            if matches and all(matches):
+                record.token_ids.extend(ints([int(m.group(1)) for m in matches if m]))
+        return Captured(self._prompt, choices)
+
+
+def _tokens(choice: dict[str, Any], *, chat: bool) -> list[str]:
+    block = choice.get("logprobs")
+    if not isinstance(block, dict):
+        return []
+    if chat:
+        return [str(t.get("token", "")) for t in block.get("content") or [] if isinstance(t, dict)]
+    return [str(t) for t in block.get("tokens") or []]
