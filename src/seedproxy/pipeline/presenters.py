@@ -1,28 +1,25 @@
 """The client side of an exchange: one ``Presenter`` per client protocol.
 
 A presenter owns its protocol's whole answer, its stream events (a ``Writer`` fed each
-canonical chunk a reader yields), its terminator, its error body and its error event,
-each encoded in one place. Readers yield OpenAI chunks (chat, completions, or
-``/generate`` items); the OpenAI presenter shows them as they are, the Responses and
-Messages presenters translate chat chunks.
+canonical chunk a reader yields) and its terminator, each encoded in one place; its
+``errors`` (``error_presenters``) build its error bodies, answers and events. Readers
+yield OpenAI chunks (chat, completions, or ``/generate`` items); the OpenAI presenter
+shows them as they are, the Responses and Messages presenters translate chat chunks.
 """
 
 from __future__ import annotations
 
-import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, Protocol
 
-import orjson
-from starlette.responses import Response
-
 from ..backends import Endpoint
-from ..backends.anthropic_bridge import anthropic_error, to_message
+from ..backends.anthropic_bridge import to_message
 from ..backends.anthropic_events import MessageEvents
 from ..backends.responses_bridge import error_object, to_response
 from ..backends.responses_events import ResponsesEvents
-from ..errors import SeedProxyError, StoreError, UpstreamError
+from ..error_presenters import ANTHROPIC, OPENAI, ErrorPresenter
+from ..errors import SeedProxyError
 from ..sse_frames import DONE, data_frame, typed_frame
 from .transcript import StreamTranscript
 
@@ -33,8 +30,6 @@ __all__ = [
     "ResponsesPresenter",
     "Writer",
 ]
-
-log = logging.getLogger("seedproxy.request")
 
 Chunk = dict[str, Any] | bytes
 """A canonical chunk, or (outside sessions, OpenAI routes) an upstream event as sent."""
@@ -56,27 +51,15 @@ class Writer(Protocol):
 
 
 class Presenter:
-    """OpenAI's error shapes; subclasses add their answer and stream shapes."""
+    """A protocol's answer and stream shapes; ``errors``: its error presenter."""
+
+    errors: ErrorPresenter = OPENAI
 
     def whole(self, answer: Any) -> Any:
         return answer
 
     def writer(self) -> Writer:
         raise NotImplementedError
-
-    def error_body(self, exc: SeedProxyError) -> dict[str, Any]:
-        return exc.body()
-
-    def error_response(self, exc: SeedProxyError, headers: Mapping[str, str]) -> Response:
-        """The error answer (``retry-after`` where waiting helps); seedproxy's own 5xx
-        are logged here."""
-        out = dict(headers)
-        if exc.retry_after_s is not None:
-            out["retry-after"] = str(exc.retry_after_s)
-        if exc.status_code >= 500 and not isinstance(exc, UpstreamError | StoreError):
-            log.error("internal error: %s", exc.message)
-        return Response(orjson.dumps(self.error_body(exc)), exc.status_code, headers=out,
-                        media_type="application/json")
 
 
 class OpenAIPresenter(Presenter):
@@ -106,12 +89,22 @@ class _OpenAIWriter:
         return self._transcript.result()
 
     def error(self, exc: SeedProxyError) -> bytes:
-        return data_frame(exc.body())
+        return OPENAI.event(exc)
+
+
+class _ResponsesErrors(ErrorPresenter):
+    """OpenAI's error body with the types the Responses schema gives its fields (its
+    stream's error event is ``ResponsesEvents.error``)."""
+
+    def body(self, exc: SeedProxyError) -> dict[str, Any]:
+        return {"error": error_object(exc.body()["error"])}
 
 
 class ResponsesPresenter(Presenter):
     """OpenAI Responses, from chat answers and chunks; ``clock`` (Unix seconds) dates
     ``completed_at``."""
+
+    errors: ErrorPresenter = _ResponsesErrors()
 
     def __init__(self, body: dict[str, Any], clock: Callable[[], float] = time.time) -> None:
         self.body = body
@@ -119,9 +112,6 @@ class ResponsesPresenter(Presenter):
 
     def whole(self, answer: Any) -> Any:
         return to_response(self.body, answer, int(self.clock()))
-
-    def error_body(self, exc: SeedProxyError) -> dict[str, Any]:
-        return {"error": error_object(exc.body()["error"])}
 
     def writer(self) -> Writer:
         events = ResponsesEvents(self.body, self.clock)
@@ -132,6 +122,8 @@ class ResponsesPresenter(Presenter):
 class MessagesPresenter(Presenter):
     """Anthropic Messages, from chat answers and chunks; errors in Anthropic's shape."""
 
+    errors = ANTHROPIC
+
     def __init__(self, body: dict[str, Any], seed: int | None) -> None:
         self.body = body
         self.seed = seed
@@ -140,11 +132,7 @@ class MessagesPresenter(Presenter):
         return to_message(self.body, answer, self.seed)
 
     def writer(self) -> Writer:
-        return _Translating(MessageEvents(self.body, self.seed), typed_frame,
-                            lambda exc: typed_frame(self.error_body(exc)))
-
-    def error_body(self, exc: SeedProxyError) -> dict[str, Any]:
-        return anthropic_error(exc.status_code, exc.message)
+        return _Translating(MessageEvents(self.body, self.seed), typed_frame, ANTHROPIC.event)
 
 
 class _Events(Protocol):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
@@ -17,7 +16,6 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from ..backends import BACKENDS, Backend
-from ..backends.anthropic_bridge import anthropic_error
 from ..backends.board import open_board
 from ..backends.client import upstream_client
 from ..backends.fleet import FleetControl
@@ -25,13 +23,8 @@ from ..backends.loop import new_hop
 from ..backends.media import ImageGate, ImagePolicy
 from ..backends.pause import PauseGate
 from ..backends.pool import UpstreamPool
-from ..errors import (
-    ConfigError,
-    SeedProxyError,
-    StoreError,
-    UpstreamError,
-    error_body,
-)
+from ..error_presenters import OPENAI, errors_for, unexpected
+from ..errors import BadRequest, ConfigError, SeedProxyError, error_body
 from ..pipeline.admission import Admission
 from ..pipeline.inflight import InFlight
 from ..pipeline.metrics import Metrics
@@ -47,7 +40,7 @@ from .access import Access
 from .admin import admin_router
 from .fleet_routes import fleet_router
 from .health import readiness_router, warn_if_no_upstream
-from .hot import MESSAGES_PATHS, HotRoutes, ProxyApp
+from .hot import HotRoutes, ProxyApp
 from .logs import flush_logs
 from .messages import PromptCounter, messages_router
 from .replay import Verifier
@@ -60,8 +53,6 @@ if TYPE_CHECKING:
     from ..backends.tito import TitoMode
 
 __all__ = ["create_app", "open_tito_mode"]
-
-log = logging.getLogger("seedproxy")
 
 
 def create_app(
@@ -142,7 +133,8 @@ def create_app(
             max_images=settings.max_images,
             allowed_hosts=frozenset(host.lower() for host in settings.image_url_hosts))),
     )
-    openai = Admission(services)
+    messages = Admission(services, messages=True)
+    hot = HotRoutes(openai=Admission(services), messages=messages, access=access)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -172,15 +164,14 @@ def create_app(
 
     app = ProxyApp(title="seedproxy", version="0.1.0", lifespan=lifespan)
     app.hop = hop.encode()
-    app.hot = HotRoutes(admission=openai, access=access, on_error=on_seedproxy_error)
+    app.hot = hot
     app.state.settings = settings
     app.state.sessions = sessions
     app.state.pool = pool
     app.state.fleet = fleet
     app.state.metrics = metrics
-    app.include_router(openai_router(openai, access, pool))
-    app.include_router(messages_router(Admission(services, messages=True), access,
-                                       prompt_counter))
+    app.include_router(openai_router(hot, access, pool))
+    app.include_router(messages_router(messages, access, prompt_counter))
     app.include_router(
         admin_router(
             sessions,
@@ -236,34 +227,26 @@ def open_tito_mode(settings: Settings, *, tokenizer: Any = None,
     )
 
 
-async def on_seedproxy_error(request: Request, exc: SeedProxyError) -> JSONResponse:
-    """A refusal outside the pipeline (auth, admin routes) in OpenAI's shape."""
-    headers: dict[str, str] = {}
-    if exc.retry_after_s is not None:
-        headers["retry-after"] = str(exc.retry_after_s)
-    if exc.status_code >= 500 and not isinstance(exc, UpstreamError | StoreError):
-        log.error("internal error on %s: %s", request.url.path, exc.message)
-    return JSONResponse(exc.body(), status_code=exc.status_code, headers=headers)
-
-
 def _install_error_handlers(app: FastAPI) -> None:
-    app.add_exception_handler(SeedProxyError, on_seedproxy_error)  # type: ignore[arg-type]
+    """The edge of the FastAPI routes: every error answered by its route's error
+    presenter (``error_presenters``); FastAPI's own (validation, routing) in OpenAI's."""
+
+    @app.exception_handler(SeedProxyError)
+    async def on_seedproxy_error(request: Request, exc: SeedProxyError) -> Response:
+        return errors_for(request.url.path).response(exc)
 
     @app.exception_handler(RequestValidationError)
-    async def on_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+    async def on_validation_error(request: Request, exc: RequestValidationError) -> Response:
         first = exc.errors()[0] if exc.errors() else {}
         if first.get("type") == "json_invalid":  # its loc is a character offset, no field
             error = (first.get("ctx") or {}).get("error", "invalid JSON")
-            text = f"request body is not valid JSON: {error}"
-            return JSONResponse(error_body(text, "invalid_request_error"), status_code=400)
+            return OPENAI.response(BadRequest(f"request body is not valid JSON: {error}"))
         where = ".".join(
             str(p) for p in first.get("loc", ())[1:] if p != "body"
         ) or None  # loc starts with where the value was: body, query or path
         message = str(first.get("msg", "invalid request"))
-        text = f"{where}: {message}" if where else message
-        return JSONResponse(
-            error_body(text, "invalid_request_error", param=where), status_code=400
-        )
+        return OPENAI.response(BadRequest(f"{where}: {message}" if where else message,
+                                          param=where))
 
     @app.exception_handler(HTTPException)
     async def on_http_error(request: Request, exc: HTTPException) -> JSONResponse:
@@ -273,11 +256,7 @@ def _install_error_handlers(app: FastAPI) -> None:
         )
 
     @app.exception_handler(Exception)
-    async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+    async def on_unexpected(request: Request, exc: Exception) -> Response:
         """seedproxy's own bug: logged, a 500 in the route's protocol shape, and the
         connection kept (``ProxyApp`` ends the re-raise that would reset it)."""
-        path = request.url.path
-        log.exception("unexpected error on %s", path)
-        if path.endswith(MESSAGES_PATHS):
-            return JSONResponse(anthropic_error(500, "internal error"), status_code=500)
-        return JSONResponse(error_body("internal error", "internal_error"), status_code=500)
+        return unexpected(request.url.path)

@@ -25,8 +25,8 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
-from ..backends.anthropic_bridge import anthropic_error
-from ..errors import ConfigError, UpstreamUnavailable, error_body
+from ..error_presenters import errors_for
+from ..errors import ConfigError, SeedProxyError, UpstreamUnavailable
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -35,7 +35,6 @@ if TYPE_CHECKING:
 __all__ = ["LOADING_REASON", "LoadingApp"]
 
 LOADING_REASON = "engine loading"
-_MESSAGES_PATHS = ("/v1/messages", "/v1/messages/count_tokens")
 _RETRY_AFTER_S = 5
 
 
@@ -89,20 +88,16 @@ class LoadingApp:
     async def _refuse(self, path: str, send: Send) -> None:
         failure = self.failure
         headers: list[tuple[bytes, bytes]] = []
+        refusal: SeedProxyError
         if failure is None:
-            status, text = 503, f"{LOADING_REASON}: retry shortly (GET /readyz says when)"
+            refusal = UpstreamUnavailable(f"{LOADING_REASON}: retry shortly (GET /readyz "
+                                          "says when)")
             headers.append((b"retry-after", str(_RETRY_AFTER_S).encode()))
         elif isinstance(failure, ConfigError):
-            status, text = 503, f"the engine failed to load: {failure.message}"
+            refusal = UpstreamUnavailable(f"the engine failed to load: {failure.message}")
         else:
-            status, text = 500, "internal error"
-        if path.endswith(_MESSAGES_PATHS):
-            body = anthropic_error(status, text)
-        elif status == 503:
-            body = UpstreamUnavailable(text).body()
-        else:
-            body = error_body(text, "internal_error")
-        await _json(send, status, body, headers)
+            refusal = SeedProxyError("internal error")
+        await _json(send, refusal.status_code, errors_for(path).body(refusal), headers)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         await receive()  # lifespan.startup

@@ -1,11 +1,7 @@
-"""Anthropic's ``POST /v1/messages`` (and ``/v1/messages/count_tokens``), also under
-``/sessions/{id}``, served through the upstream's chat route with the derived seed.
-
-The request path is the pipeline's (``pipeline.admission``, Messages admission): the
-body is read and translated first (a 4xx consumes no index), then the slot is taken,
-then the chat translation goes upstream through the backend's capture path; the
-interaction records the Messages request and the Message the client received. Every
-error on these routes, auth included, comes in Anthropic's shape
+"""Anthropic's ``POST /v1/messages/count_tokens`` (also under ``/sessions/{id}``), and
+``HEAD /`` (Claude Code's probe). ``POST /v1/messages`` itself is an admission route
+(``hot.py``, ``routes.py``; ``pipeline.admission``, Messages admission). Every error
+on these routes, auth included, comes in Anthropic's shape
 ``{"type": "error", "error": {"type", "message"}}``.
 """
 
@@ -20,9 +16,9 @@ from starlette.responses import JSONResponse, Response
 
 from ..backends import Endpoint
 from ..backends.anthropic_bridge import to_chat
+from ..error_presenters import ANTHROPIC
 from ..errors import BadRequest, SeedProxyError, SessionNotFound
 from ..pipeline.admission import Admission
-from ..pipeline.presenters import MessagesPresenter
 from ..pipeline.request import client_request, read_body
 from .access import Access
 
@@ -41,19 +37,9 @@ _BODY = {"requestBody": {"required": True,
 def messages_router(
     admission: Admission, access: Access, counter: PromptCounter | None = None,
 ) -> APIRouter:
-    """The Messages routes, and ``HEAD /`` (Claude Code's probe)."""
+    """``count_tokens``, and ``HEAD /``."""
     router = APIRouter()
-    refusal = MessagesPresenter({}, None)
     max_body_bytes = admission.services.settings.max_body_bytes
-
-    async def messages(request: Request) -> Response:
-        named = request.path_params.get("session_id")
-        try:
-            session = await access.session_for(request, named)
-        except SeedProxyError as exc:
-            admission.refused(Endpoint.MESSAGES, exc, named)
-            return refusal.error_response(exc, {})
-        return await admission.handle(request, Endpoint.MESSAGES, session)
 
     async def count_tokens(request: Request) -> Response:
         try:
@@ -73,12 +59,9 @@ def messages_router(
                 raise BadRequest(f"cannot render this prompt: {exc}") from None
             return JSONResponse({"input_tokens": count})
         except SeedProxyError as exc:
-            return refusal.error_response(exc, {})
+            return ANTHROPIC.response(exc)
 
     for prefix in _PREFIXES:
-        router.add_api_route(prefix + "/v1/messages", messages, methods=["POST"],
-                             openapi_extra=_BODY,
-                             name=f"messages{'_in_session' if prefix else ''}")
         router.add_api_route(prefix + "/v1/messages/count_tokens", count_tokens,
                              methods=["POST"], openapi_extra=_BODY,
                              name=f"count_tokens{'_in_session' if prefix else ''}")

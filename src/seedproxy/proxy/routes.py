@@ -1,4 +1,5 @@
-"""The OpenAI-compatible routes, each also under ``/sessions/{session_id}``."""
+"""The admission routes (OpenAI's and Messages), each also under ``/sessions/{session_id}``,
+and the model listing."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from ..backends import OPENAI_ENDPOINTS, Endpoint
+from ..backends import Endpoint
 from ..backends.pool import UpstreamPool
-from ..errors import SeedProxyError, UpstreamError, error_body
-from ..pipeline.admission import Admission
+from ..errors import ModelNotFound, UpstreamError
 from .access import Access
+from .hot import HotRoutes
 
 __all__ = ["find_model", "openai_router"]
 
@@ -25,24 +26,20 @@ _BODY = {
 }
 
 
-def openai_router(admission: Admission, access: Access, pool: UpstreamPool) -> APIRouter:
+def openai_router(hot: HotRoutes, access: Access, pool: UpstreamPool) -> APIRouter:
+    """The admission routes as FastAPI declares them (the OpenAPI schema, and every
+    request once middleware is added), each answered by ``hot.answer``."""
     router = APIRouter()
 
     def route(endpoint: Endpoint):  # type: ignore[no-untyped-def]
         async def handler(request: Request) -> Response:
-            named = request.path_params.get("session_id")
-            try:
-                session = await access.session_for(request, named)
-            except SeedProxyError as exc:
-                admission.refused(endpoint, exc, named)
-                raise
-            return await admission.handle(request, endpoint, session)
+            return await hot.answer(request, endpoint, request.path_params.get("session_id"))
 
         handler.__name__ = endpoint.name.lower()
         return handler
 
     for prefix in _PREFIXES:
-        for endpoint in OPENAI_ENDPOINTS:
+        for endpoint in Endpoint:
             router.add_api_route(
                 prefix + endpoint.value,
                 route(endpoint),
@@ -70,10 +67,8 @@ def openai_router(admission: Admission, access: Access, pool: UpstreamPool) -> A
             name = request.path_params["model"]
             card = find_model(upstream.content, name)
             if card is None:
-                message = f"The model '{name}' does not exist"
-                body = error_body(message, "invalid_request_error", param="model",
-                                  code="model_not_found")
-                return JSONResponse(body, status_code=404)
+                raise ModelNotFound(f"The model '{name}' does not exist", param="model",
+                                    code="model_not_found")
             return JSONResponse(card)
 
         router.add_api_route(prefix + "/v1/models", models, methods=["GET"])
