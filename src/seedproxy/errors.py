@@ -63,8 +63,7 @@ __all__ = [
 class SeedProxyError(Exception):
     """Root of seedproxy's errors (its row: see the module docstring)."""
 
-    status_code = 500
-    error_type = "internal_error"
+    status_code, error_type = 500, "internal_error"
     retry_after_s: int | None = None
     logged = True
 
@@ -83,8 +82,7 @@ class ConfigError(SeedProxyError):
 
 
 class BadRequest(SeedProxyError):
-    status_code = 400
-    error_type = "invalid_request_error"
+    status_code, error_type = 400, "invalid_request_error"
 
 
 class PayloadTooLarge(BadRequest):
@@ -102,53 +100,45 @@ class ModelNotFound(BadRequest):
 
 
 class AuthError(SeedProxyError):
-    status_code = 401
-    error_type = "authentication_error"
+    status_code, error_type = 401, "authentication_error"
 
 
 class Forbidden(AuthError):
-    status_code = 403
-    error_type = "permission_error"
+    status_code, error_type = 403, "permission_error"
 
 
 class SessionNotFound(SeedProxyError):
-    status_code = 404
-    error_type = "not_found_error"
+    status_code, error_type = 404, "not_found_error"
 
 
 class BatchNotFound(SeedProxyError):
     """An ack names no export batch this proxy knows (or one long forgotten)."""
 
-    status_code = 404
-    error_type = "not_found_error"
+    status_code, error_type = 404, "not_found_error"
 
 
 class UpstreamNotFound(SeedProxyError):
     """A fleet route names a server that is not (or no longer) in the fleet."""
 
-    status_code = 404
-    error_type = "not_found_error"
+    status_code, error_type = 404, "not_found_error"
 
 
 class Conflict(SeedProxyError):
     """The fleet's state refuses the change (a server that fails the preflight or is
     on other weights, the last server removed); ``code`` says which."""
 
-    status_code = 409
-    error_type = "conflict_error"
+    status_code, error_type = 409, "conflict_error"
 
 
 class ClientClosed(SeedProxyError):
     """The client left before its answer was complete (nginx's 499); nobody reads it,
     the record says it."""
 
-    status_code = 499
-    error_type = "client_closed"
+    status_code, error_type = 499, "client_closed"
 
 
 class OverCapacity(SeedProxyError):
-    status_code = 429
-    error_type = "rate_limit_error"
+    status_code, error_type = 429, "rate_limit_error"
 
     def __init__(self, message: str, *, retry_after_s: int = 1):
         super().__init__(message)
@@ -162,15 +152,13 @@ class ParserBusy(OverCapacity):
 class WaitTimeout(SeedProxyError):
     """A long poll ended before what it waited for happened; nothing was taken."""
 
-    status_code = 504
-    error_type = "timeout_error"
+    status_code, error_type = 504, "timeout_error"
 
 
 class StoreError(SeedProxyError):
     """The session store failed; the request is not acknowledged."""
 
-    status_code = 503
-    error_type = "store_error"
+    status_code, error_type = 503, "store_error"
     logged = False
 
 
@@ -178,16 +166,14 @@ class ParserUnavailable(SeedProxyError):
     """The worker process parsing a large body died before answering; its pool is
     started again for the next body."""
 
-    status_code = 503
-    error_type = "server_error"
+    status_code, error_type = 503, "server_error"
     retry_after_s = 1
 
 
 class UpstreamError(SeedProxyError):
     """The upstream failed before answering; ``status_code`` is 502 unless set."""
 
-    status_code = 502
-    error_type = "upstream_error"
+    status_code, error_type = 502, "upstream_error"
     logged = False
 
     def __init__(self, message: str, *, status_code: int | None = None):
@@ -200,8 +186,7 @@ class UpstreamLoop(SeedProxyError):
     """A request came back to the proxy that sent it upstream (``backends.loop``):
     Loop Detected (RFC 5842)."""
 
-    status_code = 508
-    error_type = "loop_detected"
+    status_code, error_type = 508, "loop_detected"
     logged = False
 
 
@@ -220,15 +205,9 @@ def error_body(
     return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
 
 
-_ANTHROPIC_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    503: "overloaded_error",
-}
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error",
+                    403: "permission_error", 404: "not_found_error", 413: "request_too_large",
+                    429: "rate_limit_error", 503: "overloaded_error"}
 
 
 def anthropic_type(status: int) -> str:

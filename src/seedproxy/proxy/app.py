@@ -42,9 +42,8 @@ from .fleet_routes import fleet_router
 from .health import readiness_router, warn_if_no_upstream
 from .hot import HotRoutes, ProxyApp
 from .logs import flush_logs
-from .messages import PromptCounter, messages_router
 from .replay import Verifier
-from .routes import openai_router
+from .routes import PromptCounter, api_router
 from .server_routes import server_router
 from .ui import TokenDecoder, ui_router
 from .weight_routes import weight_router
@@ -133,8 +132,8 @@ def create_app(
             max_images=settings.max_images,
             allowed_hosts=frozenset(host.lower() for host in settings.image_url_hosts))),
     )
-    messages = Admission(services, messages=True)
-    hot = HotRoutes(openai=Admission(services), messages=messages, access=access)
+    hot = HotRoutes(openai=Admission(services), messages=Admission(services, messages=True),
+                    access=access)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -170,8 +169,7 @@ def create_app(
     app.state.pool = pool
     app.state.fleet = fleet
     app.state.metrics = metrics
-    app.include_router(openai_router(hot, access, pool))
-    app.include_router(messages_router(messages, access, prompt_counter))
+    app.include_router(api_router(hot, access, pool, services, prompt_counter))
     app.include_router(
         admin_router(
             sessions,
