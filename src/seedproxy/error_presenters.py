@@ -22,7 +22,8 @@ from starlette.responses import Response
 from .errors import SeedProxyError, anthropic_type
 from .sse_frames import data_frame, typed_frame
 
-__all__ = ["ANTHROPIC", "MESSAGES_PATHS", "OPENAI", "ErrorPresenter", "errors_for", "unexpected"]
+__all__ = ["ANTHROPIC", "MESSAGES_PATHS", "OPENAI", "RESPONSES", "ErrorPresenter", "errors_for",
+           "unexpected"]
 
 log = logging.getLogger("seedproxy.request")
 bugs = logging.getLogger("seedproxy")
@@ -66,7 +67,19 @@ class AnthropicErrors(ErrorPresenter):
         return typed_frame(self.body(exc))
 
 
+class ResponsesErrors(ErrorPresenter):
+    """OpenAI's, with the types the Responses schema gives the fields (``code`` a
+    string); its stream's error event is ``ResponsesEvents.error`` of this body's
+    ``error``, numbered in its stream."""
+
+    def body(self, exc: SeedProxyError) -> dict[str, Any]:
+        code = None if exc.code is None else str(exc.code)
+        return {"error": {"message": exc.message, "type": exc.error_type, "param": exc.param,
+                          "code": code}}
+
+
 OPENAI = ErrorPresenter()
+RESPONSES = ResponsesErrors()
 ANTHROPIC = AnthropicErrors()
 
 

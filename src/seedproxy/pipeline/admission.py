@@ -4,8 +4,8 @@ An admission reads and checks the body (its images too: ``backends/media``),
 translates it, renders a token-in-token-out prompt (all before the slot: a 4xx here
 uses no index), seats the exchange, and picks
 its strategies: the ``Reader`` from the mode (passthrough, bridge, TITO) and ``n``,
-the ``Presenter`` from the client's protocol. The hot routes, the FastAPI router and
-the Messages router all call ``handle``.
+the ``Presenter`` from the client's protocol. The one way in is ``proxy.hot``'s
+``HotRoutes.answer``.
 """
 
 from __future__ import annotations

@@ -16,9 +16,9 @@ from typing import Any, Protocol
 from ..backends import Endpoint
 from ..backends.anthropic_bridge import to_message
 from ..backends.anthropic_events import MessageEvents
-from ..backends.responses_bridge import error_object, to_response
+from ..backends.responses_bridge import to_response
 from ..backends.responses_events import ResponsesEvents
-from ..error_presenters import ANTHROPIC, OPENAI, ErrorPresenter
+from ..error_presenters import ANTHROPIC, OPENAI, RESPONSES, ErrorPresenter
 from ..errors import SeedProxyError
 from ..sse_frames import DONE, data_frame, typed_frame
 from .transcript import StreamTranscript
@@ -92,19 +92,11 @@ class _OpenAIWriter:
         return OPENAI.event(exc)
 
 
-class _ResponsesErrors(ErrorPresenter):
-    """OpenAI's error body with the types the Responses schema gives its fields (its
-    stream's error event is ``ResponsesEvents.error``)."""
-
-    def body(self, exc: SeedProxyError) -> dict[str, Any]:
-        return {"error": error_object(exc.body()["error"])}
-
-
 class ResponsesPresenter(Presenter):
     """OpenAI Responses, from chat answers and chunks; ``clock`` (Unix seconds) dates
     ``completed_at``."""
 
-    errors: ErrorPresenter = _ResponsesErrors()
+    errors = RESPONSES
 
     def __init__(self, body: dict[str, Any], clock: Callable[[], float] = time.time) -> None:
         self.body = body
@@ -115,8 +107,8 @@ class ResponsesPresenter(Presenter):
 
     def writer(self) -> Writer:
         events = ResponsesEvents(self.body, self.clock)
-        return _Translating(events, typed_frame,
-                            lambda exc: typed_frame(events.error(exc.body()["error"])))
+        return _Translating(events,
+                            lambda exc: typed_frame(events.error(RESPONSES.body(exc)["error"])))
 
 
 class MessagesPresenter(Presenter):
@@ -132,7 +124,7 @@ class MessagesPresenter(Presenter):
         return to_message(self.body, answer, self.seed)
 
     def writer(self) -> Writer:
-        return _Translating(MessageEvents(self.body, self.seed), typed_frame, ANTHROPIC.event)
+        return _Translating(MessageEvents(self.body, self.seed), ANTHROPIC.event)
 
 
 class _Events(Protocol):
@@ -144,22 +136,19 @@ class _Events(Protocol):
 
 
 class _Translating:
-    """A writer over a protocol's event builder and its SSE encoder."""
+    """A writer over a protocol's event builder, each event a typed SSE frame; ``error``
+    builds the failed stream's last event."""
 
-    def __init__(self, events: _Events, encode: Any, error: Any) -> None:
+    def __init__(self, events: _Events, error: Callable[[SeedProxyError], bytes]) -> None:
         self._events = events
-        self._encode = encode
-        self._error = error
+        self.error = error
 
     def feed(self, chunk: Chunk) -> list[bytes]:
         assert isinstance(chunk, dict), "translated streams are always parsed"
-        return [self._encode(out) for out in self._events.feed(chunk)]
+        return [typed_frame(out) for out in self._events.feed(chunk)]
 
     def finish(self) -> list[bytes]:
-        return [self._encode(out) for out in self._events.finish()]
+        return [typed_frame(out) for out in self._events.finish()]
 
     def result(self) -> Any:
         return self._events.result()
-
-    def error(self, exc: SeedProxyError) -> bytes:
-        return bytes(self._error(exc))

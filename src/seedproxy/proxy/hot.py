@@ -60,17 +60,13 @@ class ProxyApp(FastAPI):
         if self.hop is not None and (_HOP, self.hop) in scope["headers"]:
             await _loop_refusal(scope["path"])(scope, receive, send)
             return
-        if hot is None or self.user_middleware:
+        if hot is None or self.user_middleware or (matched := hot.match(scope)) is None:
             await self._answered(scope, receive, send)
             return
-        matched = hot.match(scope)
-        if matched is None:
-            await self._answered(scope, receive, send)
-        else:
-            if self.root_path:
-                scope["root_path"] = self.root_path
-            scope["app"] = self
-            await hot.handle(scope, receive, send, *matched)
+        if self.root_path:
+            scope["root_path"] = self.root_path
+        scope["app"] = self
+        await hot.handle(scope, receive, send, *matched)
 
     async def _answered(self, scope: Scope, receive: Receive, send: Send) -> None:
         """FastAPI's stack, less one re-raise: Starlette's ``ServerErrorMiddleware``

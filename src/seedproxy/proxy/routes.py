@@ -17,8 +17,7 @@ from fastapi.responses import JSONResponse, Response
 from ..backends import Endpoint
 from ..backends.anthropic_bridge import to_chat
 from ..backends.pool import UpstreamPool
-from ..error_presenters import ANTHROPIC
-from ..errors import BadRequest, ModelNotFound, SeedProxyError, SessionNotFound, UpstreamError
+from ..errors import BadRequest, ModelNotFound, SessionNotFound, UpstreamError
 from ..pipeline.request import client_request, read_body
 from ..pipeline.services import Services
 from .access import Access
@@ -49,24 +48,22 @@ def api_router(hot: HotRoutes, access: Access, pool: UpstreamPool, services: Ser
         return handler
 
     async def count_tokens(request: Request) -> Response:
+        """Its errors are Anthropic's (``on_seedproxy_error``: the route's presenter)."""
+        await access.session_for(request, request.path_params.get("session_id"))
+        raw = await read_body(request, services.settings.max_body_bytes)
+        decoded = await services.parser.body(Endpoint.MESSAGES, raw)
+        body = client_request(Endpoint.MESSAGES, raw, decoded).body
+        if counter is None:
+            raise SessionNotFound(
+                "count_tokens needs a tokenizer, and none is known for this upstream "
+                "(it is known with the embedded engine or --token-in-token-out)"
+            )
+        chat = to_chat({**body, "max_tokens": 1, "stream": False})
         try:
-            await access.session_for(request, request.path_params.get("session_id"))
-            raw = await read_body(request, services.settings.max_body_bytes)
-            decoded = await services.parser.body(Endpoint.MESSAGES, raw)
-            body = client_request(Endpoint.MESSAGES, raw, decoded).body
-            if counter is None:
-                raise SessionNotFound(
-                    "count_tokens needs a tokenizer, and none is known for this upstream "
-                    "(it is known with the embedded engine or --token-in-token-out)"
-                )
-            chat = to_chat({**body, "max_tokens": 1, "stream": False})
-            try:
-                count = await asyncio.to_thread(counter, chat)
-            except ValueError as exc:
-                raise BadRequest(f"cannot render this prompt: {exc}") from None
-            return JSONResponse({"input_tokens": count})
-        except SeedProxyError as exc:
-            return ANTHROPIC.response(exc)
+            count = await asyncio.to_thread(counter, chat)
+        except ValueError as exc:
+            raise BadRequest(f"cannot render this prompt: {exc}") from None
+        return JSONResponse({"input_tokens": count})
 
     async def models(request: Request) -> Response:
         await access.session_for(request, request.path_params.get("session_id"))
