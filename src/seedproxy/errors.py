@@ -67,11 +67,17 @@ class SeedProxyError(Exception):
     retry_after_s: int | None = None
     logged = True
 
-    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+    def __init__(self, message: str, *, param: str | None = None, code: str | int | None = None,
+                 status_code: int | None = None, retry_after_s: int | None = None):
+        """``status_code`` and ``retry_after_s``, where given, replace the row's."""
         super().__init__(message)
         self.message = message
         self.param = param
-        self.code: str | int | None = code
+        self.code = code
+        if status_code is not None:
+            self.status_code = status_code
+        if retry_after_s is not None:
+            self.retry_after_s = retry_after_s
 
     def body(self) -> dict[str, Any]:
         return error_body(self.message, self.error_type, param=self.param, code=self.code)
@@ -139,10 +145,7 @@ class ClientClosed(SeedProxyError):
 
 class OverCapacity(SeedProxyError):
     status_code, error_type = 429, "rate_limit_error"
-
-    def __init__(self, message: str, *, retry_after_s: int = 1):
-        super().__init__(message)
-        self.retry_after_s: int | None = retry_after_s
+    retry_after_s = 1
 
 
 class ParserBusy(OverCapacity):
@@ -171,15 +174,10 @@ class ParserUnavailable(SeedProxyError):
 
 
 class UpstreamError(SeedProxyError):
-    """The upstream failed before answering; ``status_code`` is 502 unless set."""
+    """The upstream failed before answering; ``status_code`` is 502 unless given."""
 
     status_code, error_type = 502, "upstream_error"
     logged = False
-
-    def __init__(self, message: str, *, status_code: int | None = None):
-        super().__init__(message)
-        if status_code is not None:
-            self.status_code = status_code
 
 
 class UpstreamLoop(SeedProxyError):

@@ -62,9 +62,8 @@ def check_error(event: Any) -> None:
     code = inner.get("code")
     status = code if type(code) is int and 400 <= code <= 599 else 502
     text = message if isinstance(message, str) else "the upstream ended the stream with an error"
-    failed = UpstreamFailed(f"upstream error mid-stream: {text[:2000]}", status_code=status)
-    failed.code = status
-    raise failed
+    raise UpstreamFailed(f"upstream error mid-stream: {text[:2000]}", status_code=status,
+                         code=status)
 
 
 def _bad(where: str, what: str) -> MalformedAnswer:

@@ -30,9 +30,8 @@ class UpstreamAnswered(UpstreamError):
     type and param, and its status as ``code``."""
 
     def __init__(self, status: int, content: bytes) -> None:
-        message, error_type, param = _message(status, content)
-        super().__init__(message, status_code=status)
-        self.error_type, self.param, self.code = error_type, param, status
+        message, self.error_type, param = _message(status, content)
+        super().__init__(message, param=param, code=status, status_code=status)
 
 
 def _message(status: int, content: bytes) -> tuple[str, str, str | None]:
