@@ -68,7 +68,7 @@ class LoadingApp:
                 return
             if not await self._wait():
                 if http:
-                    await self._refuse(scope["path"], send)
+                    await self._refuse(scope, receive, send)
                 return  # a websocket closes unanswered
         assert self._app is not None
         await self._app(scope, receive, send)
@@ -85,19 +85,17 @@ class LoadingApp:
             self._waiting -= 1
         return self._app is not None
 
-    async def _refuse(self, path: str, send: Send) -> None:
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         failure = self.failure
-        headers: list[tuple[bytes, bytes]] = []
         refusal: SeedProxyError
         if failure is None:
             refusal = UpstreamUnavailable(f"{LOADING_REASON}: retry shortly (GET /readyz "
-                                          "says when)")
-            headers.append((b"retry-after", str(_RETRY_AFTER_S).encode()))
+                                          "says when)", retry_after_s=_RETRY_AFTER_S)
         elif isinstance(failure, ConfigError):
             refusal = UpstreamUnavailable(f"the engine failed to load: {failure.message}")
         else:
             refusal = SeedProxyError("internal error")
-        await _json(send, refusal.status_code, errors_for(path).body(refusal), headers)
+        await errors_for(scope["path"]).response(refusal)(scope, receive, send)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         await receive()  # lifespan.startup
@@ -123,10 +121,8 @@ class LoadingApp:
         self._ready.set()
 
 
-async def _json(send: Send, status: int, body: dict[str, Any],
-                headers: list[tuple[bytes, bytes]] | None = None) -> None:
+async def _json(send: Send, status: int, body: dict[str, Any]) -> None:
     data = json.dumps(body).encode()
     await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
-        *(headers or [])]})
+        (b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
     await send({"type": "http.response.body", "body": data})
