@@ -1,12 +1,17 @@
-"""seedproxy's exceptions, and their mapping to OpenAI-shaped HTTP errors.
+"""seedproxy's exceptions: the one error table, applied at the edge by
+``error_presenters`` (one presenter per client protocol).
 
-Hierarchy::
+Each class's attributes are its row: ``status_code``, ``error_type`` (OpenAI's
+``type``), ``retry_after_s`` (a ``Retry-After`` header, where waiting helps) and
+``logged`` (a 5xx that is seedproxy's own fault is logged where it is answered);
+Anthropic's ``type`` follows the status (``anthropic_type``). Hierarchy::
 
     SeedProxyError            (500, never raised for a client's mistake)
     ├── ConfigError           bad settings or command line (CLI exit 2)
     ├── BadRequest            400: bad JSON, bad field
     │   ├── PayloadTooLarge   413
-    │   └── BodyTimeout       408: the body did not arrive in time
+    │   ├── BodyTimeout       408: the body did not arrive in time
+    │   └── ModelNotFound     404: a model the upstream does not list
     ├── AuthError             401: no or unknown key
     │   └── Forbidden         403: a key that does not reach this session
     ├── SessionNotFound       404
@@ -17,6 +22,7 @@ Hierarchy::
     ├── WaitTimeout           504: a long poll (``?wait=true``) ran out of time
     ├── StoreError            503: the session store failed
     ├── ParserUnavailable     503: the worker parsing a large body died
+    ├── UpstreamLoop          508: a request came back to the proxy that sent it
     └── UpstreamError         502 (or the upstream's own status)
         ├── UpstreamUnavailable  503: no upstream could be reached (or every one failed)
         └── UpstreamTimeout      504
@@ -35,6 +41,7 @@ __all__ = [
     "ConfigError",
     "Conflict",
     "Forbidden",
+    "ModelNotFound",
     "OverCapacity",
     "ParserBusy",
     "ParserUnavailable",
@@ -43,27 +50,34 @@ __all__ = [
     "SessionNotFound",
     "StoreError",
     "UpstreamError",
+    "UpstreamLoop",
     "UpstreamNotFound",
     "UpstreamTimeout",
     "UpstreamUnavailable",
     "WaitTimeout",
+    "anthropic_type",
     "error_body",
 ]
 
 
 class SeedProxyError(Exception):
-    """Root of seedproxy's errors; ``status_code`` and ``error_type`` shape the reply."""
+    """Root of seedproxy's errors (its row: see the module docstring)."""
 
-    status_code = 500
-    error_type = "internal_error"
+    status_code, error_type = 500, "internal_error"
     retry_after_s: int | None = None
-    """Seconds for a ``Retry-After`` header, where waiting helps."""
+    logged = True
 
-    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+    def __init__(self, message: str, *, param: str | None = None, code: str | int | None = None,
+                 status_code: int | None = None, retry_after_s: int | None = None):
+        """``status_code`` and ``retry_after_s``, where given, replace the row's."""
         super().__init__(message)
         self.message = message
         self.param = param
         self.code = code
+        if status_code is not None:
+            self.status_code = status_code
+        if retry_after_s is not None:
+            self.retry_after_s = retry_after_s
 
     def body(self) -> dict[str, Any]:
         return error_body(self.message, self.error_type, param=self.param, code=self.code)
@@ -74,8 +88,7 @@ class ConfigError(SeedProxyError):
 
 
 class BadRequest(SeedProxyError):
-    status_code = 400
-    error_type = "invalid_request_error"
+    status_code, error_type = 400, "invalid_request_error"
 
 
 class PayloadTooLarge(BadRequest):
@@ -86,58 +99,53 @@ class BodyTimeout(BadRequest):
     status_code = 408
 
 
+class ModelNotFound(BadRequest):
+    """``GET /v1/models/{model}`` names a model the upstream does not list."""
+
+    status_code = 404
+
+
 class AuthError(SeedProxyError):
-    status_code = 401
-    error_type = "authentication_error"
+    status_code, error_type = 401, "authentication_error"
 
 
 class Forbidden(AuthError):
-    status_code = 403
-    error_type = "permission_error"
+    status_code, error_type = 403, "permission_error"
 
 
 class SessionNotFound(SeedProxyError):
-    status_code = 404
-    error_type = "not_found_error"
+    status_code, error_type = 404, "not_found_error"
 
 
 class BatchNotFound(SeedProxyError):
     """An ack names no export batch this proxy knows (or one long forgotten)."""
 
-    status_code = 404
-    error_type = "not_found_error"
+    status_code, error_type = 404, "not_found_error"
 
 
 class UpstreamNotFound(SeedProxyError):
     """A fleet route names a server that is not (or no longer) in the fleet."""
 
-    status_code = 404
-    error_type = "not_found_error"
+    status_code, error_type = 404, "not_found_error"
 
 
 class Conflict(SeedProxyError):
     """The fleet's state refuses the change (a server that fails the preflight or is
     on other weights, the last server removed); ``code`` says which."""
 
-    status_code = 409
-    error_type = "conflict_error"
+    status_code, error_type = 409, "conflict_error"
 
 
 class ClientClosed(SeedProxyError):
     """The client left before its answer was complete (nginx's 499); nobody reads it,
     the record says it."""
 
-    status_code = 499
-    error_type = "client_closed"
+    status_code, error_type = 499, "client_closed"
 
 
 class OverCapacity(SeedProxyError):
-    status_code = 429
-    error_type = "rate_limit_error"
-
-    def __init__(self, message: str, *, retry_after_s: int = 1):
-        super().__init__(message)
-        self.retry_after_s: int | None = retry_after_s
+    status_code, error_type = 429, "rate_limit_error"
+    retry_after_s = 1
 
 
 class ParserBusy(OverCapacity):
@@ -147,36 +155,37 @@ class ParserBusy(OverCapacity):
 class WaitTimeout(SeedProxyError):
     """A long poll ended before what it waited for happened; nothing was taken."""
 
-    status_code = 504
-    error_type = "timeout_error"
+    status_code, error_type = 504, "timeout_error"
 
 
 class StoreError(SeedProxyError):
     """The session store failed; the request is not acknowledged."""
 
-    status_code = 503
-    error_type = "store_error"
+    status_code, error_type = 503, "store_error"
+    logged = False
 
 
 class ParserUnavailable(SeedProxyError):
     """The worker process parsing a large body died before answering; its pool is
     started again for the next body."""
 
-    status_code = 503
-    error_type = "server_error"
+    status_code, error_type = 503, "server_error"
     retry_after_s = 1
 
 
 class UpstreamError(SeedProxyError):
-    """The upstream failed before answering; ``status_code`` is 502 unless set."""
+    """The upstream failed before answering; ``status_code`` is 502 unless given."""
 
-    status_code = 502
-    error_type = "upstream_error"
+    status_code, error_type = 502, "upstream_error"
+    logged = False
 
-    def __init__(self, message: str, *, status_code: int | None = None):
-        super().__init__(message)
-        if status_code is not None:
-            self.status_code = status_code
+
+class UpstreamLoop(SeedProxyError):
+    """A request came back to the proxy that sent it upstream (``backends.loop``):
+    Loop Detected (RFC 5842)."""
+
+    status_code, error_type = 508, "loop_detected"
+    logged = False
 
 
 class UpstreamUnavailable(UpstreamError):
@@ -192,3 +201,13 @@ def error_body(
 ) -> dict[str, Any]:
     """Return OpenAI's error object: ``{"error": {message, type, param, code}}``."""
     return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
+
+
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error",
+                    403: "permission_error", 404: "not_found_error", 413: "request_too_large",
+                    429: "rate_limit_error", 503: "overloaded_error"}
+
+
+def anthropic_type(status: int) -> str:
+    """Anthropic's error ``type`` for an HTTP ``status``."""
+    return _ANTHROPIC_TYPES.get(status, "invalid_request_error" if status < 500 else "api_error")

@@ -25,12 +25,7 @@ class MalformedAnswer(UpstreamError):
 
 class UpstreamFailed(UpstreamError):
     """An upstream ended its stream with an error event (status: the error's code, which
-    the client's error event carries as SGLang's does)."""
-
-    def body(self) -> dict[str, Any]:
-        body = super().body()
-        body["error"]["code"] = self.status_code
-        return body
+    the client's error event carries as SGLang's does: its ``code``)."""
 
 
 def check_answer(endpoint: Endpoint, answer: Any) -> None:
@@ -67,7 +62,8 @@ def check_error(event: Any) -> None:
     code = inner.get("code")
     status = code if type(code) is int and 400 <= code <= 599 else 502
     text = message if isinstance(message, str) else "the upstream ended the stream with an error"
-    raise UpstreamFailed(f"upstream error mid-stream: {text[:2000]}", status_code=status)
+    raise UpstreamFailed(f"upstream error mid-stream: {text[:2000]}", status_code=status,
+                         code=status)
 
 
 def _bad(where: str, what: str) -> MalformedAnswer:

@@ -27,7 +27,6 @@ from .shapes import reasoning_tokens
 __all__ = [
     "MessageIds",
     "STOP_REASONS",
-    "anthropic_error",
     "delta_usage",
     "message_usage",
     "stop_details",
@@ -48,23 +47,6 @@ STOP_REASONS = {
     "content_filter": "refusal",
 }
 """Chat ``finish_reason`` -> Messages ``stop_reason`` (a matched stop sequence aside)."""
-
-_ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    503: "overloaded_error",
-}
-
-
-def anthropic_error(status: int, message: str) -> dict[str, Any]:
-    """Anthropic's error body for an HTTP ``status``."""
-    kind = _ERROR_TYPES.get(status, "invalid_request_error" if status < 500 else "api_error")
-    return {"type": "error", "error": {"type": kind, "message": message}}
-
 
 def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     """The chat completion request for Messages ``body``; ``BadRequest`` names the

@@ -27,7 +27,7 @@ class Endpoint(StrEnum):
     RESPONSES = "/v1/responses"
     GENERATE = "/generate"
     MESSAGES = "/v1/messages"
-    """Anthropic's Messages API: served as a chat completion (``proxy/messages.py``)."""
+    """Anthropic's Messages API: served as a chat completion (``pipeline/admission.py``)."""
 
 
 OPENAI_ENDPOINTS = tuple(e for e in Endpoint if e is not Endpoint.MESSAGES)

@@ -18,13 +18,15 @@ import secrets
 
 import httpx
 
+from ..errors import UpstreamLoop
+
 __all__ = ["HOP_HEADER", "LOOP_HEADER", "LOOP_STATUS", "LOOPED", "is_loop", "new_hop"]
 
 HOP_HEADER = "x-seedproxy-hop"
 """Carries the sending proxy's hop mark on every upstream request."""
 LOOP_HEADER = "x-seedproxy-loop"
 """Set on the refusal of a request that came back to the proxy that sent it."""
-LOOP_STATUS = 508
+LOOP_STATUS = UpstreamLoop.status_code
 """Loop Detected (RFC 5842)."""
 LOOPED = ("it leads back to this proxy (a request sent to it came back here carrying "
           "this proxy's own hop mark): an upstream must be a model server, not this "

@@ -24,11 +24,7 @@ PAUSE_MODES: tuple[PauseMode, ...] = ("abort", "in_place", "retract")
 
 
 class FleetPaused(UpstreamUnavailable):
-    """The fleet stayed paused past ``--pause-timeout``."""
-
-    def __init__(self, message: str, *, retry_after_s: int) -> None:
-        super().__init__(message)
-        self.retry_after_s: int | None = retry_after_s
+    """The fleet stayed paused past ``--pause-timeout`` (its ``retry_after_s`` given)."""
 
 
 class PauseGate:

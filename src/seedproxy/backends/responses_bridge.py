@@ -17,7 +17,7 @@ from .responses_envelope import envelope
 from .responses_tools import ToolPlan, call_arguments, call_output_item, plan_tools
 from .shapes import reasoning_tokens
 
-__all__ = ["chat_usage_to_responses", "error_object", "left_out_tools", "output_items", "to_chat",
+__all__ = ["chat_usage_to_responses", "left_out_tools", "output_items", "to_chat",
            "to_response"]
 
 _PASS_THROUGH = ("model", "temperature", "top_p", "presence_penalty", "frequency_penalty",
@@ -231,15 +231,3 @@ def to_response(body: dict[str, Any], answer: dict[str, Any], completed_at: int)
                     status="completed", output=output,
                     usage=chat_usage_to_responses(answer.get("usage")),
                     finish_reason=choice.get("finish_reason"), completed_at=completed_at)
-
-
-def error_object(error: Any) -> dict[str, Any]:
-    """OpenAI's error object ``{message, type, param, code}`` with the types its schema
-    gives (an upstream's numeric ``code`` shown as a string)."""
-    error = error if isinstance(error, dict) else {}
-    code, param = error.get("code"), error.get("param")
-    return {"message": str(error.get("message") or ""),
-            "type": str(error.get("type") or "api_error"),
-            "param": param if isinstance(param, str) else None,
-            "code": None if code is None else str(code)}
-

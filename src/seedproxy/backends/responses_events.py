@@ -20,7 +20,6 @@ from typing import Any
 
 from .responses_bridge import (
     chat_usage_to_responses,
-    error_object,
     message_item,
     reasoning_item,
     response_logprobs,
@@ -207,12 +206,12 @@ class ResponsesEvents:
         return events
 
     def error(self, error: dict[str, Any]) -> dict[str, Any]:
-        """The ``error`` event that ends a failed stream, from OpenAI's error object:
-        its fields at the top (OpenAI's ``ResponseErrorEvent``) and whole under
-        ``error`` (Open Responses' ``ErrorStreamingEvent``)."""
-        shown = error_object(error)
-        return self._event("error", code=shown["code"], message=shown["message"],
-                           param=shown["param"], error=shown)
+        """The ``error`` event that ends a failed stream, from the Responses error object
+        (``error_presenters.RESPONSES``): its fields at the top (OpenAI's
+        ``ResponseErrorEvent``) and whole under ``error`` (Open Responses'
+        ``ErrorStreamingEvent``)."""
+        return self._event("error", code=error["code"], message=error["message"],
+                           param=error["param"], error=error)
 
     def result(self) -> dict[str, Any] | None:
         """The completed response once finished; before that, what arrived so far as an

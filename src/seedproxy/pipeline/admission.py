@@ -4,8 +4,8 @@ An admission reads and checks the body (its images too: ``backends/media``),
 translates it, renders a token-in-token-out prompt (all before the slot: a 4xx here
 uses no index), seats the exchange, and picks
 its strategies: the ``Reader`` from the mode (passthrough, bridge, TITO) and ``n``,
-the ``Presenter`` from the client's protocol. The hot routes, the FastAPI router and
-the Messages router all call ``handle``.
+the ``Presenter`` from the client's protocol. The one way in is ``proxy.hot``'s
+``HotRoutes.answer``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from ..backends import Endpoint
 from ..backends.bridging import as_chat
 from ..backends.media import CheckedImage
 from ..backends.responses_bridge import left_out_tools
+from ..error_presenters import ANTHROPIC, OPENAI
 from ..errors import BadRequest, ClientClosed, SeedProxyError
 from ..sessions import Interaction, NewSession, SessionRecord
 from ..sessions.cursor import SessionView
@@ -52,8 +53,7 @@ class Admission:
     def __init__(self, services: Services, *, messages: bool = False) -> None:
         self.services = services
         self.messages = messages
-        self._refusal: Presenter = (MessagesPresenter({}, None) if messages
-                                    else OpenAIPresenter(Endpoint.CHAT))
+        self.errors = ANTHROPIC if messages else OPENAI
 
     async def handle(self, request: Request, endpoint: Endpoint,
                      session: SessionRecord | NewSession | None) -> Response:
@@ -99,7 +99,7 @@ class Admission:
             shown = {"x-seedproxy-overhead-ms": f"{(time.perf_counter() - arrived) * 1000:.3f}"}
             self.refused(endpoint, exc, session,
                          ex.slot.index if ex is not None and ex.slot is not None else None)
-            return self._refusal.error_response(exc, ex.headers() if ex is not None else shown)
+            return self.errors.response(exc, ex.headers() if ex is not None else shown)
         finally:
             admitting.end()
             if ex is None or not ex.streaming:

@@ -322,14 +322,11 @@ class Exchange:
         """The client's error answer for ``exc``, in its protocol: an upstream failure (or
         an answer the parse workers refused) not yet recorded is recorded with the body
         the client is shown."""
-        body = presenter.error_body(exc)
         if isinstance(exc, _RECORDED) and not self.recording:
-            await self.record(exc.status_code, body, Captured())
+            await self.record(exc.status_code, presenter.errors.body(exc), Captured())
         headers = self.headers()
-        if exc.retry_after_s is not None:
-            headers["retry-after"] = str(exc.retry_after_s)
         self.observe(exc.status_code)
-        return presenter.error_response(exc, headers)
+        return presenter.errors.response(exc, headers)
 
     # -- streams ---------------------------------------------------------------------
 

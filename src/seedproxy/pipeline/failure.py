@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from ..errors import UpstreamError, error_body
+from ..errors import UpstreamError
 
 __all__ = ["UpstreamAnswered"]
 
@@ -26,17 +26,12 @@ _PARAM_CHARS = 256
 
 
 class UpstreamAnswered(UpstreamError):
-    """An upstream answered with an error status; ``body()`` keeps its message, type and
-    param."""
+    """An upstream answered with an error status; its body keeps the upstream's message,
+    type and param, and its status as ``code``."""
 
     def __init__(self, status: int, content: bytes) -> None:
-        message, self.upstream_type, param = _message(status, content)
-        super().__init__(message, status_code=status)
-        self.param = param
-
-    def body(self) -> dict[str, Any]:
-        return error_body(self.message, self.upstream_type, param=self.param,
-                          code=self.status_code)
+        message, self.error_type, param = _message(status, content)
+        super().__init__(message, param=param, code=status, status_code=status)
 
 
 def _message(status: int, content: bytes) -> tuple[str, str, str | None]:

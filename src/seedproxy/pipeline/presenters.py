@@ -1,28 +1,25 @@
 """The client side of an exchange: one ``Presenter`` per client protocol.
 
 A presenter owns its protocol's whole answer, its stream events (a ``Writer`` fed each
-canonical chunk a reader yields), its terminator, its error body and its error event,
-each encoded in one place. Readers yield OpenAI chunks (chat, completions, or
-``/generate`` items); the OpenAI presenter shows them as they are, the Responses and
-Messages presenters translate chat chunks.
+canonical chunk a reader yields) and its terminator, each encoded in one place; its
+``errors`` (``error_presenters``) build its error bodies, answers and events. Readers
+yield OpenAI chunks (chat, completions, or ``/generate`` items); the OpenAI presenter
+shows them as they are, the Responses and Messages presenters translate chat chunks.
 """
 
 from __future__ import annotations
 
-import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, Protocol
 
-import orjson
-from starlette.responses import Response
-
 from ..backends import Endpoint
-from ..backends.anthropic_bridge import anthropic_error, to_message
+from ..backends.anthropic_bridge import to_message
 from ..backends.anthropic_events import MessageEvents
-from ..backends.responses_bridge import error_object, to_response
+from ..backends.responses_bridge import to_response
 from ..backends.responses_events import ResponsesEvents
-from ..errors import SeedProxyError, StoreError, UpstreamError
+from ..error_presenters import ANTHROPIC, OPENAI, RESPONSES, ErrorPresenter
+from ..errors import SeedProxyError
 from ..sse_frames import DONE, data_frame, typed_frame
 from .transcript import StreamTranscript
 
@@ -33,8 +30,6 @@ __all__ = [
     "ResponsesPresenter",
     "Writer",
 ]
-
-log = logging.getLogger("seedproxy.request")
 
 Chunk = dict[str, Any] | bytes
 """A canonical chunk, or (outside sessions, OpenAI routes) an upstream event as sent."""
@@ -56,27 +51,15 @@ class Writer(Protocol):
 
 
 class Presenter:
-    """OpenAI's error shapes; subclasses add their answer and stream shapes."""
+    """A protocol's answer and stream shapes; ``errors``: its error presenter."""
+
+    errors: ErrorPresenter = OPENAI
 
     def whole(self, answer: Any) -> Any:
         return answer
 
     def writer(self) -> Writer:
         raise NotImplementedError
-
-    def error_body(self, exc: SeedProxyError) -> dict[str, Any]:
-        return exc.body()
-
-    def error_response(self, exc: SeedProxyError, headers: Mapping[str, str]) -> Response:
-        """The error answer (``retry-after`` where waiting helps); seedproxy's own 5xx
-        are logged here."""
-        out = dict(headers)
-        if exc.retry_after_s is not None:
-            out["retry-after"] = str(exc.retry_after_s)
-        if exc.status_code >= 500 and not isinstance(exc, UpstreamError | StoreError):
-            log.error("internal error: %s", exc.message)
-        return Response(orjson.dumps(self.error_body(exc)), exc.status_code, headers=out,
-                        media_type="application/json")
 
 
 class OpenAIPresenter(Presenter):
@@ -106,12 +89,14 @@ class _OpenAIWriter:
         return self._transcript.result()
 
     def error(self, exc: SeedProxyError) -> bytes:
-        return data_frame(exc.body())
+        return OPENAI.event(exc)
 
 
 class ResponsesPresenter(Presenter):
     """OpenAI Responses, from chat answers and chunks; ``clock`` (Unix seconds) dates
     ``completed_at``."""
+
+    errors = RESPONSES
 
     def __init__(self, body: dict[str, Any], clock: Callable[[], float] = time.time) -> None:
         self.body = body
@@ -120,17 +105,16 @@ class ResponsesPresenter(Presenter):
     def whole(self, answer: Any) -> Any:
         return to_response(self.body, answer, int(self.clock()))
 
-    def error_body(self, exc: SeedProxyError) -> dict[str, Any]:
-        return {"error": error_object(exc.body()["error"])}
-
     def writer(self) -> Writer:
         events = ResponsesEvents(self.body, self.clock)
-        return _Translating(events, typed_frame,
-                            lambda exc: typed_frame(events.error(exc.body()["error"])))
+        return _Translating(events,
+                            lambda exc: typed_frame(events.error(RESPONSES.body(exc)["error"])))
 
 
 class MessagesPresenter(Presenter):
     """Anthropic Messages, from chat answers and chunks; errors in Anthropic's shape."""
+
+    errors = ANTHROPIC
 
     def __init__(self, body: dict[str, Any], seed: int | None) -> None:
         self.body = body
@@ -140,11 +124,7 @@ class MessagesPresenter(Presenter):
         return to_message(self.body, answer, self.seed)
 
     def writer(self) -> Writer:
-        return _Translating(MessageEvents(self.body, self.seed), typed_frame,
-                            lambda exc: typed_frame(self.error_body(exc)))
-
-    def error_body(self, exc: SeedProxyError) -> dict[str, Any]:
-        return anthropic_error(exc.status_code, exc.message)
+        return _Translating(MessageEvents(self.body, self.seed), ANTHROPIC.event)
 
 
 class _Events(Protocol):
@@ -156,22 +136,19 @@ class _Events(Protocol):
 
 
 class _Translating:
-    """A writer over a protocol's event builder and its SSE encoder."""
+    """A writer over a protocol's event builder, each event a typed SSE frame; ``error``
+    builds the failed stream's last event."""
 
-    def __init__(self, events: _Events, encode: Any, error: Any) -> None:
+    def __init__(self, events: _Events, error: Callable[[SeedProxyError], bytes]) -> None:
         self._events = events
-        self._encode = encode
-        self._error = error
+        self.error = error
 
     def feed(self, chunk: Chunk) -> list[bytes]:
         assert isinstance(chunk, dict), "translated streams are always parsed"
-        return [self._encode(out) for out in self._events.feed(chunk)]
+        return [typed_frame(out) for out in self._events.feed(chunk)]
 
     def finish(self) -> list[bytes]:
-        return [self._encode(out) for out in self._events.finish()]
+        return [typed_frame(out) for out in self._events.finish()]
 
     def result(self) -> Any:
         return self._events.result()
-
-    def error(self, exc: SeedProxyError) -> bytes:
-        return bytes(self._error(exc))

@@ -22,12 +22,9 @@ history's length; the source's record is read once per process.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
 from typing import Any
 
-from starlette.responses import Response
-
-from ..errors import SeedProxyError, SessionNotFound
+from ..errors import SessionNotFound
 from ..seeds import content_key
 from ..sessions import Interaction, SessionRecord, SessionStore
 from .presenters import Presenter, Writer
@@ -104,6 +101,7 @@ class AsRecorded(Presenter):
 
     def __init__(self, inner: Presenter) -> None:
         self.inner = inner
+        self.errors = inner.errors
 
     def whole(self, answer: Any) -> Any:
         return answer
@@ -111,8 +109,3 @@ class AsRecorded(Presenter):
     def writer(self) -> Writer:
         return self.inner.writer()
 
-    def error_body(self, exc: SeedProxyError) -> dict[str, Any]:
-        return self.inner.error_body(exc)
-
-    def error_response(self, exc: SeedProxyError, headers: Mapping[str, str]) -> Response:
-        return self.inner.error_response(exc, headers)

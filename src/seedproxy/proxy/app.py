@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -18,7 +17,6 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from ..backends import BACKENDS, Backend
-from ..backends.anthropic_bridge import anthropic_error
 from ..backends.board import open_board
 from ..backends.client import upstream_client
 from ..backends.fleet import FleetControl
@@ -26,13 +24,8 @@ from ..backends.loop import new_hop
 from ..backends.media import ImageGate, ImagePolicy
 from ..backends.pause import PauseGate
 from ..backends.pool import UpstreamPool
-from ..errors import (
-    ConfigError,
-    SeedProxyError,
-    StoreError,
-    UpstreamError,
-    error_body,
-)
+from ..error_presenters import OPENAI, errors_for, unexpected
+from ..errors import BadRequest, ConfigError, SeedProxyError, error_body
 from ..pipeline.admission import Admission
 from ..pipeline.inflight import InFlight
 from ..pipeline.metrics import Metrics
@@ -48,11 +41,10 @@ from .access import Access
 from .admin import admin_router
 from .fleet_routes import fleet_router
 from .health import readiness_router, warn_if_no_upstream
-from .hot import MESSAGES_PATHS, HotRoutes, ProxyApp
+from .hot import HotRoutes, ProxyApp
 from .logs import flush_logs
-from .messages import PromptCounter, messages_router
 from .replay import Verifier
-from .routes import openai_router
+from .routes import PromptCounter, api_router
 from .server_routes import server_router
 from .ui import TokenDecoder, ui_router
 from .weight_routes import weight_router
@@ -61,8 +53,6 @@ if TYPE_CHECKING:
     from ..backends.tito import TitoMode
 
 __all__ = ["create_app", "open_tito_mode"]
-
-log = logging.getLogger("seedproxy")
 
 
 def create_app(
@@ -109,8 +99,7 @@ def create_app(
              if own]
     app = ProxyApp(title="seedproxy", version="0.1.0", lifespan=_lifespan(parts, owned))
     app.hop = hop.encode()
-    app.hot = HotRoutes(admission=parts.admission, access=parts.access,
-                        on_error=on_seedproxy_error)
+    app.hot = parts.hot
     app.state.settings = settings
     app.state.sessions = parts.services.sessions
     app.state.pool = parts.services.pool
@@ -126,8 +115,8 @@ class _Parts:
     """What one app is made of, beyond what every exchange uses (``services``)."""
 
     services: Services
-    admission: Admission
-    """The OpenAI routes' (hot and routed alike)."""
+    hot: HotRoutes
+    """The one dispatch into the admission routes (hot and routed alike)."""
     fleet: FleetControl
     access: Access
     client: httpx.AsyncClient
@@ -167,8 +156,10 @@ def _assemble(settings: Settings, urls: list[str], store: SessionStore,
             max_images=settings.max_images,
             allowed_hosts=frozenset(host.lower() for host in settings.image_url_hosts))),
     )
-    return _Parts(services, Admission(services), fleet, Access(sessions, settings.admin_key),
-                  client)
+    access = Access(sessions, settings.admin_key)
+    hot = HotRoutes(openai=Admission(services), messages=Admission(services, messages=True),
+                    access=access)
+    return _Parts(services, hot, fleet, access, client)
 
 
 def _lifespan(parts: _Parts, owned: Sequence[Callable[[], Awaitable[None]]],
@@ -208,13 +199,12 @@ def _lifespan(parts: _Parts, owned: Sequence[Callable[[], Awaitable[None]]],
 
 def _include_routes(app: FastAPI, parts: _Parts, prompt_counter: PromptCounter | None,
                     engine_url: str | None, clock: Callable[[], float]) -> None:
-    """Every route group but the hot paths ``HotRoutes`` serves first."""
+    """Every route group: the admission routes (which ``HotRoutes`` serves first) and the
+    rest."""
     services, fleet, access = parts.services, parts.fleet, parts.access
     settings, pool, store = services.settings, services.pool, services.sessions.store
     max_body_bytes = settings.max_body_bytes
-    app.include_router(openai_router(parts.admission, access, pool))
-    app.include_router(messages_router(Admission(services, messages=True), access,
-                                       prompt_counter))
+    app.include_router(api_router(parts.hot, access, pool, services, prompt_counter))
     app.include_router(admin_router(
         services.sessions, access, deterministic=settings.deterministic,
         max_body_bytes=max_body_bytes, inflight=services.inflight,
@@ -258,34 +248,26 @@ def open_tito_mode(settings: Settings, *, tokenizer: Any = None,
     )
 
 
-async def on_seedproxy_error(request: Request, exc: SeedProxyError) -> JSONResponse:
-    """A refusal outside the pipeline (auth, admin routes) in OpenAI's shape."""
-    headers: dict[str, str] = {}
-    if exc.retry_after_s is not None:
-        headers["retry-after"] = str(exc.retry_after_s)
-    if exc.status_code >= 500 and not isinstance(exc, UpstreamError | StoreError):
-        log.error("internal error on %s: %s", request.url.path, exc.message)
-    return JSONResponse(exc.body(), status_code=exc.status_code, headers=headers)
-
-
 def _install_error_handlers(app: FastAPI) -> None:
-    app.add_exception_handler(SeedProxyError, on_seedproxy_error)  # type: ignore[arg-type]
+    """The edge of the FastAPI routes: every error answered by its route's error
+    presenter (``error_presenters``); FastAPI's own (validation, routing) in OpenAI's."""
+
+    @app.exception_handler(SeedProxyError)
+    async def on_seedproxy_error(request: Request, exc: SeedProxyError) -> Response:
+        return errors_for(request.url.path).response(exc)
 
     @app.exception_handler(RequestValidationError)
-    async def on_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+    async def on_validation_error(request: Request, exc: RequestValidationError) -> Response:
         first = exc.errors()[0] if exc.errors() else {}
         if first.get("type") == "json_invalid":  # its loc is a character offset, no field
             error = (first.get("ctx") or {}).get("error", "invalid JSON")
-            text = f"request body is not valid JSON: {error}"
-            return JSONResponse(error_body(text, "invalid_request_error"), status_code=400)
+            return OPENAI.response(BadRequest(f"request body is not valid JSON: {error}"))
         where = ".".join(
             str(p) for p in first.get("loc", ())[1:] if p != "body"
         ) or None  # loc starts with where the value was: body, query or path
         message = str(first.get("msg", "invalid request"))
-        text = f"{where}: {message}" if where else message
-        return JSONResponse(
-            error_body(text, "invalid_request_error", param=where), status_code=400
-        )
+        return OPENAI.response(BadRequest(f"{where}: {message}" if where else message,
+                                          param=where))
 
     @app.exception_handler(HTTPException)
     async def on_http_error(request: Request, exc: HTTPException) -> JSONResponse:
@@ -295,11 +277,7 @@ def _install_error_handlers(app: FastAPI) -> None:
         )
 
     @app.exception_handler(Exception)
-    async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+    async def on_unexpected(request: Request, exc: Exception) -> Response:
         """seedproxy's own bug: logged, a 500 in the route's protocol shape, and the
         connection kept (``ProxyApp`` ends the re-raise that would reset it)."""
-        path = request.url.path
-        log.exception("unexpected error on %s", path)
-        if path.endswith(MESSAGES_PATHS):
-            return JSONResponse(anthropic_error(500, "internal error"), status_code=500)
-        return JSONResponse(error_body("internal error", "internal_error"), status_code=500)
+        return unexpected(request.url.path)

@@ -1,52 +1,47 @@
-"""The hot OpenAI routes, answered ahead of FastAPI's middleware stack and router.
+"""The one way into the admission routes (OpenAI's and Messages), answered ahead of
+FastAPI's middleware stack and router.
 
 FastAPI's per-request routing (a scan of every route, the request/response and
 dependency wrappers) cost about as much as the proxy's own work, and its middleware
 stack (a native-telemetry check that reads the environment, server-error, telemetry
-and body-limit wrappers) a few percent more, so ``ProxyApp`` sends POSTs to the
-OpenAI routes (also under ``/sessions/{id}``) straight to their ``Admission``. Once any
-middleware is added with ``add_middleware`` (CORS, tracing: seedproxy adds none),
-every request takes FastAPI's stack instead, so that middleware sees all of them;
-the same handlers answer there. Everything else, and the OpenAPI schema of these
-same routes, stays with FastAPI. Errors are rendered exactly as the FastAPI
-handlers render them.
+and body-limit wrappers) a few percent more, so ``ProxyApp`` sends POSTs to these
+routes (also under ``/sessions/{id}``) straight to ``HotRoutes``. Once any middleware
+is added with ``add_middleware`` (CORS, tracing: seedproxy adds none), every request
+takes FastAPI's stack instead, so that middleware sees all of them: the routes
+declared there (``routes.py``, which also give the OpenAPI schema) call the same
+``HotRoutes.answer``. Errors come from ``error_presenters``, as on every route.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 
 from fastapi import FastAPI
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
 from ..backends import OPENAI_ENDPOINTS, Endpoint
-from ..backends.anthropic_bridge import anthropic_error
-from ..backends.loop import HOP_HEADER, LOOP_HEADER, LOOP_STATUS
-from ..errors import SeedProxyError, error_body
+from ..backends.loop import HOP_HEADER, LOOP_HEADER
+from ..error_presenters import errors_for, unexpected
+from ..errors import SeedProxyError, UpstreamLoop
 from ..pipeline.admission import Admission
 from .access import Access
 
-__all__ = ["MESSAGES_PATHS", "HotRoutes", "ProxyApp"]
+__all__ = ["HotRoutes", "ProxyApp"]
 
 log = logging.getLogger("seedproxy")
 
 _SESSIONS = "/sessions/"
 _HOP = HOP_HEADER.encode()
-MESSAGES_PATHS = ("/v1/messages", "/v1/messages/count_tokens")
-"""The routes that answer in Anthropic's shape."""
 
 
 def _loop_refusal(path: str) -> Response:
-    """508 in the route's protocol shape (Anthropic's on the Messages routes)."""
-    message = ("this request came back to the seedproxy that sent it upstream: one of "
-               "its upstreams leads back to the proxy itself; remove it (DELETE "
-               "/fleet/upstreams?url=...) or fix --upstream")
-    body = (anthropic_error(LOOP_STATUS, message) if path.endswith(MESSAGES_PATHS)
-            else error_body(message, "loop_detected", code="upstream_loop"))
-    return JSONResponse(body, status_code=LOOP_STATUS, headers={LOOP_HEADER: "1"})
+    """508 in the route's protocol shape."""
+    loop = UpstreamLoop("this request came back to the seedproxy that sent it upstream: one "
+                        "of its upstreams leads back to the proxy itself; remove it (DELETE "
+                        "/fleet/upstreams?url=...) or fix --upstream", code="upstream_loop")
+    return errors_for(path).response(loop, {LOOP_HEADER: "1"})
 
 
 class ProxyApp(FastAPI):
@@ -65,17 +60,13 @@ class ProxyApp(FastAPI):
         if self.hop is not None and (_HOP, self.hop) in scope["headers"]:
             await _loop_refusal(scope["path"])(scope, receive, send)
             return
-        if hot is None or self.user_middleware:
+        if hot is None or self.user_middleware or (matched := hot.match(scope)) is None:
             await self._answered(scope, receive, send)
             return
-        matched = hot.match(scope)
-        if matched is None:
-            await self._answered(scope, receive, send)
-        else:
-            if self.root_path:
-                scope["root_path"] = self.root_path
-            scope["app"] = self
-            await hot.handle(scope, receive, send, *matched)
+        if self.root_path:
+            scope["root_path"] = self.root_path
+        scope["app"] = self
+        await hot.handle(scope, receive, send, *matched)
 
     async def _answered(self, scope: Scope, receive: Receive, send: Send) -> None:
         """FastAPI's stack, less one re-raise: Starlette's ``ServerErrorMiddleware``
@@ -104,46 +95,48 @@ class ProxyApp(FastAPI):
 
 
 class HotRoutes:
-    """Matches the hot requests and answers them through the OpenAI admission."""
+    """Matches the admission routes' requests and answers them through their
+    ``Admission`` (Messages' for ``/v1/messages``, OpenAI's for the rest)."""
 
-    def __init__(
-        self,
-        *,
-        admission: Admission,
-        access: Access,
-        on_error: Callable[[Request, SeedProxyError], Awaitable[Response]],
-    ) -> None:
-        self._admission = admission
+    def __init__(self, *, openai: Admission, messages: Admission, access: Access) -> None:
         self._access = access
-        self._on_error = on_error
-        self._endpoints = {endpoint.value: endpoint for endpoint in OPENAI_ENDPOINTS}
+        self._routes: dict[str, tuple[Endpoint, Admission]] = {
+            endpoint.value: (endpoint, openai) for endpoint in OPENAI_ENDPOINTS}
+        self._routes[Endpoint.MESSAGES.value] = (Endpoint.MESSAGES, messages)
 
     def match(self, scope: Scope) -> tuple[Endpoint, str | None] | None:
         """The endpoint and path session of a hot request; None for anything else."""
         if scope["method"] != "POST":
             return None
         path: str = scope["path"]
-        endpoint = self._endpoints.get(path)
-        if endpoint is not None:
-            return endpoint, None
+        route = self._routes.get(path)
+        if route is not None:
+            return route[0], None
         if path.startswith(_SESSIONS):
             session_id, slash, rest = path[len(_SESSIONS) :].partition("/")
-            endpoint = self._endpoints.get("/" + rest) if session_id and slash else None
-            if endpoint is not None:
-                return endpoint, session_id
+            route = self._routes.get("/" + rest) if session_id and slash else None
+            if route is not None:
+                return route[0], session_id
         return None
+
+    async def answer(self, request: Request, endpoint: Endpoint, session_id: str | None
+                     ) -> Response:
+        """The answer to one request on ``endpoint`` (``session_id``: the session its
+        path names); the admission answers its own refusals, access's are answered
+        here in the same shape."""
+        admission = self._routes[endpoint.value][1]
+        try:
+            session = await self._access.session_for(request, session_id)
+        except SeedProxyError as exc:
+            admission.refused(endpoint, exc, session_id)
+            return admission.errors.response(exc)
+        return await admission.handle(request, endpoint, session)
 
     async def handle(
         self, scope: Scope, receive: Receive, send: Send, endpoint: Endpoint, session_id: str | None
     ) -> None:
-        request = Request(scope, receive)
         try:
-            session = await self._access.session_for(request, session_id)
-            response = await self._admission.handle(request, endpoint, session)
-        except SeedProxyError as exc:  # the admission answers its own: this is access's
-            self._admission.refused(endpoint, exc, session_id)
-            response = await self._on_error(request, exc)
-        except Exception:
-            log.exception("unexpected error on %s", scope["path"])
-            response = JSONResponse(error_body("internal error", "internal_error"), status_code=500)
+            response = await self.answer(Request(scope, receive), endpoint, session_id)
+        except Exception:  # seedproxy's own bug, answered as FastAPI's edge answers it
+            response = unexpected(scope["path"])
         await response(scope, receive, send)

@@ -25,8 +25,8 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
-from ..backends.anthropic_bridge import anthropic_error
-from ..errors import ConfigError, UpstreamUnavailable, error_body
+from ..error_presenters import errors_for
+from ..errors import ConfigError, SeedProxyError, UpstreamUnavailable
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -35,7 +35,6 @@ if TYPE_CHECKING:
 __all__ = ["LOADING_REASON", "LoadingApp"]
 
 LOADING_REASON = "engine loading"
-_MESSAGES_PATHS = ("/v1/messages", "/v1/messages/count_tokens")
 _RETRY_AFTER_S = 5
 
 
@@ -69,7 +68,7 @@ class LoadingApp:
                 return
             if not await self._wait():
                 if http:
-                    await self._refuse(scope["path"], send)
+                    await self._refuse(scope, receive, send)
                 return  # a websocket closes unanswered
         assert self._app is not None
         await self._app(scope, receive, send)
@@ -86,23 +85,17 @@ class LoadingApp:
             self._waiting -= 1
         return self._app is not None
 
-    async def _refuse(self, path: str, send: Send) -> None:
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         failure = self.failure
-        headers: list[tuple[bytes, bytes]] = []
+        refusal: SeedProxyError
         if failure is None:
-            status, text = 503, f"{LOADING_REASON}: retry shortly (GET /readyz says when)"
-            headers.append((b"retry-after", str(_RETRY_AFTER_S).encode()))
+            refusal = UpstreamUnavailable(f"{LOADING_REASON}: retry shortly (GET /readyz "
+                                          "says when)", retry_after_s=_RETRY_AFTER_S)
         elif isinstance(failure, ConfigError):
-            status, text = 503, f"the engine failed to load: {failure.message}"
+            refusal = UpstreamUnavailable(f"the engine failed to load: {failure.message}")
         else:
-            status, text = 500, "internal error"
-        if path.endswith(_MESSAGES_PATHS):
-            body = anthropic_error(status, text)
-        elif status == 503:
-            body = UpstreamUnavailable(text).body()
-        else:
-            body = error_body(text, "internal_error")
-        await _json(send, status, body, headers)
+            refusal = SeedProxyError("internal error")
+        await errors_for(scope["path"]).response(refusal)(scope, receive, send)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         await receive()  # lifespan.startup
@@ -128,10 +121,8 @@ class LoadingApp:
         self._ready.set()
 
 
-async def _json(send: Send, status: int, body: dict[str, Any],
-                headers: list[tuple[bytes, bytes]] | None = None) -> None:
+async def _json(send: Send, status: int, body: dict[str, Any]) -> None:
     data = json.dumps(body).encode()
     await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
-        *(headers or [])]})
+        (b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
     await send({"type": "http.response.body", "body": data})

@@ -1,83 +1,107 @@
-"""The OpenAI-compatible routes, each also under ``/sessions/{session_id}``."""
+"""The routes each also under ``/sessions/{session_id}``: the admission routes
+(OpenAI's, and Anthropic's ``/v1/messages``) as FastAPI declares them (the OpenAPI
+schema, and every request once middleware is added: ``hot.py``), the model listing,
+and Messages' ``count_tokens``; and ``HEAD /`` (Claude Code's probe). Every error on
+the Messages routes, auth included, comes in Anthropic's shape."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from ..backends import OPENAI_ENDPOINTS, Endpoint
+from ..backends import Endpoint
+from ..backends.anthropic_bridge import to_chat
 from ..backends.pool import UpstreamPool
-from ..errors import SeedProxyError, UpstreamError, error_body
-from ..pipeline.admission import Admission
+from ..errors import BadRequest, ModelNotFound, SessionNotFound, UpstreamError
+from ..pipeline.request import client_request, read_body
+from ..pipeline.services import Services
 from .access import Access
+from .hot import HotRoutes
 
-__all__ = ["find_model", "openai_router"]
+__all__ = ["PromptCounter", "api_router", "find_model"]
+
+PromptCounter = Callable[[dict[str, Any]], int]
+"""Counts a chat body's prompt tokens as the upstream renders them; raises
+``ValueError`` (or ``BadRequest``) for a prompt it cannot render. Known only with a
+tokenizer at hand (the embedded engine's, or token-in-token-out mode's)."""
 
 _PREFIXES = ("", "/sessions/{session_id}")
-_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {"application/json": {"schema": {"type": "object"}}},
-    }
-}
+_BODY = {"requestBody": {"required": True,
+                         "content": {"application/json": {"schema": {"type": "object"}}}}}
 
 
-def openai_router(admission: Admission, access: Access, pool: UpstreamPool) -> APIRouter:
+def api_router(hot: HotRoutes, access: Access, pool: UpstreamPool, services: Services,
+               counter: PromptCounter | None = None) -> APIRouter:
+    """The admission routes, each answered by ``hot.answer``, and those beside them."""
     router = APIRouter()
 
     def route(endpoint: Endpoint):  # type: ignore[no-untyped-def]
         async def handler(request: Request) -> Response:
-            named = request.path_params.get("session_id")
-            try:
-                session = await access.session_for(request, named)
-            except SeedProxyError as exc:
-                admission.refused(endpoint, exc, named)
-                raise
-            return await admission.handle(request, endpoint, session)
+            return await hot.answer(request, endpoint, request.path_params.get("session_id"))
 
         handler.__name__ = endpoint.name.lower()
         return handler
 
+    async def count_tokens(request: Request) -> Response:
+        """Its errors are Anthropic's (``on_seedproxy_error``: the route's presenter)."""
+        await access.session_for(request, request.path_params.get("session_id"))
+        raw = await read_body(request, services.settings.max_body_bytes)
+        decoded = await services.parser.body(Endpoint.MESSAGES, raw)
+        body = client_request(Endpoint.MESSAGES, raw, decoded).body
+        if counter is None:
+            raise SessionNotFound(
+                "count_tokens needs a tokenizer, and none is known for this upstream "
+                "(it is known with the embedded engine or --token-in-token-out)"
+            )
+        chat = to_chat({**body, "max_tokens": 1, "stream": False})
+        try:
+            count = await asyncio.to_thread(counter, chat)
+        except ValueError as exc:
+            raise BadRequest(f"cannot render this prompt: {exc}") from None
+        return JSONResponse({"input_tokens": count})
+
+    async def models(request: Request) -> Response:
+        await access.session_for(request, request.path_params.get("session_id"))
+        upstream = await pool.get("/v1/models")
+        return Response(
+            upstream.content,
+            status_code=upstream.status_code,
+            media_type=upstream.headers.get("content-type", "application/json"),
+        )
+
+    async def model(request: Request) -> Response:
+        """One model's card, as SGLang serves it, taken from the upstream's list."""
+        await access.session_for(request, request.path_params.get("session_id"))
+        upstream = await pool.get("/v1/models")
+        if upstream.status_code != 200:
+            return Response(upstream.content, status_code=upstream.status_code,
+                            media_type=upstream.headers.get("content-type"))
+        name = request.path_params["model"]
+        card = find_model(upstream.content, name)
+        if card is None:
+            raise ModelNotFound(f"The model '{name}' does not exist", param="model",
+                                code="model_not_found")
+        return JSONResponse(card)
+
     for prefix in _PREFIXES:
-        for endpoint in OPENAI_ENDPOINTS:
-            router.add_api_route(
-                prefix + endpoint.value,
-                route(endpoint),
-                methods=["POST"],
-                openapi_extra=_BODY,
-                name=f"{endpoint.name.lower()}{'_in_session' if prefix else ''}",
-            )
-
-        async def models(request: Request) -> Response:
-            await access.session_for(request, request.path_params.get("session_id"))
-            upstream = await pool.get("/v1/models")
-            return Response(
-                upstream.content,
-                status_code=upstream.status_code,
-                media_type=upstream.headers.get("content-type", "application/json"),
-            )
-
-        async def model(request: Request) -> Response:
-            """One model's card, as SGLang serves it, taken from the upstream's list."""
-            await access.session_for(request, request.path_params.get("session_id"))
-            upstream = await pool.get("/v1/models")
-            if upstream.status_code != 200:
-                return Response(upstream.content, status_code=upstream.status_code,
-                                media_type=upstream.headers.get("content-type"))
-            name = request.path_params["model"]
-            card = find_model(upstream.content, name)
-            if card is None:
-                message = f"The model '{name}' does not exist"
-                body = error_body(message, "invalid_request_error", param="model",
-                                  code="model_not_found")
-                return JSONResponse(body, status_code=404)
-            return JSONResponse(card)
-
+        suffix = "_in_session" if prefix else ""
+        for endpoint in Endpoint:
+            router.add_api_route(prefix + endpoint.value, route(endpoint), methods=["POST"],
+                                 openapi_extra=_BODY, name=endpoint.name.lower() + suffix)
         router.add_api_route(prefix + "/v1/models", models, methods=["GET"])
         router.add_api_route(prefix + "/v1/models/{model:path}", model, methods=["GET"])
+        router.add_api_route(prefix + "/v1/messages/count_tokens", count_tokens,
+                             methods=["POST"], openapi_extra=_BODY, name="count_tokens" + suffix)
+
+    async def probe() -> Response:
+        return Response(status_code=200)
+
+    router.add_api_route("/", probe, methods=["HEAD"], include_in_schema=False)
     return router
 
 
