@@ -138,8 +138,10 @@ class HotRoutes:
     ) -> None:
         request = Request(scope, receive)
         try:
-            session = await self._access.session_for(request, session_id)
-            response = await self._admission.handle(request, endpoint, session)
+            session = await self._access.session_for(request, session_id, cached=True)
+            response = await self._admission.handle(
+                request, endpoint, session,
+                lambda: self._access.session_for(request, session_id, cached=True))
         except SeedProxyError as exc:  # the admission answers its own: this is access's
             self._admission.refused(endpoint, exc, session_id)
             response = await self._on_error(request, exc)

@@ -49,11 +49,13 @@ def messages_router(
     async def messages(request: Request) -> Response:
         named = request.path_params.get("session_id")
         try:
-            session = await access.session_for(request, named)
+            session = await access.session_for(request, named, cached=True)
         except SeedProxyError as exc:
             admission.refused(Endpoint.MESSAGES, exc, named)
             return refusal.error_response(exc, {})
-        return await admission.handle(request, Endpoint.MESSAGES, session)
+        return await admission.handle(
+            request, Endpoint.MESSAGES, session,
+            lambda: access.session_for(request, named, cached=True))
 
     async def count_tokens(request: Request) -> Response:
         try:

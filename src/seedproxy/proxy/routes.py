@@ -32,11 +32,13 @@ def openai_router(admission: Admission, access: Access, pool: UpstreamPool) -> A
         async def handler(request: Request) -> Response:
             named = request.path_params.get("session_id")
             try:
-                session = await access.session_for(request, named)
+                session = await access.session_for(request, named, cached=True)
             except SeedProxyError as exc:
                 admission.refused(endpoint, exc, named)
                 raise
-            return await admission.handle(request, endpoint, session)
+            return await admission.handle(
+                request, endpoint, session,
+                lambda: access.session_for(request, named, cached=True))
 
         handler.__name__ = endpoint.name.lower()
         return handler

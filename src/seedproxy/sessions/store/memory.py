@@ -11,7 +11,7 @@ import time
 from ...errors import SessionNotFound
 from ..codec import Link, Sent
 from ..interaction import Interaction
-from ..record import SessionRecord, Slot
+from ..record import Recorded, SessionRecord, Slot, Stale
 from ..session import Session
 from .base import RETRY_MEMORY, View, over_capacity
 from .leases import MemoryLeases
@@ -39,11 +39,11 @@ class MemoryStore(MemoryLeases, MemoryReads):
         self._init_leases()
         self._init_reads()
 
-    def _session(self, session_id: str) -> Session:
-        try:
-            return self._sessions[session_id]
-        except KeyError:
-            raise SessionNotFound(f"session {session_id!r} not found") from None
+    def _session(self, session_id: str, created_seq: int | None = None) -> Session:
+        session = self._sessions.get(session_id)
+        if session is None or created_seq not in (None, session.created_seq):
+            raise SessionNotFound(f"session {session_id!r} not found")
+        return session
 
     async def create(
         self, record: SessionRecord, *, max_open: int | None = None, reserve: int = 1
@@ -77,23 +77,26 @@ class MemoryStore(MemoryLeases, MemoryReads):
 
     async def allocate(
         self, session_id: str, *, digest: bytes, retry: bool, pinned: int | None,
-        content_key: str | None = None,
-    ) -> Slot:
-        slot = self._session(session_id).allocate(digest=digest, retry=retry, pinned=pinned,
-                                                  content_key=content_key)
-        with self._lock:
-            self._touch(session_id)
+        content_key: str | None = None, created_seq: int | None = None, after: int | None = None,
+    ) -> Slot | Stale:
+        slot = self._session(session_id, created_seq).allocate(
+            digest=digest, retry=retry, pinned=pinned, content_key=content_key, after=after)
+        if isinstance(slot, Slot):
+            with self._lock:
+                self._touch(session_id)
         return slot
 
     async def occurrence(self, session_id: str, key: str, interaction_id: str) -> int:
         return self._session(session_id).occurrence(key, interaction_id)
 
     async def record(self, session_id: str, interaction: Interaction, *,
-                     link: Link | None = None, sent: Sent | None = None) -> None:
-        self._session(session_id).record(interaction, link, sent)
+                     link: Link | None = None, sent: Sent | None = None,
+                     after: int | None = None) -> Recorded:
+        done = self._session(session_id).record(interaction, link, sent, after)
         with self._lock:
             self._touch(session_id)
             self._changed(wake=False)
+        return done
 
     async def interactions(self, session_id: str) -> builtins.list[Interaction]:
         return self._session(session_id).interactions()

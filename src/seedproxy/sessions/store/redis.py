@@ -56,7 +56,7 @@ import orjson
 from ...errors import ConfigError, SessionNotFound, StoreError
 from ..codec import Link, Sent, decode, encode, resolve
 from ..interaction import Interaction
-from ..record import SessionRecord, Slot
+from ..record import Recorded, SessionRecord, Slot, Stale
 from ..summary import order_key, summary_fields
 from . import redis_scripts as lua
 from .base import RETRY_MEMORY, over_capacity
@@ -242,10 +242,10 @@ class RedisStore(RedisLeases, RedisReads):
 
     async def allocate(
         self, session_id: str, *, digest: bytes, retry: bool, pinned: int | None,
-        content_key: str | None = None,
-    ) -> Slot:
+        content_key: str | None = None, created_seq: int | None = None, after: int | None = None,
+    ) -> Slot | Stale:
         keys = [*(self._k(kind, session_id) for kind in ("s", "r", "rz", "p")),
-                self._p + "active", self._k("c", session_id)]
+                self._p + "active", *(self._k(kind, session_id) for kind in ("c", "i", "q"))]
         args: builtins.list[bytes | str | int] = [
             digest,
             "1" if retry else "0",
@@ -254,10 +254,14 @@ class RedisStore(RedisLeases, RedisReads):
             repr(time.time()),
             session_id,
             content_key or "",
+            "" if created_seq is None else str(created_seq),
+            "" if after is None else str(after),
         ]
         reply = await self._call(self._allocate(keys=keys, args=args))
         if int(reply[0]) < 0:
             raise SessionNotFound(f"session {session_id!r} not found")
+        if int(reply[0]) == 2:
+            return Stale(int(reply[1]), [blob for blob in reply[2] if blob is not None])
         index, _, interaction_id = reply[1].decode().partition("|")
         number = int(reply[2])
         return Slot(int(index), interaction_id, reused=int(reply[0]) == 1,
@@ -271,16 +275,20 @@ class RedisStore(RedisLeases, RedisReads):
         return number
 
     async def record(self, session_id: str, interaction: Interaction, *,
-                     link: Link | None = None, sent: Sent | None = None) -> None:
+                     link: Link | None = None, sent: Sent | None = None,
+                     after: int | None = None) -> Recorded:
         keys = [*(self._k(kind, session_id) for kind in ("s", "i", "o", "w", "q")),
                 self._p + "active", self._p + "ver"]
         data = encode(interaction, link, sent)
         args: builtins.list[bytes | str] = [
             interaction.interaction_id, data, repr(time.time()), order_key(interaction),
             orjson.dumps(summary_fields(interaction)), session_id,
+            "" if after is None else str(after),
         ]
-        if not int(await self._call(self._record(keys=keys, args=args))):
+        reply = await self._call(self._record(keys=keys, args=args))
+        if reply == 0:
             raise SessionNotFound(f"session {session_id!r} not found")
+        return Recorded(int(reply[0]), data, int(reply[1]) == 1)
 
     async def _raw_interactions(self, session_id: str) -> builtins.list[Interaction]:
         pipe = self._redis.pipeline(transaction=True)

@@ -28,7 +28,7 @@ import orjson
 from ...errors import SessionNotFound, StoreError
 from ..codec import Link, Sent, decode, encode, resolve, with_reward
 from ..interaction import Interaction
-from ..record import SessionRecord
+from ..record import Recorded, SessionRecord
 from ..summary import apply_summary
 from .base import RETRY_MEMORY, View, over_capacity
 from .changes import ChangeSignal
@@ -183,27 +183,32 @@ class SqliteStore(SqliteSlots, SqliteLeases, SqliteReads):
         return await self.scan(view, key=group_id, limit=-1)  # SQLite: no limit
 
     async def record(self, session_id: str, interaction: Interaction, *,
-                     link: Link | None = None, sent: Sent | None = None) -> None:
+                     link: Link | None = None, sent: Sent | None = None,
+                     after: int | None = None) -> Recorded:
         data = encode(interaction, link, sent)
 
-        def work(db: sqlite3.Connection) -> None:
+        def work(db: sqlite3.Connection) -> Recorded:
             record = self._require(db, session_id)
+            current = after is not None and not db.execute(
+                "SELECT 1 FROM interactions WHERE session_id = ? AND seq > ? LIMIT 1",
+                (session_id, after)).fetchone()
             new = db.execute(
                 "SELECT 1 FROM interactions WHERE session_id = ? AND interaction_id = ?",
                 (session_id, interaction.interaction_id),
             ).fetchone() is None
+            seq = self._next(db, "records") + 1
             db.execute(
                 "INSERT OR REPLACE INTO interactions "
                 "(session_id, interaction_id, request_index, data, seq) VALUES (?, ?, ?, ?, ?)",
-                (session_id, interaction.interaction_id, interaction.request_index, data,
-                 self._next(db, "records") + 1),
+                (session_id, interaction.interaction_id, interaction.request_index, data, seq),
             )
             apply_summary(record, interaction, new=new)
             record.last_active_at = time.time()
             self._save(db, record)
             self._bump(db)
+            return Recorded(seq, data, current)
 
-        await self._run(work)
+        return await self._run(work)
 
     async def interactions(self, session_id: str) -> builtins.list[Interaction]:
         def work(db: sqlite3.Connection) -> builtins.list[bytes]:
@@ -220,14 +225,19 @@ class SqliteStore(SqliteSlots, SqliteLeases, SqliteReads):
     async def changes(self, session_id: str, after: int) -> tuple[int, builtins.list[bytes]]:
         def work(db: sqlite3.Connection) -> tuple[int, builtins.list[bytes]]:
             self._require(db, session_id)
-            rows = db.execute(
-                "SELECT seq, data FROM interactions WHERE session_id = ? AND seq > ? "
-                "ORDER BY seq",
-                (session_id, after),
-            ).fetchall()
-            return (int(rows[-1][0]) if rows else after), [r[1] for r in rows]
+            return self._newer(db, session_id, after)
 
         return await self._read(work)
+
+    @staticmethod
+    def _newer(db: sqlite3.Connection, session_id: str,
+               after: int) -> tuple[int, builtins.list[bytes]]:
+        """``changes``' answer, inside a transaction."""
+        rows = db.execute(
+            "SELECT seq, data FROM interactions WHERE session_id = ? AND seq > ? ORDER BY seq",
+            (session_id, after),
+        ).fetchall()
+        return (int(rows[-1][0]) if rows else after), [r[1] for r in rows]
 
     async def stored_bytes(self) -> int:
         """The bytes of every stored interaction record (what a rollout costs here)."""

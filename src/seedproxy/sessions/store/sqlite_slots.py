@@ -18,7 +18,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..record import SessionRecord, Slot
+from ...errors import SessionNotFound
+from ..record import SessionRecord, Slot, Stale
 
 __all__ = ["SqliteSlots"]
 
@@ -33,14 +34,22 @@ class SqliteSlots:
         async def _run(self, fn: Callable[..., T], *args: Any) -> T: ...
         def _require(self, db: sqlite3.Connection, session_id: str) -> SessionRecord: ...
         @staticmethod
+        def _newer(db: sqlite3.Connection, session_id: str,
+                   after: int) -> tuple[int, list[bytes]]: ...
+        @staticmethod
         def _save(db: sqlite3.Connection, record: SessionRecord) -> None: ...
 
     async def allocate(
         self, session_id: str, *, digest: bytes, retry: bool, pinned: int | None,
-        content_key: str | None = None,
-    ) -> Slot:
-        def work(db: sqlite3.Connection) -> Slot:
-            slot = self._allocate(db, session_id, digest, retry, pinned)
+        content_key: str | None = None, created_seq: int | None = None, after: int | None = None,
+    ) -> Slot | Stale:
+        def work(db: sqlite3.Connection) -> Slot | Stale:
+            record = self._require(db, session_id)
+            if created_seq not in (None, record.created_seq):
+                raise SessionNotFound(f"session {session_id!r} not found")
+            if after is not None and (newer := self._newer(db, session_id, after))[1]:
+                return Stale(*newer)
+            slot = self._allocate(db, record, digest, retry, pinned)
             if content_key is None:
                 return slot
             number = self._occurrence(db, session_id, content_key, slot.interaction_id)
@@ -51,12 +60,12 @@ class SqliteSlots:
     def _allocate(
         self,
         db: sqlite3.Connection,
-        session_id: str,
+        record: SessionRecord,
         digest: bytes,
         retry: bool,
         pinned: int | None,
     ) -> Slot:
-        record = self._require(db, session_id)
+        session_id = record.session_id
         clock = db.execute(
             "SELECT coalesce(max(clock), 0) + 1 FROM recent WHERE session_id = ?", (session_id,)
         ).fetchone()[0]
