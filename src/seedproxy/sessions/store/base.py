@@ -26,7 +26,7 @@ View = Literal["all", "group", "identity", "unexported", "ready"]
 - ``unexported``: sessions not exported (open or ended), creation order;
 - ``ready``: ended sessions not exported, in the order they ended.
 
-"Exported" means acknowledged (``ack``) or ``mark_exported``: a session under a live
+"Exported" means acknowledged (``ack``): a session under a live
 lease is still in ``unexported``/``ready`` (a lease runs out by itself; ``held_until``
 says which are held). The sequence of ``ready`` is ``ended_seq``; of the others,
 ``created_seq``."""
@@ -115,9 +115,6 @@ class SessionStore(Protocol):
         The check and the end are one atomic step, so a request that arrives meanwhile
         keeps its session open."""
 
-    async def mark_exported(self, session_ids: builtins.list[str]) -> None:
-        """Flag sessions as taken by an export; unknown ids are ignored."""
-
     async def lease(
         self, batch_id: str, records: builtins.list[SessionRecord], *,
         now: float, until: float, remove: bool, named: bool,
@@ -126,9 +123,6 @@ class SessionStore(Protocol):
         ``until``, all or none (see ``leases.py``); an empty batch is recorded too.
         Returns the ids refused: gone (or a newer session under the id), under another
         live lease at ``now``, or, unless ``named``, already exported. Empty: leased."""
-
-    async def held(self, session_ids: builtins.list[str], now: float) -> set[str]:
-        """Those of ``session_ids`` under a live lease at ``now``."""
 
     async def ack(self, batch_id: str, now: float) -> bool:
         """The batch was delivered: mark its sessions exported (delete them when it was

@@ -7,6 +7,7 @@ import itertools
 import secrets
 import threading
 import time
+from contextlib import AbstractAsyncContextManager
 
 from ...errors import SessionNotFound
 from ..codec import Link, Sent
@@ -14,17 +15,19 @@ from ..interaction import Interaction
 from ..record import Recorded, SessionRecord, Slot, Stale
 from ..session import Session
 from .base import RETRY_MEMORY, View, over_capacity
+from .changes import Watch, signal_watch
 from .leases import MemoryLeases
-from .memory_reads import MemoryReads
+from .memory_reads import MemoryIndexes
 
 __all__ = ["MemoryStore"]
 
 
-class MemoryStore(MemoryLeases, MemoryReads):
+class MemoryStore:
     """``SessionStore`` over a dict of ``Session`` objects. Safe across threads;
     not shared across processes (use Redis for several workers or replicas). Export
     leases are kept in memory too (``leases.py``), and so are the indexes that pages,
-    exports and the TTL sweep read (``memory_reads.py``)."""
+    exports and the TTL sweep read (``memory_reads.py``), each changed under the
+    store's lock."""
 
     def __init__(self, *, retry_memory: int = RETRY_MEMORY) -> None:
         self._sessions: dict[str, Session] = {}
@@ -36,8 +39,8 @@ class MemoryStore(MemoryLeases, MemoryReads):
         """Ids of sessions not ended, kept as they change: ``count_open`` is O(1)."""
         self._retry_memory = retry_memory
         self._epoch = secrets.token_hex(8)  # each process's store starts from nothing
-        self._init_leases()
-        self._init_reads()
+        self._leases = MemoryLeases()
+        self._indexes = MemoryIndexes()
 
     def _session(self, session_id: str, created_seq: int | None = None) -> Session:
         session = self._sessions.get(session_id)
@@ -60,7 +63,7 @@ class MemoryStore(MemoryLeases, MemoryReads):
             self._by_key[record.api_key] = record.session_id
             if not record.ended:
                 self._open.add(record.session_id)
-            self._index_created(record)
+            self._indexes.created(record)
             return True
 
     async def get(self, session_id: str) -> SessionRecord | None:
@@ -83,7 +86,7 @@ class MemoryStore(MemoryLeases, MemoryReads):
             digest=digest, retry=retry, pinned=pinned, content_key=content_key, after=after)
         if isinstance(slot, Slot):
             with self._lock:
-                self._touch(session_id)
+                self._indexes.touch(session_id)
         return slot
 
     async def occurrence(self, session_id: str, key: str, interaction_id: str) -> int:
@@ -94,8 +97,8 @@ class MemoryStore(MemoryLeases, MemoryReads):
                      after: int | None = None) -> Recorded:
         done = self._session(session_id).record(interaction, link, sent, after)
         with self._lock:
-            self._touch(session_id)
-            self._changed(wake=False)
+            self._indexes.touch(session_id)
+            self._indexes.changed(wake=False)
         return done
 
     async def interactions(self, session_id: str) -> builtins.list[Interaction]:
@@ -118,7 +121,7 @@ class MemoryStore(MemoryLeases, MemoryReads):
             raise SessionNotFound(f"interaction {interaction_id!r} not found in {session_id!r}")
         rewarded = session.set_reward(reward, interaction_id)
         with self._lock:
-            self._changed(wake=False)
+            self._indexes.changed(wake=False)
         return rewarded
 
     async def end(
@@ -131,20 +134,15 @@ class MemoryStore(MemoryLeases, MemoryReads):
             if self._sessions.get(session_id) is session and record.ended:
                 self._open.discard(session_id)
                 if record.ended_seq == seq and not record.exported:
-                    self._index_ended(session_id, seq)
+                    self._indexes.ended(session_id, seq)
         return record
-
-    async def mark_exported(self, session_ids: builtins.list[str]) -> None:
-        with self._lock:
-            for session_id in session_ids:
-                self._set_exported(session_id)
 
     def _set_exported(self, session_id: str) -> None:
         """Under the lock: the session is exported (out of the export views)."""
         session = self._sessions.get(session_id)
         if session is not None:
             session.mark_exported()
-            self._index_exported(session_id)
+            self._indexes.exported(session_id)
 
     async def delete(self, session_id: str) -> bool:
         with self._lock:
@@ -153,8 +151,8 @@ class MemoryStore(MemoryLeases, MemoryReads):
                 return False
             self._by_key.pop(session.api_key, None)
             self._open.discard(session_id)
-            self._leases.pop(session_id, None)
-            self._index_deleted(session.snapshot())
+            self._leases.drop(session_id)
+            self._indexes.deleted(session.snapshot())
             return True
 
     async def count_open(self) -> int:
@@ -162,3 +160,64 @@ class MemoryStore(MemoryLeases, MemoryReads):
 
     async def close(self) -> None:
         return None
+
+    # -- export leases (``leases.py``) -------------------------------------------------
+
+    def _current(self, session_id: str, created_seq: int) -> SessionRecord | None:
+        session = self._sessions.get(session_id)
+        record = session.snapshot() if session is not None else None
+        return record if record is not None and record.created_seq == created_seq else None
+
+    async def lease(
+        self, batch_id: str, records: builtins.list[SessionRecord], *,
+        now: float, until: float, remove: bool, named: bool,
+    ) -> builtins.list[str]:
+        with self._lock:
+            return self._leases.lease(batch_id, records, self._current, now=now, until=until,
+                                      remove=remove, named=named)
+
+    async def held_until(self, session_ids: builtins.list[str], now: float) -> dict[str, float]:
+        with self._lock:
+            return self._leases.held_until(session_ids, now)
+
+    async def ack(self, batch_id: str, now: float) -> bool:
+        with self._lock:
+            batch = self._leases.ack(batch_id, now, self._current)
+            if batch is None:
+                return False
+            for session_id, _ in batch.sessions:
+                self._set_exported(session_id)
+        if batch.remove:
+            for session_id, _ in batch.sessions:
+                await self.delete(session_id)
+        return True
+
+    # -- reads (``memory_reads.py``) ---------------------------------------------------
+
+    async def scan(
+        self, view: View, *, key: str | None = None, after: int = -1, offset: int = 0,
+        limit: int,
+    ) -> builtins.list[SessionRecord]:
+        with self._lock:
+            ids = self._indexes.ids(view, key, after, offset, limit)
+            return [self._sessions[s].snapshot() for s in ids]
+
+    async def count(self, view: View, *, key: str | None = None) -> int:
+        with self._lock:
+            return self._indexes.count(view, key)
+
+    async def idle(self, cutoff: float, limit: int) -> builtins.list[SessionRecord]:
+        found: builtins.list[SessionRecord] = []
+        with self._lock:
+            for session_id in self._indexes.activity:
+                record = self._sessions[session_id].snapshot()
+                if record.last_active_at > cutoff or len(found) >= limit:
+                    break
+                found.append(record)
+        return found
+
+    async def version(self) -> int:
+        return self._indexes.version
+
+    def watch(self) -> AbstractAsyncContextManager[Watch]:
+        return signal_watch(self._indexes.signal, self.version, None)

@@ -8,47 +8,40 @@ so activity order is expiry order).
 
 from __future__ import annotations
 
-import builtins
-import threading
 from collections import OrderedDict
-from contextlib import AbstractAsyncContextManager
 from itertools import islice
-from typing import Any
 
 from ..record import SessionRecord
 from .base import View
-from .changes import ChangeSignal, Watch, signal_watch
+from .changes import ChangeSignal
 from .seq_index import SeqIndex
 
-__all__ = ["MemoryReads"]
+__all__ = ["MemoryIndexes"]
 
 
-class MemoryReads:
-    """A mixin over ``MemoryStore``'s ``_sessions`` and ``_lock``."""
+class MemoryIndexes:
+    """The memory store's views, activity order and change counter. Not thread-safe
+    on its own: the store calls it under its lock."""
 
-    _lock: threading.Lock
-    _sessions: dict[str, Any]
-
-    def _init_reads(self) -> None:
+    def __init__(self) -> None:
         self._all = SeqIndex()
         self._groups: dict[str, SeqIndex] = {}
         self._identities: dict[str, SeqIndex] = {}
         self._unexported = SeqIndex()
         self._ready = SeqIndex()
-        self._activity: OrderedDict[str, None] = OrderedDict()
-        self._version = 0
-        self._signal = ChangeSignal()
+        self.activity: OrderedDict[str, None] = OrderedDict()
+        """Session ids, least recently active first."""
+        self.version = 0
+        self.signal = ChangeSignal()
 
-    # -- kept as sessions change (each under the store's lock) --------------------
-
-    def _changed(self, *, wake: bool = True) -> None:
+    def changed(self, *, wake: bool = True) -> None:
         """The listing changed; ``wake``: an export's choice may have too (a session
         created, ended, exported or deleted), so waiting exports look again."""
-        self._version += 1
+        self.version += 1
         if wake:
-            self._signal.notify()
+            self.signal.notify()
 
-    def _index_created(self, record: SessionRecord) -> None:
+    def created(self, record: SessionRecord) -> None:
         seq, sid = record.created_seq, record.session_id
         self._all.add(seq, sid)
         if record.group_id is not None:
@@ -58,32 +51,30 @@ class MemoryReads:
             self._unexported.add(seq, sid)
             if record.ended and record.ended_seq is not None:
                 self._ready.add(record.ended_seq, sid)
-        self._activity[sid] = None
-        self._changed()
+        self.activity[sid] = None
+        self.changed()
 
-    def _index_ended(self, session_id: str, ended_seq: int) -> None:
+    def ended(self, session_id: str, ended_seq: int) -> None:
         self._ready.add(ended_seq, session_id)
-        self._changed()
+        self.changed()
 
-    def _index_exported(self, session_id: str) -> None:
+    def exported(self, session_id: str) -> None:
         self._unexported.remove(session_id)
         self._ready.remove(session_id)
-        self._changed()
+        self.changed()
 
-    def _index_deleted(self, record: SessionRecord) -> None:
+    def deleted(self, record: SessionRecord) -> None:
         sid = record.session_id
         _drop(self._groups, record.group_id, sid)
         _drop(self._identities, record.identity, sid)
         for view in (self._all, self._unexported, self._ready):
             view.remove(sid)
-        self._activity.pop(sid, None)
-        self._changed()
+        self.activity.pop(sid, None)
+        self.changed()
 
-    def _touch(self, session_id: str) -> None:
-        if session_id in self._activity:
-            self._activity.move_to_end(session_id)
-
-    # -- reads --------------------------------------------------------------------
+    def touch(self, session_id: str) -> None:
+        if session_id in self.activity:
+            self.activity.move_to_end(session_id)
 
     def _view(self, view: View, key: str | None) -> SeqIndex | None:
         if view == "group":
@@ -92,37 +83,14 @@ class MemoryReads:
             return self._identities.get(key or "")
         return {"all": self._all, "unexported": self._unexported, "ready": self._ready}[view]
 
-    async def scan(
-        self, view: View, *, key: str | None = None, after: int = -1, offset: int = 0,
-        limit: int,
-    ) -> builtins.list[SessionRecord]:
-        with self._lock:
-            index = self._view(view, key)
-            if index is None:
-                return []
-            ids = list(islice(index.after(after), offset, offset + limit))
-            return [self._sessions[s].snapshot() for s in ids]
+    def ids(self, view: View, key: str | None, after: int, offset: int, limit: int) -> list[str]:
+        """The ids of ``SessionStore.scan``'s page."""
+        index = self._view(view, key)
+        return [] if index is None else list(islice(index.after(after), offset, offset + limit))
 
-    async def count(self, view: View, *, key: str | None = None) -> int:
-        with self._lock:
-            index = self._view(view, key)
-            return 0 if index is None else len(index)
-
-    async def idle(self, cutoff: float, limit: int) -> builtins.list[SessionRecord]:
-        found: builtins.list[SessionRecord] = []
-        with self._lock:
-            for session_id in self._activity:
-                record = self._sessions[session_id].snapshot()
-                if record.last_active_at > cutoff or len(found) >= limit:
-                    break
-                found.append(record)
-        return found
-
-    async def version(self) -> int:
-        return self._version
-
-    def watch(self) -> AbstractAsyncContextManager[Watch]:
-        return signal_watch(self._signal, self.version, None)
+    def count(self, view: View, key: str | None) -> int:
+        index = self._view(view, key)
+        return 0 if index is None else len(index)
 
 
 def _drop(table: dict[str, SeqIndex], key: str | None, session_id: str) -> None:

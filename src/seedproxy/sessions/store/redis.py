@@ -103,9 +103,8 @@ class RedisStore(RedisLeases, RedisReads):
         )
         self._retry_memory = retry_memory
         (self._allocate, self._create, self._end, self._record, self._set_reward,
-         self._mark_exported, self._occurrence) = (self.script(body) for body in (
-            lua.ALLOCATE, lua.CREATE, lua.END, lua.RECORD, lua.SET_REWARD,
-            lua.MARK_EXPORTED, lua.OCCURRENCE))
+         self._occurrence) = (self.script(body) for body in (
+            lua.ALLOCATE, lua.CREATE, lua.END, lua.RECORD, lua.SET_REWARD, lua.OCCURRENCE))
         self._changes = self._guarded(self._redis.register_script(lua.GUARD + lua.CHANGES),
                                       writes=False)
         self._init_leases()  # export leases: redis_leases.py
@@ -363,15 +362,6 @@ class RedisStore(RedisLeases, RedisReads):
         if record is not None:
             pipe.pexpire(self._key_of(record.api_key), ttl_ms)
         await self._call(pipe.execute())
-
-    async def mark_exported(self, session_ids: builtins.list[str]) -> None:
-        for session_id in session_ids:
-            keys = [self._k("s", session_id), self._p + "unexp", self._p + "ready",
-                    self._p + "ver"]
-            ended = await self._call(self._mark_exported(
-                keys=keys, args=[session_id, self.changes_channel]))
-            if int(ended) == 1:
-                await self._expire(session_id)
 
     async def delete(self, session_id: str) -> bool:
         record = await self.get(session_id)

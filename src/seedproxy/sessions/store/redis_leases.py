@@ -107,9 +107,6 @@ class RedisLeases:
             self._lease_script(keys=self._lease_keys(batch_id, ids), args=args))
         return [ids[int(i) - 1] for i in refused]
 
-    async def held(self, session_ids: builtins.list[str], now: float) -> set[str]:
-        return set(await self.held_until(session_ids, now))
-
     async def held_until(self, session_ids: builtins.list[str], now: float) -> dict[str, float]:
         if not session_ids:
             return {}

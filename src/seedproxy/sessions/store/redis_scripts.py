@@ -5,8 +5,8 @@ across replicas. ``GUARD`` is prepended to every one: it refuses to run (error
 
 from __future__ import annotations
 
-__all__ = ["ALLOCATE", "CHANGED", "CHANGES", "CREATE", "END", "GUARD", "LATE", "MARK_EXPORTED",
-           "NUMBER", "OCCURRENCE", "RECORD", "SET_REWARD"]
+__all__ = ["ALLOCATE", "CHANGED", "CHANGES", "CREATE", "END", "GUARD", "LATE", "NUMBER",
+           "OCCURRENCE", "RECORD", "SET_REWARD"]
 
 LATE = "SEEDPROXY_LATE"
 
@@ -197,17 +197,4 @@ redis.call('INCR', KEYS[5])
 if target == '' then return {0} end
 redis.call('HSET', KEYS[4], target, ARGV[1])
 return {1, target}
-"""
-
-# KEYS: s, unexp, ready, ver ; ARGV: id, channel.
-# Returns -1 for an unknown session, else whether it has ended (1/0)
-MARK_EXPORTED = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
-redis.call('HSET', KEYS[1], 'exported', 1)
-redis.call('ZREM', KEYS[2], ARGV[1])
-redis.call('ZREM', KEYS[3], ARGV[1])
-redis.call('INCR', KEYS[4])
-redis.call('PUBLISH', ARGV[2], 'exported')
-if redis.call('HGET', KEYS[1], 'ended') == '1' then return 1 end
-return 0
 """

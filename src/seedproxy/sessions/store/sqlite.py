@@ -299,18 +299,6 @@ class SqliteStore(SqliteSlots, SqliteLeases, SqliteReads):
 
         return await self._run(work)
 
-    async def mark_exported(self, session_ids: builtins.list[str]) -> None:
-        def work(db: sqlite3.Connection) -> None:
-            for session_id in session_ids:
-                record = self._load(db, session_id)
-                if record is not None and not record.exported:
-                    record.exported = True
-                    self._save(db, record)
-                    self._bump(db)
-                    self._wake_after_commit()
-
-        await self._run(work)
-
     async def delete(self, session_id: str) -> bool:
         return await self._run(self._delete_rows, session_id)
 

@@ -85,9 +85,6 @@ class SqliteLeases:
 
         return await self._run(work)
 
-    async def held(self, session_ids: builtins.list[str], now: float) -> set[str]:
-        return set(await self.held_until(session_ids, now))
-
     async def held_until(self, session_ids: builtins.list[str], now: float) -> dict[str, float]:
         def work(db: sqlite3.Connection) -> dict[str, float]:
             found: dict[str, float] = {}
