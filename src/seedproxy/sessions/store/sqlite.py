@@ -43,7 +43,7 @@ log = logging.getLogger("seedproxy")
 
 T = TypeVar("T")
 
-class SqliteStore(SqliteSlots, SqliteLeases, SqliteReads):
+class SqliteStore:
     """``SessionStore`` over one SQLite file. Safe across threads and tasks; several
     processes may share the file (``BEGIN IMMEDIATE`` serialises their writes). Export
     leases live in the file too (``sqlite_leases.py``), and so do the indexes pages,
@@ -60,6 +60,11 @@ class SqliteStore(SqliteSlots, SqliteLeases, SqliteReads):
         self._wake = False
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="seedproxy-sqlite")
         self._db, self._identity, self._epoch = self._executor.submit(open_file, path).result()
+        slots, leases, reads = SqliteSlots(self), SqliteLeases(self), SqliteReads(self)
+        self.allocate, self.occurrence = slots.allocate, slots.occurrence
+        self.lease, self.held_until, self.ack = leases.lease, leases.held_until, leases.ack
+        self.scan, self.count, self.idle = reads.scan, reads.count, reads.idle
+        self.version, self.watch = reads.version, reads.watch
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn`` in one write transaction (``BEGIN IMMEDIATE``)."""
@@ -125,6 +130,19 @@ class SqliteStore(SqliteSlots, SqliteLeases, SqliteReads):
             (counter,),
         ).fetchone()
         return int(row[0])
+
+    @staticmethod
+    def _bump(db: sqlite3.Connection, *, sessions: int = 0) -> None:
+        """In a write transaction: the listing changed (``sessions``: the total by)."""
+        db.execute("UPDATE counters SET value = value + 1 WHERE name = 'version'")
+        if sessions:
+            db.execute("UPDATE counters SET value = value + ? WHERE name = 'sessions'",
+                       (sessions,))
+
+    def _wake_after_commit(self) -> None:
+        """In a write transaction: an export's choice may change; wake waiting exports
+        once it is committed."""
+        self._wake = True
 
     @staticmethod
     def _count_open(db: sqlite3.Connection, delta: int) -> None:
