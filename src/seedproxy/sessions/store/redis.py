@@ -74,7 +74,7 @@ _MUTABLE = ("next_index", "last_active_at", "ended", "ended_seq", "end_status", 
             "exported",
             "interaction_count", "last_order", "last_upstream", "last_weight_version")
 
-class RedisStore(RedisLeases, RedisReads):
+class RedisStore:
     """``SessionStore`` on Redis, shared by every replica pointed at the same database.
     Its indexes and change feed: ``redis_reads.py``."""
 
@@ -107,7 +107,10 @@ class RedisStore(RedisLeases, RedisReads):
             lua.ALLOCATE, lua.CREATE, lua.END, lua.RECORD, lua.SET_REWARD, lua.OCCURRENCE))
         self._changes = self._guarded(self._redis.register_script(lua.GUARD + lua.CHANGES),
                                       writes=False)
-        self._init_leases()  # export leases: redis_leases.py
+        leases, self._reads = RedisLeases(self), RedisReads(self)
+        self.lease, self.held_until, self.ack = leases.lease, leases.held_until, leases.ack
+        self.scan, self.count, self.idle = self._reads.scan, self._reads.count, self._reads.idle
+        self.version, self.watch = self._reads.version, self._reads.watch
 
     # Shared with the fleet board (backends/redis_board.py): one connection, one key
     # prefix and the same outage rules for every replica's state.
@@ -124,6 +127,11 @@ class RedisStore(RedisLeases, RedisReads):
     async def run(self, awaitable: Any) -> Any:
         """Await a command on ``client``; a Redis failure is a ``StoreError``."""
         return await self._call(awaitable)
+
+    @property
+    def changes_channel(self) -> str:
+        """The channel a change an export may wait on is published on (``redis_reads.py``)."""
+        return self._p + "changes"
 
     @property
     def client(self) -> Any:
@@ -237,7 +245,7 @@ class RedisStore(RedisLeases, RedisReads):
     async def list(self, group_id: str | None = None) -> builtins.list[SessionRecord]:
         index = self._p + "all" if group_id is None else self._k("g", group_id)
         ids = await self._call(self._redis.zrange(index, 0, -1))
-        return await self._records(index, ids)
+        return await self._reads.records(index, ids)
 
     async def allocate(
         self, session_id: str, *, digest: bytes, retry: bool, pinned: int | None,
