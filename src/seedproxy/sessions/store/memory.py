@@ -7,7 +7,6 @@ import itertools
 import secrets
 import threading
 import time
-from contextlib import AbstractAsyncContextManager
 
 from ...errors import SessionNotFound
 from ..codec import Link, Sent
@@ -15,7 +14,6 @@ from ..interaction import Interaction
 from ..record import Recorded, SessionRecord, Slot, Stale
 from ..session import Session
 from .base import RETRY_MEMORY, View, over_capacity
-from .changes import Watch, signal_watch
 from .leases import MemoryLeases
 from .memory_reads import MemoryIndexes
 
@@ -39,8 +37,11 @@ class MemoryStore:
         """Ids of sessions not ended, kept as they change: ``count_open`` is O(1)."""
         self._retry_memory = retry_memory
         self._epoch = secrets.token_hex(8)  # each process's store starts from nothing
-        self._leases = MemoryLeases()
-        self._indexes = MemoryIndexes()
+        self._leases = leases = MemoryLeases(self._lock, self._sessions)
+        self._indexes = reads = MemoryIndexes(self._lock, self._sessions)
+        self.lease, self.held_until = leases.lease, leases.held_until
+        self.scan, self.count, self.idle = reads.scan, reads.count, reads.idle
+        self.version, self.watch = reads.version, reads.watch
 
     def _session(self, session_id: str, created_seq: int | None = None) -> Session:
         session = self._sessions.get(session_id)
@@ -161,63 +162,10 @@ class MemoryStore:
     async def close(self) -> None:
         return None
 
-    # -- export leases (``leases.py``) -------------------------------------------------
-
-    def _current(self, session_id: str, created_seq: int) -> SessionRecord | None:
-        session = self._sessions.get(session_id)
-        record = session.snapshot() if session is not None else None
-        return record if record is not None and record.created_seq == created_seq else None
-
-    async def lease(
-        self, batch_id: str, records: builtins.list[SessionRecord], *,
-        now: float, until: float, remove: bool, named: bool,
-    ) -> builtins.list[str]:
-        with self._lock:
-            return self._leases.lease(batch_id, records, self._current, now=now, until=until,
-                                      remove=remove, named=named)
-
-    async def held_until(self, session_ids: builtins.list[str], now: float) -> dict[str, float]:
-        with self._lock:
-            return self._leases.held_until(session_ids, now)
-
     async def ack(self, batch_id: str, now: float) -> bool:
-        with self._lock:
-            batch = self._leases.ack(batch_id, now, self._current)
-            if batch is None:
-                return False
-            for session_id, _ in batch.sessions:
-                self._set_exported(session_id)
-        if batch.remove:
-            for session_id, _ in batch.sessions:
-                await self.delete(session_id)
+        batch = self._leases.ack(batch_id, now, self._set_exported)
+        if batch is None:
+            return False
+        for session_id, _ in batch.sessions if batch.remove else ():
+            await self.delete(session_id)
         return True
-
-    # -- reads (``memory_reads.py``) ---------------------------------------------------
-
-    async def scan(
-        self, view: View, *, key: str | None = None, after: int = -1, offset: int = 0,
-        limit: int,
-    ) -> builtins.list[SessionRecord]:
-        with self._lock:
-            ids = self._indexes.ids(view, key, after, offset, limit)
-            return [self._sessions[s].snapshot() for s in ids]
-
-    async def count(self, view: View, *, key: str | None = None) -> int:
-        with self._lock:
-            return self._indexes.count(view, key)
-
-    async def idle(self, cutoff: float, limit: int) -> builtins.list[SessionRecord]:
-        found: builtins.list[SessionRecord] = []
-        with self._lock:
-            for session_id in self._indexes.activity:
-                record = self._sessions[session_id].snapshot()
-                if record.last_active_at > cutoff or len(found) >= limit:
-                    break
-                found.append(record)
-        return found
-
-    async def version(self) -> int:
-        return self._indexes.version
-
-    def watch(self) -> AbstractAsyncContextManager[Watch]:
-        return signal_watch(self._indexes.signal, self.version, None)

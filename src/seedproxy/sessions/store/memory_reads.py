@@ -8,38 +8,43 @@ so activity order is expiry order).
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
+from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
 from itertools import islice
 
 from ..record import SessionRecord
+from ..session import Session
 from .base import View
-from .changes import ChangeSignal
+from .changes import ChangeSignal, Watch, signal_watch
 from .seq_index import SeqIndex
 
 __all__ = ["MemoryIndexes"]
 
 
 class MemoryIndexes:
-    """The memory store's views, activity order and change counter. Not thread-safe
-    on its own: the store calls it under its lock."""
+    """The memory store's views, activity order and change counter, over its sessions
+    and under its lock (both given): the store calls the methods that keep them under
+    the lock; the reads take it."""
 
-    def __init__(self) -> None:
+    def __init__(self, lock: threading.Lock, sessions: Mapping[str, Session]) -> None:
+        self._lock, self._sessions = lock, sessions
         self._all = SeqIndex()
         self._groups: dict[str, SeqIndex] = {}
         self._identities: dict[str, SeqIndex] = {}
         self._unexported = SeqIndex()
         self._ready = SeqIndex()
-        self.activity: OrderedDict[str, None] = OrderedDict()
-        """Session ids, least recently active first."""
-        self.version = 0
-        self.signal = ChangeSignal()
+        self._activity: OrderedDict[str, None] = OrderedDict()
+        self._version = 0
+        self._signal = ChangeSignal()
 
     def changed(self, *, wake: bool = True) -> None:
         """The listing changed; ``wake``: an export's choice may have too (a session
         created, ended, exported or deleted), so waiting exports look again."""
-        self.version += 1
+        self._version += 1
         if wake:
-            self.signal.notify()
+            self._signal.notify()
 
     def created(self, record: SessionRecord) -> None:
         seq, sid = record.created_seq, record.session_id
@@ -51,7 +56,7 @@ class MemoryIndexes:
             self._unexported.add(seq, sid)
             if record.ended and record.ended_seq is not None:
                 self._ready.add(record.ended_seq, sid)
-        self.activity[sid] = None
+        self._activity[sid] = None
         self.changed()
 
     def ended(self, session_id: str, ended_seq: int) -> None:
@@ -69,12 +74,12 @@ class MemoryIndexes:
         _drop(self._identities, record.identity, sid)
         for view in (self._all, self._unexported, self._ready):
             view.remove(sid)
-        self.activity.pop(sid, None)
+        self._activity.pop(sid, None)
         self.changed()
 
     def touch(self, session_id: str) -> None:
-        if session_id in self.activity:
-            self.activity.move_to_end(session_id)
+        if session_id in self._activity:
+            self._activity.move_to_end(session_id)
 
     def _view(self, view: View, key: str | None) -> SeqIndex | None:
         if view == "group":
@@ -83,14 +88,37 @@ class MemoryIndexes:
             return self._identities.get(key or "")
         return {"all": self._all, "unexported": self._unexported, "ready": self._ready}[view]
 
-    def ids(self, view: View, key: str | None, after: int, offset: int, limit: int) -> list[str]:
-        """The ids of ``SessionStore.scan``'s page."""
-        index = self._view(view, key)
-        return [] if index is None else list(islice(index.after(after), offset, offset + limit))
+    async def scan(
+        self, view: View, *, key: str | None = None, after: int = -1, offset: int = 0,
+        limit: int,
+    ) -> list[SessionRecord]:
+        with self._lock:
+            index = self._view(view, key)
+            if index is None:
+                return []
+            ids = list(islice(index.after(after), offset, offset + limit))
+            return [self._sessions[s].snapshot() for s in ids]
 
-    def count(self, view: View, key: str | None) -> int:
-        index = self._view(view, key)
-        return 0 if index is None else len(index)
+    async def count(self, view: View, *, key: str | None = None) -> int:
+        with self._lock:
+            index = self._view(view, key)
+            return 0 if index is None else len(index)
+
+    async def idle(self, cutoff: float, limit: int) -> list[SessionRecord]:
+        found: list[SessionRecord] = []
+        with self._lock:
+            for session_id in self._activity:
+                record = self._sessions[session_id].snapshot()
+                if record.last_active_at > cutoff or len(found) >= limit:
+                    break
+                found.append(record)
+        return found
+
+    async def version(self) -> int:
+        return self._version
+
+    def watch(self) -> AbstractAsyncContextManager[Watch]:
+        return signal_watch(self._signal, self.version, None)
 
 
 def _drop(table: dict[str, SeqIndex], key: str | None, session_id: str) -> None:
