@@ -129,7 +129,7 @@ class Admission:
         body, signed = await parse
         client = client_request(endpoint, raw, body, signed)
         images = await self.services.images.check(endpoint, body)
-        chat, turn = await self._translate(client, session, view, images)
+        chat, turn = await self._translate(client, view, images)
         headers = request.headers
         seated = await seat(self.services, client, session, pinned=pinned_index(headers),
                             retry=is_sdk_retry(headers), arrived=arrived,
@@ -168,9 +168,7 @@ class Admission:
         with trace.child("store.view"):
             return self.services.sessions.cursors.keep(session)
 
-    async def _translate(self, client: ClientRequest,
-                         session: SessionRecord | NewSession | None,
-                         view: SessionView | None = None,
+    async def _translate(self, client: ClientRequest, view: SessionView | None,
                          images: Sequence[CheckedImage] = ()
                          ) -> tuple[dict[str, object] | None, TitoTurn | None]:
         """The chat request an upstream is sent instead (a bridge), and the rendered
@@ -187,7 +185,7 @@ class Admission:
             return chat, None
         if chat is not None and images:
             images = await services.images.check(Endpoint.CHAT, chat)
-        turn = await prepare(mode, services.sessions, chat or client.body, session, view=view,
+        turn = await prepare(mode, chat or client.body, view,
                              signed=client.signed if chat is None else None, images=images)
         return chat, turn
 

@@ -267,8 +267,7 @@ class Exchange:
         sessions = self.services.sessions
         with self.trace.child("record"):
             view = self.view
-            if view is None:
-                view = await sessions.cursors.view(sessions.store, self.session)
+            assert view is not None  # seating's, with the slot
             # Stored once: what it adds to its base (its messages signed as they were read).
             link, sent = view.link_for(interaction, self.client.signed)
             view.take(await sessions.store.record(self.session.session_id, interaction,

@@ -23,7 +23,6 @@ from typing import Any, overload
 from .codec import Link, Sent, Signed, Stored, decode, linked_images, sent_of
 from .interaction import ChoiceRecord, Interaction
 from .record import Recorded, SessionRecord
-from .store.base import SessionStore
 from .token_ids import TokenIds, ids_text, join_text
 
 __all__ = ["Cursors", "SessionView", "Turn"]
@@ -298,19 +297,13 @@ def _joined(text: bytes | None, ids: array[int]) -> bytes | None:
 
 class Cursors:
     """One ``SessionView`` per recently used session (at most ``capacity``), found by
-    session id or key; ``view`` brings one up to date with one store operation."""
+    session id or key, with no store operation."""
 
     def __init__(self, *, capacity: int = 256) -> None:
         self._views: OrderedDict[str, SessionView] = OrderedDict()
         self._keys: dict[str, str] = {}
         """api_key -> session_id of each view's session."""
         self._capacity = capacity
-
-    async def view(self, store: SessionStore, record: SessionRecord) -> SessionView:
-        view = self.keep(record)
-        seq, blobs = await store.changes(record.session_id, view.seq)
-        view.apply(seq, blobs)
-        return view
 
     def keep(self, record: SessionRecord) -> SessionView:
         """The session's view, made (empty) when there is none for this session; no

@@ -63,12 +63,8 @@ class Session:
             values[_METADATA] = copy.deepcopy(record.metadata) if record.metadata else {}
             return SessionRecord(*values)
 
-    def next_request_index(self) -> int:
-        """Take the next index: 0, 1, 2, ... with no gaps and no repeats."""
-        with self._lock:
-            return self._take_index()
-
     def _take_index(self) -> int:
+        """Take the next index: 0, 1, 2, ... with no gaps and no repeats."""
         index = self._record.next_index
         self._record.next_index = index + 1
         self._record.last_active_at = time.time()

@@ -297,7 +297,7 @@ class RedisStore:
             raise SessionNotFound(f"session {session_id!r} not found")
         return Recorded(int(reply[0]), data, int(reply[1]) == 1)
 
-    async def _raw_interactions(self, session_id: str) -> builtins.list[Interaction]:
+    async def interactions(self, session_id: str) -> builtins.list[Interaction]:
         pipe = self._redis.pipeline(transaction=True)
         pipe.exists(self._k("s", session_id))
         pipe.hvals(self._k("i", session_id))
@@ -326,9 +326,6 @@ class RedisStore:
             for value in await self._call(self._redis.hvals(key)):
                 total += len(value)
         return total
-
-    async def interactions(self, session_id: str) -> builtins.list[Interaction]:
-        return await self._raw_interactions(session_id)
 
     async def set_reward(
         self, session_id: str, reward: float, interaction_id: str | None
