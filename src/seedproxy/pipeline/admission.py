@@ -69,7 +69,7 @@ class Admission:
         """Answer one request; any refusal in the protocol's error shape. Its trace
         (``tracing.py``) ends with the answer: here, or when its stream ends.
         ``resolve``: the request's session read again from the store, for a session
-        this process knew that the store no longer holds."""
+        this process knows that the store has lost (deleted, expired)."""
         arrived = time.perf_counter()
         trace = self.services.tracer.start(endpoint.value, request.headers)
         admitting = trace.child("admission")
