@@ -161,6 +161,7 @@ class SessionManager:
         except (OverCapacity, BadRequest):  # the group fits whole or not at all
             for made in created:
                 await self.store.delete(made.session_id)
+                self.cursors.forget(made.session_id)
             raise
         return SessionGroup(first.group_id or base, created)
 

@@ -12,15 +12,13 @@ lease together, so no export can see an acknowledged session as free.
 from __future__ import annotations
 
 import builtins
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
 from ..record import SessionRecord
 from .leases import BATCH_KEEP_S, Batch
-
-if TYPE_CHECKING:
-    from .redis import RedisStore
+from .redis_core import RedisCore
 
 __all__ = ["RedisLeases"]
 
@@ -76,9 +74,9 @@ return {mine, ended}
 
 
 class RedisLeases:
-    """The leases of a ``RedisStore``, over its connection, keys and scripts."""
+    """The leases of a Redis store (``redis_core.py``), over its connection, keys and scripts."""
 
-    def __init__(self, store: RedisStore) -> None:
+    def __init__(self, store: RedisCore) -> None:
         self._store = store
         self._lease_script = store.script(_LEASE)
         self._ack_script = store.script(_ACK)

@@ -22,14 +22,12 @@ import builtins
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..record import SessionRecord
 from .base import View
 from .changes import Watch
-
-if TYPE_CHECKING:
-    from .redis import RedisStore
+from .redis_core import RedisCore
 
 __all__ = ["RedisReads"]
 
@@ -37,9 +35,9 @@ _MIGRATE_BATCH = 1000
 
 
 class RedisReads:
-    """The reads of a ``RedisStore``, over its connection, keys and decoding."""
+    """The reads of a Redis store (``redis_core.py``), over its connection, keys and decoding."""
 
-    def __init__(self, store: RedisStore) -> None:
+    def __init__(self, store: RedisCore) -> None:
         self._store = store
         self._indexed = False
 

@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import builtins
 import sqlite3
-from typing import TYPE_CHECKING
 
 import orjson
 
 from ..record import SessionRecord
 from .leases import BATCH_KEEP_S, Batch
-
-if TYPE_CHECKING:
-    from .sqlite import SqliteStore
+from .sqlite_core import SqliteFile
 
 __all__ = ["LEASE_SCHEMA", "SqliteLeases"]
 
@@ -40,9 +37,9 @@ CREATE INDEX IF NOT EXISTS batches_keep ON batches (keep_until);
 
 
 class SqliteLeases:
-    """The leases of a ``SqliteStore``, each call one transaction of it."""
+    """The leases of a store's file (``sqlite_core.py``), each call one transaction of it."""
 
-    def __init__(self, store: SqliteStore) -> None:
+    def __init__(self, store: SqliteFile) -> None:
         self._store = store
 
     async def lease(

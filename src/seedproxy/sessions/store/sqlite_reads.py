@@ -18,16 +18,13 @@ from __future__ import annotations
 import builtins
 import sqlite3
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING
 
 import orjson
 
 from ..record import SessionRecord
 from .base import View
 from .changes import Watch, signal_watch
-
-if TYPE_CHECKING:
-    from .sqlite import SqliteStore
+from .sqlite_core import SqliteFile
 
 __all__ = ["INDEX_COLUMNS", "SqliteReads", "migrate"]
 
@@ -88,9 +85,9 @@ def migrate(db: sqlite3.Connection) -> None:
 
 
 class SqliteReads:
-    """The reads of a ``SqliteStore``, each one read transaction of it."""
+    """The reads of a store's file (``sqlite_core.py``), each one read transaction of it."""
 
-    def __init__(self, store: SqliteStore) -> None:
+    def __init__(self, store: SqliteFile) -> None:
         self._store = store
 
     async def scan(

@@ -15,21 +15,19 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from typing import TYPE_CHECKING
 
 from ...errors import SessionNotFound
 from ..record import SessionRecord, Slot, Stale
+from .sqlite_core import SqliteFile
 
 __all__ = ["SqliteSlots"]
 
-if TYPE_CHECKING:
-    from .sqlite import SqliteStore
 
 
 class SqliteSlots:
-    """The slots of a ``SqliteStore``, each call one write transaction of it."""
+    """The slots of a store's file (``sqlite_core.py``), each call one write transaction of it."""
 
-    def __init__(self, store: SqliteStore) -> None:
+    def __init__(self, store: SqliteFile) -> None:
         self._store = store
 
     async def allocate(
