@@ -23,7 +23,7 @@ from seedproxy.sessions.export import lease_batch
 from seedproxy.sessions.store.changes import Watch
 from seedproxy.sessions.store.sqlite import SqliteStore
 from seedproxy.sessions.store.sqlite_reads import IDLE_QUERY, PAGE_QUERIES
-from tests.sessions.test_stores import Opener, interaction, rec
+from tests.sessions.test_stores import Opener, exported, interaction, rec
 
 WAIT_S = 30.0
 """A stuck wake-up fails the test here; nothing is timed."""
@@ -54,7 +54,7 @@ async def filled(store: SessionStore, n: int) -> None:
     for k in range(n):
         assert await store.create(rec(f"s{k}", group=f"g{k % 3}"))
         await store.end(f"s{k}")
-    await store.mark_exported([f"s{k}" for k in range(n)])
+    await exported(store, [f"s{k}" for k in range(n)])
     assert await store.create(rec("open"))
 
 
@@ -96,7 +96,7 @@ async def test_views_page_from_a_cursor_and_count(store: SessionStore) -> None:
         assert await store.create(rec(f"s{k}", group="odd" if k % 2 else "even"))
     for k in (4, 1, 6):
         await store.end(f"s{k}")
-    await store.mark_exported(["s6"])
+    await exported(store, ["s6"])
 
     async def ids(view: Any, **kw: Any) -> list[str]:
         return [r.session_id for r in await store.scan(view, **kw)]
@@ -169,7 +169,7 @@ async def test_the_version_moves_on_every_change_a_listing_shows(store: SessionS
     await moved(store.record("s", interaction("i0", 0)))
     await moved(store.set_reward("s", 1.0, None))
     await moved(store.end("s"))
-    await moved(store.mark_exported(["s"]))
+    await moved(exported(store, ["s"]))
     await moved(store.delete("s"))
     before = await store.version()
     assert await store.get("s") is None and await store.scan("all", limit=5) == []

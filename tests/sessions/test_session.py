@@ -4,11 +4,17 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from seedproxy.errors import BadRequest, SessionNotFound
-from seedproxy.sessions import MemoryStore, Session, SessionManager, SessionRecord
+from seedproxy.sessions import MemoryStore, Session, SessionManager, SessionRecord, Slot
 
 
 def _session() -> Session:
     return Session(SessionRecord("s", "s", "key"))
+
+
+def _index(session: Session) -> int:
+    slot = session.allocate(digest=b"d", retry=False, pinned=None)
+    assert isinstance(slot, Slot)
+    return slot.index
 
 
 @pytest.mark.parametrize(("workers", "each"), [(8, 4), (8, 32)])
@@ -16,9 +22,7 @@ def test_indices_are_unique_and_gap_free_under_threads(workers: int, each: int) 
     session = _session()
     with ThreadPoolExecutor(workers) as pool:
         batches = list(
-            pool.map(lambda w: [
-                session.allocate(digest=bytes([w, i]), retry=False, pinned=None).index
-                for i in range(each)], range(workers))
+            pool.map(lambda _: [_index(session) for _ in range(each)], range(workers))
         )
     taken = sorted(i for batch in batches for i in batch)
     assert taken == list(range(workers * each))

@@ -68,11 +68,11 @@ class Tee:
 
         return counted
 
-    async def record(self, session_id: str, interaction: Any, **how: Any) -> None:
+    async def record(self, session_id: str, interaction: Any, **how: Any) -> Any:
         self.legacy.setdefault(session_id, {})[interaction.interaction_id] = orjson.dumps(
             interaction.to_storage())
         self.work += 1
-        await self.inner.record(session_id, interaction, **how)
+        return await self.inner.record(session_id, interaction, **how)
 
 
 @pytest.fixture(scope="module")

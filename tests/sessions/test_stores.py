@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+import uuid
 from array import array
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -40,6 +41,14 @@ async def store(opener: Opener) -> AsyncIterator[SessionStore]:
     handle = opener()
     yield handle
     await handle.close()
+
+
+async def exported(store: SessionStore, ids: list[str]) -> None:
+    """Mark sessions exported as an export does: leased by name, then acknowledged."""
+    records = [r for r in [await store.get(s) for s in ids] if r is not None]
+    batch = f"mark-{uuid.uuid4().hex}"
+    assert await store.lease(batch, records, now=0, until=1, remove=False, named=True) == []
+    assert await store.ack(batch, 0)
 
 
 def rec(session_id: str, group: str | None = None, key: str | None = None) -> SessionRecord:
@@ -206,9 +215,9 @@ async def test_end_is_idempotent_ordered_and_counted(store: SessionStore) -> Non
     assert b.ended and a.ended and again.ended_seq == b.ended_seq
     assert b.ended_seq is not None and a.ended_seq is not None and b.ended_seq < a.ended_seq
     assert await store.count_open() == 1
-    await store.mark_exported(["a", "unknown"])
-    exported = {r.session_id: r.exported for r in await store.list()}
-    assert exported == {"a": True, "b": False, "c": False}
+    await exported(store, ["a", "unknown"])
+    marks = {r.session_id: r.exported for r in await store.list()}
+    assert marks == {"a": True, "b": False, "c": False}
 
 
 async def test_delete_forgets_everything(store: SessionStore) -> None:
@@ -361,7 +370,7 @@ async def test_sqlite_reads_do_not_wait_for_another_writer(tmp_path: Path) -> No
         await store.close()
 
 
-async def test_redis_reward_and_export_marks_are_one_script_each(redis_url: str) -> None:
+async def test_redis_rewards_are_one_script_each(redis_url: str) -> None:
     """Each read-modify-write reaches Redis as one EVALSHA: nothing can land between
     its read and its write (another replica's retry, a delete)."""
     import redis.asyncio as aioredis
@@ -370,7 +379,6 @@ async def test_redis_reward_and_export_marks_are_one_script_each(redis_url: str)
     await store.create(rec("s"))
     await store.record("s", interaction("i0", 0))
     await store.set_reward("s", 0.0, None)  # loads the scripts
-    await store.mark_exported(["s"])
     probe = aioredis.Redis.from_url(redis_url.split("?")[0])
 
     async def commands_of(action: Callable[[], Awaitable[object]]) -> list[str]:
@@ -390,11 +398,10 @@ async def test_redis_reward_and_export_marks_are_one_script_each(redis_url: str)
     try:
         assert await commands_of(lambda: store.set_reward("s", 1.0, None)) == ["EVALSHA"]
         assert await commands_of(lambda: store.set_reward("s", 2.0, "i0")) == ["EVALSHA"]
-        assert await commands_of(lambda: store.mark_exported(["s"])) == ["EVALSHA"]
         rewards = [i.reward for i in await store.interactions("s")]
         assert rewards == [2.0]
         record = await store.get("s")
-        assert record is not None and record.reward == 2.0 and record.exported
+        assert record is not None and record.reward == 2.0
     finally:
         await probe.aclose()
         await store.close()

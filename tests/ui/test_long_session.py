@@ -83,11 +83,13 @@ def long_proxy(tmp_path: Path, start_proxy: Callable[..., str]) -> Iterator[str]
             assert await store.create(SessionRecord("long", "long", "key-long"))
             record = await store.get("long")
             assert record is not None
+            view = cursors.keep(record)
             for k in range(TURNS):  # stored once, as the proxy records a turn
                 interaction = turn(k, fake.url)
-                link, sent = (await cursors.view(store, record)).link_for(interaction)
+                link, sent = view.link_for(interaction)
                 assert (link is None) == (k == 0)
-                await store.record("long", interaction, link=link, sent=sent)
+                view.take(await store.record("long", interaction, link=link, sent=sent,
+                                             after=view.seq))
             await store.end("long")
             await store.close()
 

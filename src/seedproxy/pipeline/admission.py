@@ -10,8 +10,9 @@ the ``Presenter`` from the client's protocol. The one way in is ``proxy.hot``'s
 
 from __future__ import annotations
 
+import itertools
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import orjson
 from starlette.requests import Request
@@ -22,7 +23,7 @@ from ..backends.bridging import as_chat
 from ..backends.media import CheckedImage
 from ..backends.responses_bridge import left_out_tools
 from ..error_presenters import ANTHROPIC, OPENAI
-from ..errors import BadRequest, ClientClosed, SeedProxyError
+from ..errors import BadRequest, ClientClosed, SeedProxyError, SessionNotFound
 from ..sessions import Interaction, NewSession, SessionRecord
 from ..sessions.cursor import SessionView
 from ..sessions.ids import check_id
@@ -43,7 +44,14 @@ from .services import Services
 from .streaming import stream_response
 from .tracing import Trace
 
-__all__ = ["Admission", "run"]
+__all__ = ["Admission", "Resolve", "run"]
+
+Resolve = Callable[[], Awaitable[SessionRecord | NewSession | None]]
+Seated = tuple[Exchange, dict[str, object] | None, TitoTurn | None]
+
+_STALE_TRIES = 3
+"""Seatings that check the view; a request whose session keeps changing under it (its
+concurrent turns recorded meanwhile) is seated on the view it holds then."""
 
 
 class Admission:
@@ -56,35 +64,36 @@ class Admission:
         self.errors = ANTHROPIC if messages else OPENAI
 
     async def handle(self, request: Request, endpoint: Endpoint,
-                     session: SessionRecord | NewSession | None) -> Response:
+                     session: SessionRecord | NewSession | None,
+                     resolve: Resolve | None = None) -> Response:
         """Answer one request; any refusal in the protocol's error shape. Its trace
-        (``tracing.py``) ends with the answer: here, or when its stream ends."""
+        (``tracing.py``) ends with the answer: here, or when its stream ends.
+        ``resolve``: the request's session read again from the store, for a session
+        this process knows that the store has lost (deleted, expired)."""
         arrived = time.perf_counter()
         trace = self.services.tracer.start(endpoint.value, request.headers)
         admitting = trace.child("admission")
         ex: Exchange | None = None
         try:
             raw = await read_body(request, self.services.settings.max_body_bytes)
-            view = await self._view(session, trace)
-            parser = self.services.parser
-            parse = parser.signed_body(endpoint, raw,
-                                       view.last_sent() if view is not None else None,
-                                       signs=session is not None)
-            if parser.offloads(len(raw)):  # a client that leaves frees its parse slot
-                parse = stop_when_client_leaves(parse, request.receive)
-            body, signed = await parse
-            client = client_request(endpoint, raw, body, signed)
-            images = await self.services.images.check(endpoint, body)
-            chat, turn = await self._translate(client, session, view, images)
-            headers = request.headers
-            pinned = pinned_index(headers)
-            ex = await seat(self.services, client, session, pinned=pinned,
-                            retry=is_sdk_retry(headers), arrived=arrived,
-                            compacted=compacted_from(headers), trace=trace)
-            ex.view = view
-            if chat is not None and endpoint is Endpoint.RESPONSES:
-                ex.left_out_tools = left_out_tools(client.body) or None
-            recorded = None
+            seated: Seated | SessionView | None = None
+            for attempt in itertools.count():
+                try:
+                    seated = await self._seat(request, endpoint, raw, session, arrived, trace,
+                                              check=attempt < _STALE_TRIES)
+                except SessionNotFound:
+                    if resolve is None or not isinstance(session, SessionRecord):
+                        raise
+                    self.services.sessions.cursors.forget(session.session_id)
+                    session, resolve = await resolve(), None
+                    continue
+                if not isinstance(seated, SessionView):
+                    break
+                session = seated.record  # its view lacked records: check it again
+            assert isinstance(seated, tuple)
+            (ex, chat, turn), recorded = seated, None
+            client = ex.client
+            pinned = pinned_index(request.headers)
             if ex.session is not None and ex.session.replays and ex.slot is not None:
                 recorded = await self.services.replays.lookup(
                     ex.session, ex.slot.index, ex.interaction_id, client,
@@ -105,6 +114,33 @@ class Admission:
             if ex is None or not ex.streaming:
                 trace.end(500)  # a bug raised past everything (else it has ended)
 
+    async def _seat(self, request: Request, endpoint: Endpoint, raw: bytes,
+                    session: SessionRecord | NewSession | None, arrived: float, trace: Trace,
+                    *, check: bool) -> Seated | SessionView:
+        """Check the request against the session's view and seat it (``seating.py``):
+        the exchange with the chat request and turn it sends, or the view brought up to
+        date when it lacked records."""
+        view = self._view(session, trace)
+        parser = self.services.parser
+        parse = parser.signed_body(endpoint, raw, view.last_sent() if view is not None else None,
+                                   signs=session is not None)
+        if parser.offloads(len(raw)):  # a client that leaves frees its parse slot
+            parse = stop_when_client_leaves(parse, request.receive)
+        body, signed = await parse
+        client = client_request(endpoint, raw, body, signed)
+        images = await self.services.images.check(endpoint, body)
+        chat, turn = await self._translate(client, view, images)
+        headers = request.headers
+        seated = await seat(self.services, client, session, pinned=pinned_index(headers),
+                            retry=is_sdk_retry(headers), arrived=arrived,
+                            compacted=compacted_from(headers), trace=trace, view=view,
+                            check=check)
+        if isinstance(seated, SessionView):
+            return seated
+        if chat is not None and endpoint is Endpoint.RESPONSES:
+            seated.left_out_tools = left_out_tools(client.body) or None
+        return seated, chat, turn
+
     def refused(self, endpoint: Endpoint, exc: SeedProxyError,
                 session: SessionRecord | NewSession | str | None, index: int | None = None
                 ) -> None:
@@ -122,20 +158,17 @@ class Admission:
         note_refusal(self.services.metrics, endpoint.value, exc, session=name, index=index,
                      logged=self.services.settings.log_requests)
 
-    async def _view(self, session: SessionRecord | NewSession | None,
-                    trace: Trace) -> SessionView | None:
-        """The session's view, brought up to date in one store operation (None for a new
-        session or none): what the body is signed against, the turn is rendered from
-        and the record links into."""
+    def _view(self, session: SessionRecord | NewSession | None,
+              trace: Trace) -> SessionView | None:
+        """This process's view of the session (None for a new session or none), with no
+        store operation: what the body is signed against, the turn is rendered from and
+        the record links into. Seating checks it is current (``seating.py``)."""
         if not isinstance(session, SessionRecord):
             return None
-        sessions = self.services.sessions
         with trace.child("store.view"):
-            return await sessions.cursors.view(sessions.store, session)
+            return self.services.sessions.cursors.keep(session)
 
-    async def _translate(self, client: ClientRequest,
-                         session: SessionRecord | NewSession | None,
-                         view: SessionView | None = None,
+    async def _translate(self, client: ClientRequest, view: SessionView | None,
                          images: Sequence[CheckedImage] = ()
                          ) -> tuple[dict[str, object] | None, TitoTurn | None]:
         """The chat request an upstream is sent instead (a bridge), and the rendered
@@ -152,7 +185,7 @@ class Admission:
             return chat, None
         if chat is not None and images:
             images = await services.images.check(Endpoint.CHAT, chat)
-        turn = await prepare(mode, services.sessions, chat or client.body, session, view=view,
+        turn = await prepare(mode, chat or client.body, view,
                              signed=client.signed if chat is None else None, images=images)
         return chat, turn
 

@@ -90,8 +90,9 @@ class Exchange:
     replayed: bool = False
     """Answered from a resumed session's source record (``replaying.py``): no upstream."""
     view: SessionView | None = None
-    """This process's view of the session, brought up to date when the request was
-    admitted (``Cursors.view``); its record links into it without another store read."""
+    """This process's view of the session, checked current when the request was seated
+    (``seating.py``); its record links into it without another store read, and joins
+    it (``SessionView.take``)."""
     dispatches: list[Dispatch] = field(default_factory=list)
     """Where each upstream request is running; see ``inflight.py``."""
     trace: Trace = NO_TRACE
@@ -266,12 +267,11 @@ class Exchange:
         sessions = self.services.sessions
         with self.trace.child("record"):
             view = self.view
-            if view is None:
-                view = await sessions.cursors.view(sessions.store, self.session)
+            assert view is not None  # seating's, with the slot
             # Stored once: what it adds to its base (its messages signed as they were read).
             link, sent = view.link_for(interaction, self.client.signed)
-            await sessions.store.record(self.session.session_id, interaction, link=link,
-                                        sent=sent)
+            view.take(await sessions.store.record(self.session.session_id, interaction,
+                                                  link=link, sent=sent, after=view.seq))
         self.services.metrics.recorded_tokens.inc(interaction.token_count)
         if interaction.tito is not None and status < 400:
             self.services.metrics.count_prompt(interaction.tito.get("prompt"))

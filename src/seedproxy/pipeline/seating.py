@@ -2,7 +2,9 @@
 
 Invariant: everything that can refuse the request raises before the slot is taken
 (a 4xx uses no index, and a new session is created only when the request is sound);
-the slot is taken atomically, before any await on the upstream.
+the slot is taken atomically, before any await on the upstream, in the same store
+operation that checks the session's view is current (a stale view comes back brought
+up to date, and no index is taken: the caller checks the request again against it).
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 from ..errors import BadRequest
 from ..seeds import choice_seeds, client_choice_seeds, content_seeds
 from ..sessions import NewSession, SessionRecord
+from ..sessions.cursor import SessionView
+from ..sessions.record import Stale
 from .exchange import Exchange
 from .keying import content_seat, seat_key
 from .request import ClientRequest, request_digest
@@ -22,10 +26,13 @@ __all__ = ["seat"]
 async def seat(services: Services, client: ClientRequest,
                session: SessionRecord | NewSession | None, *, pinned: int | None,
                retry: bool, arrived: float, compacted: str | None = None,
-               trace: Trace = NO_TRACE) -> Exchange:
+               trace: Trace = NO_TRACE, view: SessionView | None = None,
+               check: bool = True) -> Exchange | SessionView:
     """Check the seed rules, create the session if new, take the slot, derive seeds.
     ``compacted``: the interaction a compacted history replaces (recorded as such);
-    ``trace``: the request's (the slot is its ``store.allocate`` span)."""
+    ``trace``: the request's (the slot is its ``store.allocate`` span). ``view``: the
+    session's, as the request was checked against; with ``check``, a view that lacks
+    records comes back brought up to date instead of an exchange (no index taken)."""
     settings = services.settings
     deterministic = settings.deterministic
     fixed = client.seed
@@ -44,12 +51,17 @@ async def seat(services: Services, client: ClientRequest,
         return Exchange(services, client, None, None, seeds, arrived, trace=trace)
     if isinstance(session, NewSession):
         session = await services.sessions.get_or_create(session.session_id)
-    store = services.sessions.store
+    if view is None:
+        view = services.sessions.cursors.keep(session)
     digest = request_digest(client.endpoint, client.raw)
     key = seat_key(session, client, pinned)
-    with trace.child("store.allocate"):  # index and occurrence: one atomic step
-        slot = await store.allocate(session.session_id, digest=digest, retry=retry,
-                                    pinned=pinned, content_key=key)
+    with trace.child("store.allocate"):  # view check, index and occurrence: one atomic step
+        slot = await services.sessions.store.allocate(
+            session.session_id, digest=digest, retry=retry, pinned=pinned, content_key=key,
+            created_seq=session.created_seq, after=view.seq if check else None)
+    if isinstance(slot, Stale):
+        view.apply(slot.seq, slot.blobs)
+        return view
     position = content_seat(key, slot)
     if not deterministic:
         seeds = [client.seed] if client.seed is not None else []
@@ -61,5 +73,7 @@ async def seat(services: Services, client: ClientRequest,
         seeds = content_seeds(session.identity, position.key, position.occurrence, client.n)
     else:
         seeds = choice_seeds(session.identity, slot.index, client.n)
-    return Exchange(services, client, session, slot, seeds, arrived, seat=position,
-                    compacted_from=compacted, trace=trace)
+    ex = Exchange(services, client, session, slot, seeds, arrived, seat=position,
+                  compacted_from=compacted, trace=trace)
+    ex.view = view
+    return ex

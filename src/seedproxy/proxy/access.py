@@ -57,33 +57,36 @@ class Access:
         return await self._own_session(request, session_id)
 
     async def session_for(
-        self, request: Request, path_session: str | None
+        self, request: Request, path_session: str | None, *, cached: bool = False
     ) -> SessionRecord | NewSession | None:
         """The session an OpenAI-route request belongs to: by path, then bearer session
         key, then ``X-Session-Id``; None when it names none. A named session that does
         not exist yet comes back as ``NewSession``: nothing is created here. A bad id
-        is a 400 before anything else."""
+        is a 400 before anything else. ``cached``: a session this process knows is
+        taken as it knows it (``SessionManager.find``), for a request whose seating
+        tells when it is gone."""
         named = named_session(request, path_session)
         token = client_key(request.headers)
         if path_session is None and token is not None:
-            owner = await self.sessions.store.find_by_key(token)
+            owner = await self.sessions.find_by_key(token, cached=cached)
             if owner is not None and _same(owner.api_key, token):
                 return owner
         if self.admin_key is None or self.is_admin(request):
             if named is None:
                 return None
-            return await self.sessions.store.get(named) or NewSession(named)
+            return await self.sessions.find(named, cached=cached) or NewSession(named)
         if token is None:
             raise AuthError("a session key or the admin key is required")
         if named is None:
             raise AuthError("unknown key")
-        return await self._own_session(request, named)
+        return await self._own_session(request, named, cached=cached)
 
-    async def _own_session(self, request: Request, session_id: str) -> SessionRecord:
+    async def _own_session(self, request: Request, session_id: str, *,
+                           cached: bool = False) -> SessionRecord:
         token = client_key(request.headers)
         if token is None:
             raise AuthError("a session key or the admin key is required")
-        owner = await self.sessions.store.find_by_key(token)
+        owner = await self.sessions.find_by_key(token, cached=cached)
         if owner is None or not _same(owner.api_key, token):
             raise AuthError("unknown key")
         if owner.session_id != session_id:

@@ -126,11 +126,13 @@ class HotRoutes:
         here in the same shape."""
         admission = self._routes[endpoint.value][1]
         try:
-            session = await self._access.session_for(request, session_id)
+            session = await self._access.session_for(request, session_id, cached=True)
         except SeedProxyError as exc:
             admission.refused(endpoint, exc, session_id)
             return admission.errors.response(exc)
-        return await admission.handle(request, endpoint, session)
+        return await admission.handle(
+            request, endpoint, session,
+            lambda: self._access.session_for(request, session_id, cached=True))
 
     async def handle(
         self, scope: Scope, receive: Receive, send: Send, endpoint: Endpoint, session_id: str | None

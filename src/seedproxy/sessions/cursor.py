@@ -3,11 +3,13 @@
 A ``SessionView`` holds each recorded interaction in its stored-once form (what it adds
 to the turn it extends), enough to match a new turn against (token-in-token-out) and to
 link a new record to the turn it extends (``codec.Link``). ``Cursors`` keeps one view
-per session and brings it up to date with one store operation per call
-(``SessionStore.changes``: the records written since the view's sequence number, by
-this replica or any other), so a turn costs what it adds, never a reload of the
-session. A view is keyed by the session's ``created_seq`` and ``created_at``: a
-session deleted and created again under its id starts a fresh view.
+per session, with the session's record (its fixed fields: what a request reads), found
+by id or by key. A request checks its view in the store operation that seats it
+(``SessionStore.allocate``'s ``after``: records written since the view's sequence
+number, by this replica or any other, come back instead of a slot), and a record this
+process stores joins the view with no read (``take``); so a turn costs what it adds,
+never a reload of the session. A view is keyed by the session's ``created_seq`` and
+``created_at``: a session deleted and created again under its id starts a fresh view.
 """
 
 from __future__ import annotations
@@ -20,8 +22,7 @@ from typing import Any, overload
 
 from .codec import Link, Sent, Signed, Stored, decode, linked_images, sent_of
 from .interaction import ChoiceRecord, Interaction
-from .record import SessionRecord
-from .store.base import SessionStore
+from .record import Recorded, SessionRecord
 from .token_ids import TokenIds, ids_text, join_text
 
 __all__ = ["Cursors", "SessionView", "Turn"]
@@ -91,8 +92,9 @@ class Turn:
 class SessionView:
     """The recorded turns of one session, up to store sequence number ``seq``."""
 
-    def __init__(self, created: tuple[int, float]) -> None:
-        self.created = created
+    def __init__(self, record: SessionRecord) -> None:
+        self.record = record
+        self.created = (record.created_seq, record.created_at)
         self.seq = -1
         self._turns: dict[str, Turn] = {}
         self._order: list[tuple[int, str]] = []
@@ -108,6 +110,11 @@ class SessionView:
         self.seq = seq
         for blob in blobs:
             self._put(decode(blob))
+
+    def take(self, done: Recorded) -> None:
+        """Take a record this process stored, when the view held every one before it."""
+        if done.current:
+            self.apply(done.seq, [done.blob])
 
     def _put(self, stored: Stored) -> None:
         turn = Turn(stored, self)
@@ -289,28 +296,46 @@ def _joined(text: bytes | None, ids: array[int]) -> bytes | None:
 
 
 class Cursors:
-    """One ``SessionView`` per recently used session (at most ``capacity``), each
-    brought up to date by one store operation per ``view`` call."""
+    """One ``SessionView`` per recently used session (at most ``capacity``), found by
+    session id or key, with no store operation."""
 
     def __init__(self, *, capacity: int = 256) -> None:
         self._views: OrderedDict[str, SessionView] = OrderedDict()
+        self._keys: dict[str, str] = {}
+        """api_key -> session_id of each view's session."""
         self._capacity = capacity
 
-    async def view(self, store: SessionStore, record: SessionRecord) -> SessionView:
-        created = (record.created_seq, record.created_at)
-        view = self._views.get(record.session_id)
-        if view is None or view.created != created:
-            view = SessionView(created)
-            self._views[record.session_id] = view
+    def keep(self, record: SessionRecord) -> SessionView:
+        """The session's view, made (empty) when there is none for this session; no
+        store operation."""
+        view = self.peek(record)
+        if view is None:
+            self.forget(record.session_id)
+            view = self._views[record.session_id] = SessionView(record)
+            self._keys[record.api_key] = record.session_id
         self._views.move_to_end(record.session_id)
         while len(self._views) > self._capacity:
-            self._views.popitem(last=False)
-        seq, blobs = await store.changes(record.session_id, view.seq)
-        view.apply(seq, blobs)
+            self.forget(next(iter(self._views)))
         return view
+
+    def known(self, session_id: str) -> SessionRecord | None:
+        """The record of a session with a view here (no store operation; it may be
+        gone from the store: ``allocate`` with its ``created_seq`` tells)."""
+        view = self._views.get(session_id)
+        return view.record if view is not None else None
+
+    def by_key(self, api_key: str) -> SessionRecord | None:
+        """``known`` for the session ``api_key`` opens."""
+        session_id = self._keys.get(api_key)
+        return self.known(session_id) if session_id is not None else None
 
     def peek(self, record: SessionRecord) -> SessionView | None:
         """The session's view as it stands (no store operation; it may lag)."""
         view = self._views.get(record.session_id)
         created = (record.created_seq, record.created_at)
         return view if view is not None and view.created == created else None
+
+    def forget(self, session_id: str) -> None:
+        view = self._views.pop(session_id, None)
+        if view is not None:
+            self._keys.pop(view.record.api_key, None)

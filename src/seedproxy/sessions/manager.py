@@ -58,6 +58,28 @@ class SessionManager:
         self._default_seed = default_seed
         self._default_index_by = default_index_by
 
+    async def find(self, session_id: str, *, cached: bool = False) -> SessionRecord | None:
+        """The session, or None when unknown. ``cached``: one this process holds a view
+        of comes back as it was read, with no store operation (it may be gone from the
+        store since: a seating with its ``created_seq`` tells)."""
+        known = self.cursors.known(session_id) if cached else None
+        if known is not None:
+            return known
+        record = await self.store.get(session_id)
+        if cached and record is not None:
+            self.cursors.keep(record)
+        return record
+
+    async def find_by_key(self, api_key: str, *, cached: bool = False) -> SessionRecord | None:
+        """The session ``api_key`` opens, or None; ``cached`` as for ``find``."""
+        known = self.cursors.by_key(api_key) if cached else None
+        if known is not None:
+            return known
+        record = await self.store.find_by_key(api_key)
+        if cached and record is not None and record.api_key == api_key:
+            self.cursors.keep(record)
+        return record
+
     async def require(self, session_id: str) -> SessionRecord:
         record = await self.store.get(session_id)
         if record is None:
@@ -72,6 +94,7 @@ class SessionManager:
         fresh = SessionRecord(session_id, session_id, _new_key(), index_by=self._default_index_by)
         if not await self.store.create(fresh, max_open=self._max_open):  # created first elsewhere
             return await self.require(session_id)
+        self.cursors.keep(fresh)
         return fresh
 
     async def create_group(
@@ -119,6 +142,7 @@ class SessionManager:
                                    index_by=mode, replays=replays)
             if not await self.store.create(record, max_open=self._max_open):
                 raise BadRequest(f"session {session_id!r} already exists", param="session_id")
+            self.cursors.keep(record)
             return SessionGroup(session_id, [record])
         # The first member's suffix names the group, so a rerun gets a new group id.
         first = SessionRecord(identities[0], identities[0], _new_key(), None, extra, seed=seed,
@@ -137,6 +161,7 @@ class SessionManager:
         except (OverCapacity, BadRequest):  # the group fits whole or not at all
             for made in created:
                 await self.store.delete(made.session_id)
+                self.cursors.forget(made.session_id)
             raise
         return SessionGroup(first.group_id or base, created)
 
@@ -150,6 +175,7 @@ class SessionManager:
             record.session_id = _suffixed(record.identity, n)
             record.group_id = group_for(n)
             if await self.store.create(record, max_open=self._max_open, reserve=reserve):
+                self.cursors.keep(record)
                 return n
         raise BadRequest(f"too many sessions for identity {record.identity!r}", param="identity")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["SessionRecord", "Slot"]
+__all__ = ["Recorded", "SessionRecord", "Slot", "Stale"]
 
 
 @dataclass(slots=True)
@@ -75,3 +75,24 @@ class Slot:
     interaction_id: str
     reused: bool = False
     occurrence: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Stale:
+    """An allocation refused because the caller's view of the session lacks records:
+    what ``SessionStore.changes`` would answer comes back instead of a slot (and no
+    index is taken)."""
+
+    seq: int
+    blobs: list[bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """What ``SessionStore.record`` stored: its record sequence number, its blob
+    (``codec.encode``), and whether the caller's view (``after``) held every record
+    stored before it (then the view takes this one without a read)."""
+
+    seq: int
+    blob: bytes
+    current: bool

@@ -11,7 +11,7 @@ from dataclasses import fields
 
 from .codec import Link, Sent, decode, encode, resolve, with_reward
 from .interaction import Interaction
-from .record import SessionRecord, Slot
+from .record import Recorded, SessionRecord, Slot, Stale
 from .summary import apply_summary
 
 __all__ = ["Session"]
@@ -49,6 +49,10 @@ class Session:
     def api_key(self) -> str:
         return self._record.api_key
 
+    @property
+    def created_seq(self) -> int:
+        return self._record.created_seq
+
     def snapshot(self) -> SessionRecord:
         """Return a copy of the record, safe to read without the lock."""
         with self._lock:
@@ -60,9 +64,11 @@ class Session:
             return SessionRecord(*values)
 
     def allocate(self, *, digest: bytes, retry: bool, pinned: int | None,
-                 content_key: str | None = None) -> Slot:
+                 content_key: str | None = None, after: int | None = None) -> Slot | Stale:
         """See ``SessionStore.allocate``."""
         with self._lock:
+            if after is not None and self._newer(after):
+                return Stale(*self._changes(after))
             if retry and digest in self._recent:
                 self._recent.move_to_end(digest)
                 kept = self._recent[digest]
@@ -105,15 +111,17 @@ class Session:
         return number
 
     def record(self, interaction: Interaction, link: Link | None = None,
-               sent: Sent | None = None) -> None:
+               sent: Sent | None = None, after: int | None = None) -> Recorded:
         blob = encode(interaction, link, sent)
         with self._lock:
+            current = after is not None and not self._newer(after)
             new = interaction.interaction_id not in self._blobs
             self._seq += 1
             self._blobs.pop(interaction.interaction_id, None)  # the dict stays in seq order
             self._blobs[interaction.interaction_id] = (interaction.request_index, self._seq, blob)
             apply_summary(self._record, interaction, new=new)
             self._record.last_active_at = time.time()
+            return Recorded(self._seq, blob, current)
 
     def interactions(self) -> list[Interaction]:
         with self._lock:
@@ -123,13 +131,21 @@ class Session:
 
     def changes(self, after: int) -> tuple[int, list[bytes]]:
         """See ``SessionStore.changes``."""
-        newer: list[bytes] = []
         with self._lock:
-            for _, seq, blob in reversed(self._blobs.values()):  # newest first: O(changes)
-                if seq <= after:
-                    break
-                newer.append(blob)
-            return self._seq, newer[::-1]
+            return self._changes(after)
+
+    def _changes(self, after: int) -> tuple[int, list[bytes]]:
+        newer: list[bytes] = []
+        for _, seq, blob in reversed(self._blobs.values()):  # newest first: O(changes)
+            if seq <= after:
+                break
+            newer.append(blob)
+        return self._seq, newer[::-1]
+
+    def _newer(self, after: int) -> bool:
+        """Whether a record newer than ``after`` is stored (under the lock; O(1): the
+        dict is in sequence order)."""
+        return bool(self._blobs) and next(reversed(self._blobs.values()))[1] > after
 
     def set_reward(self, reward: float, interaction_id: str | None) -> str | None:
         with self._lock:

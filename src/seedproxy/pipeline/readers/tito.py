@@ -30,7 +30,7 @@ from ...backends.tito.sampling import Sampling
 from ...backends.tito.vision import image_records
 from ...backends.upstream import UpstreamReply
 from ...errors import BadRequest
-from ...sessions import ChoiceRecord, NewSession, SessionManager, SessionRecord
+from ...sessions import ChoiceRecord
 from ...sessions.codec import Signed
 from ...sessions.cursor import SessionView
 from ..sse import event_json, split_events
@@ -59,27 +59,23 @@ OFFLOAD_CHARS = 16_384
 """A full render of at least this much message text runs on a worker thread."""
 
 
-async def prepare(mode: TitoMode, sessions: SessionManager, chat: dict[str, Any],
-                  session: SessionRecord | NewSession | None, *,
-                  offload_chars: int = OFFLOAD_CHARS, view: SessionView | None = None,
-                  signed: Signed | None = None,
+async def prepare(mode: TitoMode, chat: dict[str, Any], view: SessionView | None, *,
+                  offload_chars: int = OFFLOAD_CHARS, signed: Signed | None = None,
                   images: Sequence[CheckedImage] = ()) -> TitoTurn:
     """Render the prompt (a 4xx here uses no index). The session's turns come from
-    this process's view of it, brought up to date in one store operation; a turn
-    extending one renders only what it adds, and a large full render (a brought
-    history, a fork) runs on a worker thread, so other sessions are not held up.
-    ``view``: the session's, up to date already; ``signed``: ``chat``'s messages as
-    signed when its body was read (both reused); ``images``: ``chat``'s, checked, in
-    order (each must be one placeholder of the prompt)."""
+    this process's ``view`` of it (None: no session, or a new one with no history yet),
+    which seating checks is current (``seating.py``); a turn extending one renders only
+    what it adds, and a large full render (a brought history, a fork) runs on a worker
+    thread, so other sessions are not held up. ``signed``: ``chat``'s messages as
+    signed when its body was read (reused); ``images``: ``chat``'s, checked, in order
+    (each must be one placeholder of the prompt)."""
     if images and not mode.dialect.takes_images:
         raise BadRequest("this upstream's token prompts carry no images (token-in-token-out "
                          "takes images with --backend sglang)", param="messages")
     sampling = mode.sampling(chat)  # checked now: a bad field is a 400 before the slot
-    if not isinstance(session, SessionRecord):  # a new session has no history yet
+    if view is None:
         plan = mode.plan(chat, [])
     else:
-        if view is None:
-            view = await sessions.cursors.view(sessions.store, session)
         plan = mode.plan(chat, view.turns(), known=view.known_keys(chat, signed))
     if isinstance(plan, FullRender):  # a whole history: a large one off the event loop
         plan = await asyncio.to_thread(plan.run) if plan.size >= offload_chars else plan.run()

@@ -14,7 +14,7 @@ from typing import Literal, Protocol
 from ...errors import OverCapacity
 from ..codec import Link, Sent
 from ..interaction import Interaction
-from ..record import SessionRecord, Slot
+from ..record import Recorded, SessionRecord, Slot, Stale
 from .changes import Watch
 
 __all__ = ["RETRY_MEMORY", "SessionStore", "View", "over_capacity"]
@@ -26,7 +26,7 @@ View = Literal["all", "group", "identity", "unexported", "ready"]
 - ``unexported``: sessions not exported (open or ended), creation order;
 - ``ready``: ended sessions not exported, in the order they ended.
 
-"Exported" means acknowledged (``ack``) or ``mark_exported``: a session under a live
+"Exported" means acknowledged (``ack``): a session under a live
 lease is still in ``unexported``/``ready`` (a lease runs out by itself; ``held_until``
 says which are held). The sequence of ``ready`` is ``ended_seq``; of the others,
 ``created_seq``."""
@@ -60,8 +60,9 @@ class SessionStore(Protocol):
 
     async def allocate(
         self, session_id: str, *, digest: bytes, retry: bool, pinned: int | None,
-        content_key: str | None = None,
-    ) -> Slot:
+        content_key: str | None = None, created_seq: int | None = None,
+        after: int | None = None,
+    ) -> Slot | Stale:
         """Atomically give a request its slot.
 
         ``pinned`` uses that index and leaves the counter alone. Otherwise, when
@@ -70,6 +71,11 @@ class SessionStore(Protocol):
         ``content_key``, the same step numbers the slot's interaction among that key's:
         0 for the first, then 1, 2, ...; a reused slot gets its number back. All or
         nothing: a failure takes neither the index nor the number.
+
+        ``created_seq``: the session the caller holds (another under its id is
+        ``SessionNotFound``). ``after``: the record sequence number of the caller's view;
+        when records newer than it are stored, the same step takes nothing and answers
+        ``Stale`` with them (``changes``), so one round trip checks the view and seats.
         """
 
     async def occurrence(self, session_id: str, key: str, interaction_id: str) -> int:
@@ -78,10 +84,12 @@ class SessionStore(Protocol):
         own content key is numbered by ``allocate``, with its index.)"""
 
     async def record(self, session_id: str, interaction: Interaction, *,
-                     link: Link | None = None, sent: Sent | None = None) -> None:
+                     link: Link | None = None, sent: Sent | None = None,
+                     after: int | None = None) -> Recorded:
         """Store ``interaction`` (``codec.encode``: once, as what it adds to ``link``),
         replacing one with the same ``interaction_id``, under the session's next record
-        sequence number. Durable stores return only once it is durable."""
+        sequence number. Durable stores return only once it is durable. ``current`` in
+        the answer: no record newer than ``after`` was stored before this one."""
 
     async def interactions(self, session_id: str) -> builtins.list[Interaction]:
         """Return the session's interactions, whole, ordered by (request_index,
@@ -107,9 +115,6 @@ class SessionStore(Protocol):
         The check and the end are one atomic step, so a request that arrives meanwhile
         keeps its session open."""
 
-    async def mark_exported(self, session_ids: builtins.list[str]) -> None:
-        """Flag sessions as taken by an export; unknown ids are ignored."""
-
     async def lease(
         self, batch_id: str, records: builtins.list[SessionRecord], *,
         now: float, until: float, remove: bool, named: bool,
@@ -118,9 +123,6 @@ class SessionStore(Protocol):
         ``until``, all or none (see ``leases.py``); an empty batch is recorded too.
         Returns the ids refused: gone (or a newer session under the id), under another
         live lease at ``now``, or, unless ``named``, already exported. Empty: leased."""
-
-    async def held(self, session_ids: builtins.list[str], now: float) -> set[str]:
-        """Those of ``session_ids`` under a live lease at ``now``."""
 
     async def ack(self, batch_id: str, now: float) -> bool:
         """The batch was delivered: mark its sessions exported (delete them when it was

@@ -16,13 +16,14 @@ hold the durable ones, with the same rules.
 
 from __future__ import annotations
 
-import builtins
 import heapq
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..record import SessionRecord
+from ..session import Session
 
 __all__ = ["BATCH_KEEP_S", "Batch", "MemoryLeases"]
 
@@ -50,12 +51,10 @@ class Batch:
 
 
 class MemoryLeases:
-    """Leases of ``MemoryStore`` (a mixin over its ``_sessions`` and ``_lock``)."""
+    """The memory store's leases, over its sessions and under its lock (both given)."""
 
-    _lock: threading.Lock
-    _sessions: dict[str, Any]
-
-    def _init_leases(self) -> None:
+    def __init__(self, lock: threading.Lock, sessions: Mapping[str, Session]) -> None:
+        self._lock, self._sessions = lock, sessions
         self._leases: dict[str, tuple[str, float]] = {}
         """session_id -> (batch_id, until) of its latest lease."""
         self._batches: dict[str, Batch] = {}
@@ -66,64 +65,62 @@ class MemoryLeases:
         while self._forget and self._forget[0][0] <= now:
             _, batch_id = heapq.heappop(self._forget)
             batch = self._batches.get(batch_id)
-            if batch is not None and self._keep_until(batch) <= now:
+            if batch is not None and batch.until + BATCH_KEEP_S <= now:
                 del self._batches[batch_id]
 
-    @staticmethod
-    def _keep_until(batch: Batch) -> float:
-        return batch.until + BATCH_KEEP_S
+    def _keep(self, batch_id: str, batch: Batch) -> None:
+        self._batches[batch_id] = batch
+        heapq.heappush(self._forget, (batch.until + BATCH_KEEP_S, batch_id))
 
     def _current(self, session_id: str, created_seq: int) -> SessionRecord | None:
         session = self._sessions.get(session_id)
         record = session.snapshot() if session is not None else None
         return record if record is not None and record.created_seq == created_seq else None
 
-    async def lease(
-        self, batch_id: str, records: builtins.list[SessionRecord], *,
-        now: float, until: float, remove: bool, named: bool,
-    ) -> builtins.list[str]:
+    async def lease(self, batch_id: str, records: list[SessionRecord], *,
+                    now: float, until: float, remove: bool, named: bool) -> list[str]:
+        """See ``SessionStore.lease``."""
         with self._lock:
             self._prune(now)
             refused = []
             for r in records:
-                current = self._current(r.session_id, r.created_seq)
+                found = self._current(r.session_id, r.created_seq)
                 held = self._leases.get(r.session_id)
-                if (current is None or (held is not None and held[1] > now)
-                        or (not named and current.exported)):
+                if (found is None or (held is not None and held[1] > now)
+                        or (not named and found.exported)):
                     refused.append(r.session_id)
             if refused:
                 return refused
             for r in records:
                 self._leases[r.session_id] = (batch_id, until)
-            batch = Batch([(r.session_id, r.created_seq) for r in records], remove, until)
-            self._batches[batch_id] = batch
-            heapq.heappush(self._forget, (self._keep_until(batch), batch_id))
+            self._keep(batch_id, Batch([(r.session_id, r.created_seq) for r in records],
+                                       remove, until))
             return []
 
-    async def held(self, session_ids: builtins.list[str], now: float) -> set[str]:
-        return set(await self.held_until(session_ids, now))
-
-    async def held_until(self, session_ids: builtins.list[str], now: float) -> dict[str, float]:
+    async def held_until(self, session_ids: list[str], now: float) -> dict[str, float]:
         with self._lock:
             return {s: held[1] for s in session_ids
                     if (held := self._leases.get(s)) is not None and held[1] > now}
 
-    async def ack(self, batch_id: str, now: float) -> bool:
+    def ack(self, batch_id: str, now: float, export: Callable[[str], None]) -> Batch | None:
+        """Release the batch's leases and ``export`` (under the lock) each of its
+        sessions still there: the batch, narrowed to those, for the store to delete
+        when leased with ``remove``; None when unknown."""
         with self._lock:
             self._prune(now)
             batch = self._batches.get(batch_id)
             if batch is None:
-                return False
-            mine = [s for s, seq in batch.sessions if self._current(s, seq) is not None]
-            for session_id in mine:
-                self._set_exported(session_id)  # type: ignore[attr-defined]  # MemoryStore's
+                return None
+            mine = [(s, seq) for s, seq in batch.sessions if self._current(s, seq) is not None]
+            for session_id, _ in mine:
+                export(session_id)
                 if self._leases.get(session_id, ("",))[0] == batch_id:
                     del self._leases[session_id]
             if not batch.acked:
-                batch.acked = True
-                batch.until = min(batch.until, now)
-                heapq.heappush(self._forget, (self._keep_until(batch), batch_id))
-        if batch.remove:
-            for session_id in mine:
-                await self.delete(session_id)  # type: ignore[attr-defined]  # MemoryStore's
-        return True
+                batch.acked, batch.until = True, min(batch.until, now)
+                self._keep(batch_id, batch)
+            return Batch(mine, batch.remove, batch.until, batch.acked)
+
+    def drop(self, session_id: str) -> None:
+        """Under the lock: the session is deleted, and its lease with it."""
+        self._leases.pop(session_id, None)

@@ -11,20 +11,21 @@ import time
 from ...errors import SessionNotFound
 from ..codec import Link, Sent
 from ..interaction import Interaction
-from ..record import SessionRecord, Slot
+from ..record import Recorded, SessionRecord, Slot, Stale
 from ..session import Session
 from .base import RETRY_MEMORY, View, over_capacity
 from .leases import MemoryLeases
-from .memory_reads import MemoryReads
+from .memory_reads import MemoryIndexes
 
 __all__ = ["MemoryStore"]
 
 
-class MemoryStore(MemoryLeases, MemoryReads):
+class MemoryStore:
     """``SessionStore`` over a dict of ``Session`` objects. Safe across threads;
     not shared across processes (use Redis for several workers or replicas). Export
     leases are kept in memory too (``leases.py``), and so are the indexes that pages,
-    exports and the TTL sweep read (``memory_reads.py``)."""
+    exports and the TTL sweep read (``memory_reads.py``), each changed under the
+    store's lock."""
 
     def __init__(self, *, retry_memory: int = RETRY_MEMORY) -> None:
         self._sessions: dict[str, Session] = {}
@@ -36,14 +37,17 @@ class MemoryStore(MemoryLeases, MemoryReads):
         """Ids of sessions not ended, kept as they change: ``count_open`` is O(1)."""
         self._retry_memory = retry_memory
         self._epoch = secrets.token_hex(8)  # each process's store starts from nothing
-        self._init_leases()
-        self._init_reads()
+        self._leases = leases = MemoryLeases(self._lock, self._sessions)
+        self._indexes = reads = MemoryIndexes(self._lock, self._sessions)
+        self.lease, self.held_until = leases.lease, leases.held_until
+        self.scan, self.count, self.idle = reads.scan, reads.count, reads.idle
+        self.version, self.watch = reads.version, reads.watch
 
-    def _session(self, session_id: str) -> Session:
-        try:
-            return self._sessions[session_id]
-        except KeyError:
-            raise SessionNotFound(f"session {session_id!r} not found") from None
+    def _session(self, session_id: str, created_seq: int | None = None) -> Session:
+        session = self._sessions.get(session_id)
+        if session is None or created_seq not in (None, session.created_seq):
+            raise SessionNotFound(f"session {session_id!r} not found")
+        return session
 
     async def create(
         self, record: SessionRecord, *, max_open: int | None = None, reserve: int = 1
@@ -60,7 +64,7 @@ class MemoryStore(MemoryLeases, MemoryReads):
             self._by_key[record.api_key] = record.session_id
             if not record.ended:
                 self._open.add(record.session_id)
-            self._index_created(record)
+            self._indexes.created(record)
             return True
 
     async def get(self, session_id: str) -> SessionRecord | None:
@@ -77,23 +81,26 @@ class MemoryStore(MemoryLeases, MemoryReads):
 
     async def allocate(
         self, session_id: str, *, digest: bytes, retry: bool, pinned: int | None,
-        content_key: str | None = None,
-    ) -> Slot:
-        slot = self._session(session_id).allocate(digest=digest, retry=retry, pinned=pinned,
-                                                  content_key=content_key)
-        with self._lock:
-            self._touch(session_id)
+        content_key: str | None = None, created_seq: int | None = None, after: int | None = None,
+    ) -> Slot | Stale:
+        slot = self._session(session_id, created_seq).allocate(
+            digest=digest, retry=retry, pinned=pinned, content_key=content_key, after=after)
+        if isinstance(slot, Slot):
+            with self._lock:
+                self._indexes.touch(session_id)
         return slot
 
     async def occurrence(self, session_id: str, key: str, interaction_id: str) -> int:
         return self._session(session_id).occurrence(key, interaction_id)
 
     async def record(self, session_id: str, interaction: Interaction, *,
-                     link: Link | None = None, sent: Sent | None = None) -> None:
-        self._session(session_id).record(interaction, link, sent)
+                     link: Link | None = None, sent: Sent | None = None,
+                     after: int | None = None) -> Recorded:
+        done = self._session(session_id).record(interaction, link, sent, after)
         with self._lock:
-            self._touch(session_id)
-            self._changed(wake=False)
+            self._indexes.touch(session_id)
+            self._indexes.changed(wake=False)
+        return done
 
     async def interactions(self, session_id: str) -> builtins.list[Interaction]:
         return self._session(session_id).interactions()
@@ -115,7 +122,7 @@ class MemoryStore(MemoryLeases, MemoryReads):
             raise SessionNotFound(f"interaction {interaction_id!r} not found in {session_id!r}")
         rewarded = session.set_reward(reward, interaction_id)
         with self._lock:
-            self._changed(wake=False)
+            self._indexes.changed(wake=False)
         return rewarded
 
     async def end(
@@ -128,20 +135,15 @@ class MemoryStore(MemoryLeases, MemoryReads):
             if self._sessions.get(session_id) is session and record.ended:
                 self._open.discard(session_id)
                 if record.ended_seq == seq and not record.exported:
-                    self._index_ended(session_id, seq)
+                    self._indexes.ended(session_id, seq)
         return record
-
-    async def mark_exported(self, session_ids: builtins.list[str]) -> None:
-        with self._lock:
-            for session_id in session_ids:
-                self._set_exported(session_id)
 
     def _set_exported(self, session_id: str) -> None:
         """Under the lock: the session is exported (out of the export views)."""
         session = self._sessions.get(session_id)
         if session is not None:
             session.mark_exported()
-            self._index_exported(session_id)
+            self._indexes.exported(session_id)
 
     async def delete(self, session_id: str) -> bool:
         with self._lock:
@@ -150,8 +152,8 @@ class MemoryStore(MemoryLeases, MemoryReads):
                 return False
             self._by_key.pop(session.api_key, None)
             self._open.discard(session_id)
-            self._leases.pop(session_id, None)
-            self._index_deleted(session.snapshot())
+            self._leases.drop(session_id)
+            self._indexes.deleted(session.snapshot())
             return True
 
     async def count_open(self) -> int:
@@ -159,3 +161,11 @@ class MemoryStore(MemoryLeases, MemoryReads):
 
     async def close(self) -> None:
         return None
+
+    async def ack(self, batch_id: str, now: float) -> bool:
+        batch = self._leases.ack(batch_id, now, self._set_exported)
+        if batch is None:
+            return False
+        for session_id, _ in batch.sessions if batch.remove else ():
+            await self.delete(session_id)
+        return True

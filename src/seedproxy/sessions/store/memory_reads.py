@@ -8,28 +8,28 @@ so activity order is expiry order).
 
 from __future__ import annotations
 
-import builtins
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
 from itertools import islice
-from typing import Any
 
 from ..record import SessionRecord
+from ..session import Session
 from .base import View
 from .changes import ChangeSignal, Watch, signal_watch
 from .seq_index import SeqIndex
 
-__all__ = ["MemoryReads"]
+__all__ = ["MemoryIndexes"]
 
 
-class MemoryReads:
-    """A mixin over ``MemoryStore``'s ``_sessions`` and ``_lock``."""
+class MemoryIndexes:
+    """The memory store's views, activity order and change counter, over its sessions
+    and under its lock (both given): the store calls the methods that keep them under
+    the lock; the reads take it."""
 
-    _lock: threading.Lock
-    _sessions: dict[str, Any]
-
-    def _init_reads(self) -> None:
+    def __init__(self, lock: threading.Lock, sessions: Mapping[str, Session]) -> None:
+        self._lock, self._sessions = lock, sessions
         self._all = SeqIndex()
         self._groups: dict[str, SeqIndex] = {}
         self._identities: dict[str, SeqIndex] = {}
@@ -39,16 +39,14 @@ class MemoryReads:
         self._version = 0
         self._signal = ChangeSignal()
 
-    # -- kept as sessions change (each under the store's lock) --------------------
-
-    def _changed(self, *, wake: bool = True) -> None:
+    def changed(self, *, wake: bool = True) -> None:
         """The listing changed; ``wake``: an export's choice may have too (a session
         created, ended, exported or deleted), so waiting exports look again."""
         self._version += 1
         if wake:
             self._signal.notify()
 
-    def _index_created(self, record: SessionRecord) -> None:
+    def created(self, record: SessionRecord) -> None:
         seq, sid = record.created_seq, record.session_id
         self._all.add(seq, sid)
         if record.group_id is not None:
@@ -59,31 +57,29 @@ class MemoryReads:
             if record.ended and record.ended_seq is not None:
                 self._ready.add(record.ended_seq, sid)
         self._activity[sid] = None
-        self._changed()
+        self.changed()
 
-    def _index_ended(self, session_id: str, ended_seq: int) -> None:
+    def ended(self, session_id: str, ended_seq: int) -> None:
         self._ready.add(ended_seq, session_id)
-        self._changed()
+        self.changed()
 
-    def _index_exported(self, session_id: str) -> None:
+    def exported(self, session_id: str) -> None:
         self._unexported.remove(session_id)
         self._ready.remove(session_id)
-        self._changed()
+        self.changed()
 
-    def _index_deleted(self, record: SessionRecord) -> None:
+    def deleted(self, record: SessionRecord) -> None:
         sid = record.session_id
         _drop(self._groups, record.group_id, sid)
         _drop(self._identities, record.identity, sid)
         for view in (self._all, self._unexported, self._ready):
             view.remove(sid)
         self._activity.pop(sid, None)
-        self._changed()
+        self.changed()
 
-    def _touch(self, session_id: str) -> None:
+    def touch(self, session_id: str) -> None:
         if session_id in self._activity:
             self._activity.move_to_end(session_id)
-
-    # -- reads --------------------------------------------------------------------
 
     def _view(self, view: View, key: str | None) -> SeqIndex | None:
         if view == "group":
@@ -95,7 +91,7 @@ class MemoryReads:
     async def scan(
         self, view: View, *, key: str | None = None, after: int = -1, offset: int = 0,
         limit: int,
-    ) -> builtins.list[SessionRecord]:
+    ) -> list[SessionRecord]:
         with self._lock:
             index = self._view(view, key)
             if index is None:
@@ -108,8 +104,8 @@ class MemoryReads:
             index = self._view(view, key)
             return 0 if index is None else len(index)
 
-    async def idle(self, cutoff: float, limit: int) -> builtins.list[SessionRecord]:
-        found: builtins.list[SessionRecord] = []
+    async def idle(self, cutoff: float, limit: int) -> list[SessionRecord]:
+        found: list[SessionRecord] = []
         with self._lock:
             for session_id in self._activity:
                 record = self._sessions[session_id].snapshot()

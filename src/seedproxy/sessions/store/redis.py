@@ -46,148 +46,44 @@ covers several sessions; Cluster runs a script only on keys of one hash slot.
 from __future__ import annotations
 
 import builtins
-import hashlib
 import secrets
 import time
-from typing import Any
 
 import orjson
 
-from ...errors import ConfigError, SessionNotFound, StoreError
+from ...errors import SessionNotFound
 from ..codec import Link, Sent, decode, encode, resolve
 from ..interaction import Interaction
-from ..record import SessionRecord, Slot
+from ..record import Recorded, SessionRecord, Slot, Stale
 from ..summary import order_key, summary_fields
 from . import redis_scripts as lua
 from .base import RETRY_MEMORY, over_capacity
+from .redis_core import RedisCore
 from .redis_leases import RedisLeases
 from .redis_reads import RedisReads
-from .redis_url import open_client, parse_url
-from .redis_wait import run_waited
 
 __all__ = ["RedisStore"]
-
-_DEADLINE_SHARE = 0.75
-"""A script's deadline, as a share of the time its caller waits for the answer."""
 
 _MUTABLE = ("next_index", "last_active_at", "ended", "ended_seq", "end_status", "reward",
             "exported",
             "interaction_count", "last_order", "last_upstream", "last_weight_version")
 
-class RedisStore(RedisLeases, RedisReads):
+class RedisStore(RedisCore):
     """``SessionStore`` on Redis, shared by every replica pointed at the same database.
     Its indexes and change feed: ``redis_reads.py``."""
 
     def __init__(self, url: str, *, retry_memory: int = RETRY_MEMORY) -> None:
-        try:
-            import redis.asyncio  # noqa: F401  (open_client's, imported here for the hint)
-            from redis.asyncio.retry import Retry
-            from redis.backoff import NoBackoff
-            from redis.exceptions import ConnectionError as RedisConnectionError
-            from redis.exceptions import RedisError
-        except ImportError as exc:
-            raise ConfigError(
-                "the Redis store needs the redis package: pip install -e '.[redis]'"
-            ) from exc
-        options = parse_url(url)
-        self._p, self._ended_ttl, self._timeout = (options.prefix, options.ended_ttl_s,
-                                                   options.timeout_s)
-        self._check_s, self._options = options.watch_check_s, options
-        self._errors: tuple[type[BaseException], ...] = (RedisError, OSError)
-        self._redis, self._sentinels = open_client(
-            options,
-            socket_timeout=self._timeout,
-            socket_connect_timeout=self._timeout,
-            # Only a broken connection is retried: a timed-out command may yet run.
-            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
-        )
+        super().__init__(url)
         self._retry_memory = retry_memory
         (self._allocate, self._create, self._end, self._record, self._set_reward,
-         self._mark_exported, self._occurrence) = (self.script(body) for body in (
-            lua.ALLOCATE, lua.CREATE, lua.END, lua.RECORD, lua.SET_REWARD,
-            lua.MARK_EXPORTED, lua.OCCURRENCE))
+         self._occurrence) = (self.script(body) for body in (
+            lua.ALLOCATE, lua.CREATE, lua.END, lua.RECORD, lua.SET_REWARD, lua.OCCURRENCE))
         self._changes = self._guarded(self._redis.register_script(lua.GUARD + lua.CHANGES),
                                       writes=False)
-        self._init_leases()  # export leases: redis_leases.py
-
-    # Shared with the fleet board (backends/redis_board.py): one connection, one key
-    # prefix and the same outage rules for every replica's state.
-    @property
-    def key_prefix(self) -> str:
-        return self._p
-
-    def script(self, body: str) -> Any:
-        """``body``, a Lua script that writes, run as the store's own are: with the
-        deadline guard (see Outages), its deadline passed as the last ARGV, and acknowledged
-        once ``wait_replicas`` replicas hold what it wrote."""
-        return self._guarded(self._redis.register_script(lua.GUARD + body), writes=True)
-
-    async def run(self, awaitable: Any) -> Any:
-        """Await a command on ``client``; a Redis failure is a ``StoreError``."""
-        return await self._call(awaitable)
-
-    @property
-    def client(self) -> Any:
-        """The ``redis.asyncio.Redis`` client (its own connection per pub/sub)."""
-        return self._redis
-
-    @property
-    def errors(self) -> tuple[type[BaseException], ...]:
-        """What a Redis failure raises on ``client``."""
-        return self._errors
-
-    def _k(self, kind: str, session_id: str) -> str:
-        return f"{self._p}{kind}:{session_id}"
-
-    def _session_keys(self, session_id: str) -> builtins.list[str]:
-        kinds = ("s", "i", "r", "rz", "p", "o", "w", "c", "q", "l")  # l: its export lease
-        return [self._k(kind, session_id) for kind in kinds]
-
-    def _key_of(self, api_key: str) -> str:
-        return self._p + "k:" + hashlib.sha256(api_key.encode()).hexdigest()
-
-    def _guarded(self, script: Any, *, writes: bool) -> Any:
-        """``script`` called with its deadline appended to ``args`` (and, if it ``writes``
-        and ``wait_replicas`` is set, followed by ``WAIT``)."""
-        replicas = self._options.wait_replicas if writes else 0
-
-        def call(*, keys: builtins.list[str], args: builtins.list[Any] | None = None) -> Any:
-            deadline = time.time() + self._timeout * _DEADLINE_SHARE
-            if replicas:
-                return run_waited(self._redis, script, keys=keys,
-                                  args=[*(args or []), repr(deadline)], replicas=replicas,
-                                  wait_s=self._options.wait_timeout_s)
-            return script(keys=keys, args=[*(args or []), repr(deadline)])
-
-        return call
-
-    async def _call(self, awaitable: Any) -> Any:
-        try:
-            return await awaitable
-        except self._errors as exc:
-            raise StoreError(f"Redis store failed: {type(exc).__name__}: {exc}") from exc
-
-    @staticmethod
-    def _decode(raw: dict[bytes, bytes]) -> SessionRecord | None:
-        if not raw or b"rec" not in raw:
-            return None
-        data = orjson.loads(raw[b"rec"])
-        data["created_seq"] = int(raw[b"created_seq"])
-        data["next_index"] = int(raw[b"next_index"])
-        data["last_active_at"] = float(raw[b"last_active_at"])
-        data["ended"] = raw[b"ended"] == b"1"
-        data["ended_seq"] = int(raw[b"ended_seq"]) if raw[b"ended_seq"] else None
-        data["end_status"] = raw[b"es"].decode() if b"es" in raw else None
-        data["reward"] = float(raw[b"reward"]) if raw[b"reward"] else None
-        data["exported"] = raw[b"exported"] == b"1"
-        data["store_epoch"] = raw[b"epoch"].decode() if b"epoch" in raw else None
-        data["interaction_count"] = int(raw[b"n"]) if b"n" in raw else None
-        data["last_order"] = raw[b"lo"].decode() if b"lo" in raw else None
-        if b"ls" in raw:
-            shown = orjson.loads(raw[b"ls"])
-            data["last_upstream"] = shown["upstream"]
-            data["last_weight_version"] = shown["weight_version"]
-        return SessionRecord.from_dict(data)
+        leases, self._reads = RedisLeases(self), RedisReads(self)
+        self.lease, self.held_until, self.ack = leases.lease, leases.held_until, leases.ack
+        self.scan, self.count, self.idle = self._reads.scan, self._reads.count, self._reads.idle
+        self.version, self.watch = self._reads.version, self._reads.watch
 
     async def create(
         self, record: SessionRecord, *, max_open: int | None = None, reserve: int = 1
@@ -225,9 +121,6 @@ class RedisStore(RedisLeases, RedisReads):
         record.created_at = record.last_active_at = now
         return True
 
-    async def get(self, session_id: str) -> SessionRecord | None:
-        return self._decode(await self._call(self._redis.hgetall(self._k("s", session_id))))
-
     async def find_by_key(self, api_key: str) -> SessionRecord | None:
         session_id = await self._call(self._redis.get(self._key_of(api_key)))
         if session_id is None:
@@ -238,14 +131,14 @@ class RedisStore(RedisLeases, RedisReads):
     async def list(self, group_id: str | None = None) -> builtins.list[SessionRecord]:
         index = self._p + "all" if group_id is None else self._k("g", group_id)
         ids = await self._call(self._redis.zrange(index, 0, -1))
-        return await self._records(index, ids)
+        return await self._reads.records(index, ids)
 
     async def allocate(
         self, session_id: str, *, digest: bytes, retry: bool, pinned: int | None,
-        content_key: str | None = None,
-    ) -> Slot:
+        content_key: str | None = None, created_seq: int | None = None, after: int | None = None,
+    ) -> Slot | Stale:
         keys = [*(self._k(kind, session_id) for kind in ("s", "r", "rz", "p")),
-                self._p + "active", self._k("c", session_id)]
+                self._p + "active", *(self._k(kind, session_id) for kind in ("c", "i", "q"))]
         args: builtins.list[bytes | str | int] = [
             digest,
             "1" if retry else "0",
@@ -254,10 +147,14 @@ class RedisStore(RedisLeases, RedisReads):
             repr(time.time()),
             session_id,
             content_key or "",
+            "" if created_seq is None else str(created_seq),
+            "" if after is None else str(after),
         ]
         reply = await self._call(self._allocate(keys=keys, args=args))
         if int(reply[0]) < 0:
             raise SessionNotFound(f"session {session_id!r} not found")
+        if int(reply[0]) == 2:
+            return Stale(int(reply[1]), [blob for blob in reply[2] if blob is not None])
         index, _, interaction_id = reply[1].decode().partition("|")
         number = int(reply[2])
         return Slot(int(index), interaction_id, reused=int(reply[0]) == 1,
@@ -271,18 +168,22 @@ class RedisStore(RedisLeases, RedisReads):
         return number
 
     async def record(self, session_id: str, interaction: Interaction, *,
-                     link: Link | None = None, sent: Sent | None = None) -> None:
+                     link: Link | None = None, sent: Sent | None = None,
+                     after: int | None = None) -> Recorded:
         keys = [*(self._k(kind, session_id) for kind in ("s", "i", "o", "w", "q")),
                 self._p + "active", self._p + "ver"]
         data = encode(interaction, link, sent)
         args: builtins.list[bytes | str] = [
             interaction.interaction_id, data, repr(time.time()), order_key(interaction),
             orjson.dumps(summary_fields(interaction)), session_id,
+            "" if after is None else str(after),
         ]
-        if not int(await self._call(self._record(keys=keys, args=args))):
+        reply = await self._call(self._record(keys=keys, args=args))
+        if reply == 0:
             raise SessionNotFound(f"session {session_id!r} not found")
+        return Recorded(int(reply[0]), data, int(reply[1]) == 1)
 
-    async def _raw_interactions(self, session_id: str) -> builtins.list[Interaction]:
+    async def interactions(self, session_id: str) -> builtins.list[Interaction]:
         pipe = self._redis.pipeline(transaction=True)
         pipe.exists(self._k("s", session_id))
         pipe.hvals(self._k("i", session_id))
@@ -312,9 +213,6 @@ class RedisStore(RedisLeases, RedisReads):
                 total += len(value)
         return total
 
-    async def interactions(self, session_id: str) -> builtins.list[Interaction]:
-        return await self._raw_interactions(session_id)
-
     async def set_reward(
         self, session_id: str, reward: float, interaction_id: str | None
     ) -> str | None:
@@ -343,46 +241,6 @@ class RedisStore(RedisLeases, RedisReads):
         if exported == b"1" and record.ended:  # not a session left open (not abandoned)
             await self._expire(session_id)
         return record
-
-    async def _expire(self, session_id: str) -> None:
-        if self._ended_ttl is None:
-            return
-        ttl_ms = int(self._ended_ttl * 1000)
-        record = await self.get(session_id)
-        pipe = self._redis.pipeline(transaction=False)
-        for key in self._session_keys(session_id):
-            pipe.pexpire(key, ttl_ms)
-        if record is not None:
-            pipe.pexpire(self._key_of(record.api_key), ttl_ms)
-        await self._call(pipe.execute())
-
-    async def mark_exported(self, session_ids: builtins.list[str]) -> None:
-        for session_id in session_ids:
-            keys = [self._k("s", session_id), self._p + "unexp", self._p + "ready",
-                    self._p + "ver"]
-            ended = await self._call(self._mark_exported(
-                keys=keys, args=[session_id, self.changes_channel]))
-            if int(ended) == 1:
-                await self._expire(session_id)
-
-    async def delete(self, session_id: str) -> bool:
-        record = await self.get(session_id)
-        if record is None:
-            return False
-        pipe = self._redis.pipeline(transaction=True)
-        pipe.delete(*self._session_keys(session_id))
-        pipe.delete(self._key_of(record.api_key))
-        pipe.zrem(self._p + "all", session_id)
-        pipe.srem(self._p + "open", session_id)
-        if record.group_id is not None:
-            pipe.zrem(self._k("g", record.group_id), session_id)
-        pipe.zrem(self._k("id", record.identity), session_id)
-        for view in ("unexp", "ready", "active"):
-            pipe.zrem(self._p + view, session_id)
-        pipe.incr(self._p + "ver")
-        pipe.publish(self.changes_channel, "deleted")
-        await self._call(pipe.execute())
-        return True
 
     async def count_open(self) -> int:
         return int(await self._call(self._redis.scard(self._p + "open")))

@@ -12,12 +12,13 @@ lease together, so no export can see an acknowledged session as free.
 from __future__ import annotations
 
 import builtins
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
 from ..record import SessionRecord
 from .leases import BATCH_KEEP_S, Batch
+from .redis_core import RedisCore
 
 __all__ = ["RedisLeases"]
 
@@ -73,25 +74,16 @@ return {mine, ended}
 
 
 class RedisLeases:
-    """Leases of ``RedisStore`` (a mixin over its connection, keys and scripts)."""
+    """The leases of a Redis store (``redis_core.py``), over its connection, keys and scripts."""
 
-    if TYPE_CHECKING:  # what RedisStore provides
-        _redis: Any
-        _p: str
-        changes_channel: str
-        def _k(self, kind: str, session_id: str) -> str: ...
-        async def _call(self, awaitable: Any) -> Any: ...
-        def script(self, body: str) -> Any: ...
-        async def _expire(self, session_id: str) -> None: ...
-        async def delete(self, session_id: str) -> bool: ...
-
-    def _init_leases(self) -> None:
-        self._lease_script = self.script(_LEASE)
-        self._ack_script = self.script(_ACK)
+    def __init__(self, store: RedisCore) -> None:
+        self._store = store
+        self._lease_script = store.script(_LEASE)
+        self._ack_script = store.script(_ACK)
 
     def _lease_keys(self, batch_id: str, ids: builtins.list[str]) -> builtins.list[str]:
-        return [self._k("b", batch_id), *(self._k("s", s) for s in ids),
-                *(self._k("l", s) for s in ids)]
+        return [self._store._k("b", batch_id), *(self._store._k("s", s) for s in ids),
+                *(self._store._k("l", s) for s in ids)]
 
     async def lease(
         self, batch_id: str, records: builtins.list[SessionRecord], *,
@@ -103,23 +95,21 @@ class RedisLeases:
         args: builtins.list[Any] = [batch_id, repr(now), repr(until), "1" if named else "0",
                                     keep_ms, orjson.dumps(batch.to_json()),
                                     *(str(r.created_seq) for r in records)]
-        refused = await self._call(
+        refused = await self._store._call(
             self._lease_script(keys=self._lease_keys(batch_id, ids), args=args))
         return [ids[int(i) - 1] for i in refused]
-
-    async def held(self, session_ids: builtins.list[str], now: float) -> set[str]:
-        return set(await self.held_until(session_ids, now))
 
     async def held_until(self, session_ids: builtins.list[str], now: float) -> dict[str, float]:
         if not session_ids:
             return {}
-        values = await self._call(self._redis.mget([self._k("l", s) for s in session_ids]))
+        store = self._store
+        values = await store._call(store._redis.mget([store._k("l", s) for s in session_ids]))
         until = {s: float(v.split(b"|", 1)[0]) for s, v in zip(session_ids, values, strict=True)
                  if v is not None}
         return {s: u for s, u in until.items() if u > now}
 
     async def ack(self, batch_id: str, now: float) -> bool:
-        raw = await self._call(self._redis.get(self._k("b", batch_id)))
+        raw = await self._store._call(self._store._redis.get(self._store._k("b", batch_id)))
         if raw is None:
             return False
         batch = Batch.from_json(orjson.loads(raw))
@@ -131,17 +121,17 @@ class RedisLeases:
         args: builtins.list[Any] = [batch_id, int(BATCH_KEEP_S * 1000),
                                     orjson.dumps(batch.to_json()),
                                     *(str(seq) for _, seq in batch.sessions), *ids,
-                                    self.changes_channel]
+                                    self._store.changes_channel]
         keys = [*self._lease_keys(batch_id, ids),
-                *(self._p + view for view in ("unexp", "ready", "ver"))]
-        reply = await self._call(self._ack_script(keys=keys, args=args))
+                *(self._store._p + view for view in ("unexp", "ready", "ver"))]
+        reply = await self._store._call(self._ack_script(keys=keys, args=args))
         if reply == -1:
             return False
         mine, ended = ([ids[int(i) - 1] for i in part] for part in reply)
         if batch.remove:
             for session_id in mine:
-                await self.delete(session_id)
+                await self._store.delete(session_id)
         else:
             for session_id in ended:
-                await self._expire(session_id)
+                await self._store._expire(session_id)
         return True

@@ -22,11 +22,12 @@ import builtins
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..record import SessionRecord
 from .base import View
 from .changes import Watch
+from .redis_core import RedisCore
 
 __all__ = ["RedisReads"]
 
@@ -34,44 +35,31 @@ _MIGRATE_BATCH = 1000
 
 
 class RedisReads:
-    """A mixin over ``RedisStore``'s connection, keys and decoding."""
+    """The reads of a Redis store (``redis_core.py``), over its connection, keys and decoding."""
 
-    if TYPE_CHECKING:  # what RedisStore provides
-        _redis: Any
-        _p: str
-        _timeout: float
-        _check_s: float | None
-        _errors: tuple[type[BaseException], ...]
-        def _k(self, kind: str, session_id: str) -> str: ...
-        async def _call(self, awaitable: Any) -> Any: ...
-        @staticmethod
-        def _decode(raw: dict[bytes, bytes]) -> SessionRecord | None: ...
-
-    _indexed = False
-
-    @property
-    def changes_channel(self) -> str:
-        return self._p + "changes"
+    def __init__(self, store: RedisCore) -> None:
+        self._store = store
+        self._indexed = False
 
     def _view_key(self, view: View, key: str | None) -> str:
         if view == "group":
-            return self._k("g", key or "")
+            return self._store._k("g", key or "")
         if view == "identity":
-            return self._k("id", key or "")
-        return self._p + {"all": "all", "unexported": "unexp", "ready": "ready"}[view]
+            return self._store._k("id", key or "")
+        return self._store._p + {"all": "all", "unexported": "unexp", "ready": "ready"}[view]
 
-    async def _records(self, index: str, ids: builtins.list[bytes]) -> builtins.list[
+    async def records(self, index: str, ids: builtins.list[bytes]) -> builtins.list[
             SessionRecord]:
         """The sessions ``ids`` name, in order; entries of expired ones are dropped."""
         if not ids:
             return []
-        pipe = self._redis.pipeline(transaction=False)
+        pipe = self._store._redis.pipeline(transaction=False)
         for raw_id in ids:
-            pipe.hgetall(self._k("s", raw_id.decode()))
-        records = [self._decode(row) for row in await self._call(pipe.execute())]
+            pipe.hgetall(self._store._k("s", raw_id.decode()))
+        records = [self._store._decode(row) for row in await self._store._call(pipe.execute())]
         gone = [raw_id for raw_id, r in zip(ids, records, strict=True) if r is None]
         if gone:
-            await self._call(self._redis.zrem(index, *gone))
+            await self._store._call(self._store._redis.zrem(index, *gone))
         return [r for r in records if r is not None]
 
     async def scan(
@@ -83,11 +71,11 @@ class RedisReads:
         found: builtins.list[SessionRecord] = []
         while len(found) < limit:
             want = limit - len(found)
-            ids = await self._call(self._redis.zrangebyscore(
+            ids = await self._store._call(self._store._redis.zrangebyscore(
                 index, f"({after}", "+inf", start=offset, num=want, withscores=True))
             if not ids:
                 break
-            records = await self._records(index, [i for i, _ in ids])
+            records = await self.records(index, [i for i, _ in ids])
             found += records
             if len(ids) < want:
                 break
@@ -98,67 +86,67 @@ class RedisReads:
 
     async def count(self, view: View, *, key: str | None = None) -> int:
         await self._ensure_indexed()
-        return int(await self._call(self._redis.zcard(self._view_key(view, key))))
+        return int(await self._store._call(self._store._redis.zcard(self._view_key(view, key))))
 
     async def idle(self, cutoff: float, limit: int) -> builtins.list[SessionRecord]:
         await self._ensure_indexed()
-        index = self._p + "active"
-        ids = await self._call(self._redis.zrangebyscore(
+        index = self._store._p + "active"
+        ids = await self._store._call(self._store._redis.zrangebyscore(
             index, "-inf", repr(cutoff), start=0, num=limit))
-        return await self._records(index, ids)
+        return await self.records(index, ids)
 
     async def version(self) -> int:
-        return int(await self._call(self._redis.get(self._p + "ver")) or 0)
+        return int(await self._store._call(self._store._redis.get(self._store._p + "ver")) or 0)
 
     def watch(self) -> AbstractAsyncContextManager[Watch]:
         return self._watch()
 
     @contextlib.asynccontextmanager
     async def _watch(self) -> AsyncIterator[Watch]:
-        pubsub = self._redis.pubsub()
+        pubsub = self._store._redis.pubsub()
         try:
-            await self._call(pubsub.subscribe(self.changes_channel))
+            await self._store._call(pubsub.subscribe(self._store.changes_channel))
             while True:  # subscribed once Redis confirms: no publish after it is missed
-                message = await self._call(pubsub.get_message(timeout=self._timeout))
+                message = await self._store._call(pubsub.get_message(timeout=self._store._timeout))
                 if message is None or message["type"] == "subscribe":
                     break
-            yield _FeedWatch(pubsub, self._call, self.version, await self.version(),
-                             self._check_s)
+            yield _FeedWatch(pubsub, self._store._call, self.version, await self.version(),
+                             self._store._check_s)
         finally:
-            with contextlib.suppress(*self._errors):  # a broken connection is dropped anyway
+            with contextlib.suppress(*self._store._errors):  # a broken connection is dropped anyway
                 await pubsub.aclose()
 
     async def _ensure_indexed(self) -> None:
         """Index sessions stored before the indexes existed (once per store)."""
         if self._indexed:
             return
-        marker = self._p + "idx:1"
-        if not await self._call(self._redis.exists(marker)):
+        marker = self._store._p + "idx:1"
+        if not await self._store._call(self._store._redis.exists(marker)):
             start = 0
             while True:
-                ids = await self._call(self._redis.zrange(
-                    self._p + "all", start, start + _MIGRATE_BATCH - 1))
+                ids = await self._store._call(self._store._redis.zrange(
+                    self._store._p + "all", start, start + _MIGRATE_BATCH - 1))
                 if not ids:
                     break
-                pipe = self._redis.pipeline(transaction=False)
+                pipe = self._store._redis.pipeline(transaction=False)
                 for raw_id in ids:
-                    pipe.hgetall(self._k("s", raw_id.decode()))
-                for record in map(self._decode, await self._call(pipe.execute())):
+                    pipe.hgetall(self._store._k("s", raw_id.decode()))
+                for record in map(self._store._decode, await self._store._call(pipe.execute())):
                     if record is not None:
                         self._index_legacy(pipe, record)
-                await self._call(pipe.execute())
+                await self._store._call(pipe.execute())
                 start += _MIGRATE_BATCH
-            await self._call(self._redis.set(marker, 1))
+            await self._store._call(self._store._redis.set(marker, 1))
         self._indexed = True
 
     def _index_legacy(self, pipe: Any, r: SessionRecord) -> None:
         sid = r.session_id
-        pipe.zadd(self._k("id", r.identity), {sid: r.created_seq})
-        pipe.zadd(self._p + "active", {sid: r.last_active_at})
+        pipe.zadd(self._store._k("id", r.identity), {sid: r.created_seq})
+        pipe.zadd(self._store._p + "active", {sid: r.last_active_at})
         if not r.exported:
-            pipe.zadd(self._p + "unexp", {sid: r.created_seq})
+            pipe.zadd(self._store._p + "unexp", {sid: r.created_seq})
             if r.ended and r.ended_seq is not None:
-                pipe.zadd(self._p + "ready", {sid: r.ended_seq})
+                pipe.zadd(self._store._p + "ready", {sid: r.ended_seq})
 
 
 class _FeedWatch:

@@ -5,7 +5,7 @@ across replicas. ``GUARD`` is prepended to every one: it refuses to run (error
 
 from __future__ import annotations
 
-__all__ = ["ALLOCATE", "CHANGES", "CREATE", "END", "GUARD", "LATE", "MARK_EXPORTED", "NUMBER",
+__all__ = ["ALLOCATE", "CHANGED", "CHANGES", "CREATE", "END", "GUARD", "LATE", "NUMBER",
            "OCCURRENCE", "RECORD", "SET_REWARD"]
 
 LATE = "SEEDPROXY_LATE"
@@ -30,16 +30,35 @@ local function number(hash, key, id)
 end
 """
 
+# A session's records after a sequence number: its sequence number and their blobs.
+CHANGED = """
+local function changed(s, i, q, after)
+  local seq = tonumber(redis.call('HGET', s, 'rseq') or '0')
+  if after < 0 then return seq, redis.call('HVALS', i) end
+  if seq <= after then return seq, {} end
+  local ids = redis.call('ZRANGEBYSCORE', q, '(' .. after, '+inf')
+  if #ids == 0 then return seq, {} end
+  return seq, redis.call('HMGET', i, unpack(ids))
+end
+"""
+
 # KEYS: s, c ; ARGV: key, interaction id
 OCCURRENCE = NUMBER + """
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
 return number(KEYS[2], ARGV[1], ARGV[2])
 """
 
-# KEYS: s, r, rz, p, active, c ; ARGV: digest, retry, pinned ("" = none), memory, now,
-# id, content key ("" = none). Returns {status, "index|interaction_id", occurrence or -1}.
-ALLOCATE = NUMBER + """
-if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
+# KEYS: s, r, rz, p, active, c, i, q ; ARGV: digest, retry, pinned ("" = none), memory,
+# now, id, content key ("" = none), created_seq ("" = any), after ("" = none). Returns
+# {-1} (no such session), {2, seq, blobs} (stale: the records after ``after``), else
+# {status, "index|interaction_id", occurrence or -1}.
+ALLOCATE = NUMBER + CHANGED + """
+if redis.call('EXISTS', KEYS[1]) == 0 or (ARGV[8] ~= '' and
+    redis.call('HGET', KEYS[1], 'created_seq') ~= ARGV[8]) then return {-1} end
+if ARGV[9] ~= '' then
+  local seq, blobs = changed(KEYS[1], KEYS[7], KEYS[8], tonumber(ARGV[9]))
+  if #blobs > 0 then return {2, seq, blobs} end
+end
 local function seat(slot)
   if ARGV[7] == '' then return -1 end
   return number(KEYS[6], ARGV[7], string.sub(slot, string.find(slot, '|', 1, true) + 1))
@@ -124,11 +143,22 @@ return redis.call('HGET', KEYS[1], 'exported')
 """
 
 # KEYS: s, i, o, w, q, active, ver ; ARGV: interaction_id, data, now, order member,
-# summary json, id. A replaced interaction (a retry) starts with no reward, as in every
+# summary json, id, after ("" = none). Returns 0 (no session), else {seq, current}:
+# current is 1 when no record after ``after`` was stored before this one.
+# A replaced interaction (a retry) starts with no reward, as in every
 # store. The summary (``summary.py``): ``n`` the count (absent: a session stored before
 # it was kept), ``lo`` the last order member, ``ls`` the last one's listed fields.
 RECORD = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local current = 0
+if ARGV[7] ~= '' then
+  local after = tonumber(ARGV[7])
+  if after < 0 then
+    if redis.call('HLEN', KEYS[2]) == 0 then current = 1 end
+  elseif #redis.call('ZRANGEBYSCORE', KEYS[5], '(' .. after, '+inf', 'LIMIT', 0, 1) == 0 then
+    current = 1
+  end
+end
 local new = redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 if redis.call('HEXISTS', KEYS[1], 'n') == 1 then
   if new == 1 then redis.call('HINCRBY', KEYS[1], 'n', 1) end
@@ -142,19 +172,13 @@ local seq = redis.call('HINCRBY', KEYS[1], 'rseq', 1)
 redis.call('ZADD', KEYS[5], seq, ARGV[1])
 redis.call('ZADD', KEYS[6], ARGV[3], ARGV[6])
 redis.call('INCR', KEYS[7])
-return 1
+return {seq, current}
 """
 
 # KEYS: s, i, q ; ARGV: after. Returns {-1} for no session, else {seq, blobs}.
-CHANGES = """
+CHANGES = CHANGED + """
 if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
-local seq = tonumber(redis.call('HGET', KEYS[1], 'rseq') or '0')
-local after = tonumber(ARGV[1])
-if after < 0 then return {seq, redis.call('HVALS', KEYS[2])} end
-if seq <= after then return {seq, {}} end
-local ids = redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. ARGV[1], '+inf')
-if #ids == 0 then return {seq, {}} end
-return {seq, redis.call('HMGET', KEYS[2], unpack(ids))}
+return {changed(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[1]))}
 """
 
 # KEYS: s, i, o, w, ver ; ARGV: reward, interaction_id ("" = the last one)
@@ -173,17 +197,4 @@ redis.call('INCR', KEYS[5])
 if target == '' then return {0} end
 redis.call('HSET', KEYS[4], target, ARGV[1])
 return {1, target}
-"""
-
-# KEYS: s, unexp, ready, ver ; ARGV: id, channel.
-# Returns -1 for an unknown session, else whether it has ended (1/0)
-MARK_EXPORTED = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
-redis.call('HSET', KEYS[1], 'exported', 1)
-redis.call('ZREM', KEYS[2], ARGV[1])
-redis.call('ZREM', KEYS[3], ARGV[1])
-redis.call('INCR', KEYS[4])
-redis.call('PUBLISH', ARGV[2], 'exported')
-if redis.call('HGET', KEYS[1], 'ended') == '1' then return 1 end
-return 0
 """

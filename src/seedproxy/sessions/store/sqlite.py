@@ -9,29 +9,26 @@ counters and every session's ``next_index`` live in the file, so a restart goes 
 from where it stopped and never reuses an index. A file deleted or replaced under the
 proxy stops the store (503s), and each file's records carry its epoch
 (``sqlite_identity.py``). All SQLite work runs on one dedicated thread: the event loop
-never waits on disk.
+never waits on disk (``sqlite_core.py``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import logging
 import sqlite3
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
 
 import orjson
 
-from ...errors import SessionNotFound, StoreError
+from ...errors import SessionNotFound
 from ..codec import Link, Sent, decode, encode, resolve, with_reward
 from ..interaction import Interaction
-from ..record import SessionRecord
+from ..record import Recorded, SessionRecord
 from ..summary import apply_summary
 from .base import RETRY_MEMORY, View, over_capacity
-from .changes import ChangeSignal
+from .sqlite_core import SqliteFile
 from .sqlite_leases import SqliteLeases
 from .sqlite_open import open_file
 from .sqlite_reads import SqliteReads
@@ -41,9 +38,7 @@ __all__ = ["SqliteStore"]
 
 log = logging.getLogger("seedproxy")
 
-T = TypeVar("T")
-
-class SqliteStore(SqliteSlots, SqliteLeases, SqliteReads):
+class SqliteStore(SqliteFile):
     """``SessionStore`` over one SQLite file. Safe across threads and tasks; several
     processes may share the file (``BEGIN IMMEDIATE`` serialises their writes). Export
     leases live in the file too (``sqlite_leases.py``), and so do the indexes pages,
@@ -54,81 +49,15 @@ class SqliteStore(SqliteSlots, SqliteLeases, SqliteReads):
     def __init__(
         self, path: str, *, retry_memory: int = RETRY_MEMORY, check_s: float | None = 1.0
     ) -> None:
-        self._retry_memory = retry_memory
-        self._signal = ChangeSignal()
-        self._check_s = check_s
-        self._wake = False
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="seedproxy-sqlite")
-        self._db, self._identity, self._epoch = self._executor.submit(open_file, path).result()
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="seedproxy-sqlite")
+        super().__init__(executor, executor.submit(open_file, path).result(),
+                         retry_memory=retry_memory, check_s=check_s)
+        slots, leases, reads = SqliteSlots(self), SqliteLeases(self), SqliteReads(self)
+        self.allocate, self.occurrence = slots.allocate, slots.occurrence
+        self.lease, self.held_until, self.ack = leases.lease, leases.held_until, leases.ack
+        self.scan, self.count, self.idle = reads.scan, reads.count, reads.idle
+        self.version, self.watch = reads.version, reads.watch
 
-    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run ``fn`` in one write transaction (``BEGIN IMMEDIATE``)."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._guarded, "IMMEDIATE", fn, args)
-
-    async def _read(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run a read-only ``fn`` in one deferred transaction: a consistent snapshot
-        that takes no write lock."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._guarded, "DEFERRED", fn, args)
-
-    def _guarded(self, mode: str, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
-        """Run ``fn`` in one ``BEGIN {mode}`` transaction on the store's thread, on the
-        file that was opened only."""
-        if self._identity is not None:
-            self._identity.check()
-        db = self._db
-        self._wake = False
-        try:
-            db.execute(f"BEGIN {mode}")
-            try:
-                result = fn(db, *args)
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
-            if self._wake:
-                self._signal.notify()
-            return result
-        except sqlite3.Error as exc:
-            raise StoreError(f"SQLite store failed: {exc}") from exc
-
-    # -- helpers (store thread, inside a transaction) --------------------------------
-
-    @staticmethod
-    def _load(db: sqlite3.Connection, session_id: str) -> SessionRecord | None:
-        row = db.execute(
-            "SELECT record FROM sessions WHERE session_id = ?", (session_id,)
-        ).fetchone()
-        return SessionRecord.from_dict(orjson.loads(row[0])) if row else None
-
-    def _require(self, db: sqlite3.Connection, session_id: str) -> SessionRecord:
-        record = self._load(db, session_id)
-        if record is None:
-            raise SessionNotFound(f"session {session_id!r} not found")
-        return record
-
-    @staticmethod
-    def _save(db: sqlite3.Connection, record: SessionRecord) -> None:
-        db.execute(
-            "UPDATE sessions SET ended = ?, exported = ?, ended_seq = ?, last_active_at = ?, "
-            "record = ? WHERE session_id = ?",
-            (int(record.ended), int(record.exported), record.ended_seq, record.last_active_at,
-             orjson.dumps(record.to_dict()), record.session_id),
-        )
-
-    @staticmethod
-    def _next(db: sqlite3.Connection, counter: str) -> int:
-        row = db.execute(
-            "INSERT INTO counters (name, value) VALUES (?, 0) "
-            "ON CONFLICT (name) DO UPDATE SET value = value + 1 RETURNING value",
-            (counter,),
-        ).fetchone()
-        return int(row[0])
-
-    @staticmethod
-    def _count_open(db: sqlite3.Connection, delta: int) -> None:
-        db.execute("UPDATE counters SET value = value + ? WHERE name = 'open'", (delta,))
 
     # -- SessionStore ------------------------------------------------------------------
 
@@ -183,27 +112,32 @@ class SqliteStore(SqliteSlots, SqliteLeases, SqliteReads):
         return await self.scan(view, key=group_id, limit=-1)  # SQLite: no limit
 
     async def record(self, session_id: str, interaction: Interaction, *,
-                     link: Link | None = None, sent: Sent | None = None) -> None:
+                     link: Link | None = None, sent: Sent | None = None,
+                     after: int | None = None) -> Recorded:
         data = encode(interaction, link, sent)
 
-        def work(db: sqlite3.Connection) -> None:
+        def work(db: sqlite3.Connection) -> Recorded:
             record = self._require(db, session_id)
+            current = after is not None and not db.execute(
+                "SELECT 1 FROM interactions WHERE session_id = ? AND seq > ? LIMIT 1",
+                (session_id, after)).fetchone()
             new = db.execute(
                 "SELECT 1 FROM interactions WHERE session_id = ? AND interaction_id = ?",
                 (session_id, interaction.interaction_id),
             ).fetchone() is None
+            seq = self._next(db, "records") + 1
             db.execute(
                 "INSERT OR REPLACE INTO interactions "
                 "(session_id, interaction_id, request_index, data, seq) VALUES (?, ?, ?, ?, ?)",
-                (session_id, interaction.interaction_id, interaction.request_index, data,
-                 self._next(db, "records") + 1),
+                (session_id, interaction.interaction_id, interaction.request_index, data, seq),
             )
             apply_summary(record, interaction, new=new)
             record.last_active_at = time.time()
             self._save(db, record)
             self._bump(db)
+            return Recorded(seq, data, current)
 
-        await self._run(work)
+        return await self._run(work)
 
     async def interactions(self, session_id: str) -> builtins.list[Interaction]:
         def work(db: sqlite3.Connection) -> builtins.list[bytes]:
@@ -220,12 +154,7 @@ class SqliteStore(SqliteSlots, SqliteLeases, SqliteReads):
     async def changes(self, session_id: str, after: int) -> tuple[int, builtins.list[bytes]]:
         def work(db: sqlite3.Connection) -> tuple[int, builtins.list[bytes]]:
             self._require(db, session_id)
-            rows = db.execute(
-                "SELECT seq, data FROM interactions WHERE session_id = ? AND seq > ? "
-                "ORDER BY seq",
-                (session_id, after),
-            ).fetchall()
-            return (int(rows[-1][0]) if rows else after), [r[1] for r in rows]
+            return self._newer(db, session_id, after)
 
         return await self._read(work)
 
@@ -289,46 +218,8 @@ class SqliteStore(SqliteSlots, SqliteLeases, SqliteReads):
 
         return await self._run(work)
 
-    async def mark_exported(self, session_ids: builtins.list[str]) -> None:
-        def work(db: sqlite3.Connection) -> None:
-            for session_id in session_ids:
-                record = self._load(db, session_id)
-                if record is not None and not record.exported:
-                    record.exported = True
-                    self._save(db, record)
-                    self._bump(db)
-                    self._wake_after_commit()
-
-        await self._run(work)
-
     async def delete(self, session_id: str) -> bool:
         return await self._run(self._delete_rows, session_id)
 
-    def _delete_rows(self, db: sqlite3.Connection, session_id: str) -> bool:
-        row = db.execute(
-            "DELETE FROM sessions WHERE session_id = ? RETURNING ended", (session_id,)
-        ).fetchone()
-        gone = row is not None
-        if gone and not row[0]:
-            self._count_open(db, -1)
-        if gone:
-            self._bump(db, sessions=-1)
-            self._wake_after_commit()
-        for table in ("recent", "pins", "occurrences", "interactions", "leases"):
-            db.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
-        return bool(gone)
-
     async def count_open(self) -> int:
         return await self._read(self._open_now)
-
-    @staticmethod
-    def _open_now(db: sqlite3.Connection) -> int:
-        row = db.execute("SELECT value FROM counters WHERE name = 'open'").fetchone()
-        return int(row[0])
-
-    async def close(self) -> None:
-        def shut() -> None:
-            self._db.close()
-
-        await asyncio.get_running_loop().run_in_executor(self._executor, shut)
-        self._executor.shutdown(wait=True)

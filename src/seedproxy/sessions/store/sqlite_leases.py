@@ -8,17 +8,14 @@ from __future__ import annotations
 
 import builtins
 import sqlite3
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
 from ..record import SessionRecord
 from .leases import BATCH_KEEP_S, Batch
+from .sqlite_core import SqliteFile
 
 __all__ = ["LEASE_SCHEMA", "SqliteLeases"]
-
-T = TypeVar("T")
 
 _CHUNK = 500
 """Ids per ``IN (...)`` list: well under SQLite's bound on variables."""
@@ -40,29 +37,22 @@ CREATE INDEX IF NOT EXISTS batches_keep ON batches (keep_until);
 
 
 class SqliteLeases:
-    """Leases of ``SqliteStore`` (a mixin over its transactions and helpers)."""
+    """The leases of a store's file (``sqlite_core.py``), each call one transaction of it."""
 
-    if TYPE_CHECKING:  # what SqliteStore provides
-        async def _run(self, fn: Callable[..., T], *args: Any) -> T: ...
-        async def _read(self, fn: Callable[..., T], *args: Any) -> T: ...
-        @staticmethod
-        def _load(db: sqlite3.Connection, session_id: str) -> SessionRecord | None: ...
-        @staticmethod
-        def _save(db: sqlite3.Connection, record: SessionRecord) -> None: ...
-        def _delete_rows(self, db: sqlite3.Connection, session_id: str) -> bool: ...
-        @staticmethod
-        def _bump(db: sqlite3.Connection, *, sessions: int = 0) -> None: ...
-        def _wake_after_commit(self) -> None: ...
+    def __init__(self, store: SqliteFile) -> None:
+        self._store = store
 
     async def lease(
         self, batch_id: str, records: builtins.list[SessionRecord], *,
         now: float, until: float, remove: bool, named: bool,
     ) -> builtins.list[str]:
+        store = self._store
+
         def work(db: sqlite3.Connection) -> builtins.list[str]:
             db.execute("DELETE FROM batches WHERE keep_until <= ?", (now,))
             refused = []
             for r in records:
-                current = self._load(db, r.session_id)
+                current = store._load(db, r.session_id)
                 held = db.execute(
                     "SELECT until FROM leases WHERE session_id = ?", (r.session_id,)
                 ).fetchone()
@@ -83,10 +73,7 @@ class SqliteLeases:
             )
             return []
 
-        return await self._run(work)
-
-    async def held(self, session_ids: builtins.list[str], now: float) -> set[str]:
-        return set(await self.held_until(session_ids, now))
+        return await self._store._run(work)
 
     async def held_until(self, session_ids: builtins.list[str], now: float) -> dict[str, float]:
         def work(db: sqlite3.Connection) -> dict[str, float]:
@@ -100,9 +87,11 @@ class SqliteLeases:
             return found
 
         wanted = list(dict.fromkeys(session_ids))
-        return await self._read(work) if wanted else {}
+        return await self._store._read(work) if wanted else {}
 
     async def ack(self, batch_id: str, now: float) -> bool:
+        store = self._store
+
         def work(db: sqlite3.Connection) -> bool:
             row = db.execute(
                 "SELECT data FROM batches WHERE batch_id = ? AND keep_until > ?", (batch_id, now)
@@ -111,18 +100,18 @@ class SqliteLeases:
                 return False
             batch = Batch.from_json(orjson.loads(row[0]))
             for session_id, created_seq in batch.sessions:
-                record = self._load(db, session_id)
+                record = store._load(db, session_id)
                 if record is None or record.created_seq != created_seq:
                     continue  # gone, or a newer session under that id
                 db.execute("DELETE FROM leases WHERE session_id = ? AND batch_id = ?",
                            (session_id, batch_id))
                 if batch.remove:
-                    self._delete_rows(db, session_id)
+                    store._delete_rows(db, session_id)
                 elif not record.exported:
                     record.exported = True
-                    self._save(db, record)
-                    self._bump(db)
-                    self._wake_after_commit()
+                    store._save(db, record)
+                    store._bump(db)
+                    store._wake_after_commit()
             if not batch.acked:
                 batch.acked, batch.until = True, min(batch.until, now)
                 db.execute(
@@ -131,4 +120,4 @@ class SqliteLeases:
                 )
             return True
 
-        return await self._run(work)
+        return await self._store._run(work)

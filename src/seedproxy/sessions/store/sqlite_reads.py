@@ -17,19 +17,16 @@ from __future__ import annotations
 
 import builtins
 import sqlite3
-from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
 from ..record import SessionRecord
 from .base import View
-from .changes import ChangeSignal, Watch, signal_watch
+from .changes import Watch, signal_watch
+from .sqlite_core import SqliteFile
 
 __all__ = ["INDEX_COLUMNS", "SqliteReads", "migrate"]
-
-T = TypeVar("T")
 
 INDEX_COLUMNS = (
     ("identity", "TEXT"),
@@ -88,27 +85,10 @@ def migrate(db: sqlite3.Connection) -> None:
 
 
 class SqliteReads:
-    """A mixin over ``SqliteStore``'s transactions."""
+    """The reads of a store's file (``sqlite_core.py``), each one read transaction of it."""
 
-    if TYPE_CHECKING:  # what SqliteStore provides
-        async def _read(self, fn: Callable[..., T], *args: Any) -> T: ...
-
-    _signal: ChangeSignal
-    _check_s: float | None
-    _wake: bool
-
-    @staticmethod
-    def _bump(db: sqlite3.Connection, *, sessions: int = 0) -> None:
-        """In a write transaction: the listing changed (``sessions``: the total by)."""
-        db.execute("UPDATE counters SET value = value + 1 WHERE name = 'version'")
-        if sessions:
-            db.execute("UPDATE counters SET value = value + ? WHERE name = 'sessions'",
-                       (sessions,))
-
-    def _wake_after_commit(self) -> None:
-        """In a write transaction: an export's choice may change; wake waiting exports
-        once it is committed."""
-        self._wake = True
+    def __init__(self, store: SqliteFile) -> None:
+        self._store = store
 
     async def scan(
         self, view: View, *, key: str | None = None, after: int = -1, offset: int = 0,
@@ -121,7 +101,7 @@ class SqliteReads:
             rows = db.execute(PAGE_QUERIES[view], args).fetchall()
             return [SessionRecord.from_dict(orjson.loads(r[0])) for r in rows]
 
-        return await self._read(work)
+        return await self._store._read(work)
 
     async def count(self, view: View, *, key: str | None = None) -> int:
         def work(db: sqlite3.Connection) -> int:
@@ -133,21 +113,21 @@ class SqliteReads:
                                  (key,)).fetchone()
             return int(row[0])
 
-        return await self._read(work)
+        return await self._store._read(work)
 
     async def idle(self, cutoff: float, limit: int) -> builtins.list[SessionRecord]:
         def work(db: sqlite3.Connection) -> builtins.list[SessionRecord]:
             rows = db.execute(IDLE_QUERY, (cutoff, limit)).fetchall()
             return [SessionRecord.from_dict(orjson.loads(r[0])) for r in rows]
 
-        return await self._read(work)
+        return await self._store._read(work)
 
     async def version(self) -> int:
         def work(db: sqlite3.Connection) -> int:
             return int(db.execute("SELECT value FROM counters WHERE name = 'version'")
                        .fetchone()[0])
 
-        return await self._read(work)
+        return await self._store._read(work)
 
     def watch(self) -> AbstractAsyncContextManager[Watch]:
-        return signal_watch(self._signal, self.version, self._check_s)
+        return signal_watch(self._store._signal, self.version, self._store._check_s)

@@ -15,48 +15,50 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..record import SessionRecord, Slot
+from ...errors import SessionNotFound
+from ..record import SessionRecord, Slot, Stale
+from .sqlite_core import SqliteFile
 
 __all__ = ["SqliteSlots"]
 
-T = TypeVar("T")
 
 
 class SqliteSlots:
-    """Slots of ``SqliteStore`` (a mixin over its transactions and helpers)."""
+    """The slots of a store's file (``sqlite_core.py``), each call one write transaction of it."""
 
-    if TYPE_CHECKING:  # what SqliteStore provides
-        _retry_memory: int
-        async def _run(self, fn: Callable[..., T], *args: Any) -> T: ...
-        def _require(self, db: sqlite3.Connection, session_id: str) -> SessionRecord: ...
-        @staticmethod
-        def _save(db: sqlite3.Connection, record: SessionRecord) -> None: ...
+    def __init__(self, store: SqliteFile) -> None:
+        self._store = store
 
     async def allocate(
         self, session_id: str, *, digest: bytes, retry: bool, pinned: int | None,
-        content_key: str | None = None,
-    ) -> Slot:
-        def work(db: sqlite3.Connection) -> Slot:
-            slot = self._allocate(db, session_id, digest, retry, pinned)
+        content_key: str | None = None, created_seq: int | None = None, after: int | None = None,
+    ) -> Slot | Stale:
+        store = self._store
+
+        def work(db: sqlite3.Connection) -> Slot | Stale:
+            record = store._require(db, session_id)
+            if created_seq not in (None, record.created_seq):
+                raise SessionNotFound(f"session {session_id!r} not found")
+            if after is not None and (newer := store._newer(db, session_id, after))[1]:
+                return Stale(*newer)
+            slot = self._allocate(db, record, digest, retry, pinned)
             if content_key is None:
                 return slot
             number = self._occurrence(db, session_id, content_key, slot.interaction_id)
             return Slot(slot.index, slot.interaction_id, slot.reused, number)
 
-        return await self._run(work)
+        return await store._run(work)
 
     def _allocate(
         self,
         db: sqlite3.Connection,
-        session_id: str,
+        record: SessionRecord,
         digest: bytes,
         retry: bool,
         pinned: int | None,
     ) -> Slot:
-        record = self._require(db, session_id)
+        session_id = record.session_id
         clock = db.execute(
             "SELECT coalesce(max(clock), 0) + 1 FROM recent WHERE session_id = ?", (session_id,)
         ).fetchone()[0]
@@ -83,7 +85,7 @@ class SqliteSlots:
             slot = Slot(record.next_index, f"i{record.next_index}")
             record.next_index += 1
         record.last_active_at = time.time()
-        self._save(db, record)
+        self._store._save(db, record)
         # A digest seen before keeps its place in the retry memory (as a dict does).
         db.execute(
             "INSERT INTO recent (session_id, digest, request_index, interaction_id, clock) "
@@ -95,16 +97,16 @@ class SqliteSlots:
             "DELETE FROM recent WHERE session_id = ? AND clock <= ("
             " SELECT clock FROM recent WHERE session_id = ?"
             " ORDER BY clock DESC LIMIT 1 OFFSET ?)",
-            (session_id, session_id, self._retry_memory),
+            (session_id, session_id, self._store._retry_memory),
         )
         return slot
 
     async def occurrence(self, session_id: str, key: str, interaction_id: str) -> int:
         def work(db: sqlite3.Connection) -> int:
-            self._require(db, session_id)
+            self._store._require(db, session_id)
             return self._occurrence(db, session_id, key, interaction_id)
 
-        return await self._run(work)
+        return await self._store._run(work)
 
     @staticmethod
     def _occurrence(db: sqlite3.Connection, session_id: str, key: str,

@@ -1,0 +1,171 @@
+"""A Redis store's connection, keys and outage rules: the core its leases and reads
+(``redis_leases.py``, ``redis_reads.py``), ``RedisStore`` and the fleet board
+(``backends/redis_board.py``) run on. See ``redis.py`` for the keys and the outage
+rules (a script's deadline, a broken connection re-made, ``wait_replicas``).
+"""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import time
+from typing import Any
+
+import orjson
+
+from ...errors import ConfigError, StoreError
+from ..record import SessionRecord
+from . import redis_scripts as lua
+from .redis_url import open_client, parse_url
+from .redis_wait import run_waited
+
+__all__ = ["RedisCore"]
+
+_DEADLINE_SHARE = 0.75
+"""A script's deadline, as a share of the time its caller waits for the answer."""
+
+
+class RedisCore:
+    """One Redis store's client (a standalone server, or a Sentinel-named primary)."""
+
+    def __init__(self, url: str) -> None:
+        try:
+            import redis.asyncio  # noqa: F401  (open_client's, imported here for the hint)
+            from redis.asyncio.retry import Retry
+            from redis.backoff import NoBackoff
+            from redis.exceptions import ConnectionError as RedisConnectionError
+            from redis.exceptions import RedisError
+        except ImportError as exc:
+            raise ConfigError(
+                "the Redis store needs the redis package: pip install -e '.[redis]'"
+            ) from exc
+        options = parse_url(url)
+        self._p, self._ended_ttl, self._timeout = (options.prefix, options.ended_ttl_s,
+                                                   options.timeout_s)
+        self._check_s, self._options = options.watch_check_s, options
+        self._errors: tuple[type[BaseException], ...] = (RedisError, OSError)
+        self._redis, self._sentinels = open_client(
+            options,
+            socket_timeout=self._timeout,
+            socket_connect_timeout=self._timeout,
+            # Only a broken connection is retried: a timed-out command may yet run.
+            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
+        )
+
+    # Shared with the fleet board (backends/redis_board.py): one connection, one key
+    # prefix and the same outage rules for every replica's state.
+    @property
+    def key_prefix(self) -> str:
+        return self._p
+
+    def script(self, body: str) -> Any:
+        """``body``, a Lua script that writes, run as the store's own are: with the
+        deadline guard (see Outages), its deadline passed as the last ARGV, and acknowledged
+        once ``wait_replicas`` replicas hold what it wrote."""
+        return self._guarded(self._redis.register_script(lua.GUARD + body), writes=True)
+
+    async def run(self, awaitable: Any) -> Any:
+        """Await a command on ``client``; a Redis failure is a ``StoreError``."""
+        return await self._call(awaitable)
+
+    @property
+    def changes_channel(self) -> str:
+        """The channel a change an export may wait on is published on (``redis_reads.py``)."""
+        return self._p + "changes"
+
+    @property
+    def client(self) -> Any:
+        """The ``redis.asyncio.Redis`` client (its own connection per pub/sub)."""
+        return self._redis
+
+    @property
+    def errors(self) -> tuple[type[BaseException], ...]:
+        """What a Redis failure raises on ``client``."""
+        return self._errors
+
+    def _k(self, kind: str, session_id: str) -> str:
+        return f"{self._p}{kind}:{session_id}"
+
+    def _session_keys(self, session_id: str) -> builtins.list[str]:
+        kinds = ("s", "i", "r", "rz", "p", "o", "w", "c", "q", "l")  # l: its export lease
+        return [self._k(kind, session_id) for kind in kinds]
+
+    def _key_of(self, api_key: str) -> str:
+        return self._p + "k:" + hashlib.sha256(api_key.encode()).hexdigest()
+
+    def _guarded(self, script: Any, *, writes: bool) -> Any:
+        """``script`` called with its deadline appended to ``args`` (and, if it ``writes``
+        and ``wait_replicas`` is set, followed by ``WAIT``)."""
+        replicas = self._options.wait_replicas if writes else 0
+
+        def call(*, keys: builtins.list[str], args: builtins.list[Any] | None = None) -> Any:
+            deadline = time.time() + self._timeout * _DEADLINE_SHARE
+            if replicas:
+                return run_waited(self._redis, script, keys=keys,
+                                  args=[*(args or []), repr(deadline)], replicas=replicas,
+                                  wait_s=self._options.wait_timeout_s)
+            return script(keys=keys, args=[*(args or []), repr(deadline)])
+
+        return call
+
+    async def _call(self, awaitable: Any) -> Any:
+        try:
+            return await awaitable
+        except self._errors as exc:
+            raise StoreError(f"Redis store failed: {type(exc).__name__}: {exc}") from exc
+
+    @staticmethod
+    def _decode(raw: dict[bytes, bytes]) -> SessionRecord | None:
+        if not raw or b"rec" not in raw:
+            return None
+        data = orjson.loads(raw[b"rec"])
+        data["created_seq"] = int(raw[b"created_seq"])
+        data["next_index"] = int(raw[b"next_index"])
+        data["last_active_at"] = float(raw[b"last_active_at"])
+        data["ended"] = raw[b"ended"] == b"1"
+        data["ended_seq"] = int(raw[b"ended_seq"]) if raw[b"ended_seq"] else None
+        data["end_status"] = raw[b"es"].decode() if b"es" in raw else None
+        data["reward"] = float(raw[b"reward"]) if raw[b"reward"] else None
+        data["exported"] = raw[b"exported"] == b"1"
+        data["store_epoch"] = raw[b"epoch"].decode() if b"epoch" in raw else None
+        data["interaction_count"] = int(raw[b"n"]) if b"n" in raw else None
+        data["last_order"] = raw[b"lo"].decode() if b"lo" in raw else None
+        if b"ls" in raw:
+            shown = orjson.loads(raw[b"ls"])
+            data["last_upstream"] = shown["upstream"]
+            data["last_weight_version"] = shown["weight_version"]
+        return SessionRecord.from_dict(data)
+
+    async def get(self, session_id: str) -> SessionRecord | None:
+        return self._decode(await self._call(self._redis.hgetall(self._k("s", session_id))))
+
+    async def _expire(self, session_id: str) -> None:
+        if self._ended_ttl is None:
+            return
+        ttl_ms = int(self._ended_ttl * 1000)
+        record = await self.get(session_id)
+        pipe = self._redis.pipeline(transaction=False)
+        for key in self._session_keys(session_id):
+            pipe.pexpire(key, ttl_ms)
+        if record is not None:
+            pipe.pexpire(self._key_of(record.api_key), ttl_ms)
+        await self._call(pipe.execute())
+
+    async def delete(self, session_id: str) -> bool:
+        record = await self.get(session_id)
+        if record is None:
+            return False
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.delete(*self._session_keys(session_id))
+        pipe.delete(self._key_of(record.api_key))
+        pipe.zrem(self._p + "all", session_id)
+        pipe.srem(self._p + "open", session_id)
+        if record.group_id is not None:
+            pipe.zrem(self._k("g", record.group_id), session_id)
+        pipe.zrem(self._k("id", record.identity), session_id)
+        for view in ("unexp", "ready", "active"):
+            pipe.zrem(self._p + view, session_id)
+        pipe.incr(self._p + "ver")
+        pipe.publish(self.changes_channel, "deleted")
+        await self._call(pipe.execute())
+        return True
