@@ -8,8 +8,8 @@ Invariants:
   its ``json_schema`` object), so each dialect maps it as its own chat route does:
   SGLang turns ``json_object`` into the schema ``{"type": "object"}`` and a schema into
   ``json.dumps(schema)``; vLLM's completions take ``response_format`` as its chat does.
-- A ``regex`` must compile with Python's ``re`` (a 400 naming it otherwise), so an
-  upstream's refusal of it never uses an index.
+- A ``regex`` must compile with Python's ``re`` (``sampling_fields.check_regex``: a 400
+  naming it otherwise), so an upstream's refusal of it never uses an index.
 - ``structural_tag`` is sent as SGLang's chat route writes it: ``json.dumps`` of
   its ``model_dump(by_alias=True)``; for the ``structures`` / ``triggers`` form that is
   ``{"type", "structures": [{"begin", "schema", "end"}], "triggers", "at_least_one"}``
@@ -25,14 +25,14 @@ Invariants:
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from ...errors import BadRequest
+from ...sampling_fields import check_regex
 from ...tool_choice import Forcing
 
-__all__ = ["Constraint", "check_regex", "constraint_of", "legacy_tag_text"]
+__all__ = ["Constraint", "constraint_of", "legacy_tag_text"]
 
 _GRAMMARS = ("regex", "ebnf", "json_schema")
 
@@ -61,19 +61,6 @@ class Constraint:
                 self.response_format.get("type") == "structural_tag"):
             return "structural_tag"
         return "json_schema"  # json_object, json_schema, a forced tool call
-
-
-def check_regex(pattern: str, param: str) -> None:
-    """A 400 naming ``param`` unless Python's ``re`` compiles ``pattern``: checked before
-    the slot, so the upstream's own refusal never uses an index. ``re`` raises
-    ``re.error``, ``OverflowError`` for a repeat count past its range, and
-    ``RecursionError`` for groups nested past the recursion limit."""
-    try:
-        re.compile(pattern)
-    except (re.error, OverflowError, RecursionError) as exc:
-        shown = pattern if len(pattern) <= 64 else pattern[:64] + "..."
-        raise BadRequest(f"{param} {shown!r} is not a valid regex: {exc}",
-                         param=param) from None
 
 
 def _schema_text(value: Any, field: str) -> str:
