@@ -12,9 +12,8 @@ Invariants:
   naming it otherwise), so an upstream's refusal of it never uses an index.
 - ``structural_tag`` is sent as SGLang's chat route writes it: ``json.dumps`` of
   its ``model_dump(by_alias=True)``; for the ``structures`` / ``triggers`` form that is
-  ``{"type", "structures": [{"begin", "schema", "end"}], "triggers", "at_least_one"}``
-  (schema null and at_least_one false when left out); the ``format`` form (xgrammar's
-  own) goes as sent. Other kinds are a 400.
+  ``seedproxy.legacy_tag``'s text (schema null and at_least_one false when left out);
+  the ``format`` form (xgrammar's own) goes as sent. Other kinds are a 400.
 - A forcing ``tool_choice`` (``required`` or a named tool) is the tool parser's
   structural tag where it builds one (``tools.structural``), else the JSON schema of
   ``seedproxy.tool_choice``; with any other constraint it is a 400, as SGLang 0.5.23's
@@ -29,10 +28,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import BadRequest
+from ...legacy_tag import legacy_structures, legacy_tag_text
 from ...sampling_fields import check_regex
 from ...tool_choice import Forcing
 
-__all__ = ["Constraint", "constraint_of", "legacy_tag_text"]
+__all__ = ["Constraint", "constraint_of"]
 
 _GRAMMARS = ("regex", "ebnf", "json_schema")
 
@@ -130,31 +130,14 @@ def _structural_tag(fmt: dict[str, Any]) -> str:
             raise BadRequest("response_format.format must be an object",
                              param="response_format")
         return json.dumps(fmt)
-    structures, triggers = fmt.get("structures"), fmt.get("triggers")
-    at_least_one = fmt.get("at_least_one", False)
-    if not isinstance(structures, list) or not all(
-            isinstance(s, dict) and isinstance(s.get("begin"), str)
-            and isinstance(s.get("end"), str) and isinstance(s.get("schema"), dict | None)
-            for s in structures):
-        raise BadRequest("response_format.structures must be a list of {begin, schema, end}"
-                         " (strings, and a schema object)", param="response_format")
-    if not isinstance(triggers, list) or not all(isinstance(t, str) for t in triggers):
-        raise BadRequest("response_format.triggers must be a list of strings",
+    try:
+        structures, triggers, at_least_one = legacy_structures(fmt)
+    except ValueError as exc:
+        raise BadRequest(f"response_format.{exc}", param="response_format") from None
+    if not all(isinstance(schema, dict | None) for _, schema, _ in structures):
+        raise BadRequest("response_format.structures' schemas must be JSON schema objects",
                          param="response_format")
-    if not isinstance(at_least_one, bool):
-        raise BadRequest("response_format.at_least_one must be a boolean",
-                         param="response_format")
-    return legacy_tag_text([{"begin": s["begin"], "schema": s.get("schema"), "end": s["end"]}
-                            for s in structures], triggers, at_least_one)
-
-
-def legacy_tag_text(structures: list[dict[str, Any]], triggers: list[str],
-                    at_least_one: bool) -> str:
-    """``json.dumps`` of SGLang's ``LegacyStructuralTagResponseFormat``
-    (``structures`` as ``{"begin", "schema", "end"}``), as ``to_sampling_params`` sends
-    it under ``structural_tag``."""
-    return json.dumps({"type": "structural_tag", "structures": structures,
-                       "triggers": triggers, "at_least_one": at_least_one})
+    return legacy_tag_text(structures, triggers, at_least_one)
 
 
 def constraint_of(body: dict[str, Any], forcing: Forcing | None = None,
