@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import BadRequest
-from ...legacy_tag import legacy_structures, legacy_tag_text
+from ...response_format import format_of
 from ...sampling_fields import check_regex
 from ...tool_choice import Forcing
 
@@ -96,48 +96,8 @@ def _grammar(body: dict[str, Any]) -> Constraint | None:
 
 
 def _response_format(fmt: Any) -> Constraint | None:
-    if fmt is None:
-        return None
-    if not isinstance(fmt, dict) or not isinstance(fmt.get("type"), str):
-        raise BadRequest("response_format must be an object with a string type",
-                         param="response_format")
-    kind = fmt["type"]
-    if kind == "text":
-        return None
-    if kind == "json_object":
-        return Constraint("response_format", '{"type": "object"}', {"type": "json_object"})
-    if kind == "json_schema":
-        spec = fmt.get("json_schema")
-        if not isinstance(spec, dict) or not isinstance(spec.get("schema"), dict):
-            raise BadRequest("response_format.json_schema.schema must be a JSON schema object",
-                             param="response_format")
-        if not isinstance(spec.get("name"), str):
-            raise BadRequest("response_format.json_schema.name must be a string",
-                             param="response_format")
-        return Constraint("response_format", json.dumps(spec["schema"]),
-                          {"type": "json_schema", "json_schema": spec})
-    if kind == "structural_tag":
-        return Constraint("response_format", _structural_tag(fmt), fmt)
-    raise BadRequest(f"response_format type {kind!r} is not supported in token-in-token-out "
-                     "mode (text, json_object, json_schema and structural_tag are)",
-                     param="response_format")
-
-
-def _structural_tag(fmt: dict[str, Any]) -> str:
-    """The ``structural_tag`` text SGLang's chat route sends for ``fmt``."""
-    if "format" in fmt:  # xgrammar's StructuralTag: its own checks, upstream
-        if not isinstance(fmt["format"], dict):
-            raise BadRequest("response_format.format must be an object",
-                             param="response_format")
-        return json.dumps(fmt)
-    try:
-        structures, triggers, at_least_one = legacy_structures(fmt)
-    except ValueError as exc:
-        raise BadRequest(f"response_format.{exc}", param="response_format") from None
-    if not all(isinstance(schema, dict | None) for _, schema, _ in structures):
-        raise BadRequest("response_format.structures' schemas must be JSON schema objects",
-                         param="response_format")
-    return legacy_tag_text(structures, triggers, at_least_one)
+    asked = format_of(fmt, "in token-in-token-out mode")
+    return None if asked is None else Constraint("response_format", asked.source, asked.asked)
 
 
 def constraint_of(body: dict[str, Any], forcing: Forcing | None = None,
