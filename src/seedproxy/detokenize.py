@@ -3,21 +3,17 @@ proxy's token-in-token-out mode and the engine share.
 
 Invariants:
 - Text is released only when the decoded window does not end in U+FFFD (an incomplete
-  UTF-8 sequence); the window ``[prefix, ...)`` keeps the ids since the release before
-  last as context, so tokenizers that decode a token differently at the start of a
-  string (leading spaces) agree with a whole decode. Ids are fed one at a time on every
-  path, so a stream and a whole answer produce the same text.
-- ``released + pending`` is the decoding of every id fed (``hidden`` ones aside), for a
-  decode that is per-token bytes (byte-level BPE, byte fallback); a window that does not
-  extend its context (a decoder that rewrites earlier text) falls back to a whole decode.
-- A token costs one decode of the window, two when it releases text (the context's text
-  is kept until the window moves).
+  UTF-8 sequence); the window keeps the ids since the release before last as context,
+  so tokenizers that decode a token differently at the start of a string (leading
+  spaces) agree with a whole decode. A stream and a whole answer feed ids one at a time.
+- The released text plus ``pending`` is the decoding of every id fed (``hidden`` ones
+  aside); a window that does not extend its context falls back to a whole decode.
+- A token costs one decode of the window, two when it releases text.
 
-``tokenizers.decoders.DecodeStream`` releases the same pieces for the tokenizers the
-tests use (``tests/tito/test_decode.py`` compares them), but it exposes neither the
-held text (``pending``: the engine's ``text``, the tail ``finish`` returns) nor a decode
-other than a ``tokenizers.Tokenizer``'s (mistral-common's, a slow tokenizer's), so this
-one implementation serves every caller.
+``tokenizers.decoders.DecodeStream`` releases the same pieces (``tests/tito/test_decode.py``
+compares them) but exposes neither ``pending`` (the engine's ``text``, ``finish``'s tail)
+nor a decode other than a ``tokenizers.Tokenizer``'s (mistral-common's, a slow
+tokenizer's), so this one implementation serves every caller.
 """
 
 from __future__ import annotations
@@ -33,10 +29,8 @@ Decode = Callable[[list[int]], str]
 
 
 def decoder_of(tokenizer: Any) -> Decode:
-    """Decode ids to text with special tokens kept and no clean-up of spaces. A fast
-    (Rust) tokenizer is decoded through its backend directly: that is what
-    ``tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)``
-    does, less the wrapper's per-call cost."""
+    """``tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)``,
+    through a fast (Rust) tokenizer's backend directly (less the wrapper's cost)."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None and callable(getattr(backend, "decode", None)):
         def fast(ids: list[int]) -> str:
