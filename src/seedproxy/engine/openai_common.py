@@ -19,7 +19,7 @@ from typing import Any
 from ..response_format import format_of
 from .errors import InternalError, RequestError
 from .generator import Update
-from .params import SamplingParams, parse_sampling_params
+from .params import SamplingParams, parse_sampling_params, want_bool
 
 __all__ = [
     "check_context_budget", "error_body", "openai_sampling_params", "raise_for_failure",
@@ -32,15 +32,6 @@ def error_body(message: str, status: int = 400, err_type: str = "BadRequestError
     """SGLang's ``ErrorResponse``: ``{object, message, type, param, code}``."""
     return {"object": "error", "message": message, "type": err_type, "param": param,
             "code": status}
-
-
-def want_bool(body: dict[str, Any], key: str, default: bool = False) -> bool:
-    v = body.get(key, default)
-    if v is None:
-        return default
-    if not isinstance(v, bool):
-        raise RequestError(f"{key} must be a boolean, got {v!r}", param=key)
-    return v
 
 
 def want_int(body: dict[str, Any], key: str, default: int | None) -> int | None:

@@ -22,7 +22,8 @@ from ..errors import BadRequest
 from ..sampling_fields import logit_bias, number, penalties, regexes, token_ids
 from .errors import RequestError
 
-__all__ = ["DEFAULT_SEED", "GREEDY_EPS", "SAMPLING_KEYS", "SamplingParams", "parse_sampling_params"]
+__all__ = ["DEFAULT_SEED", "GREEDY_EPS", "SAMPLING_KEYS", "SamplingParams", "parse_sampling_params",
+           "want_bool"]
 
 DEFAULT_SEED = 42
 GREEDY_EPS = 1e-5
@@ -77,8 +78,8 @@ def _int(d: dict[str, Any], key: str, default: int | None) -> int | None:
     return v
 
 
-def _bool(d: dict[str, Any], key: str, default: bool) -> bool:
-    v = d.get(key)
+def want_bool(body: dict[str, Any], key: str, default: bool = False) -> bool:
+    v = body.get(key)
     if v is None:
         return default
     if not isinstance(v, bool):
@@ -178,10 +179,10 @@ def _parsed(raw: Any, vocab_size: int) -> SamplingParams:
         min_p=min_p,
         stop=_stops(raw.get("stop")),
         stop_token_ids=frozenset(token_ids(raw.get("stop_token_ids"), "stop_token_ids")),
-        ignore_eos=_bool(raw, "ignore_eos", False),
+        ignore_eos=want_bool(raw, "ignore_eos", False),
         min_new_tokens=min_new,
-        skip_special_tokens=_bool(raw, "skip_special_tokens", True),
-        no_stop_trim=_bool(raw, "no_stop_trim", False),
+        skip_special_tokens=want_bool(raw, "skip_special_tokens", True),
+        no_stop_trim=want_bool(raw, "no_stop_trim", False),
         seed=DEFAULT_SEED if seed_raw is None else seed_raw,
         n=n,
         frequency_penalty=0.0 if frequency is None else frequency,
