@@ -15,6 +15,10 @@ Invariants (SGLang 0.5.23 ``serving_chat.py`` / ``jinja_template_utils.py``):
   text parts joined with a space; an "openai" one keeps the text parts as a list. A
   media part is a 400, except an image of a vision model (``vision.py``) under an
   "openai" template: it is kept in place as ``{"type": "image"}``.
+- ``rendered`` applies the template with those options; a template that cannot render
+  the messages (its own ``TemplateError``, or the ``TypeError``, ``KeyError``,
+  ``ValueError``, ``AttributeError``, ``IndexError`` of an expression over a missing or
+  None field) or renders no text is a 400 naming ``messages``.
 - ``content: null`` is "", keys whose value is null are dropped, and a tool call's
   ``arguments`` string that holds a JSON object is parsed into it (any other string
   stays a string).
@@ -33,7 +37,7 @@ import orjson
 from .errors import BadRequest
 from .nesting import MAX_DEPTH, too_deep
 
-__all__ = ["RenderOptions", "content_format", "render_options", "reserved_names",
+__all__ = ["RenderOptions", "content_format", "render_options", "rendered", "reserved_names",
            "template_messages", "unreadable_arguments"]
 
 _MAX_KWARGS_BYTES = 4096
@@ -230,3 +234,23 @@ def unreadable_arguments() -> BadRequest:
     """The 400 for a client's tool-call arguments no JSON reader can take."""
     return BadRequest(f"a tool call's arguments nest more than {MAX_DEPTH} levels deep or "
                       "hold an integer too long to read", param="messages")
+
+
+def rendered(tokenizer: Any, messages: list[Any], tools: list[Any] | None,
+             options: RenderOptions, template: str | None = None) -> str:
+    """``template`` (the tokenizer's own when None) applied to ``messages``."""
+    from jinja2 import TemplateError
+
+    extra = dict(options.kwargs)
+    if options.continue_final:
+        extra["continue_final_message"] = True
+    try:
+        text = tokenizer.apply_chat_template(
+            messages, tools=tools or None, chat_template=template, tokenize=False,
+            add_generation_prompt=options.generation_prompt, **extra)
+    except (TemplateError, TypeError, KeyError, ValueError, AttributeError, IndexError) as exc:
+        raise BadRequest(f"the chat template cannot render these messages: {exc}",
+                         param="messages") from None
+    if not isinstance(text, str):
+        raise BadRequest("the chat template did not render text", param="messages")
+    return text

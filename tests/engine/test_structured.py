@@ -217,6 +217,11 @@ def test_a_structural_tag_it_cannot_build_is_a_400(client: httpx.Client, tag: st
     ("/generate", {"text": "x", "sampling_params": {"structural_tag": "{}"}},
      "structural_tag"),
     ("/generate", {"text": "x", "sampling_params": {"stop_regex": "("}}, "stop_regex"),
+    # re raises OverflowError and RecursionError for these, not re.error
+    ("/generate", {"text": "x", "sampling_params": {"stop_regex": "a{4294967296}"}},
+     "stop_regex"),
+    ("/generate", {"text": "x", "sampling_params": {"stop_regex": "(" * 100_000}},
+     "stop_regex"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
                               "response_format": {"type": "structural_tag"}},
      "response_format"),

@@ -30,6 +30,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from seedproxy.sse_frames import DONE, data_frame, typed_frame
 from tests.helpers.fake_sglang import (
     VOCAB_BASE,
     WORDS,
@@ -257,23 +258,19 @@ def _create(sw: CompatSwitches, *, vllm: bool) -> Starlette:
                     if chat and ids_on and first:
                         chunk["prompt_token_ids"] = prompt
                     first = False
-                    yield b"data: " + orjson.dumps(chunk) + b"\n\n"
+                    yield data_frame(chunk)
                 end: dict[str, Any] = {"index": i, "logprobs": None, "finish_reason": "length"}
                 end.update({"delta": {}} if chat else {"text": ""})
-                yield (
-                    b"data: "
-                    + orjson.dumps(
-                        {
-                            "id": cid,
-                            "object": obj,
-                            "created": created,
-                            "model": sw.name,
-                            "choices": [end],
-                        }
-                    )
-                    + b"\n\n"
+                yield data_frame(
+                    {
+                        "id": cid,
+                        "object": obj,
+                        "created": created,
+                        "model": sw.name,
+                        "choices": [end],
+                    }
                 )
-            yield b"data: [DONE]\n\n"
+            yield DONE
 
         return StreamingResponse(events(), media_type="text/event-stream")
 
@@ -357,7 +354,6 @@ def _response_events(answer: dict[str, Any]) -> Any:
 
     async def stream() -> Any:
         for k, event in enumerate(events):
-            data = orjson.dumps({**event, "sequence_number": k})
-            yield b"event: " + event["type"].encode() + b"\ndata: " + data + b"\n\n"
+            yield typed_frame({**event, "sequence_number": k})
 
     return stream()

@@ -43,6 +43,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from seedproxy.sse_frames import DONE, data_frame
 from tests.helpers.fake_control import FakeControl
 
 WORDS = [
@@ -292,7 +293,7 @@ def stream_error_event(status: int) -> bytes:
     kind = "InternalServerError" if status >= 500 else "BadRequestError"
     body = {"error": {"message": "injected mid-stream failure", "type": kind, "param": None,
                       "code": status}}
-    return b"data: " + orjson.dumps(body) + b"\n\n"
+    return data_frame(body)
 
 
 def fresh_id(prefix: str = "") -> str:
@@ -415,16 +416,14 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
                         async for run, sofar, finish in chunks:
                             if sw.error_after is not None and len(sofar) > sw.error_after:
                                 yield stream_error_event(sw.error_status)
-                                yield b"data: [DONE]\n\n"
+                                yield DONE
                                 return
                             if sw.stall_after is not None and len(sofar) > sw.stall_after:
                                 await asyncio.to_thread(sw.stall_release.wait, 60)
-                            yield (
-                                b"data: " + orjson.dumps(item(run, sofar, finish, index)) + b"\n\n"
-                            )
+                            yield data_frame(item(run, sofar, finish, index))
                     finally:
                         await chunks.aclose()
-                yield b"data: [DONE]\n\n"
+                yield DONE
 
             return StreamingResponse(events(), media_type="text/event-stream")
         items = []
@@ -569,18 +568,14 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
                 for k, word in enumerate(reasoning.split()):
                     delta = {"reasoning_content": word if k == 0 else " " + word}
                     choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
-                    yield (
-                        b"data: "
-                        + orjson.dumps(
-                            {
-                                "id": cid,
-                                "object": obj + ".chunk",
-                                "created": created,
-                                "model": sw.name,
-                                "choices": [choice],
-                            }
-                        )
-                        + b"\n\n"
+                    yield data_frame(
+                        {
+                            "id": cid,
+                            "object": obj + ".chunk",
+                            "created": created,
+                            "model": sw.name,
+                            "choices": [choice],
+                        }
                     )
             for i in range(n):
                 for k, token in enumerate(ids):
@@ -593,7 +588,7 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
                     if sw.error_after is not None and k >= sw.error_after:
                         sw.control.finish(run)
                         yield stream_error_event(sw.error_status)
-                        yield b"data: [DONE]\n\n"
+                        yield DONE
                         return
                     if sw.stall_after is not None and k >= sw.stall_after:
                         await asyncio.to_thread(sw.stall_release.wait, 60)
@@ -629,54 +624,46 @@ def create_fake_sglang(switches: Switches | None = None) -> Starlette:
                         "model": sw.name,
                         "choices": [choice],
                     }
-                    yield b"data: " + orjson.dumps(chunk) + b"\n\n"
+                    yield data_frame(chunk)
                     if sent == 1 and sw.stream_barrier is not None:
                         await asyncio.to_thread(sw.stream_barrier.wait, 30)
                     await sw.control.checkpoint(k + 1)
                 ended = finish_now if call is None or finish_now == "abort" else "tool_calls"
                 end = {"index": i, "logprobs": None, "finish_reason": ended}
                 end.update({"delta": {}} if chat else {"text": ""})
-                yield b"data: " + orjson.dumps({"id": cid, "object": obj, "created": created,
-                                                 "model": sw.name, "choices": [end]}) + b"\n\n"
+                yield data_frame({"id": cid, "object": obj, "created": created,
+                                 "model": sw.name, "choices": [end]})
             sglext: dict[str, Any] = {}
             if chat and headers.get("x-sglext-return-input-ids") == "1":
                 sglext["input_ids"] = prompt
             if chat and headers.get("x-sglext-return-output-ids") == "1":
                 sglext["output_ids"] = [produced for _ in range(n)]
             if sglext:
-                yield (
-                    b"data: "
-                    + orjson.dumps(
-                        {
-                            "id": cid,
-                            "object": obj,
-                            "created": created,
-                            "model": sw.name,
-                            "choices": [],
-                            "sglext": sglext,
-                        }
-                    )
-                    + b"\n\n"
+                yield data_frame(
+                    {
+                        "id": cid,
+                        "object": obj,
+                        "created": created,
+                        "model": sw.name,
+                        "choices": [],
+                        "sglext": sglext,
+                    }
                 )
             if (body.get("stream_options") or {}).get("include_usage"):
-                yield (
-                    b"data: "
-                    + orjson.dumps(
-                        {
-                            "id": cid,
-                            "object": obj,
-                            "created": created,
-                            "model": sw.name,
-                            "choices": [],
-                            "usage": usage,
-                        }
-                    )
-                    + b"\n\n"
+                yield data_frame(
+                    {
+                        "id": cid,
+                        "object": obj,
+                        "created": created,
+                        "model": sw.name,
+                        "choices": [],
+                        "usage": usage,
+                    }
                 )
             if sw.hold is not None:
                 await asyncio.to_thread(sw.hold.wait)
             sw.control.finish(run)
-            yield b"data: [DONE]\n\n"
+            yield DONE
 
         return StreamingResponse(events(), media_type="text/event-stream")
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 pytest.importorskip("transformers")
 
-from seedproxy.backends.tito.decode import IncrementalDecoder  # noqa: E402
+from seedproxy.detokenize import IncrementalDecoder, decoder_of  # noqa: E402
 from seedproxy.engine.model import default_gguf_path, gguf_tokenizer_dir  # noqa: E402
 
 TEXTS = ["I 😀 you", "naïve café — 日本語のテキスト", "🇫🇷🧑‍🔬 ok", " leading  spaces\n\tand tabs",
@@ -48,7 +48,7 @@ def reference(tok: Any, ids: list[int], hidden: frozenset[int]) -> list[str]:
 
 
 def fed(tok: Any, ids: list[int], hidden: frozenset[int]) -> list[str]:
-    decoder = IncrementalDecoder(tok, hidden)
+    decoder = IncrementalDecoder(decoder_of(tok), hidden)
     return [decoder.feed(i) for i in ids] + [decoder.finish()]
 
 
@@ -83,3 +83,28 @@ def test_text_cut_anywhere_decodes_as_the_reference_rule_does(tok: Any, text: st
     ids = tok.encode(text, add_special_tokens=False)
     ids = ids[cut:]  # starts mid-character sometimes
     assert fed(tok, ids, frozenset()) == reference(tok, ids, frozenset())
+
+
+TRICKY = [*TEXTS, "a\ufffdb", "\u00e9\u0301 combining", "🏳️‍🌈" * 3, "x" + "😀" * 5 + "y"]
+
+
+@pytest.mark.parametrize("name", ["smollm2", "qwen3", "llama3.1", "mistral-nemo", "gpt-oss"])
+def test_decode_stream_releases_the_same_pieces_and_the_whole_decode(tok: Any,
+                                                                      name: str) -> None:
+    """``tokenizers``' ``DecodeStream`` releases exactly these pieces (SmolLM2 and real
+    tokenizers; texts cut mid-character too), and pieces plus ``finish`` are the whole
+    decode: the hand-written decoder loses nothing against it."""
+    from tokenizers.decoders import DecodeStream
+
+    from tests.helpers.real_tokenizers import family
+
+    tokenizer = tok if name == "smollm2" else family(name)
+    for text in TRICKY:
+        full = tokenizer.encode(text, add_special_tokens=False)
+        for ids in (full, full[1:], full[:-1]):
+            stream = DecodeStream(skip_special_tokens=False)
+            theirs = [stream.step(tokenizer.backend_tokenizer, i) or "" for i in ids]
+            pieces = fed(tokenizer, ids, frozenset())
+            assert pieces[:-1] == theirs
+            assert "".join(pieces) == tokenizer.decode(ids, skip_special_tokens=False,
+                                                       clean_up_tokenization_spaces=False)

@@ -14,8 +14,8 @@ import pytest
 pytest.importorskip("mistral_common")
 
 from seedproxy.backends.tito.assistant import AssistantStream  # noqa: E402
-from seedproxy.backends.tito.decode import IncrementalDecoder  # noqa: E402
 from seedproxy.backends.tito.tool_parsers import TOOL_PARSERS  # noqa: E402
+from seedproxy.detokenize import IncrementalDecoder  # noqa: E402
 from tests.helpers.tokenizers_mistral import assistant_ids, tekken  # noqa: E402
 
 CALLS = [("lookup", '{"word": "sea"}'), ("lookup", '{"word": "naïve [x] {y}"}')]
@@ -30,8 +30,8 @@ def answer(tokenizer: Any, ids: list[int]) -> tuple[Any, str]:
     from mistral_common.tokens.tokenizers.base import SpecialTokenPolicy
 
     raw = tokenizer.instruct_tokenizer.tokenizer
-    decoder = IncrementalDecoder(None, frozenset({raw.eos_id}), decode=lambda part: str(
-        raw.decode(part, special_token_policy=SpecialTokenPolicy.KEEP)))
+    decoder = IncrementalDecoder(lambda part: str(
+        raw.decode(part, special_token_policy=SpecialTokenPolicy.KEEP)), frozenset({raw.eos_id}))
     stream = AssistantStream(decoder, None, TOOL_PARSERS["mistral"]())
     shown = "".join(d.text for i in ids for d in stream.feed(i)) + "".join(
         d.text for d in stream.finish())

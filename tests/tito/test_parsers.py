@@ -18,6 +18,7 @@ from seedproxy.backends.tito.dialect import GenerateDialect  # noqa: E402
 from seedproxy.backends.tito.lineage import Prompt  # noqa: E402
 from seedproxy.backends.tito.tool_parsers import TOOL_PARSERS  # noqa: E402
 from seedproxy.engine.model import default_gguf_path, gguf_tokenizer_dir  # noqa: E402
+from seedproxy.template_input import RenderOptions  # noqa: E402
 from tests.conftest import Fake  # noqa: E402
 
 TEMPLATE = Path(__file__).parents[1] / "helpers" / "qwen3_style.jinja"
@@ -39,7 +40,8 @@ def sampled(mode: TitoMode, message: dict[str, Any]) -> list[int]:
     after the generation prompt, end-of-turn included."""
     user = [{"role": "user", "content": "hi"}]
     prompt = mode.renderer.full_text(user, TOOLS)
-    whole = mode.renderer.render([*user, message], TOOLS, generation_prompt=False)
+    whole = mode.renderer.full_text([*user, message], TOOLS,
+                                    RenderOptions(generation_prompt=False))
     assert whole.startswith(prompt)
     return mode.renderer.encode(whole[len(prompt):].rstrip("\n"))
 

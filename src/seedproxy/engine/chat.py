@@ -29,11 +29,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from jinja2 import TemplateError
-
 from ..errors import BadRequest
 from ..sse_frames import DONE, data_frame
-from ..template_input import RenderOptions, render_options, template_messages
+from ..template_input import RenderOptions, render_options, rendered, template_messages
 from ..tool_choice import Forcing, ToolChoiceError, forcing_of, parse_forced, tools_rendered
 from .errors import RequestError
 from .generator import GenRequest, Update
@@ -77,11 +75,8 @@ def _template_input(state: EngineState, body: dict[str, Any]
         raise RequestError("messages must be a non-empty list", param="messages")
     if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
         raise RequestError("each message needs a string role", param="messages")
-    try:
-        options = render_options(body, state.template_reserved)
-        return template_messages(messages, state.content_format), options
-    except BadRequest as exc:  # a bad field of this request, named by the shared rule
-        raise RequestError(exc.message, param=exc.param) from None
+    options = render_options(body, state.template_reserved)
+    return template_messages(messages, state.content_format), options
 
 
 def render_messages(state: EngineState, body: dict[str, Any]) -> list[int]:
@@ -89,19 +84,14 @@ def render_messages(state: EngineState, body: dict[str, Any]) -> list[int]:
     ``chat_template_kwargs``, ``add_generation_prompt`` and ``continue_final_message``
     as SGLang applies them."""
     tok = state.model.tokenizer
-    messages, options = _template_input(state, body)
     tools = body.get("tools")
-    if tools is not None and not isinstance(tools, list):
-        raise RequestError("tools must be a list", param="tools")
-    extra = dict(options.kwargs)
-    if options.continue_final:
-        extra["continue_final_message"] = True
     try:
-        text = tok.apply_chat_template(messages, tools=tools or None, tokenize=False,
-                                       add_generation_prompt=options.generation_prompt,
-                                       **extra)
-    except (TemplateError, ValueError) as exc:  # the template refused these messages
-        raise RequestError(f"cannot apply the chat template: {exc}", param="messages") from exc
+        messages, options = _template_input(state, body)
+        if tools is not None and not isinstance(tools, list):
+            raise RequestError("tools must be a list", param="tools")
+        text = rendered(tok, messages, tools, options)
+    except BadRequest as exc:  # a bad field of this request, named by a shared rule
+        raise RequestError(exc.message, param=exc.param) from None
     return state.check_prompt(list(tok.encode(text, add_special_tokens=False)))
 
 

@@ -6,28 +6,24 @@ Invariants:
   then go through the same validation as ``/generate``.
 - ``n > 1`` copies one set of params, seed included, to every choice (SGLang's behaviour:
   all choices of one request are identical).
-- ``response_format`` maps as in SGLang's ``serving_chat``: ``json_object`` is the schema
-  ``{"type": "object"}``, ``json_schema`` its ``json_schema.schema``, ``structural_tag``
-  the object as JSON text under ``structural_tag``; ``text`` is no constraint; anything
-  else is a 400 naming ``response_format``.
+- ``response_format`` maps as in SGLang's ``serving_chat`` (``seedproxy.response_format``,
+  the rule token-in-token-out mode uses).
 - A prompt plus ``max_tokens`` that reaches the context length is a 400 (SGLang's
   message), not clamped.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-import orjson
-
+from ..response_format import format_of
 from .errors import InternalError, RequestError
 from .generator import Update
-from .params import SamplingParams, parse_sampling_params
+from .params import SamplingParams, parse_sampling_params, want_bool
 
 __all__ = [
     "check_context_budget", "error_body", "openai_sampling_params", "raise_for_failure",
-    "response_format_grammar", "token_text", "usage", "usage_counts", "want_bool", "want_int",
+    "token_text", "usage", "usage_counts", "want_bool", "want_int",
 ]
 
 
@@ -36,15 +32,6 @@ def error_body(message: str, status: int = 400, err_type: str = "BadRequestError
     """SGLang's ``ErrorResponse``: ``{object, message, type, param, code}``."""
     return {"object": "error", "message": message, "type": err_type, "param": param,
             "code": status}
-
-
-def want_bool(body: dict[str, Any], key: str, default: bool = False) -> bool:
-    v = body.get(key, default)
-    if v is None:
-        return default
-    if not isinstance(v, bool):
-        raise RequestError(f"{key} must be a boolean, got {v!r}", param=key)
-    return v
 
 
 def want_int(body: dict[str, Any], key: str, default: int | None) -> int | None:
@@ -67,42 +54,6 @@ def check_context_budget(prompt_len: int, max_new_tokens: int | None,
         f"tokens from the input messages and {max_new_tokens} tokens for the completion. "
         "Please reduce the number of tokens in the input messages or the completion to fit "
         "within the limit.", param="max_tokens")
-
-
-def response_format_grammar(fmt: Any) -> tuple[str, str] | None:
-    """The grammar ``response_format`` asks for, as a ``sampling_params`` field and its
-    text (``json_schema`` or ``structural_tag``), or None. A structural tag (xgrammar's
-    ``format`` form or the legacy ``structures``/``triggers`` one) goes as SGLang's chat
-    route sends it: the object as JSON text, checked when it is compiled."""
-    if fmt is None:
-        return None
-    if not isinstance(fmt, dict) or not isinstance(fmt.get("type"), str):
-        raise RequestError("response_format must be an object with a string type",
-                           param="response_format")
-    kind = fmt["type"]
-    if kind == "text":
-        return None
-    if kind == "json_object":
-        return "json_schema", '{"type": "object"}'
-    if kind == "json_schema":
-        spec = fmt.get("json_schema")
-        schema = spec.get("schema", spec.get("schema_")) if isinstance(spec, dict) else None
-        if not isinstance(schema, dict | bool):
-            raise RequestError("response_format.json_schema.schema must be a JSON schema",
-                               param="response_format")
-        return "json_schema", orjson.dumps(schema).decode()
-    if kind == "structural_tag":
-        if "format" not in fmt and "structures" not in fmt:
-            raise RequestError("response_format of type structural_tag needs format or "
-                               "structures and triggers", param="response_format")
-        try:
-            return "structural_tag", json.dumps(fmt)
-        except RecursionError:  # nested past json's limit: never a valid tag
-            raise RequestError("response_format is nested too deeply",
-                               param="response_format") from None
-    raise RequestError(f"response_format type {kind!r} is not supported by the embedded "
-                       "engine (text, json_object, json_schema, structural_tag are)",
-                       param="response_format")
 
 
 def openai_sampling_params(body: dict[str, Any], vocab_size: int,
@@ -142,12 +93,12 @@ def openai_sampling_params(body: dict[str, Any], vocab_size: int,
         "sampling_seed": seed,
         "n": n,
     }
-    asked = response_format_grammar(body.get("response_format"))
+    asked = format_of(body.get("response_format"), "by the embedded engine")
     if asked is not None:
         if any(sp[k] is not None for k in ("regex", "ebnf", "json_schema")):
             raise RequestError("response_format cannot be combined with regex, ebnf or "
                                "json_schema", param="response_format")
-        sp[asked[0]] = asked[1]
+        sp[asked.field] = asked.source
     return parse_sampling_params({k: v for k, v in sp.items() if v is not None}, vocab_size)
 
 

@@ -7,20 +7,23 @@ Invariants:
 - ``temperature < 1e-5`` is greedy: the seed then changes nothing.
 - Grammars (``regex``, ``json_schema``, ``ebnf``, and ``structural_tag`` when none of
   those is set, as SGLang picks one), penalties, ``logit_bias`` and ``stop_regex`` are
-  carried here, validated for type and range.
+  carried here, validated for type and range (penalties, ``logit_bias``, ``stop_regex``
+  and ``stop_token_ids`` by ``seedproxy.sampling_fields``, as token-in-token-out mode does).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import BadRequest
+from ..sampling_fields import logit_bias, number, penalties, regexes, token_ids
 from .errors import RequestError
 
-__all__ = ["DEFAULT_SEED", "GREEDY_EPS", "SAMPLING_KEYS", "SamplingParams", "parse_sampling_params"]
+__all__ = ["DEFAULT_SEED", "GREEDY_EPS", "SAMPLING_KEYS", "SamplingParams", "parse_sampling_params",
+           "want_bool"]
 
 DEFAULT_SEED = 42
 GREEDY_EPS = 1e-5
@@ -60,15 +63,6 @@ class SamplingParams:
     stop_regex: tuple[str, ...] = ()
 
 
-def _num(d: dict[str, Any], key: str, default: float) -> float:
-    v = d.get(key)
-    if v is None:
-        return default
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        raise RequestError(f"{key} must be a number, got {v!r}", param=key)
-    return float(v)
-
-
 def _int(d: dict[str, Any], key: str, default: int | None) -> int | None:
     v = d.get(key)
     if v is None:
@@ -80,8 +74,8 @@ def _int(d: dict[str, Any], key: str, default: int | None) -> int | None:
     return v
 
 
-def _bool(d: dict[str, Any], key: str, default: bool) -> bool:
-    v = d.get(key)
+def want_bool(body: dict[str, Any], key: str, default: bool = False) -> bool:
+    v = body.get(key)
     if v is None:
         return default
     if not isinstance(v, bool):
@@ -97,43 +91,6 @@ def _stops(v: Any) -> tuple[str, ...]:
     if isinstance(v, list) and all(isinstance(s, str) for s in v):
         return tuple(s for s in v if s)
     raise RequestError(f"stop must be a string or a list of strings, got {v!r}", param="stop")
-
-
-def _stop_regex(v: Any) -> tuple[str, ...]:
-    pats = [v] if isinstance(v, str) else v if v is not None else []
-    if not isinstance(pats, list) or not all(isinstance(p, str) for p in pats):
-        raise RequestError("stop_regex must be a string or a list of strings",
-                           param="stop_regex")
-    for pat in pats:
-        try:
-            re.compile(pat)
-        except re.error as exc:
-            raise RequestError(f"stop_regex {pat!r} is not a valid regex: {exc}",
-                               param="stop_regex") from exc
-    return tuple(p for p in pats if p)
-
-
-def _logit_bias(v: Any, vocab_size: int) -> tuple[tuple[int, float], ...]:
-    if v is None:
-        return ()
-    if not isinstance(v, dict):
-        raise RequestError("logit_bias must be an object", param="logit_bias")
-    out: dict[int, float] = {}
-    for key, bias in v.items():
-        try:
-            tid = int(key)
-        except (TypeError, ValueError):
-            tid = -1
-        if not 0 <= tid < vocab_size:
-            raise RequestError(
-                f"logit_bias must has keys in [0, {vocab_size - 1}], got {key}.",
-                param="logit_bias")
-        if isinstance(bias, bool) or not isinstance(bias, int | float) or not math.isfinite(
-                bias):
-            raise RequestError(f"logit_bias values must be finite numbers, got {bias!r}",
-                               param="logit_bias")
-        out[tid] = float(bias)
-    return tuple(sorted(out.items()))
 
 
 def _grammar(raw: dict[str, Any]) -> tuple[str, str] | None:
@@ -153,8 +110,21 @@ def _grammar(raw: dict[str, Any]) -> tuple[str, str] | None:
     return key, src
 
 
+def _num(d: dict[str, Any], key: str, default: float) -> float:
+    value = number(d, key)
+    return default if value is None else value
+
+
 def parse_sampling_params(raw: Any, vocab_size: int) -> SamplingParams:
-    """Validate a ``sampling_params`` object the way SGLang does; raise ``RequestError``."""
+    """Validate a ``sampling_params`` object the way SGLang does; raise ``RequestError``
+    (the rules shared with token-in-token-out mode: ``seedproxy.sampling_fields``)."""
+    try:
+        return _parsed(raw, vocab_size)
+    except BadRequest as exc:
+        raise RequestError(exc.message, param=exc.param) from None
+
+
+def _parsed(raw: Any, vocab_size: int) -> SamplingParams:
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -190,25 +160,13 @@ def parse_sampling_params(raw: Any, vocab_size: int) -> SamplingParams:
         raise RequestError(f"min_p must be in [0, 1], got {min_p}.")
     if top_k < 1 and top_k != -1:
         raise RequestError(f"top_k must be -1 (disable) or at least 1, got {top_k}.")
-    pens = {k: _num(raw, k, 0.0) for k in ("frequency_penalty", "presence_penalty")}
-    for key, val in pens.items():
-        if not -2.0 <= val <= 2.0:
-            raise RequestError(f"{key} must be in [-2, 2], got {val}.", param=key)
-    rep = _num(raw, "repetition_penalty", 1.0)
-    if not 0.0 < rep <= 2.0:
-        raise RequestError(f"repetition_penalty must be in (0, 2], got {rep}.",
-                           param="repetition_penalty")
+    frequency, presence, rep = penalties(raw)
     if max_new is not None and max_new < 0:
         raise RequestError(f"max_new_tokens must be at least 0, got {max_new}.")
     if min_new < 0 or (max_new is not None and min_new > max_new):
         raise RequestError(f"min_new_tokens must be in [0, max_new_tokens], got {min_new}.")
     if n < 1:
         raise RequestError(f"n must be at least 1, got {n}.")
-    stop_ids_raw = raw.get("stop_token_ids") or []
-    if not isinstance(stop_ids_raw, list) or not all(
-        isinstance(t, int) and not isinstance(t, bool) for t in stop_ids_raw
-    ):
-        raise RequestError("stop_token_ids must be a list of integers", param="stop_token_ids")
     return SamplingParams(
         max_new_tokens=max_new,
         temperature=temperature,
@@ -216,17 +174,17 @@ def parse_sampling_params(raw: Any, vocab_size: int) -> SamplingParams:
         top_k=top_k,
         min_p=min_p,
         stop=_stops(raw.get("stop")),
-        stop_token_ids=frozenset(stop_ids_raw),
-        ignore_eos=_bool(raw, "ignore_eos", False),
+        stop_token_ids=frozenset(token_ids(raw.get("stop_token_ids"), "stop_token_ids")),
+        ignore_eos=want_bool(raw, "ignore_eos", False),
         min_new_tokens=min_new,
-        skip_special_tokens=_bool(raw, "skip_special_tokens", True),
-        no_stop_trim=_bool(raw, "no_stop_trim", False),
+        skip_special_tokens=want_bool(raw, "skip_special_tokens", True),
+        no_stop_trim=want_bool(raw, "no_stop_trim", False),
         seed=DEFAULT_SEED if seed_raw is None else seed_raw,
         n=n,
-        frequency_penalty=pens["frequency_penalty"],
-        presence_penalty=pens["presence_penalty"],
-        repetition_penalty=rep,
-        logit_bias=_logit_bias(raw.get("logit_bias"), vocab_size),
+        frequency_penalty=0.0 if frequency is None else frequency,
+        presence_penalty=0.0 if presence is None else presence,
+        repetition_penalty=1.0 if rep is None else rep,
+        logit_bias=logit_bias(raw.get("logit_bias"), vocab_size),
         grammar=_grammar(raw),
-        stop_regex=_stop_regex(raw.get("stop_regex")),
+        stop_regex=tuple(p for p in regexes(raw.get("stop_regex"), "stop_regex") if p),
     )

@@ -37,10 +37,7 @@ async def read_body(request: Request, empty_ok: bool = False) -> dict[str, Any]:
     raw = await request.body()
     if empty_ok and not raw.strip():
         return {}
-    try:
-        return json_object(raw)
-    except BadRequest as exc:
-        raise RequestError(exc.message) from None
+    return json_object(raw)
 
 
 class ClientGone(Exception):
@@ -56,6 +53,8 @@ async def guard(native: bool, handler: Callable[[], Awaitable[Response]]) -> Res
         return Response(status_code=499)
     except RequestError as exc:
         status, msg, param = exc.status, exc.message, exc.param
+    except BadRequest as exc:  # a shared rule's refusal (``seedproxy.sampling_fields``, ...)
+        status, msg, param = exc.status_code, exc.message, exc.param
     except InternalError as exc:
         logger.error("generation failed inside the engine: %s", exc.message)
         status, msg, param = exc.status, f"Internal server error: {exc.message}", None

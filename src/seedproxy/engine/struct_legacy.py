@@ -1,11 +1,11 @@
 """SGLang's legacy structural tag (``{"structures": [{"begin", "schema", "end"}],
-"triggers": [...]}``, the JSON text SGLang's chat route sends) written as one llguidance
-grammar.
+"triggers": [...]}``, the JSON text SGLang's chat route sends; its shape is
+``seedproxy.legacy_tag``'s) written as one llguidance grammar.
 
 Built as SGLang's llguidance backend builds it (one lazy trigger per structure: free text
 up to the first occurrence of the trigger, then the rest of ``begin``, a value of the
 schema, then ``end``; its trigger the first of ``triggers`` that ``begin`` starts with,
-else the first; ``at_least_one`` not read), with one difference that xgrammar, SGLang's
+else the first; ``at_least_one`` checked, not used), with one difference that xgrammar, SGLang's
 default backend, makes: ``begin``, ``end`` and trigger strings are literal text, even
 where they look like a tag (``<a>``, ``<function=get_weather>``). Only a trigger that is
 exactly one special token of the vocabulary (``special_id``) is matched as that token,
@@ -25,6 +25,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from ..legacy_tag import legacy_structures
 from .schema_types import with_inferred_types
 
 __all__ = ["legacy_grammar"]
@@ -36,28 +37,22 @@ def _lit(text: str) -> str:
     return json.dumps(text) if text else ""
 
 
-def _read(tag: dict[str, Any]) -> tuple[list[tuple[str, str, Any, str]], list[str]]:
-    """The tag's structures as ``(trigger, begin, schema, end)``, and its triggers."""
-    structures, triggers = tag.get("structures"), tag.get("triggers")
-    if not isinstance(triggers, list) or not triggers or not all(
-            isinstance(t, str) and t for t in triggers):
-        raise ValueError("triggers must be a non-empty list of strings")
-    if not isinstance(structures, list) or not structures:
+def _read(tag: dict[str, Any]) -> list[tuple[str, str, Any, str]]:
+    """The tag's structures as ``(trigger, begin, schema, end)``."""
+    structures, triggers, _ = legacy_structures(tag)
+    if not triggers or not all(triggers):
+        raise ValueError("triggers must be a non-empty list of non-empty strings")
+    if not structures:
         raise ValueError("structures must be a non-empty list")
     read = []
-    for item in structures:
-        if not isinstance(item, dict) or not isinstance(item.get("begin"), str) or (
-                not isinstance(item.get("end"), str)):
-            raise ValueError("each structure needs a string begin and end")
-        schema = item.get("schema")
+    for begin, schema, end in structures:
         if not isinstance(schema, dict | str):
             raise ValueError("each structure's schema must be a JSON schema")
-        begin = item["begin"]
         trigger = next((t for t in triggers if begin.startswith(t)), triggers[0])
         if not begin.startswith(trigger):
             raise ValueError(f"begin {begin[:64]!r} does not start with a trigger")
-        read.append((trigger, begin, with_inferred_types(schema), item["end"]))
-    return read, triggers
+        read.append((trigger, begin, with_inferred_types(schema), end))
+    return read
 
 
 def legacy_grammar(tag: dict[str, Any], special_id: Callable[[str], int | None]) -> str:
@@ -66,7 +61,7 @@ def legacy_grammar(tag: dict[str, Any], special_id: Callable[[str], int | None])
     ``ValueError`` where the tag is malformed."""
     from llguidance import grammar_from
 
-    structures, _ = _read(tag)
+    structures = _read(tag)
     options = " | ".join(f"tag_{i}" for i in range(len(structures)))
     lines = ["%llguidance {}", f"start: ({options})* tag_end", "tag_end: TAG_TEXT",
              f"TAG_TEXT: /{_TEXT}/"]

@@ -11,10 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .decode import IncrementalDecoder
+from ...detokenize import IncrementalDecoder
+from ...stop_strings import StopTrim
 from .markers import MarkerGuard
 from .reasoning import ReasoningParser
-from .segments import Held, StopTrim
+from .segments import Held
 from .tool_parsers import ToolCall, ToolParser
 from .tools.base import openai_call_id
 

@@ -8,13 +8,12 @@ Invariants:
   its ``json_schema`` object), so each dialect maps it as its own chat route does:
   SGLang turns ``json_object`` into the schema ``{"type": "object"}`` and a schema into
   ``json.dumps(schema)``; vLLM's completions take ``response_format`` as its chat does.
-- A ``regex`` must compile with Python's ``re`` (a 400 naming it otherwise), so an
-  upstream's refusal of it never uses an index.
+- A ``regex`` must compile with Python's ``re`` (``sampling_fields.check_regex``: a 400
+  naming it otherwise), so an upstream's refusal of it never uses an index.
 - ``structural_tag`` is sent as SGLang's chat route writes it: ``json.dumps`` of
   its ``model_dump(by_alias=True)``; for the ``structures`` / ``triggers`` form that is
-  ``{"type", "structures": [{"begin", "schema", "end"}], "triggers", "at_least_one"}``
-  (schema null and at_least_one false when left out); the ``format`` form (xgrammar's
-  own) goes as sent. Other kinds are a 400.
+  ``seedproxy.legacy_tag``'s text (schema null and at_least_one false when left out);
+  the ``format`` form (xgrammar's own) goes as sent. Other kinds are a 400.
 - A forcing ``tool_choice`` (``required`` or a named tool) is the tool parser's
   structural tag where it builds one (``tools.structural``), else the JSON schema of
   ``seedproxy.tool_choice``; with any other constraint it is a 400, as SGLang 0.5.23's
@@ -25,14 +24,15 @@ Invariants:
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from ...errors import BadRequest
+from ...response_format import format_of
+from ...sampling_fields import check_regex
 from ...tool_choice import Forcing
 
-__all__ = ["Constraint", "check_regex", "constraint_of", "legacy_tag_text"]
+__all__ = ["Constraint", "constraint_of"]
 
 _GRAMMARS = ("regex", "ebnf", "json_schema")
 
@@ -61,19 +61,6 @@ class Constraint:
                 self.response_format.get("type") == "structural_tag"):
             return "structural_tag"
         return "json_schema"  # json_object, json_schema, a forced tool call
-
-
-def check_regex(pattern: str, param: str) -> None:
-    """A 400 naming ``param`` unless Python's ``re`` compiles ``pattern``: checked before
-    the slot, so the upstream's own refusal never uses an index. ``re`` raises
-    ``re.error``, ``OverflowError`` for a repeat count past its range, and
-    ``RecursionError`` for groups nested past the recursion limit."""
-    try:
-        re.compile(pattern)
-    except (re.error, OverflowError, RecursionError) as exc:
-        shown = pattern if len(pattern) <= 64 else pattern[:64] + "..."
-        raise BadRequest(f"{param} {shown!r} is not a valid regex: {exc}",
-                         param=param) from None
 
 
 def _schema_text(value: Any, field: str) -> str:
@@ -109,65 +96,8 @@ def _grammar(body: dict[str, Any]) -> Constraint | None:
 
 
 def _response_format(fmt: Any) -> Constraint | None:
-    if fmt is None:
-        return None
-    if not isinstance(fmt, dict) or not isinstance(fmt.get("type"), str):
-        raise BadRequest("response_format must be an object with a string type",
-                         param="response_format")
-    kind = fmt["type"]
-    if kind == "text":
-        return None
-    if kind == "json_object":
-        return Constraint("response_format", '{"type": "object"}', {"type": "json_object"})
-    if kind == "json_schema":
-        spec = fmt.get("json_schema")
-        if not isinstance(spec, dict) or not isinstance(spec.get("schema"), dict):
-            raise BadRequest("response_format.json_schema.schema must be a JSON schema object",
-                             param="response_format")
-        if not isinstance(spec.get("name"), str):
-            raise BadRequest("response_format.json_schema.name must be a string",
-                             param="response_format")
-        return Constraint("response_format", json.dumps(spec["schema"]),
-                          {"type": "json_schema", "json_schema": spec})
-    if kind == "structural_tag":
-        return Constraint("response_format", _structural_tag(fmt), fmt)
-    raise BadRequest(f"response_format type {kind!r} is not supported in token-in-token-out "
-                     "mode (text, json_object, json_schema and structural_tag are)",
-                     param="response_format")
-
-
-def _structural_tag(fmt: dict[str, Any]) -> str:
-    """The ``structural_tag`` text SGLang's chat route sends for ``fmt``."""
-    if "format" in fmt:  # xgrammar's StructuralTag: its own checks, upstream
-        if not isinstance(fmt["format"], dict):
-            raise BadRequest("response_format.format must be an object",
-                             param="response_format")
-        return json.dumps(fmt)
-    structures, triggers = fmt.get("structures"), fmt.get("triggers")
-    at_least_one = fmt.get("at_least_one", False)
-    if not isinstance(structures, list) or not all(
-            isinstance(s, dict) and isinstance(s.get("begin"), str)
-            and isinstance(s.get("end"), str) and isinstance(s.get("schema"), dict | None)
-            for s in structures):
-        raise BadRequest("response_format.structures must be a list of {begin, schema, end}"
-                         " (strings, and a schema object)", param="response_format")
-    if not isinstance(triggers, list) or not all(isinstance(t, str) for t in triggers):
-        raise BadRequest("response_format.triggers must be a list of strings",
-                         param="response_format")
-    if not isinstance(at_least_one, bool):
-        raise BadRequest("response_format.at_least_one must be a boolean",
-                         param="response_format")
-    return legacy_tag_text([{"begin": s["begin"], "schema": s.get("schema"), "end": s["end"]}
-                            for s in structures], triggers, at_least_one)
-
-
-def legacy_tag_text(structures: list[dict[str, Any]], triggers: list[str],
-                    at_least_one: bool) -> str:
-    """``json.dumps`` of SGLang's ``LegacyStructuralTagResponseFormat``
-    (``structures`` as ``{"begin", "schema", "end"}``), as ``to_sampling_params`` sends
-    it under ``structural_tag``."""
-    return json.dumps({"type": "structural_tag", "structures": structures,
-                       "triggers": triggers, "at_least_one": at_least_one})
+    asked = format_of(fmt, "in token-in-token-out mode")
+    return None if asked is None else Constraint("response_format", asked.source, asked.asked)
 
 
 def constraint_of(body: dict[str, Any], forcing: Forcing | None = None,

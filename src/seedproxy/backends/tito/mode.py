@@ -7,10 +7,10 @@ import datetime
 from collections.abc import Sequence
 from typing import Any
 
+from ...detokenize import IncrementalDecoder, decoder_of
 from ...errors import BadRequest, ConfigError
 from ...tool_choice import tools_rendered
 from .assistant import AssistantStream
-from .decode import IncrementalDecoder, decoder_of
 from .dialect import Dialect
 from .facets import MATCHERS, matchers_of
 from .harmony import MARKERS as HARMONY_MARKERS
@@ -133,8 +133,7 @@ class TitoMode:
         elif self._tool_parser is not None and body.get("tools") and (
                 body.get("tool_choice") != "none"):
             tools = self._tool_parser(body["tools"])
-        decoder = IncrementalDecoder(self.renderer.tokenizer, self.hidden,
-                                     decode=self._decode)
+        decoder = IncrementalDecoder(self._decode, self.hidden)
         earlier = _earlier_calls(body["messages"]) if tools is not None and tools.numbered else 0
         return AssistantStream(decoder, reasoning, tools, sampling.stop,
                                continues=prompt.prefix is not None, earlier_calls=earlier,

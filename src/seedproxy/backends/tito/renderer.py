@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ...errors import BadRequest, ConfigError
-from ...template_input import RenderOptions, content_format, reserved_names
+from ...template_input import RenderOptions, content_format, rendered, reserved_names
 from .harmony import CALL, harmony_of
 from .vision import Vision
 
@@ -83,14 +83,6 @@ def dated(today: datetime.date) -> str:
     )
 
 
-def _template_errors() -> tuple[type[BaseException], ...]:
-    from jinja2 import TemplateError
-
-    # What a template raises on messages it cannot render: its own errors, and the
-    # TypeError/KeyError of an expression over a missing or None field.
-    return (TemplateError, TypeError, KeyError, ValueError, AttributeError, IndexError)
-
-
 def encoder_of(tokenizer: Any) -> Callable[[str], list[int]]:
     """``tokenizer.encode(text, add_special_tokens=False)`` as a function. A fast (Rust)
     tokenizer is called through its backend directly when the two agree on a probe
@@ -130,7 +122,6 @@ class Renderer:
             raise ConfigError("the tokenizer has no chat template: pass --chat-template FILE")
         if today is not None and "strftime_now" in self.template:
             self.template = dated(today) + self.template
-        self._errors = _template_errors()
         self.special_texts: tuple[str, ...] = tuple(sorted(
             ({str(t) for t in tokenizer.all_special_tokens}
              | {str(t) for t in getattr(tokenizer, "added_tokens_encoder", {})}) - {""},
@@ -153,34 +144,14 @@ class Renderer:
         self._stop_texts = {i: str(tokenizer.decode([i], skip_special_tokens=False))
                             for i in sorted(self.end_ids)}
 
-    def render(self, messages: list[dict[str, Any]], tools: list[Any] | None,
-               *, generation_prompt: bool, continue_final: bool = False,
-               kwargs: dict[str, Any] | None = None) -> str:
-        """The template's text; ``BadRequest`` when it cannot render these messages."""
-        extra = dict(kwargs or {})
-        if continue_final:
-            extra["continue_final_message"] = True
-        try:
-            text = self.tokenizer.apply_chat_template(
-                messages, tools=tools or None, chat_template=self.template,
-                add_generation_prompt=generation_prompt and not continue_final,
-                tokenize=False, **extra,
-            )
-        except self._errors as exc:
-            raise BadRequest(f"the chat template cannot render these messages: {exc}",
-                             param="messages") from None
-        if not isinstance(text, str):
-            raise BadRequest("the chat template did not render text", param="messages")
-        return text
-
     def encode(self, text: str) -> list[int]:
         """``tokenizer.encode(text, add_special_tokens=False)``."""
         return self._encode(text)
 
     def full_text(self, messages: list[dict[str, Any]], tools: list[Any] | None,
                   options: RenderOptions = _DEFAULT) -> str:
-        return self.render(messages, tools, generation_prompt=options.generation_prompt,
-                           continue_final=options.continue_final, kwargs=options.kwargs)
+        """The template's text; ``BadRequest`` when it cannot render these messages."""
+        return rendered(self.tokenizer, messages, tools, options, self.template)
 
     def suffix_text(self, new: list[dict[str, Any]], tools: list[Any] | None,
                     *, end: int | None, options: RenderOptions = _DEFAULT,
@@ -240,7 +211,7 @@ class Renderer:
             "role": "assistant", "content": "", "tool_calls": [
                 {"id": "call_0", "type": "function",
                  "function": {"name": name, "arguments": {}}}]}]
-        head = self.render(probe, tools, generation_prompt=False, kwargs=options.kwargs)
+        head = self.full_text(probe, tools, RenderOptions(options.kwargs, generation_prompt=False))
         text = self.full_text(probe + new, tools, options)
         if not head.endswith(CALL) or not text.startswith(head):
             raise BadRequest("the chat template does not end a tool call turn with "
@@ -263,7 +234,7 @@ class Renderer:
         """The special token that closes an assistant turn in this template."""
         probe = [PROBE_USER, {"role": "assistant", "content": SENTINEL}, PROBE_USER]
         try:
-            text = self.render(probe, None, generation_prompt=True)
+            text = self.full_text(probe, None)
         except BadRequest as exc:
             raise ConfigError(f"the chat template cannot render a conversation: {exc.message}"
                               ) from None

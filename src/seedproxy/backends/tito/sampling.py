@@ -2,8 +2,8 @@
 
 Invariants:
 - Every field is checked for type and range here, before a slot is taken: a bad value
-  is a 400 naming the field that uses no index. Ranges are SGLang's (penalties in
-  [-2, 2], ``repetition_penalty`` in (0, 2], ``logit_bias`` keys in the vocabulary).
+  is a 400 naming the field that uses no index (``seedproxy.sampling_fields``: the
+  rules the engine applies too).
 - A field the dialect cannot carry (outside its ``carries``) with a value other than a
   neutral one is a 400 naming it, never dropped; so is a forcing ``tool_choice`` where
   the dialect cannot carry one (its grammar is SGLang's, on ``/generate`` only).
@@ -13,13 +13,13 @@ Invariants:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 from ...errors import BadRequest
+from ...sampling_fields import logit_bias, number, penalties, regexes, token_ids
 from ...tool_choice import Forcing, ToolChoiceError, forcing_of
-from .constraints import Constraint, check_regex, constraint_of
+from .constraints import Constraint, constraint_of
 from .tools.base import ToolParser
 from .tools.structural import ToolAsk
 
@@ -64,45 +64,12 @@ def checked_forcing(body: dict[str, Any]) -> Forcing | None:
         raise BadRequest(exc.message, param=exc.param) from None
 
 
-def _penalty(body: dict[str, Any], key: str, low: float, high: float,
-             open_low: bool = False) -> float | None:
-    value = _number(body, key)
-    if value is not None and not (low < value <= high if open_low else low <= value <= high):
-        span = f"({low:g}, {high:g}]" if open_low else f"[{low:g}, {high:g}]"
-        raise BadRequest(f"{key} must be in {span}", param=key)
-    return value
-
-
-def _logit_bias(body: dict[str, Any], vocab_size: int) -> tuple[tuple[int, float], ...]:
-    value = body.get("logit_bias")
-    if value is None:
-        return ()
-    if not isinstance(value, dict):
-        raise BadRequest("logit_bias must be an object of token id -> bias", param="logit_bias")
-    bias: dict[int, float] = {}
-    for key, amount in value.items():
-        if not (isinstance(key, str) and 0 < len(key) <= 12 and key.isascii()
-                and key.isdigit() and int(key) < vocab_size):
-            raise BadRequest(f"logit_bias keys must be token ids in [0, {vocab_size - 1}]",
-                             param="logit_bias")
-        if isinstance(amount, bool) or not isinstance(amount, int | float) or not (
-                math.isfinite(amount)):
-            raise BadRequest("logit_bias values must be finite numbers", param="logit_bias")
-        bias[int(key)] = float(amount)
-    return tuple(bias.items())
-
-
 def _stop_regex(body: dict[str, Any]) -> tuple[str, ...]:
-    value = body.get("stop_regex")
-    patterns = [value] if isinstance(value, str) else value if value is not None else []
-    if not isinstance(patterns, list) or len(patterns) > _MAX_STOPS or not all(
-            isinstance(p, str) and p for p in patterns):
+    patterns = regexes(body.get("stop_regex"), "stop_regex")
+    if len(patterns) > _MAX_STOPS or not all(patterns):
         raise BadRequest(f"stop_regex must be a regex or up to {_MAX_STOPS} regexes",
                          param="stop_regex")
-    for pattern in patterns:
-        check_regex(pattern, "stop_regex")
     return tuple(patterns)
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,15 +99,6 @@ class Sampling:
     require_reasoning: bool = False
     """A reasoning parser is on: SGLang's chat route then leaves the reasoning free and
     starts a constraint after it (``require_reasoning`` on ``/generate``)."""
-
-
-def _number(body: dict[str, Any], key: str) -> float | None:
-    value = body.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise BadRequest(f"{key} must be a number", param=key)
-    return float(value)
 
 
 def _int(body: dict[str, Any], key: str, low: int) -> int | None:
@@ -188,9 +146,8 @@ def sampling_of(body: dict[str, Any], stop_token_ids: tuple[int, ...], *,
         raise BadRequest(
             f"stop must be a non-empty string or up to {_MAX_STOPS} of them", param="stop"
         )
-    extra = body.get("stop_token_ids") or []
-    if not isinstance(extra, list) or not all(type(i) is int and i >= 0 for i in extra):
-        raise BadRequest("stop_token_ids must be a list of token ids", param="stop_token_ids")
+    extra = token_ids(body.get("stop_token_ids"), "stop_token_ids")
+    frequency, presence, repetition = penalties(body)
     limit = _int(body, "max_completion_tokens", 1)
     if limit is None:
         limit = _int(body, "max_tokens", 1)
@@ -205,18 +162,18 @@ def sampling_of(body: dict[str, Any], stop_token_ids: tuple[int, ...], *,
         raise BadRequest("top_logprobs must be at most 20", param="top_logprobs")
     return Sampling(
         max_new_tokens=limit,
-        temperature=_number(body, "temperature"),
-        top_p=_number(body, "top_p"),
+        temperature=number(body, "temperature"),
+        top_p=number(body, "top_p"),
         top_k=_int(body, "top_k", -1),
-        min_p=_number(body, "min_p"),
+        min_p=number(body, "min_p"),
         stop=stops,
         stop_token_ids=tuple(dict.fromkeys([*(() if ignore_eos else stop_token_ids), *extra])),
         logprobs=bool(logprobs),
         top_logprobs=top,
-        frequency_penalty=_penalty(body, "frequency_penalty", -2.0, 2.0),
-        presence_penalty=_penalty(body, "presence_penalty", -2.0, 2.0),
-        repetition_penalty=_penalty(body, "repetition_penalty", 0.0, 2.0, open_low=True),
-        logit_bias=_logit_bias(body, vocab_size),
+        frequency_penalty=frequency,
+        presence_penalty=presence,
+        repetition_penalty=repetition,
+        logit_bias=logit_bias(body.get("logit_bias"), vocab_size),
         stop_regex=_stop_regex(body),
         constraint=constraint_of(body, forcing, tool_tag),
         forcing=forcing,

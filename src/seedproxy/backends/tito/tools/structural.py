@@ -16,7 +16,7 @@ Invariants (read from SGLang's ``function_call_parser.py`` and ``serving_chat.py
   raises, and its route goes on without one: ``auto`` unconstrained, a named choice
   the JSON array; ``required`` is a 400 already, in ``tool_choice``).
 - The text is ``json.dumps`` of SGLang's ``LegacyStructuralTagResponseFormat``
-  (``constraints.legacy_tag_text``), key order included.
+  (``seedproxy.legacy_tag.legacy_tag_text``), key order included.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ....errors import BadRequest
+from ....legacy_tag import legacy_tag_text
 from ....tool_choice import ToolChoiceError, tool_defs
-from ..constraints import legacy_tag_text
 
 __all__ = ["CallFrame", "ToolAsk", "frame_tag", "strict_tools"]
 
@@ -86,8 +86,7 @@ def frame_tag(frame: CallFrame, ask: ToolAsk) -> str | None:
         tool_defs(tools)
     except ToolChoiceError:
         return None  # SGLang's builder refuses the tools, and it sends no tag
-    structures = [{"begin": frame.begin(tool["function"]["name"]),
-                   "schema": (tool["function"].get("parameters") or {}) if strict else {},
-                   "end": frame.end}
+    structures = [(frame.begin(tool["function"]["name"]),
+                   (tool["function"].get("parameters") or {}) if strict else {}, frame.end)
                   for tool, strict in zip(tools, flags, strict=True)]
     return legacy_tag_text(structures, [frame.trigger], ask.forced)

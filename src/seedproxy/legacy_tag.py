@@ -1,0 +1,52 @@
+"""SGLang's legacy structural tag (``{"structures": [{"begin", "schema", "end"}],
+"triggers": [...], "at_least_one"}``): the shape token-in-token-out mode writes and the
+engine reads.
+
+Invariants:
+- ``legacy_structures`` checks every field's type before anything is read: ``structures``
+  a list of objects with string ``begin`` and ``end``, ``triggers`` a list of strings,
+  ``at_least_one`` (false when left out) a boolean; anything else is a ``ValueError``
+  naming the field. A ``schema`` is returned as given, for each side to check.
+- ``legacy_tag`` is SGLang's ``LegacyStructuralTagResponseFormat`` dumped, and
+  ``legacy_tag_text`` its ``json.dumps``, as ``to_sampling_params`` sends it under
+  ``structural_tag``, key order included.
+Imports no other seedproxy module, so every layer may use it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+__all__ = ["legacy_structures", "legacy_tag", "legacy_tag_text"]
+
+Structure = tuple[str, Any, str]
+"""``(begin, schema, end)``."""
+
+
+def legacy_structures(tag: dict[str, Any]) -> tuple[list[Structure], list[str], bool]:
+    """The tag's structures, triggers and ``at_least_one``."""
+    structures, triggers = tag.get("structures"), tag.get("triggers")
+    at_least_one = tag.get("at_least_one", False)
+    if not isinstance(structures, list) or not all(
+            isinstance(s, dict) and isinstance(s.get("begin"), str)
+            and isinstance(s.get("end"), str) for s in structures):
+        raise ValueError("structures must be a list of {begin, schema, end} with a string "
+                         "begin and end")
+    if not isinstance(triggers, list) or not all(isinstance(t, str) for t in triggers):
+        raise ValueError("triggers must be a list of strings")
+    if not isinstance(at_least_one, bool):
+        raise ValueError("at_least_one must be a boolean")
+    return [(s["begin"], s.get("schema"), s["end"]) for s in structures], triggers, at_least_one
+
+
+def legacy_tag(structures: list[Structure], triggers: list[str],
+               at_least_one: bool) -> dict[str, Any]:
+    return {"type": "structural_tag",
+            "structures": [{"begin": b, "schema": s, "end": e} for b, s, e in structures],
+            "triggers": triggers, "at_least_one": at_least_one}
+
+
+def legacy_tag_text(structures: list[Structure], triggers: list[str],
+                    at_least_one: bool) -> str:
+    return json.dumps(legacy_tag(structures, triggers, at_least_one))

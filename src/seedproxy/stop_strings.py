@@ -1,0 +1,64 @@
+"""Stop strings in decoded text: the rule the proxy's token-in-token-out mode and the
+engine share.
+
+Invariants:
+- The text ends at the earliest stop string found (the one listed first where two start
+  at the same place); the sampled ids keep it, the text shown does not.
+- While the text streams, a tail that could still grow into a stop string (a proper
+  prefix of one) is held back, so shown pieces concatenate to the final text.
+Imports no other seedproxy module, so every layer may use it.
+"""
+
+from __future__ import annotations
+
+__all__ = ["StopTrim", "first_stop", "held_tail", "partial_tag"]
+
+
+def partial_tag(text: str, tag: str) -> int:
+    """Length of the longest tail of ``text`` that is a proper prefix of ``tag``."""
+    for size in range(min(len(tag) - 1, len(text)), 0, -1):
+        if text.endswith(tag[:size]):
+            return size
+    return 0
+
+
+def held_tail(text: str, stops: tuple[str, ...]) -> int:
+    """Length of the longest tail of ``text`` that may begin one of ``stops``."""
+    return max((partial_tag(text, s) for s in stops), default=0)
+
+
+def first_stop(text: str, stops: tuple[str, ...], start: int = 0) -> tuple[int, str] | None:
+    """Where the earliest of ``stops`` begins in ``text`` at or after ``start``, and which."""
+    best: tuple[int, str] | None = None
+    for stop in stops:
+        at = text.find(stop, start)
+        if at >= 0 and (best is None or at < best[0]):
+            best = (at, stop)
+    return best
+
+
+class StopTrim:
+    """Cuts streamed text at the first of ``stops``; ``feed`` returns what can be shown."""
+
+    def __init__(self, stops: tuple[str, ...]) -> None:
+        self._stops = stops
+        self._buffer = ""
+        self._stopped = False
+
+    def feed(self, text: str) -> str:
+        if self._stopped:
+            return ""
+        self._buffer += text
+        hit = first_stop(self._buffer, self._stops)
+        if hit is not None:
+            self._stopped = True
+            shown, self._buffer = self._buffer[:hit[0]], ""
+            return shown
+        keep = held_tail(self._buffer, self._stops)
+        shown = self._buffer[: len(self._buffer) - keep]
+        self._buffer = self._buffer[len(self._buffer) - keep:]
+        return shown
+
+    def finish(self) -> str:
+        rest, self._buffer = ("" if self._stopped else self._buffer), ""
+        return rest
