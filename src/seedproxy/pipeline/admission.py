@@ -131,14 +131,15 @@ class Admission:
         images = await self.services.images.check(endpoint, body)
         chat, turn = await self._translate(client, view, images)
         headers = request.headers
+        bridged = chat is not None and endpoint is Endpoint.RESPONSES
         seated = await seat(self.services, client, session, pinned=pinned_index(headers),
                             retry=is_sdk_retry(headers), arrived=arrived,
                             compacted=compacted_from(headers), trace=trace, view=view,
-                            check=check)
+                            check=check,
+                            left_out_tools=(left_out_tools(client.body) or None) if bridged
+                            else None)
         if isinstance(seated, SessionView):
             return seated
-        if chat is not None and endpoint is Endpoint.RESPONSES:
-            seated.left_out_tools = left_out_tools(client.body) or None
         return seated, chat, turn
 
     def refused(self, endpoint: Endpoint, exc: SeedProxyError,

@@ -67,7 +67,7 @@ class _Watch:
     async def _watch(self) -> None:
         await client_left(self._receive)
         ex = self._ex
-        ex.abandoned = True  # whatever is recorded from now on says so
+        ex.abandon()
         aborted = await ex.services.inflight.stop(ex, self.gone)
         if not aborted and not ex.recording and not self._handler.done():
             self.cancelled_exchange = True  # nothing to wait for; no record will be cut

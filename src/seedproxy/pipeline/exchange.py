@@ -1,6 +1,7 @@
 """One request's state and lifecycle, from its seat to its last byte.
 
-Invariants (nothing outside this class writes its fields):
+Invariants (nothing outside this class writes its fields: ``seating.seat`` builds it with
+what admission decided, and the stages call its methods):
 - Every upstream reply the exchange opens is added the moment it exists and closed
   exactly once: by ``close`` when the answer was whole (or failed), by
   ``finish_stream`` when a stream response took them.
@@ -137,6 +138,18 @@ class Exchange:
         self.seeds = list(recorded.seeds)
         self.replayed = True
         self.services.metrics.replayed.inc()
+
+    def stream_failed(self, status: int) -> None:
+        """A stream broke off with ``status``: what its record says from now on."""
+        self.status = status
+
+    def abandon(self) -> None:
+        """The client left before its answer: whatever is recorded from now on says so."""
+        self.abandoned = True
+
+    def waited_upstream(self, seconds: float) -> None:
+        """Add ``seconds`` spent waiting on the upstream (not the proxy's overhead)."""
+        self.upstream_s += seconds
 
     def overhead_ms(self) -> float:
         return max(0.0, (time.perf_counter() - self.arrived - self.upstream_s) * 1000)

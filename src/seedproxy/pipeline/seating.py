@@ -27,12 +27,14 @@ async def seat(services: Services, client: ClientRequest,
                session: SessionRecord | NewSession | None, *, pinned: int | None,
                retry: bool, arrived: float, compacted: str | None = None,
                trace: Trace = NO_TRACE, view: SessionView | None = None,
-               check: bool = True) -> Exchange | SessionView:
+               check: bool = True, left_out_tools: list[str] | None = None,
+               ) -> Exchange | SessionView:
     """Check the seed rules, create the session if new, take the slot, derive seeds.
     ``compacted``: the interaction a compacted history replaces (recorded as such);
     ``trace``: the request's (the slot is its ``store.allocate`` span). ``view``: the
     session's, as the request was checked against; with ``check``, a view that lacks
-    records comes back brought up to date instead of an exchange (no index taken)."""
+    records comes back brought up to date instead of an exchange (no index taken).
+    ``left_out_tools``: the hosted tools a bridged request's prompt leaves out (recorded)."""
     settings = services.settings
     deterministic = settings.deterministic
     fixed = client.seed
@@ -48,7 +50,8 @@ async def seat(services: Services, client: ClientRequest,
         )
     if session is None:
         seeds = [client.seed] if client.seed is not None else []
-        return Exchange(services, client, None, None, seeds, arrived, trace=trace)
+        return Exchange(services, client, None, None, seeds, arrived, trace=trace,
+                        left_out_tools=left_out_tools)
     if isinstance(session, NewSession):
         session = await services.sessions.get_or_create(session.session_id)
     if view is None:
@@ -73,7 +76,6 @@ async def seat(services: Services, client: ClientRequest,
         seeds = content_seeds(session.identity, position.key, position.occurrence, client.n)
     else:
         seeds = choice_seeds(session.identity, slot.index, client.n)
-    ex = Exchange(services, client, session, slot, seeds, arrived, seat=position,
-                  compacted_from=compacted, trace=trace)
-    ex.view = view
-    return ex
+    return Exchange(services, client, session, slot, seeds, arrived, seat=position,
+                    compacted_from=compacted, trace=trace, view=view,
+                    left_out_tools=left_out_tools)

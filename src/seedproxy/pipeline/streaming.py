@@ -67,14 +67,14 @@ async def _events(ex: Exchange, reader: Reader, writer: Writer,
     except httpx.HTTPError as exc:
         failure = upstream_failure(ex.upstream or "an upstream", "broke off the stream", exc)
         log.warning("upstream %s broke off a stream: %s", ex.upstream, type(exc).__name__)
-        ex.status = failure.status_code
+        ex.stream_failed(failure.status_code)
         yield writer.error(failure)
     except UpstreamError as exc:  # an error event, a malformed chunk
         log.warning("upstream %s failed mid-stream: %s", ex.upstream, exc.message)
-        ex.status = exc.status_code
+        ex.stream_failed(exc.status_code)
         yield writer.error(exc)
     except Exception:
-        ex.status = 500  # seedproxy's own bug: recorded as such, and raised
+        ex.stream_failed(500)  # seedproxy's own bug: recorded as such, and raised
         raise
 
 
@@ -143,7 +143,7 @@ class StreamResponse(Response):
                     await aclose()
             finally:
                 if not completed and not left:
-                    self.exchange.status = 500  # the events raised: our bug, logged above us
+                    self.exchange.stream_failed(500)  # the events raised: our bug, logged above
                 # runs even when the events never started (the head could not be sent)
                 await self.exchange.finish_stream(self.snapshot,
                                                   abandoned=left and not completed)

@@ -99,7 +99,7 @@ class FanoutReader:
             while open_streams:
                 waited = time.perf_counter()
                 j, item = await queue.get()
-                ex.upstream_s += time.perf_counter() - waited
+                ex.waited_upstream(time.perf_counter() - waited)
                 if item is None:
                     open_streams -= 1
                     continue
