@@ -21,9 +21,9 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
 
-from seedproxy.backends.client import upstream_client  # noqa: E402
 from seedproxy.proxy import create_app  # noqa: E402
 from seedproxy.settings import Settings  # noqa: E402
+from seedproxy.transport.client import upstream_client  # noqa: E402
 from tests.helpers.fake_sglang import Switches, create_fake_sglang  # noqa: E402
 from tests.helpers.servers import ServerThread  # noqa: E402
 

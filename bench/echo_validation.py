@@ -21,10 +21,10 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-import seedproxy.backends.sglang as sglang_module  # noqa: E402
-from seedproxy.backends import Endpoint, SGLangBackend  # noqa: E402
-from seedproxy.backends.answer_shape import check_answer  # noqa: E402
-from seedproxy.backends.shapes import ints  # noqa: E402
+import seedproxy.dialects.sglang as sglang_module  # noqa: E402
+from seedproxy.dialects import Endpoint, SGLangBackend  # noqa: E402
+from seedproxy.dialects.answer_shape import check_answer  # noqa: E402
+from seedproxy.dialects.shapes import ints  # noqa: E402
 
 _MAX = 2**31 - 1
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from seedproxy.backends import Endpoint, SGLangBackend  # noqa: E402
+from seedproxy.dialects import Endpoint, SGLangBackend  # noqa: E402
 from seedproxy.sessions import Interaction, MemoryStore, SessionRecord  # noqa: E402
 
 

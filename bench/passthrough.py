@@ -28,8 +28,8 @@ def make_fetch(client: str, url: str) -> Fetch:
     state: dict[str, Any] = {}
 
     if client == "lean":
-        from seedproxy.backends.client import upstream_client
-        from seedproxy.backends.route import Proxies
+        from seedproxy.transport.client import upstream_client
+        from seedproxy.transport.route import Proxies
 
         async def lean(body: bytes) -> AsyncIterator[bytes]:
             if not state:

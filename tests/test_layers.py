@@ -6,10 +6,12 @@ and becomes a real one the day the import is needed at run time); imports inside
 functions do not. ``from pkg import name`` is an edge to ``pkg.name`` when that is a
 module, else to ``pkg``.
 
-Layers, lowest first: ``seeds`` imports no other seedproxy module; ``sessions`` nothing
-from backends, proxy, commands or pipeline; ``backends`` nothing from proxy, commands
-or pipeline; ``engine`` nothing from backends, proxy, pipeline or commands; ``pipeline`` nothing
-from proxy, commands or engine; ``proxy`` nothing from commands."""
+Layers, lowest first, one entry per top-level module or package in ``ALLOWED``: the
+shared leaf modules (``seeds``, ``errors``, ``settings`` ...); ``sessions``; the upstream side
+(``transport``, ``dialects``, ``media``, ``bridges``, ``tito``, ``fleet``); ``pipeline``;
+``proxy``; ``commands``. The engine is an upstream like any other: it imports only the leaf
+modules. The client package imports nothing of the server. A new package fails the test
+until it is given its place."""
 
 from __future__ import annotations
 
@@ -19,13 +21,37 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1] / "src" / "seedproxy"
 PACKAGE = "seedproxy"
 
-FORBIDDEN: dict[str, tuple[str, ...]] = {
-    "sessions": ("backends", "proxy", "commands", "pipeline"),
-    "backends": ("proxy", "commands", "pipeline"),
-    "engine": ("backends", "proxy", "pipeline", "commands"),
-    "pipeline": ("proxy", "commands", "engine"),
-    "proxy": ("commands",),
+LEAVES = frozenset({"errors", "nesting", "json_body", "sse_frames", "tool_choice",
+                    "template_input", "settings"})
+
+ALLOWED: dict[str, frozenset[str]] = {
+    "seeds": frozenset(),
+    "errors": frozenset(),
+    "nesting": frozenset(),
+    "sse_frames": frozenset(),
+    "json_body": frozenset({"errors"}),
+    "tool_choice": frozenset({"nesting"}),
+    "template_input": frozenset({"errors", "nesting"}),
+    "settings": frozenset({"errors"}),
+    "sessions": LEAVES | {"seeds"},
+    "transport": LEAVES,
+    "dialects": LEAVES | {"seeds", "sessions"},
+    "media": LEAVES | {"dialects"},
+    "bridges": LEAVES | {"dialects"},
+    "tito": LEAVES | {"sessions", "dialects", "media"},
+    "fleet": LEAVES | {"sessions", "dialects", "transport"},
+    "engine": LEAVES,
+    "pipeline": LEAVES | {"seeds", "sessions", "transport", "dialects", "media", "bridges",
+                          "tito", "fleet"},
+    "proxy": LEAVES | {"seeds", "sessions", "transport", "dialects", "media", "bridges", "tito",
+                       "fleet", "pipeline"},
+    "client": frozenset(),
+    "commands": LEAVES | {"seeds", "sessions", "transport", "dialects", "media", "bridges",
+                          "tito", "fleet", "pipeline", "proxy", "engine", "client", "__root__"},
+    "__main__": frozenset({"commands"}),
+    "__root__": frozenset({"seeds"}),
 }
+"""What each top-level module or package (``__root__``: ``seedproxy`` itself) may import."""
 
 
 def module_names() -> dict[str, Path]:
@@ -162,8 +188,8 @@ def _one_cycle(component: list[str], edges: dict[str, set[str]]) -> list[str]:
 
 def test_the_graph_is_read() -> None:
     edges = graph()
-    assert "seedproxy.proxy.app" in edges and "seedproxy.backends.board" in edges
-    assert "seedproxy.backends.board" in edges["seedproxy.proxy.app"]
+    assert "seedproxy.proxy.app" in edges and "seedproxy.fleet.board" in edges
+    assert "seedproxy.fleet.board" in edges["seedproxy.proxy.app"]
 
 
 def test_the_cycle_finder_finds_a_cycle() -> None:
@@ -178,9 +204,9 @@ def test_no_module_imports_itself_through_others() -> None:
     assert not found, f"import cycles:\n{message}"
 
 
-def _layer(module: str) -> str | None:
+def _layer(module: str) -> str:
     parts = module.split(".")
-    return parts[1] if len(parts) > 1 else None
+    return parts[1] if len(parts) > 1 else "__root__"
 
 
 def test_seeds_imports_no_other_seedproxy_module() -> None:
@@ -191,16 +217,28 @@ def test_seeds_imports_no_other_seedproxy_module() -> None:
     assert not bad, bad
 
 
+def test_every_package_has_its_place_in_the_layers() -> None:
+    placed = {_layer(m) for m in graph()}
+    assert placed - set(ALLOWED) == set(), "give each new package its entry in ALLOWED"
+    assert set(ALLOWED) - placed == set(), "ALLOWED names a package that is gone"
+
+
 def test_the_layers_import_one_way() -> None:
-    edges = graph()
+    edges = graph(everywhere=True)
     bad = []
     for module, targets in sorted(edges.items()):
-        forbidden = FORBIDDEN.get(_layer(module) or "", ())
+        layer = _layer(module)
         for target in sorted(targets):
-            if _layer(target) in forbidden:
+            other = _layer(target)
+            if other != layer and other not in ALLOWED.get(layer, frozenset()):
                 bad.append(f"{module} -> {target}")
     print("\n".join(bad))
     assert not bad, "layer violations:\n" + "\n".join(bad)
+
+
+def test_the_allowed_imports_have_no_cycle() -> None:
+    edges = {layer: set(allowed) for layer, allowed in ALLOWED.items()}
+    assert cycles(edges) == []
 
 
 def test_the_fleet_boards_do_not_import_each_other() -> None:
@@ -208,6 +246,6 @@ def test_the_fleet_boards_do_not_import_each_other() -> None:
     (lazily); the Redis board takes the shared state from ``fleet_state``, never from
     ``board``: no cycle, not even through an import inside a function."""
     edges = graph(everywhere=True)
-    assert "seedproxy.backends.board" not in edges["seedproxy.backends.redis_board"]
-    found = [c for c in cycles(edges) if "seedproxy.backends.board" in c]
+    assert "seedproxy.fleet.board" not in edges["seedproxy.fleet.redis_board"]
+    found = [c for c in cycles(edges) if "seedproxy.fleet.board" in c]
     assert not found, found

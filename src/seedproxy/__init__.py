@@ -1,10 +1,14 @@
 """seedproxy: an OpenAI-compatible proxy that makes LLM rollouts reproducible to the token.
 
-Layers, imported one way only: ``seeds`` (pure) <- ``sessions`` (state) <- ``backends``
-(upstream dialects, protocol bridges, token-in-token-out) <- ``pipeline`` (one request's
-stages) <- ``proxy`` (HTTP surface) <- ``commands`` (the command line). ``engine`` is the
-embedded CPU model, an upstream like any other, which ``serve`` starts only when no
-upstream is given. ``tests/test_layers.py`` enforces the order.
+Layers, imported one way only (``tests/test_layers.py`` enforces them): ``seeds`` (pure)
+and the shared leaf modules (``errors``, ``settings`` ...) <- ``sessions`` (state) <- the
+upstream side: ``transport`` (the HTTP seam), ``dialects`` (one class per upstream kind),
+``media`` (the image gate), ``bridges`` (Responses and Messages to chat), ``tito``
+(token-in-token-out), ``fleet`` (the pool and its control plane) <- ``pipeline`` (one
+request's stages) <- ``proxy`` (the HTTP surface) <- ``commands`` (the command line).
+``engine`` is the embedded CPU model, an upstream like any other, which ``serve`` starts
+only when no upstream is given; it imports only the leaf modules. ``client`` is the
+Python client and imports nothing of the server.
 """
 
 from __future__ import annotations

@@ -36,6 +36,8 @@ MAX_URL_LENGTH = 2048
 
 
 ENV_PREFIX = "SEEDPROXY_"
+BACKEND_NAMES = ("openai", "sglang", "vllm")
+"""The ``--backend`` names; ``dialects.BACKENDS`` holds one class for each."""
 
 NOT_SETTINGS = frozenset({
     "cache_dir",        # the engine's cache of converted models
@@ -58,7 +60,8 @@ class Settings(BaseSettings):
     upstream: Annotated[list[str], NoDecode] = Field(default_factory=list)
     """An upstream's root URL (repeatable; comma-separated in the environment)."""
     backend: str = "sglang"
-    """The upstream dialect: sglang, vllm or openai (``backends.BACKENDS``)."""
+    """The upstream dialect: one of ``BACKEND_NAMES`` (``dialects.BACKENDS`` maps each to its
+    class)."""
     host: str = "127.0.0.1"
     """Address to bind; a non-loopback one needs an admin key."""
     port: int = Field(default=8000, ge=0, le=65535)
@@ -211,10 +214,8 @@ class Settings(BaseSettings):
     @field_validator("backend")
     @classmethod
     def _check_backend(cls, value: str) -> str:
-        from .backends import BACKENDS  # the registry is the one list of names
-
-        if value not in BACKENDS:
-            names = ", ".join(sorted(BACKENDS))
+        if value not in BACKEND_NAMES:
+            names = ", ".join(sorted(BACKEND_NAMES))
             raise ValueError(f"unknown backend {value!r}; choose one of {names}")
         return value
 

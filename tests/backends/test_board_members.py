@@ -9,10 +9,10 @@ from collections.abc import AsyncIterator
 import pytest
 import redis
 
-from seedproxy.backends.board import LocalBoard
-from seedproxy.backends.fleet_state import FleetBoard, FleetState
-from seedproxy.backends.redis_board import RedisBoard
 from seedproxy.errors import StoreError
+from seedproxy.fleet.board import LocalBoard
+from seedproxy.fleet.redis_board import RedisBoard
+from seedproxy.fleet.state import FleetBoard, FleetState
 from seedproxy.sessions import open_store
 from seedproxy.sessions.store.redis import RedisStore
 from tests.helpers.redis_server import RedisServer

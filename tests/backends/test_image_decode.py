@@ -9,8 +9,8 @@ import random
 
 from PIL import Image
 
-from seedproxy.backends.media import ImagePolicy, decode_image
 from seedproxy.errors import BadRequest
+from seedproxy.media import ImagePolicy, decode_image
 
 POLICY = ImagePolicy(max_bytes=10**7, max_pixels=10**7, max_images=10)
 

@@ -90,3 +90,11 @@ def test_an_unknown_backend_is_a_one_line_error(capsys: pytest.CaptureFixture[st
         err
         == "seedproxy: error: backend: unknown backend 'nope'; choose one of openai, sglang, vllm"
     )
+
+
+def test_every_backend_name_has_its_dialect_class() -> None:
+    from seedproxy.dialects import BACKENDS
+    from seedproxy.settings import BACKEND_NAMES
+
+    assert sorted(BACKENDS) == sorted(BACKEND_NAMES)
+    assert all(cls.name == name for name, cls in BACKENDS.items())

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from seedproxy.backends.preflight import check_server_info
+from seedproxy.fleet.preflight import check_server_info
 from tests.helpers.fake_control import SERVER_INFO
 
 

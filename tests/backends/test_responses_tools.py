@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from seedproxy.backends.responses_bridge import left_out_tools, to_chat, to_response
-from seedproxy.backends.responses_events import ResponsesEvents
+from seedproxy.bridges.responses import left_out_tools, to_chat, to_response
+from seedproxy.bridges.responses_events import ResponsesEvents
 from seedproxy.errors import BadRequest
 
 GRAMMAR = 'start: begin_patch hunk+ end_patch\nbegin_patch: "*** Begin Patch" LF\n'

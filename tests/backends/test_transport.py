@@ -16,8 +16,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from seedproxy.backends.client import LeanClient, upstream_client
-from seedproxy.backends.transport import FastTransport, read_response
+from seedproxy.transport.client import LeanClient, upstream_client
+from seedproxy.transport.fast import FastTransport, read_response
 from tests.helpers.procs import free_port
 from tests.helpers.servers import ServerThread
 

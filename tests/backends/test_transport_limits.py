@@ -12,9 +12,9 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from seedproxy.backends.client import LeanClient
-from seedproxy.backends.route import Proxies
-from seedproxy.backends.transport import FastTransport, read_response
+from seedproxy.transport.client import LeanClient
+from seedproxy.transport.fast import FastTransport, read_response
+from seedproxy.transport.route import Proxies
 
 
 class HoldingServer:

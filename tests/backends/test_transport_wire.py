@@ -16,10 +16,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from seedproxy.backends.client import LeanClient, upstream_client
-from seedproxy.backends.route import Proxies
-from seedproxy.backends.transport import FastTransport, UpstreamBodyTooLarge, read_response
 from seedproxy.errors import ConfigError
+from seedproxy.transport.client import LeanClient, upstream_client
+from seedproxy.transport.fast import FastTransport, UpstreamBodyTooLarge, read_response
+from seedproxy.transport.route import Proxies
 from tests.helpers.raw_http import CLOSE, ForwardProxy, RawRequest, RawServer, answer
 
 NO_PROXIES = Proxies()

@@ -16,8 +16,8 @@ import httpx
 import orjson
 import pytest
 
-from seedproxy.backends.echo import loads_echoed
-from seedproxy.backends.shapes import ints
+from seedproxy.dialects.echo import loads_echoed
+from seedproxy.dialects.shapes import ints
 from seedproxy.sessions.token_ids import TokenIds
 from tests.conftest import Fake
 from tests.helpers.fake_sglang import chat_prompt, tokenize

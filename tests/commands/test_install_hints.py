@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from seedproxy.backends.tito.tokenizer import load_tokenizer
 from seedproxy.client import write_parquet
 from seedproxy.errors import ConfigError
 from seedproxy.sessions.store.redis import RedisStore
+from seedproxy.tito.tokenizer import load_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from seedproxy.backends.sglang import SGLangBackend
+from seedproxy.dialects.sglang import SGLangBackend
 from tests.helpers.servers import ServerThread
 
 
@@ -119,7 +119,7 @@ def test_a_bug_reading_a_good_stream_is_recorded_as_a_500(
     fake: Any, start_proxy: Callable[..., str], monkeypatch: pytest.MonkeyPatch,
     capfd: pytest.CaptureFixture[str],
 ) -> None:
-    from seedproxy.backends import sglang
+    from seedproxy.dialects import sglang
 
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise KeyError("seedproxy's own stream bug")

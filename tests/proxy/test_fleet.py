@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from seedproxy import derive_seed
-from seedproxy.backends.pool import rendezvous_order
+from seedproxy.fleet.pool import rendezvous_order
 from tests.helpers.fleet import Fleet
 from tests.helpers.replay_fields import strip_documented
 

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from seedproxy import derive_seed
-from seedproxy.backends.pool import rendezvous_order
+from seedproxy.fleet.pool import rendezvous_order
 from tests.helpers.fake_sglang import tokens_for
 from tests.helpers.fleet import Fleet
 from tests.helpers.procs import free_port

@@ -14,7 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from seedproxy import derive_seed
-from seedproxy.backends.pool import UpstreamPool
+from seedproxy.fleet.pool import UpstreamPool
 from seedproxy.proxy.logs import _RequestFormatter
 from tests.conftest import Fake
 from tests.helpers.procs import free_port

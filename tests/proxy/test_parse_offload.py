@@ -27,7 +27,7 @@ import httpx
 import orjson
 import pytest
 
-from seedproxy.backends import Endpoint
+from seedproxy.dialects import Endpoint
 from seedproxy.pipeline.parse_jobs import Invalid, Packed, read_answer, read_body, unpacked
 from seedproxy.pipeline.request import decode_body
 from seedproxy.sessions.token_ids import TokenIds

@@ -14,8 +14,8 @@ from typing import Any
 import orjson
 import pytest
 
-from seedproxy.backends import Endpoint, StreamCapture
-from seedproxy.backends.sglang import SGLangBackend
+from seedproxy.dialects import Endpoint, StreamCapture
+from seedproxy.dialects.sglang import SGLangBackend
 from seedproxy.proxy import create_app
 from seedproxy.settings import Settings
 from tests.conftest import Fake

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from seedproxy import derive_seed
-from seedproxy.backends.pool import rendezvous_order
+from seedproxy.fleet.pool import rendezvous_order
 from tests.conftest import Fake
 from tests.helpers.fake_sglang import Switches, create_fake_sglang
 from tests.helpers.servers import ServerThread

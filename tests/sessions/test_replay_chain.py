@@ -9,7 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from seedproxy.backends import Endpoint
+from seedproxy.dialects import Endpoint
 from seedproxy.pipeline.replaying import ReplayBook
 from seedproxy.pipeline.request import client_request, decode_body
 from seedproxy.sessions import Interaction, SessionRecord, SessionStore, open_store

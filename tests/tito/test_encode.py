@@ -11,8 +11,8 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from seedproxy.backends.tito.renderer import encoder_of  # noqa: E402
 from seedproxy.engine.model import default_gguf_path, gguf_tokenizer_dir  # noqa: E402
+from seedproxy.tito.renderer import encoder_of  # noqa: E402
 from tests.helpers import real_tokenizers  # noqa: E402
 
 _WORDS = ["the", " café", "日本語", "🙂", "\n\n", "\t", "  ", "x=1;", "Ünïcödé", "'s", "123",

@@ -25,12 +25,12 @@ import pytest
 pytest.importorskip("transformers")
 pytest.importorskip("quicktok")
 
-from seedproxy.backends.tito.reasoning import REASONING_PARSERS  # noqa: E402
-from seedproxy.backends.tito.renderer import Renderer  # noqa: E402
-from seedproxy.backends.tito.segments import Held  # noqa: E402
-from seedproxy.backends.tito.template_check import check  # noqa: E402
-from seedproxy.backends.tito.tool_parsers import TOOL_PARSERS  # noqa: E402
 from seedproxy.errors import ConfigError  # noqa: E402
+from seedproxy.tito.reasoning import REASONING_PARSERS  # noqa: E402
+from seedproxy.tito.renderer import Renderer  # noqa: E402
+from seedproxy.tito.segments import Held  # noqa: E402
+from seedproxy.tito.template_check import check  # noqa: E402
+from seedproxy.tito.tool_parsers import TOOL_PARSERS  # noqa: E402
 from tests.conftest import Fake  # noqa: E402
 from tests.helpers.real_tokenizers import template_path, tokenizer_dir  # noqa: E402
 from tests.tito.test_real_families import TOOLS, ids, post, prompts, tok_of  # noqa: E402

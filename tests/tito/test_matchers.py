@@ -19,13 +19,8 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from seedproxy.backends.tito.facets import (  # noqa: E402
-    MATCHERS,
-    differences,
-    entry,
-    matchers_of,
-)
 from seedproxy.errors import ConfigError  # noqa: E402
+from seedproxy.tito.facets import MATCHERS, differences, entry, matchers_of
 from tests.conftest import Fake  # noqa: E402
 from tests.helpers.real_tokenizers import family, tokenizer_dir  # noqa: E402
 from tests.helpers.scripted_qwen import qwen3_ids  # noqa: E402

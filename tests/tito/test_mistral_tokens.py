@@ -13,9 +13,9 @@ import pytest
 
 pytest.importorskip("mistral_common")
 
-from seedproxy.backends.tito.assistant import AssistantStream  # noqa: E402
-from seedproxy.backends.tito.tool_parsers import TOOL_PARSERS  # noqa: E402
 from seedproxy.detokenize import IncrementalDecoder  # noqa: E402
+from seedproxy.tito.assistant import AssistantStream  # noqa: E402
+from seedproxy.tito.tool_parsers import TOOL_PARSERS  # noqa: E402
 from tests.helpers.tokenizers_mistral import assistant_ids, tekken  # noqa: E402
 
 CALLS = [("lookup", '{"word": "sea"}'), ("lookup", '{"word": "naïve [x] {y}"}')]

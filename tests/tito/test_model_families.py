@@ -18,9 +18,9 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from seedproxy.backends.tito.tools.mistral import mistral_call_id  # noqa: E402
 from seedproxy.commands.cli import main  # noqa: E402
 from seedproxy.engine.model import default_gguf_path, gguf_tokenizer_dir  # noqa: E402
+from seedproxy.tito.tools.mistral import mistral_call_id  # noqa: E402
 from tests.conftest import Fake  # noqa: E402
 
 TEMPLATE = str(Path(__file__).parents[1] / "helpers" / "qwen3_style.jinja")

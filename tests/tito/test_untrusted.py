@@ -50,7 +50,7 @@ def _stream_text(http: httpx.Client, session: str) -> tuple[str, list[str]]:
 def test_the_hermes_parser_keeps_what_json_refuses_as_content() -> None:
     """Whole and fed piece by piece (as a stream is): the same content, no calls. (The
     4,400-digit reply is checked here, not end to end: 4,400 tokens through the fake.)"""
-    from seedproxy.backends.tito.tool_parsers import HermesParser
+    from seedproxy.tito.tool_parsers import HermesParser
 
     for text in (DEEP, LONG_INT, TOO_DEEP, '<tool_call>\n{"name": "lookup", "arguments": "'
                  + "[" * 5000 + '"}\n</tool_call>'):

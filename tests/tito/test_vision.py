@@ -234,10 +234,10 @@ def test_add_vision_id_is_refused_before_any_index(
 
 
 def test_the_start_up_check_covers_the_vision_template(tok: Any) -> None:
-    from seedproxy.backends.tito.renderer import Renderer
-    from seedproxy.backends.tito.template_check import check
-    from seedproxy.backends.tito.vision import vision_of
     from seedproxy.errors import ConfigError
+    from seedproxy.tito.renderer import Renderer
+    from seedproxy.tito.template_check import check
+    from seedproxy.tito.vision import vision_of
 
     template = str(tok.chat_template)
     vision = vision_of(tok, template, str(tokenizer_dir(FAMILY)))

@@ -11,8 +11,8 @@ import asyncio
 
 import httpx
 
-from ..backends.server_report import UpstreamReport, read_server_info
 from ..errors import ConfigError
+from ..fleet.server_report import UpstreamReport, read_server_info
 
 __all__ = ["doctor", "inspect_upstreams", "refuse_nondeterministic"]
 

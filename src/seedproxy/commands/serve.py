@@ -18,18 +18,18 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import uvicorn
 
-from ..backends import BACKENDS
-from ..backends.client import upstream_client
+from ..dialects import BACKENDS
 from ..errors import ConfigError
 from ..proxy.logs import configure_logging
 from ..proxy.protocol import guarded_http_protocol
 from ..sessions import open_store
 from ..settings import Settings, load_settings
+from ..transport.client import upstream_client
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-    from ..backends.tito import TitoMode
+    from ..tito import TitoMode
 
 HOLD_ENGINE_LOAD_VAR = "_SEEDPROXY_HOLD_ENGINE_LOAD"
 """A test seam (not a setting): a FIFO the engine load waits on (``_hold_for_tests``)."""

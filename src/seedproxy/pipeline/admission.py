@@ -1,6 +1,6 @@
 """The front half of every request, one ``Admission`` per client protocol, and ``run``.
 
-An admission reads and checks the body (its images too: ``backends/media``),
+An admission reads and checks the body (its images too: ``media``),
 translates it, renders a token-in-token-out prompt (all before the slot: a 4xx here
 uses no index), seats the exchange, and picks
 its strategies: the ``Reader`` from the mode (passthrough, bridge, TITO) and ``n``,
@@ -18,12 +18,12 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..backends import Endpoint
-from ..backends.bridging import as_chat
-from ..backends.media import CheckedImage
-from ..backends.responses_bridge import left_out_tools
+from ..bridges.responses import left_out_tools
+from ..bridges.selection import as_chat
+from ..dialects import Endpoint
 from ..error_presenters import ANTHROPIC, OPENAI
 from ..errors import BadRequest, ClientClosed, SeedProxyError, SessionNotFound
+from ..media import CheckedImage
 from ..sessions import Interaction, NewSession, SessionRecord
 from ..sessions.cursor import SessionView
 from ..sessions.ids import check_id

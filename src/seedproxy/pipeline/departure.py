@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, TypeVar
 from starlette.responses import Response
 from starlette.types import Receive
 
-from ..backends import Captured
+from ..dialects import Captured
 from ..errors import ClientClosed
 
 if TYPE_CHECKING:

@@ -28,9 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.responses import Response
 
-from ..backends import Captured, UpstreamRequest
-from ..backends.dispatch import Dispatch
-from ..backends.upstream import UpstreamReply
+from ..dialects import Captured, UpstreamRequest
 from ..errors import (
     ParserBusy,
     ParserUnavailable,
@@ -39,6 +37,8 @@ from ..errors import (
     StoreError,
     UpstreamError,
 )
+from ..fleet.dispatch import Dispatch
+from ..fleet.upstream import UpstreamReply
 from ..seeds import answer_basis
 from ..sessions import Interaction, SessionRecord, Slot
 from ..sessions.cursor import SessionView

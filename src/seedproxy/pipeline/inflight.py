@@ -21,10 +21,10 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
-from ..backends.board import FleetBoard
-from ..backends.dispatch import Dispatch
-from ..backends.pool import UpstreamPool
 from ..errors import SeedProxyError, SessionNotFound
+from ..fleet.board import FleetBoard
+from ..fleet.dispatch import Dispatch
+from ..fleet.pool import UpstreamPool
 from ..sessions import SessionRecord
 
 __all__ = ["InFlight"]

@@ -36,8 +36,8 @@ from typing import Any
 
 import orjson
 
-from ..backends import Endpoint
-from ..backends.echo import loads_echoed
+from ..dialects import Endpoint
+from ..dialects.echo import loads_echoed
 from ..errors import ParserBusy, ParserUnavailable
 from ..sessions.codec import Sent, Signed
 from ..sessions.token_ids import TokenIds

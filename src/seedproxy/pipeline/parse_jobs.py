@@ -23,8 +23,8 @@ from typing import Any
 
 import orjson
 
-from ..backends import Endpoint
-from ..backends.echo import loads_echoed, packed
+from ..dialects import Endpoint
+from ..dialects.echo import loads_echoed, packed
 from ..sessions.token_ids import TokenIds
 from .request import decode_body
 

@@ -13,11 +13,11 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from ..backends import Endpoint
-from ..backends.anthropic_bridge import to_message
-from ..backends.anthropic_events import MessageEvents
-from ..backends.responses_bridge import to_response
-from ..backends.responses_events import ResponsesEvents
+from ..bridges.anthropic import to_message
+from ..bridges.anthropic_events import MessageEvents
+from ..bridges.responses import to_response
+from ..bridges.responses_events import ResponsesEvents
+from ..dialects import Endpoint
 from ..error_presenters import ANTHROPIC, OPENAI, RESPONSES, ErrorPresenter
 from ..errors import SeedProxyError
 from ..sse_frames import DONE, data_frame, typed_frame

@@ -15,7 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 from starlette.requests import ClientDisconnect, Request
 
-from ..backends import Endpoint
+from ..dialects import Endpoint
 from ..errors import BadRequest, BodyTimeout, PayloadTooLarge
 from ..json_body import json_object
 from ..nesting import MAX_DEPTH, too_deep

@@ -35,12 +35,12 @@ from typing import Any
 import httpx
 import orjson
 
-from ..backends import UpstreamRequest
-from ..backends.dispatch import Dispatch
-from ..backends.pause import PauseGate
-from ..backends.pool import UpstreamPool
-from ..backends.upstream import UpstreamReply
+from ..dialects import UpstreamRequest
 from ..errors import SeedProxyError, StoreError
+from ..fleet.dispatch import Dispatch
+from ..fleet.pause import PauseGate
+from ..fleet.pool import UpstreamPool
+from ..fleet.upstream import UpstreamReply
 from ..sessions.token_ids import TokenIds
 from ..sse_frames import DONE, data_frame
 from .offload import Parser

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..backends import Backend
-from ..backends.media import ImageGate
-from ..backends.pool import UpstreamPool
+from ..dialects import Backend
+from ..fleet.pool import UpstreamPool
+from ..media import ImageGate
 from ..sessions import SessionManager
 from ..settings import Settings
 from .inflight import InFlight
@@ -18,7 +18,7 @@ from .resume import ResumingSender
 from .tracing import NO_TRACER, Tracer
 
 if TYPE_CHECKING:
-    from ..backends.tito import TitoMode
+    from ..tito import TitoMode
 
 __all__ = ["Services"]
 
@@ -37,7 +37,7 @@ class Services:
     parser: Parser
     """Parses client bodies and upstream answers (large ones off the loop)."""
     images: ImageGate
-    """Checks every request's images before it is seated (``backends/media``)."""
+    """Checks every request's images before it is seated (``media``)."""
     tito: TitoMode | None = None
     """Token-in-token-out mode: chat, Responses and Messages render prompts here."""
     tracer: Tracer = field(default=NO_TRACER)

@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from ..backends.transport import UpstreamBodyTooLarge
+from ..transport.fast import UpstreamBodyTooLarge
 
 __all__ = ["event_json", "split_events"]
 

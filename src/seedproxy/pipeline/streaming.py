@@ -22,9 +22,9 @@ import httpx
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from ..backends import Captured
-from ..backends.upstream_failure import upstream_failure
+from ..dialects import Captured
 from ..errors import UpstreamError
+from ..transport.failure import upstream_failure
 from .exchange import Exchange, Snapshot
 from .presenters import Writer
 

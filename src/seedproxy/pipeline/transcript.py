@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..backends import Endpoint
+from ..dialects import Endpoint
 
 __all__ = ["StreamTranscript"]
 

@@ -16,16 +16,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
-from ..backends import BACKENDS, Backend
-from ..backends.board import open_board
-from ..backends.client import upstream_client
-from ..backends.fleet import FleetControl
-from ..backends.loop import new_hop
-from ..backends.media import ImageGate, ImagePolicy
-from ..backends.pause import PauseGate
-from ..backends.pool import UpstreamPool
+from ..dialects import BACKENDS, Backend
 from ..error_presenters import OPENAI, errors_for, unexpected
 from ..errors import BadRequest, ConfigError, SeedProxyError, error_body
+from ..fleet.board import open_board
+from ..fleet.control import FleetControl
+from ..fleet.pause import PauseGate
+from ..fleet.pool import UpstreamPool
+from ..media import ImageGate, ImagePolicy
 from ..pipeline.admission import Admission
 from ..pipeline.inflight import InFlight
 from ..pipeline.metrics import Metrics
@@ -37,6 +35,8 @@ from ..pipeline.tracers import open_tracer
 from ..sessions import SessionManager, SessionStore, open_store
 from ..sessions.eviction import Evictor
 from ..settings import Settings
+from ..transport.client import upstream_client
+from ..transport.loop import new_hop
 from .access import Access
 from .admin import admin_router
 from .fleet_routes import fleet_router
@@ -50,7 +50,7 @@ from .ui import TokenDecoder, ui_router
 from .weight_routes import weight_router
 
 if TYPE_CHECKING:
-    from ..backends.tito import TitoMode
+    from ..tito import TitoMode
 
 __all__ = ["create_app", "open_tito_mode"]
 
@@ -236,7 +236,7 @@ def open_tito_mode(settings: Settings, *, tokenizer: Any = None,
     """Token-in-token-out mode from ``settings`` (``ConfigError`` on any problem);
     ``embedded``: in front of the embedded engine, whose llguidance tags force no call
     (``at_least_one`` is not read there): no tool tags are built."""
-    from ..backends.tito import open_tito
+    from ..tito import open_tito
 
     dialect = BACKENDS[settings.backend](api_key=settings.upstream_api_key).tito()
     return open_tito(

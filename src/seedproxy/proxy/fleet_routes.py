@@ -19,8 +19,8 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from ..backends.fleet import FleetControl
 from ..errors import BadRequest
+from ..fleet.control import FleetControl
 from ..pipeline.departure import stop_when_client_leaves
 from ..pipeline.request import documented, read_model
 from ..sessions.ids import check_id

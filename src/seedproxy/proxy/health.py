@@ -10,8 +10,8 @@ import logging
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from ..backends.pool import UpstreamPool
 from ..errors import StoreError
+from ..fleet.pool import UpstreamPool
 from ..sessions import SessionStore
 
 __all__ = ["readiness_router", "warn_if_no_upstream"]

@@ -21,11 +21,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
-from ..backends import OPENAI_ENDPOINTS, Endpoint
-from ..backends.loop import HOP_HEADER, LOOP_HEADER
+from ..dialects import OPENAI_ENDPOINTS, Endpoint
 from ..error_presenters import errors_for, unexpected
 from ..errors import SeedProxyError, UpstreamLoop
 from ..pipeline.admission import Admission
+from ..transport.loop import HOP_HEADER, LOOP_HEADER
 from .access import Access
 
 __all__ = ["HotRoutes", "ProxyApp"]

@@ -23,15 +23,15 @@ from typing import Any
 
 import orjson
 
-from ..backends import Backend, Endpoint
-from ..backends.bridging import as_chat
-from ..backends.pool import UpstreamPool
-from ..backends.tito import TitoMode
-from ..backends.upstream import UpstreamReply
+from ..bridges.selection import as_chat
+from ..dialects import Backend, Endpoint
 from ..errors import BadRequest, OverCapacity, UpstreamError
+from ..fleet.pool import UpstreamPool
+from ..fleet.upstream import UpstreamReply
 from ..pipeline.readers.fanout import one_choice
 from ..sessions import ChoiceRecord, Interaction, SessionStore
 from ..sessions.media import prompt_image_data
+from ..tito import TitoMode
 
 __all__ = ["Verifier"]
 

@@ -14,10 +14,10 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from ..backends import Endpoint
-from ..backends.anthropic_bridge import to_chat
-from ..backends.pool import UpstreamPool
+from ..bridges.anthropic import to_chat
+from ..dialects import Endpoint
 from ..errors import BadRequest, ModelNotFound, SessionNotFound, UpstreamError
+from ..fleet.pool import UpstreamPool
 from ..pipeline.request import client_request, read_body
 from ..pipeline.services import Services
 from .access import Access

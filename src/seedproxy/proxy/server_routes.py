@@ -21,9 +21,9 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from ..backends.fleet import FleetControl
-from ..backends.pool import UpstreamPool
 from ..errors import BadRequest
+from ..fleet.control import FleetControl
+from ..fleet.pool import UpstreamPool
 from ..pipeline.request import read_body
 from .access import Access
 

@@ -20,8 +20,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from ..backends.fleet import FleetControl
 from ..errors import UpstreamError
+from ..fleet.control import FleetControl
 from ..pipeline.request import documented, read_model
 from .access import Access
 from .schemas import (

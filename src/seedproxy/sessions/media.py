@@ -3,7 +3,7 @@ puts next to a vision sample's ids (each image once per sample, inline).
 
 A request holds an image as a base64 ``data:`` URL (chat ``image_url``, Responses
 ``input_image``) or an Anthropic base64 source; the proxy accepted only those
-(``backends/media``), so nothing else is looked for, and nothing is fetched.
+(``media``), so nothing else is looked for, and nothing is fetched.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ...backends import Captured
+from ...dialects import Captured
 
 if TYPE_CHECKING:
     from ..exchange import Exchange

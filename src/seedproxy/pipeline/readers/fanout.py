@@ -22,7 +22,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from ...backends import Captured, Endpoint
+from ...dialects import Captured, Endpoint
 from .ids import stamp
 from .passthrough import PassthroughReader
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from ...backends import Endpoint
+from ...dialects import Endpoint
 
 __all__ = ["call_id", "stamp"]
 

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ...backends import Captured, Endpoint, StreamCapture, UpstreamRequest
-from ...backends.answer_shape import check_answer, check_chunk, check_error
-from ...backends.upstream import UpstreamReply
+from ...dialects import Captured, Endpoint, StreamCapture, UpstreamRequest
+from ...dialects.answer_shape import check_answer, check_chunk, check_error
 from ...errors import UpstreamError
+from ...fleet.upstream import UpstreamReply
 from ...sessions.token_ids import TokenIds
 from ...sse_frames import DONE
 from ..sse import event_json, split_events

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ...backends import Captured, Endpoint
-from ...backends.anthropic_bridge import STOP_REASONS
+from ...bridges.anthropic import STOP_REASONS
+from ...dialects import Captured, Endpoint
 from ...sessions import ChoiceRecord, Interaction
 
 if TYPE_CHECKING:

@@ -19,20 +19,20 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ...backends import Captured
-from ...backends.answer_shape import check_error
-from ...backends.media import CheckedImage
-from ...backends.tito import AssistantStream, Prompt, TitoMode, tito_record
-from ...backends.tito.dialect import Reader as SampleReader
-from ...backends.tito.dialect import Sample
-from ...backends.tito.lineage import FullRender, reply_key
-from ...backends.tito.sampling import Sampling
-from ...backends.tito.vision import image_records
-from ...backends.upstream import UpstreamReply
+from ...dialects import Captured
+from ...dialects.answer_shape import check_error
 from ...errors import BadRequest
+from ...fleet.upstream import UpstreamReply
+from ...media import CheckedImage
 from ...sessions import ChoiceRecord
 from ...sessions.codec import Signed
 from ...sessions.cursor import SessionView
+from ...tito import AssistantStream, Prompt, TitoMode, tito_record
+from ...tito.dialect import Reader as SampleReader
+from ...tito.dialect import Sample
+from ...tito.lineage import FullRender, reply_key
+from ...tito.sampling import Sampling
+from ...tito.vision import image_records
 from ..sse import event_json, split_events
 from .passthrough import parsed_answer
 

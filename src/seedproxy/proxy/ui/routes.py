@@ -21,8 +21,8 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from ...backends.pool import UpstreamPool
 from ...errors import BadRequest
+from ...fleet.pool import UpstreamPool
 from ...pipeline.request import documented, read_model
 from ...sessions.export import ordered_interactions
 from ...sessions.ids import check_id

@@ -1,6 +1,6 @@
 """A Redis store's connection, keys and outage rules: the core its leases and reads
 (``redis_leases.py``, ``redis_reads.py``), ``RedisStore`` and the fleet board
-(``backends/redis_board.py``) run on. See ``redis.py`` for the keys and the outage
+(``fleet/redis_board.py``) run on. See ``redis.py`` for the keys and the outage
 rules (a script's deadline, a broken connection re-made, ``wait_replicas``).
 """
 
@@ -52,7 +52,7 @@ class RedisCore:
             retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
         )
 
-    # Shared with the fleet board (backends/redis_board.py): one connection, one key
+    # Shared with the fleet board (fleet/redis_board.py): one connection, one key
     # prefix and the same outage rules for every replica's state.
     @property
     def key_prefix(self) -> str:

@@ -1,0 +1,152 @@
+"""Streamed chat chunks -> Anthropic's Messages streaming events.
+
+Sequence (what the anthropic SDK's ``messages.stream`` accumulates): ``message_start``,
+``ping``, then per content block ``content_block_start`` -> ``content_block_delta``...
+(``thinking_delta`` from the upstream's ``reasoning_content``, ``text_delta``,
+``input_json_delta`` for tool arguments) -> ``content_block_stop``; blocks never
+interleave (a new kind of delta closes the open block); last ``message_delta``
+(stop_reason, stop_sequence, usage) and ``message_stop``. ``result`` is the Message
+the events add up to, as ``to_message`` would have built it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .anthropic import (
+    MessageIds,
+    delta_usage,
+    message_usage,
+    stop_details,
+    stop_reason,
+    text_block,
+    tool_input,
+    tool_use_block,
+)
+
+__all__ = ["MessageEvents"]
+
+
+class MessageEvents:
+    """Feed it each chat chunk the client would have seen; it returns the events to send."""
+
+    def __init__(self, body: dict[str, Any], seed: int | None) -> None:
+        self._body = body
+        self._seed = seed
+        self._ids: MessageIds | None = None
+        self._model = body.get("model") if isinstance(body.get("model"), str) else None
+        self._blocks: list[dict[str, Any]] = []
+        self._open: str | None = None  # "thinking", "text" or "tool:<chat index>"
+        self._arguments: dict[int, str] = {}  # content index -> raw tool arguments
+        self._calls = 0
+        self._finish: Any = None
+        self._matched: Any = None
+        self._usage: Any = None
+        self._final: dict[str, Any] | None = None
+
+    def _start(self, chunk: dict[str, Any]) -> list[dict[str, Any]]:
+        self._ids = MessageIds(self._seed, chunk.get("id"), self._body)
+        if self._model is None:
+            self._model = chunk.get("model")
+        message = self._envelope(None, None)
+        message["usage"] = message_usage(None)  # counts come with message_delta
+        return [{"type": "message_start", "message": message}, {"type": "ping"}]
+
+    def _envelope(self, reason: str | None, sequence: str | None) -> dict[str, Any]:
+        assert self._ids is not None
+        return {"id": self._ids.message, "type": "message", "role": "assistant",
+                "model": self._model if isinstance(self._model, str) else "", "content": [],
+                "container": None, "stop_reason": reason, "stop_sequence": sequence,
+                "stop_details": stop_details(reason), "usage": message_usage(self._usage)}
+
+    def feed(self, chunk: dict[str, Any]) -> list[dict[str, Any]]:
+        events = self._start(chunk) if self._ids is None else []
+        if chunk.get("usage") is not None:
+            self._usage = chunk["usage"]
+        for choice in chunk.get("choices") or []:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            reasoning = delta.get("reasoning_content")
+            if isinstance(reasoning, str) and reasoning:
+                events.extend(self._delta("thinking", {"type": "thinking_delta",
+                                                       "thinking": reasoning}, reasoning))
+            piece = delta.get("content")
+            if isinstance(piece, str) and piece:
+                events.extend(self._delta("text", {"type": "text_delta", "text": piece}, piece))
+            for call in delta.get("tool_calls") or []:
+                if isinstance(call, dict):
+                    events.extend(self._call(call))
+            if choice.get("finish_reason") is not None:
+                self._finish = choice["finish_reason"]
+                self._matched = choice.get("matched_stop")
+        return events
+
+    def _close(self) -> list[dict[str, Any]]:
+        if self._open is None:
+            return []
+        self._open = None
+        return [{"type": "content_block_stop", "index": len(self._blocks) - 1}]
+
+    def _open_block(self, key: str, block: dict[str, Any]) -> list[dict[str, Any]]:
+        events = self._close()
+        self._open = key
+        self._blocks.append(block)
+        shown = dict(block, input={}) if block["type"] == "tool_use" else dict(block)
+        events.append({"type": "content_block_start", "index": len(self._blocks) - 1,
+                       "content_block": shown})
+        return events
+
+    def _delta(self, kind: str, delta: dict[str, Any], piece: str) -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = []
+        if self._open != kind:
+            empty = ({"type": "thinking", "thinking": "", "signature": ""} if kind == "thinking"
+                     else text_block(""))
+            events.extend(self._open_block(kind, empty))
+        self._blocks[-1][kind] += piece
+        events.append({"type": "content_block_delta", "index": len(self._blocks) - 1,
+                       "delta": delta})
+        return events
+
+    def _call(self, call: dict[str, Any]) -> list[dict[str, Any]]:
+        assert self._ids is not None
+        events: list[dict[str, Any]] = []
+        key = f"tool:{call.get('index', 0)}"
+        function = call.get("function") or {}
+        if self._open != key:
+            block = tool_use_block(self._ids.tool(self._calls), function.get("name") or "", {})
+            self._calls += 1
+            events.extend(self._open_block(key, block))
+        position = len(self._blocks) - 1
+        arguments = function.get("arguments")
+        if isinstance(arguments, str) and arguments:
+            self._arguments[position] = self._arguments.get(position, "") + arguments
+            events.append({"type": "content_block_delta", "index": position,
+                           "delta": {"type": "input_json_delta", "partial_json": arguments}})
+        return events
+
+    def finish(self) -> list[dict[str, Any]]:
+        """Close the open block and end the message; call once, at the end."""
+        events = self._start({}) if self._ids is None else []
+        events.extend(self._close())
+        for position, raw in self._arguments.items():
+            self._blocks[position]["input"] = tool_input(raw)
+        reason, sequence = stop_reason(self._finish, self._matched, self._body)
+        reason = reason or "end_turn"
+        events.append({"type": "message_delta",
+                       "delta": {"stop_reason": reason, "stop_sequence": sequence,
+                                 "stop_details": stop_details(reason), "container": None},
+                       "usage": delta_usage(self._usage)})
+        events.append({"type": "message_stop"})
+        self._final = self._envelope(reason, sequence)
+        self._final["content"] = self._blocks
+        return events
+
+    def result(self) -> dict[str, Any] | None:
+        """The whole Message once finished; before that, what arrived so far (with no
+        stop_reason), or None when nothing did."""
+        if self._final is not None or self._ids is None:
+            return self._final
+        partial = self._envelope(None, None)
+        partial["content"] = self._blocks
+        return partial

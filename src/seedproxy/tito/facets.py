@@ -1,0 +1,209 @@
+"""Named matchers: what a message key ignores, recorded, so that a matched turn says why.
+
+``message_key`` normalises a message the way harnesses re-send it. Each normalisation
+is a named matcher, and each is provably the same conversation to the model:
+
+- ``tool_arguments_json``: a tool call's arguments re-serialised (spacing, key order,
+  escapes) to the same JSON value;
+- ``content_null_empty``: empty content as ``null``, ``""``, ``[]`` or no key;
+- ``content_whitespace``: content differing only in leading or trailing whitespace;
+- ``content_parts``: text sent as a string or as one text part;
+- ``reasoning_dropped``: a reply's reasoning left out when the harness resends it (the
+  sampled tokens hold it; a reasoning text sent back is compared, never ignored);
+- ``harness_metadata``: the harness's own ids (message, tool call), ``cache_control``
+  and other fields of a text part, and fields with no value, none of which the
+  template renders.
+
+A changed tool result, user message, system prompt, tool or argument value changes the
+key itself: no matcher maps it. Next to its key a message records its *facets*: for
+each matcher whose normalisation changed something in it, a one-letter tag and a short
+digest of what it changed (``entry``: ``key``, or ``key|facets`` when there are some).
+Two entries with one key are the same message to the template; ``differences`` names
+the matchers whose facets differ. An entry reads in O(its length): the cost of a turn
+stays what it adds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Collection, Sequence
+from typing import Any
+
+import orjson
+
+from ..errors import ConfigError
+from .matcher import arguments_value, content_of, message_key, reasoning_of
+
+__all__ = ["MATCHERS", "MatchResult", "differences", "entry", "entry_key", "facets",
+           "history_differences", "matchers_of"]
+
+MATCHERS: tuple[str, ...] = ("tool_arguments_json", "content_null_empty",
+                             "content_whitespace", "content_parts", "reasoning_dropped",
+                             "harness_metadata")
+_TAGS = {"a": "tool_arguments_json", "n": "content_null_empty", "w": "content_whitespace",
+         "p": "content_parts", "r": "reasoning_dropped", "m": "harness_metadata"}
+_TEXT_PARTS = frozenset({"text", "input_text"})
+_NO_VALUE_SKIPPED = frozenset({"content", "tool_calls", "reasoning_content", "reasoning"})
+
+MatchResult = frozenset[str] | None
+"""The matchers that mapped a message (empty: byte-identical), or None: no match."""
+
+
+def matchers_of(setting: str) -> frozenset[str]:
+    """The matchers a ``tito_matchers`` setting turns on: ``default`` (every one),
+    ``strict`` (none: only a byte-identical history extends a turn), or a
+    comma-separated list of names."""
+    if setting == "default":
+        return frozenset(MATCHERS)
+    if setting == "strict":
+        return frozenset()
+    names = frozenset(n.strip() for n in setting.split(",") if n.strip())
+    unknown = sorted(names - set(MATCHERS))
+    if unknown or not names:
+        raise ConfigError(f"unknown --tito-matchers {setting!r}: use default, strict or "
+                          "names from " + ", ".join(MATCHERS))
+    return names
+
+
+def _short(value: Any) -> str:
+    data = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    return hashlib.blake2b(data, digest_size=4).hexdigest()
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _raw_arguments(message: dict[str, Any]) -> list[str]:
+    calls = message.get("tool_calls")
+    if not isinstance(calls, list):
+        return []
+    out = []
+    for call in calls:
+        fn = call.get("function") if isinstance(call, dict) else None
+        raw = fn.get("arguments") if isinstance(fn, dict) else None
+        if isinstance(raw, str):
+            out.append(raw)
+    return out
+
+
+def _arguments_facet(message: dict[str, Any]) -> str | None:
+    raws = _raw_arguments(message)
+    for raw in raws:
+        value = arguments_value(raw)
+        if isinstance(value, str) and value == raw.strip():  # not JSON: keyed as text
+            if raw != value:
+                return _short(raws)
+            continue
+        if raw != _compact(value):
+            return _short(raws)
+    return None
+
+
+def _text(content: Any) -> str | None:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and len(content) == 1 and isinstance(content[0], dict) and (
+            content[0].get("type") in _TEXT_PARTS and isinstance(content[0].get("text"), str)):
+        return str(content[0]["text"])
+    return None
+
+
+def _metadata(message: dict[str, Any]) -> list[Any]:
+    found: list[Any] = []
+    if message.get("id") is not None:
+        found.append(["id", message["id"]])
+    calls = message.get("tool_calls")
+    for call in calls if isinstance(calls, list) else []:
+        if isinstance(call, dict):
+            found.append(["call", {k: v for k, v in call.items() if k != "function"}])
+    content = message.get("content")
+    for part in content if isinstance(content, list) else []:
+        if isinstance(part, dict) and part.get("type") in _TEXT_PARTS:
+            extra = {k: v for k, v in part.items() if k not in ("type", "text")}
+            if extra:
+                found.append(["part", extra])
+    empty = sorted(k for k, v in message.items() if k not in _NO_VALUE_SKIPPED
+                   and (v is None or v == [] or v == {}))
+    if empty or (calls == [] and "tool_calls" in message):
+        found.append(["empty", empty, calls == []])
+    return found
+
+
+def facets(message: dict[str, Any]) -> str:
+    """The message's facets, ``""`` when no normalisation changed anything in it."""
+    out: list[str] = []
+    arguments = _arguments_facet(message)
+    if arguments is not None:
+        out.append("a" + arguments)
+    content = message.get("content")
+    normal = content_of(content)
+    if normal == "":
+        form = ("absent" if "content" not in message else "null" if content is None
+                else type(content).__name__ + str(len(content) if isinstance(content, list)
+                                                  else content == ""))
+        if form != "null":
+            out.append("n" + _short(form))
+    text = _text(content)
+    if text is not None and text != text.strip():
+        out.append("w" + _short(text))
+    if isinstance(content, list) and content and normal != "":
+        out.append("p" + _short([p.get("type") if isinstance(p, dict) else None
+                                 for p in content]))
+    reasoning = reasoning_of(message)
+    if reasoning:
+        out.append("r" + _short(reasoning))
+    metadata = _metadata(message)
+    if metadata:
+        out.append("m" + _short(metadata))
+    return ",".join(out)
+
+
+def entry(message: dict[str, Any]) -> str:
+    """The message's key, with its facets when it has some."""
+    key, found = message_key(message), facets(message)
+    return f"{key}|{found}" if found else key
+
+
+def entry_key(value: str) -> str:
+    """The key part of an entry."""
+    return value.partition("|")[0]
+
+
+def _tags(value: str) -> dict[str, str]:
+    return {f[0]: f[1:] for f in value.split(",") if f}
+
+
+def differences(recorded: str, sent: str) -> MatchResult:
+    """The matchers that map entry ``sent`` onto ``recorded`` (empty when equal); None
+    when they are not the same message (another key, or reasoning sent back that is
+    not the recorded reasoning)."""
+    if recorded == sent:
+        return frozenset()
+    key, _, was = recorded.partition("|")
+    sent_key, _, now = sent.partition("|")
+    if key != sent_key:
+        return None
+    before, after = _tags(was), _tags(now)
+    if "r" in after and after["r"] != before.get("r"):
+        return None
+    return frozenset(_TAGS[t] for t in set(before) | set(after)
+                     if before.get(t) != after.get(t) and t in _TAGS)
+
+
+def history_differences(recorded: Sequence[str], sent: Sequence[str],
+                        allowed: Collection[str]) -> MatchResult:
+    """``differences`` over two histories of one length, or None at the first message
+    that is another, or that only a matcher not in ``allowed`` maps."""
+    if len(recorded) != len(sent):
+        return None
+    if recorded == sent:  # byte-identical in the common case: one list comparison
+        return frozenset()
+    fired: set[str] = set()
+    for was, now in zip(recorded, sent, strict=True):
+        found = differences(was, now)
+        if found is None or not found.issubset(allowed):
+            return None
+        fired |= found
+    return frozenset(fired)

@@ -1,0 +1,288 @@
+"""Which earlier turn a chat request continues, and the prompt it gets.
+
+A request *extends* turn t when its messages are t's messages, then an assistant
+message matching one of t's recorded replies, then at least one new message, with
+the same tools. Its prompt is then t's prompt ids + that choice's completion ids
+exactly as sampled (its end included: the end-of-turn, or harmony's ``<|return|>``
+or ``<|call|>``) + the ids of the new messages only. Otherwise it is a full
+render, and ``forked_from`` names the earlier turn sharing the longest message
+prefix. The template kwargs are part of the context key, so a turn whose kwargs
+differ from the earlier one's is a full render (a new branch). A request continuing
+its final assistant message (``continue_final_message``) records the messages before
+it; its reply is matched later as that message's content + the sampled content.
+The state read here is the session's recorded turns (a ``SessionView``'s, or whole
+interactions), so it is the same in every store.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..sessions import ChoiceRecord
+from ..sessions.token_ids import TokenIds
+from ..template_input import RenderOptions, render_options, template_messages
+from .facets import MATCHERS, differences, entry, entry_key, history_differences
+from .matcher import context_key, message_key, reasoning_key, reasoning_of
+from .provenance import rendered_reason
+from .renderer import Renderer
+
+_TAIL = 8  # prompt ids enough to hold a generation prompt's ``<think>\n``
+
+__all__ = ["FullRender", "Prompt", "RecordedTurn", "plan_prompt", "reply_key",
+           "tito_record"]
+
+
+class RecordedTurn(Protocol):
+    """What matching reads of an earlier turn (an ``Interaction`` or a view's ``Turn``)."""
+
+    @property
+    def interaction_id(self) -> str: ...
+    @property
+    def request_index(self) -> int: ...
+    @property
+    def status(self) -> int: ...
+    @property
+    def tito(self) -> dict[str, Any] | None: ...
+    @property
+    def choices(self) -> list[ChoiceRecord]: ...
+    @property
+    def prompt_token_ids(self) -> Any: ...
+    def prompt_ids(self) -> TokenIds: ...
+
+
+@dataclass(slots=True)
+class Prompt:
+    """The token prompt for one request, and where it came from."""
+
+    ids: TokenIds
+    opens_reasoning: bool
+    context: str
+    message_keys: list[str]
+    extends: dict[str, Any] | None = None
+    forked_from: dict[str, Any] | None = None
+    prefix: str | None = None
+    """The continued final assistant message's text (``continue_final_message``)."""
+    how: dict[str, Any] | None = None
+    """How it was made (the record's ``tito["prompt"]``): ``extended``, ``matched``
+    with the matchers that mapped the resent history, or ``rendered`` with the reason."""
+    image_positions: list[int] = field(default_factory=list)
+    """Where ``ids`` hold an image placeholder (a vision model's), in order."""
+
+
+def _replies(turn: RecordedTurn) -> list[dict[str, Any]]:
+    tito = turn.tito or {}
+    replies = tito.get("replies")
+    return replies if isinstance(replies, list) else []
+
+
+def _reply_entry(reply: dict[str, Any]) -> str | None:
+    facets = reply.get("facets")
+    key = reply.get("key")
+    if not isinstance(key, str):
+        return None
+    return f"{key}|{facets}" if isinstance(facets, str) and facets else key
+
+
+def _matches(reply: dict[str, Any], message: dict[str, Any], sent: str) -> frozenset[str] | None:
+    """The matchers that map the resent ``message`` (entry ``sent``) onto ``reply``."""
+    if message.get("role") != "assistant":
+        return None
+    if "facets" not in reply:  # recorded before facets: its key and reasoning only
+        if message_key(message) != reply.get("key"):
+            return None
+        said = reasoning_of(message)
+        return frozenset() if not said or reasoning_key(said) == reply.get(
+            "reasoning") else None
+    recorded = _reply_entry(reply)
+    return None if recorded is None else differences(recorded, sent)
+
+
+def _extends(turn: RecordedTurn, messages: list[dict[str, Any]], keys: list[str],
+             context: str, allowed: Collection[str]) -> tuple[int, frozenset[str]] | None:
+    """The choice of ``turn`` that ``messages`` continue, with the matchers that mapped
+    them, or None."""
+    tito = turn.tito
+    if turn.status >= 400 or not tito or tito.get("context") != context:
+        return None
+    earlier = tito.get("messages") or []
+    size = len(earlier)
+    if len(keys) < size + 2:
+        return None
+    fired = history_differences(earlier, keys[:size], allowed)
+    if fired is None:
+        return None
+    for choice, reply in enumerate(_replies(turn)):
+        if choice < len(turn.choices) and turn.choices[choice].token_ids:
+            found = _matches(reply, messages[size], keys[size])
+            if found is not None and found.issubset(allowed):
+                return choice, fired | found
+    return None
+
+
+def _common(a: list[str], b: list[str]) -> int:
+    size = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y and entry_key(x) != entry_key(y):
+            break
+        size += 1
+    return size
+
+
+@dataclass(slots=True)
+class FullRender:
+    """A full render still to run (the template over every message, then tokenising),
+    with everything else about the prompt decided. It reads no session state, so it
+    may run on a worker thread."""
+
+    renderer: Renderer
+    messages: list[dict[str, Any]]
+    tools: list[Any] | None
+    options: RenderOptions
+    context: str
+    recorded: list[str]
+    prefix: str | None
+    forked_from: dict[str, Any] | None
+    how: dict[str, Any] | None = None
+
+    @property
+    def size(self) -> int:
+        """The characters of message text it renders (what its cost grows with)."""
+        return sum(len(_text(m.get("content"))) for m in self.messages)
+
+    def run(self) -> Prompt:
+        text = self.renderer.full_text(self.messages, self.tools, self.options)
+        ids = array("i", self.renderer.encode(text))
+        vision = self.renderer.vision
+        return Prompt(TokenIds(ids), _opens(text, self.options), self.context, self.recorded,
+                      prefix=self.prefix, forked_from=self.forked_from, how=self.how,
+                      image_positions=vision.positions(ids) if vision is not None else [])
+
+
+def plan_prompt(renderer: Renderer, body: dict[str, Any], history: Sequence[RecordedTurn],
+                options: RenderOptions | None = None, *, known: Sequence[str] = (),
+                matchers: Collection[str] = MATCHERS) -> Prompt | FullRender:
+    """The prompt for chat ``body`` given the session's earlier interactions: a turn
+    that extends one is built here (its cost is what it adds); else the full render
+    to run. ``known``: the message keys of the body's first messages, when a recorded
+    turn sent them byte for byte (only the messages past them are keyed here);
+    ``matchers``: the named matchers that may map a resent history (``facets.py``)."""
+    if options is None:
+        options = render_options(body, renderer.reserved)
+    sent: list[dict[str, Any]] = body["messages"]
+    fmt = renderer.content_format
+    images = renderer.vision is not None
+    tools = body.get("tools") or None
+    context = context_key(body)
+    seen = len(known) if len(known) < len(sent) else 0
+    # Conversion before keys: a message both would refuse gets conversion's 400.
+    converted = template_messages(sent[seen:], fmt, images=images)
+    keys = list(known[:seen]) + [entry(m) for m in sent[seen:]]
+
+    def messages_from(start: int) -> list[dict[str, Any]]:
+        if start >= seen:
+            return converted[start - seen:]
+        return template_messages(sent[start:seen], fmt, images=images) + converted
+
+    recorded = keys[:-1] if options.continue_final else keys
+    prefix = _text(converted[-1].get("content")) if options.continue_final else None
+    for turn in reversed(history):
+        found = _extends(turn, sent, keys, context, matchers)
+        if found is None:
+            continue
+        choice, fired = found
+        completion = turn.choices[choice].token_ids
+        end = completion[-1] if completion and completion[-1] in renderer.end_ids else None
+        reply, *new = messages_from(len((turn.tito or {})["messages"]))
+        suffix = renderer.suffix_text(new, tools, end=end, options=options, reply=reply,
+                                      system=_system(sent, converted, seen, fmt, images))
+        if end is None:  # cut short: close a reasoning block it left open first
+            suffix = renderer.think_closing(turn.prompt_ids().ids[-_TAIL:], completion) + suffix
+        added = array("i", completion) + array("i", renderer.encode(suffix))
+        before = turn.prompt_ids()
+        ids = before.extended(added)
+        return Prompt(ids, _opens(suffix, options), context, recorded,
+                      extends={"interaction_id": turn.interaction_id, "choice": choice},
+                      prefix=prefix, how=(
+                          {"kind": "matched", "matchers": sorted(fired)} if fired
+                          else {"kind": "extended"}),
+                      image_positions=_positions(renderer, turn, added, len(before)))
+    best = max(
+        ((_common(recorded, (t.tito or {}).get("messages") or []), t.request_index, t)
+         for t in history if t.tito and t.status < 400),
+        key=lambda item: (item[0], item[1]), default=None,
+    )
+    forked = ({"interaction_id": best[2].interaction_id, "messages": best[0]}
+              if best is not None and best[0] > 0 else None)
+    reason = rendered_reason(sent, recorded, context, matchers,
+                             None if best is None else (best[2].tito or {}), best[0] if best else 0)
+    return FullRender(renderer, messages_from(0), tools, options, context, recorded, prefix,
+                      forked, {"kind": "rendered", "reason": reason})
+
+
+def _positions(renderer: Renderer, turn: RecordedTurn, added: array[int],
+               offset: int) -> list[int]:
+    """The image placeholders of a prompt extending ``turn`` by ``added``: the turn's
+    own (its record's), then those ``added`` holds (only the new ids are scanned)."""
+    if renderer.vision is None:
+        return []
+    earlier = (turn.tito or {}).get("images") or []
+    return [int(image["position"]) for image in earlier] + renderer.vision.positions(
+        added, offset)
+
+
+def _system(sent: list[dict[str, Any]], converted: list[dict[str, Any]], seen: int,
+            fmt: str, images: bool) -> dict[str, Any] | None:
+    """The conversation's first message as the template gets it, when it is a system
+    message (the suffix's probe carries it: some templates write it at the latest user
+    message)."""
+    if not sent or sent[0].get("role") != "system":
+        return None
+    return converted[0] if seen == 0 else template_messages(sent[:1], fmt, images=images)[0]
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, list):
+        return "".join(str(part.get("text", "")) for part in content)
+    return content if isinstance(content, str) else ""
+
+
+def reply_key(prompt: Prompt, message: dict[str, Any]) -> str:
+    """The matching entry (key and facets) of a choice's reply: with a continued
+    message, that message's content followed by the sampled content (what a client
+    sends back)."""
+    if prompt.prefix is None:
+        return entry(message)
+    return entry({**message, "content": prompt.prefix + (message.get("content") or "")})
+
+
+def _opens(text: str, options: RenderOptions) -> bool:
+    """Whether the prompt leaves a reasoning block open: the generation prompt opened
+    one, or the continued message stops inside one."""
+    if options.continue_final:
+        return text.rfind("<think>") > text.rfind("</think>")
+    return text.rstrip().endswith("<think>")
+
+
+def _reply_record(sent: str, reasoning: str) -> dict[str, Any]:
+    key, _, facets = sent.partition("|")
+    return {"key": key, "reasoning": reasoning_key(reasoning), "facets": facets}
+
+
+def tito_record(prompt: Prompt, replies: list[tuple[str, str]],
+                images: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The interaction's ``tito`` field: keys for matching later turns, and lineage.
+    ``replies`` holds (message entry, reasoning text) per choice; ``images`` the prompt's
+    images (``vision.image_records``), kept only when it has any."""
+    extra = {"images": images} if images else {}
+    return {
+        **extra,
+        "context": prompt.context,
+        "messages": prompt.message_keys,
+        "replies": [_reply_record(e, reasoning) for e, reasoning in replies],
+        "extends": prompt.extends,
+        "forked_from": prompt.forked_from,
+        "prompt": prompt.how,
+    }
