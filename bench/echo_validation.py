@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import seedproxy.dialects.sglang as sglang_module  # noqa: E402
 from seedproxy.dialects import Endpoint, SGLangBackend  # noqa: E402
-from seedproxy.dialects.answer_shape import check_answer  # noqa: E402
-from seedproxy.dialects.shapes import ints  # noqa: E402
+from seedproxy.wire.answer_shape import check_answer  # noqa: E402
+from seedproxy.wire.shapes import ints  # noqa: E402
 
 _MAX = 2**31 - 1
 

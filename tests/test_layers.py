@@ -8,7 +8,8 @@ module, else to ``pkg``.
 
 Layers, lowest first, one entry per top-level module or package in ``ALLOWED``: the
 shared leaf modules (``seeds``, ``errors``, ``settings`` ...); ``sessions``; the upstream side
-(``transport``, ``dialects``, ``media``, ``bridges``, ``tito``, ``fleet``); ``pipeline``;
+(``wire``, ``transport``, ``media``, ``tito``, ``dialects``, ``bridges``, ``fleet``);
+``pipeline``;
 ``proxy``; ``commands``. The engine is an upstream like any other: it imports only the leaf
 modules. The client package imports nothing of the server. A new package fails the test
 until it is given its place."""
@@ -22,32 +23,43 @@ ROOT = Path(__file__).resolve().parents[1] / "src" / "seedproxy"
 PACKAGE = "seedproxy"
 
 LEAVES = frozenset({"errors", "nesting", "json_body", "sse_frames", "tool_choice",
-                    "template_input", "settings"})
+                    "template_input", "settings", "detokenize", "stop_strings",
+                    "sampling_fields", "legacy_tag", "response_format", "error_presenters"})
+"""The rules the engine shares with the proxy (and the error table's presenters): they
+import only one another."""
+
+UPSTREAM_SIDE = frozenset({"wire", "transport", "media", "tito", "dialects", "bridges",
+                           "fleet"})
 
 ALLOWED: dict[str, frozenset[str]] = {
     "seeds": frozenset(),
     "errors": frozenset(),
     "nesting": frozenset(),
     "sse_frames": frozenset(),
+    "detokenize": frozenset(),
+    "stop_strings": frozenset(),
+    "legacy_tag": frozenset(),
     "json_body": frozenset({"errors"}),
+    "sampling_fields": frozenset({"errors"}),
+    "response_format": frozenset({"errors", "legacy_tag"}),
+    "error_presenters": frozenset({"errors", "sse_frames"}),
     "tool_choice": frozenset({"nesting"}),
     "template_input": frozenset({"errors", "nesting"}),
     "settings": frozenset({"errors"}),
     "sessions": LEAVES | {"seeds"},
+    "wire": LEAVES | {"sessions"},
     "transport": LEAVES,
-    "dialects": LEAVES | {"seeds", "sessions"},
-    "media": LEAVES | {"dialects"},
-    "bridges": LEAVES | {"dialects"},
-    "tito": LEAVES | {"sessions", "dialects", "media"},
-    "fleet": LEAVES | {"sessions", "dialects", "transport"},
+    "media": LEAVES | {"wire"},
+    "tito": LEAVES | {"sessions", "wire", "media"},
+    "dialects": LEAVES | {"seeds", "sessions", "wire", "tito"},
+    "bridges": LEAVES | {"wire"},
+    "fleet": LEAVES | {"sessions", "wire", "transport", "dialects"},
     "engine": LEAVES,
-    "pipeline": LEAVES | {"seeds", "sessions", "transport", "dialects", "media", "bridges",
-                          "tito", "fleet"},
-    "proxy": LEAVES | {"seeds", "sessions", "transport", "dialects", "media", "bridges", "tito",
-                       "fleet", "pipeline"},
+    "pipeline": LEAVES | {"seeds", "sessions"} | UPSTREAM_SIDE,
+    "proxy": LEAVES | {"seeds", "sessions", "pipeline"} | UPSTREAM_SIDE,
     "client": frozenset(),
-    "commands": LEAVES | {"seeds", "sessions", "transport", "dialects", "media", "bridges",
-                          "tito", "fleet", "pipeline", "proxy", "engine", "client", "__root__"},
+    "commands": LEAVES | {"seeds", "sessions", "pipeline", "proxy", "engine", "client",
+                          "__root__"} | UPSTREAM_SIDE,
     "__main__": frozenset({"commands"}),
     "__root__": frozenset({"seeds"}),
 }

@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator
 
 import httpx
 
-from seedproxy.dialects.base import UpstreamRequest
 from seedproxy.fleet.pool import UpstreamPool, rendezvous_order
+from seedproxy.wire.types import UpstreamRequest
 
 URLS = ["http://a:1", "http://b:1"]
 

@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
-from seedproxy.dialects.shapes import ints
+from seedproxy.wire.shapes import ints
 
 _MAX = 2**31 - 1
 

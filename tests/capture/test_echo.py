@@ -17,8 +17,8 @@ import orjson
 import pytest
 
 from seedproxy.dialects.echo import loads_echoed
-from seedproxy.dialects.shapes import ints
 from seedproxy.sessions.token_ids import TokenIds
+from seedproxy.wire.shapes import ints
 from tests.conftest import Fake
 from tests.helpers.fake_sglang import chat_prompt, tokenize
 

@@ -20,9 +20,9 @@ from typing import Any
 
 import orjson
 
-from ..dialects.shapes import reasoning_tokens
 from ..errors import BadRequest
 from ..nesting import too_deep
+from ..wire.shapes import reasoning_tokens
 
 __all__ = [
     "MessageIds",

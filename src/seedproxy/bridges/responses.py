@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..dialects.shapes import reasoning_tokens
 from ..errors import BadRequest
+from ..wire.shapes import reasoning_tokens
 from .responses_envelope import envelope
 from .responses_tools import ToolPlan, call_arguments, call_output_item, plan_tools
 

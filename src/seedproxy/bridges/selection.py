@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..dialects.base import Endpoint
+from ..wire.types import Endpoint
 from . import anthropic as anthropic_bridge
 from . import responses as responses_bridge
 

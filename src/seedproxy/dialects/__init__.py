@@ -6,7 +6,7 @@ one module here, one entry below and its name there."""
 
 from __future__ import annotations
 
-from .base import OPENAI_ENDPOINTS, Captured, Endpoint, StreamCapture, UpstreamRequest
+from ..wire.types import OPENAI_ENDPOINTS, Captured, Endpoint, StreamCapture, UpstreamRequest
 from .kind import Backend
 from .openai import OpenAIBackend
 from .sglang import SGLangBackend

@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from ..sessions.token_ids import TokenIds, join_text
-from .shapes import ids_json, ints
+from ..wire.shapes import ids_json, ints
 
 __all__ = ["holders", "loads_echoed", "packed"]
 

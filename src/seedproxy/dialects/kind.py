@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from ..tito.dialect import CompletionsDialect, Dialect
-from .base import Captured, Endpoint, StreamCapture, UpstreamRequest
+from ..wire.types import Captured, Endpoint, StreamCapture, UpstreamRequest
 
 __all__ = ["Backend"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from .base import Endpoint, UpstreamRequest
+from ..wire.types import Endpoint, UpstreamRequest
 from .tracked import TrackedBackend
 
 __all__ = ["OpenAIBackend"]

@@ -10,9 +10,9 @@ from ..sessions import ChoiceRecord
 from ..sessions.routed_experts import RoutedExperts
 from ..sessions.token_ids import TokenIds
 from ..tito.dialect import GenerateDialect
-from .base import Captured, Endpoint, UpstreamRequest
+from ..wire.shapes import chat_logprobs, completion_logprobs, floats, ints, wants
+from ..wire.types import Captured, Endpoint, UpstreamRequest
 from .kind import Backend
-from .shapes import chat_logprobs, completion_logprobs, floats, ints, wants
 
 __all__ = ["SGLangBackend"]
 

@@ -16,9 +16,9 @@ import re
 from typing import Any, ClassVar
 
 from ..sessions import ChoiceRecord
-from .base import Captured, Endpoint, StreamCapture
+from ..wire.shapes import chat_logprobs, completion_logprobs, ints, wants
+from ..wire.types import Captured, Endpoint, StreamCapture
 from .kind import Backend
-from .shapes import chat_logprobs, completion_logprobs, ints, wants
 
 __all__ = ["TrackedBackend"]
 

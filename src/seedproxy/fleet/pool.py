@@ -25,7 +25,6 @@ from typing import TypeVar
 import httpx
 import orjson
 
-from ..dialects.base import UpstreamRequest
 from ..errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from ..sessions.token_ids import orjson_default
 from ..transport.client import LeanClient
@@ -33,6 +32,7 @@ from ..transport.failure import NoConnection, upstream_failure
 from ..transport.fast import read_response
 from ..transport.loop import LOOP_STATUS, LOOPED, is_loop
 from ..transport.priming import Release, prime
+from ..wire.types import UpstreamRequest
 from .dispatch import Abortable, Dispatch
 from .pause import PauseGate
 from .upstream import Upstream, UpstreamReply, server_key

@@ -20,8 +20,8 @@ from collections import OrderedDict
 from dataclasses import replace
 from typing import Any
 
-from ..dialects.base import Endpoint
 from ..errors import BadRequest
+from ..wire.types import Endpoint
 from .decode import CheckedImage, decode_image
 from .locate import MediaRef, located
 from .policy import ImagePolicy, check_url

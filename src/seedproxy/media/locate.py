@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..dialects.base import Endpoint
 from ..errors import BadRequest
+from ..wire.types import Endpoint
 
 __all__ = ["MediaRef", "located"]
 

@@ -31,10 +31,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ..dialects.answer_shape import MalformedAnswer
-from ..dialects.base import UpstreamRequest
-from ..dialects.shapes import ints
 from ..sessions.token_ids import TokenIds
+from ..wire.answer_shape import MalformedAnswer
+from ..wire.shapes import ints
+from ..wire.types import UpstreamRequest
 from .sampling import CARRIABLE, Sampling
 
 __all__ = ["CompletionsDialect", "Dialect", "GenerateDialect", "Sample"]

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from ...dialects import Captured, Endpoint, StreamCapture, UpstreamRequest
-from ...dialects.answer_shape import check_answer, check_chunk, check_error
 from ...errors import UpstreamError
 from ...fleet.upstream import UpstreamReply
 from ...sessions.token_ids import TokenIds
 from ...sse_frames import DONE
+from ...wire.answer_shape import check_answer, check_chunk, check_error
 from ..sse import event_json, split_events
 from .ids import stamp
 

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...dialects import Captured
-from ...dialects.answer_shape import check_error
 from ...errors import BadRequest
 from ...fleet.upstream import UpstreamReply
 from ...media import CheckedImage
@@ -33,6 +32,7 @@ from ...tito.dialect import Sample
 from ...tito.lineage import FullRender, reply_key
 from ...tito.sampling import Sampling
 from ...tito.vision import image_records
+from ...wire.answer_shape import check_error
 from ..sse import event_json, split_events
 from .passthrough import parsed_answer
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import UpstreamError
-from .base import Endpoint
+from .types import Endpoint
 
 __all__ = ["MalformedAnswer", "UpstreamFailed", "check_answer", "check_chunk", "check_error"]
 
