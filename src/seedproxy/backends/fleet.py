@@ -41,10 +41,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
 from ..errors import BadRequest, Conflict, StoreError, UpstreamNotFound
 from .board import FleetBoard, FleetState, LocalBoard
+from .http import HTTPFailure
 from .joining import join_refusal
 from .loop import LOOPED
 from .pause import PauseGate, PauseMode
@@ -334,9 +333,9 @@ class FleetControl:
                 response = await self.pool.client.post(
                     upstream.url + path, json=sent, timeout=timeout_s or self.timeout_s
                 )
-            except httpx.HTTPError as exc:
+            except HTTPFailure as exc:
                 result: dict[str, Any] = {"url": upstream.url, "ok": False, "status": None,
-                                          "error": f"unreachable: {type(exc).__name__}"}
+                                          "error": f"unreachable: {exc.cause}"}
                 return {**result, "answer": None} if answers else result
             ok = response.status_code == 200
             result = {"url": upstream.url, "ok": ok, "status": response.status_code,

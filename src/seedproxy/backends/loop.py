@@ -15,8 +15,10 @@ and only the proxy that drew it refuses it; ``is_loop`` recognises only that ref
 from __future__ import annotations
 
 import secrets
+from typing import TYPE_CHECKING
 
-import httpx
+if TYPE_CHECKING:
+    from .http import UpstreamResponse
 
 __all__ = ["HOP_HEADER", "LOOP_HEADER", "LOOP_STATUS", "LOOPED", "is_loop", "new_hop"]
 
@@ -35,6 +37,6 @@ def new_hop() -> str:
     return secrets.token_hex(16)
 
 
-def is_loop(response: httpx.Response) -> bool:
+def is_loop(response: UpstreamResponse) -> bool:
     """Whether ``response`` is a proxy's refusal of its own request come back."""
     return response.status_code == LOOP_STATUS and LOOP_HEADER in response.headers

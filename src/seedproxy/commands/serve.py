@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import uvicorn
 
-from ..backends.client import upstream_client
+from ..backends.http import UpstreamClient
 from ..errors import ConfigError
 from ..proxy.logs import configure_logging
 from ..proxy.protocol import guarded_http_protocol
@@ -227,8 +227,8 @@ def check_before_binding(settings: Settings) -> TitoMode | None:
 async def _open_and_close(settings: Settings) -> None:
     store = open_store(settings.store)
     await store.close()
-    client = upstream_client(read_timeout_s=settings.read_timeout_s,
-                             connect_timeout_s=settings.connect_timeout_s)
+    client = UpstreamClient(read_timeout_s=settings.read_timeout_s,
+                            connect_timeout_s=settings.connect_timeout_s)
     await client.aclose()
 
 

@@ -10,7 +10,6 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
-import httpx
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -19,8 +18,8 @@ from starlette.exceptions import HTTPException
 from ..backends import BACKENDS, Backend
 from ..backends.anthropic_bridge import anthropic_error
 from ..backends.board import open_board
-from ..backends.client import upstream_client
 from ..backends.fleet import FleetControl
+from ..backends.http import UpstreamClient
 from ..backends.loop import new_hop
 from ..backends.media import ImageGate, ImagePolicy
 from ..backends.pause import PauseGate
@@ -69,7 +68,7 @@ def create_app(
     *,
     upstreams: list[str] | None = None,
     store: SessionStore | None = None,
-    client: httpx.AsyncClient | None = None,
+    client: UpstreamClient | None = None,
     backend: Backend | None = None,
     tito: TitoMode | None = None,
     prompt_counter: PromptCounter | None = None,
@@ -99,7 +98,7 @@ def create_app(
     store = store if store is not None else open_store(settings.store)
     own_client = client is None
     hop = new_hop()  # this proxy's mark on what it sends upstream (``backends.loop``)
-    client = client or upstream_client(
+    client = client or UpstreamClient(
         read_timeout_s=settings.read_timeout_s,
         connect_timeout_s=settings.connect_timeout_s,
         max_body_bytes=settings.max_upstream_body_bytes,

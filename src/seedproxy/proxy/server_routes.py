@@ -16,12 +16,12 @@ Invariants:
 
 from __future__ import annotations
 
-import httpx
 import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from ..backends.fleet import FleetControl
+from ..backends.http import UpstreamResponse
 from ..backends.pool import UpstreamPool
 from ..errors import BadRequest
 from ..pipeline.request import read_body
@@ -34,7 +34,7 @@ _INFO = ("/get_model_info", "/get_server_info")
 _TOKENS = ("/tokenize", "/v1/tokenize", "/detokenize")
 
 
-def _passed_on(upstream: httpx.Response) -> Response:
+def _passed_on(upstream: UpstreamResponse) -> Response:
     return Response(upstream.content, status_code=upstream.status_code,
                     media_type=upstream.headers.get("content-type"))
 
