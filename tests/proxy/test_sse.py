@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from seedproxy.backends.transport import UpstreamBodyTooLarge
+from seedproxy.backends.http import UpstreamBodyTooLarge
 from seedproxy.pipeline.sse import split_events
 
 STREAM = b'data: {"a": 1}\r\n\r\ndata: 2\n\n: comment\r\n\r\ndata: [DONE]\r\n\r\n'

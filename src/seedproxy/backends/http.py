@@ -104,7 +104,8 @@ def _failure(exc: RequestError | BuilderError) -> HTTPFailure:
     kind = (NoFreeConnection if isinstance(exc, PoolTimeoutError) else
             TimedOut if isinstance(exc, RequestTimeoutError) else
             ConnectFailed if isinstance(exc, ConnectError) else HTTPFailure)
-    return kind(exc.message, type(exc).__name__)
+    causes = exc.details.get("causes") or [] if isinstance(exc, RequestError) else []
+    return kind(causes[-1]["message"] if causes else exc.message, type(exc).__name__)
 
 
 class UpstreamResponse:
@@ -254,6 +255,12 @@ class UpstreamClient:
         if self._client is not None:
             await self._client.close()
 
+    async def __aenter__(self) -> UpstreamClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
     async def _send(self, method: str, url: str, content: bytes | None,
                     headers: Mapping[str, str], timeout: float | None, *,
                     proxied: bool) -> UpstreamResponse:
@@ -262,7 +269,8 @@ class UpstreamClient:
         permit = await self._permit(url, proxied)
         sent: StreamRequest | None = None
         try:
-            builder = self._client.request(method, url).headers({**headers, **self._hop})
+            builder = (self._client.request(method, url).headers({**headers, **self._hop})
+                       .streamed_read_buffer_limit(0))  # the head alone: no body awaited
             if content is not None:
                 builder = builder.body_bytes(content)
             if timeout is not None:
