@@ -3,7 +3,7 @@ POSTs each request's body to one upstream with the client named by ``--client`` 
 relays the upstream's bytes chunk by chunk as they arrive (so a streamed answer streams
 through). Nothing else differs between the clients.
 
-    python bench/passthrough.py --client lean|aiohttp|pyreqwest|httpx --port P --upstream URL
+    python bench/passthrough.py --client seam|aiohttp|pyreqwest|httpx --port P --upstream URL
 """
 
 from __future__ import annotations
@@ -27,23 +27,20 @@ def make_fetch(client: str, url: str) -> Fetch:
     arrive; its client is built lazily, inside the server's event loop."""
     state: dict[str, Any] = {}
 
-    if client == "lean":
-        from seedproxy.backends.client import upstream_client
-        from seedproxy.backends.route import Proxies
+    if client == "seam":
+        from seedproxy.backends.http import UpstreamClient
 
-        async def lean(body: bytes) -> AsyncIterator[bytes]:
+        async def seam(body: bytes) -> AsyncIterator[bytes]:
             if not state:
-                state["c"] = upstream_client(
-                    read_timeout_s=30, connect_timeout_s=5, proxies=Proxies()
-                )
+                state["c"] = UpstreamClient(read_timeout_s=30, connect_timeout_s=5, environ={})
             response = await state["c"].post_stream(url, body, HEADERS)
             try:
-                async for chunk in response.stream:
+                async for chunk in response:
                     yield chunk
             finally:
                 await response.aclose()
 
-        return lean
+        return seam
     if client == "aiohttp":
         import aiohttp
 
