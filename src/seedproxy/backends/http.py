@@ -104,7 +104,7 @@ def _failure(exc: RequestError | BuilderError) -> HTTPFailure:
     kind = (NoFreeConnection if isinstance(exc, PoolTimeoutError) else
             TimedOut if isinstance(exc, RequestTimeoutError) else
             ConnectFailed if isinstance(exc, ConnectError) else HTTPFailure)
-    causes = exc.details.get("causes") or [] if isinstance(exc, RequestError) else []
+    causes = exc.details.get("causes") or []
     return kind(causes[-1]["message"] if causes else exc.message, type(exc).__name__)
 
 

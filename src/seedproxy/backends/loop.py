@@ -15,10 +15,8 @@ and only the proxy that drew it refuses it; ``is_loop`` recognises only that ref
 from __future__ import annotations
 
 import secrets
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .http import UpstreamResponse
+from collections.abc import Mapping
+from typing import Protocol
 
 __all__ = ["HOP_HEADER", "LOOP_HEADER", "LOOP_STATUS", "LOOPED", "is_loop", "new_hop"]
 
@@ -37,6 +35,13 @@ def new_hop() -> str:
     return secrets.token_hex(16)
 
 
-def is_loop(response: UpstreamResponse) -> bool:
+class Answer(Protocol):
+    @property
+    def status_code(self) -> int: ...
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+
+def is_loop(response: Answer) -> bool:
     """Whether ``response`` is a proxy's refusal of its own request come back."""
     return response.status_code == LOOP_STATUS and LOOP_HEADER in response.headers
