@@ -33,7 +33,7 @@ def make_fetch(client: str, url: str) -> Fetch:
         async def seam(body: bytes) -> AsyncIterator[bytes]:
             if not state:
                 state["c"] = UpstreamClient(read_timeout_s=30, connect_timeout_s=5, environ={})
-            response = await state["c"].post_stream(url, body, HEADERS)
+            response = await state["c"].send(url, body, HEADERS, stream=True)
             try:
                 async for chunk in response:
                     yield chunk

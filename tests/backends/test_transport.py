@@ -93,13 +93,13 @@ async def test_keeps_connections_alive_and_sends_body_and_headers(server: Server
         assert len(peers) == 1  # one keep-alive connection served them all
 
 
-async def test_post_stream_sends_the_key_the_headers_and_the_hop_mark_last(
+async def test_send_sends_the_key_the_headers_and_the_hop_mark_last(
         server: ServerThread) -> None:
     headers = {"content-type": "application/json", "x-test": "1", "x-seedproxy-hop": "forged"}
     async with Client(read_timeout_s=10, connect_timeout_s=2, api_key="k", hop="mine") as client:
         seen = []
         for _ in range(3):
-            response = await client.post_stream(server.url + "/echo", b"{}", headers)
+            response = await client.send(server.url + "/echo", b"{}", headers, stream=True)
             assert response.status_code == 200
             await response.aread()
             seen.append(response.json())
@@ -113,7 +113,7 @@ async def test_post_stream_sends_the_key_the_headers_and_the_hop_mark_last(
 async def test_a_body_read_whole_is_decoded_from_its_content_encoding(
         server: ServerThread) -> None:
     async with Client(read_timeout_s=10, connect_timeout_s=2) as client:
-        response = await client.post_stream(server.url + "/gzip", b"", {})
+        response = await client.send(server.url + "/gzip", b"", {}, stream=True)
         assert await response.aread() == b'{"zipped": true}'
 
 
@@ -129,7 +129,7 @@ async def test_streams_chunks_as_they_arrive(server: ServerThread) -> None:
     client that waited for more than what arrived would never see it alone."""
     GATE.clear()
     async with Client(read_timeout_s=60, connect_timeout_s=2) as client:
-        response = await client.post_stream(server.url + "/gated", b"", {})
+        response = await client.send(server.url + "/gated", b"", {}, stream=True)
         chunks = aiter(response)
         first = await anext(chunks)
         GATE.set()
@@ -166,13 +166,13 @@ async def test_an_idle_connection_the_server_closed_is_replaced() -> None:
 async def test_the_connection_limit_queues_then_times_out(server: ServerThread) -> None:
     async with Client(read_timeout_s=5, connect_timeout_s=5, max_connections=1,
                       pool_timeout_s=0.2) as client:
-        held = await client.post_stream(server.url + "/stream", b"", {})
+        held = await client.send(server.url + "/stream", b"", {}, stream=True)
         with pytest.raises(NoFreeConnection):
-            await client.post_stream(server.url + "/echo", b"", {})
+            await client.send(server.url + "/echo", b"", {}, stream=True)
         answer = await client.request("POST", server.url + "/echo", content=b"other lane")
         assert answer.json()["body"] == "other lane"  # the control plane still gets through
         with contextlib.suppress(HTTPFailure):
             await held.aclose()
-        answer = await client.post_stream(server.url + "/echo", b"ok", {})
+        answer = await client.send(server.url + "/echo", b"ok", {}, stream=True)
         await answer.aread()
         assert answer.json()["body"] == "ok"

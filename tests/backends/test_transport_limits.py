@@ -58,13 +58,13 @@ async def test_requests_hung_on_one_upstream_never_hold_up_another() -> None:
     async with HoldingServer().running() as hung, HoldingServer().running() as other:
         async with UpstreamClient(read_timeout_s=60, connect_timeout_s=5, max_connections=2,
                                   pool_timeout_s=0.2, environ={}) as client:
-            held = [asyncio.create_task(client.post_stream(hung.url + "/hold", b"", {}))
+            held = [asyncio.create_task(client.send(hung.url + "/hold", b"", {}, stream=True))
                     for _ in range(2)]
             await hung.arrived(2)
-            answer = await client.post_stream(other.url + "/x", b"", {})  # its own limit
+            answer = await client.send(other.url + "/x", b"", {}, stream=True)  # its own limit
             assert await answer.aread() == b"ok"
             with pytest.raises(NoFreeConnection, match="within 0.2 s"):
-                await client.post_stream(hung.url + "/x", b"", {})
+                await client.send(hung.url + "/x", b"", {}, stream=True)
             # The control lane still reaches the hung server.
             health = await client.get(hung.url + "/health")
             assert (health.status_code, health.content) == (200, b"ok")
@@ -73,5 +73,5 @@ async def test_requests_hung_on_one_upstream_never_hold_up_another() -> None:
             for task in held:
                 assert await (await task).aread() == b"ok"
             # Their permits came back: the hung server takes proxied requests again.
-            again = await client.post_stream(hung.url + "/x", b"", {})
+            again = await client.send(hung.url + "/x", b"", {}, stream=True)
             assert await again.aread() == b"ok"

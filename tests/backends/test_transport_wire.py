@@ -40,7 +40,7 @@ async def test_connection_close_answers_are_not_reused() -> None:
     async with RawServer(lambda r: answer(r.body, headers="connection: close\r\n")) as server:
         async with _client() as client:
             for body in (b"one", b"two"):
-                response = await client.post_stream(server.url + "/x", body, {})
+                response = await client.send(server.url + "/x", body, {}, stream=True)
                 assert await response.aread() == body
     assert [r.connection for r in server.requests] == [0, 1]
 
@@ -50,7 +50,7 @@ async def test_a_body_delimited_by_the_connection_end_is_read_whole() -> None:
         return b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n" + b"z" * 300_000
 
     async with RawServer(script) as server, _client() as client:
-        response = await client.post_stream(server.url + "/x", b"{}", {})
+        response = await client.send(server.url + "/x", b"{}", {}, stream=True)
         assert await response.aread() == b"z" * 300_000
 
 
@@ -61,7 +61,7 @@ async def test_a_chunked_body_is_read_and_the_connection_kept() -> None:
 
     async with RawServer(script) as server, _client() as client:
         for _ in range(2):
-            response = await client.post_stream(server.url + "/x", b"{}", {})
+            response = await client.send(server.url + "/x", b"{}", {}, stream=True)
             assert await response.aread() == b"abc" + b"d" * 70_000
     assert [r.connection for r in server.requests] == [0, 0]
 
@@ -70,9 +70,9 @@ async def test_a_body_over_256_kib_arrives_intact_streamed_and_whole() -> None:
     big = bytes(range(256)) * 4096  # 1 MiB, past the transport's read-pause mark
 
     async with RawServer(lambda r: answer(big)) as server, _client() as client:
-        response = await client.post_stream(server.url + "/x", b"{}", {})
+        response = await client.send(server.url + "/x", b"{}", {}, stream=False)
         assert await response.aread() == big
-        streamed = await client.post_stream(server.url + "/x", b"", {})
+        streamed = await client.send(server.url + "/x", b"", {}, stream=True)
         parts = [part async for part in streamed]
         await streamed.aclose()
         assert b"".join(parts) == big
@@ -92,7 +92,7 @@ def _has_ipv6_loopback() -> bool:
 @pytest.mark.skipif(not _has_ipv6_loopback(), reason="this machine has no ::1")
 async def test_an_ipv6_upstream_gets_a_bracketed_host_header() -> None:
     async with RawServer(_echo, host="::1") as server, _client() as client:
-        response = await client.post_stream(server.url + "/x", b"a", {})
+        response = await client.send(server.url + "/x", b"a", {}, stream=True)
         assert await response.aread() == b"a|[::1]:%d" % server.port
         got = await client.get(server.url + "/y")
         assert got.content == b"|[::1]:%d" % server.port
@@ -114,10 +114,10 @@ def _closes_the_second_request_on_each_connection() -> RawServer:
 
 async def test_a_post_is_not_resent_when_a_reused_connection_closes() -> None:
     async with _closes_the_second_request_on_each_connection() as server, _client() as client:
-        first = await client.post_stream(server.url + "/x", b"1", {})
+        first = await client.send(server.url + "/x", b"1", {}, stream=True)
         assert await first.aread() == b"ok"
         with pytest.raises(HTTPFailure):
-            await client.post_stream(server.url + "/x", b"2", {})
+            await client.send(server.url + "/x", b"2", {}, stream=True)
     assert [r.body for r in server.requests] == [b"1", b"2"]  # the server saw the POST once
 
 
@@ -159,12 +159,12 @@ async def test_https_uses_the_clients_ca_and_keeps_the_connection(
     async with RawServer(_echo, ssl_context=_server_tls(certificate)) as server:
         async with _client(verify=str(certificate[0])) as client:
             for body in (b"1", b"2"):
-                response = await client.post_stream(server.url + "/x", body, {})
+                response = await client.send(server.url + "/x", body, {}, stream=True)
                 assert await response.aread() == body + b"|127.0.0.1:%d" % server.port
         assert [r.connection for r in server.requests] == [0, 0]
         async with _client() as strict:  # the default CAs do not know this certificate
             with pytest.raises(ConnectFailed, match="certificate"):
-                await strict.post_stream(server.url + "/x", b"", {})
+                await strict.send(server.url + "/x", b"", {}, stream=True)
         async with _client(verify=False) as lax:
             assert (await lax.get(server.url + "/x")).status_code == 200
         monkeypatch.setenv("SSL_CERT_FILE", str(certificate[0]))
@@ -183,12 +183,12 @@ async def test_https_counts_against_the_connection_limit_and_its_timeouts(
     async with RawServer(script, ssl_context=_server_tls(certificate)) as server:
         async with _client(max_connections=1, verify=str(certificate[0]), read_timeout_s=0.5,
                            pool_timeout_s=0.2) as client:
-            held = await client.post_stream(server.url + "/head-only", b"", {})
+            held = await client.send(server.url + "/head-only", b"", {}, stream=True)
             with pytest.raises(NoFreeConnection):
-                await client.post_stream(server.url + "/x", b"", {})
+                await client.send(server.url + "/x", b"", {}, stream=True)
             with pytest.raises(TimedOut):
                 await held.aread()
-            response = await client.post_stream(server.url + "/x", b"", {})
+            response = await client.send(server.url + "/x", b"", {}, stream=True)
             assert await response.aread() == b"ok"
 
 
@@ -204,7 +204,7 @@ async def test_http_upstreams_go_through_http_proxy(monkeypatch: pytest.MonkeyPa
         # upstream.test resolves nowhere: only the proxy (which maps it to 127.0.0.1) can answer
         url = f"http://upstream.test:{server.port}/v1/x?q=1"
         async with UpstreamClient(read_timeout_s=10, connect_timeout_s=5) as client:
-            response = await client.post_stream(url, b"hi", {})
+            response = await client.send(url, b"hi", {}, stream=True)
             assert await response.aread() == b"hi|upstream.test:%d" % server.port
             assert (await client.get(url)).content == b"|upstream.test:%d" % server.port
     assert proxy.seen == [f"POST {url}", f"GET {url}"]
@@ -225,7 +225,7 @@ async def test_https_upstreams_tunnel_through_https_proxy(
                 read_timeout_s=10, connect_timeout_s=5, verify=str(certificate[0])
             ) as client:
                 for body in (b"1", b"2"):
-                    response = await client.post_stream(url, body, {})
+                    response = await client.send(url, body, {}, stream=True)
                     expected = body + b"|upstream.test:%d" % server.port
                     assert await response.aread() == expected
     assert proxy.seen == [f"CONNECT upstream.test:{server.port}"]  # one tunnel, kept alive
@@ -238,9 +238,9 @@ async def test_a_refused_tunnel_is_a_proxy_error(monkeypatch: pytest.MonkeyPatch
         monkeypatch.delenv("NO_PROXY", raising=False)
         async with _client(max_connections=1, environ=os.environ) as client:
             with pytest.raises(ConnectFailed):
-                await client.post_stream("https://upstream.test:1/x", b"", {})
+                await client.send("https://upstream.test:1/x", b"", {}, stream=True)
             with pytest.raises(ConnectFailed):  # the permit came back: not a pool timeout
-                await client.post_stream("https://upstream.test:1/x", b"", {})
+                await client.send("https://upstream.test:1/x", b"", {}, stream=True)
 
 
 async def test_no_proxy_and_loopback_go_direct() -> None:
@@ -281,10 +281,10 @@ async def test_a_body_over_the_bound_is_refused_without_buffering_it() -> None:
 
     async with RawServer(script) as server, _client(max_body_bytes=1_000_000) as client:
         for path in ("/declared", "/undeclared", "/gzip"):
-            response = await client.post_stream(server.url + path, b"", {})
+            response = await client.send(server.url + path, b"", {}, stream=False)
             with pytest.raises(UpstreamBodyTooLarge, match="over 1000000 bytes"):
                 await response.aread()
-        response = await client.post_stream(server.url + "/ok", b"", {})  # still usable
+        response = await client.send(server.url + "/ok", b"", {}, stream=False)  # still usable
         assert await response.aread() == b"fine"
 
 
@@ -298,7 +298,7 @@ async def test_interim_1xx_answers_are_skipped_and_the_connection_stays_in_step(
 
     async with RawServer(script) as server, _client() as client:
         for body in (b"one", b"two", b"three"):
-            response = await client.post_stream(server.url + "/x", body, {})
+            response = await client.send(server.url + "/x", body, {}, stream=True)
             assert response.status_code == 200
             assert "link" not in response.headers
             assert await response.aread() == body
@@ -329,7 +329,7 @@ async def test_an_early_hint_sent_apart_is_not_taken_for_the_answer() -> None:
     try:
         async with _client() as client:
             for body in (b"one", b"two"):
-                response = await client.post_stream(url, body, {})
+                response = await client.send(url, body, {}, stream=True)
                 assert response.status_code == 200
                 assert await response.aread() == b"re:" + body
     finally:

@@ -226,10 +226,13 @@ class UpstreamClient:
         self._pool_timeout_s = pool_timeout_s
         self._permits: dict[tuple[str, str, bool], asyncio.Semaphore] = {}
 
-    async def post_stream(self, url: str, content: bytes,
-                          headers: Mapping[str, str]) -> UpstreamResponse:
-        """POST a proxied request; the answer's body is left unread."""
-        return await self._send("POST", url, content, headers, None, proxied=True)
+    async def send(self, url: str, content: bytes, headers: Mapping[str, str], *,
+                   stream: bool) -> UpstreamResponse:
+        """POST a proxied request; the answer's body is left unread. With ``stream``
+        this returns once the head is in, and each chunk is handed on as it arrives;
+        otherwise the body's first 64 KiB (all of most answers) come with the head."""
+        return await self._send("POST", url, content, headers, None, proxied=True,
+                                stream=stream)
 
     async def request(self, method: str, url: str, *, content: bytes | None = None,
                       json: Any = None, headers: Mapping[str, str] | None = None,
@@ -240,7 +243,7 @@ class UpstreamClient:
             content = orjson.dumps(json)
             headers = {"content-type": "application/json", **(headers or {})}
         response = await self._send(method, url, content, headers or {}, timeout,
-                                    proxied=False)
+                                    proxied=False, stream=False)
         await response.aread()
         return response
 
@@ -263,14 +266,15 @@ class UpstreamClient:
 
     async def _send(self, method: str, url: str, content: bytes | None,
                     headers: Mapping[str, str], timeout: float | None, *,
-                    proxied: bool) -> UpstreamResponse:
+                    proxied: bool, stream: bool) -> UpstreamResponse:
         if self._client is None:  # built inside the event loop that uses it
             self._client = self._builder.build()
         permit = await self._permit(url, proxied)
         sent: StreamRequest | None = None
         try:
-            builder = (self._client.request(method, url).headers({**headers, **self._hop})
-                       .streamed_read_buffer_limit(0))  # the head alone: no body awaited
+            builder = self._client.request(method, url).headers({**headers, **self._hop})
+            if stream:  # the head alone: no body awaited (each chunk then crosses threads)
+                builder = builder.streamed_read_buffer_limit(0)
             if content is not None:
                 builder = builder.body_bytes(content)
             if timeout is not None:

@@ -222,7 +222,8 @@ class UpstreamPool:
                           done=lambda: self._settle(upstream))
         response: UpstreamResponse | None = None
         try:
-            response = await self.client.post_stream(upstream.url + path, content, headers)
+            response = await self.client.send(upstream.url + path, content, headers,
+                                              stream=stream)
             if stream and response.status_code < 400:
                 await response.prime()
                 response.on_close = release  # the reply's aclose() releases from now on
