@@ -59,7 +59,8 @@ def make_fetch(client: str, url: str) -> Fetch:
             if not state:
                 state["c"] = ClientBuilder().max_connections(1024).build()
             request = state["c"].post(url).header("content-type", "application/json")
-            async with request.body_bytes(body).build_streamed() as response:
+            request = request.body_bytes(body).streamed_read_buffer_limit(0)  # as it comes
+            async with request.build_streamed() as response:
                 while (chunk := await response.body_reader.read_chunk()) is not None:
                     yield bytes(chunk)
 

@@ -29,6 +29,7 @@ from ..sessions.token_ids import orjson_default
 from .base import UpstreamRequest
 from .dispatch import Abortable, Dispatch
 from .http import (
+    ConnectFailed,
     HTTPFailure,
     NoConnection,
     UpstreamClient,
@@ -240,7 +241,7 @@ class UpstreamPool:
             finally:
                 release(broken=False)
             if isinstance(exc, HTTPFailure):
-                what = "unreachable" if response is None else "failed while answering"
+                what = "unreachable" if isinstance(exc, ConnectFailed) else "failed while answering"
                 raise upstream_failure(upstream.url, what, exc) from exc
             raise
 
