@@ -56,6 +56,7 @@ __all__ = [
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 _LOOPBACK = "localhost,127.0.0.0/8,::1"
 _LIBRARY_ERRORS = (RequestError, BuilderError)
+_SETTLE_S = 0.05
 
 
 class HTTPFailure(Exception):
@@ -255,8 +256,12 @@ class UpstreamClient:
         return await self.request("POST", url, json=json, timeout=timeout)
 
     async def aclose(self) -> None:
+        """Close every connection. pyreqwest finishes closing on a thread of its own
+        after ``close()`` returns; the short wait lets it, so that an interpreter that
+        exits next is not finalized under that thread (a fatal error at exit)."""
         if self._client is not None:
             await self._client.close()
+            await asyncio.sleep(_SETTLE_S)
 
     async def __aenter__(self) -> UpstreamClient:
         return self
