@@ -1,4 +1,4 @@
-"""The one seam between the proxy and HTTP: ``UpstreamClient`` (pyreqwest underneath),
+"""The one seam between the proxy and HTTP: ``UpstreamClient`` (aiohttp underneath),
 ``UpstreamResponse``, and the one map from a transport failure to its status.
 
 Invariants:
@@ -8,8 +8,9 @@ Invariants:
   request, the hop mark last so no header passed on replaces it;
 - proxies come from ``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY`` and ``NO_PROXY`` (the
   lowercase spellings win); loopback upstreams (``localhost``, 127.0.0.0/8, ``::1``)
-  always go direct; only ``http://`` proxies are accepted (``ConfigError``), and https
-  upstreams go through them by CONNECT;
+  always go direct, as do the hosts ``NO_PROXY`` names (a domain and its subdomains,
+  an IP address or network, ``*`` for all); only ``http://`` proxies are accepted
+  (``ConfigError``), and https upstreams go through them by CONNECT;
 - a request holds a permit of its upstream server (scheme, host, port) from the moment
   it is sent until its body is read or closed: each server has ``max_connections`` for
   proxied requests and ``max_control_connections`` for all others, so one whose
@@ -28,22 +29,16 @@ from __future__ import annotations
 
 import asyncio
 import os
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from datetime import timedelta
+from ipaddress import ip_address, ip_network
 from typing import Any
 from urllib.parse import urlsplit
 
+import aiohttp
 import orjson
-from pyreqwest.client import Client, ClientBuilder
-from pyreqwest.exceptions import (
-    BuilderError,
-    ConnectError,
-    PoolTimeoutError,
-    RequestError,
-    RequestTimeoutError,
-)
-from pyreqwest.proxy import ProxyBuilder
-from pyreqwest.request import StreamRequest
+from multidict import CIMultiDict
+from yarl import URL
 
 from ..errors import ConfigError, UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from .loop import HOP_HEADER
@@ -54,14 +49,14 @@ __all__ = [
 ]
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
-_LOOPBACK = "localhost,127.0.0.0/8,::1"
-_LIBRARY_ERRORS = (RequestError, BuilderError)
-_SETTLE_S = 0.05
+_LOOPBACK = ("localhost", "127.0.0.0/8", "::1")
+_LIBRARY_ERRORS = (aiohttp.ClientError, TimeoutError)
+_Proxy = tuple[URL, aiohttp.BasicAuth | None]
 
 
 class HTTPFailure(Exception):
     """An exchange with an upstream that failed below HTTP; ``cause`` names what failed
-    (the library's error class)."""
+    (``ConnectError`` for a server not reached, else the library's error class)."""
 
     def __init__(self, message: str, cause: str | None = None) -> None:
         super().__init__(message)
@@ -101,12 +96,12 @@ def upstream_failure(url: str, what: str, exc: HTTPFailure) -> UpstreamError:
     return UpstreamError(f"upstream {url} {what}: {exc.cause}")
 
 
-def _failure(exc: RequestError | BuilderError) -> HTTPFailure:
-    kind = (NoFreeConnection if isinstance(exc, PoolTimeoutError) else
-            TimedOut if isinstance(exc, RequestTimeoutError) else
-            ConnectFailed if isinstance(exc, ConnectError) else HTTPFailure)
-    causes = exc.details.get("causes") or []
-    return kind(causes[-1]["message"] if causes else exc.message, type(exc).__name__)
+def _failure(exc: aiohttp.ClientError | TimeoutError) -> HTTPFailure:
+    if isinstance(exc, TimeoutError):
+        return TimedOut(str(exc) or "no answer in time", type(exc).__name__)
+    if isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ClientHttpProxyError):
+        return ConnectFailed(str(exc), "ConnectError")
+    return HTTPFailure(str(exc) or type(exc).__name__, type(exc).__name__)
 
 
 class UpstreamResponse:
@@ -205,23 +200,15 @@ class UpstreamClient:
                  environ: Mapping[str, str] | None = None, api_key: str | None = None,
                  max_connections: int = 1024, max_control_connections: int = 32,
                  pool_timeout_s: float = 5.0, hop: str | None = None) -> None:
-        builder = (ClientBuilder().follow_redirects(False).no_proxy()
-                   .read_timeout(timedelta(seconds=read_timeout_s))
-                   .connect_timeout(timedelta(seconds=connect_timeout_s))
-                   .pool_idle_timeout(timedelta(seconds=4)).pool_max_idle_per_host(256)
-                   .http1_only())
-        for proxy in _proxies(os.environ if environ is None else environ):
-            builder = builder.proxy(proxy)
-        if isinstance(verify, str):
-            with open(verify, "rb") as bundle:
-                builder = builder.add_root_certificate_pem(bundle.read())
-        elif not verify:
-            builder = builder.danger_accept_invalid_certs(True)
-        if api_key:
-            builder = builder.default_headers({"authorization": f"Bearer {api_key}"})
-        self._builder = builder
-        self._client: Client | None = None
-        self._hop = {HOP_HEADER: hop} if hop is not None else {}
+        env = os.environ if environ is None else environ
+        self._proxies = _proxies(env)
+        self._bypass = (*_LOOPBACK, *_names(env, "no_proxy").split(","))
+        self._verify = verify
+        self._timeout = aiohttp.ClientTimeout(sock_connect=connect_timeout_s,
+                                              sock_read=read_timeout_s)
+        self._key = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        self._session: aiohttp.ClientSession | None = None
+        self._hop = hop
         self.max_body_bytes = max_body_bytes
         self._sizes = (max_control_connections, max_connections)
         self._pool_timeout_s = pool_timeout_s
@@ -229,11 +216,10 @@ class UpstreamClient:
 
     async def send(self, url: str, content: bytes, headers: Mapping[str, str], *,
                    stream: bool) -> UpstreamResponse:
-        """POST a proxied request; the answer's body is left unread. With ``stream``
-        this returns once the head is in, and each chunk is handed on as it arrives;
-        otherwise the body's first 64 KiB (all of most answers) come with the head."""
-        return await self._send("POST", url, content, headers, None, proxied=True,
-                                stream=stream)
+        """POST a proxied request; this returns once the head is in, the body left
+        unread. Its chunks are handed on as they arrive, whether ``stream`` (the answer
+        is relayed as it comes) or not (it is read whole)."""
+        return await self._send("POST", url, content, headers, None, proxied=True)
 
     async def request(self, method: str, url: str, *, content: bytes | None = None,
                       json: Any = None, headers: Mapping[str, str] | None = None,
@@ -244,7 +230,7 @@ class UpstreamClient:
             content = orjson.dumps(json)
             headers = {"content-type": "application/json", **(headers or {})}
         response = await self._send(method, url, content, headers or {}, timeout,
-                                    proxied=False, stream=False)
+                                    proxied=False)
         await response.aread()
         return response
 
@@ -256,12 +242,9 @@ class UpstreamClient:
         return await self.request("POST", url, json=json, timeout=timeout)
 
     async def aclose(self) -> None:
-        """Close every connection. pyreqwest finishes closing on a thread of its own
-        after ``close()`` returns; the short wait lets it, so that an interpreter that
-        exits next is not finalized under that thread (a fatal error at exit)."""
-        if self._client is not None:
-            await self._client.close()
-            await asyncio.sleep(_SETTLE_S)
+        """Close every connection."""
+        if self._session is not None:
+            await self._session.close()
 
     async def __aenter__(self) -> UpstreamClient:
         return self
@@ -271,37 +254,59 @@ class UpstreamClient:
 
     async def _send(self, method: str, url: str, content: bytes | None,
                     headers: Mapping[str, str], timeout: float | None, *,
-                    proxied: bool, stream: bool) -> UpstreamResponse:
-        if self._client is None:  # built inside the event loop that uses it
-            self._client = self._builder.build()
+                    proxied: bool) -> UpstreamResponse:
+        session = self._open()
+        sent = CIMultiDict(headers)
+        if self._hop is not None:  # last, replacing any passed on
+            sent.popall(HOP_HEADER, None)
+            sent[HOP_HEADER] = self._hop
+        timeouts = self._timeout if timeout is None else aiohttp.ClientTimeout(
+            total=timeout, sock_connect=self._timeout.sock_connect,
+            sock_read=self._timeout.sock_read)
+        proxy, proxy_auth = self._proxy_for(url)
         permit = await self._permit(url, proxied)
-        sent: StreamRequest | None = None
         try:
-            builder = self._client.request(method, url).headers({**headers, **self._hop})
-            if stream:  # the head alone: no body awaited (each chunk then crosses threads)
-                builder = builder.streamed_read_buffer_limit(0)
-            if content is not None:
-                builder = builder.body_bytes(content)
-            if timeout is not None:
-                builder = builder.timeout(timedelta(seconds=timeout))
-            sent = builder.build_streamed()
-            answer = await sent.__aenter__()
+            answer = await session.request(
+                method, url, data=content, headers=sent, allow_redirects=False,
+                timeout=timeouts, proxy=proxy, proxy_auth=proxy_auth)
         except _LIBRARY_ERRORS as exc:
             permit.release()
             raise _failure(exc) from exc
         except BaseException:
             permit.release()
             raise
-        request = sent
 
         async def close() -> None:
-            try:
-                await request.__aexit__(None, None, None)
+            try:  # a body not read to its end closes its connection
+                answer.release()
             finally:
                 permit.release()
 
-        return UpstreamResponse(answer.status, answer.headers, chunks=_chunks(answer.body_reader),
+        return UpstreamResponse(answer.status, answer.headers, chunks=_chunks(answer),
                                 close=close, max_bytes=self.max_body_bytes)
+
+    def _open(self) -> aiohttp.ClientSession:
+        """The session, made on first use inside the event loop that uses it."""
+        if self._session is None:
+            tls: ssl.SSLContext | bool = False
+            if self._verify is not False:
+                tls = ssl.create_default_context()
+                if isinstance(self._verify, str):
+                    tls.load_verify_locations(self._verify)
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=4, ssl=tls),
+                cookie_jar=aiohttp.DummyCookieJar(), headers=self._key,
+                timeout=self._timeout, skip_auto_headers=("User-Agent", "Content-Type"))
+        return self._session
+
+    def _proxy_for(self, url: str) -> _Proxy | tuple[None, None]:
+        parts = urlsplit(url)
+        proxy = self._proxies.get(parts.scheme)
+        host = (parts.hostname or "").lower()
+        if proxy is None or any(_matches(host, entry.strip().lower())
+                                for entry in self._bypass):
+            return None, None
+        return proxy
 
     async def _permit(self, url: str, proxied: bool) -> asyncio.Semaphore:
         parts = urlsplit(url)
@@ -321,34 +326,40 @@ class UpstreamClient:
         return permit
 
 
-async def _chunks(reader: Any) -> AsyncIterator[bytes]:
-    while True:
-        try:
-            chunk = await reader.read_chunk()
-        except _LIBRARY_ERRORS as exc:
-            raise _failure(exc) from exc
-        if chunk is None:
-            return
-        yield bytes(chunk)
+async def _chunks(answer: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    try:
+        async for chunk in answer.content.iter_any():
+            yield chunk
+    except _LIBRARY_ERRORS as exc:
+        raise _failure(exc) from exc
 
 
-def _proxies(env: Mapping[str, str]) -> list[ProxyBuilder]:
-    """The forward proxies the environment names (see the module's invariants)."""
+def _names(env: Mapping[str, str], name: str) -> str:
+    return (env.get(name.lower()) or env.get(name.upper()) or "").strip()
 
-    def read(name: str) -> str:
-        return (env.get(name.lower()) or env.get(name.upper()) or "").strip()
 
-    fallback = read("all_proxy")
-    bypass = ",".join(filter(None, (read("no_proxy"), _LOOPBACK)))
-    found = []
-    for scheme, value in (("http", read("http_proxy") or fallback),
-                          ("https", read("https_proxy") or fallback)):
+def _proxies(env: Mapping[str, str]) -> dict[str, _Proxy]:
+    """The forward proxy of each upstream scheme (see the module's invariants)."""
+    fallback = _names(env, "all_proxy")
+    found = {}
+    for scheme in ("http", "https"):
+        value = _names(env, f"{scheme}_proxy") or fallback
         if not value:
             continue
-        url = value if "://" in value else "http://" + value
-        if urlsplit(url).scheme != "http":
+        url = URL(value if "://" in value else "http://" + value)
+        if url.scheme != "http":
             raise ConfigError(f"proxy {value!r}: only http:// forward proxies are supported "
                               "(https upstreams go through them by CONNECT)")
-        make = ProxyBuilder.http if scheme == "http" else ProxyBuilder.https
-        found.append(make(url).no_proxy(bypass))
+        found[scheme] = (url.with_user(None), aiohttp.BasicAuth.from_url(url))
     return found
+
+
+def _matches(host: str, entry: str) -> bool:
+    """Whether ``host`` is one ``NO_PROXY``'s ``entry`` names."""
+    if entry == "*":
+        return True
+    try:
+        return ip_address(host.strip("[]")) in ip_network(entry, strict=False)
+    except ValueError:
+        domain = entry.lstrip("*.")
+        return bool(domain) and (host == domain or host.endswith("." + domain))
