@@ -4,12 +4,12 @@ client) in front of the benchmark's fake upstream, side by side in one run, at
 concurrency 64, for whole answers and for streams (each chunk relayed as it comes).
 Rounds are interleaved, so machine load hits every client alike;
 the figure to read is each client's ratio to seedproxy's seam (``UpstreamClient``
-in ``backends/http.py``, pyreqwest underneath), which shows what the seam itself costs
-over bare pyreqwest. The load comes from ``bench/rawhttp.py`` connections.
+in ``backends/http.py``, aiohttp underneath), which shows what the seam itself costs
+over bare aiohttp. The load comes from ``bench/rawhttp.py`` connections.
 
     python bench/clients.py [--rounds 5] [--requests 4000]
 
-aiohttp is optional (``pip install aiohttp``); a client that is not installed is
+pyreqwest is optional (``pip install pyreqwest``); a client that is not installed is
 skipped.
 """
 
