@@ -3,13 +3,14 @@ proxies (``bench/passthrough.py``: the same uvicorn app, differing only in the
 client) in front of the benchmark's fake upstream, side by side in one run, at
 concurrency 64, for whole answers and for streams (each chunk relayed as it comes).
 Rounds are interleaved, so machine load hits every client alike;
-the figure to read is each client's ratio to seedproxy's own (``LeanClient`` over
-``FastTransport``). The load comes from ``bench/rawhttp.py`` connections.
+the figure to read is each client's ratio to seedproxy's seam (``UpstreamClient``
+in ``transport/http.py``, aiohttp underneath), which shows what the seam itself costs
+over bare aiohttp. The load comes from ``bench/rawhttp.py`` connections.
 
     python bench/clients.py [--rounds 5] [--requests 4000]
 
-aiohttp and pyreqwest are optional (``pip install aiohttp pyreqwest``); a client
-that is not installed is skipped.
+pyreqwest is optional (``pip install pyreqwest``); a client that is not installed is
+skipped.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from rawhttp import RawConnection, build_request  # noqa: E402
 
 BENCH = Path(__file__).resolve().parent
 CLIENTS = {
-    "seedproxy LeanClient": ("lean", None),
+    "seedproxy UpstreamClient": ("seam", None),
     "pyreqwest": ("pyreqwest", "pyreqwest"),
     "aiohttp": ("aiohttp", "aiohttp"),
     "httpx (stock pool)": ("httpx", None),
@@ -112,7 +113,7 @@ def main() -> int:
     print("| client | answer | proxy CPU per request (µs), median | range | ratio |")
     print("|---|---|---|---|---|")
     for (name, stream), values in results.items():
-        base = statistics.median(results[("seedproxy LeanClient", stream)])
+        base = statistics.median(results[("seedproxy UpstreamClient", stream)])
         median = statistics.median(values)
         spread = f"{min(values):.0f}–{max(values):.0f}"
         kind = "stream (34 chunks)" if stream else "whole"

@@ -22,20 +22,23 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-import httpx
 import orjson
 
 from ..errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from ..sessions.token_ids import orjson_default
-from ..transport.client import LeanClient
-from ..transport.failure import NoConnection, upstream_failure
-from ..transport.fast import read_response
+from ..transport.http import (
+    ConnectFailed,
+    HTTPFailure,
+    NoConnection,
+    UpstreamClient,
+    UpstreamResponse,
+    upstream_failure,
+)
 from ..transport.loop import LOOP_STATUS, LOOPED, is_loop
-from ..transport.priming import Release, prime
 from ..wire.types import UpstreamRequest
 from .dispatch import Abortable, Dispatch
 from .pause import PauseGate
-from .upstream import Upstream, UpstreamReply, server_key
+from .upstream import Release, Upstream, UpstreamReply, server_key
 
 __all__ = ["NoConnection", "UpstreamPool", "rendezvous_order"]
 
@@ -61,7 +64,7 @@ class UpstreamPool:
     def __init__(
         self,
         urls: list[str],
-        client: httpx.AsyncClient,
+        client: UpstreamClient,
         *,
         max_failover: int = 2,
         fails_before_down: int = 3,
@@ -218,19 +221,15 @@ class UpstreamPool:
         version = upstream.weight_version
         release = Release(upstream, lambda: self._failed(upstream),
                           done=lambda: self._settle(upstream))
-        response: httpx.Response | None = None
+        response: UpstreamResponse | None = None
         try:
-            if isinstance(self.client, LeanClient):
-                response = await self.client.post_stream(upstream.url + path, content, headers)
-            else:
-                built = self.client.build_request(
-                    "POST", upstream.url + path, content=content, headers=headers
-                )
-                response = await self.client.send(built, stream=True)
+            response = await self.client.send(upstream.url + path, content, headers,
+                                              stream=stream)
             if stream and response.status_code < 400:
-                await prime(response, release)  # the reply's aclose() releases from now on
+                await response.prime()
+                response.on_close = release  # the reply's aclose() releases from now on
                 return UpstreamReply(upstream.url, response, dispatch_weight_version=version)
-            await read_response(response)
+            await response.aread()
             release(broken=False)
             return UpstreamReply(  # read and released
                 upstream.url, response, dispatch_weight_version=version, _closed=True
@@ -241,23 +240,23 @@ class UpstreamPool:
                     await response.aclose()
             finally:
                 release(broken=False)
-            if isinstance(exc, httpx.HTTPError):
-                what = "unreachable" if response is None else "failed while answering"
+            if isinstance(exc, HTTPFailure):
+                what = "unreachable" if isinstance(exc, ConnectFailed) else "failed while answering"
                 raise upstream_failure(upstream.url, what, exc) from exc
             raise
 
     async def get(self, path: str, *, method: str = "GET",
-                  body: bytes | None = None) -> httpx.Response:
+                  body: bytes | None = None) -> UpstreamResponse:
         """``method`` ``path`` (with JSON ``body``) on the least busy healthy server that
         answers (for /v1/models and SGLang's server routes), the next on a failure."""
-        last: Exception | None = None
-        response: httpx.Response | None = None
+        last: HTTPFailure | None = None
+        response: UpstreamResponse | None = None
         headers = {"content-type": "application/json"} if body is not None else None
         for upstream in self.candidates(None):
             try:
                 response = await self.client.request(method, upstream.url + path,
                                                       content=body, headers=headers)
-            except httpx.HTTPError as exc:
+            except HTTPFailure as exc:
                 last = exc
                 self._failed(upstream)
                 continue
@@ -266,7 +265,7 @@ class UpstreamPool:
         if response is not None:
             return response
         raise UpstreamUnavailable(
-            f"no upstream answered {method} {path}: {type(last).__name__}")
+            f"no upstream answered {method} {path}: {last.cause if last else None}")
 
     async def abort(self, request: Abortable) -> None:
         """Ask the server that holds ``request`` to stop generating it (SGLang's
@@ -278,8 +277,8 @@ class UpstreamPool:
         try:
             await self.client.post(upstream + "/abort_request", json={"rid": rid},
                                    timeout=self.probe_timeout_s)
-        except httpx.HTTPError as exc:
-            log.warning("could not abort %s on %s: %s", rid, upstream, type(exc).__name__)
+        except HTTPFailure as exc:
+            log.warning("could not abort %s on %s: %s", rid, upstream, exc.cause)
 
     async def probe(self) -> dict[str, str | None]:
         """Check every server's /health once; mark it up or down. Returns, per URL,
@@ -301,8 +300,8 @@ class UpstreamPool:
             status = response.status_code
             reason = (LOOPED if is_loop(response) else None if status < 500
                       else f"/health answered {status}")
-        except httpx.HTTPError as exc:
-            reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        except HTTPFailure as exc:
+            reason = f"{exc.cause}: {exc}" if str(exc) else exc.cause
         if reason is None:
             self._succeeded(upstream)
         else:

@@ -3,7 +3,8 @@
 One ``Exchange`` holds a request's state and lifecycle; ``Reader`` strategies ask the
 upstream (passthrough, fan-out, token-in-token-out, and the raw fast path outside
 sessions), ``Presenter`` strategies answer the client (OpenAI, Responses, Messages).
-Imports flow one way: ``seeds`` <- ``sessions`` <- ``backends`` <- ``pipeline`` <-
+Imports flow one way: ``seeds`` <- ``sessions`` <- the upstream side (``wire``,
+``transport``, ``media``, ``tito``, ``dialects``, ``bridges``, ``fleet``) <- ``pipeline`` <-
 ``proxy`` (the HTTP surface) <- ``commands``; nothing here imports ``proxy``.
 
 A streamed chat request in a session, hop by hop:
@@ -17,7 +18,7 @@ A streamed chat request in a session, hop by hop:
    ``presenters.OpenAIPresenter``.
 5. ``admission.run`` registers the exchange in flight (``inflight.py``).
 6. ``PassthroughReader.open`` -> ``Exchange.send_all`` -> ``resume.ResumingSender``
-   -> ``backends.pool.UpstreamPool.send`` (sticky server, failover before a byte).
+   -> ``fleet.pool.UpstreamPool.send`` (sticky server, failover before a byte).
 7. ``streaming.stream_response`` builds the ``StreamResponse``, which takes the replies.
 8. ``streaming._events``, the one stream loop: ``PassthroughReader.chunks`` yields
    each chunk checked (an error event raises), captured and stamped with derived ids;
