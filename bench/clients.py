@@ -3,14 +3,13 @@ proxies (``bench/passthrough.py``: the same uvicorn app, differing only in the
 client) in front of the benchmark's fake upstream, side by side in one run, at
 concurrency 64, for whole answers and for streams (each chunk relayed as it comes).
 Rounds are interleaved, so machine load hits every client alike;
-the figure to read is each client's ratio to seedproxy's seam (``UpstreamClient``
-in ``transport/http.py``, aiohttp underneath), which shows what the seam itself costs
-over bare aiohttp. The load comes from ``bench/rawhttp.py`` connections.
+the figure to read is each client's ratio to seedproxy's own (``LeanClient`` over
+``FastTransport``). The load comes from ``bench/rawhttp.py`` connections.
 
     python bench/clients.py [--rounds 5] [--requests 4000]
 
-pyreqwest is optional (``pip install pyreqwest``); a client that is not installed is
-skipped.
+aiohttp and pyreqwest are optional (``pip install aiohttp pyreqwest``); a client
+that is not installed is skipped.
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ from rawhttp import RawConnection, build_request  # noqa: E402
 
 BENCH = Path(__file__).resolve().parent
 CLIENTS = {
-    "seedproxy UpstreamClient": ("seam", None),
+    "seedproxy LeanClient": ("lean", None),
     "pyreqwest": ("pyreqwest", "pyreqwest"),
     "aiohttp": ("aiohttp", "aiohttp"),
     "httpx (stock pool)": ("httpx", None),
@@ -113,7 +112,7 @@ def main() -> int:
     print("| client | answer | proxy CPU per request (µs), median | range | ratio |")
     print("|---|---|---|---|---|")
     for (name, stream), values in results.items():
-        base = statistics.median(results[("seedproxy UpstreamClient", stream)])
+        base = statistics.median(results[("seedproxy LeanClient", stream)])
         median = statistics.median(values)
         spread = f"{min(values):.0f}–{max(values):.0f}"
         kind = "stream (34 chunks)" if stream else "whole"

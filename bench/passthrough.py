@@ -1,10 +1,9 @@
 """A bare pass-through proxy for ``bench/clients.py``: a raw ASGI app under uvicorn that
 POSTs each request's body to one upstream with the client named by ``--client`` and
 relays the upstream's bytes chunk by chunk as they arrive (so a streamed answer streams
-through). Nothing else differs between the clients: each keeps idle connections 4 s,
-as the seam does, under the upstream's 5 s.
+through). Nothing else differs between the clients.
 
-    python bench/passthrough.py --client seam|aiohttp|pyreqwest|httpx --port P --upstream URL
+    python bench/passthrough.py --client lean|aiohttp|pyreqwest|httpx --port P --upstream URL
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +20,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 Fetch = Callable[[bytes], AsyncIterator[bytes]]
 HEADERS = {"content-type": "application/json"}
-IDLE_S = 4  # every client drops an idle connection before the upstream's uvicorn (5 s)
 
 
 def make_fetch(client: str, url: str) -> Fetch:
@@ -30,27 +27,29 @@ def make_fetch(client: str, url: str) -> Fetch:
     arrive; its client is built lazily, inside the server's event loop."""
     state: dict[str, Any] = {}
 
-    if client == "seam":
-        from seedproxy.transport.http import UpstreamClient
+    if client == "lean":
+        from seedproxy.transport.client import upstream_client
+        from seedproxy.transport.route import Proxies
 
-        async def seam(body: bytes) -> AsyncIterator[bytes]:
+        async def lean(body: bytes) -> AsyncIterator[bytes]:
             if not state:
-                state["c"] = UpstreamClient(read_timeout_s=30, connect_timeout_s=5, environ={})
-            response = await state["c"].send(url, body, HEADERS, stream=True)
+                state["c"] = upstream_client(
+                    read_timeout_s=30, connect_timeout_s=5, proxies=Proxies()
+                )
+            response = await state["c"].post_stream(url, body, HEADERS)
             try:
-                async for chunk in response:
+                async for chunk in response.stream:
                     yield chunk
             finally:
                 await response.aclose()
 
-        return seam
+        return lean
     if client == "aiohttp":
         import aiohttp
 
         async def via_aiohttp(body: bytes) -> AsyncIterator[bytes]:
             if not state:
-                state["c"] = aiohttp.ClientSession(
-                    connector=aiohttp.TCPConnector(limit=1024, keepalive_timeout=IDLE_S))
+                state["c"] = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1024))
             async with state["c"].post(url, data=body, headers=HEADERS) as response:
                 async for chunk in response.content.iter_any():
                     yield chunk
@@ -61,11 +60,9 @@ def make_fetch(client: str, url: str) -> Fetch:
 
         async def via_pyreqwest(body: bytes) -> AsyncIterator[bytes]:
             if not state:
-                state["c"] = (ClientBuilder().max_connections(1024)
-                              .pool_idle_timeout(timedelta(seconds=IDLE_S)).build())
+                state["c"] = ClientBuilder().max_connections(1024).build()
             request = state["c"].post(url).header("content-type", "application/json")
-            request = request.body_bytes(body).streamed_read_buffer_limit(0)  # as it comes
-            async with request.build_streamed() as response:
+            async with request.body_bytes(body).build_streamed() as response:
                 while (chunk := await response.body_reader.read_chunk()) is not None:
                     yield bytes(chunk)
 
@@ -76,8 +73,7 @@ def make_fetch(client: str, url: str) -> Fetch:
         async def via_httpx(body: bytes) -> AsyncIterator[bytes]:
             if not state:
                 state["c"] = httpx.AsyncClient(
-                    limits=httpx.Limits(max_connections=1024, keepalive_expiry=IDLE_S),
-                    trust_env=False,
+                    limits=httpx.Limits(max_connections=1024), trust_env=False
                 )
             async with state["c"].stream("POST", url, content=body, headers=HEADERS) as response:
                 async for chunk in response.aiter_raw():

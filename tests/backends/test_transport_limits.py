@@ -9,9 +9,12 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
+import httpx
 import pytest
 
-from seedproxy.transport.http import NoFreeConnection, UpstreamClient
+from seedproxy.transport.client import LeanClient
+from seedproxy.transport.fast import FastTransport, read_response
+from seedproxy.transport.route import Proxies
 
 
 class HoldingServer:
@@ -56,22 +59,22 @@ class HoldingServer:
 
 async def test_requests_hung_on_one_upstream_never_hold_up_another() -> None:
     async with HoldingServer().running() as hung, HoldingServer().running() as other:
-        async with UpstreamClient(read_timeout_s=60, connect_timeout_s=5, max_connections=2,
-                                  pool_timeout_s=0.2, environ={}) as client:
-            held = [asyncio.create_task(client.send(hung.url + "/hold", b"", {}, stream=True))
+        transport = FastTransport(max_connections=2, proxies=Proxies())
+        async with LeanClient(timeout=httpx.Timeout(60, pool=0.2), transport=transport) as client:
+            held = [asyncio.create_task(client.post_stream(hung.url + "/hold", b"", {}))
                     for _ in range(2)]
             await hung.arrived(2)
-            answer = await client.send(other.url + "/x", b"", {}, stream=True)  # its own limit
-            assert await answer.aread() == b"ok"
-            with pytest.raises(NoFreeConnection, match="within 0.2 s"):
-                await client.send(hung.url + "/x", b"", {}, stream=True)
+            answer = await client.post_stream(other.url + "/x", b"", {})  # its own limit
+            assert await read_response(answer) == b"ok"
+            with pytest.raises(httpx.PoolTimeout, match="within 0.2 s"):
+                await client.post_stream(hung.url + "/x", b"", {})
             # The control lane still reaches the hung server.
             health = await client.get(hung.url + "/health")
             assert (health.status_code, health.content) == (200, b"ok")
             assert not any(task.done() for task in held)
             hung.release.set()
             for task in held:
-                assert await (await task).aread() == b"ok"
+                assert await read_response(await task) == b"ok"
             # Their permits came back: the hung server takes proxied requests again.
-            again = await client.send(hung.url + "/x", b"", {}, stream=True)
-            assert await again.aread() == b"ok"
+            again = await client.post_stream(hung.url + "/x", b"", {})
+            assert await read_response(again) == b"ok"

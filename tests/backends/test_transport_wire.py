@@ -1,6 +1,6 @@
-"""UpstreamClient on the wire, against byte-exact servers on loopback: framing, IPv6,
-TLS with a private CA, forward proxies from the environment, the
-no-resend rule for a POST, and the body bound."""
+"""FastTransport on the wire, against byte-exact servers on loopback: framing, IPv6,
+TLS with a self-signed certificate, forward proxies from the environment, the
+re-send rule for reused connections, and the body bound."""
 
 from __future__ import annotations
 
@@ -13,23 +13,24 @@ import ssl
 import subprocess
 from pathlib import Path
 
+import httpx
 import pytest
 
 from seedproxy.errors import ConfigError
-from seedproxy.transport.http import (
-    ConnectFailed,
-    HTTPFailure,
-    NoFreeConnection,
-    TimedOut,
-    UpstreamBodyTooLarge,
-    UpstreamClient,
-)
+from seedproxy.transport.client import LeanClient, upstream_client
+from seedproxy.transport.fast import FastTransport, UpstreamBodyTooLarge, read_response
+from seedproxy.transport.route import Proxies
 from tests.helpers.raw_http import CLOSE, ForwardProxy, RawRequest, RawServer, answer
 
+NO_PROXIES = Proxies()
 
-def _client(**options: object) -> UpstreamClient:
-    settings: dict[str, object] = {"read_timeout_s": 10, "connect_timeout_s": 5, "environ": {}}
-    return UpstreamClient(**{**settings, **options})  # type: ignore[arg-type]
+
+def _client(**transport: object) -> LeanClient:
+    transport.setdefault("proxies", NO_PROXIES)
+    return LeanClient(
+        timeout=httpx.Timeout(10, connect=5),
+        transport=FastTransport(**transport),  # type: ignore[arg-type]
+    )
 
 
 def _echo(request: RawRequest) -> bytes:
@@ -40,8 +41,8 @@ async def test_connection_close_answers_are_not_reused() -> None:
     async with RawServer(lambda r: answer(r.body, headers="connection: close\r\n")) as server:
         async with _client() as client:
             for body in (b"one", b"two"):
-                response = await client.send(server.url + "/x", body, {}, stream=True)
-                assert await response.aread() == body
+                response = await client.post_stream(server.url + "/x", body, {})
+                assert await read_response(response) == body
     assert [r.connection for r in server.requests] == [0, 1]
 
 
@@ -50,8 +51,16 @@ async def test_a_body_delimited_by_the_connection_end_is_read_whole() -> None:
         return b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n" + b"z" * 300_000
 
     async with RawServer(script) as server, _client() as client:
-        response = await client.send(server.url + "/x", b"{}", {}, stream=True)
-        assert await response.aread() == b"z" * 300_000
+        response = await client.post_stream(server.url + "/x", b"{}", {})
+        assert await read_response(response) == b"z" * 300_000
+
+
+async def test_an_idle_connection_past_its_expiry_is_not_reused() -> None:
+    async with RawServer(lambda r: answer(b"ok")) as server:
+        async with _client(idle_expiry_s=0) as client:
+            for _ in range(2):
+                assert (await client.get(server.url + "/x")).content == b"ok"
+    assert [r.connection for r in server.requests] == [0, 1]
 
 
 async def test_a_chunked_body_is_read_and_the_connection_kept() -> None:
@@ -61,8 +70,8 @@ async def test_a_chunked_body_is_read_and_the_connection_kept() -> None:
 
     async with RawServer(script) as server, _client() as client:
         for _ in range(2):
-            response = await client.send(server.url + "/x", b"{}", {}, stream=True)
-            assert await response.aread() == b"abc" + b"d" * 70_000
+            response = await client.post_stream(server.url + "/x", b"{}", {})
+            assert await read_response(response) == b"abc" + b"d" * 70_000
     assert [r.connection for r in server.requests] == [0, 0]
 
 
@@ -70,10 +79,10 @@ async def test_a_body_over_256_kib_arrives_intact_streamed_and_whole() -> None:
     big = bytes(range(256)) * 4096  # 1 MiB, past the transport's read-pause mark
 
     async with RawServer(lambda r: answer(big)) as server, _client() as client:
-        response = await client.send(server.url + "/x", b"{}", {}, stream=False)
-        assert await response.aread() == big
-        streamed = await client.send(server.url + "/x", b"", {}, stream=True)
-        parts = [part async for part in streamed]
+        response = await client.post_stream(server.url + "/x", b"{}", {})
+        assert await read_response(response) == big
+        streamed = await client.send(client.build_request("GET", server.url + "/x"), stream=True)
+        parts = [part async for part in streamed.aiter_raw()]
         await streamed.aclose()
         assert b"".join(parts) == big
 
@@ -92,8 +101,8 @@ def _has_ipv6_loopback() -> bool:
 @pytest.mark.skipif(not _has_ipv6_loopback(), reason="this machine has no ::1")
 async def test_an_ipv6_upstream_gets_a_bracketed_host_header() -> None:
     async with RawServer(_echo, host="::1") as server, _client() as client:
-        response = await client.send(server.url + "/x", b"a", {}, stream=True)
-        assert await response.aread() == b"a|[::1]:%d" % server.port
+        response = await client.post_stream(server.url + "/x", b"a", {})
+        assert await read_response(response) == b"a|[::1]:%d" % server.port
         got = await client.get(server.url + "/y")
         assert got.content == b"|[::1]:%d" % server.port
 
@@ -114,57 +123,58 @@ def _closes_the_second_request_on_each_connection() -> RawServer:
 
 async def test_a_post_is_not_resent_when_a_reused_connection_closes() -> None:
     async with _closes_the_second_request_on_each_connection() as server, _client() as client:
-        first = await client.send(server.url + "/x", b"1", {}, stream=True)
-        assert await first.aread() == b"ok"
-        with pytest.raises(HTTPFailure):
-            await client.send(server.url + "/x", b"2", {}, stream=True)
+        first = await client.post_stream(server.url + "/x", b"1", {})
+        assert await read_response(first) == b"ok"
+        with pytest.raises(httpx.RemoteProtocolError, match="not sent again"):
+            await client.post_stream(server.url + "/x", b"2", {})
     assert [r.body for r in server.requests] == [b"1", b"2"]  # the server saw the POST once
 
 
-# TLS with a certificate from a private CA.
+async def test_a_get_is_resent_on_a_fresh_connection_when_a_reused_one_closes() -> None:
+    async with _closes_the_second_request_on_each_connection() as server, _client() as client:
+        assert (await client.get(server.url + "/a")).content == b"ok"
+        assert (await client.get(server.url + "/b")).content == b"ok"
+    assert [(r.target, r.connection) for r in server.requests] == [("/a", 0), ("/b", 0), ("/b", 1)]
+
+
+# TLS with a self-signed certificate.
 
 
 @pytest.fixture(scope="module")
-def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
-    """A private CA, and a server certificate it signed: (CA, certificate, key)."""
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     if shutil.which("openssl") is None:
         if os.environ.get("CI") == "true":
             pytest.fail("openssl is needed for the TLS tests (.ci/run installs it)")
         pytest.skip("no openssl to make a self-signed certificate with")
     folder = tmp_path_factory.mktemp("tls")
-    ca, ca_key = folder / "ca.pem", folder / "ca-key.pem"
-    cert, key, csr = folder / "cert.pem", folder / "key.pem", folder / "cert.csr"
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    for command in (
-        ["req", "-x509", *ec, "-keyout", ca_key, "-out", ca, "-days", "2", "-subj", "/CN=test CA"],
-        ["req", *ec, "-keyout", key, "-out", csr, "-subj", "/CN=localhost"],
-        ["x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-out",
-         cert, "-days", "2", "-extfile", "/dev/stdin"],
-    ):
-        subprocess.run(["openssl", *map(str, command)], check=True, capture_output=True,
-                       input=b"basicConstraints=CA:FALSE\n"
-                             b"subjectAltName=DNS:localhost,DNS:upstream.test,IP:127.0.0.1\n")
-    return ca, cert, key
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+         "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "2", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=DNS:localhost,DNS:upstream.test,IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )
+    return cert, key
 
 
-def _server_tls(certificate: tuple[Path, Path, Path]) -> ssl.SSLContext:
+def _server_tls(certificate: tuple[Path, Path]) -> ssl.SSLContext:
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(certificate[1], certificate[2])
+    context.load_cert_chain(*certificate)
     return context
 
 
 async def test_https_uses_the_clients_ca_and_keeps_the_connection(
-    certificate: tuple[Path, Path, Path], monkeypatch: pytest.MonkeyPatch
+    certificate: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async with RawServer(_echo, ssl_context=_server_tls(certificate)) as server:
         async with _client(verify=str(certificate[0])) as client:
             for body in (b"1", b"2"):
-                response = await client.send(server.url + "/x", body, {}, stream=True)
-                assert await response.aread() == body + b"|127.0.0.1:%d" % server.port
+                response = await client.post_stream(server.url + "/x", body, {})
+                assert await read_response(response) == body + b"|127.0.0.1:%d" % server.port
         assert [r.connection for r in server.requests] == [0, 0]
         async with _client() as strict:  # the default CAs do not know this certificate
-            with pytest.raises(ConnectFailed, match="certificate"):
-                await strict.send(server.url + "/x", b"", {}, stream=True)
+            with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+                await strict.post_stream(server.url + "/x", b"", {})
         async with _client(verify=False) as lax:
             assert (await lax.get(server.url + "/x")).status_code == 200
         monkeypatch.setenv("SSL_CERT_FILE", str(certificate[0]))
@@ -173,7 +183,7 @@ async def test_https_uses_the_clients_ca_and_keeps_the_connection(
 
 
 async def test_https_counts_against_the_connection_limit_and_its_timeouts(
-    certificate: tuple[Path, Path, Path],
+    certificate: tuple[Path, Path],
 ) -> None:
     def script(request: RawRequest) -> bytes:
         if request.target == "/head-only":
@@ -181,15 +191,16 @@ async def test_https_counts_against_the_connection_limit_and_its_timeouts(
         return answer(b"ok")
 
     async with RawServer(script, ssl_context=_server_tls(certificate)) as server:
-        async with _client(max_connections=1, verify=str(certificate[0]), read_timeout_s=0.5,
-                           pool_timeout_s=0.2) as client:
-            held = await client.send(server.url + "/head-only", b"", {}, stream=True)
-            with pytest.raises(NoFreeConnection):
-                await client.send(server.url + "/x", b"", {}, stream=True)
-            with pytest.raises(TimedOut):
-                await held.aread()
-            response = await client.send(server.url + "/x", b"", {}, stream=True)
-            assert await response.aread() == b"ok"
+        transport = FastTransport(max_connections=1, verify=str(certificate[0]), proxies=NO_PROXIES)
+        timeout = httpx.Timeout(0.5, pool=0.2)
+        async with LeanClient(timeout=timeout, transport=transport) as client:
+            held = await client.post_stream(server.url + "/head-only", b"", {})
+            with pytest.raises(httpx.PoolTimeout):
+                await client.post_stream(server.url + "/x", b"", {})
+            with pytest.raises(httpx.ReadTimeout):
+                await read_response(held)
+            response = await client.post_stream(server.url + "/x", b"", {})
+            assert await read_response(response) == b"ok"
 
 
 # Forward proxies from the environment.
@@ -203,9 +214,9 @@ async def test_http_upstreams_go_through_http_proxy(monkeypatch: pytest.MonkeyPa
         monkeypatch.delenv("http_proxy", raising=False)
         # upstream.test resolves nowhere: only the proxy (which maps it to 127.0.0.1) can answer
         url = f"http://upstream.test:{server.port}/v1/x?q=1"
-        async with UpstreamClient(read_timeout_s=10, connect_timeout_s=5) as client:
-            response = await client.send(url, b"hi", {}, stream=True)
-            assert await response.aread() == b"hi|upstream.test:%d" % server.port
+        async with upstream_client(read_timeout_s=10, connect_timeout_s=5) as client:
+            response = await client.post_stream(url, b"hi", {})
+            assert await read_response(response) == b"hi|upstream.test:%d" % server.port
             assert (await client.get(url)).content == b"|upstream.test:%d" % server.port
     assert proxy.seen == [f"POST {url}", f"GET {url}"]
     assert proxy.auth == ["Basic dXNlcjpwQHNz"] * 2  # user:p@ss
@@ -213,7 +224,7 @@ async def test_http_upstreams_go_through_http_proxy(monkeypatch: pytest.MonkeyPa
 
 
 async def test_https_upstreams_tunnel_through_https_proxy(
-    monkeypatch: pytest.MonkeyPatch, certificate: tuple[Path, Path, Path]
+    monkeypatch: pytest.MonkeyPatch, certificate: tuple[Path, Path]
 ) -> None:
     async with RawServer(_echo, ssl_context=_server_tls(certificate)) as server:
         async with ForwardProxy() as proxy:
@@ -221,13 +232,13 @@ async def test_https_upstreams_tunnel_through_https_proxy(
             monkeypatch.delenv("no_proxy", raising=False)
             monkeypatch.delenv("NO_PROXY", raising=False)
             url = f"https://upstream.test:{server.port}/x"
-            async with UpstreamClient(
+            async with upstream_client(
                 read_timeout_s=10, connect_timeout_s=5, verify=str(certificate[0])
             ) as client:
                 for body in (b"1", b"2"):
-                    response = await client.send(url, body, {}, stream=True)
+                    response = await client.post_stream(url, body, {})
                     expected = body + b"|upstream.test:%d" % server.port
-                    assert await response.aread() == expected
+                    assert await read_response(response) == expected
     assert proxy.seen == [f"CONNECT upstream.test:{server.port}"]  # one tunnel, kept alive
 
 
@@ -236,31 +247,40 @@ async def test_a_refused_tunnel_is_a_proxy_error(monkeypatch: pytest.MonkeyPatch
         monkeypatch.setenv("https_proxy", proxy.url)
         monkeypatch.delenv("no_proxy", raising=False)
         monkeypatch.delenv("NO_PROXY", raising=False)
-        async with _client(max_connections=1, environ=os.environ) as client:
-            with pytest.raises(ConnectFailed):
-                await client.send("https://upstream.test:1/x", b"", {}, stream=True)
-            with pytest.raises(ConnectFailed):  # the permit came back: not a pool timeout
-                await client.send("https://upstream.test:1/x", b"", {}, stream=True)
+        async with _client(max_connections=1, proxies=Proxies.from_env()) as client:
+            with pytest.raises(httpx.ProxyError, match="403 Forbidden"):
+                await client.post_stream("https://upstream.test:1/x", b"", {})
+            with pytest.raises(httpx.ProxyError):  # the permit came back: not a PoolTimeout
+                await client.post_stream("https://upstream.test:1/x", b"", {})
 
 
-async def test_no_proxy_and_loopback_go_direct() -> None:
-    async with RawServer(_echo) as server, ForwardProxy() as proxy:
-        url = f"http://upstream.test:{server.port}/x"  # only the proxy can resolve it
-        env = {"HTTP_PROXY": proxy.url.removeprefix("http://"), "https_proxy": "http://p:1"}
-        async with _client(environ={**env, "NO_PROXY": "internal,.test,10.0.0.0/8"}) as client:
-            with pytest.raises(ConnectFailed):  # bypassed: tried direct
-                await client.get(url)
-            for loopback in ("127.0.0.1", "localhost"):
-                got = await client.get(f"http://{loopback}:{server.port}/y")
-                assert got.content == b"|%s:%d" % (loopback.encode(), server.port)
-        async with _client(environ={**env, "NO_PROXY": "other.test"}) as client:
-            assert (await client.get(url)).content == b"|upstream.test:%d" % server.port
-        async with _client(environ={**env, "NO_PROXY": "*"}) as client:
-            with pytest.raises(ConnectFailed):
-                await client.get(url)
-    assert proxy.seen == [f"GET {url}"]
+def test_no_proxy_and_loopback_go_direct() -> None:
+    proxies = Proxies.from_env(
+        {
+            "HTTP_PROXY": "proxy:3128",
+            "https_proxy": "http://p:1",
+            "NO_PROXY": "internal,.corp,10.0.0.0/8,api.x:8443",
+        }
+    )
+    routed = {
+        url: proxies.for_url(httpx.URL(url)) is not None
+        for url in (
+            "http://gpu1:30000", "http://internal:1", "http://a.internal:1", "http://a.corp",
+            "http://10.1.2.3:30000", "http://11.1.2.3", "https://api.x:8443", "https://api.x",
+            "http://127.0.0.1:30000", "http://[::1]:30000", "http://localhost:1",
+        )
+    }
+    assert routed == {
+        "http://gpu1:30000": True, "http://internal:1": False, "http://a.internal:1": False,
+        "http://a.corp": False, "http://10.1.2.3:30000": False, "http://11.1.2.3": True,
+        "https://api.x:8443": False, "https://api.x": True, "http://127.0.0.1:30000": False,
+        "http://[::1]:30000": False, "http://localhost:1": False,
+    }
+    assert Proxies.from_env({"http_proxy": "http://p:1", "NO_PROXY": "*"}).for_url(
+        httpx.URL("http://gpu1")
+    ) is None
     with pytest.raises(ConfigError, match="only http:// forward proxies"):
-        _client(environ={"HTTPS_PROXY": "socks5://p:1080"})
+        Proxies.from_env({"HTTPS_PROXY": "socks5://p:1080"})
 
 
 # The body bound.
@@ -281,11 +301,11 @@ async def test_a_body_over_the_bound_is_refused_without_buffering_it() -> None:
 
     async with RawServer(script) as server, _client(max_body_bytes=1_000_000) as client:
         for path in ("/declared", "/undeclared", "/gzip"):
-            response = await client.send(server.url + path, b"", {}, stream=False)
+            response = await client.post_stream(server.url + path, b"", {})
             with pytest.raises(UpstreamBodyTooLarge, match="over 1000000 bytes"):
-                await response.aread()
-        response = await client.send(server.url + "/ok", b"", {}, stream=False)  # still usable
-        assert await response.aread() == b"fine"
+                await read_response(response)
+        response = await client.post_stream(server.url + "/ok", b"", {})  # still usable
+        assert await read_response(response) == b"fine"
 
 
 async def test_interim_1xx_answers_are_skipped_and_the_connection_stays_in_step() -> None:
@@ -298,12 +318,21 @@ async def test_interim_1xx_answers_are_skipped_and_the_connection_stays_in_step(
 
     async with RawServer(script) as server, _client() as client:
         for body in (b"one", b"two", b"three"):
-            response = await client.send(server.url + "/x", body, {}, stream=True)
+            response = await client.post_stream(server.url + "/x", body, {})
             assert response.status_code == 200
             assert "link" not in response.headers
-            assert await response.aread() == body
+            assert await read_response(response) == body
         assert (await client.get(server.url + "/x")).status_code == 200
     assert [r.connection for r in server.requests] == [0, 0, 0, 0]
+
+
+async def test_endless_interim_answers_are_a_protocol_error() -> None:
+    def script(request: RawRequest) -> bytes:
+        return b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n" * 100 + answer(b"late")
+
+    async with RawServer(script) as server, _client() as client:
+        with pytest.raises(httpx.TransportError, match="interim"):
+            await client.post_stream(server.url + "/x", b"{}", {})
 
 
 async def test_an_early_hint_sent_apart_is_not_taken_for_the_answer() -> None:
@@ -329,8 +358,8 @@ async def test_an_early_hint_sent_apart_is_not_taken_for_the_answer() -> None:
     try:
         async with _client() as client:
             for body in (b"one", b"two"):
-                response = await client.send(url, body, {}, stream=True)
+                response = await client.post_stream(url, body, {})
                 assert response.status_code == 200
-                assert await response.aread() == b"re:" + body
+                assert await read_response(response) == b"re:" + body
     finally:
         server.close()

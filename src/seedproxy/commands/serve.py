@@ -24,7 +24,7 @@ from ..proxy.logs import configure_logging
 from ..proxy.protocol import guarded_http_protocol
 from ..sessions import open_store
 from ..settings import Settings, load_settings
-from ..transport.http import UpstreamClient
+from ..transport.client import upstream_client
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -229,8 +229,8 @@ def check_before_binding(settings: Settings) -> TitoMode | None:
 async def _open_and_close(settings: Settings) -> None:
     store = open_store(settings.store)
     await store.close()
-    client = UpstreamClient(read_timeout_s=settings.read_timeout_s,
-                            connect_timeout_s=settings.connect_timeout_s)
+    client = upstream_client(read_timeout_s=settings.read_timeout_s,
+                             connect_timeout_s=settings.connect_timeout_s)
     await client.aclose()
 
 

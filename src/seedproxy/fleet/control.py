@@ -41,8 +41,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
+
 from ..errors import BadRequest, Conflict, StoreError, UpstreamNotFound
-from ..transport.http import HTTPFailure
 from ..transport.loop import LOOPED
 from .board import FleetBoard, FleetState, LocalBoard
 from .joining import join_refusal
@@ -335,9 +336,9 @@ class FleetControl:
                 response = await self.pool.client.post(
                     upstream.url + path, json=sent, timeout=timeout_s or self.timeout_s
                 )
-            except HTTPFailure as exc:
+            except httpx.HTTPError as exc:
                 result: dict[str, Any] = {"url": upstream.url, "ok": False, "status": None,
-                                          "error": f"unreachable: {exc.cause}"}
+                                          "error": f"unreachable: {type(exc).__name__}"}
                 return {**result, "answer": None} if answers else result
             ok = response.status_code == 200
             result = {"url": upstream.url, "ok": ok, "status": response.status_code,

@@ -22,23 +22,20 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+import httpx
 import orjson
 
 from ..errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from ..sessions.token_ids import orjson_default
-from ..transport.http import (
-    ConnectFailed,
-    HTTPFailure,
-    NoConnection,
-    UpstreamClient,
-    UpstreamResponse,
-    upstream_failure,
-)
+from ..transport.client import LeanClient
+from ..transport.failure import NoConnection, upstream_failure
+from ..transport.fast import read_response
 from ..transport.loop import LOOP_STATUS, LOOPED, is_loop
+from ..transport.priming import Release, prime
 from ..wire.types import UpstreamRequest
 from .dispatch import Abortable, Dispatch
 from .pause import PauseGate
-from .upstream import Release, Upstream, UpstreamReply, server_key
+from .upstream import Upstream, UpstreamReply, server_key
 
 __all__ = ["NoConnection", "UpstreamPool", "rendezvous_order"]
 
@@ -64,7 +61,7 @@ class UpstreamPool:
     def __init__(
         self,
         urls: list[str],
-        client: UpstreamClient,
+        client: httpx.AsyncClient,
         *,
         max_failover: int = 2,
         fails_before_down: int = 3,
@@ -221,15 +218,19 @@ class UpstreamPool:
         version = upstream.weight_version
         release = Release(upstream, lambda: self._failed(upstream),
                           done=lambda: self._settle(upstream))
-        response: UpstreamResponse | None = None
+        response: httpx.Response | None = None
         try:
-            response = await self.client.send(upstream.url + path, content, headers,
-                                              stream=stream)
+            if isinstance(self.client, LeanClient):
+                response = await self.client.post_stream(upstream.url + path, content, headers)
+            else:
+                built = self.client.build_request(
+                    "POST", upstream.url + path, content=content, headers=headers
+                )
+                response = await self.client.send(built, stream=True)
             if stream and response.status_code < 400:
-                await response.prime()
-                response.on_close = release  # the reply's aclose() releases from now on
+                await prime(response, release)  # the reply's aclose() releases from now on
                 return UpstreamReply(upstream.url, response, dispatch_weight_version=version)
-            await response.aread()
+            await read_response(response)
             release(broken=False)
             return UpstreamReply(  # read and released
                 upstream.url, response, dispatch_weight_version=version, _closed=True
@@ -240,23 +241,23 @@ class UpstreamPool:
                     await response.aclose()
             finally:
                 release(broken=False)
-            if isinstance(exc, HTTPFailure):
-                what = "unreachable" if isinstance(exc, ConnectFailed) else "failed while answering"
+            if isinstance(exc, httpx.HTTPError):
+                what = "unreachable" if response is None else "failed while answering"
                 raise upstream_failure(upstream.url, what, exc) from exc
             raise
 
     async def get(self, path: str, *, method: str = "GET",
-                  body: bytes | None = None) -> UpstreamResponse:
+                  body: bytes | None = None) -> httpx.Response:
         """``method`` ``path`` (with JSON ``body``) on the least busy healthy server that
         answers (for /v1/models and SGLang's server routes), the next on a failure."""
-        last: HTTPFailure | None = None
-        response: UpstreamResponse | None = None
+        last: Exception | None = None
+        response: httpx.Response | None = None
         headers = {"content-type": "application/json"} if body is not None else None
         for upstream in self.candidates(None):
             try:
                 response = await self.client.request(method, upstream.url + path,
                                                       content=body, headers=headers)
-            except HTTPFailure as exc:
+            except httpx.HTTPError as exc:
                 last = exc
                 self._failed(upstream)
                 continue
@@ -265,7 +266,7 @@ class UpstreamPool:
         if response is not None:
             return response
         raise UpstreamUnavailable(
-            f"no upstream answered {method} {path}: {last.cause if last else None}")
+            f"no upstream answered {method} {path}: {type(last).__name__}")
 
     async def abort(self, request: Abortable) -> None:
         """Ask the server that holds ``request`` to stop generating it (SGLang's
@@ -277,8 +278,8 @@ class UpstreamPool:
         try:
             await self.client.post(upstream + "/abort_request", json={"rid": rid},
                                    timeout=self.probe_timeout_s)
-        except HTTPFailure as exc:
-            log.warning("could not abort %s on %s: %s", rid, upstream, exc.cause)
+        except httpx.HTTPError as exc:
+            log.warning("could not abort %s on %s: %s", rid, upstream, type(exc).__name__)
 
     async def probe(self) -> dict[str, str | None]:
         """Check every server's /health once; mark it up or down. Returns, per URL,
@@ -300,8 +301,8 @@ class UpstreamPool:
             status = response.status_code
             reason = (LOOPED if is_loop(response) else None if status < 500
                       else f"/health answered {status}")
-        except HTTPFailure as exc:
-            reason = f"{exc.cause}: {exc}" if str(exc) else exc.cause
+        except httpx.HTTPError as exc:
+            reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         if reason is None:
             self._succeeded(upstream)
         else:

@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..transport.http import HTTPFailure, UpstreamClient
+import httpx
+
 from ..transport.loop import LOOPED, is_loop
 from .preflight import Finding, check_server_info
 
@@ -58,15 +59,15 @@ class UpstreamReport:
 
 
 async def read_server_info(
-    client: UpstreamClient, report: UpstreamReport, timeout_s: float
+    client: httpx.AsyncClient, report: UpstreamReport, timeout_s: float
 ) -> None:
     """Fill ``report`` from the server's ``/get_server_info``: its findings and weight
     version, or why it could not be checked."""
     try:
         response = await client.get(report.url + "/get_server_info", timeout=timeout_s)
-    except HTTPFailure as exc:
+    except httpx.HTTPError as exc:
         report.up = False
-        report.error = f"unreachable: {exc.cause}"
+        report.error = f"unreachable: {type(exc).__name__}"
         return
     if is_loop(response):
         report.looped, report.error = True, LOOPED

@@ -1,11 +1,10 @@
-"""The pool's records: one upstream server's state (``Upstream``), one answer a
-server gave (``UpstreamReply``), and the one-time end of an attempt's ``inflight``
-count (``Release``).
+"""The pool's records: one upstream server's state (``Upstream``) and one answer a
+server gave (``UpstreamReply``).
 
 ``server_key`` names the server a URL reaches, however it is spelled.
 
 Invariants: an ``Upstream`` is changed only on the event loop (no lock), by the pool
-(with its ``Release``) and the fleet's control plane. ``UpstreamReply.response``
+(with its ``priming.Release``) and the fleet's control plane. ``UpstreamReply.response``
 stays open (a stream being read) until ``aclose()``, which closes it once however often
 it is called.
 """
@@ -13,14 +12,13 @@ it is called.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..transport.http import UpstreamResponse
+import httpx
 
-__all__ = ["Release", "Upstream", "UpstreamReply", "server_key"]
+__all__ = ["Upstream", "UpstreamReply", "server_key"]
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost."})
@@ -71,7 +69,7 @@ class UpstreamReply:
     """An upstream's answer. ``response`` is open (streaming) until ``aclose()``."""
 
     upstream: str
-    response: UpstreamResponse
+    response: httpx.Response
     waited_s: float = 0.0
     failovers: int = 0
     dispatch_weight_version: str | None = None
@@ -86,25 +84,3 @@ class UpstreamReply:
         if not self._closed:
             self._closed = True
             await self.response.aclose()
-
-
-class Release:
-    """Ends one attempt's ``inflight`` count exactly once; a broken stream is
-    reported to ``on_broken``, and ``done`` is called after the count went down."""
-
-    def __init__(self, upstream: Upstream, on_broken: Callable[[], None], *,
-                 done: Callable[[], None] | None = None) -> None:
-        self._upstream = upstream
-        self._on_broken = on_broken
-        self._on_done = done
-        self._done = False
-
-    def __call__(self, broken: bool) -> None:
-        if self._done:
-            return
-        self._done = True
-        self._upstream.inflight -= 1
-        if broken:
-            self._on_broken()
-        if self._on_done is not None:
-            self._on_done()

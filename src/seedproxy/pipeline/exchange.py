@@ -358,14 +358,12 @@ class Exchange:
 
     async def finish_stream(self, snapshot: Snapshot, *, abandoned: bool) -> None:
         """A stream is over: close its replies, then record (if not yet) and observe.
-        A stream the client left before its end is first aborted on its servers, while
-        its request still runs there (closing the connection first could end it
-        unnamed)."""
+        A stream the client left before its end is aborted on its servers too."""
         unfinished = abandoned and not self._recorded
         self._upstream_span.end()
         self.services.inflight.leave(self)
         try:
-            await self._abort_then_close(unfinished)
+            await _close_all(self._replies)
         finally:
             if unfinished:
                 self.abandoned = True
@@ -377,14 +375,9 @@ class Exchange:
                 log.info("stream of a deleted session not recorded")
             finally:
                 self.observe(self.status)
-
-    async def _abort_then_close(self, unfinished: bool) -> None:
-        try:
-            if unfinished:
-                for reply in self._replies:
-                    await self.services.pool.abort(reply)
-        finally:
-            await _close_all(self._replies)
+                if unfinished:
+                    for reply in self._replies:
+                        await self.services.pool.abort(reply)
 
 
 def _packed(ids: Sequence[int]) -> array[int]:

@@ -32,6 +32,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import httpx
 import orjson
 
 from ..dialects import UpstreamRequest
@@ -42,7 +43,6 @@ from ..fleet.pool import UpstreamPool
 from ..fleet.upstream import UpstreamReply
 from ..sessions.token_ids import TokenIds
 from ..sse_frames import DONE, data_frame
-from ..transport.http import UpstreamResponse
 from .offload import Parser
 from .sse import event_json, split_events
 
@@ -190,8 +190,7 @@ class ResumingSender:
         dispatched = reply.dispatch_weight_version
         if stream:
             body = _Stitched(self, progress, key, reply, epoch)
-            response = UpstreamResponse(200, reply.response.headers, chunks=aiter(body),
-                                        close=body.aclose)
+            response = httpx.Response(200, headers=reply.response.headers, stream=body)
             stitched = UpstreamReply(reply.upstream, response, reply.waited_s, reply.failovers,
                                      dispatched, reply.rid)
             body.whole = stitched
@@ -208,8 +207,8 @@ class ResumingSender:
                 if progress.attempts == 1:  # never resumed: the reply as it came, parsed
                     reply.parsed = (answer,)
                     return reply
-                response = UpstreamResponse(200, reply.response.headers,
-                                            content=orjson.dumps(whole))
+                response = httpx.Response(200, headers=reply.response.headers,
+                                          content=orjson.dumps(whole))
                 return UpstreamReply(reply.upstream, response, waited, reply.failovers,
                                      dispatched, reply.rid, parsed=(whole,))
             progress.absorb(whole)
@@ -256,7 +255,7 @@ class ResumingSender:
         return self.gate.abort_epoch != epoch
 
 
-class _Stitched:
+class _Stitched(httpx.AsyncByteStream):
     """The SSE stream of every attempt as one: an aborted attempt's last event and its
     ``[DONE]`` are held back, and the next attempt's events are shifted."""
 
@@ -273,7 +272,7 @@ class _Stitched:
     async def __aiter__(self) -> AsyncIterator[bytes]:
         while True:
             held: dict[str, Any] | None = None
-            chunks = aiter(self._reply.response)
+            chunks = aiter(self._reply.response.stream)  # type: ignore[arg-type]
             async for event in split_events(chunks, self._sender.max_event_bytes):
                 item = event_json(event)
                 if isinstance(item, dict):

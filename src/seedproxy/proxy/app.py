@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import httpx
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -34,7 +35,7 @@ from ..pipeline.tracers import open_tracer
 from ..sessions import SessionManager, SessionStore, open_store
 from ..sessions.eviction import Evictor
 from ..settings import Settings
-from ..transport.http import UpstreamClient
+from ..transport.client import upstream_client
 from ..transport.loop import new_hop
 from .access import Access
 from .admin import admin_router
@@ -59,7 +60,7 @@ def create_app(
     *,
     upstreams: list[str] | None = None,
     store: SessionStore | None = None,
-    client: UpstreamClient | None = None,
+    client: httpx.AsyncClient | None = None,
     backend: Backend | None = None,
     tito: TitoMode | None = None,
     prompt_counter: PromptCounter | None = None,
@@ -87,8 +88,8 @@ def create_app(
         prompt_counter = tito.count_prompt  # the tokenizer is at hand: count with it
     own_store, own_client = store is None, client is None
     store = store if store is not None else open_store(settings.store)
-    hop = new_hop()  # this proxy's mark on what it sends upstream (``transport.loop``)
-    client = client or UpstreamClient(
+    hop = new_hop()  # this proxy's mark on what it sends upstream (``backends.loop``)
+    client = client or upstream_client(
         read_timeout_s=settings.read_timeout_s, connect_timeout_s=settings.connect_timeout_s,
         max_body_bytes=settings.max_upstream_body_bytes, api_key=settings.upstream_api_key,
         max_connections=settings.max_upstream_connections,
@@ -118,11 +119,11 @@ class _Parts:
     """The one dispatch into the admission routes (hot and routed alike)."""
     fleet: FleetControl
     access: Access
-    client: UpstreamClient
+    client: httpx.AsyncClient
 
 
 def _assemble(settings: Settings, urls: list[str], store: SessionStore,
-              client: UpstreamClient, backend: Backend | None, tito: TitoMode | None,
+              client: httpx.AsyncClient, backend: Backend | None, tito: TitoMode | None,
               parse_hold: str | None) -> _Parts:
     """The app's parts, built from ``settings`` around its store and upstream client."""
     backend = backend or BACKENDS[settings.backend](

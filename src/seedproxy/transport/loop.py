@@ -15,8 +15,8 @@ and only the proxy that drew it refuses it; ``is_loop`` recognises only that ref
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping
-from typing import Protocol
+
+import httpx
 
 from ..errors import UpstreamLoop
 
@@ -37,13 +37,6 @@ def new_hop() -> str:
     return secrets.token_hex(16)
 
 
-class Answer(Protocol):
-    @property
-    def status_code(self) -> int: ...
-    @property
-    def headers(self) -> Mapping[str, str]: ...
-
-
-def is_loop(response: Answer) -> bool:
+def is_loop(response: httpx.Response) -> bool:
     """Whether ``response`` is a proxy's refusal of its own request come back."""
     return response.status_code == LOOP_STATUS and LOOP_HEADER in response.headers

@@ -23,9 +23,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import httpx
 import orjson
-
-from ...transport.http import HTTPFailure, UpstreamClient
 
 __all__ = ["MAX_GLYPH_TOKENS", "MAX_SPAN_DECODES", "TokenDecoder"]
 
@@ -39,7 +38,7 @@ MAX_SPAN_DECODES = 1024
 
 class TokenDecoder:
     def __init__(
-        self, client: UpstreamClient, *, max_cached: int = 200_000,
+        self, client: httpx.AsyncClient, *, max_cached: int = 200_000,
         retry_after_s: float = 60.0, clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client = client
@@ -109,7 +108,7 @@ class TokenDecoder:
         try:
             response = await self._client.post(upstream + "/detokenize", json=body,
                                                timeout=10.0)
-        except HTTPFailure:
+        except httpx.HTTPError:
             return None
         if response.status_code != 200:
             return None

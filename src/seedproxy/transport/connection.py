@@ -1,0 +1,196 @@
+"""One HTTP/1.1 connection to an upstream (or to a forward proxy), parsed by httptools
+(uvicorn's parser), as an asyncio protocol.
+
+Invariants: one response at a time, the final one: interim 1xx answers (``100
+Continue``, ``103 Early Hints``) are skipped, at most ``MAX_INTERIM`` of them per
+request (more is a protocol error), so a pooled connection never holds an unread
+answer; ``received_any`` tells whether any byte came back
+since the last request was written (the transport's retry rule depends on it); reading
+pauses while more than ``HIGH_WATER`` bytes wait unread, so a slow reader bounds memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import socket
+
+import httptools
+import httpx
+
+__all__ = ["HIGH_WATER", "MAX_INTERIM", "Closed", "Connection"]
+
+HIGH_WATER = 256 * 1024
+MAX_INTERIM = 16
+"""Interim (1xx) answers skipped before one request's final answer."""
+_MAX_TUNNEL_HEAD = 16 * 1024
+
+
+class Closed(Exception):
+    """The server closed the connection before answering a byte."""
+
+
+class Connection(asyncio.Protocol):
+    """One HTTP/1.1 connection, one response at a time."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.idle_since = 0.0
+        self.tunnel_head: bytearray | None = None
+        """While a CONNECT is pending: the proxy's answer so far."""
+        self.reset(expect_body=True)
+
+    def reset(self, *, expect_body: bool) -> None:
+        """Ready the connection for the next request (``expect_body`` is False for HEAD)."""
+        self.parser = httptools.HttpResponseParser(self)
+        self.expect_body = expect_body
+        self.status = 0
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.head_done = False
+        self.complete = False
+        self.received_any = False
+        self.keep_alive = False
+        self.interim = 0
+        """1xx answers skipped so far for this request."""
+        self._in_interim = False
+        self.error: BaseException | None = None
+        self.chunks: collections.deque[bytes] = collections.deque()
+        self.buffered = 0
+        self.paused = False
+        self.waiter: asyncio.Future[None] | None = None
+
+    # asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        self.received_any = True
+        if self.tunnel_head is not None:
+            self.tunnel_head += data
+            self._wake()
+            return
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            # A callback's own refusal reaches here wrapped (HttpParserCallbackError).
+            cause = exc.__context__
+            self.error = (cause if isinstance(cause, httpx.RemoteProtocolError)
+                          else httpx.RemoteProtocolError(f"invalid HTTP from upstream: {exc}"))
+            self.close()
+        self._wake()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if not self.complete and self.error is None:
+            if self.head_done and not self._framed():
+                self.complete = True  # a body delimited by the connection's end
+            elif not self.received_any:
+                self.error = Closed()
+            else:
+                self.error = httpx.RemoteProtocolError("upstream closed the connection mid-answer")
+        self._wake()
+
+    # httptools callbacks
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        status = self.parser.get_status_code()
+        if 100 <= status < 200:  # interim: its (bodiless) message ends; the answer follows
+            self.interim += 1
+            self._in_interim = True
+            self.headers = []
+            if self.interim > MAX_INTERIM:
+                raise httpx.RemoteProtocolError(
+                    f"upstream sent over {MAX_INTERIM} interim (1xx) answers")
+            return
+        self.status = status
+        self.head_done = True
+        if not self.expect_body:  # a HEAD answer: no body, whatever its headers say
+            self.complete = True
+
+    def on_body(self, body: bytes) -> None:
+        self.chunks.append(body)
+        self.buffered += len(body)
+        if self.buffered > HIGH_WATER and not self.paused and self.transport is not None:
+            self.paused = True
+            self.transport.pause_reading()
+
+    def on_message_complete(self) -> None:
+        if self._in_interim:
+            self._in_interim = False
+            return
+        self.complete = True
+        self.keep_alive = self.expect_body and self.parser.should_keep_alive()
+
+    # helpers
+    def _framed(self) -> bool:
+        names = {name.lower() for name, _ in self.headers}
+        return b"content-length" in names or b"transfer-encoding" in names
+
+    def content_length(self) -> int | None:
+        for name, value in self.headers:
+            if name.lower() == b"content-length" and value.strip().isdigit():
+                return int(value)
+        return None
+
+    def _wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait(self, timeout: float | None) -> None:
+        """Wait for the next event (bytes, the end, an error) or raise TimeoutError."""
+        waiter = self.waiter = self.loop.create_future()
+        timer = self.loop.call_later(timeout, _expire, waiter) if timeout is not None else None
+        try:
+            await waiter
+        finally:
+            self.waiter = None
+            if timer is not None:
+                timer.cancel()
+
+    async def tunnel(self, request: bytes, timeout: float | None) -> None:
+        """Send a CONNECT ``request`` and wait for the proxy's 2xx; raises
+        ``httpx.ProxyError`` for any other answer."""
+        assert self.transport is not None
+        self.tunnel_head = bytearray()
+        self.transport.write(request)
+        while b"\r\n\r\n" not in self.tunnel_head:
+            if self.closed or len(self.tunnel_head) > _MAX_TUNNEL_HEAD:
+                raise httpx.ProxyError("the proxy closed or garbled its answer to CONNECT")
+            await self.wait(timeout)
+        head, _, rest = bytes(self.tunnel_head).partition(b"\r\n\r\n")
+        self.tunnel_head = None
+        status_line = head.split(b"\r\n", 1)[0].split(b" ", 2)
+        if len(status_line) < 2 or not status_line[1].startswith(b"2") or rest:
+            line = head.split(b"\r\n", 1)[0].decode("latin-1")
+            raise httpx.ProxyError(f"the proxy refused the tunnel: {line!r}")
+        self.received_any = False
+
+    def take(self) -> bytes:
+        data = b"".join(self.chunks) if len(self.chunks) != 1 else self.chunks[0]
+        self.chunks.clear()
+        self.buffered = 0
+        if self.paused and self.transport is not None:
+            self.paused = False
+            self.transport.resume_reading()
+        return data
+
+    def reusable(self) -> bool:
+        return self.complete and not self.closed and self.error is None and self.keep_alive
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+        self.closed = True
+
+
+def _expire(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError())

@@ -1,0 +1,325 @@
+"""A lean httpx transport for upstreams: HTTP/1.1 keep-alive over asyncio protocols,
+plain or TLS, direct or through a forward proxy (see ``route``).
+
+Why: httpcore's pool checks every pooled connection on every request (a poll per
+connection), so the proxy's cost grew with the number of upstream connections; this
+one takes an idle connection from a LIFO list in O(1). It plugs in below
+``httpx.AsyncClient``, so the rest of the proxy and its tests keep using httpx.
+
+Invariants:
+- every request, http or https, holds a permit of its upstream from the moment it
+  asks for a connection until its body is read or closed: each upstream (scheme,
+  host, port) has its own, so one whose connections all hang never holds up a request
+  to another; a request that finds none free waits at most the ``pool`` timeout
+  (``httpx.PoolTimeout``). Proxied requests (``send_raw``) take one of
+  ``max_connections``; every other call (health, pause, weight version, abort) one of
+  ``max_control_connections`` apart, so the control plane still reaches a server
+  whose proxied requests hold every connection;
+- a connection is reused only after its response was read to the end, both sides
+  allowed keep-alive, and it sat idle less than ``idle_expiry_s`` (below uvicorn's 5 s
+  keep-alive, so the server rarely closes a connection just as a request goes out);
+- a request is re-sent on a fresh connection only when that is provably harmless: an
+  idle connection found closed is never written to, and when a reused connection
+  closes without answering a byte, only an idempotent method (GET, HEAD, PUT,
+  DELETE, OPTIONS) is sent again. A POST that may have reached the server is never
+  sent twice by the transport: it fails with ``httpx.RemoteProtocolError``;
+- a body read whole (``read_response``) is at most ``max_body_bytes`` (after any
+  content-encoding is undone), else ``UpstreamBodyTooLarge``; streamed bodies are
+  bounded by their reader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import ssl
+import time
+from typing import Any
+
+import httpx
+
+from .body import Body, UpstreamBodyTooLarge, UpstreamResponse, read_response
+from .connection import Closed, Connection
+from .route import Proxies, Route, route_for
+
+__all__ = [
+    "DEFAULT_MAX_BODY_BYTES",
+    "FastTransport",
+    "UpstreamBodyTooLarge",
+    "UpstreamResponse",
+    "read_response",
+]
+
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+_SKIP_HEADERS = frozenset(
+    {b"host", b"content-length", b"transfer-encoding", b"connection", b"proxy-authorization"}
+)
+_IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS", "TRACE"})
+
+
+class FastTransport(httpx.AsyncBaseTransport):
+    """``httpx.AsyncClient(transport=FastTransport())``. Event-loop bound; keeps at most
+    ``max_idle`` idle connections per upstream and opens at most ``max_connections``
+    proxied requests' connections to each upstream, and ``max_control_connections``
+    others.
+
+    ``verify``: True (the system's and certifi's CAs), False, a CA bundle path, or an
+    ``ssl.SSLContext``. ``proxies``: None reads the environment (see ``route``).
+    """
+
+    def __init__(
+        self,
+        *,
+        max_connections: int = 1024,
+        max_control_connections: int = 32,
+        max_idle: int = 256,
+        verify: bool | str | ssl.SSLContext = True,
+        proxies: Proxies | None = None,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        idle_expiry_s: float = 4.0,
+    ) -> None:
+        self._idle: dict[tuple[str, str, int, str], list[Connection]] = {}
+        self._max_idle = max_idle
+        self._sizes = (max_control_connections, max_connections)
+        self._limits: dict[tuple[str, str, int, bool], asyncio.Semaphore] = {}
+        """Per upstream server and lane (proxied or not): one entry per server asked."""
+        self._verify = verify
+        self._ssl: ssl.SSLContext | None = None
+        self.proxies = proxies if proxies is not None else Proxies.from_env()
+        self.max_body_bytes = max_body_bytes
+        self._idle_expiry_s = idle_expiry_s
+        self._routes: dict[httpx.URL, Route] = {}
+        self._closed = False
+
+    def route(self, url: httpx.URL) -> Route:
+        """The route to ``url``'s origin (cached: one per origin and path)."""
+        route = self._routes.get(url)
+        if route is None:
+            if len(self._routes) >= 4096:
+                self._routes.clear()
+            route = self._routes[url] = route_for(url, self.proxies)
+        return route
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self._closed:
+            raise httpx.ConnectError("the upstream client is closed", request=request)
+        route = self.route(request.url)
+        body = await request.aread()
+        data = _head(request, route, len(body)) + body
+        return await self._send(
+            route, data, request, request.extensions.get("timeout", {}), request.method,
+            proxied=False,
+        )
+
+    async def send_raw(
+        self, route: Route, method: str, data: bytes, timeouts: dict[str, Any]
+    ) -> httpx.Response:
+        """Send ``data``, a proxied request whole (head from ``route.head(method)`` and
+        body) built by the caller: ``handle_async_request`` without the ``httpx.Request``
+        around it, in the proxied requests' lane. Errors carry no request."""
+        if self._closed:
+            raise httpx.ConnectError("the upstream client is closed")
+        return await self._send(route, data, None, timeouts, method, proxied=True)
+
+    async def _send(
+        self,
+        route: Route,
+        data: bytes,
+        request: httpx.Request | None,
+        timeouts: dict[str, Any],
+        method: str,
+        *,
+        proxied: bool,
+    ) -> httpx.Response:
+        lane = (*route.server, proxied)
+        limit = self._limits.get(lane)
+        if limit is None:
+            limit = self._limits[lane] = asyncio.Semaphore(self._sizes[proxied])
+        await _acquire(limit, timeouts.get("pool"), request)
+        try:
+            conn = self._take_idle(route.key, method)
+            if conn is not None:
+                try:
+                    return await self._exchange(route, conn, data, request, timeouts, limit)
+                except Closed:
+                    if method not in _IDEMPOTENT:
+                        raise httpx.RemoteProtocolError(
+                            "upstream closed a reused connection without answering; "
+                            f"a {method} that may have reached it is not sent again",
+                            request=request,
+                        ) from None
+            conn = await self._connect(route, timeouts.get("connect"), request, method)
+            try:
+                return await self._exchange(route, conn, data, request, timeouts, limit)
+            except Closed:
+                raise httpx.RemoteProtocolError(
+                    "upstream closed the connection without answering", request=request
+                ) from None
+        except BaseException:
+            limit.release()
+            raise
+
+    async def _exchange(
+        self,
+        route: Route,
+        conn: Connection,
+        data: bytes,
+        request: httpx.Request | None,
+        timeouts: dict[str, Any],
+        limit: asyncio.Semaphore,
+    ) -> httpx.Response:
+        assert conn.transport is not None
+        conn.transport.write(data)
+        read_timeout = timeouts.get("read")
+        try:
+            while not conn.head_done:
+                if conn.error is not None:
+                    error = conn.error
+                    conn.close()
+                    if isinstance(error, Closed):
+                        raise error
+                    raise httpx.ReadError(str(error), request=request)
+                await conn.wait(read_timeout)
+        except TimeoutError:
+            conn.close()
+            raise httpx.ReadTimeout("upstream read timed out", request=request) from None
+        except asyncio.CancelledError:
+            conn.close()
+            raise
+        return UpstreamResponse(
+            conn.status,
+            headers=conn.headers,
+            stream=Body(conn, request, read_timeout, self.max_body_bytes,
+                        functools.partial(self._release, route.key, conn, limit)),
+            extensions={"http_version": b"HTTP/1.1"},
+        )
+
+    async def _connect(
+        self, route: Route, timeout: float | None, request: httpx.Request | None, method: str
+    ) -> Connection:
+        loop = asyncio.get_running_loop()
+        where = f"{route.connect_host}:{route.connect_port}"
+        context = self._ssl_context() if route.tls_host is not None else None
+        conn: Connection | None = None
+        try:
+            async with asyncio.timeout(timeout):
+                if route.tunnel is None:
+                    _, conn = await loop.create_connection(
+                        lambda: Connection(loop),
+                        route.connect_host,
+                        route.connect_port,
+                        ssl=context,
+                        server_hostname=route.tls_host,
+                    )
+                else:
+                    assert context is not None
+                    _, conn = await loop.create_connection(
+                        lambda: Connection(loop), route.connect_host, route.connect_port
+                    )
+                    await conn.tunnel(route.tunnel, None)
+                    assert conn.transport is not None
+                    tls = await loop.start_tls(
+                        conn.transport, conn, context, server_hostname=route.tls_host
+                    )
+                    if tls is None:
+                        raise httpx.ProxyError("TLS through the proxy's tunnel failed")
+                    conn.transport = tls
+        except TimeoutError:
+            if conn is not None:
+                conn.close()
+            raise httpx.ConnectTimeout(
+                f"connecting to {where} timed out", request=request
+            ) from None
+        except httpx.ProxyError:
+            if conn is not None:
+                conn.close()
+            raise
+        except OSError as exc:  # ssl.SSLError (a failed verification) is one too
+            if conn is not None:
+                conn.close()
+            raise httpx.ConnectError(f"cannot connect to {where}: {exc}", request=request) from None
+        conn.reset(expect_body=method != "HEAD")
+        return conn
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        if self._ssl is None:
+            verify = self._verify
+            if isinstance(verify, ssl.SSLContext):
+                self._ssl = verify
+            elif verify is False:
+                context = ssl.create_default_context()
+                context.check_hostname = False
+                context.verify_mode = ssl.CERT_NONE
+                self._ssl = context
+            elif isinstance(verify, str):
+                self._ssl = ssl.create_default_context(cafile=verify)
+            else:
+                context = ssl.create_default_context()  # honours SSL_CERT_FILE / _DIR
+                try:
+                    import certifi
+                except ImportError:  # pragma: no cover - certifi comes with httpx
+                    pass
+                else:
+                    context.load_verify_locations(certifi.where())
+                self._ssl = context
+        return self._ssl
+
+    def _take_idle(self, key: tuple[str, str, int, str], method: str) -> Connection | None:
+        idle = self._idle.get(key)
+        if not idle:
+            return None
+        fresh_after = time.monotonic() - self._idle_expiry_s
+        while idle:
+            conn = idle.pop()
+            closing = conn.transport is None or conn.transport.is_closing()
+            if conn.closed or closing or conn.idle_since < fresh_after:
+                conn.close()  # never written to: skipping it is always safe
+                continue
+            conn.reset(expect_body=method != "HEAD")
+            return conn
+        return None
+
+    def _release(
+        self, key: tuple[str, str, int, str], conn: Connection, limit: asyncio.Semaphore
+    ) -> None:
+        limit.release()
+        if conn.reusable() and not self._closed:
+            idle = self._idle.setdefault(key, [])
+            if len(idle) < self._max_idle:
+                conn.idle_since = time.monotonic()
+                idle.append(conn)
+                return
+        conn.close()
+
+    async def aclose(self) -> None:
+        self._closed = True
+        for idle in self._idle.values():
+            for conn in idle:
+                conn.close()
+        self._idle.clear()
+
+
+async def _acquire(
+    limit: asyncio.Semaphore, timeout: float | None, request: httpx.Request | None
+) -> None:
+    if not limit.locked():
+        await limit.acquire()
+        return
+    try:
+        async with asyncio.timeout(timeout):
+            await limit.acquire()
+    except TimeoutError:
+        raise httpx.PoolTimeout(
+            f"no connection to this upstream came free within {timeout} s", request=request
+        ) from None
+
+
+def _head(request: httpx.Request, route: Route, length: int) -> bytes:
+    lines = [route.head(request.method)]
+    for name, value in request.headers.raw:
+        if name.lower() not in _SKIP_HEADERS:
+            lines.append(name + b": " + value + b"\r\n")
+    if length or request.method in ("POST", "PUT", "PATCH"):
+        lines.append(b"content-length: %d\r\n" % length)
+    lines.append(b"\r\n")
+    return b"".join(lines)
