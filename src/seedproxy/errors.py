@@ -181,7 +181,7 @@ class UpstreamError(SeedProxyError):
 
 
 class UpstreamLoop(SeedProxyError):
-    """A request came back to the proxy that sent it upstream (``backends.loop``):
+    """A request came back to the proxy that sent it upstream (``transport.loop``):
     Loop Detected (RFC 5842)."""
 
     status_code, error_type = 508, "loop_detected"

@@ -1,7 +1,7 @@
 """The one error map of the request path: what an upstream failure is, and its status.
 
 Invariants:
-- A transport failure while reading has the status ``backends.upstream_failure`` gives
+- A transport failure while reading has the status ``transport.failure.upstream_failure`` gives
   it (504 for a timeout, else 502), wherever it happens (a single stream, a fan-out
   pump, a bridge, token-in-token-out).
 - A stream chunk that carries ``error`` (SGLang's and vLLM's way of ending a failing

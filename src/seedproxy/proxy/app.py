@@ -88,7 +88,7 @@ def create_app(
         prompt_counter = tito.count_prompt  # the tokenizer is at hand: count with it
     own_store, own_client = store is None, client is None
     store = store if store is not None else open_store(settings.store)
-    hop = new_hop()  # this proxy's mark on what it sends upstream (``backends.loop``)
+    hop = new_hop()  # this proxy's mark on what it sends upstream (``transport.loop``)
     client = client or upstream_client(
         read_timeout_s=settings.read_timeout_s, connect_timeout_s=settings.connect_timeout_s,
         max_body_bytes=settings.max_upstream_body_bytes, api_key=settings.upstream_api_key,

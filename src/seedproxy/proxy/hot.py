@@ -46,7 +46,7 @@ def _loop_refusal(path: str) -> Response:
 
 class ProxyApp(FastAPI):
     """FastAPI, with ``hot`` (once set) answering its routes first, and any request
-    carrying ``hop`` (this proxy's own hop mark, ``backends.loop``) refused before
+    carrying ``hop`` (this proxy's own hop mark, ``transport.loop``) refused before
     anything else: it went out of this proxy to an upstream and came back."""
 
     hot: HotRoutes | None = None

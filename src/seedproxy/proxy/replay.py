@@ -5,7 +5,7 @@ Invariants:
 - Each recorded choice is re-sent alone, non-streamed, with its recorded seed, through
   the same pool as live traffic (so any server of the fleet may answer), asking the
   upstream what the live request asked: a Messages or Responses request translated as
-  live traffic translates it (``backends.bridging``); an interaction the proxy rendered
+  live traffic translates it (``bridges.selection``); an interaction the proxy rendered
   itself (token-in-token-out) as its recorded ``prompt_token_ids`` to the mode's
   token route, with the sampling parameters its recorded request maps to.
 - Token ids compare exactly; logprobs compare as the stored float32 values, bit for bit.
