@@ -532,8 +532,9 @@ def main() -> int:
     parser.add_argument("--out", default=str(BENCH / "results" / "overhead.json"))
     parser.add_argument("--no-litellm", action="store_true", help="skip LiteLLM")
     parser.add_argument(
-        "--floor-client", default="pyreqwest",
-        help="the bare pass-through proxy's HTTP client (bench/passthrough.py); 'none' skips it",
+        "--floor-client", default="lean",
+        help="the bare pass-through proxy's HTTP client (bench/passthrough.py); "
+        "seedproxy's own by default, 'none' skips it",
     )
     parser.add_argument(
         "--pin", action="store_true", help="pin the upstream to core 1 and proxies to core 0"
