@@ -33,6 +33,8 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 BENCH = ROOT / "bench"
+sys.path.insert(0, str(BENCH))
+from overhead import free_port  # noqa: E402
 
 calls: dict[str, set[str]] = defaultdict(set)
 recording = threading.Event()
@@ -43,14 +45,6 @@ def _profile(frame: FrameType, event: str, arg: Any) -> None:
         module = frame.f_globals.get("__name__", "")
         if module.startswith("seedproxy."):
             calls[module].add(frame.f_code.co_qualname)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _wait(url: str) -> None:
@@ -106,7 +100,7 @@ def main() -> int:
     parser.add_argument("--tito", action="store_true")
     parser.add_argument("--list", action="store_true")
     args = parser.parse_args()
-    up = _free_port()
+    up = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     if args.tito:
         upstream = [sys.executable, str(BENCH / "tito.py"), "--upstream-only", str(up)]
@@ -115,7 +109,7 @@ def main() -> int:
     proc = subprocess.Popen(upstream, env=env, stdout=subprocess.DEVNULL)
     try:
         _wait(f"http://127.0.0.1:{up}/health" if not args.tito else f"http://127.0.0.1:{up}/")
-        port = _free_port()
+        port = free_port()
         flags = ["serve", "--upstream", f"http://127.0.0.1:{up}", "--port", str(port)]
         if args.tito:
             from seedproxy.engine.model import default_gguf_path, gguf_tokenizer_dir
