@@ -116,6 +116,16 @@ def _conversation(client: httpx.Client, base: str, session: str) -> int:
     return 5
 
 
+def flags() -> list[str]:
+    """``seedproxy serve``'s flags for token-in-token-out against this file's upstream."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from seedproxy.engine.model import default_gguf_path, gguf_tokenizer_dir
+
+    return ["--token-in-token-out", "--tokenizer", str(gguf_tokenizer_dir(default_gguf_path())),
+            "--chat-template", str(ROOT / "tests/helpers/qwen3_style.jinja"),
+            "--tool-parser", "hermes", "--reasoning-parser", "think"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--upstream-only", type=int)
@@ -128,12 +138,7 @@ def main() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     up = _free_port()
     procs = [subprocess.Popen([sys.executable, __file__, "--upstream-only", str(up)], env=env)]
-    from seedproxy.engine.model import default_gguf_path, gguf_tokenizer_dir
-
-    tito_flags = ["--token-in-token-out", "--tokenizer",
-                  str(gguf_tokenizer_dir(default_gguf_path())), "--chat-template",
-                  str(ROOT / "tests/helpers/qwen3_style.jinja"), "--tool-parser", "hermes",
-                  "--reasoning-parser", "think"]
+    tito_flags = flags()
     proxies = {}
     try:
         _wait(f"http://127.0.0.1:{up}/")
