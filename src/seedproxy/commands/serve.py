@@ -13,6 +13,7 @@ import socket
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -64,13 +65,15 @@ def serve(flags: dict[str, Any], config_file: str | None) -> int:
                 engine, settings, tito = _embedded(settings)
             app = _proxy_app(settings, tito, engine)
             if settings.upstream and settings.deterministic and BACKENDS[
-                    settings.backend].reports_server_info:
-                _preflight(settings.upstream,
-                           enforce=not settings.allow_nondeterministic_upstream)
+                    settings.backend].reports_server_info and (
+                    not settings.allow_nondeterministic_upstream):
+                from .doctor import refuse_nondeterministic
+
+                refuse_nondeterministic(settings.upstream)
             _say_listening(settings)
             if settings.workers > 1:
                 return _run_workers(settings, sock, engine)
-            uvicorn.Server(_config(app, settings)).run(sockets=[sock])
+            uvicorn.Server(uvicorn.Config(app, **_uvicorn_options(settings))).run(sockets=[sock])
         finally:
             if engine is not None:
                 engine.stop()
@@ -101,7 +104,7 @@ def _serve_while_loading(settings: Settings, sock: socket.socket) -> int:
             server.should_exit = True
 
     gate = LoadingApp(loading, wait_s=settings.engine_load_wait_s, on_failure=stop)
-    server = uvicorn.Server(_config(gate, settings))
+    server = uvicorn.Server(uvicorn.Config(gate, **_uvicorn_options(settings)))
     _say_listening(settings, " (the engine is loading: GET /readyz says when it is ready)")
     try:
         server.run(sockets=[sock])
@@ -146,16 +149,16 @@ def _embedded(settings: Settings) -> tuple[_RunningEngine, Settings, TitoMode | 
     # The engine's own key: only this proxy may call it (pause, weight version).
     settings = settings.model_copy(update={"upstream_api_key": engine.api_key})
     log.info("embedded engine serving %s at %s (GET /fleet names it; "
-             "seedproxy verify-logprobs uses it by default)", engine.model_name, engine.url)
+             "seedproxy verify-logprobs uses it by default)", engine.model.name, engine.url)
     tito = None
     if settings.token_in_token_out is not False:
         from ..proxy.app import open_tito_mode
 
         # The embedded engine's own tokenizer: token in, token out by default.
-        tito = open_tito_mode(settings, tokenizer=engine.tokenizer,
-                              model_name=engine.model_name, embedded=True)
-        settings = settings.model_copy(update={
-            "token_in_token_out": True, "tokenizer": settings.tokenizer or engine.model_path})
+        tito = open_tito_mode(settings, tokenizer=engine.model.tokenizer,
+                              model_name=engine.model.name, embedded=True)
+        settings = settings.model_copy(update={"token_in_token_out": True, "tokenizer":
+                                               settings.tokenizer or engine.model.model_path})
     return engine, settings, tito
 
 
@@ -163,11 +166,10 @@ def _proxy_app(settings: Settings, tito: TitoMode | None,
                engine: _RunningEngine | None) -> FastAPI:
     from ..proxy.app import create_app
 
-    return create_app(
-        settings, upstreams=[engine.url] if engine is not None else settings.upstream, tito=tito,
-        prompt_counter=engine.counter if engine is not None else None,
-        engine_url=engine.url if engine is not None else None,
-    )
+    if engine is None:
+        return create_app(settings, tito=tito)
+    return create_app(settings, upstreams=[engine.url], tito=tito,
+                      prompt_counter=engine.counter, engine_url=engine.url)
 
 
 def _say_listening(settings: Settings, note: str = "") -> None:
@@ -183,28 +185,18 @@ def _run_workers(settings: Settings, sock: socket.socket,
     upstreams = [engine.url] if engine is not None else settings.upstream
     export_settings(settings.model_copy(update={"upstream": upstreams}),
                     engine_url=engine.url if engine is not None else None)
-    uvicorn.run(
-        APP_FACTORY,
-        factory=True,
-        workers=settings.workers,
-        host=settings.host,
-        port=settings.port,
-        log_level="warning",
-        timeout_graceful_shutdown=math.ceil(settings.graceful_shutdown_s),
-        **_client_limits(settings),
-    )
+    uvicorn.run(APP_FACTORY, factory=True, workers=settings.workers,
+                **_uvicorn_options(settings))
     return 0
 
 
-def _config(app: Any, settings: Settings) -> uvicorn.Config:
-    return uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level="warning",
-        timeout_graceful_shutdown=math.ceil(settings.graceful_shutdown_s),
-        **_client_limits(settings),
-    )
+def _uvicorn_options(settings: Settings) -> dict[str, Any]:
+    """A request head must arrive within ``client_timeout_s``, then its body within as
+    long again (``protocol.py`` reads it as uvicorn's keep-alive timeout, which also
+    closes idle connections)."""
+    return {"host": settings.host, "port": settings.port, "log_level": "warning",
+            "timeout_graceful_shutdown": math.ceil(settings.graceful_shutdown_s),
+            "http": guarded_http_protocol(), "timeout_keep_alive": settings.client_timeout_s}
 
 
 def check_before_binding(settings: Settings) -> TitoMode | None:
@@ -234,14 +226,6 @@ async def _open_and_close(settings: Settings) -> None:
     await client.aclose()
 
 
-def _client_limits(settings: Settings) -> dict[str, Any]:
-    """uvicorn options that bound what a slow or idle client holds: a request head
-    must arrive within ``client_timeout_s``, then its body within as long again
-    (``protocol.py`` reads it as uvicorn's keep-alive timeout, which also closes idle
-    connections)."""
-    return {"http": guarded_http_protocol(), "timeout_keep_alive": settings.client_timeout_s}
-
-
 _BACKLOG = 2048
 """uvicorn's default backlog."""
 
@@ -264,14 +248,6 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _preflight(urls: list[str], *, enforce: bool) -> None:
-    """Refuse (exit 2) an upstream that is not deterministic, unless told not to."""
-    from .doctor import refuse_nondeterministic
-
-    if enforce:
-        refuse_nondeterministic(urls)
-
-
 def run_engine_only(host: str, port: int, model: str | None, max_batch: int | None = None,
                     prefix_cache_mb: int | None = None) -> int:
     configure_logging()
@@ -289,18 +265,19 @@ def run_engine_only(host: str, port: int, model: str | None, max_batch: int | No
     return 0
 
 
+@dataclass(frozen=True)
 class _RunningEngine:
-    def __init__(self, handle: Any, model: Any, counter: Any, api_key: str) -> None:
-        self.url: str = handle.url
-        self.api_key = api_key
-        self.model_name: str = model.name
-        self.model_path: str = model.model_path
-        self.tokenizer = model.tokenizer
-        self.counter = counter
-        self._handle = handle
+    handle: Any
+    model: Any
+    counter: Any
+    api_key: str
+
+    @property
+    def url(self) -> str:
+        return str(self.handle.url)
 
     def stop(self) -> None:
-        self._handle.stop()
+        self.handle.stop()
 
 
 def _start_engine(model_path: str | None, max_batch: int, prefix_cache_mb: int

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -26,7 +26,7 @@ from .access import Access
 from .listing import MAX_PAGE, SEQ_MAX, session_page
 from .schemas import AckRequest, CreateSessions, ExportRequest, RewardRequest
 
-__all__ = ["admin_router"]
+__all__ = ["Admin", "admin_router"]
 
 WAIT_DEFAULT_S = 60.0
 """How long ``?wait=true`` waits for a session to end unless ``timeout_s`` says."""
@@ -38,38 +38,29 @@ VISIBILITY_MAX_S = 86400.0
 
 
 @dataclass(frozen=True)
-class _Admin:
-    """What the session routes share. ``exporting``: select + lease, one at a time per
-    app (the store's lease is atomic across apps: this only saves a replica racing
-    itself)."""
+class Admin:
+    """What the session routes share. ``abandon_after_s``: an open session a batch
+    export waits on, idle this long, is ended as abandoned (``sessions/selection.py``).
+    ``clock``: wall-clock seconds, for leases and idleness (a test seam).
+    ``exporting``: select + lease, one at a time per app (the store's lease is atomic
+    across apps: this only saves a replica racing itself)."""
 
     sessions: SessionManager
-    store: SessionStore
     access: Access
     deterministic: bool
     max_body_bytes: int
     inflight: InFlight
-    abandon_after_s: float | None
-    clock: Callable[[], float]
-    exporting: asyncio.Lock
+    abandon_after_s: float | None = None
+    clock: Callable[[], float] = time.time
+    exporting: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def store(self) -> SessionStore:
+        return self.sessions.store
 
 
-def admin_router(
-    sessions: SessionManager,
-    access: Access,
-    *,
-    deterministic: bool,
-    max_body_bytes: int,
-    inflight: InFlight,
-    abandon_after_s: float | None = None,
-    clock: Callable[[], float] = time.time,
-) -> APIRouter:
-    """``abandon_after_s``: an open session a batch export waits on, idle this long, is
-    ended as abandoned (``sessions/selection.py``). ``clock``: wall-clock seconds, for
-    leases and idleness (a test seam)."""
+def admin_router(admin: Admin) -> APIRouter:
     router = APIRouter()
-    admin = _Admin(sessions, sessions.store, access, deterministic, max_body_bytes, inflight,
-                   abandon_after_s, clock, asyncio.Lock())
     _session_routes(router, admin)
     _session_change_routes(router, admin)
     _trajectory_route(router, admin)
@@ -77,7 +68,7 @@ def admin_router(
     return router
 
 
-def _session_routes(router: APIRouter, admin: _Admin) -> None:
+def _session_routes(router: APIRouter, admin: Admin) -> None:
     """Create, inspect and list sessions."""
     access, store = admin.access, admin.store
 
@@ -136,7 +127,7 @@ def _session_routes(router: APIRouter, admin: _Admin) -> None:
         )
 
 
-def _session_change_routes(router: APIRouter, admin: _Admin) -> None:
+def _session_change_routes(router: APIRouter, admin: Admin) -> None:
     """Reward, end and delete a session (the admin's acts)."""
     access, sessions, store = admin.access, admin.sessions, admin.store
 
@@ -169,7 +160,7 @@ def _session_change_routes(router: APIRouter, admin: _Admin) -> None:
         return Response(status_code=204)
 
 
-def _trajectory_route(router: APIRouter, admin: _Admin) -> None:
+def _trajectory_route(router: APIRouter, admin: Admin) -> None:
     """One session's trajectory, read as it stands or leased once it ends."""
 
     @router.get("/sessions/{session_id}/trajectory")
@@ -199,7 +190,7 @@ def _trajectory_route(router: APIRouter, admin: _Admin) -> None:
         return Response(orjson.dumps(leased), media_type="application/json")
 
 
-async def _lease_when_ended(admin: _Admin, session_id: str, timeout_s: float, style: Style,
+async def _lease_when_ended(admin: Admin, session_id: str, timeout_s: float, style: Style,
                             visibility_timeout_s: float) -> dict[str, Any]:
     """Wait (woken by the store: its end, a release) until the session has ended and no
     other export holds it, then lease it as a batch of one: its trajectory with
@@ -232,7 +223,7 @@ async def _lease_when_ended(admin: _Admin, session_id: str, timeout_s: float, st
             await watch.wait(min([left, *ends]))
 
 
-def _export_routes(router: APIRouter, admin: _Admin) -> None:
+def _export_routes(router: APIRouter, admin: Admin) -> None:
     """Batch export and its acknowledgement."""
     access, store, clock = admin.access, admin.store, admin.clock
 

@@ -38,7 +38,7 @@ from ..settings import Settings
 from ..transport.client import upstream_client
 from ..transport.loop import new_hop
 from .access import Access
-from .admin import admin_router
+from .admin import Admin, admin_router
 from .fleet_routes import fleet_router
 from .health import readiness_router, warn_if_no_upstream
 from .hot import HotRoutes, ProxyApp
@@ -205,10 +205,9 @@ def _include_routes(app: FastAPI, parts: _Parts, prompt_counter: PromptCounter |
     settings, pool, store = services.settings, services.pool, services.sessions.store
     max_body_bytes = settings.max_body_bytes
     app.include_router(api_router(parts.hot, access, pool, services, prompt_counter))
-    app.include_router(admin_router(
-        services.sessions, access, deterministic=settings.deterministic,
-        max_body_bytes=max_body_bytes, inflight=services.inflight,
-        abandon_after_s=settings.abandon_after_s, clock=clock))
+    app.include_router(admin_router(Admin(
+        services.sessions, access, settings.deterministic, max_body_bytes, services.inflight,
+        settings.abandon_after_s, clock)))
     app.include_router(readiness_router(pool, store))
     app.include_router(server_router(pool, fleet, access, max_body_bytes=max_body_bytes))
     app.include_router(fleet_router(
