@@ -32,32 +32,12 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = [
-    "AuthError",
-    "BadRequest",
-    "BatchNotFound",
-    "BodyTimeout",
-    "ClientClosed",
-    "ConfigError",
-    "Conflict",
-    "Forbidden",
-    "ModelNotFound",
-    "OverCapacity",
-    "ParserBusy",
-    "ParserUnavailable",
-    "PayloadTooLarge",
-    "SeedProxyError",
-    "SessionNotFound",
-    "StoreError",
-    "UpstreamError",
-    "UpstreamLoop",
-    "UpstreamNotFound",
-    "UpstreamTimeout",
-    "UpstreamUnavailable",
-    "WaitTimeout",
-    "anthropic_type",
-    "error_body",
-]
+__all__ = ["AuthError", "BadRequest", "BatchNotFound", "BodyTimeout", "ClientClosed",
+           "ConfigError", "Conflict", "Forbidden", "ModelNotFound", "OverCapacity",
+           "ParserBusy", "ParserUnavailable", "PayloadTooLarge", "SeedProxyError",
+           "SessionNotFound", "StoreError", "UpstreamError", "UpstreamLoop", "UpstreamNotFound",
+           "UpstreamTimeout", "UpstreamUnavailable", "WaitTimeout", "anthropic_type",
+           "error_body"]
 
 
 class SeedProxyError(Exception):

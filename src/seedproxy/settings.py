@@ -197,18 +197,11 @@ class Settings(BaseSettings):
     index_by: Literal["arrival", "content"] = "arrival"
     """How sessions derive seeds by default: by arrival index, or by content key."""
 
-    @field_validator("upstream", mode="before")
+    @field_validator("upstream", "image_url_hosts", mode="before")
     @classmethod
-    def _split_upstreams(cls, value: Any) -> Any:
+    def _split(cls, value: Any) -> Any:
         if isinstance(value, str):
-            return [u.strip() for u in value.split(",") if u.strip()]
-        return value
-
-    @field_validator("image_url_hosts", mode="before")
-    @classmethod
-    def _split_hosts(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return [h.strip().lower() for h in value.split(",") if h.strip()]
+            return [part.strip() for part in value.split(",") if part.strip()]
         return value
 
     @field_validator("backend")

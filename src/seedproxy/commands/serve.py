@@ -45,16 +45,15 @@ _ENGINE_EXTRA = "the embedded engine needs torch and transformers: pip install -
 
 
 def serve(flags: dict[str, Any], config_file: str | None) -> int:
-    """Run the proxy. Every setting is checked before the port is bound (a bad flag on
-    a busy port names the flag), and the port before any engine loads. With the
-    embedded engine (one process), the port answers while the engine loads
-    (``proxy/loading.py``); a load that fails ends ``serve`` with its error."""
+    """Run the proxy. Every setting is checked before the port is bound, and the port
+    before any engine loads. With the embedded engine (one process), the port answers
+    while the engine loads (``proxy/loading.py``); a failed load ends ``serve`` with
+    its error."""
     settings = load_settings(flags, config_file)
     tito = check_before_binding(settings)
     configure_logging()
     sock = bind(settings.host, settings.port)
-    # --port 0 binds a free port: from here on the settings name the one bound, so
-    # the line that says where it listens and the workers' shared socket use it.
+    # --port 0 binds a free port: from here on the settings name the one bound.
     settings = settings.model_copy(update={"port": sock.getsockname()[1]})
     try:
         if not settings.upstream and settings.workers == 1:
@@ -83,7 +82,6 @@ def serve(flags: dict[str, Any], config_file: str | None) -> int:
 
 
 def _serve_while_loading(settings: Settings, sock: socket.socket) -> int:
-    """Serve at once while a thread loads the engine and builds the proxy on it."""
     started: list[_RunningEngine] = []
 
     def load() -> FastAPI:
@@ -93,7 +91,6 @@ def _serve_while_loading(settings: Settings, sock: socket.socket) -> int:
         return _proxy_app(ready, tito, engine)
 
     loading = in_thread(load, name="seedproxy-engine-load")
-    # The proxy's modules import meanwhile (the load needs them last, in create_app).
     in_thread(lambda: importlib.import_module("seedproxy.proxy.app"), name="seedproxy-imports")
     from ..proxy.loading import LoadingApp
 
@@ -117,8 +114,7 @@ def _serve_while_loading(settings: Settings, sock: socket.socket) -> int:
 
 
 def in_thread(fn: Callable[[], _T], *, name: str) -> Future[_T]:
-    """Run ``fn`` on a daemon thread (an exiting process does not wait for it); its
-    result or exception lands in the future."""
+    """Run ``fn`` on a daemon thread (an exiting process does not wait for it)."""
     future: Future[_T] = Future()
 
     def run() -> None:
@@ -134,15 +130,15 @@ def in_thread(fn: Callable[[], _T], *, name: str) -> Future[_T]:
 
 
 def _hold_for_tests() -> None:
-    """A test seam: with ``_SEEDPROXY_HOLD_ENGINE_LOAD`` naming a FIFO, the load waits
-    until a writer has opened and closed it (no timer involved)."""
+    """With ``HOLD_ENGINE_LOAD_VAR`` naming a FIFO, the load waits until a writer has
+    opened and closed it."""
     hold = os.environ.get(HOLD_ENGINE_LOAD_VAR)
     if hold:
         Path(hold).read_bytes()
 
 
 def _embedded(settings: Settings) -> tuple[_RunningEngine, Settings, TitoMode | None]:
-    """Load and start the embedded engine; the settings (and token in, token out mode)
+    """Load and start the embedded engine; the settings (and token-in-token-out mode)
     that route the proxy to it."""
     engine = _start_engine(settings.model, settings.engine_max_batch,
                            settings.engine_prefix_cache_mb)
@@ -154,7 +150,6 @@ def _embedded(settings: Settings) -> tuple[_RunningEngine, Settings, TitoMode | 
     if settings.token_in_token_out is not False:
         from ..proxy.app import open_tito_mode
 
-        # The embedded engine's own tokenizer: token in, token out by default.
         tito = open_tito_mode(settings, tokenizer=engine.model.tokenizer,
                               model_name=engine.model.name, embedded=True)
         settings = settings.model_copy(update={"token_in_token_out": True, "tokenizer":
@@ -181,7 +176,6 @@ def _run_workers(settings: Settings, sock: socket.socket,
     from ..proxy.factory import APP_FACTORY, export_settings
 
     sock.close()  # uvicorn's workers bind their own shared socket
-    # Each worker imports the factory and rebuilds these settings from the env.
     upstreams = [engine.url] if engine is not None else settings.upstream
     export_settings(settings.model_copy(update={"upstream": upstreams}),
                     engine_url=engine.url if engine is not None else None)
@@ -200,9 +194,9 @@ def _uvicorn_options(settings: Settings) -> dict[str, Any]:
 
 
 def check_before_binding(settings: Settings) -> TitoMode | None:
-    """Refuse (``ConfigError``) what ``create_app`` or the engine would refuse, without
-    binding: the store (opened, then closed), the upstream client (proxy variables),
-    the engine's model path, and token-in-token-out, opened here for an upstream."""
+    """Refuse (``ConfigError``) what ``create_app`` or the engine would refuse, before
+    binding: the store, the upstream client, the engine's model path, and
+    token-in-token-out (opened here for an upstream)."""
     if settings.workers > 1 and settings.store.startswith("memory:"):
         raise ConfigError(
             f"--workers {settings.workers} needs a shared store (--store redis://...): "
@@ -226,15 +220,13 @@ async def _open_and_close(settings: Settings) -> None:
     await client.aclose()
 
 
-_BACKLOG = 2048
-"""uvicorn's default backlog."""
+_BACKLOG = 2048  # uvicorn's default
 
 
 def bind(host: str, port: int) -> socket.socket:
-    """Bind the listening socket as uvicorn would (``SO_REUSEADDR``) and listen on it, so
-    a client that connects as soon as seedproxy says it listens waits in the backlog for
-    the server to start, never refused; a port in use or an address not on this machine
-    is a ``ConfigError``, before anything says it listens."""
+    """Bind and listen as uvicorn would (``SO_REUSEADDR``), so a client that connects
+    once seedproxy says it listens waits in the backlog, never refused; a port in use
+    or a foreign address is a ``ConfigError``."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

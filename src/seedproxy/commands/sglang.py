@@ -12,12 +12,7 @@ from collections.abc import Sequence
 
 from ..errors import ConfigError
 
-__all__ = [
-    "DETERMINISTIC_ATTENTION",
-    "check_attention_backend",
-    "render",
-    "sglang_args",
-]
+__all__ = ["DETERMINISTIC_ATTENTION", "check_attention_backend", "render", "sglang_args"]
 
 DETERMINISTIC_ATTENTION = ("fa3", "fa4", "flashinfer", "triton", "ascend", "intel_xpu")
 _FLASHINFER_WARNING = (

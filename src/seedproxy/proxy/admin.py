@@ -1,7 +1,6 @@
-"""Session routes: create, inspect, reward, end, export, delete.
-
-Every route checks auth first and only then reads its body (bounded by
-``--max-body-bytes``, 413) and checks the session id in its path (400)."""
+"""Session routes: create, inspect, reward, end, export, delete. Every route checks
+auth first, then reads its body (413 past ``--max-body-bytes``) and checks the path's
+session id (400)."""
 
 from __future__ import annotations
 
@@ -69,7 +68,6 @@ def admin_router(admin: Admin) -> APIRouter:
 
 
 def _session_routes(router: APIRouter, admin: Admin) -> None:
-    """Create, inspect and list sessions."""
     access, store = admin.access, admin.store
 
     @router.post("/sessions", status_code=201, openapi_extra=documented(CreateSessions))
@@ -117,9 +115,6 @@ def _session_routes(router: APIRouter, admin: Admin) -> None:
         cursor: int | None = Query(default=None, ge=0, le=SEQ_MAX),
         since: int | None = Query(default=None, ge=0, le=SEQ_MAX),
     ) -> dict[str, Any]:
-        """Sessions in creation order, one page at a time; ``next_offset`` and
-        ``next_cursor`` are None on the last page. ``since``: only the ``version``
-        while it has not moved (see ``listing.py``)."""
         await access.require_admin(request)
         return await session_page(
             store, group_id=group_id, identity=identity, offset=offset, limit=limit,
@@ -128,7 +123,6 @@ def _session_routes(router: APIRouter, admin: Admin) -> None:
 
 
 def _session_change_routes(router: APIRouter, admin: Admin) -> None:
-    """Reward, end and delete a session (the admin's acts)."""
     access, sessions, store = admin.access, admin.sessions, admin.store
 
     @router.post("/sessions/{session_id}/reward", openapi_extra=documented(RewardRequest))
@@ -152,8 +146,8 @@ def _session_change_routes(router: APIRouter, admin: Admin) -> None:
     async def delete_session(session_id: str, request: Request) -> Response:
         await access.require_admin(request)
         check_id(session_id, param="session_id")
-        # Its requests in flight stop first, on every replica (aborted on their servers);
-        # their answers then find no session to be recorded in, and say so to their clients.
+        # Its requests in flight stop first, on every replica; their answers then find
+        # no session to be recorded in.
         await admin.inflight.delete_session(session_id)
         if not await store.delete(session_id):
             raise SessionNotFound(f"session {session_id!r} not found")
@@ -161,7 +155,6 @@ def _session_change_routes(router: APIRouter, admin: Admin) -> None:
 
 
 def _trajectory_route(router: APIRouter, admin: Admin) -> None:
-    """One session's trajectory, read as it stands or leased once it ends."""
 
     @router.get("/sessions/{session_id}/trajectory")
     async def get_trajectory(
@@ -173,10 +166,8 @@ def _trajectory_route(router: APIRouter, admin: Admin) -> None:
         visibility_timeout_s: float = Query(
             default=VISIBILITY_DEFAULT_S, gt=0, le=VISIBILITY_MAX_S),
     ) -> Response:
-        """``wait=true`` (the admin's act) waits up to ``timeout_s`` for the session to
-        end (and for another export's live lease on it to go), then leases it as a
-        batch of one (``batch_id``): acknowledged, it is out of later batch exports.
-        Past the timeout it is a 504 and nothing is taken."""
+        """``wait=true`` (the admin's act): see ``_lease_when_ended``; acknowledged, the
+        session is out of later batch exports."""
         check_id(session_id, param="session_id")
         record = await admin.access.require_session_reader(request, session_id)
         if not wait:
@@ -192,9 +183,9 @@ def _trajectory_route(router: APIRouter, admin: Admin) -> None:
 
 async def _lease_when_ended(admin: Admin, session_id: str, timeout_s: float, style: Style,
                             visibility_timeout_s: float) -> dict[str, Any]:
-    """Wait (woken by the store: its end, a release) until the session has ended and no
-    other export holds it, then lease it as a batch of one: its trajectory with
-    ``batch_id``. Past ``timeout_s``, ``WaitTimeout`` and nothing is taken."""
+    """Wait (woken by the store) until the session has ended and no other export holds
+    it, then lease it as a batch of one: its trajectory with ``batch_id``. Past
+    ``timeout_s``, ``WaitTimeout`` (504) and nothing is taken."""
     store, clock = admin.store, admin.clock
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
@@ -224,7 +215,6 @@ async def _lease_when_ended(admin: Admin, session_id: str, timeout_s: float, sty
 
 
 def _export_routes(router: APIRouter, admin: Admin) -> None:
-    """Batch export and its acknowledgement."""
     access, store, clock = admin.access, admin.store, admin.clock
 
     @router.post("/trajectories/export", openapi_extra=documented(ExportRequest))
@@ -252,8 +242,6 @@ def _export_routes(router: APIRouter, admin: Admin) -> None:
             visibility_timeout_s=body.visibility_timeout_s, remove=body.remove,
             abandon_after_s=admin.abandon_after_s, skip_abandoned=body.skip_abandoned,
             clock=clock, prepare=build)
-        # Only ended sessions are exported: say how many are still open (O(1) count)
-        # and which ones this batch waits on.
         status = {"batch_id": leased.batch_id, "open_sessions": await store.count_open(),
                   "waiting_on": _waiting_on(leased.waiting, clock(), admin.abandon_after_s),
                   "skipped": [r.session_id for r in leased.skipped]}
@@ -274,8 +262,8 @@ def _export_routes(router: APIRouter, admin: Admin) -> None:
 
 def _waiting_on(waiting: list[SessionRecord], now: float,
                 abandon_after_s: float | None) -> list[dict[str, Any]]:
-    """The open sessions a deterministic export stopped at: how long each has been idle
-    and in how long it is ended as abandoned (None: never)."""
+    """The open sessions a deterministic export stopped at: idle for how long, and
+    ended as abandoned in how long (None: never)."""
     return [{"session_id": r.session_id, "idle_s": round(max(0.0, now - r.last_active_at), 1),
              "abandoned_in_s": None if abandon_after_s is None else
              round(max(0.0, r.last_active_at + abandon_after_s - now), 1)}

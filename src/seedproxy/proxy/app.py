@@ -68,15 +68,12 @@ def create_app(
     parse_hold: str | None = None,
     clock: Callable[[], float] = time.time,
 ) -> FastAPI:
-    """Build the proxy. ``upstreams`` overrides ``settings.upstream`` (the CLI passes
-    the embedded engine's URL); injected ``store`` and ``client`` are not closed.
-    ``tito`` is token-in-token-out mode already opened (the embedded engine's
-    tokenizer); otherwise ``settings.token_in_token_out`` opens it here.
-    ``prompt_counter`` (a tokenizer, e.g. the engine's) enables count_tokens; in
-    token-in-token-out mode the mode's renderer counts when none is given.
-    ``engine_url`` names the embedded engine (``GET /fleet`` shows it).
-    ``parse_hold`` is a test seam: parse workers wait on it (``parse_jobs._wait``).
-    ``clock`` (wall-clock seconds) is what exports measure leases and idleness by."""
+    """Build the proxy. ``upstreams`` overrides ``settings.upstream``; injected
+    ``store`` and ``client`` are not closed. ``tito``: token-in-token-out mode already
+    opened (else ``settings.token_in_token_out`` opens it here). ``prompt_counter``
+    enables count_tokens (default: the mode's renderer). ``engine_url``: the embedded
+    engine (``GET /fleet``). ``parse_hold``: a test seam (``parse_jobs._wait``).
+    ``clock``: wall-clock seconds, for export leases and idleness."""
     urls = upstreams if upstreams is not None else settings.upstream
     if not urls:
         raise ConfigError(
@@ -85,7 +82,7 @@ def create_app(
     if tito is None and settings.token_in_token_out:
         tito = open_tito_mode(settings)
     if prompt_counter is None and tito is not None:
-        prompt_counter = tito.count_prompt  # the tokenizer is at hand: count with it
+        prompt_counter = tito.count_prompt
     own_store, own_client = store is None, client is None
     store = store if store is not None else open_store(settings.store)
     hop = new_hop()  # this proxy's mark on what it sends upstream (``transport.loop``)
@@ -112,11 +109,8 @@ def create_app(
 
 @dataclass(frozen=True)
 class _Parts:
-    """What one app is made of, beyond what every exchange uses (``services``)."""
-
     services: Services
     hot: HotRoutes
-    """The one dispatch into the admission routes (hot and routed alike)."""
     fleet: FleetControl
     access: Access
     client: httpx.AsyncClient
@@ -125,7 +119,6 @@ class _Parts:
 def _assemble(settings: Settings, urls: list[str], store: SessionStore,
               client: httpx.AsyncClient, backend: Backend | None, tito: TitoMode | None,
               parse_hold: str | None) -> _Parts:
-    """The app's parts, built from ``settings`` around its store and upstream client."""
     backend = backend or BACKENDS[settings.backend](
         api_key=settings.upstream_api_key, routed_experts=settings.capture_routed_experts
     )
@@ -199,8 +192,6 @@ def _lifespan(parts: _Parts, owned: Sequence[Callable[[], Awaitable[None]]],
 
 def _include_routes(app: FastAPI, parts: _Parts, prompt_counter: PromptCounter | None,
                     engine_url: str | None, clock: Callable[[], float]) -> None:
-    """Every route group: the admission routes (which ``HotRoutes`` serves first) and the
-    rest."""
     services, fleet, access = parts.services, parts.fleet, parts.access
     settings, pool, store = services.settings, services.pool, services.sessions.store
     max_body_bytes = settings.max_body_bytes
@@ -248,8 +239,8 @@ def open_tito_mode(settings: Settings, *, tokenizer: Any = None,
 
 
 def _install_error_handlers(app: FastAPI) -> None:
-    """The edge of the FastAPI routes: every error answered by its route's error
-    presenter (``error_presenters``); FastAPI's own (validation, routing) in OpenAI's."""
+    """Every error answered by its route's error presenter; FastAPI's own (validation,
+    routing) in OpenAI's shape."""
 
     @app.exception_handler(SeedProxyError)
     async def on_seedproxy_error(request: Request, exc: SeedProxyError) -> Response:

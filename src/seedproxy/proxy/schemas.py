@@ -9,21 +9,10 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 
 from ..settings import MAX_URL_LENGTH
 
-__all__ = [
-    "AckRequest",
-    "CreateSessions",
-    "DestroyWeightsUpdateGroup",
-    "ExportRequest",
-    "FleetPause",
-    "FleetUpdateWeights",
-    "FleetUpstream",
-    "FleetWeightVersion",
-    "ForkFrom",
-    "InitWeightsUpdateGroup",
-    "RewardRequest",
-    "UpdateWeightsFromDistributed",
-    "UpdateWeightsFromTensor",
-]
+__all__ = ["AckRequest", "CreateSessions", "DestroyWeightsUpdateGroup", "ExportRequest",
+           "FleetPause", "FleetUpdateWeights", "FleetUpstream", "FleetWeightVersion",
+           "ForkFrom", "InitWeightsUpdateGroup", "RewardRequest",
+           "UpdateWeightsFromDistributed", "UpdateWeightsFromTensor"]
 
 
 class _Body(BaseModel):

@@ -67,7 +67,8 @@ def weight_router(fleet: FleetControl, access: Access, *, max_body_bytes: int) -
         async def route(request: Request) -> JSONResponse:
             await access.require_admin(request)
             body = (await read_model(request, model, max_body_bytes)).model_dump()
-            return answer(path.lstrip("/"), *_results(await fleet.pass_through(path, body)))
+            results = await fleet.pass_through(path, body)
+            return answer(path.lstrip("/"), all(r["ok"] for r in results), results)
 
     same_to_all("/update_weights_from_distributed", UpdateWeightsFromDistributed)
     same_to_all("/update_weights_from_tensor", UpdateWeightsFromTensor)
@@ -81,10 +82,6 @@ def weight_router(fleet: FleetControl, access: Access, *, max_body_bytes: int) -
         results = await fleet.pass_through("/init_weights_update_group",
                                            body.model_dump(exclude={"rank_stride"}),
                                            rank_stride=body.rank_stride)
-        return answer("init_weights_update_group", *_results(results))
+        return answer("init_weights_update_group", all(r["ok"] for r in results), results)
 
     return router
-
-
-def _results(results: list[dict[str, Any]]) -> tuple[bool, list[dict[str, Any]]]:
-    return all(r["ok"] for r in results), results

@@ -13,6 +13,7 @@ client named by URL.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import Any
 
@@ -67,6 +68,13 @@ def _load_assets() -> dict[str, bytes]:
     return {name: static.joinpath(name).read_bytes() for name in _ASSETS}
 
 
+def _asset_route(content: bytes, media_type: str) -> Callable[[], Awaitable[Response]]:
+    async def asset() -> Response:
+        return Response(content, media_type=media_type, headers=_SECURITY)
+
+    return asset
+
+
 def ui_router(
     access: Access, pool: UpstreamPool, decoder: TokenDecoder, store: SessionStore, *,
     max_body_bytes: int,
@@ -74,21 +82,10 @@ def ui_router(
     router = APIRouter()
     assets = _load_assets()
 
-    def asset(name: str) -> Response:
-        return Response(assets[name], media_type=_ASSETS[name], headers=_SECURITY)
-
-    @router.get("/ui", include_in_schema=False)
-    @router.get("/ui/", include_in_schema=False)
-    async def page() -> Response:
-        return asset("index.html")
-
-    @router.get("/ui/app.js", include_in_schema=False)
-    async def script() -> Response:
-        return asset("app.js")
-
-    @router.get("/ui/style.css", include_in_schema=False)
-    async def style() -> Response:
-        return asset("style.css")
+    for path, name in (("/ui", "index.html"), ("/ui/", "index.html"),
+                       ("/ui/app.js", "app.js"), ("/ui/style.css", "style.css")):
+        router.add_api_route(path, _asset_route(assets[name], _ASSETS[name]),
+                             methods=["GET"], include_in_schema=False)
 
     @router.post("/ui/api/detokenize", openapi_extra=documented(DetokenizeRequest))
     async def detokenize(request: Request) -> JSONResponse:
