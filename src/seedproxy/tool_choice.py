@@ -17,7 +17,6 @@ Invariants (SGLang's, read from ``serving_chat.py`` ``_validate_request`` and
   else is None (the text stays content, as on SGLang's route).
 - A forced call with another constraint (``response_format``, ``regex``, ``ebnf``,
   ``json_schema``) is refused, as SGLang 0.5.23's ``to_sampling_params`` refuses it.
-Imports only ``nesting``, so the engine and token-in-token-out mode share it.
 """
 
 from __future__ import annotations
@@ -175,10 +174,9 @@ def tools_rendered(body: dict[str, Any], forcing: Forcing | None) -> list[Any] |
 
 
 def parse_forced(text: str) -> list[tuple[str, str]] | None:
-    """The calls of a forced answer as SGLang's chat route reads them
-    (``_process_tool_calls``): a JSON array of ``{"name", "parameters"}`` (one object is
-    one call; ``parameters`` absent is ``{}``), as (name, arguments JSON) pairs written
-    with ``json.dumps(..., ensure_ascii=False)``; None when ``text`` is not that."""
+    """The calls of a forced answer as SGLang's ``_process_tool_calls`` reads them: a
+    JSON array of ``{"name", "parameters"}`` (one object is one call; ``parameters``
+    absent is ``{}``); None when ``text`` is not that."""
     try:
         value = json.loads(text)
     except (RecursionError, ValueError):

@@ -1,5 +1,5 @@
-"""The ``seedproxy`` command line. Parses flags into ``Settings`` and hands off;
-a bad argument prints one line naming it and exits 2, never a traceback."""
+"""The ``seedproxy`` command line: a bad argument prints one line naming it and exits 2,
+never a traceback."""
 
 from __future__ import annotations
 
@@ -41,7 +41,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_server_commands(commands: argparse._SubParsersAction[_Parser]) -> None:
-    """The commands that run a server: the proxy, SGLang's, the engine."""
     serve = commands.add_parser(
         "serve", help="run the proxy (with the embedded engine if no --upstream)"
     )
@@ -81,7 +80,6 @@ def _add_server_commands(commands: argparse._SubParsersAction[_Parser]) -> None:
 
 
 def _add_client_commands(commands: argparse._SubParsersAction[_Parser]) -> None:
-    """The commands that ask a running server, or nothing at all (``seed``)."""
     doctor = commands.add_parser(
         "doctor", help="check that SGLang upstreams are set up for deterministic inference"
     )

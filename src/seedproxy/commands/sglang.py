@@ -1,9 +1,6 @@
-"""The SGLang launch command line for deterministic inference.
-
-SGLang's ``--enable-deterministic-inference`` accepts only the attention backends in
-``DETERMINISTIC_ATTENTION`` (any other makes SGLang refuse to start), so an other
-one is refused here, before anything starts. With none, SGLang picks one itself.
-"""
+"""The SGLang launch command line for deterministic inference: an attention backend
+that ``--enable-deterministic-inference`` refuses (not in ``DETERMINISTIC_ATTENTION``)
+is refused here, before anything starts."""
 
 from __future__ import annotations
 
@@ -22,8 +19,8 @@ _FLASHINFER_WARNING = (
 
 
 def check_attention_backend(backend: str | None) -> list[str]:
-    """Raise ``ConfigError`` for a backend SGLang's deterministic mode refuses;
-    return the warnings the choice deserves (one line each)."""
+    """``ConfigError`` for a backend SGLang's deterministic mode refuses; else the
+    warnings the choice deserves."""
     if backend is None:
         return []
     if backend not in DETERMINISTIC_ATTENTION:

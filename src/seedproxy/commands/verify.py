@@ -2,15 +2,10 @@
 compare every sampled token's recorded logprob with the recomputed one.
 
 Each branch of the session's ``concat`` export is sent once to ``/generate`` with
-``max_new_tokens: 0``, ``return_logprob`` and ``logprob_start_len: 0`` (SGLang's
-shape; the embedded engine answers it too). Logprobs are recorded as float32, so
-the recomputed value is rounded to float32 before comparing; the default tolerance
-is 0 (exact), which the embedded engine meets. Each turn is checked at its own
-request's temperature (the engine reports the scaled distribution, as its sampler).
-
-With no ``--engine``, the proxy's embedded engine (``GET /fleet`` names it): the
-requests go through the proxy's own ``/generate`` (outside any session, so nothing is
-recorded), since only the proxy holds the engine's key.
+``max_new_tokens: 0`` and ``logprob_start_len: 0``, once per temperature its turns
+used. Recomputed logprobs are rounded to float32 (as recorded) before comparing; the
+default tolerance is 0. With no ``--engine``, the requests go through the proxy's own
+``/generate`` (outside any session) to its embedded engine, whose key only it holds.
 """
 
 from __future__ import annotations
@@ -42,7 +37,7 @@ def _temperature(request: Any) -> float:
 
 def _owners(mask: list[int], interaction_ids: list[str]) -> dict[int, str]:
     """Sampled position -> the interaction that sampled it (the k-th run of mask 1
-    is the k-th turn's completion: prompt tokens always separate two runs)."""
+    is the k-th turn's completion)."""
     owners: dict[int, str] = {}
     run = -1
     for position, bit in enumerate(mask):
@@ -54,8 +49,7 @@ def _owners(mask: list[int], interaction_ids: list[str]) -> dict[int, str]:
 
 
 def _through_proxy(client: httpx.Client, url: str) -> str:
-    """``url`` itself when its ``GET /fleet`` names an embedded engine (the proxy
-    forwards ``/generate`` to it), else ``ConfigError``."""
+    """``url`` itself when its ``GET /fleet`` names an embedded engine."""
     engine = _get(client, f"{url.rstrip('/')}/fleet", method="GET").get("engine")
     if not isinstance(engine, str):
         raise ConfigError(f"the proxy at {url} runs no embedded engine (it was started "
@@ -65,8 +59,7 @@ def _through_proxy(client: httpx.Client, url: str) -> str:
 
 def verify_logprobs(url: str, engine: str | None, session: str, *,
                     admin_key: str | None = None, tolerance: float = 0.0) -> int:
-    """Print one line per branch; return 0 when every sampled token matches. With no
-    ``engine``, the proxy's embedded engine."""
+    """Print one line per branch; return 0 when every sampled token matches."""
     headers = {"authorization": f"Bearer {admin_key}"} if admin_key else {}
     with httpx.Client(timeout=600, headers=headers) as client:
         if engine is None:

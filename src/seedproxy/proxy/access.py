@@ -1,10 +1,9 @@
 """Who may do what: admin key, session keys, and which session a request is in.
 
-With no admin key (loopback only) everything is open. With one, admin routes need
-it, and OpenAI routes need it or a session key, which reaches only its own session.
-A key is read from ``Authorization: Bearer`` or, as Anthropic's clients send it,
-``x-api-key``.
-Keys are compared in constant time and never logged.
+With no admin key (loopback only) everything is open. With one, admin routes need it,
+and OpenAI routes need it or a session key, which reaches only its own session. A key
+is read from ``Authorization: Bearer`` or ``x-api-key``, compared in constant time and
+never logged.
 """
 
 from __future__ import annotations
@@ -59,12 +58,11 @@ class Access:
     async def session_for(
         self, request: Request, path_session: str | None, *, cached: bool = False
     ) -> SessionRecord | NewSession | None:
-        """The session an OpenAI-route request belongs to: by path, then bearer session
-        key, then ``X-Session-Id``; None when it names none. A named session that does
-        not exist yet comes back as ``NewSession``: nothing is created here. A bad id
-        is a 400 before anything else. ``cached``: a session this process knows is
-        taken as it knows it (``SessionManager.find``), for a request whose seating
-        tells when it is gone."""
+        """The session an OpenAI-route request belongs to: by path, then session key,
+        then ``X-Session-Id``; None when it names none, ``NewSession`` for one that does
+        not exist yet (nothing is created here). A bad id is a 400 before anything else.
+        ``cached``: a session this process knows is taken as it knows it
+        (``SessionManager.find``)."""
         named = named_session(request, path_session)
         token = client_key(request.headers)
         if path_session is None and token is not None:
@@ -99,7 +97,6 @@ def named_session(request: Request, path_session: str | None) -> str | None:
     if path_session is not None:
         return check_id(path_session, param="session_id")
     raw = request.headers.get("x-session-id")
-    # Starlette decodes header bytes as latin-1: encoding back gives the bytes sent.
     return decode_header_id(raw.encode("latin-1")) if raw else None
 
 

@@ -2,14 +2,11 @@
 weight version, and replay verification of a session.
 
 Every route needs the admin key (when one is set). Each answer names every upstream
-with what it said, so a server that did not take a change is never hidden. ``paused``
-and ``mode`` are the fleet's, the same on every replica of one Redis store (told
-through any of them); ``waiting`` counts the requests held at this replica.
-``POST /fleet/upstreams`` adds a server once it passes the preflight and reports the
-fleet's weight version (409 naming every reason otherwise); ``DELETE /fleet/upstreams``
-drains one (it is listed ``draining`` until its requests are done). Both change every
-replica's list. Verification runs one per upstream at a time (429 beyond, ``replay.Verifier``), and
-stops when its client leaves.
+with what it said. ``paused`` and ``mode`` are the fleet's (the same on every replica of
+one Redis store); ``waiting`` counts the requests held at this replica.
+``POST /fleet/upstreams`` adds a server once it passes the preflight on the fleet's
+weight version (409 naming every reason otherwise); ``DELETE /fleet/upstreams`` drains
+one. Both change every replica's list. Verification stops when its client leaves.
 """
 
 from __future__ import annotations
@@ -36,8 +33,7 @@ def fleet_router(
     fleet: FleetControl, verifier: Verifier, access: Access, *, max_body_bytes: int,
     engine_url: str | None = None,
 ) -> APIRouter:
-    """``engine_url``: the embedded engine's root URL (``engine`` in every answer; None
-    with ``--upstream``), what ``seedproxy verify-logprobs`` teacher-forces through."""
+    """``engine_url``: the embedded engine's root URL (``engine`` in every answer)."""
     router = APIRouter()
 
     def state(upstreams: list[dict[str, Any]]) -> dict[str, Any]:
@@ -62,8 +58,8 @@ def fleet_router(
         "name": "url", "in": "query", "required": True,
         "schema": {"type": "string", "minLength": 1, "maxLength": MAX_URL_LENGTH}}]})
     async def leave(request: Request) -> dict[str, Any]:
-        """``?url=URL``: the server drains; ``state`` is ``draining`` while it holds
-        requests, then ``removed``."""
+        """``?url=URL``: ``state`` is ``draining`` while it holds requests, then
+        ``removed``."""
         await access.require_admin(request)
         urls = request.query_params.getlist("url")
         if len(urls) != 1:
@@ -96,7 +92,6 @@ def fleet_router(
         check_id(session_id, param="session_id")
         await access.require_admin(request)
         await access.sessions.require(session_id)
-        # A client that leaves stops the replay: nothing more is sent upstream.
         return await stop_when_client_leaves(verifier.verify(session_id), request.receive)
 
     return router

@@ -1,7 +1,5 @@
-"""Readiness, apart from liveness: ``/healthz`` says the proxy runs, ``/readyz`` says
-whether it can serve: some upstream answers and is not degraded (its recent requests
-all timed out) nor draining (it left the fleet), and the session store answers (200),
-or not (503, with each one's reason)."""
+"""``/readyz``: 200 when some upstream answers and is neither degraded nor draining,
+and the session store answers; else 503, with each one's reason."""
 
 from __future__ import annotations
 
@@ -27,8 +25,6 @@ def readiness_router(pool: UpstreamPool, store: SessionStore) -> APIRouter:
 
     @router.get("/readyz")
     async def readyz() -> JSONResponse:
-        """Probe every upstream's ``/health`` and the store (one O(1) read) now; open
-        even with an admin key."""
         probed = pool.upstreams  # the list probed, whatever joins or leaves meanwhile
         reasons = await pool.probe()
         upstreams = [
@@ -51,7 +47,7 @@ def readiness_router(pool: UpstreamPool, store: SessionStore) -> APIRouter:
 
 
 async def warn_if_no_upstream(pool: UpstreamPool) -> None:
-    """At start-up: one WARNING when no upstream answers, so a wrong URL shows at once."""
+    """At start-up: one WARNING when no upstream answers."""
     reasons = await pool.probe()
     if all(reason is not None for reason in reasons.values()):
         detail = "; ".join(f"{url}: {reason}" for url, reason in reasons.items())

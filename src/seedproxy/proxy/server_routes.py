@@ -1,17 +1,13 @@
-"""SGLang's server routes, answered by the fleet: ``/health``, ``/health_generate``,
-``/get_model_info``, ``/get_server_info``, ``/tokenize``, ``/v1/tokenize`` and
-``/detokenize`` go to the least busy healthy server (the next on a failure), whose
-answer is passed on as it came; ``/flush_cache`` goes to every server, answered per
-server. With the embedded engine the engine is the fleet.
+"""SGLang's server routes, answered by the fleet: the health, info and token routes go to
+the least busy healthy server, whose answer is passed on as it came; ``/flush_cache``
+goes to every server, answered per server.
 
 Invariants:
-- Bodies are bounded (413 past ``max_body_bytes``) and must be a JSON object (400)
-  before anything is sent.
-- ``/health`` and ``/health_generate`` are open, as ``/healthz`` is; the info and token
-  routes need what ``/v1/models`` needs; ``/flush_cache`` (it changes every server)
-  needs the admin key.
+- Bodies are bounded (413) and must be a JSON object (400) before anything is sent.
+- The health routes are open; the info and token routes need what ``/v1/models``
+  needs; ``/flush_cache`` needs the admin key.
 - ``/flush_cache`` is 200 when every server flushed; else 503 when one could not be
-  reached, else 400 (SGLang's answer when it does not flush), listing each server.
+  reached, else 400 (SGLang's answer when it does not flush).
 """
 
 from __future__ import annotations

@@ -1,15 +1,12 @@
 """Admin routes that move weights onto the fleet: ``POST /fleet/update_weights`` (the
-whole sync from a folder on disk) and the pass-through of SGLang's NCCL routes for
-trainers that push weights themselves (``/fleet/init_weights_update_group``,
-``/fleet/update_weights_from_distributed``, ``/fleet/update_weights_from_tensor``,
-``/fleet/destroy_weights_update_group``).
+whole sync from a folder on disk) and the pass-through of SGLang's NCCL weight routes.
 
 Invariants:
 - Every route needs the admin key (when one is set) and reads a strictly typed body
-  (``schemas.py``) before any server is told anything.
-- Each answer lists every upstream with what it said (``answer``: the server's own JSON).
-  When any server failed, the answer is a 502 in OpenAI's error shape naming them, with
-  the same list beside it; a weight sync that failed leaves the fleet paused.
+  before any server is told anything.
+- Each answer lists every upstream with what it said. When any server failed, it is a
+  502 in OpenAI's error shape naming them, with the list beside it; a weight sync that
+  failed leaves the fleet paused.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """The viewer's routes: the page and its assets (open, they hold no data),
-``POST /ui/api/detokenize`` (admin) and ``GET /ui/api/sessions/{id}/turns`` (a page of
-turns, each with only the messages it added; the admin key or the session's own).
-Other session data comes from the admin routes (``GET /sessions``,
-``GET /sessions/{id}``, ``GET /sessions/{id}/trajectory``), which the page calls with
-the key the user typed, as a bearer header.
-
-Every ``/ui`` response carries a strict Content-Security-Policy: scripts, styles and
-fetches from this origin only, no inline script, no framing; images from this origin
-or ``data:`` URLs only (a turn's recorded screenshots), so the page loads no image a
-client named by URL.
+``POST /ui/api/detokenize`` (admin) and ``GET /ui/api/sessions/{id}/turns`` (the admin
+key or the session's own); other data comes from the admin routes. Every ``/ui``
+response carries a strict Content-Security-Policy: everything from this origin only, no
+inline script, no framing, and images also from ``data:`` URLs (no image a client named
+by URL is loaded).
 """
 
 from __future__ import annotations
@@ -90,10 +85,7 @@ def ui_router(
     @router.post("/ui/api/detokenize", openapi_extra=documented(DetokenizeRequest))
     async def detokenize(request: Request) -> JSONResponse:
         """``{ids, upstream?, sequence?}`` -> ``{tokens: {id: text} | null, glyphs?}``;
-        ``upstream`` must be one of the proxy's own (the first when absent), never an
-        arbitrary URL. ``tokens`` covers ``ids`` and ``sequence``; ``glyphs`` (with a
-        ``sequence``) lists ``[start, end, text]`` for each character spread over
-        several tokens. The key is checked before the body is read."""
+        ``upstream`` must be one of the proxy's own (default: the first)."""
         await access.require_admin(request)
         body = await read_model(request, DetokenizeRequest, max_body_bytes)
         known = [u.url for u in pool.upstreams]
@@ -116,10 +108,6 @@ def ui_router(
         offset: int = Query(default=0, ge=0, le=10**12),
         limit: int = Query(default=20, ge=1, le=MAX_TURNS_PAGE),
     ) -> Response:
-        """``{total, offset, next_offset, turns}``: turns ``offset`` to
-        ``offset + limit`` in trajectory order, each its trajectory record with only
-        the request messages it added (``messages_from``: how many it repeats) and
-        ``prompt_tokens`` in place of ``prompt_token_ids``."""
         check_id(session_id, param="session_id")
         record = await access.require_session_reader(request, session_id)
         page = turns_page(await ordered_interactions(store, record), offset, limit)
