@@ -145,20 +145,14 @@ def forcing_of(body: dict[str, Any]) -> Forcing | None:
         raise ToolChoiceError("parallel_tool_calls must be a boolean", "parallel_tool_calls")
     if choice != "required" and named is None:
         return None
-    schema: dict[str, Any]
-    if named is not None:
-        tool = tools[names.index(named)]
-        schema = {"type": "array", "minItems": 1, "items": _tool_schema(tool)}
-        if not parallel:
-            schema["maxItems"] = 1
-    else:
-        schema = {"type": "array", "minItems": 1,
-                  "items": {"type": "object", "anyOf": [_tool_schema(t) for t in tools]}}
-        if not parallel:
-            schema["maxItems"] = 1
-        defs = tool_defs(tools)
-        if defs:
-            schema["$defs"] = defs
+    items = (_tool_schema(tools[names.index(named)]) if named is not None
+             else {"type": "object", "anyOf": [_tool_schema(t) for t in tools]})
+    schema: dict[str, Any] = {"type": "array", "minItems": 1, "items": items}
+    if not parallel:
+        schema["maxItems"] = 1
+    defs = tool_defs(tools) if named is None else {}
+    if defs:
+        schema["$defs"] = defs
     return Forcing(json.dumps(schema), named)
 
 

@@ -36,18 +36,10 @@ def http_timeout_s(timeout_s: float) -> float:
     return timeout_s + HTTP_MARGIN_S
 
 
-def export_to_file(
-    url: str,
-    *,
-    out: str,
-    group: str | None,
-    count: int | None,
-    timeout_s: float,
-    admin_key: str | None,
-    style: str = "individual",
-    visibility_timeout_s: float | None = None,
-    skip_abandoned: bool = False,
-) -> int:
+def export_to_file(url: str, *, out: str, group: str | None, count: int | None,
+                   timeout_s: float, admin_key: str | None, style: str = "individual",
+                   visibility_timeout_s: float | None = None, skip_abandoned: bool = False,
+                   ) -> int:
     """Export ended sessions (``count`` of them, waiting up to ``timeout_s``) to ``out``,
     one trajectory per line, then acknowledge them. Fewer than ``count`` by the
     timeout: what came is still written and acknowledged, and the exit code is

@@ -14,8 +14,7 @@ __all__ = ["DETERMINISTIC_ATTENTION", "check_attention_backend", "render", "sgla
 DETERMINISTIC_ATTENTION = ("fa3", "fa4", "flashinfer", "triton", "ascend", "intel_xpu")
 _FLASHINFER_WARNING = (
     "SGLang disables the radix (prefix) cache with --attention-backend flashinfer in "
-    "deterministic mode, so shared prefixes are recomputed; fa3, fa4 and triton keep it"
-)
+    "deterministic mode, so shared prefixes are recomputed; fa3, fa4 and triton keep it")
 
 
 def check_attention_backend(backend: str | None) -> list[str]:
@@ -25,22 +24,15 @@ def check_attention_backend(backend: str | None) -> list[str]:
         return []
     if backend not in DETERMINISTIC_ATTENTION:
         allowed = ", ".join(DETERMINISTIC_ATTENTION)
-        raise ConfigError(
-            f"attention backend {backend!r} is not supported by SGLang's deterministic "
-            f"inference; use one of {allowed} (or none, and SGLang picks one)"
-        )
+        raise ConfigError(f"attention backend {backend!r} is not supported by SGLang's "
+                          f"deterministic inference; use one of {allowed} (or none, and "
+                          "SGLang picks one)")
     return [_FLASHINFER_WARNING] if backend == "flashinfer" else []
 
 
-def sglang_args(
-    model_path: str,
-    *,
-    attention_backend: str | None = None,
-    tp: int | None = None,
-    host: str | None = None,
-    port: int | None = None,
-    extra: Sequence[str] = (),
-) -> list[str]:
+def sglang_args(model_path: str, *, attention_backend: str | None = None,
+                tp: int | None = None, host: str | None = None, port: int | None = None,
+                extra: Sequence[str] = ()) -> list[str]:
     """The arguments after ``python -m sglang.launch_server``, in a fixed order:
     model, determinism, attention backend, tp, host, port, then ``extra`` verbatim."""
     if not model_path:

@@ -9,21 +9,28 @@ never logged.
 from __future__ import annotations
 
 import hmac
+from typing import TypeVar
 
+from pydantic import BaseModel
 from starlette.requests import Request
 
 from ..errors import AuthError, Forbidden
 from ..pipeline.headers import client_key
+from ..pipeline.request import read_model
 from ..sessions import NewSession, SessionManager, SessionRecord
 from ..sessions.ids import check_id, decode_header_id
 
 __all__ = ["Access", "named_session"]
 
+M = TypeVar("M", bound=BaseModel)
+
 
 class Access:
-    def __init__(self, sessions: SessionManager, admin_key: str | None) -> None:
+    def __init__(self, sessions: SessionManager, admin_key: str | None,
+                 max_body_bytes: int) -> None:
         self.sessions = sessions
         self.admin_key = admin_key
+        self.max_body_bytes = max_body_bytes
 
     def is_admin(self, request: Request) -> bool:
         token = client_key(request.headers)
@@ -45,6 +52,12 @@ class Access:
         if owner is None or not _same(owner.api_key, token):
             raise AuthError("unknown key: this route needs the admin key")
         raise Forbidden("a session key does not reach this route: it needs the admin key")
+
+    async def admin_body(self, request: Request, model: type[M]) -> M:
+        """The admin key checked, and only then the body read (413 past
+        ``max_body_bytes``) and validated as ``model``."""
+        await self.require_admin(request)
+        return await read_model(request, model, self.max_body_bytes)
 
     async def require_session_reader(self, request: Request, session_id: str) -> SessionRecord:
         """For admin reads of one session: the admin key, or that session's own key."""

@@ -47,7 +47,6 @@ class Admin:
     sessions: SessionManager
     access: Access
     deterministic: bool
-    max_body_bytes: int
     inflight: InFlight
     abandon_after_s: float | None = None
     clock: Callable[[], float] = time.time
@@ -72,14 +71,12 @@ def _session_routes(router: APIRouter, admin: Admin) -> None:
 
     @router.post("/sessions", status_code=201, openapi_extra=documented(CreateSessions))
     async def create_sessions(request: Request) -> JSONResponse:
-        await access.require_admin(request)
-        body = await read_model(request, CreateSessions, admin.max_body_bytes)
+        body = await access.admin_body(request, CreateSessions)
         replay = await replay_options(
             store, resume=body.resume,
             fork=(body.fork.session, body.fork.at) if body.fork is not None else None,
             identity=body.identity, group_size=body.group_size, index_by=body.index_by,
-            seed=body.seed, session_id=body.session_id,
-        )
+            seed=body.seed, session_id=body.session_id)
         group = await admin.sessions.create_group(
             identity=replay.identity, session_id=body.session_id, group_size=body.group_size,
             metadata=body.metadata, seed=replay.seed, index_by=replay.index_by,
@@ -95,15 +92,13 @@ def _session_routes(router: APIRouter, admin: Admin) -> None:
         check_id(session_id, param="session_id")
         record = await access.require_session_reader(request, session_id)
         interactions = await store.interactions(session_id)
-        return {
-            "session_id": record.session_id, "identity": record.identity,
-            "group_id": record.group_id, "next_index": record.next_index,
-            "index_by": record.index_by, "interactions": len(interactions),
-            "ended": record.ended, "end_status": record.end_status,
-            "exported": record.exported, "reward": record.reward,
-            "metadata": record.metadata, "replays": record.replays,
-            "store_epoch": record.store_epoch,
-        }
+        return {"session_id": record.session_id, "identity": record.identity,
+                "group_id": record.group_id, "next_index": record.next_index,
+                "index_by": record.index_by, "interactions": len(interactions),
+                "ended": record.ended, "end_status": record.end_status,
+                "exported": record.exported, "reward": record.reward,
+                "metadata": record.metadata, "replays": record.replays,
+                "store_epoch": record.store_epoch}
 
     @router.get("/sessions")
     async def list_sessions(
@@ -116,10 +111,8 @@ def _session_routes(router: APIRouter, admin: Admin) -> None:
         since: int | None = Query(default=None, ge=0, le=SEQ_MAX),
     ) -> dict[str, Any]:
         await access.require_admin(request)
-        return await session_page(
-            store, group_id=group_id, identity=identity, offset=offset, limit=limit,
-            cursor=cursor, since=since,
-        )
+        return await session_page(store, group_id=group_id, identity=identity, offset=offset,
+                                  limit=limit, cursor=cursor, since=since)
 
 
 def _session_change_routes(router: APIRouter, admin: Admin) -> None:
@@ -129,7 +122,7 @@ def _session_change_routes(router: APIRouter, admin: Admin) -> None:
     async def set_reward(session_id: str, request: Request) -> dict[str, Any]:
         await access.require_admin(request)
         check_id(session_id, param="session_id")
-        body = await read_model(request, RewardRequest, admin.max_body_bytes)
+        body = await read_model(request, RewardRequest, access.max_body_bytes)
         await sessions.require(session_id)
         rewarded = await store.set_reward(session_id, body.reward, body.interaction_id)
         return {"session_id": session_id, "interaction_id": rewarded, "reward": body.reward}
@@ -221,8 +214,7 @@ def _export_routes(router: APIRouter, admin: Admin) -> None:
     async def export(request: Request) -> Response:
         """Lease a batch (see ``sessions/export.py``): it is exported again after
         ``visibility_timeout_s`` unless ``POST /trajectories/ack`` names it first."""
-        await access.require_admin(request)
-        body = await read_model(request, ExportRequest, admin.max_body_bytes)
+        body = await access.admin_body(request, ExportRequest)
         built: list[bytes] = []
 
         async def build(chosen: list[SessionRecord]) -> None:
@@ -252,8 +244,7 @@ def _export_routes(router: APIRouter, admin: Admin) -> None:
     async def ack(request: Request) -> dict[str, Any]:
         """The exporter has the batch: its sessions leave later exports (``remove``:
         they are deleted now). Idempotent, and still accepted after the lease ran out."""
-        await access.require_admin(request)
-        body = await read_model(request, AckRequest, admin.max_body_bytes)
+        body = await access.admin_body(request, AckRequest)
         if not await store.ack(body.batch_id, clock()):
             raise BatchNotFound(f"batch {body.batch_id!r} not found (or forgotten)",
                            param="batch_id")

@@ -55,19 +55,12 @@ if TYPE_CHECKING:
 __all__ = ["create_app", "open_tito_mode"]
 
 
-def create_app(
-    settings: Settings,
-    *,
-    upstreams: list[str] | None = None,
-    store: SessionStore | None = None,
-    client: httpx.AsyncClient | None = None,
-    backend: Backend | None = None,
-    tito: TitoMode | None = None,
-    prompt_counter: PromptCounter | None = None,
-    engine_url: str | None = None,
-    parse_hold: str | None = None,
-    clock: Callable[[], float] = time.time,
-) -> FastAPI:
+def create_app(settings: Settings, *, upstreams: list[str] | None = None,
+               store: SessionStore | None = None, client: httpx.AsyncClient | None = None,
+               backend: Backend | None = None, tito: TitoMode | None = None,
+               prompt_counter: PromptCounter | None = None, engine_url: str | None = None,
+               parse_hold: str | None = None, clock: Callable[[], float] = time.time,
+               ) -> FastAPI:
     """Build the proxy. ``upstreams`` overrides ``settings.upstream``; injected
     ``store`` and ``client`` are not closed. ``tito``: token-in-token-out mode already
     opened (else ``settings.token_in_token_out`` opens it here). ``prompt_counter``
@@ -76,9 +69,8 @@ def create_app(
     ``clock``: wall-clock seconds, for export leases and idleness."""
     urls = upstreams if upstreams is not None else settings.upstream
     if not urls:
-        raise ConfigError(
-            "no upstream: pass --upstream URL, or run `seedproxy serve` for the engine"
-        )
+        raise ConfigError("no upstream: pass --upstream URL, or run `seedproxy serve` for "
+                          "the engine")
     if tito is None and settings.token_in_token_out:
         tito = open_tito_mode(settings)
     if prompt_counter is None and tito is not None:
@@ -120,8 +112,7 @@ def _assemble(settings: Settings, urls: list[str], store: SessionStore,
               client: httpx.AsyncClient, backend: Backend | None, tito: TitoMode | None,
               parse_hold: str | None) -> _Parts:
     backend = backend or BACKENDS[settings.backend](
-        api_key=settings.upstream_api_key, routed_experts=settings.capture_routed_experts
-    )
+        api_key=settings.upstream_api_key, routed_experts=settings.capture_routed_experts)
     sessions = SessionManager(
         store, max_open_sessions=settings.max_open_sessions,
         default_seed=settings.seed if settings.deterministic else None,
@@ -131,8 +122,7 @@ def _assemble(settings: Settings, urls: list[str], store: SessionStore,
     fleet = FleetControl(
         pool, gate, server_info=backend.reports_server_info,
         enforce=settings.deterministic and not settings.allow_nondeterministic_upstream,
-        board=open_board(store),
-    )
+        board=open_board(store))
     metrics = Metrics()
     parser = Parser(threshold=settings.offload_parse_bytes,
                     workers=settings.offload_parse_workers, queue=settings.offload_parse_queue,
@@ -147,9 +137,8 @@ def _assemble(settings: Settings, urls: list[str], store: SessionStore,
         tracer=open_tracer(settings.otel), images=ImageGate(ImagePolicy(
             max_bytes=settings.max_image_bytes, max_pixels=settings.max_image_pixels,
             max_images=settings.max_images,
-            allowed_hosts=frozenset(host.lower() for host in settings.image_url_hosts))),
-    )
-    access = Access(sessions, settings.admin_key)
+            allowed_hosts=frozenset(host.lower() for host in settings.image_url_hosts))))
+    access = Access(sessions, settings.admin_key, settings.max_body_bytes)
     hot = HotRoutes(openai=Admission(services), messages=Admission(services, messages=True),
                     access=access)
     return _Parts(services, hot, fleet, access, client)
@@ -194,21 +183,17 @@ def _include_routes(app: FastAPI, parts: _Parts, prompt_counter: PromptCounter |
                     engine_url: str | None, clock: Callable[[], float]) -> None:
     services, fleet, access = parts.services, parts.fleet, parts.access
     settings, pool, store = services.settings, services.pool, services.sessions.store
-    max_body_bytes = settings.max_body_bytes
     app.include_router(api_router(parts.hot, access, pool, services, prompt_counter))
     app.include_router(admin_router(Admin(
-        services.sessions, access, settings.deterministic, max_body_bytes, services.inflight,
+        services.sessions, access, settings.deterministic, services.inflight,
         settings.abandon_after_s, clock)))
     app.include_router(readiness_router(pool, store))
-    app.include_router(server_router(pool, fleet, access, max_body_bytes=max_body_bytes))
+    app.include_router(server_router(pool, fleet, access))
     app.include_router(fleet_router(
         fleet, Verifier(store, services.backend, pool, services.tito), access,
-        max_body_bytes=max_body_bytes, engine_url=engine_url,
-    ))
-    app.include_router(weight_router(fleet, access, max_body_bytes=max_body_bytes))
-    app.include_router(
-        ui_router(access, pool, TokenDecoder(parts.client), store, max_body_bytes=max_body_bytes)
-    )
+        engine_url=engine_url))
+    app.include_router(weight_router(fleet, access))
+    app.include_router(ui_router(access, pool, TokenDecoder(parts.client), store))
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
@@ -234,8 +219,7 @@ def open_tito_mode(settings: Settings, *, tokenizer: Any = None,
         tokenizer=tokenizer, chat_template=settings.chat_template,
         tool_parser=settings.tool_parser, reasoning_parser=settings.reasoning_parser,
         model_name=model_name, today=settings.template_date, structural_tags=not embedded,
-        matchers=settings.tito_matchers,
-    )
+        matchers=settings.tito_matchers)
 
 
 def _install_error_handlers(app: FastAPI) -> None:
@@ -262,9 +246,8 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(HTTPException)
     async def on_http_error(request: Request, exc: HTTPException) -> JSONResponse:
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-        return JSONResponse(
-            error_body(str(exc.detail), kind), status_code=exc.status_code, headers=exc.headers
-        )
+        return JSONResponse(error_body(str(exc.detail), kind), status_code=exc.status_code,
+                            headers=exc.headers)
 
     @app.exception_handler(Exception)
     async def on_unexpected(request: Request, exc: Exception) -> Response:

@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse
 from ..errors import BadRequest
 from ..fleet.control import FleetControl
 from ..pipeline.departure import stop_when_client_leaves
-from ..pipeline.request import documented, read_model
+from ..pipeline.request import documented
 from ..sessions.ids import check_id
 from ..settings import MAX_URL_LENGTH, check_upstream_url
 from .access import Access
@@ -29,10 +29,8 @@ from .schemas import FleetPause, FleetUpstream, FleetWeightVersion
 __all__ = ["fleet_router"]
 
 
-def fleet_router(
-    fleet: FleetControl, verifier: Verifier, access: Access, *, max_body_bytes: int,
-    engine_url: str | None = None,
-) -> APIRouter:
+def fleet_router(fleet: FleetControl, verifier: Verifier, access: Access, *,
+                 engine_url: str | None = None) -> APIRouter:
     """``engine_url``: the embedded engine's root URL (``engine`` in every answer)."""
     router = APIRouter()
 
@@ -49,8 +47,7 @@ def fleet_router(
     @router.post("/fleet/upstreams", openapi_extra=documented(FleetUpstream))
     async def join(request: Request) -> JSONResponse:
         """201 with the server's report when it joined, 200 when it served already."""
-        await access.require_admin(request)
-        body = await read_model(request, FleetUpstream, max_body_bytes)
+        body = await access.admin_body(request, FleetUpstream)
         report, joined = await fleet.join(upstream_url(body.url))
         return JSONResponse(report.to_dict(), status_code=201 if joined else 200)
 
@@ -71,8 +68,7 @@ def fleet_router(
 
     @router.post("/fleet/pause", openapi_extra=documented(FleetPause))
     async def pause(request: Request) -> dict[str, Any]:
-        await access.require_admin(request)
-        body = await read_model(request, FleetPause, max_body_bytes)
+        body = await access.admin_body(request, FleetPause)
         return state(await fleet.pause(body.mode))
 
     @router.post("/fleet/continue")
@@ -82,8 +78,7 @@ def fleet_router(
 
     @router.post("/fleet/weight_version", openapi_extra=documented(FleetWeightVersion))
     async def weight_version(request: Request) -> dict[str, Any]:
-        await access.require_admin(request)
-        body = await read_model(request, FleetWeightVersion, max_body_bytes)
+        body = await access.admin_body(request, FleetWeightVersion)
         results = await fleet.set_weight_version(body.version, abort_all=body.abort_all_requests)
         return state(results)
 

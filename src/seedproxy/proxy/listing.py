@@ -29,16 +29,9 @@ def state_of(record: SessionRecord) -> State:
     return "ended" if record.ended else "open"
 
 
-async def session_page(
-    store: SessionStore,
-    *,
-    group_id: str | None,
-    identity: str | None,
-    offset: int,
-    limit: int,
-    cursor: int | None = None,
-    since: int | None = None,
-) -> dict[str, Any]:
+async def session_page(store: SessionStore, *, group_id: str | None, identity: str | None,
+                       offset: int, limit: int, cursor: int | None = None,
+                       since: int | None = None) -> dict[str, Any]:
     version = await store.version()  # before the page: a later change moves it again
     if since is not None and since == version:
         return {"version": version, "changed": False}
@@ -81,15 +74,9 @@ async def _summary(store: SessionStore, record: SessionRecord) -> dict[str, Any]
         count = record.interaction_count
         upstream, version = record.last_upstream, record.last_weight_version
     summary: dict[str, Any] = {
-        "session_id": record.session_id,
-        "identity": record.identity,
-        "group_id": record.group_id,
-        "interactions": count,
-        "state": state_of(record),
-        "reward": record.reward,
-        "upstream": upstream,
-        "metadata": record.metadata,
-    }
+        "session_id": record.session_id, "identity": record.identity,
+        "group_id": record.group_id, "interactions": count, "state": state_of(record),
+        "reward": record.reward, "upstream": upstream, "metadata": record.metadata}
     if version is not None:
         summary["weight_version"] = version
     return summary

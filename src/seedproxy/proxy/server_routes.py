@@ -35,8 +35,7 @@ def _passed_on(upstream: httpx.Response) -> Response:
                     media_type=upstream.headers.get("content-type"))
 
 
-def server_router(pool: UpstreamPool, fleet: FleetControl, access: Access, *,
-                  max_body_bytes: int) -> APIRouter:
+def server_router(pool: UpstreamPool, fleet: FleetControl, access: Access) -> APIRouter:
     router = APIRouter()
 
     async def open_route(request: Request) -> Response:
@@ -48,7 +47,7 @@ def server_router(pool: UpstreamPool, fleet: FleetControl, access: Access, *,
 
     async def token_route(request: Request) -> Response:
         await access.session_for(request, None)
-        raw = await read_body(request, max_body_bytes)
+        raw = await read_body(request, access.max_body_bytes)
         try:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError:

@@ -19,7 +19,7 @@ from pydantic import BaseModel
 
 from ..errors import UpstreamError
 from ..fleet.control import FleetControl
-from ..pipeline.request import documented, read_model
+from ..pipeline.request import documented
 from .access import Access
 from .schemas import (
     DestroyWeightsUpdateGroup,
@@ -32,7 +32,7 @@ from .schemas import (
 __all__ = ["weight_router"]
 
 
-def weight_router(fleet: FleetControl, access: Access, *, max_body_bytes: int) -> APIRouter:
+def weight_router(fleet: FleetControl, access: Access) -> APIRouter:
     router = APIRouter()
 
     def answer(what: str, ok: bool, upstreams: list[dict[str, Any]],
@@ -48,8 +48,7 @@ def weight_router(fleet: FleetControl, access: Access, *, max_body_bytes: int) -
 
     @router.post("/fleet/update_weights", openapi_extra=documented(FleetUpdateWeights))
     async def update_weights(request: Request) -> JSONResponse:
-        await access.require_admin(request)
-        body = await read_model(request, FleetUpdateWeights, max_body_bytes)
+        body = await access.admin_body(request, FleetUpdateWeights)
         sync = await fleet.update_weights(body.model_path, body.version, body.mode,
                                           body.load_format)
         what = {"pause": "pausing for the weight sync",
@@ -62,8 +61,7 @@ def weight_router(fleet: FleetControl, access: Access, *, max_body_bytes: int) -
     def same_to_all(path: str, model: type[BaseModel]) -> None:
         @router.post(f"/fleet{path}", openapi_extra=documented(model))
         async def route(request: Request) -> JSONResponse:
-            await access.require_admin(request)
-            body = (await read_model(request, model, max_body_bytes)).model_dump()
+            body = (await access.admin_body(request, model)).model_dump()
             results = await fleet.pass_through(path, body)
             return answer(path.lstrip("/"), all(r["ok"] for r in results), results)
 
@@ -74,8 +72,7 @@ def weight_router(fleet: FleetControl, access: Access, *, max_body_bytes: int) -
     @router.post("/fleet/init_weights_update_group",
                  openapi_extra=documented(InitWeightsUpdateGroup))
     async def init_group(request: Request) -> JSONResponse:
-        await access.require_admin(request)
-        body = await read_model(request, InitWeightsUpdateGroup, max_body_bytes)
+        body = await access.admin_body(request, InitWeightsUpdateGroup)
         results = await fleet.pass_through("/init_weights_update_group",
                                            body.model_dump(exclude={"rank_stride"}),
                                            rank_stride=body.rank_stride)

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ...errors import BadRequest
 from ...fleet.pool import UpstreamPool
-from ...pipeline.request import documented, read_model
+from ...pipeline.request import documented
 from ...sessions.export import ordered_interactions
 from ...sessions.ids import check_id
 from ...sessions.store.base import SessionStore
@@ -29,22 +29,13 @@ from .turns import MAX_TURNS_PAGE, turns_page
 
 __all__ = ["CSP", "ui_router"]
 
-CSP = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
-    "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
-)
-_SECURITY = {
-    "content-security-policy": CSP,
-    "x-content-type-options": "nosniff",
-    "referrer-policy": "no-referrer",
-    "x-frame-options": "DENY",
-    "cache-control": "no-store",
-}
-_ASSETS = {
-    "index.html": "text/html; charset=utf-8",
-    "app.js": "text/javascript; charset=utf-8",
-    "style.css": "text/css; charset=utf-8",
-}
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+       "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+_SECURITY = {"content-security-policy": CSP, "x-content-type-options": "nosniff",
+             "referrer-policy": "no-referrer", "x-frame-options": "DENY",
+             "cache-control": "no-store"}
+_ASSETS = {"index.html": "text/html; charset=utf-8",
+           "app.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
 MAX_DECODE_IDS = 8192
 
 
@@ -70,10 +61,8 @@ def _asset_route(content: bytes, media_type: str) -> Callable[[], Awaitable[Resp
     return asset
 
 
-def ui_router(
-    access: Access, pool: UpstreamPool, decoder: TokenDecoder, store: SessionStore, *,
-    max_body_bytes: int,
-) -> APIRouter:
+def ui_router(access: Access, pool: UpstreamPool, decoder: TokenDecoder,
+              store: SessionStore) -> APIRouter:
     router = APIRouter()
     assets = _load_assets()
 
@@ -86,8 +75,7 @@ def ui_router(
     async def detokenize(request: Request) -> JSONResponse:
         """``{ids, upstream?, sequence?}`` -> ``{tokens: {id: text} | null, glyphs?}``;
         ``upstream`` must be one of the proxy's own (default: the first)."""
-        await access.require_admin(request)
-        body = await read_model(request, DetokenizeRequest, max_body_bytes)
+        body = await access.admin_body(request, DetokenizeRequest)
         known = [u.url for u in pool.upstreams]
         upstream = (body.upstream or known[0]).rstrip("/")
         if upstream not in known:
