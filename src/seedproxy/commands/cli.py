@@ -225,7 +225,7 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _verify_replay(args: argparse.Namespace) -> int:
-    from .replay import verify_session
+    from .verify import verify_session
 
     return verify_session(args.url, args.session, admin_key=args.admin_key)
 

@@ -1,5 +1,7 @@
-"""``seedproxy verify-logprobs``: teacher-force a trajectory through an engine and
-compare every sampled token's recorded logprob with the recomputed one.
+"""The verification commands. ``seedproxy verify`` asks a running proxy to replay a
+session (exit 0 when every interaction matched, 1 at the first divergence, printed as
+one line). ``seedproxy verify-logprobs`` teacher-forces a trajectory through an engine
+and compares every sampled token's recorded logprob with the recomputed one.
 
 Each branch of the session's ``concat`` export is sent once to ``/generate`` with
 ``max_new_tokens: 0`` and ``logprob_start_len: 0``, once per temperature its turns
@@ -12,22 +14,45 @@ from __future__ import annotations
 
 from array import array
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
 from ..errors import ConfigError
 
-__all__ = ["verify_logprobs"]
+__all__ = ["verify_logprobs", "verify_session"]
+
+EXIT_DIVERGED = 1
 
 
-def _get(client: httpx.Client, url: str, **kwargs: Any) -> Any:
+def _get(client: httpx.Client, url: str, *, what: str | None = None, **kwargs: Any) -> Any:
+    """``url``'s JSON answer; ``ConfigError`` naming ``what`` (default: ``url``) unless
+    it answered 200."""
     try:
         reply = client.request(url=url, **kwargs)
     except httpx.HTTPError as exc:
-        raise ConfigError(f"cannot reach {url}: {type(exc).__name__}") from None
+        raise ConfigError(f"cannot reach {what or url}: {type(exc).__name__}") from None
     if reply.status_code != 200:
-        raise ConfigError(f"{url} answered {reply.status_code}: {reply.text[:200]}")
+        raise ConfigError(f"{what or url} answered {reply.status_code}: {reply.text[:200]}")
     return reply.json()
+
+
+def verify_session(url: str, session_id: str, *, admin_key: str | None) -> int:
+    headers = {"authorization": f"Bearer {admin_key}"} if admin_key else {}
+    target = f"{url.rstrip('/')}/sessions/{quote(session_id, safe='')}/verify"
+    with httpx.Client(timeout=None, headers=headers) as client:
+        report = _get(client, target, what=url, method="POST")
+    divergence = report["first_divergence"]
+    if divergence is None:
+        print(f"{session_id}: verified {report['checked']} interactions "
+              f"({report['skipped']} skipped): tokens and logprobs identical")
+        return 0
+    expected, got = divergence["expected"], divergence["got"]
+    print(f"{session_id}: DIVERGED at request_index {divergence['request_index']} "
+          f"({divergence['interaction_id']}), choice {divergence['choice']}, position "
+          f"{divergence['position']}: expected token {expected['token_id']} "
+          f"(logprob {expected['logprob']}), got {got['token_id']} (logprob {got['logprob']})")
+    return EXIT_DIVERGED
 
 
 def _temperature(request: Any) -> float:

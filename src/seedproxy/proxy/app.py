@@ -40,12 +40,11 @@ from ..transport.loop import new_hop
 from .access import Access
 from .admin import Admin, admin_router
 from .fleet_routes import fleet_router
-from .health import readiness_router, warn_if_no_upstream
 from .hot import HotRoutes, ProxyApp
 from .logs import flush_logs
 from .replay import Verifier
 from .routes import PromptCounter, api_router
-from .server_routes import server_router
+from .server_routes import readiness_router, server_router, warn_if_no_upstream
 from .ui import TokenDecoder, ui_router
 from .weight_routes import weight_router
 
