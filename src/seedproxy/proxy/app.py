@@ -88,11 +88,8 @@ def create_app(settings: Settings, *, upstreams: list[str] | None = None,
     app = ProxyApp(title="seedproxy", version="0.1.0", lifespan=_lifespan(parts, owned))
     app.hop = hop.encode()
     app.hot = parts.hot
-    app.state.settings = settings
     app.state.sessions = parts.services.sessions
     app.state.pool = parts.services.pool
-    app.state.fleet = parts.fleet
-    app.state.metrics = parts.services.metrics
     _include_routes(app, parts, prompt_counter, engine_url, clock)
     _install_error_handlers(app)
     return app

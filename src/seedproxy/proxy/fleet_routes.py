@@ -26,7 +26,7 @@ from .access import Access
 from .replay import Verifier
 from .schemas import FleetPause, FleetUpstream, FleetWeightVersion
 
-__all__ = ["fleet_router"]
+__all__ = ["fleet_router", "gate_state"]
 
 
 def fleet_router(fleet: FleetControl, verifier: Verifier, access: Access, *,
@@ -35,9 +35,7 @@ def fleet_router(fleet: FleetControl, verifier: Verifier, access: Access, *,
     router = APIRouter()
 
     def state(upstreams: list[dict[str, Any]]) -> dict[str, Any]:
-        gate = fleet.gate
-        return {"paused": gate.paused, "mode": gate.mode, "waiting": gate.waiting,
-                "engine": engine_url, "upstreams": upstreams}
+        return gate_state(fleet, engine=engine_url, upstreams=upstreams)
 
     @router.get("/fleet")
     async def fleet_state(request: Request) -> dict[str, Any]:
@@ -90,6 +88,12 @@ def fleet_router(fleet: FleetControl, verifier: Verifier, access: Access, *,
         return await stop_when_client_leaves(verifier.verify(session_id), request.receive)
 
     return router
+
+
+def gate_state(fleet: FleetControl, **fields: Any) -> dict[str, Any]:
+    """The fleet's ``paused`` and ``mode`` and this replica's ``waiting``, then ``fields``."""
+    gate = fleet.gate
+    return {"paused": gate.paused, "mode": gate.mode, "waiting": gate.waiting, **fields}
 
 
 def upstream_url(url: str) -> str:

@@ -21,6 +21,7 @@ from ..errors import UpstreamError
 from ..fleet.control import FleetControl
 from ..pipeline.request import documented
 from .access import Access
+from .fleet_routes import gate_state
 from .schemas import (
     DestroyWeightsUpdateGroup,
     FleetUpdateWeights,
@@ -37,9 +38,7 @@ def weight_router(fleet: FleetControl, access: Access) -> APIRouter:
 
     def answer(what: str, ok: bool, upstreams: list[dict[str, Any]],
                **extra: Any) -> JSONResponse:
-        gate = fleet.gate
-        body: dict[str, Any] = {"paused": gate.paused, "mode": gate.mode,
-                                "waiting": gate.waiting, **extra, "upstreams": upstreams}
+        body = gate_state(fleet, **extra, upstreams=upstreams)
         if ok:
             return JSONResponse(body)
         failed = ", ".join(f"{r['url']} ({r['error']})" for r in upstreams if not r["ok"])
