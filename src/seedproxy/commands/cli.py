@@ -76,7 +76,11 @@ def _add_server_commands(commands: argparse._SubParsersAction[_Parser]) -> None:
     engine.add_argument("--host", default="127.0.0.1")
     engine.add_argument("--port", type=int, default=30000)
     engine.add_argument("--model")
-    _add_engine_options(engine)
+    # ``engine`` runs without ``Settings``; it takes ``serve``'s spellings too.
+    engine.add_argument("--engine-max-batch", "--max-batch", dest="max_batch", type=int,
+                        help="engine: sequences decoded together (default 8)")
+    engine.add_argument("--engine-prefix-cache-mb", "--prefix-cache-mb", dest="prefix_cache_mb",
+                        type=int, help="engine: MB of cached KV prefixes (default 512)")
 
 
 def _add_client_commands(commands: argparse._SubParsersAction[_Parser]) -> None:
@@ -120,14 +124,6 @@ def _add_client_commands(commands: argparse._SubParsersAction[_Parser]) -> None:
     verify.add_argument("--session", required=True)
     verify.add_argument("--admin-key")
     verify.add_argument("--tolerance", type=float, default=0.0)
-
-
-def _add_engine_options(parser: argparse.ArgumentParser) -> None:
-    """``engine`` runs without ``Settings``; it takes ``serve``'s spellings too."""
-    parser.add_argument("--engine-max-batch", "--max-batch", dest="max_batch", type=int,
-                        help="engine: sequences decoded together (default 8)")
-    parser.add_argument("--engine-prefix-cache-mb", "--prefix-cache-mb", dest="prefix_cache_mb",
-                        type=int, help="engine: MB of cached KV prefixes (default 512)")
 
 
 def _add_sglang_options(parser: argparse.ArgumentParser) -> None:

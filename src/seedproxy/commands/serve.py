@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from ..tito import TitoMode
 
 HOLD_ENGINE_LOAD_VAR = "_SEEDPROXY_HOLD_ENGINE_LOAD"
-"""A test seam (not a setting): a FIFO the engine load waits on (``_hold_for_tests``)."""
+"""A test seam (not a setting): a FIFO the engine load waits on."""
 
 __all__ = ["HOLD_ENGINE_LOAD_VAR", "bind", "check_before_binding", "run_engine_only", "serve"]
 
@@ -69,7 +69,7 @@ def serve(flags: dict[str, Any], config_file: str | None) -> int:
                 from .doctor import refuse_nondeterministic
 
                 refuse_nondeterministic(settings.upstream)
-            _say_listening(settings)
+            log.info("seedproxy listening on http://%s:%d", settings.host, settings.port)
             if settings.workers > 1:
                 return _run_workers(settings, sock, engine)
             uvicorn.Server(uvicorn.Config(app, **_uvicorn_options(settings))).run(sockets=[sock])
@@ -85,7 +85,9 @@ def _serve_while_loading(settings: Settings, sock: socket.socket) -> int:
     started: list[_RunningEngine] = []
 
     def load() -> FastAPI:
-        _hold_for_tests()
+        hold = os.environ.get(HOLD_ENGINE_LOAD_VAR)
+        if hold:  # a test seam: the load waits until a writer opened and closed the FIFO
+            Path(hold).read_bytes()
         engine, ready, tito = _embedded(settings)
         started.append(engine)
         return _proxy_app(ready, tito, engine)
@@ -102,7 +104,8 @@ def _serve_while_loading(settings: Settings, sock: socket.socket) -> int:
 
     gate = LoadingApp(loading, wait_s=settings.engine_load_wait_s, on_failure=stop)
     server = uvicorn.Server(uvicorn.Config(gate, **_uvicorn_options(settings)))
-    _say_listening(settings, " (the engine is loading: GET /readyz says when it is ready)")
+    log.info("seedproxy listening on http://%s:%d (the engine is loading: GET /readyz says "
+             "when it is ready)", settings.host, settings.port)
     try:
         server.run(sockets=[sock])
     finally:
@@ -127,14 +130,6 @@ def in_thread(fn: Callable[[], _T], *, name: str) -> Future[_T]:
 
     threading.Thread(target=run, name=name, daemon=True).start()
     return future
-
-
-def _hold_for_tests() -> None:
-    """With ``HOLD_ENGINE_LOAD_VAR`` naming a FIFO, the load waits until a writer has
-    opened and closed it."""
-    hold = os.environ.get(HOLD_ENGINE_LOAD_VAR)
-    if hold:
-        Path(hold).read_bytes()
 
 
 def _embedded(settings: Settings) -> tuple[_RunningEngine, Settings, TitoMode | None]:
@@ -165,10 +160,6 @@ def _proxy_app(settings: Settings, tito: TitoMode | None,
         return create_app(settings, tito=tito)
     return create_app(settings, upstreams=[engine.url], tito=tito,
                       prompt_counter=engine.counter, engine_url=engine.url)
-
-
-def _say_listening(settings: Settings, note: str = "") -> None:
-    log.info("seedproxy listening on http://%s:%d%s", settings.host, settings.port, note)
 
 
 def _run_workers(settings: Settings, sock: socket.socket,
