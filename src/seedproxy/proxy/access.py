@@ -61,10 +61,7 @@ class Access:
 
     async def require_session_reader(self, request: Request, session_id: str) -> SessionRecord:
         """For admin reads of one session: the admin key, or that session's own key."""
-        record = await self.sessions.require(session_id) if self.admin_key is None else None
-        if record is not None:
-            return record
-        if self.is_admin(request):
+        if self.admin_key is None or self.is_admin(request):
             return await self.sessions.require(session_id)
         return await self._own_session(request, session_id)
 
@@ -110,6 +107,7 @@ def named_session(request: Request, path_session: str | None) -> str | None:
     if path_session is not None:
         return check_id(path_session, param="session_id")
     raw = request.headers.get("x-session-id")
+    # Starlette decodes header bytes as latin-1: encoding back gives the bytes sent.
     return decode_header_id(raw.encode("latin-1")) if raw else None
 
 
