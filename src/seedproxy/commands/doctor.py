@@ -48,7 +48,7 @@ def doctor(urls: list[str]) -> int:
         elif report.findings:
             for finding in report.findings:
                 print(f"{report.url}: NOT DETERMINISTIC: {finding.problem}; fix: {finding.fix}")
-            code = max(code, EXIT_NOT_DETERMINISTIC) if code != EXIT_UNCHECKED else code
+            code = max(code, EXIT_NOT_DETERMINISTIC)
         else:
             print(f"{report.url}: deterministic (weight version {version})")
     return code
