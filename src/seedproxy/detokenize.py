@@ -10,10 +10,9 @@ Invariants:
   aside); a window that does not extend its context falls back to a whole decode.
 - A token costs one decode of the window, two when it releases text.
 
-``tokenizers.decoders.DecodeStream`` releases the same pieces (``tests/tito/test_decode.py``
-compares them) but exposes neither ``pending`` (the engine's ``text``, ``finish``'s tail)
-nor a decode other than a ``tokenizers.Tokenizer``'s (mistral-common's, a slow
-tokenizer's), so this one implementation serves every caller.
+``tokenizers.decoders.DecodeStream`` releases the same pieces but exposes neither
+``pending`` nor a decode other than a ``tokenizers.Tokenizer``'s (mistral-common's, a
+slow tokenizer's).
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """One error presenter per client protocol: every error body, in-stream error event and
-error answer is built here, from the error table (``errors``).
-
-Invariants:
-- An error answer carries ``Retry-After`` when its error's row gives one, and a 5xx
-  that is seedproxy's own (``logged``) is logged here, once.
-- The internal-500 body is ``SeedProxyError("internal error")`` shown in the route's
-  protocol (``unexpected``).
-- The Messages routes (``MESSAGES_PATHS``, also under ``/sessions/{id}``) answer in
-  Anthropic's shape, every other route in OpenAI's.
+error answer is built here, from the error table (``errors``). An answer carries
+``Retry-After`` when its error's row gives one, and a 5xx that is seedproxy's own
+(``logged``) is logged here, once. The Messages routes (``MESSAGES_PATHS``, also under
+``/sessions/{id}``) answer in Anthropic's shape, every other route in OpenAI's.
 """
 
 from __future__ import annotations
@@ -29,7 +24,6 @@ log = logging.getLogger("seedproxy.request")
 bugs = logging.getLogger("seedproxy")
 
 MESSAGES_PATHS = ("/v1/messages", "/v1/messages/count_tokens")
-"""The routes that answer in Anthropic's shape."""
 
 
 class ErrorPresenter:
@@ -45,8 +39,6 @@ class ErrorPresenter:
 
     def response(self, exc: SeedProxyError, headers: Mapping[str, str] | None = None
                  ) -> Response:
-        """The error answer: its status, ``headers``, and ``retry-after`` where waiting
-        helps; seedproxy's own 5xx are logged."""
         out = dict(headers or {})
         if exc.retry_after_s is not None:
             out["retry-after"] = str(exc.retry_after_s)
@@ -84,7 +76,6 @@ ANTHROPIC = AnthropicErrors()
 
 
 def errors_for(path: str) -> ErrorPresenter:
-    """The error presenter of the route at ``path``."""
     return ANTHROPIC if path.endswith(MESSAGES_PATHS) else OPENAI
 
 

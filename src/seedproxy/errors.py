@@ -32,32 +32,12 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = [
-    "AuthError",
-    "BadRequest",
-    "BatchNotFound",
-    "BodyTimeout",
-    "ClientClosed",
-    "ConfigError",
-    "Conflict",
-    "Forbidden",
-    "ModelNotFound",
-    "OverCapacity",
-    "ParserBusy",
-    "ParserUnavailable",
-    "PayloadTooLarge",
-    "SeedProxyError",
-    "SessionNotFound",
-    "StoreError",
-    "UpstreamError",
-    "UpstreamLoop",
-    "UpstreamNotFound",
-    "UpstreamTimeout",
-    "UpstreamUnavailable",
-    "WaitTimeout",
-    "anthropic_type",
-    "error_body",
-]
+__all__ = ["AuthError", "BadRequest", "BatchNotFound", "BodyTimeout", "ClientClosed",
+           "ConfigError", "Conflict", "Forbidden", "ModelNotFound", "OverCapacity",
+           "ParserBusy", "ParserUnavailable", "PayloadTooLarge", "SeedProxyError",
+           "SessionNotFound", "StoreError", "UpstreamError", "UpstreamLoop", "UpstreamNotFound",
+           "UpstreamTimeout", "UpstreamUnavailable", "WaitTimeout", "anthropic_type",
+           "error_body"]
 
 
 class SeedProxyError(Exception):
@@ -130,15 +110,13 @@ class UpstreamNotFound(SeedProxyError):
 
 
 class Conflict(SeedProxyError):
-    """The fleet's state refuses the change (a server that fails the preflight or is
-    on other weights, the last server removed); ``code`` says which."""
+    """The fleet's state refuses the change; ``code`` says why."""
 
     status_code, error_type = 409, "conflict_error"
 
 
 class ClientClosed(SeedProxyError):
-    """The client left before its answer was complete (nginx's 499); nobody reads it,
-    the record says it."""
+    """The client left before its answer was complete (nginx's 499; the record says it)."""
 
     status_code, error_type = 499, "client_closed"
 
@@ -149,7 +127,7 @@ class OverCapacity(SeedProxyError):
 
 
 class ParserBusy(OverCapacity):
-    """The parse workers' queue is full (``offload_parse_queue``)."""
+    """The parse workers' queue is full."""
 
 
 class WaitTimeout(SeedProxyError):
@@ -166,8 +144,7 @@ class StoreError(SeedProxyError):
 
 
 class ParserUnavailable(SeedProxyError):
-    """The worker process parsing a large body died before answering; its pool is
-    started again for the next body."""
+    """The worker parsing a large body died; its pool is started again."""
 
     status_code, error_type = 503, "server_error"
     retry_after_s = 1
@@ -181,8 +158,7 @@ class UpstreamError(SeedProxyError):
 
 
 class UpstreamLoop(SeedProxyError):
-    """A request came back to the proxy that sent it upstream (``transport.loop``):
-    Loop Detected (RFC 5842)."""
+    """A request came back to the proxy that sent it upstream (RFC 5842)."""
 
     status_code, error_type = 508, "loop_detected"
     logged = False

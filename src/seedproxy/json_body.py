@@ -1,9 +1,5 @@
-"""A request body read as a JSON object: the rule the proxy and its engine share.
-
-``json_object`` returns the parsed body only when it is a JSON object; anything else
-(invalid JSON, an array, a scalar) is a ``BadRequest`` (400) saying which, raised
-before any other work on the body. Imports only ``errors``, so every layer may use it.
-"""
+"""A request body read as a JSON object (anything else a 400): the rule the proxy and
+its engine share."""
 
 from __future__ import annotations
 

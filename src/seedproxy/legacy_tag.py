@@ -2,15 +2,10 @@
 "triggers": [...], "at_least_one"}``): the shape token-in-token-out mode writes and the
 engine reads.
 
-Invariants:
-- ``legacy_structures`` checks every field's type before anything is read: ``structures``
-  a list of objects with string ``begin`` and ``end``, ``triggers`` a list of strings,
-  ``at_least_one`` (false when left out) a boolean; anything else is a ``ValueError``
-  naming the field. A ``schema`` is returned as given, for each side to check.
-- ``legacy_tag`` is SGLang's ``LegacyStructuralTagResponseFormat`` dumped, and
-  ``legacy_tag_text`` its ``json.dumps``, as ``to_sampling_params`` sends it under
-  ``structural_tag``, key order included.
-Imports no other seedproxy module, so every layer may use it.
+``legacy_structures`` checks every field's type before anything is read (a
+``ValueError`` naming the field); a ``schema`` is returned as given, for each side to
+check. ``legacy_tag`` is SGLang's ``LegacyStructuralTagResponseFormat`` dumped, key
+order included, as ``to_sampling_params`` sends it under ``structural_tag``.
 """
 
 from __future__ import annotations

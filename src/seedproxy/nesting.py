@@ -1,11 +1,6 @@
-"""How deeply JSON may nest where it enters seedproxy.
-
-orjson encodes at most about 254 levels, and every record wraps what it stores in a
-few more, so a value nested deeper than ``MAX_DEPTH`` is refused (or, for a model's
-own output, kept as text) where it enters: client bodies, admin bodies (``metadata``),
-tool-call arguments. Everything stored then serialises, and an export never fails.
-Imports no other seedproxy module.
-"""
+"""How deeply JSON may nest where it enters seedproxy: orjson encodes at most about 254
+levels, so a value nested deeper than ``MAX_DEPTH`` is refused (or, for a model's own
+output, kept as text) where it enters, and everything stored serialises."""
 
 from __future__ import annotations
 
@@ -20,9 +15,8 @@ MAX_DEPTH = 64
 
 
 def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
-    """Whether ``value`` (parsed JSON) nests more than ``limit`` objects or arrays deep.
-    Iterative, one level at a time: any depth is measured without recursion, and each
-    container is visited once."""
+    """Whether ``value`` (parsed JSON) nests more than ``limit`` objects or arrays deep
+    (iterative: any depth is measured without recursion)."""
     level: list[Any] = [value] if isinstance(value, _CONTAINERS) else []
     depth = 1
     while level:

@@ -7,10 +7,9 @@ Invariants:
   ``json_schema.schema`` (an object), sent as ``json.dumps`` of the schema; both go under
   the ``json_schema`` sampling field.
 - ``structural_tag`` goes under the ``structural_tag`` field as SGLang's chat route writes
-  it: xgrammar's ``format`` form (an object) as sent, the legacy ``structures`` /
-  ``triggers`` form as ``seedproxy.legacy_tag`` writes it.
+  it: xgrammar's ``format`` form (an object) as sent, the legacy form as
+  ``legacy_tag`` writes it.
 - Anything else is a ``BadRequest`` (400) naming ``response_format``.
-Imports only ``errors`` and ``legacy_tag``, so every layer may use it.
 """
 
 from __future__ import annotations

@@ -6,11 +6,9 @@ Invariants:
 - Ranges are SGLang's (its messages too): ``frequency_penalty`` and
   ``presence_penalty`` in [-2, 2], ``repetition_penalty`` in (0, 2]; ``logit_bias``
   keys are ASCII token ids in the vocabulary, its values finite numbers.
-- A regex must compile with Python's ``re``; ``re`` raises ``re.error``,
-  ``OverflowError`` for a repeat count past its range and ``RecursionError`` for groups
-  nested past the recursion limit, each a 400 here.
+- A regex must compile with Python's ``re`` (its ``re.error``, ``OverflowError`` and
+  ``RecursionError`` are each a 400 here).
 - A field left out (or ``null``) is ``None``; each side applies its own default.
-Imports only ``errors``, so every layer may use it.
 """
 
 from __future__ import annotations

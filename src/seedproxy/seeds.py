@@ -13,16 +13,8 @@ import hashlib
 import json
 from typing import Any
 
-__all__ = [
-    "CONTENT_IGNORED",
-    "MAX_SEED",
-    "choice_seeds",
-    "client_choice_seeds",
-    "content_key",
-    "content_seeds",
-    "derive_seed",
-    "answer_basis",
-]
+__all__ = ["CONTENT_IGNORED", "MAX_SEED", "choice_seeds", "client_choice_seeds", "content_key",
+           "content_seeds", "derive_seed", "answer_basis"]
 
 MAX_SEED = 0x7FFFFFFF
 

@@ -1,11 +1,7 @@
-"""Server-sent event frames: the bytes seedproxy and its engine write to a stream.
-
-Every frame is one event ending in a blank line (``\\n\\n``); its data is one line of
-compact JSON (``orjson``), so no payload can break a frame. ``data_frame`` is an OpenAI
-chunk (chat, completions, ``/generate``), ``typed_frame`` an event named by its
-payload's ``type`` (Anthropic Messages, OpenAI Responses), ``DONE`` the OpenAI
-terminator. Imports no other seedproxy module, so every layer may use it.
-"""
+"""Server-sent event frames: the bytes seedproxy and its engine write to a stream. A
+frame's data is one line of compact JSON, so no payload can break a frame.
+``data_frame`` is an OpenAI chunk, ``typed_frame`` an event named by its payload's
+``type`` (Anthropic Messages, OpenAI Responses)."""
 
 from __future__ import annotations
 

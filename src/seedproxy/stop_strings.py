@@ -1,13 +1,7 @@
-"""Stop strings in decoded text: the rule the proxy's token-in-token-out mode and the
-engine share.
-
-Invariants:
-- The text ends at the earliest stop string found (the one listed first where two start
-  at the same place); the sampled ids keep it, the text shown does not.
-- While the text streams, a tail that could still grow into a stop string (a proper
-  prefix of one) is held back, so shown pieces concatenate to the final text.
-Imports no other seedproxy module, so every layer may use it.
-"""
+"""Stop strings in decoded text, for token-in-token-out mode and the engine. The text
+ends at the earliest stop string found (the one listed first at a tie); while it
+streams, a tail that could still grow into one is held back, so shown pieces
+concatenate to the final text."""
 
 from __future__ import annotations
 

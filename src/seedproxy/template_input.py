@@ -16,13 +16,10 @@ Invariants (SGLang 0.5.23 ``serving_chat.py`` / ``jinja_template_utils.py``):
   media part is a 400, except an image of a vision model (``vision.py``) under an
   "openai" template: it is kept in place as ``{"type": "image"}``.
 - ``rendered`` applies the template with those options; a template that cannot render
-  the messages (its own ``TemplateError``, or the ``TypeError``, ``KeyError``,
-  ``ValueError``, ``AttributeError``, ``IndexError`` of an expression over a missing or
-  None field) or renders no text is a 400 naming ``messages``.
+  the messages (an error of the template or of an expression over a missing field) or
+  renders no text is a 400 naming ``messages``.
 - ``content: null`` is "", keys whose value is null are dropped, and a tool call's
-  ``arguments`` string that holds a JSON object is parsed into it (any other string
-  stays a string).
-Imports only ``errors`` and ``nesting``, so the engine and token-in-token-out mode share it.
+  ``arguments`` string that holds a JSON object is parsed into it.
 """
 
 from __future__ import annotations
@@ -216,9 +213,8 @@ def _calls(calls: list[Any]) -> list[Any]:
 
 def template_messages(messages: list[dict[str, Any]], fmt: str, *,
                       images: bool = False) -> list[dict[str, Any]]:
-    """Copies of ``messages`` as the template gets them (see the module's invariants);
-    ``images``: the model takes images, and an ``image_url`` part becomes
-    ``{"type": "image"}`` (its bytes never reach the template)."""
+    """Copies of ``messages`` as the template gets them; ``images``: the model takes
+    images (an ``image_url`` part becomes ``{"type": "image"}``)."""
     out = []
     for message in messages:
         copy = {k: v for k, v in message.items() if v is not None}

@@ -17,7 +17,6 @@ Invariants (SGLang's, read from ``serving_chat.py`` ``_validate_request`` and
   else is None (the text stays content, as on SGLang's route).
 - A forced call with another constraint (``response_format``, ``regex``, ``ebnf``,
   ``json_schema``) is refused, as SGLang 0.5.23's ``to_sampling_params`` refuses it.
-Imports only ``nesting``, so the engine and token-in-token-out mode share it.
 """
 
 from __future__ import annotations
@@ -146,20 +145,14 @@ def forcing_of(body: dict[str, Any]) -> Forcing | None:
         raise ToolChoiceError("parallel_tool_calls must be a boolean", "parallel_tool_calls")
     if choice != "required" and named is None:
         return None
-    schema: dict[str, Any]
-    if named is not None:
-        tool = tools[names.index(named)]
-        schema = {"type": "array", "minItems": 1, "items": _tool_schema(tool)}
-        if not parallel:
-            schema["maxItems"] = 1
-    else:
-        schema = {"type": "array", "minItems": 1,
-                  "items": {"type": "object", "anyOf": [_tool_schema(t) for t in tools]}}
-        if not parallel:
-            schema["maxItems"] = 1
-        defs = tool_defs(tools)
-        if defs:
-            schema["$defs"] = defs
+    items = (_tool_schema(tools[names.index(named)]) if named is not None
+             else {"type": "object", "anyOf": [_tool_schema(t) for t in tools]})
+    schema: dict[str, Any] = {"type": "array", "minItems": 1, "items": items}
+    if not parallel:
+        schema["maxItems"] = 1
+    defs = tool_defs(tools) if named is None else {}
+    if defs:
+        schema["$defs"] = defs
     return Forcing(json.dumps(schema), named)
 
 
@@ -175,10 +168,9 @@ def tools_rendered(body: dict[str, Any], forcing: Forcing | None) -> list[Any] |
 
 
 def parse_forced(text: str) -> list[tuple[str, str]] | None:
-    """The calls of a forced answer as SGLang's chat route reads them
-    (``_process_tool_calls``): a JSON array of ``{"name", "parameters"}`` (one object is
-    one call; ``parameters`` absent is ``{}``), as (name, arguments JSON) pairs written
-    with ``json.dumps(..., ensure_ascii=False)``; None when ``text`` is not that."""
+    """The calls of a forced answer as SGLang's ``_process_tool_calls`` reads them: a
+    JSON array of ``{"name", "parameters"}`` (one object is one call; ``parameters``
+    absent is ``{}``); None when ``text`` is not that."""
     try:
         value = json.loads(text)
     except (RecursionError, ValueError):

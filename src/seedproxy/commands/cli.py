@@ -1,5 +1,5 @@
-"""The ``seedproxy`` command line. Parses flags into ``Settings`` and hands off;
-a bad argument prints one line naming it and exits 2, never a traceback."""
+"""The ``seedproxy`` command line: a bad argument prints one line naming it and exits 2,
+never a traceback."""
 
 from __future__ import annotations
 
@@ -41,7 +41,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_server_commands(commands: argparse._SubParsersAction[_Parser]) -> None:
-    """The commands that run a server: the proxy, SGLang's, the engine."""
     serve = commands.add_parser(
         "serve", help="run the proxy (with the embedded engine if no --upstream)"
     )
@@ -77,11 +76,14 @@ def _add_server_commands(commands: argparse._SubParsersAction[_Parser]) -> None:
     engine.add_argument("--host", default="127.0.0.1")
     engine.add_argument("--port", type=int, default=30000)
     engine.add_argument("--model")
-    _add_engine_options(engine)
+    # ``engine`` runs without ``Settings``; it takes ``serve``'s spellings too.
+    engine.add_argument("--engine-max-batch", "--max-batch", dest="max_batch", type=int,
+                        help="engine: sequences decoded together (default 8)")
+    engine.add_argument("--engine-prefix-cache-mb", "--prefix-cache-mb", dest="prefix_cache_mb",
+                        type=int, help="engine: MB of cached KV prefixes (default 512)")
 
 
 def _add_client_commands(commands: argparse._SubParsersAction[_Parser]) -> None:
-    """The commands that ask a running server, or nothing at all (``seed``)."""
     doctor = commands.add_parser(
         "doctor", help="check that SGLang upstreams are set up for deterministic inference"
     )
@@ -122,14 +124,6 @@ def _add_client_commands(commands: argparse._SubParsersAction[_Parser]) -> None:
     verify.add_argument("--session", required=True)
     verify.add_argument("--admin-key")
     verify.add_argument("--tolerance", type=float, default=0.0)
-
-
-def _add_engine_options(parser: argparse.ArgumentParser) -> None:
-    """``engine`` runs without ``Settings``; it takes ``serve``'s spellings too."""
-    parser.add_argument("--engine-max-batch", "--max-batch", dest="max_batch", type=int,
-                        help="engine: sequences decoded together (default 8)")
-    parser.add_argument("--engine-prefix-cache-mb", "--prefix-cache-mb", dest="prefix_cache_mb",
-                        type=int, help="engine: MB of cached KV prefixes (default 512)")
 
 
 def _add_sglang_options(parser: argparse.ArgumentParser) -> None:
@@ -227,7 +221,7 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _verify_replay(args: argparse.Namespace) -> int:
-    from .replay import verify_session
+    from .verify import verify_session
 
     return verify_session(args.url, args.session, admin_key=args.admin_key)
 

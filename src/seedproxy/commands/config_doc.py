@@ -1,8 +1,5 @@
 """The configuration reference page (``docs/configuration.md``), generated from
-``Settings`` so that it cannot drift from the code: one table row per field (flag,
-environment variable, default, bounds, the field's docstring) and the older spellings
-from ``ALIASES``. A default is printed as the option accepts it (a byte count in bytes),
-and the bounds are the field's own constraints.
+``Settings``: one table row per field and the older spellings from ``ALIASES``.
 ``python -m seedproxy.commands.config_doc docs/configuration.md`` rewrites the page; a
 test fails when the checked-in page differs from ``render()``."""
 
@@ -72,8 +69,6 @@ def _default(name: str, info: FieldInfo) -> str:
 
 
 def _bounds(info: FieldInfo) -> str:
-    """The field's constraints: numeric bounds as ``>= 0, <= 65535``, a ``Literal``'s
-    values as ``one of arrival, content``."""
     kind = _base(info.annotation)
     if typing.get_origin(kind) is typing.Literal:
         return "one of " + ", ".join(str(v) for v in typing.get_args(kind))
@@ -95,7 +90,6 @@ def _legacy() -> str:
 
 
 def render() -> str:
-    """The whole page, deterministic for a given ``Settings``."""
     rows = ["| flag | environment | default | bounds | what it does |",
             "| --- | --- | --- | --- | --- |"]
     for name, info in Settings.model_fields.items():

@@ -1,9 +1,6 @@
-"""The determinism preflight from the command line: ``seedproxy doctor`` and the check
-``serve`` runs before it binds.
-
-``doctor`` prints one line per upstream and exits 0 when every server answered and is
-deterministic, 1 when one is not, 3 when one could not be checked.
-"""
+"""The determinism preflight: ``seedproxy doctor`` (one line per upstream; exit 0 when
+every server is deterministic, 1 when one is not, 3 when one could not be checked) and
+the check ``serve`` runs before it binds."""
 
 from __future__ import annotations
 
@@ -29,9 +26,8 @@ async def inspect_upstreams(urls: list[str], *, timeout_s: float = 5.0) -> list[
 
 
 def refuse_nondeterministic(urls: list[str]) -> None:
-    """Raise ``ConfigError`` naming the first server that fails the preflight and the
-    flag that fixes it. One that could not be checked is not refused (the start-up
-    warning names it, and the health loop checks it once it answers)."""
+    """``ConfigError`` naming the first server that fails the preflight; one that could
+    not be checked is not refused (the health loop checks it once it answers)."""
     reports = asyncio.run(inspect_upstreams(urls))
     for report in reports:
         if report.findings:
@@ -52,7 +48,7 @@ def doctor(urls: list[str]) -> int:
         elif report.findings:
             for finding in report.findings:
                 print(f"{report.url}: NOT DETERMINISTIC: {finding.problem}; fix: {finding.fix}")
-            code = max(code, EXIT_NOT_DETERMINISTIC) if code != EXIT_UNCHECKED else code
+            code = max(code, EXIT_NOT_DETERMINISTIC)
         else:
             print(f"{report.url}: deterministic (weight version {version})")
     return code

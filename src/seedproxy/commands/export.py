@@ -1,10 +1,10 @@
 """``seedproxy export``: pull trajectories from a running proxy into JSON Lines.
 
-Delivery is at least once: the output is opened first (a path that cannot be
-written leases nothing), then the export leases its batch, the file is written and
-fsynced (a device such as ``/dev/null`` is only written), and only then is the batch
-acknowledged (``POST /trajectories/ack``). A run that dies before the ack loses
-nothing: the batch is exported again once its lease (``--visibility-timeout``) runs out.
+Delivery is at least once: the output is opened first (a path that cannot be written
+leases nothing), then the batch is leased, the file written and fsynced (a device such
+as ``/dev/null`` only written), and only then the batch acknowledged. A run that dies
+before the ack loses nothing: the batch is exported again once its lease
+(``--visibility-timeout``) runs out.
 """
 
 from __future__ import annotations
@@ -36,24 +36,14 @@ def http_timeout_s(timeout_s: float) -> float:
     return timeout_s + HTTP_MARGIN_S
 
 
-def export_to_file(
-    url: str,
-    *,
-    out: str,
-    group: str | None,
-    count: int | None,
-    timeout_s: float,
-    admin_key: str | None,
-    style: str = "individual",
-    visibility_timeout_s: float | None = None,
-    skip_abandoned: bool = False,
-) -> int:
+def export_to_file(url: str, *, out: str, group: str | None, count: int | None,
+                   timeout_s: float, admin_key: str | None, style: str = "individual",
+                   visibility_timeout_s: float | None = None, skip_abandoned: bool = False,
+                   ) -> int:
     """Export ended sessions (``count`` of them, waiting up to ``timeout_s``) to ``out``,
-    one trajectory per line, then acknowledge them. ``out`` is opened before anything
-    is leased, so a path that cannot be written leases nothing. Fewer than ``count`` by
-    the timeout: what came is still written (and acknowledged), a line on stderr says so,
-    and the exit code is ``EXIT_SHORT``. One line on stderr sums the export up, naming
-    the open sessions a deterministic export waits behind."""
+    one trajectory per line, then acknowledge them. Fewer than ``count`` by the
+    timeout: what came is still written and acknowledged, and the exit code is
+    ``EXIT_SHORT``. One line on stderr sums the export up."""
     body: dict[str, object] = {"timeout_s": timeout_s, "style": style}
     if group:
         body["group_id"] = group
@@ -82,9 +72,8 @@ def export_to_file(
 
 @contextlib.contextmanager
 def _opened(out: str) -> Iterator[tuple[BinaryIO, bool]]:
-    """``out`` open for writing (not yet truncated) and whether it is a regular file;
-    ``ConfigError`` when it cannot be opened. A file this created is removed again when
-    the export fails before writing it."""
+    """``out`` open for writing (not yet truncated) and whether it is a regular file. A
+    file this created is removed again when the export fails before writing it."""
     existed = os.path.lexists(out)
     try:
         fd = os.open(out, os.O_WRONLY | os.O_CREAT, 0o666)
@@ -103,8 +92,7 @@ def _opened(out: str) -> Iterator[tuple[BinaryIO, bool]]:
 
 def _write(handle: BinaryIO, regular: bool, trajectories: list[Any], out: str) -> None:
     """Replace a regular file's content and make it durable (fsync, then its directory
-    entry); a device or pipe (``/dev/null``, ``/dev/stdout``) is written, with no fsync
-    to refuse."""
+    entry); a device or pipe is only written."""
     bar = tqdm(trajectories, desc="export", unit=" trajectories", total=len(trajectories),
                disable=None if trajectories else True)  # None: off unless on a terminal
     try:
@@ -123,7 +111,6 @@ def _write(handle: BinaryIO, regular: bool, trajectories: list[Any], out: str) -
 
 
 def _summary(answer: dict[str, Any], count: int | None, timeout_s: float, out: str) -> str:
-    """The one line an export ends with: what it wrote, and what it waits behind."""
     written = len(answer["trajectories"])
     behind = _behind(answer.get("waiting_on") or [])
     skipped = answer.get("skipped") or []
@@ -142,7 +129,7 @@ def _summary(answer: dict[str, Any], count: int | None, timeout_s: float, out: s
 
 
 def _behind(waiting: list[dict[str, Any]]) -> str:
-    """Names the open sessions (at most three) an export stopped at in creation order."""
+    """Names the open sessions (at most three) an export stopped at."""
     if not waiting:
         return ""
     named = []
@@ -174,14 +161,9 @@ def _post(url: str, path: str, body: dict[str, object], headers: dict[str, str],
 
 
 def _fsync_dir(path: str) -> None:
-    """Make the file's directory entry durable too (a new file)."""
-    try:
+    with contextlib.suppress(OSError):  # some filesystems refuse fsync on a directory
         fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some filesystems refuse fsync on a directory
-    finally:
-        os.close(fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

@@ -1,12 +1,11 @@
 """``seedproxy launch``: one deterministic SGLang server per GPU (or per TP group),
 then the proxy in front of them, in this process.
 
-Each server runs ``PYTHON -m sglang.launch_server ...`` in its own process group
-(so a terminal's Ctrl-C reaches only the launcher, which then stops them in order)
-with ``CUDA_VISIBLE_DEVICES`` set to its group of GPUs. The proxy starts only once
-every server's ``/health`` answers 200; if one exits first, the others are stopped
-and the launch fails. SIGINT and SIGTERM stop the proxy, then every server (SIGTERM
-to its group, SIGKILL after a grace period).
+Each server runs in its own process group (a terminal's Ctrl-C reaches only the
+launcher, which stops them in order) with ``CUDA_VISIBLE_DEVICES`` set to its GPUs.
+The proxy starts once every server's ``/health`` answers 200; if one exits first, the
+launch fails. SIGINT and SIGTERM stop the proxy, then every server (SIGTERM to its
+group, SIGKILL after a grace period).
 """
 
 from __future__ import annotations
@@ -39,8 +38,6 @@ SERVER_HOST = "127.0.0.1"
 
 @dataclass(frozen=True, slots=True)
 class ServerSpec:
-    """One SGLang server: its GPUs, its port and its full command line."""
-
     gpus: tuple[str, ...]
     port: int
     argv: tuple[str, ...]
@@ -73,17 +70,10 @@ def parse_gpus(text: str) -> list[str]:
     return gpus
 
 
-def plan_servers(
-    model_path: str,
-    gpus: Sequence[str],
-    *,
-    tp: int = 1,
-    attention_backend: str | None = None,
-    base_port: int = 30000,
-    extra: Sequence[str] = (),
-    python: str = sys.executable,
-    free_port: Callable[[], int] | None = None,
-) -> LaunchPlan:
+def plan_servers(model_path: str, gpus: Sequence[str], *, tp: int = 1,
+                 attention_backend: str | None = None, base_port: int = 30000,
+                 extra: Sequence[str] = (), python: str = sys.executable,
+                 free_port: Callable[[], int] | None = None) -> LaunchPlan:
     """Group ``gpus`` in runs of ``tp`` (in order) and give each group a server on
     ``base_port + i`` (or a free port each when ``base_port`` is 0)."""
     if tp < 1:
@@ -98,21 +88,15 @@ def plan_servers(
         port = pick() if base_port == 0 else base_port + i
         if port > 65535:
             raise ConfigError(f"--base-port {base_port} leaves no port for server {i}")
-        args = sglang_args(
-            model_path,
-            attention_backend=attention_backend,
-            tp=tp,
-            host=SERVER_HOST,
-            port=port,
-            extra=extra,
-        )
+        args = sglang_args(model_path, attention_backend=attention_backend, tp=tp,
+                           host=SERVER_HOST, port=port, extra=extra)
         group = tuple(gpus[i * tp : (i + 1) * tp])
         servers.append(ServerSpec(group, port, (python, "-m", "sglang.launch_server", *args)))
     return LaunchPlan(tuple(servers))
 
 
 class SGLangFleet:
-    """The running servers of a plan. ``start`` -> ``wait_healthy`` -> ``stop``."""
+    """``start`` -> ``wait_healthy`` -> ``stop``."""
 
     def __init__(self, plan: LaunchPlan, *, env: dict[str, str] | None = None) -> None:
         self.plan = plan
@@ -122,14 +106,9 @@ class SGLangFleet:
     def start(self) -> None:
         for spec in self.plan.servers:
             log.info("starting SGLang on GPUs %s: %s", ",".join(spec.gpus), " ".join(spec.argv))
-            self.procs.append(
-                subprocess.Popen(
-                    list(spec.argv),
-                    env=spec.env(self._env),
-                    start_new_session=True,
-                    preexec_fn=_die_with_parent if sys.platform == "linux" else None,
-                )
-            )
+            self.procs.append(subprocess.Popen(
+                list(spec.argv), env=spec.env(self._env), start_new_session=True,
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None))
 
     def wait_healthy(self, timeout_s: float, *, poll_s: float = 0.5) -> None:
         """Return once every server's /health answers 200; raise ``ConfigError`` if
@@ -167,15 +146,10 @@ class SGLangFleet:
                 proc.wait()
 
 
-def launch(
-    plan: LaunchPlan,
-    serve: Callable[[list[str]], int],
-    *,
-    health_timeout_s: float,
-    env: dict[str, str] | None = None,
-) -> int:
-    """Start ``plan``'s servers, wait for them, run ``serve(urls)`` (blocking), and
-    stop the servers however it ends."""
+def launch(plan: LaunchPlan, serve: Callable[[list[str]], int], *, health_timeout_s: float,
+           env: dict[str, str] | None = None) -> int:
+    """Start ``plan``'s servers, wait for them, run ``serve(urls)``, and stop the
+    servers however it ends."""
     fleet = SGLangFleet(plan, env=env)
     with _sigterm_as_interrupt():
         try:
@@ -187,8 +161,8 @@ def launch(
 
 
 def require_sglang(python: str) -> None:
-    """``ConfigError`` (one line) unless ``python`` can import ``sglang``: checked before
-    any server starts, so a host without it fails at once, not after a health timeout."""
+    """``ConfigError`` unless ``python`` can import ``sglang`` (checked before any server
+    starts, not after a health timeout)."""
     probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('sglang') is None)"
     try:
         found = subprocess.run([python, "-c", probe], capture_output=True, timeout=60)
@@ -208,7 +182,7 @@ def warn_attention_backend(backend: str | None) -> None:
 @contextmanager
 def _sigterm_as_interrupt() -> Iterator[None]:
     """SIGTERM raises KeyboardInterrupt while launching, so ``finally`` blocks (which
-    stop the servers) run; uvicorn re-raises it this way after a graceful shutdown."""
+    stop the servers) run."""
 
     def interrupt(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
@@ -230,13 +204,12 @@ def _healthy(client: httpx.Client, url: str) -> bool:
 def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
     if proc.poll() is not None:
         return
-    with contextlib.suppress(ProcessLookupError):  # exited since poll(): nothing to stop
+    with contextlib.suppress(ProcessLookupError):  # exited since poll()
         os.killpg(proc.pid, sig)
 
 
 def _die_with_parent() -> None:
-    """In the child, before exec: get SIGTERM when the launcher dies, even by SIGKILL
-    (which leaves it no chance to stop its servers)."""
+    """In the child, before exec: get SIGTERM when the launcher dies, even by SIGKILL."""
     pr_set_pdeathsig = 1
     ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 

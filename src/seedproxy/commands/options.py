@@ -1,8 +1,7 @@
-"""``Settings``' flags, generated from its fields so that each option has one
-definition: the field ``name`` is the flag ``--name-with-dashes``, and its docstring
-the help. Booleans are ``--x/--no-x``; lists repeat; every flag defaults to None
-(unset: the environment, the TOML file or the default decides, in ``load_settings``).
-Older spellings (``ALIASES``) are hidden flags with the same destination."""
+"""``Settings``' flags, generated from its fields: the field ``name`` is the flag
+``--name-with-dashes``, its docstring the help. Booleans are ``--x/--no-x``; lists
+repeat; every flag defaults to None (unset: ``load_settings`` decides). Older spellings
+(``ALIASES``) are hidden flags with the same destination."""
 
 from __future__ import annotations
 
@@ -26,8 +25,6 @@ def flag_name(field: str) -> str:
 
 def add_settings_flags(parser: argparse.ArgumentParser, *,
                        exclude: Collection[str] = ()) -> None:
-    """Add a flag for every ``Settings`` field not in ``exclude``, with ``dest`` the
-    field name, so ``flag_values`` reads them back."""
     group = parser.add_argument_group(
         "settings", "each also SEEDPROXY_<NAME> in the environment, or <name> in --config")
     for name, info in Settings.model_fields.items():
@@ -43,7 +40,6 @@ def add_settings_flags(parser: argparse.ArgumentParser, *,
 
 
 def flag_values(args: argparse.Namespace) -> dict[str, Any]:
-    """The settings flags in ``args``, keyed by field name (None: not given)."""
     return {name: getattr(args, name) for name in Settings.model_fields if hasattr(args, name)}
 
 
@@ -57,8 +53,8 @@ def _base(annotation: Any) -> Any:
 
 
 def _kind(name: str, info: FieldInfo) -> dict[str, Any]:
-    """argparse keywords for the field's type. Values are checked by ``Settings``
-    (one error naming the field), so a ``Literal`` gets a metavar, not ``choices``."""
+    """argparse keywords for the field's type; ``Settings`` checks the values, so a
+    ``Literal`` gets a metavar, not ``choices``."""
     kind = _base(info.annotation)
     if kind is bool:
         return {"action": argparse.BooleanOptionalAction}

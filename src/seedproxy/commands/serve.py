@@ -13,6 +13,7 @@ import socket
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from ..tito import TitoMode
 
 HOLD_ENGINE_LOAD_VAR = "_SEEDPROXY_HOLD_ENGINE_LOAD"
-"""A test seam (not a setting): a FIFO the engine load waits on (``_hold_for_tests``)."""
+"""A test seam (not a setting): a FIFO the engine load waits on."""
 
 __all__ = ["HOLD_ENGINE_LOAD_VAR", "bind", "check_before_binding", "run_engine_only", "serve"]
 
@@ -44,16 +45,15 @@ _ENGINE_EXTRA = "the embedded engine needs torch and transformers: pip install -
 
 
 def serve(flags: dict[str, Any], config_file: str | None) -> int:
-    """Run the proxy. Every setting is checked before the port is bound (a bad flag on
-    a busy port names the flag), and the port before any engine loads. With the
-    embedded engine (one process), the port answers while the engine loads
-    (``proxy/loading.py``); a load that fails ends ``serve`` with its error."""
+    """Run the proxy. Every setting is checked before the port is bound, and the port
+    before any engine loads. With the embedded engine (one process), the port answers
+    while the engine loads (``proxy/loading.py``); a failed load ends ``serve`` with
+    its error."""
     settings = load_settings(flags, config_file)
     tito = check_before_binding(settings)
     configure_logging()
     sock = bind(settings.host, settings.port)
-    # --port 0 binds a free port: from here on the settings name the one bound, so
-    # the line that says where it listens and the workers' shared socket use it.
+    # --port 0 binds a free port: from here on the settings name the one bound.
     settings = settings.model_copy(update={"port": sock.getsockname()[1]})
     try:
         if not settings.upstream and settings.workers == 1:
@@ -64,13 +64,15 @@ def serve(flags: dict[str, Any], config_file: str | None) -> int:
                 engine, settings, tito = _embedded(settings)
             app = _proxy_app(settings, tito, engine)
             if settings.upstream and settings.deterministic and BACKENDS[
-                    settings.backend].reports_server_info:
-                _preflight(settings.upstream,
-                           enforce=not settings.allow_nondeterministic_upstream)
-            _say_listening(settings)
+                    settings.backend].reports_server_info and (
+                    not settings.allow_nondeterministic_upstream):
+                from .doctor import refuse_nondeterministic
+
+                refuse_nondeterministic(settings.upstream)
+            log.info("seedproxy listening on http://%s:%d", settings.host, settings.port)
             if settings.workers > 1:
                 return _run_workers(settings, sock, engine)
-            uvicorn.Server(_config(app, settings)).run(sockets=[sock])
+            uvicorn.Server(uvicorn.Config(app, **_uvicorn_options(settings))).run(sockets=[sock])
         finally:
             if engine is not None:
                 engine.stop()
@@ -80,17 +82,17 @@ def serve(flags: dict[str, Any], config_file: str | None) -> int:
 
 
 def _serve_while_loading(settings: Settings, sock: socket.socket) -> int:
-    """Serve at once while a thread loads the engine and builds the proxy on it."""
     started: list[_RunningEngine] = []
 
     def load() -> FastAPI:
-        _hold_for_tests()
+        hold = os.environ.get(HOLD_ENGINE_LOAD_VAR)
+        if hold:  # a test seam: the load waits until a writer opened and closed the FIFO
+            Path(hold).read_bytes()
         engine, ready, tito = _embedded(settings)
         started.append(engine)
         return _proxy_app(ready, tito, engine)
 
     loading = in_thread(load, name="seedproxy-engine-load")
-    # The proxy's modules import meanwhile (the load needs them last, in create_app).
     in_thread(lambda: importlib.import_module("seedproxy.proxy.app"), name="seedproxy-imports")
     from ..proxy.loading import LoadingApp
 
@@ -101,8 +103,9 @@ def _serve_while_loading(settings: Settings, sock: socket.socket) -> int:
             server.should_exit = True
 
     gate = LoadingApp(loading, wait_s=settings.engine_load_wait_s, on_failure=stop)
-    server = uvicorn.Server(_config(gate, settings))
-    _say_listening(settings, " (the engine is loading: GET /readyz says when it is ready)")
+    server = uvicorn.Server(uvicorn.Config(gate, **_uvicorn_options(settings)))
+    log.info("seedproxy listening on http://%s:%d (the engine is loading: GET /readyz says "
+             "when it is ready)", settings.host, settings.port)
     try:
         server.run(sockets=[sock])
     finally:
@@ -114,8 +117,7 @@ def _serve_while_loading(settings: Settings, sock: socket.socket) -> int:
 
 
 def in_thread(fn: Callable[[], _T], *, name: str) -> Future[_T]:
-    """Run ``fn`` on a daemon thread (an exiting process does not wait for it); its
-    result or exception lands in the future."""
+    """Run ``fn`` on a daemon thread (an exiting process does not wait for it)."""
     future: Future[_T] = Future()
 
     def run() -> None:
@@ -130,32 +132,23 @@ def in_thread(fn: Callable[[], _T], *, name: str) -> Future[_T]:
     return future
 
 
-def _hold_for_tests() -> None:
-    """A test seam: with ``_SEEDPROXY_HOLD_ENGINE_LOAD`` naming a FIFO, the load waits
-    until a writer has opened and closed it (no timer involved)."""
-    hold = os.environ.get(HOLD_ENGINE_LOAD_VAR)
-    if hold:
-        Path(hold).read_bytes()
-
-
 def _embedded(settings: Settings) -> tuple[_RunningEngine, Settings, TitoMode | None]:
-    """Load and start the embedded engine; the settings (and token in, token out mode)
+    """Load and start the embedded engine; the settings (and token-in-token-out mode)
     that route the proxy to it."""
     engine = _start_engine(settings.model, settings.engine_max_batch,
                            settings.engine_prefix_cache_mb)
     # The engine's own key: only this proxy may call it (pause, weight version).
     settings = settings.model_copy(update={"upstream_api_key": engine.api_key})
     log.info("embedded engine serving %s at %s (GET /fleet names it; "
-             "seedproxy verify-logprobs uses it by default)", engine.model_name, engine.url)
+             "seedproxy verify-logprobs uses it by default)", engine.model.name, engine.url)
     tito = None
     if settings.token_in_token_out is not False:
         from ..proxy.app import open_tito_mode
 
-        # The embedded engine's own tokenizer: token in, token out by default.
-        tito = open_tito_mode(settings, tokenizer=engine.tokenizer,
-                              model_name=engine.model_name, embedded=True)
-        settings = settings.model_copy(update={
-            "token_in_token_out": True, "tokenizer": settings.tokenizer or engine.model_path})
+        tito = open_tito_mode(settings, tokenizer=engine.model.tokenizer,
+                              model_name=engine.model.name, embedded=True)
+        settings = settings.model_copy(update={"token_in_token_out": True, "tokenizer":
+                                               settings.tokenizer or engine.model.model_path})
     return engine, settings, tito
 
 
@@ -163,15 +156,10 @@ def _proxy_app(settings: Settings, tito: TitoMode | None,
                engine: _RunningEngine | None) -> FastAPI:
     from ..proxy.app import create_app
 
-    return create_app(
-        settings, upstreams=[engine.url] if engine is not None else settings.upstream, tito=tito,
-        prompt_counter=engine.counter if engine is not None else None,
-        engine_url=engine.url if engine is not None else None,
-    )
-
-
-def _say_listening(settings: Settings, note: str = "") -> None:
-    log.info("seedproxy listening on http://%s:%d%s", settings.host, settings.port, note)
+    if engine is None:
+        return create_app(settings, tito=tito)
+    return create_app(settings, upstreams=[engine.url], tito=tito,
+                      prompt_counter=engine.counter, engine_url=engine.url)
 
 
 def _run_workers(settings: Settings, sock: socket.socket,
@@ -179,38 +167,27 @@ def _run_workers(settings: Settings, sock: socket.socket,
     from ..proxy.factory import APP_FACTORY, export_settings
 
     sock.close()  # uvicorn's workers bind their own shared socket
-    # Each worker imports the factory and rebuilds these settings from the env.
     upstreams = [engine.url] if engine is not None else settings.upstream
     export_settings(settings.model_copy(update={"upstream": upstreams}),
                     engine_url=engine.url if engine is not None else None)
-    uvicorn.run(
-        APP_FACTORY,
-        factory=True,
-        workers=settings.workers,
-        host=settings.host,
-        port=settings.port,
-        log_level="warning",
-        timeout_graceful_shutdown=math.ceil(settings.graceful_shutdown_s),
-        **_client_limits(settings),
-    )
+    uvicorn.run(APP_FACTORY, factory=True, workers=settings.workers,
+                **_uvicorn_options(settings))
     return 0
 
 
-def _config(app: Any, settings: Settings) -> uvicorn.Config:
-    return uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level="warning",
-        timeout_graceful_shutdown=math.ceil(settings.graceful_shutdown_s),
-        **_client_limits(settings),
-    )
+def _uvicorn_options(settings: Settings) -> dict[str, Any]:
+    """A request head must arrive within ``client_timeout_s``, then its body within as
+    long again (``protocol.py`` reads it as uvicorn's keep-alive timeout, which also
+    closes idle connections)."""
+    return {"host": settings.host, "port": settings.port, "log_level": "warning",
+            "timeout_graceful_shutdown": math.ceil(settings.graceful_shutdown_s),
+            "http": guarded_http_protocol(), "timeout_keep_alive": settings.client_timeout_s}
 
 
 def check_before_binding(settings: Settings) -> TitoMode | None:
-    """Refuse (``ConfigError``) what ``create_app`` or the engine would refuse, without
-    binding: the store (opened, then closed), the upstream client (proxy variables),
-    the engine's model path, and token-in-token-out, opened here for an upstream."""
+    """Refuse (``ConfigError``) what ``create_app`` or the engine would refuse, before
+    binding: the store, the upstream client, the engine's model path, and
+    token-in-token-out (opened here for an upstream)."""
     if settings.workers > 1 and settings.store.startswith("memory:"):
         raise ConfigError(
             f"--workers {settings.workers} needs a shared store (--store redis://...): "
@@ -234,23 +211,13 @@ async def _open_and_close(settings: Settings) -> None:
     await client.aclose()
 
 
-def _client_limits(settings: Settings) -> dict[str, Any]:
-    """uvicorn options that bound what a slow or idle client holds: a request head
-    must arrive within ``client_timeout_s``, then its body within as long again
-    (``protocol.py`` reads it as uvicorn's keep-alive timeout, which also closes idle
-    connections)."""
-    return {"http": guarded_http_protocol(), "timeout_keep_alive": settings.client_timeout_s}
-
-
-_BACKLOG = 2048
-"""uvicorn's default backlog."""
+_BACKLOG = 2048  # uvicorn's default
 
 
 def bind(host: str, port: int) -> socket.socket:
-    """Bind the listening socket as uvicorn would (``SO_REUSEADDR``) and listen on it, so
-    a client that connects as soon as seedproxy says it listens waits in the backlog for
-    the server to start, never refused; a port in use or an address not on this machine
-    is a ``ConfigError``, before anything says it listens."""
+    """Bind and listen as uvicorn would (``SO_REUSEADDR``), so a client that connects
+    once seedproxy says it listens waits in the backlog, never refused; a port in use
+    or a foreign address is a ``ConfigError``."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -262,14 +229,6 @@ def bind(host: str, port: int) -> socket.socket:
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     sock.set_inheritable(True)
     return sock
-
-
-def _preflight(urls: list[str], *, enforce: bool) -> None:
-    """Refuse (exit 2) an upstream that is not deterministic, unless told not to."""
-    from .doctor import refuse_nondeterministic
-
-    if enforce:
-        refuse_nondeterministic(urls)
 
 
 def run_engine_only(host: str, port: int, model: str | None, max_batch: int | None = None,
@@ -289,18 +248,19 @@ def run_engine_only(host: str, port: int, model: str | None, max_batch: int | No
     return 0
 
 
+@dataclass(frozen=True)
 class _RunningEngine:
-    def __init__(self, handle: Any, model: Any, counter: Any, api_key: str) -> None:
-        self.url: str = handle.url
-        self.api_key = api_key
-        self.model_name: str = model.name
-        self.model_path: str = model.model_path
-        self.tokenizer = model.tokenizer
-        self.counter = counter
-        self._handle = handle
+    handle: Any
+    model: Any
+    counter: Any
+    api_key: str
+
+    @property
+    def url(self) -> str:
+        return str(self.handle.url)
 
     def stop(self) -> None:
-        self._handle.stop()
+        self.handle.stop()
 
 
 def _start_engine(model_path: str | None, max_batch: int, prefix_cache_mb: int

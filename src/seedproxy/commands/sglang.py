@@ -1,9 +1,6 @@
-"""The SGLang launch command line for deterministic inference.
-
-SGLang's ``--enable-deterministic-inference`` accepts only the attention backends in
-``DETERMINISTIC_ATTENTION`` (any other makes SGLang refuse to start), so an other
-one is refused here, before anything starts. With none, SGLang picks one itself.
-"""
+"""The SGLang launch command line for deterministic inference: an attention backend
+that ``--enable-deterministic-inference`` refuses (not in ``DETERMINISTIC_ATTENTION``)
+is refused here, before anything starts."""
 
 from __future__ import annotations
 
@@ -12,43 +9,30 @@ from collections.abc import Sequence
 
 from ..errors import ConfigError
 
-__all__ = [
-    "DETERMINISTIC_ATTENTION",
-    "check_attention_backend",
-    "render",
-    "sglang_args",
-]
+__all__ = ["DETERMINISTIC_ATTENTION", "check_attention_backend", "render", "sglang_args"]
 
 DETERMINISTIC_ATTENTION = ("fa3", "fa4", "flashinfer", "triton", "ascend", "intel_xpu")
 _FLASHINFER_WARNING = (
     "SGLang disables the radix (prefix) cache with --attention-backend flashinfer in "
-    "deterministic mode, so shared prefixes are recomputed; fa3, fa4 and triton keep it"
-)
+    "deterministic mode, so shared prefixes are recomputed; fa3, fa4 and triton keep it")
 
 
 def check_attention_backend(backend: str | None) -> list[str]:
-    """Raise ``ConfigError`` for a backend SGLang's deterministic mode refuses;
-    return the warnings the choice deserves (one line each)."""
+    """``ConfigError`` for a backend SGLang's deterministic mode refuses; else the
+    warnings the choice deserves."""
     if backend is None:
         return []
     if backend not in DETERMINISTIC_ATTENTION:
         allowed = ", ".join(DETERMINISTIC_ATTENTION)
-        raise ConfigError(
-            f"attention backend {backend!r} is not supported by SGLang's deterministic "
-            f"inference; use one of {allowed} (or none, and SGLang picks one)"
-        )
+        raise ConfigError(f"attention backend {backend!r} is not supported by SGLang's "
+                          f"deterministic inference; use one of {allowed} (or none, and "
+                          "SGLang picks one)")
     return [_FLASHINFER_WARNING] if backend == "flashinfer" else []
 
 
-def sglang_args(
-    model_path: str,
-    *,
-    attention_backend: str | None = None,
-    tp: int | None = None,
-    host: str | None = None,
-    port: int | None = None,
-    extra: Sequence[str] = (),
-) -> list[str]:
+def sglang_args(model_path: str, *, attention_backend: str | None = None,
+                tp: int | None = None, host: str | None = None, port: int | None = None,
+                extra: Sequence[str] = ()) -> list[str]:
     """The arguments after ``python -m sglang.launch_server``, in a fixed order:
     model, determinism, attention backend, tp, host, port, then ``extra`` verbatim."""
     if not model_path:

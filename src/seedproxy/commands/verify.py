@@ -1,38 +1,58 @@
-"""``seedproxy verify-logprobs``: teacher-force a trajectory through an engine and
-compare every sampled token's recorded logprob with the recomputed one.
+"""The verification commands. ``seedproxy verify`` asks a running proxy to replay a
+session (exit 0 when every interaction matched, 1 at the first divergence, printed as
+one line). ``seedproxy verify-logprobs`` teacher-forces a trajectory through an engine
+and compares every sampled token's recorded logprob with the recomputed one.
 
 Each branch of the session's ``concat`` export is sent once to ``/generate`` with
-``max_new_tokens: 0``, ``return_logprob`` and ``logprob_start_len: 0`` (SGLang's
-shape; the embedded engine answers it too). Logprobs are recorded as float32, so
-the recomputed value is rounded to float32 before comparing; the default tolerance
-is 0 (exact), which the embedded engine meets. Each turn is checked at its own
-request's temperature (the engine reports the scaled distribution, as its sampler).
-
-With no ``--engine``, the proxy's embedded engine (``GET /fleet`` names it): the
-requests go through the proxy's own ``/generate`` (outside any session, so nothing is
-recorded), since only the proxy holds the engine's key.
+``max_new_tokens: 0`` and ``logprob_start_len: 0``, once per temperature its turns
+used. Recomputed logprobs are rounded to float32 (as recorded) before comparing; the
+default tolerance is 0. With no ``--engine``, the requests go through the proxy's own
+``/generate`` (outside any session) to its embedded engine, whose key only it holds.
 """
 
 from __future__ import annotations
 
 from array import array
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
 from ..errors import ConfigError
 
-__all__ = ["verify_logprobs"]
+__all__ = ["verify_logprobs", "verify_session"]
+
+EXIT_DIVERGED = 1
 
 
-def _get(client: httpx.Client, url: str, **kwargs: Any) -> Any:
+def _get(client: httpx.Client, url: str, *, what: str | None = None, **kwargs: Any) -> Any:
+    """``url``'s JSON answer; ``ConfigError`` naming ``what`` (default: ``url``) unless
+    it answered 200."""
     try:
         reply = client.request(url=url, **kwargs)
     except httpx.HTTPError as exc:
-        raise ConfigError(f"cannot reach {url}: {type(exc).__name__}") from None
+        raise ConfigError(f"cannot reach {what or url}: {type(exc).__name__}") from None
     if reply.status_code != 200:
-        raise ConfigError(f"{url} answered {reply.status_code}: {reply.text[:200]}")
+        raise ConfigError(f"{what or url} answered {reply.status_code}: {reply.text[:200]}")
     return reply.json()
+
+
+def verify_session(url: str, session_id: str, *, admin_key: str | None) -> int:
+    headers = {"authorization": f"Bearer {admin_key}"} if admin_key else {}
+    target = f"{url.rstrip('/')}/sessions/{quote(session_id, safe='')}/verify"
+    with httpx.Client(timeout=None, headers=headers) as client:
+        report = _get(client, target, what=url, method="POST")
+    divergence = report["first_divergence"]
+    if divergence is None:
+        print(f"{session_id}: verified {report['checked']} interactions "
+              f"({report['skipped']} skipped): tokens and logprobs identical")
+        return 0
+    expected, got = divergence["expected"], divergence["got"]
+    print(f"{session_id}: DIVERGED at request_index {divergence['request_index']} "
+          f"({divergence['interaction_id']}), choice {divergence['choice']}, position "
+          f"{divergence['position']}: expected token {expected['token_id']} "
+          f"(logprob {expected['logprob']}), got {got['token_id']} (logprob {got['logprob']})")
+    return EXIT_DIVERGED
 
 
 def _temperature(request: Any) -> float:
@@ -42,7 +62,7 @@ def _temperature(request: Any) -> float:
 
 def _owners(mask: list[int], interaction_ids: list[str]) -> dict[int, str]:
     """Sampled position -> the interaction that sampled it (the k-th run of mask 1
-    is the k-th turn's completion: prompt tokens always separate two runs)."""
+    is the k-th turn's completion)."""
     owners: dict[int, str] = {}
     run = -1
     for position, bit in enumerate(mask):
@@ -54,8 +74,7 @@ def _owners(mask: list[int], interaction_ids: list[str]) -> dict[int, str]:
 
 
 def _through_proxy(client: httpx.Client, url: str) -> str:
-    """``url`` itself when its ``GET /fleet`` names an embedded engine (the proxy
-    forwards ``/generate`` to it), else ``ConfigError``."""
+    """``url`` itself when its ``GET /fleet`` names an embedded engine."""
     engine = _get(client, f"{url.rstrip('/')}/fleet", method="GET").get("engine")
     if not isinstance(engine, str):
         raise ConfigError(f"the proxy at {url} runs no embedded engine (it was started "
@@ -65,8 +84,7 @@ def _through_proxy(client: httpx.Client, url: str) -> str:
 
 def verify_logprobs(url: str, engine: str | None, session: str, *,
                     admin_key: str | None = None, tolerance: float = 0.0) -> int:
-    """Print one line per branch; return 0 when every sampled token matches. With no
-    ``engine``, the proxy's embedded engine."""
+    """Print one line per branch; return 0 when every sampled token matches."""
     headers = {"authorization": f"Bearer {admin_key}"} if admin_key else {}
     with httpx.Client(timeout=600, headers=headers) as client:
         if engine is None:

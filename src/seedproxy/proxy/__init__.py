@@ -1,9 +1,6 @@
-"""The HTTP surface: a FastAPI app built by ``create_app``. It never imports
-``seedproxy.commands`` (the command line), which imports it.
-
-``create_app`` is imported on first use: importing a light module of this package
-(``proxy.logs``, ``proxy.loading``) does not import FastAPI and the pipeline, so
-``seedproxy serve`` binds its port and starts loading the engine before paying for them."""
+"""The HTTP surface: a FastAPI app built by ``create_app``, imported on first use, so
+that ``seedproxy serve`` binds its port and starts loading the engine before paying for
+FastAPI and the pipeline."""
 
 from __future__ import annotations
 

@@ -1,30 +1,36 @@
 """Who may do what: admin key, session keys, and which session a request is in.
 
-With no admin key (loopback only) everything is open. With one, admin routes need
-it, and OpenAI routes need it or a session key, which reaches only its own session.
-A key is read from ``Authorization: Bearer`` or, as Anthropic's clients send it,
-``x-api-key``.
-Keys are compared in constant time and never logged.
+With no admin key (loopback only) everything is open. With one, admin routes need it,
+and OpenAI routes need it or a session key, which reaches only its own session. A key
+is read from ``Authorization: Bearer`` or ``x-api-key``, compared in constant time and
+never logged.
 """
 
 from __future__ import annotations
 
 import hmac
+from typing import TypeVar
 
+from pydantic import BaseModel
 from starlette.requests import Request
 
 from ..errors import AuthError, Forbidden
 from ..pipeline.headers import client_key
+from ..pipeline.request import read_model
 from ..sessions import NewSession, SessionManager, SessionRecord
 from ..sessions.ids import check_id, decode_header_id
 
 __all__ = ["Access", "named_session"]
 
+M = TypeVar("M", bound=BaseModel)
+
 
 class Access:
-    def __init__(self, sessions: SessionManager, admin_key: str | None) -> None:
+    def __init__(self, sessions: SessionManager, admin_key: str | None,
+                 max_body_bytes: int) -> None:
         self.sessions = sessions
         self.admin_key = admin_key
+        self.max_body_bytes = max_body_bytes
 
     def is_admin(self, request: Request) -> bool:
         token = client_key(request.headers)
@@ -47,24 +53,26 @@ class Access:
             raise AuthError("unknown key: this route needs the admin key")
         raise Forbidden("a session key does not reach this route: it needs the admin key")
 
+    async def admin_body(self, request: Request, model: type[M]) -> M:
+        """The admin key checked, and only then the body read (413 past
+        ``max_body_bytes``) and validated as ``model``."""
+        await self.require_admin(request)
+        return await read_model(request, model, self.max_body_bytes)
+
     async def require_session_reader(self, request: Request, session_id: str) -> SessionRecord:
         """For admin reads of one session: the admin key, or that session's own key."""
-        record = await self.sessions.require(session_id) if self.admin_key is None else None
-        if record is not None:
-            return record
-        if self.is_admin(request):
+        if self.admin_key is None or self.is_admin(request):
             return await self.sessions.require(session_id)
         return await self._own_session(request, session_id)
 
     async def session_for(
         self, request: Request, path_session: str | None, *, cached: bool = False
     ) -> SessionRecord | NewSession | None:
-        """The session an OpenAI-route request belongs to: by path, then bearer session
-        key, then ``X-Session-Id``; None when it names none. A named session that does
-        not exist yet comes back as ``NewSession``: nothing is created here. A bad id
-        is a 400 before anything else. ``cached``: a session this process knows is
-        taken as it knows it (``SessionManager.find``), for a request whose seating
-        tells when it is gone."""
+        """The session an OpenAI-route request belongs to: by path, then session key,
+        then ``X-Session-Id``; None when it names none, ``NewSession`` for one that does
+        not exist yet (nothing is created here). A bad id is a 400 before anything else.
+        ``cached``: a session this process knows is taken as it knows it
+        (``SessionManager.find``)."""
         named = named_session(request, path_session)
         token = client_key(request.headers)
         if path_session is None and token is not None:

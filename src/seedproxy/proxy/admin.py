@@ -1,14 +1,13 @@
-"""Session routes: create, inspect, reward, end, export, delete.
-
-Every route checks auth first and only then reads its body (bounded by
-``--max-body-bytes``, 413) and checks the session id in its path (400)."""
+"""Session routes: create, inspect, reward, end, export, delete. Every route checks
+auth first, then reads its body (413 past ``--max-body-bytes``) and checks the path's
+session id (400)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -26,7 +25,7 @@ from .access import Access
 from .listing import MAX_PAGE, SEQ_MAX, session_page
 from .schemas import AckRequest, CreateSessions, ExportRequest, RewardRequest
 
-__all__ = ["admin_router"]
+__all__ = ["Admin", "admin_router"]
 
 WAIT_DEFAULT_S = 60.0
 """How long ``?wait=true`` waits for a session to end unless ``timeout_s`` says."""
@@ -38,38 +37,28 @@ VISIBILITY_MAX_S = 86400.0
 
 
 @dataclass(frozen=True)
-class _Admin:
-    """What the session routes share. ``exporting``: select + lease, one at a time per
-    app (the store's lease is atomic across apps: this only saves a replica racing
-    itself)."""
+class Admin:
+    """What the session routes share. ``abandon_after_s``: an open session a batch
+    export waits on, idle this long, is ended as abandoned (``sessions/selection.py``).
+    ``clock``: wall-clock seconds, for leases and idleness (a test seam).
+    ``exporting``: select + lease, one at a time per app (the store's lease is atomic
+    across apps: this only saves a replica racing itself)."""
 
     sessions: SessionManager
-    store: SessionStore
     access: Access
     deterministic: bool
-    max_body_bytes: int
     inflight: InFlight
-    abandon_after_s: float | None
-    clock: Callable[[], float]
-    exporting: asyncio.Lock
+    abandon_after_s: float | None = None
+    clock: Callable[[], float] = time.time
+    exporting: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def store(self) -> SessionStore:
+        return self.sessions.store
 
 
-def admin_router(
-    sessions: SessionManager,
-    access: Access,
-    *,
-    deterministic: bool,
-    max_body_bytes: int,
-    inflight: InFlight,
-    abandon_after_s: float | None = None,
-    clock: Callable[[], float] = time.time,
-) -> APIRouter:
-    """``abandon_after_s``: an open session a batch export waits on, idle this long, is
-    ended as abandoned (``sessions/selection.py``). ``clock``: wall-clock seconds, for
-    leases and idleness (a test seam)."""
+def admin_router(admin: Admin) -> APIRouter:
     router = APIRouter()
-    admin = _Admin(sessions, sessions.store, access, deterministic, max_body_bytes, inflight,
-                   abandon_after_s, clock, asyncio.Lock())
     _session_routes(router, admin)
     _session_change_routes(router, admin)
     _trajectory_route(router, admin)
@@ -77,20 +66,17 @@ def admin_router(
     return router
 
 
-def _session_routes(router: APIRouter, admin: _Admin) -> None:
-    """Create, inspect and list sessions."""
+def _session_routes(router: APIRouter, admin: Admin) -> None:
     access, store = admin.access, admin.store
 
     @router.post("/sessions", status_code=201, openapi_extra=documented(CreateSessions))
     async def create_sessions(request: Request) -> JSONResponse:
-        await access.require_admin(request)
-        body = await read_model(request, CreateSessions, admin.max_body_bytes)
+        body = await access.admin_body(request, CreateSessions)
         replay = await replay_options(
             store, resume=body.resume,
             fork=(body.fork.session, body.fork.at) if body.fork is not None else None,
             identity=body.identity, group_size=body.group_size, index_by=body.index_by,
-            seed=body.seed, session_id=body.session_id,
-        )
+            seed=body.seed, session_id=body.session_id)
         group = await admin.sessions.create_group(
             identity=replay.identity, session_id=body.session_id, group_size=body.group_size,
             metadata=body.metadata, seed=replay.seed, index_by=replay.index_by,
@@ -106,15 +92,13 @@ def _session_routes(router: APIRouter, admin: _Admin) -> None:
         check_id(session_id, param="session_id")
         record = await access.require_session_reader(request, session_id)
         interactions = await store.interactions(session_id)
-        return {
-            "session_id": record.session_id, "identity": record.identity,
-            "group_id": record.group_id, "next_index": record.next_index,
-            "index_by": record.index_by, "interactions": len(interactions),
-            "ended": record.ended, "end_status": record.end_status,
-            "exported": record.exported, "reward": record.reward,
-            "metadata": record.metadata, "replays": record.replays,
-            "store_epoch": record.store_epoch,
-        }
+        return {"session_id": record.session_id, "identity": record.identity,
+                "group_id": record.group_id, "next_index": record.next_index,
+                "index_by": record.index_by, "interactions": len(interactions),
+                "ended": record.ended, "end_status": record.end_status,
+                "exported": record.exported, "reward": record.reward,
+                "metadata": record.metadata, "replays": record.replays,
+                "store_epoch": record.store_epoch}
 
     @router.get("/sessions")
     async def list_sessions(
@@ -126,25 +110,19 @@ def _session_routes(router: APIRouter, admin: _Admin) -> None:
         cursor: int | None = Query(default=None, ge=0, le=SEQ_MAX),
         since: int | None = Query(default=None, ge=0, le=SEQ_MAX),
     ) -> dict[str, Any]:
-        """Sessions in creation order, one page at a time; ``next_offset`` and
-        ``next_cursor`` are None on the last page. ``since``: only the ``version``
-        while it has not moved (see ``listing.py``)."""
         await access.require_admin(request)
-        return await session_page(
-            store, group_id=group_id, identity=identity, offset=offset, limit=limit,
-            cursor=cursor, since=since,
-        )
+        return await session_page(store, group_id=group_id, identity=identity, offset=offset,
+                                  limit=limit, cursor=cursor, since=since)
 
 
-def _session_change_routes(router: APIRouter, admin: _Admin) -> None:
-    """Reward, end and delete a session (the admin's acts)."""
+def _session_change_routes(router: APIRouter, admin: Admin) -> None:
     access, sessions, store = admin.access, admin.sessions, admin.store
 
     @router.post("/sessions/{session_id}/reward", openapi_extra=documented(RewardRequest))
     async def set_reward(session_id: str, request: Request) -> dict[str, Any]:
         await access.require_admin(request)
         check_id(session_id, param="session_id")
-        body = await read_model(request, RewardRequest, admin.max_body_bytes)
+        body = await read_model(request, RewardRequest, access.max_body_bytes)
         await sessions.require(session_id)
         rewarded = await store.set_reward(session_id, body.reward, body.interaction_id)
         return {"session_id": session_id, "interaction_id": rewarded, "reward": body.reward}
@@ -161,16 +139,15 @@ def _session_change_routes(router: APIRouter, admin: _Admin) -> None:
     async def delete_session(session_id: str, request: Request) -> Response:
         await access.require_admin(request)
         check_id(session_id, param="session_id")
-        # Its requests in flight stop first, on every replica (aborted on their servers);
-        # their answers then find no session to be recorded in, and say so to their clients.
+        # Its requests in flight stop first, on every replica; their answers then find
+        # no session to be recorded in.
         await admin.inflight.delete_session(session_id)
         if not await store.delete(session_id):
             raise SessionNotFound(f"session {session_id!r} not found")
         return Response(status_code=204)
 
 
-def _trajectory_route(router: APIRouter, admin: _Admin) -> None:
-    """One session's trajectory, read as it stands or leased once it ends."""
+def _trajectory_route(router: APIRouter, admin: Admin) -> None:
 
     @router.get("/sessions/{session_id}/trajectory")
     async def get_trajectory(
@@ -182,10 +159,8 @@ def _trajectory_route(router: APIRouter, admin: _Admin) -> None:
         visibility_timeout_s: float = Query(
             default=VISIBILITY_DEFAULT_S, gt=0, le=VISIBILITY_MAX_S),
     ) -> Response:
-        """``wait=true`` (the admin's act) waits up to ``timeout_s`` for the session to
-        end (and for another export's live lease on it to go), then leases it as a
-        batch of one (``batch_id``): acknowledged, it is out of later batch exports.
-        Past the timeout it is a 504 and nothing is taken."""
+        """``wait=true`` (the admin's act): see ``_lease_when_ended``; acknowledged, the
+        session is out of later batch exports."""
         check_id(session_id, param="session_id")
         record = await admin.access.require_session_reader(request, session_id)
         if not wait:
@@ -199,11 +174,11 @@ def _trajectory_route(router: APIRouter, admin: _Admin) -> None:
         return Response(orjson.dumps(leased), media_type="application/json")
 
 
-async def _lease_when_ended(admin: _Admin, session_id: str, timeout_s: float, style: Style,
+async def _lease_when_ended(admin: Admin, session_id: str, timeout_s: float, style: Style,
                             visibility_timeout_s: float) -> dict[str, Any]:
-    """Wait (woken by the store: its end, a release) until the session has ended and no
-    other export holds it, then lease it as a batch of one: its trajectory with
-    ``batch_id``. Past ``timeout_s``, ``WaitTimeout`` and nothing is taken."""
+    """Wait (woken by the store) until the session has ended and no other export holds
+    it, then lease it as a batch of one: its trajectory with ``batch_id``. Past
+    ``timeout_s``, ``WaitTimeout`` (504) and nothing is taken."""
     store, clock = admin.store, admin.clock
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
@@ -232,16 +207,14 @@ async def _lease_when_ended(admin: _Admin, session_id: str, timeout_s: float, st
             await watch.wait(min([left, *ends]))
 
 
-def _export_routes(router: APIRouter, admin: _Admin) -> None:
-    """Batch export and its acknowledgement."""
+def _export_routes(router: APIRouter, admin: Admin) -> None:
     access, store, clock = admin.access, admin.store, admin.clock
 
     @router.post("/trajectories/export", openapi_extra=documented(ExportRequest))
     async def export(request: Request) -> Response:
         """Lease a batch (see ``sessions/export.py``): it is exported again after
         ``visibility_timeout_s`` unless ``POST /trajectories/ack`` names it first."""
-        await access.require_admin(request)
-        body = await read_model(request, ExportRequest, admin.max_body_bytes)
+        body = await access.admin_body(request, ExportRequest)
         built: list[bytes] = []
 
         async def build(chosen: list[SessionRecord]) -> None:
@@ -261,8 +234,6 @@ def _export_routes(router: APIRouter, admin: _Admin) -> None:
             visibility_timeout_s=body.visibility_timeout_s, remove=body.remove,
             abandon_after_s=admin.abandon_after_s, skip_abandoned=body.skip_abandoned,
             clock=clock, prepare=build)
-        # Only ended sessions are exported: say how many are still open (O(1) count)
-        # and which ones this batch waits on.
         status = {"batch_id": leased.batch_id, "open_sessions": await store.count_open(),
                   "waiting_on": _waiting_on(leased.waiting, clock(), admin.abandon_after_s),
                   "skipped": [r.session_id for r in leased.skipped]}
@@ -273,8 +244,7 @@ def _export_routes(router: APIRouter, admin: _Admin) -> None:
     async def ack(request: Request) -> dict[str, Any]:
         """The exporter has the batch: its sessions leave later exports (``remove``:
         they are deleted now). Idempotent, and still accepted after the lease ran out."""
-        await access.require_admin(request)
-        body = await read_model(request, AckRequest, admin.max_body_bytes)
+        body = await access.admin_body(request, AckRequest)
         if not await store.ack(body.batch_id, clock()):
             raise BatchNotFound(f"batch {body.batch_id!r} not found (or forgotten)",
                            param="batch_id")
@@ -283,8 +253,8 @@ def _export_routes(router: APIRouter, admin: _Admin) -> None:
 
 def _waiting_on(waiting: list[SessionRecord], now: float,
                 abandon_after_s: float | None) -> list[dict[str, Any]]:
-    """The open sessions a deterministic export stopped at: how long each has been idle
-    and in how long it is ended as abandoned (None: never)."""
+    """The open sessions a deterministic export stopped at: idle for how long, and
+    ended as abandoned in how long (None: never)."""
     return [{"session_id": r.session_id, "idle_s": round(max(0.0, now - r.last_active_at), 1),
              "abandoned_in_s": None if abandon_after_s is None else
              round(max(0.0, r.last_active_at + abandon_after_s - now), 1)}

@@ -38,14 +38,13 @@ from ..settings import Settings
 from ..transport.client import upstream_client
 from ..transport.loop import new_hop
 from .access import Access
-from .admin import admin_router
+from .admin import Admin, admin_router
 from .fleet_routes import fleet_router
-from .health import readiness_router, warn_if_no_upstream
 from .hot import HotRoutes, ProxyApp
 from .logs import flush_logs
 from .replay import Verifier
 from .routes import PromptCounter, api_router
-from .server_routes import server_router
+from .server_routes import readiness_router, server_router, warn_if_no_upstream
 from .ui import TokenDecoder, ui_router
 from .weight_routes import weight_router
 
@@ -55,37 +54,26 @@ if TYPE_CHECKING:
 __all__ = ["create_app", "open_tito_mode"]
 
 
-def create_app(
-    settings: Settings,
-    *,
-    upstreams: list[str] | None = None,
-    store: SessionStore | None = None,
-    client: httpx.AsyncClient | None = None,
-    backend: Backend | None = None,
-    tito: TitoMode | None = None,
-    prompt_counter: PromptCounter | None = None,
-    engine_url: str | None = None,
-    parse_hold: str | None = None,
-    clock: Callable[[], float] = time.time,
-) -> FastAPI:
-    """Build the proxy. ``upstreams`` overrides ``settings.upstream`` (the CLI passes
-    the embedded engine's URL); injected ``store`` and ``client`` are not closed.
-    ``tito`` is token-in-token-out mode already opened (the embedded engine's
-    tokenizer); otherwise ``settings.token_in_token_out`` opens it here.
-    ``prompt_counter`` (a tokenizer, e.g. the engine's) enables count_tokens; in
-    token-in-token-out mode the mode's renderer counts when none is given.
-    ``engine_url`` names the embedded engine (``GET /fleet`` shows it).
-    ``parse_hold`` is a test seam: parse workers wait on it (``parse_jobs._wait``).
-    ``clock`` (wall-clock seconds) is what exports measure leases and idleness by."""
+def create_app(settings: Settings, *, upstreams: list[str] | None = None,
+               store: SessionStore | None = None, client: httpx.AsyncClient | None = None,
+               backend: Backend | None = None, tito: TitoMode | None = None,
+               prompt_counter: PromptCounter | None = None, engine_url: str | None = None,
+               parse_hold: str | None = None, clock: Callable[[], float] = time.time,
+               ) -> FastAPI:
+    """Build the proxy. ``upstreams`` overrides ``settings.upstream``; injected
+    ``store`` and ``client`` are not closed. ``tito``: token-in-token-out mode already
+    opened (else ``settings.token_in_token_out`` opens it here). ``prompt_counter``
+    enables count_tokens (default: the mode's renderer). ``engine_url``: the embedded
+    engine (``GET /fleet``). ``parse_hold``: a test seam (``parse_jobs._wait``).
+    ``clock``: wall-clock seconds, for export leases and idleness."""
     urls = upstreams if upstreams is not None else settings.upstream
     if not urls:
-        raise ConfigError(
-            "no upstream: pass --upstream URL, or run `seedproxy serve` for the engine"
-        )
+        raise ConfigError("no upstream: pass --upstream URL, or run `seedproxy serve` for "
+                          "the engine")
     if tito is None and settings.token_in_token_out:
         tito = open_tito_mode(settings)
     if prompt_counter is None and tito is not None:
-        prompt_counter = tito.count_prompt  # the tokenizer is at hand: count with it
+        prompt_counter = tito.count_prompt
     own_store, own_client = store is None, client is None
     store = store if store is not None else open_store(settings.store)
     hop = new_hop()  # this proxy's mark on what it sends upstream (``transport.loop``)
@@ -100,11 +88,8 @@ def create_app(
     app = ProxyApp(title="seedproxy", version="0.1.0", lifespan=_lifespan(parts, owned))
     app.hop = hop.encode()
     app.hot = parts.hot
-    app.state.settings = settings
     app.state.sessions = parts.services.sessions
     app.state.pool = parts.services.pool
-    app.state.fleet = parts.fleet
-    app.state.metrics = parts.services.metrics
     _include_routes(app, parts, prompt_counter, engine_url, clock)
     _install_error_handlers(app)
     return app
@@ -112,11 +97,8 @@ def create_app(
 
 @dataclass(frozen=True)
 class _Parts:
-    """What one app is made of, beyond what every exchange uses (``services``)."""
-
     services: Services
     hot: HotRoutes
-    """The one dispatch into the admission routes (hot and routed alike)."""
     fleet: FleetControl
     access: Access
     client: httpx.AsyncClient
@@ -125,10 +107,8 @@ class _Parts:
 def _assemble(settings: Settings, urls: list[str], store: SessionStore,
               client: httpx.AsyncClient, backend: Backend | None, tito: TitoMode | None,
               parse_hold: str | None) -> _Parts:
-    """The app's parts, built from ``settings`` around its store and upstream client."""
     backend = backend or BACKENDS[settings.backend](
-        api_key=settings.upstream_api_key, routed_experts=settings.capture_routed_experts
-    )
+        api_key=settings.upstream_api_key, routed_experts=settings.capture_routed_experts)
     sessions = SessionManager(
         store, max_open_sessions=settings.max_open_sessions,
         default_seed=settings.seed if settings.deterministic else None,
@@ -138,8 +118,7 @@ def _assemble(settings: Settings, urls: list[str], store: SessionStore,
     fleet = FleetControl(
         pool, gate, server_info=backend.reports_server_info,
         enforce=settings.deterministic and not settings.allow_nondeterministic_upstream,
-        board=open_board(store),
-    )
+        board=open_board(store))
     metrics = Metrics()
     parser = Parser(threshold=settings.offload_parse_bytes,
                     workers=settings.offload_parse_workers, queue=settings.offload_parse_queue,
@@ -154,9 +133,8 @@ def _assemble(settings: Settings, urls: list[str], store: SessionStore,
         tracer=open_tracer(settings.otel), images=ImageGate(ImagePolicy(
             max_bytes=settings.max_image_bytes, max_pixels=settings.max_image_pixels,
             max_images=settings.max_images,
-            allowed_hosts=frozenset(host.lower() for host in settings.image_url_hosts))),
-    )
-    access = Access(sessions, settings.admin_key)
+            allowed_hosts=frozenset(host.lower() for host in settings.image_url_hosts))))
+    access = Access(sessions, settings.admin_key, settings.max_body_bytes)
     hot = HotRoutes(openai=Admission(services), messages=Admission(services, messages=True),
                     access=access)
     return _Parts(services, hot, fleet, access, client)
@@ -199,26 +177,19 @@ def _lifespan(parts: _Parts, owned: Sequence[Callable[[], Awaitable[None]]],
 
 def _include_routes(app: FastAPI, parts: _Parts, prompt_counter: PromptCounter | None,
                     engine_url: str | None, clock: Callable[[], float]) -> None:
-    """Every route group: the admission routes (which ``HotRoutes`` serves first) and the
-    rest."""
     services, fleet, access = parts.services, parts.fleet, parts.access
     settings, pool, store = services.settings, services.pool, services.sessions.store
-    max_body_bytes = settings.max_body_bytes
     app.include_router(api_router(parts.hot, access, pool, services, prompt_counter))
-    app.include_router(admin_router(
-        services.sessions, access, deterministic=settings.deterministic,
-        max_body_bytes=max_body_bytes, inflight=services.inflight,
-        abandon_after_s=settings.abandon_after_s, clock=clock))
+    app.include_router(admin_router(Admin(
+        services.sessions, access, settings.deterministic, services.inflight,
+        settings.abandon_after_s, clock)))
     app.include_router(readiness_router(pool, store))
-    app.include_router(server_router(pool, fleet, access, max_body_bytes=max_body_bytes))
+    app.include_router(server_router(pool, fleet, access))
     app.include_router(fleet_router(
         fleet, Verifier(store, services.backend, pool, services.tito), access,
-        max_body_bytes=max_body_bytes, engine_url=engine_url,
-    ))
-    app.include_router(weight_router(fleet, access, max_body_bytes=max_body_bytes))
-    app.include_router(
-        ui_router(access, pool, TokenDecoder(parts.client), store, max_body_bytes=max_body_bytes)
-    )
+        engine_url=engine_url))
+    app.include_router(weight_router(fleet, access))
+    app.include_router(ui_router(access, pool, TokenDecoder(parts.client), store))
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
@@ -244,13 +215,12 @@ def open_tito_mode(settings: Settings, *, tokenizer: Any = None,
         tokenizer=tokenizer, chat_template=settings.chat_template,
         tool_parser=settings.tool_parser, reasoning_parser=settings.reasoning_parser,
         model_name=model_name, today=settings.template_date, structural_tags=not embedded,
-        matchers=settings.tito_matchers,
-    )
+        matchers=settings.tito_matchers)
 
 
 def _install_error_handlers(app: FastAPI) -> None:
-    """The edge of the FastAPI routes: every error answered by its route's error
-    presenter (``error_presenters``); FastAPI's own (validation, routing) in OpenAI's."""
+    """Every error answered by its route's error presenter; FastAPI's own (validation,
+    routing) in OpenAI's shape."""
 
     @app.exception_handler(SeedProxyError)
     async def on_seedproxy_error(request: Request, exc: SeedProxyError) -> Response:
@@ -272,9 +242,8 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(HTTPException)
     async def on_http_error(request: Request, exc: HTTPException) -> JSONResponse:
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-        return JSONResponse(
-            error_body(str(exc.detail), kind), status_code=exc.status_code, headers=exc.headers
-        )
+        return JSONResponse(error_body(str(exc.detail), kind), status_code=exc.status_code,
+                            headers=exc.headers)
 
     @app.exception_handler(Exception)
     async def on_unexpected(request: Request, exc: Exception) -> Response:

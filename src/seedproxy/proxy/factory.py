@@ -1,9 +1,6 @@
-"""The app factory that ``uvicorn --workers N`` imports in every worker process.
-
-The parent process parses flags, the environment and the config file once, then
-hands the result to its workers as ``SEEDPROXY_*`` variables (``settings_env``);
-each worker rebuilds the same ``Settings`` from them (``app_from_env``).
-"""
+"""The app factory that ``uvicorn --workers N`` imports in every worker process: the
+parent hands its ``Settings`` to the workers as ``SEEDPROXY_*`` variables
+(``settings_env``), from which each rebuilds them (``app_from_env``)."""
 
 from __future__ import annotations
 

@@ -2,14 +2,11 @@
 weight version, and replay verification of a session.
 
 Every route needs the admin key (when one is set). Each answer names every upstream
-with what it said, so a server that did not take a change is never hidden. ``paused``
-and ``mode`` are the fleet's, the same on every replica of one Redis store (told
-through any of them); ``waiting`` counts the requests held at this replica.
-``POST /fleet/upstreams`` adds a server once it passes the preflight and reports the
-fleet's weight version (409 naming every reason otherwise); ``DELETE /fleet/upstreams``
-drains one (it is listed ``draining`` until its requests are done). Both change every
-replica's list. Verification runs one per upstream at a time (429 beyond, ``replay.Verifier``), and
-stops when its client leaves.
+with what it said. ``paused`` and ``mode`` are the fleet's (the same on every replica of
+one Redis store); ``waiting`` counts the requests held at this replica.
+``POST /fleet/upstreams`` adds a server once it passes the preflight on the fleet's
+weight version (409 naming every reason otherwise); ``DELETE /fleet/upstreams`` drains
+one. Both change every replica's list. Verification stops when its client leaves.
 """
 
 from __future__ import annotations
@@ -22,28 +19,23 @@ from fastapi.responses import JSONResponse
 from ..errors import BadRequest
 from ..fleet.control import FleetControl
 from ..pipeline.departure import stop_when_client_leaves
-from ..pipeline.request import documented, read_model
+from ..pipeline.request import documented
 from ..sessions.ids import check_id
 from ..settings import MAX_URL_LENGTH, check_upstream_url
 from .access import Access
 from .replay import Verifier
 from .schemas import FleetPause, FleetUpstream, FleetWeightVersion
 
-__all__ = ["fleet_router"]
+__all__ = ["fleet_router", "gate_state"]
 
 
-def fleet_router(
-    fleet: FleetControl, verifier: Verifier, access: Access, *, max_body_bytes: int,
-    engine_url: str | None = None,
-) -> APIRouter:
-    """``engine_url``: the embedded engine's root URL (``engine`` in every answer; None
-    with ``--upstream``), what ``seedproxy verify-logprobs`` teacher-forces through."""
+def fleet_router(fleet: FleetControl, verifier: Verifier, access: Access, *,
+                 engine_url: str | None = None) -> APIRouter:
+    """``engine_url``: the embedded engine's root URL (``engine`` in every answer)."""
     router = APIRouter()
 
     def state(upstreams: list[dict[str, Any]]) -> dict[str, Any]:
-        gate = fleet.gate
-        return {"paused": gate.paused, "mode": gate.mode, "waiting": gate.waiting,
-                "engine": engine_url, "upstreams": upstreams}
+        return gate_state(fleet, engine=engine_url, upstreams=upstreams)
 
     @router.get("/fleet")
     async def fleet_state(request: Request) -> dict[str, Any]:
@@ -53,8 +45,7 @@ def fleet_router(
     @router.post("/fleet/upstreams", openapi_extra=documented(FleetUpstream))
     async def join(request: Request) -> JSONResponse:
         """201 with the server's report when it joined, 200 when it served already."""
-        await access.require_admin(request)
-        body = await read_model(request, FleetUpstream, max_body_bytes)
+        body = await access.admin_body(request, FleetUpstream)
         report, joined = await fleet.join(upstream_url(body.url))
         return JSONResponse(report.to_dict(), status_code=201 if joined else 200)
 
@@ -62,8 +53,8 @@ def fleet_router(
         "name": "url", "in": "query", "required": True,
         "schema": {"type": "string", "minLength": 1, "maxLength": MAX_URL_LENGTH}}]})
     async def leave(request: Request) -> dict[str, Any]:
-        """``?url=URL``: the server drains; ``state`` is ``draining`` while it holds
-        requests, then ``removed``."""
+        """``?url=URL``: ``state`` is ``draining`` while it holds requests, then
+        ``removed``."""
         await access.require_admin(request)
         urls = request.query_params.getlist("url")
         if len(urls) != 1:
@@ -75,8 +66,7 @@ def fleet_router(
 
     @router.post("/fleet/pause", openapi_extra=documented(FleetPause))
     async def pause(request: Request) -> dict[str, Any]:
-        await access.require_admin(request)
-        body = await read_model(request, FleetPause, max_body_bytes)
+        body = await access.admin_body(request, FleetPause)
         return state(await fleet.pause(body.mode))
 
     @router.post("/fleet/continue")
@@ -86,8 +76,7 @@ def fleet_router(
 
     @router.post("/fleet/weight_version", openapi_extra=documented(FleetWeightVersion))
     async def weight_version(request: Request) -> dict[str, Any]:
-        await access.require_admin(request)
-        body = await read_model(request, FleetWeightVersion, max_body_bytes)
+        body = await access.admin_body(request, FleetWeightVersion)
         results = await fleet.set_weight_version(body.version, abort_all=body.abort_all_requests)
         return state(results)
 
@@ -96,10 +85,15 @@ def fleet_router(
         check_id(session_id, param="session_id")
         await access.require_admin(request)
         await access.sessions.require(session_id)
-        # A client that leaves stops the replay: nothing more is sent upstream.
         return await stop_when_client_leaves(verifier.verify(session_id), request.receive)
 
     return router
+
+
+def gate_state(fleet: FleetControl, **fields: Any) -> dict[str, Any]:
+    """The fleet's ``paused`` and ``mode`` and this replica's ``waiting``, then ``fields``."""
+    gate = fleet.gate
+    return {"paused": gate.paused, "mode": gate.mode, "waiting": gate.waiting, **fields}
 
 
 def upstream_url(url: str) -> str:

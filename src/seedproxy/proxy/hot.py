@@ -1,16 +1,9 @@
 """The one way into the admission routes (OpenAI's and Messages), answered ahead of
-FastAPI's middleware stack and router.
-
-FastAPI's per-request routing (a scan of every route, the request/response and
-dependency wrappers) cost about as much as the proxy's own work, and its middleware
-stack (a native-telemetry check that reads the environment, server-error, telemetry
-and body-limit wrappers) a few percent more, so ``ProxyApp`` sends POSTs to these
-routes (also under ``/sessions/{id}``) straight to ``HotRoutes``. Once any middleware
-is added with ``add_middleware`` (CORS, tracing: seedproxy adds none), every request
-takes FastAPI's stack instead, so that middleware sees all of them: the routes
-declared there (``routes.py``, which also give the OpenAPI schema) call the same
-``HotRoutes.answer``. Errors come from ``error_presenters``, as on every route.
-"""
+FastAPI's router and middleware stack (which cost about as much as the proxy's own
+work): ``ProxyApp`` sends POSTs to these routes (also under ``/sessions/{id}``)
+straight to ``HotRoutes``. Once any middleware is added (``add_middleware``), every
+request takes FastAPI's stack instead, so that middleware sees all of them: the routes
+declared there (``routes.py``) call the same ``HotRoutes.answer``."""
 
 from __future__ import annotations
 
@@ -45,9 +38,9 @@ def _loop_refusal(path: str) -> Response:
 
 
 class ProxyApp(FastAPI):
-    """FastAPI, with ``hot`` (once set) answering its routes first, and any request
-    carrying ``hop`` (this proxy's own hop mark, ``transport.loop``) refused before
-    anything else: it went out of this proxy to an upstream and came back."""
+    """FastAPI, with ``hot`` (once set) answering its routes first; a request carrying
+    ``hop`` (this proxy's own mark, ``transport.loop``) came back from an upstream and
+    is refused before anything else."""
 
     hot: HotRoutes | None = None
     hop: bytes | None = None
@@ -69,11 +62,9 @@ class ProxyApp(FastAPI):
         await hot.handle(scope, receive, send, *matched)
 
     async def _answered(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """FastAPI's stack, less one re-raise: Starlette's ``ServerErrorMiddleware``
-        raises again after its handler sent the whole 500, and the server then closes
-        the connection, resetting a keep-alive client. An error after a complete answer
-        ends here (the handler logged it); one before or during an answer still
-        propagates, so a half-sent answer's connection is closed."""
+        """FastAPI's stack, less the re-raise of Starlette's ``ServerErrorMiddleware``
+        after a complete 500 (which would reset a keep-alive client's connection); an
+        error before or during an answer still propagates (its connection is closed)."""
         complete = False
         status = 0
 
@@ -95,8 +86,8 @@ class ProxyApp(FastAPI):
 
 
 class HotRoutes:
-    """Matches the admission routes' requests and answers them through their
-    ``Admission`` (Messages' for ``/v1/messages``, OpenAI's for the rest)."""
+    """Answers the admission routes through their ``Admission`` (Messages' for
+    ``/v1/messages``, OpenAI's for the rest)."""
 
     def __init__(self, *, openai: Admission, messages: Admission, access: Access) -> None:
         self._access = access
@@ -121,9 +112,8 @@ class HotRoutes:
 
     async def answer(self, request: Request, endpoint: Endpoint, session_id: str | None
                      ) -> Response:
-        """The answer to one request on ``endpoint`` (``session_id``: the session its
-        path names); the admission answers its own refusals, access's are answered
-        here in the same shape."""
+        """``session_id``: the session the path names; access's refusals are answered
+        here in the admission's shape."""
         admission = self._routes[endpoint.value][1]
         try:
             session = await self._access.session_for(request, session_id, cached=True)

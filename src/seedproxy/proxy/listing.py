@@ -1,11 +1,9 @@
 """``GET /sessions``: a bounded page of session summaries for the viewer and scripts.
 
-A page is read from one of the store's indexes (creation order; by group; by
-identity) and its summaries from the session records themselves (``summary.py``), so
-it costs ``limit`` records whatever the store holds (plus ``offset``; a ``cursor``,
-the ``next_cursor`` of the page before, costs nothing extra). ``since`` (a
-``version`` an earlier answer gave) answers ``{"version", "changed": false}`` alone
-while nothing changed: the viewer's cheap poll.
+A page is read from one of the store's indexes (creation order, group, identity), so
+it costs ``limit`` records (plus ``offset``; a ``cursor``, the page before's
+``next_cursor``, costs nothing) whatever the store holds. ``since`` (an earlier
+``version``) answers ``{"version", "changed": false}`` alone while nothing changed.
 """
 
 from __future__ import annotations
@@ -31,16 +29,9 @@ def state_of(record: SessionRecord) -> State:
     return "ended" if record.ended else "open"
 
 
-async def session_page(
-    store: SessionStore,
-    *,
-    group_id: str | None,
-    identity: str | None,
-    offset: int,
-    limit: int,
-    cursor: int | None = None,
-    since: int | None = None,
-) -> dict[str, Any]:
+async def session_page(store: SessionStore, *, group_id: str | None, identity: str | None,
+                       offset: int, limit: int, cursor: int | None = None,
+                       since: int | None = None) -> dict[str, Any]:
     version = await store.version()  # before the page: a later change moves it again
     if since is not None and since == version:
         return {"version": version, "changed": False}
@@ -83,15 +74,9 @@ async def _summary(store: SessionStore, record: SessionRecord) -> dict[str, Any]
         count = record.interaction_count
         upstream, version = record.last_upstream, record.last_weight_version
     summary: dict[str, Any] = {
-        "session_id": record.session_id,
-        "identity": record.identity,
-        "group_id": record.group_id,
-        "interactions": count,
-        "state": state_of(record),
-        "reward": record.reward,
-        "upstream": upstream,
-        "metadata": record.metadata,
-    }
+        "session_id": record.session_id, "identity": record.identity,
+        "group_id": record.group_id, "interactions": count, "state": state_of(record),
+        "reward": record.reward, "upstream": upstream, "metadata": record.metadata}
     if version is not None:
         summary["weight_version"] = version
     return summary

@@ -1,7 +1,5 @@
-"""Serving while the embedded engine loads: the port answers from the first second.
-
-``LoadingApp`` is the ASGI app uvicorn runs while a ``load`` future (on another thread)
-builds the real proxy app on the loaded engine.
+"""Serving while the embedded engine loads: ``LoadingApp`` is the ASGI app uvicorn
+runs while a ``load`` future (on another thread) builds the real proxy app.
 
 Invariants:
 - ``/healthz`` is 200 at once. Until the real app has started (its lifespan entered),
@@ -39,8 +37,6 @@ _RETRY_AFTER_S = 5
 
 
 class LoadingApp:
-    """The proxy's ASGI app from bind to ready (see the module docstring)."""
-
     def __init__(self, load: Future[FastAPI], *, wait_s: float,
                  on_failure: Callable[[], None]) -> None:
         self._load = load
@@ -51,7 +47,6 @@ class LoadingApp:
         self._waiting = 0
         self._stack = contextlib.AsyncExitStack()
         self.failure: BaseException | None = None
-        """Why the load failed, once it has; None while loading or once loaded."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":

@@ -30,8 +30,7 @@ class _RequestFormatter(logging.Formatter):
 
 
 class _CurrentStderr:
-    """Whatever ``sys.stderr`` is when a line is written, not when logging was set up
-    (a host that swaps it, a test runner that closes its capture, must not break us)."""
+    """Whatever ``sys.stderr`` is when a line is written, not when logging was set up."""
 
     def write(self, text: str) -> int:
         return sys.stderr.write(text)
@@ -42,9 +41,8 @@ class _CurrentStderr:
 
 class _BatchedHandler(logging.StreamHandler):  # type: ignore[type-arg]
     """Writes request lines in batches: one write per ``batch`` lines or per
-    ``interval_s``, whichever comes first (a write per line cost more than the rest
-    of logging put together). A daemon thread flushes a quiet tail; ``close()``
-    and interpreter exit flush everything."""
+    ``interval_s``, whichever comes first. A daemon thread flushes a quiet tail;
+    ``close()`` and interpreter exit flush everything."""
 
     def __init__(self, stream: _CurrentStderr, *, batch: int = 64,
                  interval_s: float = 0.1) -> None:
@@ -61,10 +59,8 @@ class _BatchedHandler(logging.StreamHandler):  # type: ignore[type-arg]
             line = self.format(record)
             with self.lock:  # type: ignore[union-attr]
                 self._lines.append(line)
-                if (
-                    len(self._lines) >= self._batch
-                    or time.monotonic() - self._last >= self._interval_s
-                ):
+                if len(self._lines) >= self._batch or (
+                        time.monotonic() - self._last >= self._interval_s):
                     self._write()
         except Exception:  # noqa: BLE001
             self.handleError(record)
@@ -113,7 +109,7 @@ def configure_logging(level: str = "INFO") -> None:
 
 
 def flush_logs() -> None:
-    """Write out batched request lines now (an app's shutdown calls this: a process
-    that dies by re-raised SIGTERM runs no exit hooks)."""
+    """Write out batched request lines now (a process that dies by re-raised SIGTERM
+    runs no exit hooks)."""
     for handler in logging.getLogger("seedproxy").handlers:
         handler.flush()

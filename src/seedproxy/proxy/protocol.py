@@ -1,15 +1,11 @@
 """uvicorn's HTTP protocols with deadlines on the request head and body.
 
-uvicorn (0.54) times out only idle keep-alive connections, and only after a first
-response: a client that opens a connection and sends nothing, half a request head,
-or a body a byte now and then, holds it (and a file descriptor) for good. Here the
-head must be complete within ``timeout_keep_alive`` seconds of the connection
-opening or of the previous response, and then the body within as long again; else
-the connection is closed (the app sees a disconnect). ``serve`` sets that timeout
-from ``--client-timeout``. A request being answered has no deadline.
-
-Cost: a deadline is a float set per request; one timer per connection, re-scheduled
-only when it fires early, checks it (no timer is created or cancelled per request).
+uvicorn (0.54) times out only idle keep-alive connections after a first response. Here
+the head must be complete within ``timeout_keep_alive`` seconds (``--client-timeout``)
+of the connection opening or of the previous response, and then the body within as
+long again; else the connection is closed (the app sees a disconnect). A request being
+answered has no deadline. One timer per connection checks the deadline, re-scheduled
+only when it fires early (none is created or cancelled per request).
 """
 
 from __future__ import annotations
@@ -114,6 +110,5 @@ else:
 
 
 def guarded_http_protocol() -> type[asyncio.Protocol]:
-    """The protocol class for ``uvicorn.run(http=...)``: httptools when installed
-    (as uvicorn's ``auto`` picks), else h11, with the deadlines."""
+    """For ``uvicorn.run(http=...)``: httptools when installed, else h11."""
     return _FASTEST

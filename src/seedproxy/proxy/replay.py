@@ -3,11 +3,9 @@ compare what comes back with what was recorded, token for token and logprob for 
 
 Invariants:
 - Each recorded choice is re-sent alone, non-streamed, with its recorded seed, through
-  the same pool as live traffic (so any server of the fleet may answer), asking the
-  upstream what the live request asked: a Messages or Responses request translated as
-  live traffic translates it (``bridges.selection``); an interaction the proxy rendered
-  itself (token-in-token-out) as its recorded ``prompt_token_ids`` to the mode's
-  token route, with the sampling parameters its recorded request maps to.
+  the live pool, asking what the live request asked (translated as live traffic is,
+  ``bridges.selection``); a token-in-token-out interaction as its recorded prompt ids
+  to the mode's token route.
 - Token ids compare exactly; logprobs compare as the stored float32 values, bit for bit.
 - The report names the first divergence (turn, choice, position, expected and got); a
   session verifies only when every compared interaction matched.
@@ -39,8 +37,6 @@ __all__ = ["Verifier"]
 class Verifier:
     def __init__(self, store: SessionStore, backend: Backend, pool: UpstreamPool,
                  tito: TitoMode | None = None, *, limit: int | None = None) -> None:
-        """``tito``: the proxy's token-in-token-out mode, which replays the interactions
-        it rendered; ``limit``: verifications at a time (default: one per upstream)."""
         self.store = store
         self.backend = backend
         self.pool = pool
@@ -50,12 +46,10 @@ class Verifier:
 
     @property
     def limit(self) -> int:
-        """Verifications at a time: as given, else one per upstream (as many as now)."""
         return self._limit if self._limit is not None else len(self.pool.upstreams)
 
     async def verify(self, session_id: str) -> dict[str, Any]:
-        """Return ``{session_id, ok, checked, skipped, first_divergence}``;
-        ``OverCapacity`` while ``limit`` verifications run."""
+        """``{session_id, ok, checked, skipped, first_divergence}``."""
         if self._running >= self.limit:
             raise OverCapacity(f"{self._running} verifications are running (one per upstream "
                                "at a time); retry when one ends")
@@ -115,8 +109,6 @@ class Verifier:
 
     async def _regenerate(self, session_id: str, chat: dict[str, Any],
                           interaction: Interaction, seed: int | None) -> ChoiceRecord:
-        """One choice of a token-in-token-out turn: its recorded prompt ids, sent as
-        the live turn was (``TitoMode.dialect``, ``TitoMode.sampling``)."""
         mode = self.tito
         if mode is None:
             raise BadRequest("this session was recorded in token-in-token-out mode: verify "

@@ -1,8 +1,7 @@
-"""The routes each also under ``/sessions/{session_id}``: the admission routes
-(OpenAI's, and Anthropic's ``/v1/messages``) as FastAPI declares them (the OpenAPI
-schema, and every request once middleware is added: ``hot.py``), the model listing,
-and Messages' ``count_tokens``; and ``HEAD /`` (Claude Code's probe). Every error on
-the Messages routes, auth included, comes in Anthropic's shape."""
+"""The routes each also under ``/sessions/{session_id}``: the admission routes as
+FastAPI declares them (``hot.py`` answers them first), the model listing and Messages'
+``count_tokens``; and ``HEAD /`` (Claude Code's probe). Every error on the Messages
+routes, auth included, comes in Anthropic's shape."""
 
 from __future__ import annotations
 
@@ -26,9 +25,8 @@ from .hot import HotRoutes
 __all__ = ["PromptCounter", "api_router", "find_model"]
 
 PromptCounter = Callable[[dict[str, Any]], int]
-"""Counts a chat body's prompt tokens as the upstream renders them; raises
-``ValueError`` (or ``BadRequest``) for a prompt it cannot render. Known only with a
-tokenizer at hand (the embedded engine's, or token-in-token-out mode's)."""
+"""Counts a chat body's prompt tokens as the upstream renders them; ``ValueError`` (or
+``BadRequest``) for a prompt it cannot render."""
 
 _PREFIXES = ("", "/sessions/{session_id}")
 _BODY = {"requestBody": {"required": True,
@@ -37,7 +35,6 @@ _BODY = {"requestBody": {"required": True,
 
 def api_router(hot: HotRoutes, access: Access, pool: UpstreamPool, services: Services,
                counter: PromptCounter | None = None) -> APIRouter:
-    """The admission routes, each answered by ``hot.answer``, and those beside them."""
     router = APIRouter()
 
     def route(endpoint: Endpoint):  # type: ignore[no-untyped-def]
@@ -48,7 +45,6 @@ def api_router(hot: HotRoutes, access: Access, pool: UpstreamPool, services: Ser
         return handler
 
     async def count_tokens(request: Request) -> Response:
-        """Its errors are Anthropic's (``on_seedproxy_error``: the route's presenter)."""
         await access.session_for(request, request.path_params.get("session_id"))
         raw = await read_body(request, services.settings.max_body_bytes)
         decoded = await services.parser.body(Endpoint.MESSAGES, raw)
@@ -68,14 +64,10 @@ def api_router(hot: HotRoutes, access: Access, pool: UpstreamPool, services: Ser
     async def models(request: Request) -> Response:
         await access.session_for(request, request.path_params.get("session_id"))
         upstream = await pool.get("/v1/models")
-        return Response(
-            upstream.content,
-            status_code=upstream.status_code,
-            media_type=upstream.headers.get("content-type", "application/json"),
-        )
+        return Response(upstream.content, status_code=upstream.status_code,
+                        media_type=upstream.headers.get("content-type", "application/json"))
 
     async def model(request: Request) -> Response:
-        """One model's card, as SGLang serves it, taken from the upstream's list."""
         await access.session_for(request, request.path_params.get("session_id"))
         upstream = await pool.get("/v1/models")
         if upstream.status_code != 200:
@@ -107,8 +99,7 @@ def api_router(hot: HotRoutes, access: Access, pool: UpstreamPool, services: Ser
 
 def find_model(listing: bytes, name: str) -> dict[str, Any] | None:
     """The card named ``name`` in an upstream's ``/v1/models`` answer (``default``: the
-    first it lists); None when it lists no such model. A listing not in OpenAI's shape
-    is the upstream's fault (502)."""
+    first it lists), or None; a listing not in OpenAI's shape is a 502."""
     try:
         data = orjson.loads(listing)
     except orjson.JSONDecodeError:

@@ -1,5 +1,4 @@
-"""Bodies of the admin routes. OpenAI-route bodies are not modelled: they are read
-as bytes and checked only where the proxy relies on them (see ``request.py``)."""
+"""Bodies of the admin routes (OpenAI-route bodies are not modelled: ``request.py``)."""
 
 from __future__ import annotations
 
@@ -9,21 +8,10 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 
 from ..settings import MAX_URL_LENGTH
 
-__all__ = [
-    "AckRequest",
-    "CreateSessions",
-    "DestroyWeightsUpdateGroup",
-    "ExportRequest",
-    "FleetPause",
-    "FleetUpdateWeights",
-    "FleetUpstream",
-    "FleetWeightVersion",
-    "ForkFrom",
-    "InitWeightsUpdateGroup",
-    "RewardRequest",
-    "UpdateWeightsFromDistributed",
-    "UpdateWeightsFromTensor",
-]
+__all__ = ["AckRequest", "CreateSessions", "DestroyWeightsUpdateGroup", "ExportRequest",
+           "FleetPause", "FleetUpdateWeights", "FleetUpstream", "FleetWeightVersion",
+           "ForkFrom", "InitWeightsUpdateGroup", "RewardRequest",
+           "UpdateWeightsFromDistributed", "UpdateWeightsFromTensor"]
 
 
 class _Body(BaseModel):
@@ -76,8 +64,6 @@ class FleetPause(_Body):
 
 class FleetUpstream(_Body):
     url: StrictStr = Field(min_length=1, max_length=MAX_URL_LENGTH)
-    """A server's root URL, as ``--upstream`` takes it (checked by
-    ``settings.check_upstream_url``)."""
 
 
 class FleetWeightVersion(_Body):

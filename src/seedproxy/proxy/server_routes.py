@@ -1,33 +1,36 @@
-"""SGLang's server routes, answered by the fleet: ``/health``, ``/health_generate``,
-``/get_model_info``, ``/get_server_info``, ``/tokenize``, ``/v1/tokenize`` and
-``/detokenize`` go to the least busy healthy server (the next on a failure), whose
-answer is passed on as it came; ``/flush_cache`` goes to every server, answered per
-server. With the embedded engine the engine is the fleet.
+"""SGLang's server routes, answered by the fleet: the health, info and token routes go to
+the least busy healthy server, whose answer is passed on as it came; ``/flush_cache``
+goes to every server, answered per server.
 
 Invariants:
-- Bodies are bounded (413 past ``max_body_bytes``) and must be a JSON object (400)
-  before anything is sent.
-- ``/health`` and ``/health_generate`` are open, as ``/healthz`` is; the info and token
-  routes need what ``/v1/models`` needs; ``/flush_cache`` (it changes every server)
-  needs the admin key.
+- Bodies are bounded (413) and must be a JSON object (400) before anything is sent.
+- The health routes are open; the info and token routes need what ``/v1/models``
+  needs; ``/flush_cache`` needs the admin key.
 - ``/flush_cache`` is 200 when every server flushed; else 503 when one could not be
-  reached, else 400 (SGLang's answer when it does not flush), listing each server.
+  reached, else 400 (SGLang's answer when it does not flush).
+- ``/readyz`` (open) is 200 when some upstream answers and is neither degraded nor
+  draining, and the session store answers; else 503, with each one's reason.
 """
 
 from __future__ import annotations
+
+import logging
 
 import httpx
 import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from ..errors import BadRequest
+from ..errors import BadRequest, StoreError
 from ..fleet.control import FleetControl
 from ..fleet.pool import UpstreamPool
 from ..pipeline.request import read_body
+from ..sessions import SessionStore
 from .access import Access
 
-__all__ = ["server_router"]
+__all__ = ["readiness_router", "server_router", "warn_if_no_upstream"]
+
+log = logging.getLogger("seedproxy")
 
 _OPEN = ("/health", "/health_generate")
 _INFO = ("/get_model_info", "/get_server_info")
@@ -39,8 +42,7 @@ def _passed_on(upstream: httpx.Response) -> Response:
                     media_type=upstream.headers.get("content-type"))
 
 
-def server_router(pool: UpstreamPool, fleet: FleetControl, access: Access, *,
-                  max_body_bytes: int) -> APIRouter:
+def server_router(pool: UpstreamPool, fleet: FleetControl, access: Access) -> APIRouter:
     router = APIRouter()
 
     async def open_route(request: Request) -> Response:
@@ -52,7 +54,7 @@ def server_router(pool: UpstreamPool, fleet: FleetControl, access: Access, *,
 
     async def token_route(request: Request) -> Response:
         await access.session_for(request, None)
-        raw = await read_body(request, max_body_bytes)
+        raw = await read_body(request, access.max_body_bytes)
         try:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError:
@@ -82,3 +84,41 @@ def server_router(pool: UpstreamPool, fleet: FleetControl, access: Access, *,
         router.add_api_route("/flush_cache", flush_cache, methods=[method],
                              operation_id=f"flush_cache_{method.lower()}")
     return router
+
+
+_DEGRADED = "degraded: its recent requests all timed out"
+_DRAINING = "draining: it left the fleet"
+
+
+def readiness_router(pool: UpstreamPool, store: SessionStore) -> APIRouter:
+    router = APIRouter()
+
+    @router.get("/readyz")
+    async def readyz() -> JSONResponse:
+        probed = pool.upstreams  # the list probed, whatever joins or leaves meanwhile
+        reasons = await pool.probe()
+        upstreams = [
+            {"url": u.url, "up": reasons[u.url] is None, "degraded": u.degraded,
+             "reason": reasons[u.url] or (_DEGRADED if u.degraded else None)
+             or (_DRAINING if u.draining else None)}
+            for u in probed
+        ]
+        try:
+            await store.count_open()
+            stored: str | None = None
+        except StoreError as exc:
+            stored = exc.message
+        ready = stored is None and any(u["reason"] is None for u in upstreams)
+        body = {"ready": ready, "upstreams": upstreams,
+                "store": {"up": stored is None, "reason": stored}}
+        return JSONResponse(body, status_code=200 if ready else 503)
+
+    return router
+
+
+async def warn_if_no_upstream(pool: UpstreamPool) -> None:
+    """At start-up: one WARNING when no upstream answers."""
+    reasons = await pool.probe()
+    if all(reason is not None for reason in reasons.values()):
+        detail = "; ".join(f"{url}: {reason}" for url, reason in reasons.items())
+        log.warning("no upstream answers /health yet (requests will get 503): %s", detail)

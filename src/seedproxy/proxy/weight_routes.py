@@ -1,15 +1,12 @@
 """Admin routes that move weights onto the fleet: ``POST /fleet/update_weights`` (the
-whole sync from a folder on disk) and the pass-through of SGLang's NCCL routes for
-trainers that push weights themselves (``/fleet/init_weights_update_group``,
-``/fleet/update_weights_from_distributed``, ``/fleet/update_weights_from_tensor``,
-``/fleet/destroy_weights_update_group``).
+whole sync from a folder on disk) and the pass-through of SGLang's NCCL weight routes.
 
 Invariants:
 - Every route needs the admin key (when one is set) and reads a strictly typed body
-  (``schemas.py``) before any server is told anything.
-- Each answer lists every upstream with what it said (``answer``: the server's own JSON).
-  When any server failed, the answer is a 502 in OpenAI's error shape naming them, with
-  the same list beside it; a weight sync that failed leaves the fleet paused.
+  before any server is told anything.
+- Each answer lists every upstream with what it said. When any server failed, it is a
+  502 in OpenAI's error shape naming them, with the list beside it; a weight sync that
+  failed leaves the fleet paused.
 """
 
 from __future__ import annotations
@@ -22,8 +19,9 @@ from pydantic import BaseModel
 
 from ..errors import UpstreamError
 from ..fleet.control import FleetControl
-from ..pipeline.request import documented, read_model
+from ..pipeline.request import documented
 from .access import Access
+from .fleet_routes import gate_state
 from .schemas import (
     DestroyWeightsUpdateGroup,
     FleetUpdateWeights,
@@ -35,14 +33,12 @@ from .schemas import (
 __all__ = ["weight_router"]
 
 
-def weight_router(fleet: FleetControl, access: Access, *, max_body_bytes: int) -> APIRouter:
+def weight_router(fleet: FleetControl, access: Access) -> APIRouter:
     router = APIRouter()
 
     def answer(what: str, ok: bool, upstreams: list[dict[str, Any]],
                **extra: Any) -> JSONResponse:
-        gate = fleet.gate
-        body: dict[str, Any] = {"paused": gate.paused, "mode": gate.mode,
-                                "waiting": gate.waiting, **extra, "upstreams": upstreams}
+        body = gate_state(fleet, **extra, upstreams=upstreams)
         if ok:
             return JSONResponse(body)
         failed = ", ".join(f"{r['url']} ({r['error']})" for r in upstreams if not r["ok"])
@@ -51,8 +47,7 @@ def weight_router(fleet: FleetControl, access: Access, *, max_body_bytes: int) -
 
     @router.post("/fleet/update_weights", openapi_extra=documented(FleetUpdateWeights))
     async def update_weights(request: Request) -> JSONResponse:
-        await access.require_admin(request)
-        body = await read_model(request, FleetUpdateWeights, max_body_bytes)
+        body = await access.admin_body(request, FleetUpdateWeights)
         sync = await fleet.update_weights(body.model_path, body.version, body.mode,
                                           body.load_format)
         what = {"pause": "pausing for the weight sync",
@@ -65,9 +60,9 @@ def weight_router(fleet: FleetControl, access: Access, *, max_body_bytes: int) -
     def same_to_all(path: str, model: type[BaseModel]) -> None:
         @router.post(f"/fleet{path}", openapi_extra=documented(model))
         async def route(request: Request) -> JSONResponse:
-            await access.require_admin(request)
-            body = (await read_model(request, model, max_body_bytes)).model_dump()
-            return answer(path.lstrip("/"), *_results(await fleet.pass_through(path, body)))
+            body = (await access.admin_body(request, model)).model_dump()
+            results = await fleet.pass_through(path, body)
+            return answer(path.lstrip("/"), all(r["ok"] for r in results), results)
 
     same_to_all("/update_weights_from_distributed", UpdateWeightsFromDistributed)
     same_to_all("/update_weights_from_tensor", UpdateWeightsFromTensor)
@@ -76,15 +71,10 @@ def weight_router(fleet: FleetControl, access: Access, *, max_body_bytes: int) -
     @router.post("/fleet/init_weights_update_group",
                  openapi_extra=documented(InitWeightsUpdateGroup))
     async def init_group(request: Request) -> JSONResponse:
-        await access.require_admin(request)
-        body = await read_model(request, InitWeightsUpdateGroup, max_body_bytes)
+        body = await access.admin_body(request, InitWeightsUpdateGroup)
         results = await fleet.pass_through("/init_weights_update_group",
                                            body.model_dump(exclude={"rank_stride"}),
                                            rank_stride=body.rank_stride)
-        return answer("init_weights_update_group", *_results(results))
+        return answer("init_weights_update_group", all(r["ok"] for r in results), results)
 
     return router
-
-
-def _results(results: list[dict[str, Any]]) -> tuple[bool, list[dict[str, Any]]]:
-    return all(r["ok"] for r in results), results

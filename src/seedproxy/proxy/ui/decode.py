@@ -1,21 +1,11 @@
 """Token ids to text for the viewer, through the upstream's SGLang ``/detokenize``.
 
-The proxy records ids only; the upstream holds the tokenizer. One call decodes every
-distinct id not yet cached in one upstream request, each id on its own
-(``{"tokens": [[id], ...], "skip_special_tokens": false}`` -> ``{"text": [str, ...]}``,
-SGLang's batch form), so a token's text is exactly what that id decodes to, special
-tokens included. Results are cached per decoder, bounded by ``max_cached``.
-
-An upstream that cannot decode (no such route, an error, an answer of another shape,
-no answer) yields None, and the viewer shows ids; it is remembered for
-``retry_after_s``, during which calls for it answer None without asking it again.
-Only the proxy's own upstreams reach here, so that memory holds one entry per upstream
-at most.
-
-A byte-level tokenizer splits a character (an emoji) over several tokens, each of which
-decodes alone to U+FFFD. ``glyphs`` finds those runs in a sequence and decodes every
-candidate span in one more request, so the viewer shows the character once over the
-tokens that make it.
+One call decodes every distinct id not yet cached in one upstream request, each id on
+its own (SGLang's batch form), so a token's text is exactly what that id decodes to,
+special tokens included; results are cached, bounded by ``max_cached``. An upstream
+that cannot decode yields None (the viewer shows ids) and is not asked again for
+``retry_after_s``. ``glyphs`` finds the runs of tokens that each decode to U+FFFD (a
+character split over byte tokens) and decodes them together in one more request.
 """
 
 from __future__ import annotations

@@ -1,18 +1,14 @@
 """The viewer's routes: the page and its assets (open, they hold no data),
-``POST /ui/api/detokenize`` (admin) and ``GET /ui/api/sessions/{id}/turns`` (a page of
-turns, each with only the messages it added; the admin key or the session's own).
-Other session data comes from the admin routes (``GET /sessions``,
-``GET /sessions/{id}``, ``GET /sessions/{id}/trajectory``), which the page calls with
-the key the user typed, as a bearer header.
-
-Every ``/ui`` response carries a strict Content-Security-Policy: scripts, styles and
-fetches from this origin only, no inline script, no framing; images from this origin
-or ``data:`` URLs only (a turn's recorded screenshots), so the page loads no image a
-client named by URL.
+``POST /ui/api/detokenize`` (admin) and ``GET /ui/api/sessions/{id}/turns`` (the admin
+key or the session's own); other data comes from the admin routes. Every ``/ui``
+response carries a strict Content-Security-Policy: everything from this origin only, no
+inline script, no framing, and images also from ``data:`` URLs (no image a client named
+by URL is loaded).
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import Any
 
@@ -23,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ...errors import BadRequest
 from ...fleet.pool import UpstreamPool
-from ...pipeline.request import documented, read_model
+from ...pipeline.request import documented
 from ...sessions.export import ordered_interactions
 from ...sessions.ids import check_id
 from ...sessions.store.base import SessionStore
@@ -33,22 +29,13 @@ from .turns import MAX_TURNS_PAGE, turns_page
 
 __all__ = ["CSP", "ui_router"]
 
-CSP = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
-    "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
-)
-_SECURITY = {
-    "content-security-policy": CSP,
-    "x-content-type-options": "nosniff",
-    "referrer-policy": "no-referrer",
-    "x-frame-options": "DENY",
-    "cache-control": "no-store",
-}
-_ASSETS = {
-    "index.html": "text/html; charset=utf-8",
-    "app.js": "text/javascript; charset=utf-8",
-    "style.css": "text/css; charset=utf-8",
-}
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+       "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+_SECURITY = {"content-security-policy": CSP, "x-content-type-options": "nosniff",
+             "referrer-policy": "no-referrer", "x-frame-options": "DENY",
+             "cache-control": "no-store"}
+_ASSETS = {"index.html": "text/html; charset=utf-8",
+           "app.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
 MAX_DECODE_IDS = 8192
 
 
@@ -67,38 +54,28 @@ def _load_assets() -> dict[str, bytes]:
     return {name: static.joinpath(name).read_bytes() for name in _ASSETS}
 
 
-def ui_router(
-    access: Access, pool: UpstreamPool, decoder: TokenDecoder, store: SessionStore, *,
-    max_body_bytes: int,
-) -> APIRouter:
+def _asset_route(content: bytes, media_type: str) -> Callable[[], Awaitable[Response]]:
+    async def asset() -> Response:
+        return Response(content, media_type=media_type, headers=_SECURITY)
+
+    return asset
+
+
+def ui_router(access: Access, pool: UpstreamPool, decoder: TokenDecoder,
+              store: SessionStore) -> APIRouter:
     router = APIRouter()
     assets = _load_assets()
 
-    def asset(name: str) -> Response:
-        return Response(assets[name], media_type=_ASSETS[name], headers=_SECURITY)
-
-    @router.get("/ui", include_in_schema=False)
-    @router.get("/ui/", include_in_schema=False)
-    async def page() -> Response:
-        return asset("index.html")
-
-    @router.get("/ui/app.js", include_in_schema=False)
-    async def script() -> Response:
-        return asset("app.js")
-
-    @router.get("/ui/style.css", include_in_schema=False)
-    async def style() -> Response:
-        return asset("style.css")
+    for path, name in (("/ui", "index.html"), ("/ui/", "index.html"),
+                       ("/ui/app.js", "app.js"), ("/ui/style.css", "style.css")):
+        router.add_api_route(path, _asset_route(assets[name], _ASSETS[name]),
+                             methods=["GET"], include_in_schema=False)
 
     @router.post("/ui/api/detokenize", openapi_extra=documented(DetokenizeRequest))
     async def detokenize(request: Request) -> JSONResponse:
         """``{ids, upstream?, sequence?}`` -> ``{tokens: {id: text} | null, glyphs?}``;
-        ``upstream`` must be one of the proxy's own (the first when absent), never an
-        arbitrary URL. ``tokens`` covers ``ids`` and ``sequence``; ``glyphs`` (with a
-        ``sequence``) lists ``[start, end, text]`` for each character spread over
-        several tokens. The key is checked before the body is read."""
-        await access.require_admin(request)
-        body = await read_model(request, DetokenizeRequest, max_body_bytes)
+        ``upstream`` must be one of the proxy's own (default: the first)."""
+        body = await access.admin_body(request, DetokenizeRequest)
         known = [u.url for u in pool.upstreams]
         upstream = (body.upstream or known[0]).rstrip("/")
         if upstream not in known:
@@ -119,10 +96,6 @@ def ui_router(
         offset: int = Query(default=0, ge=0, le=10**12),
         limit: int = Query(default=20, ge=1, le=MAX_TURNS_PAGE),
     ) -> Response:
-        """``{total, offset, next_offset, turns}``: turns ``offset`` to
-        ``offset + limit`` in trajectory order, each its trajectory record with only
-        the request messages it added (``messages_from``: how many it repeats) and
-        ``prompt_tokens`` in place of ``prompt_token_ids``."""
         check_id(session_id, param="session_id")
         record = await access.require_session_reader(request, session_id)
         page = turns_page(await ordered_interactions(store, record), offset, limit)

@@ -1,17 +1,13 @@
 """One page of a session's turns for the viewer, each showing only what it added.
 
-A turn's request repeats the conversation so far; the page gives each turn only the
-messages past that history (``messages_from``: how many leading messages it repeats
-from the turn before it). The turn before is the one it extends (token-in-token-out's
-``extends``), else the previous one in trajectory order. The repeated history is the
-longest common prefix of the two message lists, plus the assistant message right after
-it when it is that turn's answer (shown on that turn already). A turn that adds nothing
-past that history (a fresh request repeating an earlier one) is shown whole. Each turn
-carries its branch (token-in-token-out) and how its prompt was made (``prompt``:
-extended, matched or rendered), so a page shows where a rollout forks, compacts or
-replays. Prompt ids are left out (``prompt_tokens`` counts them), so a page's size does
-not grow with the history.
-Everything else is the trajectory's record of the turn, unchanged.
+Each turn gets only the messages past the history it repeats from the turn before it
+(``messages_from``: how many). The turn before is the one it extends
+(token-in-token-out's ``extends``), else the previous one in trajectory order; the
+repeated history is the two message lists' longest common prefix, plus the assistant
+message right after it when it is that turn's answer. A turn that adds nothing past it
+is shown whole. Each turn carries its ``branch`` and ``prompt`` (extended, matched or
+rendered); prompt ids are left out (``prompt_tokens`` counts them). Everything else is
+the trajectory's record of the turn, unchanged.
 """
 
 from __future__ import annotations
@@ -25,7 +21,6 @@ from ...sessions.interaction import Interaction
 __all__ = ["MAX_TURNS_PAGE", "turns_page"]
 
 MAX_TURNS_PAGE = 100
-"""The most turns one page holds."""
 
 
 def _answers(response: Any) -> list[Any]:
