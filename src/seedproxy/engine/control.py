@@ -33,7 +33,7 @@ from fastapi.responses import Response
 
 from .errors import EngineError, RequestError
 from .reload import prepare_update
-from .route_io import guard, json_response, read_body
+from .route_io import json_response, route
 from .state import EngineState
 from .worker_control import PAUSE_MODES, PauseMode
 
@@ -133,53 +133,41 @@ def _flow_routes(router: APIRouter, state: EngineState) -> None:
     worker = state.worker
 
     @router.post("/abort_request")
-    async def abort_request(request: Request) -> Response:
+    @route(True)
+    async def abort_request(request: Request, body: dict[str, Any]) -> Response:
         """SGLang's ``/abort_request``: ``{"rid"}`` or ``{"abort_all": true}``."""
-        async def run() -> Response:
-            body = await read_body(request)
-            rid = body.get("rid")
-            if body.get("abort_all") is True:
-                worker.abort(None)
-            elif isinstance(rid, str) and rid:
-                worker.abort(rid)
-            else:
-                raise RequestError("rid must be a non-empty string (or abort_all: true)",
-                                   param="rid")
-            return Response(status_code=200)
-
-        return await guard(True, run)
+        rid = body.get("rid")
+        if body.get("abort_all") is True:
+            worker.abort(None)
+        elif isinstance(rid, str) and rid:
+            worker.abort(rid)
+        else:
+            raise RequestError("rid must be a non-empty string (or abort_all: true)",
+                               param="rid")
+        return Response(status_code=200)
 
     @router.post("/pause_generation")
-    async def pause_generation(request: Request) -> Response:
+    @route(True, empty_ok=True)
+    async def pause_generation(request: Request, body: dict[str, Any]) -> Response:
         """``{"mode": "abort" | "in_place" | "retract"}`` (default abort)."""
-        async def run() -> Response:
-            worker.pause(_pause_mode(await read_body(request, empty_ok=True)))
-            return json_response({"message": "Generation paused successfully.",
-                                  "status": "ok"})
-
-        return await guard(True, run)
+        worker.pause(_pause_mode(body))
+        return json_response({"message": "Generation paused successfully.", "status": "ok"})
 
     @router.post("/continue_generation")
-    async def continue_generation(request: Request) -> Response:
-        async def run() -> Response:
-            await read_body(request, empty_ok=True)
-            worker.resume()
-            return json_response({"message": "Generation continued successfully.",
-                                  "status": "ok"})
-
-        return await guard(True, run)
+    @route(True, empty_ok=True)
+    async def continue_generation(request: Request, body: dict[str, Any]) -> Response:
+        worker.resume()
+        return json_response({"message": "Generation continued successfully.",
+                              "status": "ok"})
 
     @router.post("/update_weight_version")
-    async def update_weight_version(request: Request) -> Response:
+    @route(True)
+    async def update_weight_version(request: Request, body: dict[str, Any]) -> Response:
         """``{"new_version", "abort_all_requests": true}``."""
-        async def run() -> Response:
-            version, abort_all = _new_version(await read_body(request))
-            worker.set_weight_version(version, abort_all=abort_all)
-            return json_response({"success": True,
-                                  "message": f"Weight version updated to {version}",
-                                  "new_version": version})
-
-        return await guard(True, run)
+        version, abort_all = _new_version(body)
+        worker.set_weight_version(version, abort_all=abort_all)
+        return json_response({"success": True, "message": f"Weight version updated to {version}",
+                              "new_version": version})
 
 
 def _cache_routes(router: APIRouter, state: EngineState) -> None:
@@ -204,28 +192,25 @@ def _weight_routes(router: APIRouter, state: EngineState) -> None:
     updating = asyncio.Lock()
 
     @router.post("/update_weights_from_disk")
-    async def update_weights_from_disk(request: Request) -> Response:
+    @route(True)
+    async def update_weights_from_disk(request: Request, body: dict[str, Any]) -> Response:
         """``{"model_path", "load_format"?, "abort_all_requests"?, "weight_version"?}``."""
-        async def run() -> Response:
-            update = _disk_update(await read_body(request))
-            async with updating:
-                try:
-                    prepared = await asyncio.to_thread(
-                        prepare_update, update.model_path, update.load_format, model,
-                        worker.max_batch)
-                except EngineError as exc:
-                    return json_response({"success": False, "message": str(exc),
-                                          "num_paused_requests": 0}, status=400)
-                if update.abort_all_requests:
-                    worker.abort(None)
-                held = await worker.load_weights(prepared, update.weight_version)
-                if held is None:
-                    return json_response({"success": False, "message": "the engine stopped",
-                                          "num_paused_requests": 0}, status=400)
-                model.model_path = update.model_path
-                model.source_dir = str(Path(update.model_path).expanduser())
-            return json_response({"success": True,
-                                  "message": "Succeeded to update model weights.",
-                                  "num_paused_requests": held})
-
-        return await guard(True, run)
+        update = _disk_update(body)
+        async with updating:
+            try:
+                prepared = await asyncio.to_thread(
+                    prepare_update, update.model_path, update.load_format, model,
+                    worker.max_batch)
+            except EngineError as exc:
+                return json_response({"success": False, "message": str(exc),
+                                      "num_paused_requests": 0}, status=400)
+            if update.abort_all_requests:
+                worker.abort(None)
+            held = await worker.load_weights(prepared, update.weight_version)
+            if held is None:
+                return json_response({"success": False, "message": "the engine stopped",
+                                      "num_paused_requests": 0}, status=400)
+            model.model_path = update.model_path
+            model.source_dir = str(Path(update.model_path).expanduser())
+        return json_response({"success": True, "message": "Succeeded to update model weights.",
+                              "num_paused_requests": held})

@@ -33,7 +33,7 @@ from .errors import RequestError
 from .generator import DEFAULT_CACHE_MB, DEFAULT_MAX_BATCH
 from .model import EngineModel
 from .native import generate_response, generate_stream, parse_generate
-from .route_io import ClientGone, guard, json_response, read_body
+from .route_io import ClientGone, json_response, route
 from .state import EngineState
 from .worker import StepHook, Worker
 
@@ -115,86 +115,74 @@ def _tokenizer_routes(app: FastAPI, model: EngineModel) -> None:
         return json_response({"object": "list", "data": [card]})
 
     @app.post("/detokenize")
-    async def detokenize(request: Request) -> Response:
+    @route(False)
+    async def detokenize(request: Request, body: dict[str, Any]) -> Response:
         """SGLang's ``/detokenize``: ``{"tokens": [ids]}`` -> ``{"text": str}``, or a
         batch ``{"tokens": [[ids], ...]}`` -> ``{"text": [str, ...]}``;
         ``skip_special_tokens`` (default true, as SGLang) drops special tokens."""
-        async def run() -> Response:
-            body = await read_body(request)
-            tokens, skip = body.get("tokens"), body.get("skip_special_tokens", True)
-            if not isinstance(skip, bool):
-                raise RequestError("skip_special_tokens must be a boolean",
-                                   param="skip_special_tokens")
-            batch = isinstance(tokens, list) and bool(tokens) and isinstance(tokens[0], list)
-            rows = tokens if batch else [tokens]
-            vocab = len(model.tokenizer)
-            if not isinstance(rows, list) or not all(
-                    isinstance(row, list) and all(type(t) is int and 0 <= t < vocab for t in row)
-                    for row in rows):
-                raise RequestError("tokens must be a list of token ids, or a list of such "
-                                   "lists", param="tokens")
-            texts = [str(model.tokenizer.decode(row, skip_special_tokens=skip)) for row in rows]
-            return json_response({"text": texts if batch else texts[0]})
-        return await guard(False, run)
+        tokens, skip = body.get("tokens"), body.get("skip_special_tokens", True)
+        if not isinstance(skip, bool):
+            raise RequestError("skip_special_tokens must be a boolean",
+                               param="skip_special_tokens")
+        batch = isinstance(tokens, list) and bool(tokens) and isinstance(tokens[0], list)
+        rows = tokens if batch else [tokens]
+        vocab = len(model.tokenizer)
+        if not isinstance(rows, list) or not all(
+                isinstance(row, list) and all(type(t) is int and 0 <= t < vocab for t in row)
+                for row in rows):
+            raise RequestError("tokens must be a list of token ids, or a list of such "
+                               "lists", param="tokens")
+        texts = [str(model.tokenizer.decode(row, skip_special_tokens=skip)) for row in rows]
+        return json_response({"text": texts if batch else texts[0]})
 
     @app.post("/tokenize")
     @app.post("/v1/tokenize")
-    async def tokenize(request: Request) -> Response:
+    @route(False)
+    async def tokenize(request: Request, body: dict[str, Any]) -> Response:
         """SGLang's ``/tokenize``: ``{"prompt": str}`` -> ``{"tokens": [ids], "count",
         "max_model_len"}``, or a batch ``{"prompt": [str, ...]}`` -> lists of each;
         ``add_special_tokens`` defaults to true, as SGLang's."""
-        async def run() -> Response:
-            body = await read_body(request)
-            prompt, special = body.get("prompt"), body.get("add_special_tokens", True)
-            if not isinstance(special, bool):
-                raise RequestError("add_special_tokens must be a boolean",
-                                   param="add_special_tokens")
-            batch = isinstance(prompt, list)
-            rows = prompt if isinstance(prompt, list) else [prompt]
-            if not rows or not all(isinstance(row, str) for row in rows):
-                raise RequestError("prompt must be a string or a list of strings",
-                                   param="prompt")
-            ids = [list(model.tokenizer.encode(row, add_special_tokens=special))
-                   for row in rows]
-            return json_response({"tokens": ids if batch else ids[0],
-                                  "count": [len(i) for i in ids] if batch else len(ids[0]),
-                                  "max_model_len": model.context_length})
-        return await guard(False, run)
+        prompt, special = body.get("prompt"), body.get("add_special_tokens", True)
+        if not isinstance(special, bool):
+            raise RequestError("add_special_tokens must be a boolean",
+                               param="add_special_tokens")
+        batch = isinstance(prompt, list)
+        rows = prompt if isinstance(prompt, list) else [prompt]
+        if not rows or not all(isinstance(row, str) for row in rows):
+            raise RequestError("prompt must be a string or a list of strings", param="prompt")
+        ids = [list(model.tokenizer.encode(row, add_special_tokens=special)) for row in rows]
+        return json_response({"tokens": ids if batch else ids[0],
+                              "count": [len(i) for i in ids] if batch else len(ids[0]),
+                              "max_model_len": model.context_length})
 
 
 def _generation_routes(app: FastAPI, state: EngineState) -> None:
     """``/generate`` (SGLang's native) and the OpenAI chat and text completions."""
 
     @app.post("/generate")
-    async def generate(request: Request) -> Response:
-        async def run() -> Response:
-            body = await read_body(request)
-            reqs = parse_generate(state, body)
-            if body.get("stream") is True:
-                return _sse(generate_stream(state, reqs))
-            batched = isinstance(body.get("text"), list) or (
-                isinstance(body.get("input_ids"), list) and bool(body["input_ids"])
-                and isinstance(body["input_ids"][0], list))
-            return json_response(await _until_disconnect(
-                request, generate_response(state, reqs, batched)))
-        return await guard(True, run)
+    @route(True)
+    async def generate(request: Request, body: dict[str, Any]) -> Response:
+        reqs = parse_generate(state, body)
+        if body.get("stream") is True:
+            return _sse(generate_stream(state, reqs))
+        batched = isinstance(body.get("text"), list) or (
+            isinstance(body.get("input_ids"), list) and bool(body["input_ids"])
+            and isinstance(body["input_ids"][0], list))
+        return json_response(await _until_disconnect(
+            request, generate_response(state, reqs, batched)))
 
     @app.post("/v1/chat/completions")
-    async def chat(request: Request) -> Response:
-        async def run() -> Response:
-            body = await read_body(request)
-            job = parse_chat(state, body, request.headers)
-            if body.get("stream") is True:
-                return _sse(chat_stream(state, job))
-            return json_response(await _until_disconnect(request, chat_response(state, job)))
-        return await guard(False, run)
+    @route(False)
+    async def chat(request: Request, body: dict[str, Any]) -> Response:
+        job = parse_chat(state, body, request.headers)
+        if body.get("stream") is True:
+            return _sse(chat_stream(state, job))
+        return json_response(await _until_disconnect(request, chat_response(state, job)))
 
     @app.post("/v1/completions")
-    async def completions(request: Request) -> Response:
-        async def run() -> Response:
-            body = await read_body(request)
-            job = parse_completion(state, body)
-            if body.get("stream") is True:
-                return _sse(completion_stream(state, job))
-            return json_response(await _until_disconnect(request, completion_response(state, job)))
-        return await guard(False, run)
+    @route(False)
+    async def completions(request: Request, body: dict[str, Any]) -> Response:
+        job = parse_completion(state, body)
+        if body.get("stream") is True:
+            return _sse(completion_stream(state, job))
+        return json_response(await _until_disconnect(request, completion_response(state, job)))
