@@ -30,16 +30,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import BadRequest
-from ..sse_frames import DONE, data_frame
+from ..sse_frames import DONE
 from ..template_input import RenderOptions, render_options, rendered, template_messages
 from ..tool_choice import Forcing, ToolChoiceError, forcing_of, parse_forced, tools_rendered
 from .errors import RequestError
 from .generator import GenRequest, Update
-from .jobs import complete
 from .openai_common import (
+    OpenAIJob,
     check_context_budget,
+    fan_out,
+    job_fields,
     openai_sampling_params,
-    raise_for_failure,
+    run_all,
     token_text,
     usage,
     usage_counts,
@@ -50,19 +52,16 @@ from .state import EngineState, request_id
 
 __all__ = ["ChatJob", "chat_response", "chat_stream", "parse_chat", "render_messages"]
 
+
 @dataclass(frozen=True)
-class ChatJob:
-    reqs: list[GenRequest]
-    model: str
+class ChatJob(OpenAIJob):
     logprobs: bool
     top_logprobs: int
     return_prompt_ids: bool
     return_token_ids: bool
     sglext_input: bool
     sglext_output: bool
-    include_usage: bool
-    continuous_usage: bool
-    forced: bool = False
+    forced: bool
     """``tool_choice`` forces a call: the text is read back as tool calls."""
 
 
@@ -121,22 +120,14 @@ def parse_chat(state: EngineState, body: dict[str, Any], headers: Any) -> ChatJo
     top = want_int(body, "top_logprobs", 0) or 0
     if top < 0 or top > 20:
         raise RequestError("top_logprobs must be between 0 and 20", param="top_logprobs")
-    opts = body.get("stream_options") or {}
-    include_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
-    rid = request_id(body)
-    reqs = [GenRequest(f"{rid}-{i}" if params.n > 1 else rid, prompt, params, logprobs,
-                       top if logprobs else 0,
-                       processor=state.processors.build(params, grammar))
-            for i in range(params.n)]
-    model = body.get("model")
+    reqs = fan_out(request_id(body), [prompt], params.n, lambda rid, p: GenRequest(
+        rid, p, params, logprobs, top if logprobs else 0,
+        processor=state.processors.build(params, grammar)))
     return ChatJob(
-        reqs=reqs, model=model if isinstance(model, str) else state.model.name,
-        logprobs=logprobs, top_logprobs=top, return_prompt_ids=ret_prompt or ret_tokens,
-        return_token_ids=ret_tokens,
+        reqs=reqs, **job_fields(state, body), logprobs=logprobs, top_logprobs=top,
+        return_prompt_ids=ret_prompt or ret_tokens, return_token_ids=ret_tokens,
         sglext_input=headers.get("x-sglext-return-input-ids") == "1",
         sglext_output=headers.get("x-sglext-return-output-ids") == "1",
-        include_usage=include_usage,
-        continuous_usage=isinstance(opts, dict) and bool(opts.get("continuous_usage_stats")),
         forced=forcing is not None,
     )
 
@@ -200,10 +191,9 @@ def _sglext(job: ChatJob, finals: list[Update]) -> dict[str, Any] | None:
 
 
 async def chat_response(state: EngineState, job: ChatJob) -> dict[str, Any]:
-    finals = [await complete(state.worker, state.jobs, r) for r in job.reqs]
-    raise_for_failure(finals)
+    ends = await run_all(state, job.reqs)
     choices = []
-    for idx, upd in enumerate(finals):
+    for idx, upd in enumerate(ends):
         calls = _calls(job, upd)
         finish, matched = _finish(upd.finish or {}, calls)
         choice: dict[str, Any] = {
@@ -223,19 +213,17 @@ async def chat_response(state: EngineState, job: ChatJob) -> dict[str, Any]:
     resp: dict[str, Any] = {
         "id": job.reqs[0].rid, "object": "chat.completion", "created": int(time.time()),
         "model": job.model, "choices": choices,
-        "usage": usage(finals[0].prompt_tokens, finals),
-        "metadata": {"weight_version": finals[0].weight_version},
+        "usage": usage(ends[0].prompt_tokens, ends),
+        "metadata": {"weight_version": ends[0].weight_version},
     }
-    ext = _sglext(job, finals)
+    ext = _sglext(job, ends)
     if ext is not None:
         resp["sglext"] = ext
     return resp
 
 
 def _chunk(job: ChatJob, choices: list[dict[str, Any]], **extra: Any) -> bytes:
-    body = {"id": job.reqs[0].rid, "object": "chat.completion.chunk",
-            "created": int(time.time()), "model": job.model, "choices": choices, **extra}
-    return data_frame(body)
+    return job.chunk("chat.completion.chunk", choices, **extra)
 
 
 def _delta(idx: int, delta: dict[str, Any], logprobs: Any = None, finish: Any = None,

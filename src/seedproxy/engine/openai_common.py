@@ -14,17 +14,56 @@ Invariants:
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ..response_format import format_of
+from ..sse_frames import data_frame
 from .errors import InternalError, RequestError
-from .generator import Update
+from .generator import GenRequest, Update
+from .jobs import complete
 from .params import SamplingParams, parse_sampling_params, want_bool
+from .state import EngineState
 
 __all__ = [
-    "check_context_budget", "error_body", "openai_sampling_params", "raise_for_failure",
-    "token_text", "usage", "usage_counts", "want_bool", "want_int",
+    "OpenAIJob", "check_context_budget", "error_body", "fan_out", "job_fields",
+    "openai_sampling_params", "run_all", "token_text", "usage", "usage_counts",
+    "want_bool", "want_int",
 ]
+
+
+@dataclass(frozen=True)
+class OpenAIJob:
+    """An OpenAI route's request: one ``GenRequest`` per choice, prompt-major."""
+
+    reqs: list[GenRequest]
+    model: str
+    include_usage: bool
+    continuous_usage: bool
+
+    def chunk(self, kind: str, choices: list[dict[str, Any]], **extra: Any) -> bytes:
+        return data_frame({"id": self.reqs[0].rid, "object": kind, "created": int(time.time()),
+                           "model": self.model, "choices": choices, **extra})
+
+
+def job_fields(state: EngineState, body: dict[str, Any]) -> dict[str, Any]:
+    """``OpenAIJob``'s fields but ``reqs``: the model shown and ``stream_options``."""
+    model = body.get("model")
+    opts = body.get("stream_options") or {}
+    return {"model": model if isinstance(model, str) else state.model.name,
+            "include_usage": isinstance(opts, dict) and bool(opts.get("include_usage")),
+            "continuous_usage": isinstance(opts, dict)
+            and bool(opts.get("continuous_usage_stats"))}
+
+
+def fan_out(rid: str, prompts: list[list[int]], n: int,
+            make: Callable[[str, list[int]], GenRequest]) -> list[GenRequest]:
+    """``make(rid, prompt)`` per (prompt, choice), prompt-major; ``rid`` is the request's
+    own when it makes one, else ``rid-k`` (``k = i * n + j``)."""
+    total = len(prompts) * n
+    return [make(rid if total == 1 else f"{rid}-{k}", prompts[k // n]) for k in range(total)]
 
 
 def error_body(message: str, status: int = 400, err_type: str = "BadRequestError",
@@ -118,13 +157,13 @@ def usage_counts(prompt_tokens: int, completion: int) -> dict[str, Any]:
             "reasoning_tokens": 0}
 
 
-def raise_for_failure(finals: list[Update]) -> None:
-    """Raise ``InternalError`` if a generation failed inside the engine.
-
-    The worker reports a failure as SGLang does, an abort carrying ``status_code``; a plain
-    abort (a cancelled job) carries none and is not an error.
-    """
-    for upd in finals:
+async def run_all(state: EngineState, reqs: list[GenRequest]) -> list[Update]:
+    """Run ``reqs`` to their ends, in order; ``InternalError`` if one failed inside the
+    engine (the worker's abort carrying ``status_code``, as SGLang's; a plain abort, a
+    cancelled job, carries none and is no error)."""
+    done = [await complete(state.worker, state.jobs, r) for r in reqs]
+    for upd in done:
         fin = upd.finish or {}
         if fin.get("type") == "abort" and isinstance(fin.get("status_code"), int):
             raise InternalError(str(fin.get("message")), fin["status_code"])
+    return done
