@@ -29,12 +29,11 @@ import torch
 
 from .kvcache import KVBuffer, PrefixCache
 from .llama import BatchRunner
-from .logits import LogitsProcessor
 from .model import EngineModel
 from .params import GREEDY_EPS, SamplingParams
+from .processors import LogitsProcessor
 from .sampler import Sampler
-from .stop_regex import match_stop_regex
-from .text import TextState
+from .text import TextState, match_stop_regex
 
 __all__ = ["DEFAULT_CACHE_MB", "DEFAULT_MAX_BATCH", "DEFAULT_WEIGHT_VERSION", "GenRequest",
            "Generator", "Seq", "Update", "version_spans"]
@@ -160,10 +159,6 @@ class Generator:
     def clear_cache(self) -> None:
         """Empty the prefix cache (its capacity kept)."""
         self.cache = PrefixCache(self.cache.capacity_bytes)
-
-    @property
-    def has_room(self) -> bool:
-        return len(self.running) < self.max_batch
 
     def add(self, req: GenRequest, emit: Callable[[Update], None],
             cancelled: Callable[[], bool]) -> None:

@@ -14,6 +14,8 @@ Invariants:
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,9 +25,9 @@ from ..response_format import format_of
 from ..sse_frames import data_frame
 from .errors import InternalError, RequestError
 from .generator import GenRequest, Update
-from .jobs import complete
 from .params import SamplingParams, parse_sampling_params, want_bool
-from .state import EngineState
+from .state import EngineState, JobLog
+from .worker import Worker
 
 __all__ = [
     "OpenAIJob", "check_context_budget", "error_body", "fan_out", "job_fields",
@@ -95,6 +97,12 @@ def check_context_budget(prompt_len: int, max_new_tokens: int | None,
         "within the limit.", param="max_tokens")
 
 
+_PASSED = ("temperature", "top_p", "top_k", "min_p", "stop", "stop_token_ids", "ignore_eos",
+           "skip_special_tokens", "no_stop_trim", "frequency_penalty", "presence_penalty",
+           "repetition_penalty", "logit_bias", "regex", "ebnf", "json_schema", "stop_regex")
+"""OpenAI body fields passed to the sampling params under their own names."""
+
+
 def openai_sampling_params(body: dict[str, Any], vocab_size: int,
                            default_max_tokens: int | None) -> SamplingParams:
     """Map an OpenAI chat/completions body to validated ``SamplingParams``."""
@@ -109,29 +117,9 @@ def openai_sampling_params(body: dict[str, Any], vocab_size: int,
     n = want_int(body, "n", 1)
     if n is None or n < 1 or n > 128:
         raise RequestError(f"n must be between 1 and 128, got {n}", param="n")
-    sp: dict[str, Any] = {
-        "max_new_tokens": max_tokens,
-        "temperature": body.get("temperature"),
-        "top_p": body.get("top_p"),
-        "top_k": body.get("top_k"),
-        "min_p": body.get("min_p"),
-        "stop": body.get("stop"),
-        "stop_token_ids": body.get("stop_token_ids"),
-        "ignore_eos": body.get("ignore_eos"),
-        "skip_special_tokens": body.get("skip_special_tokens"),
-        "no_stop_trim": body.get("no_stop_trim"),
-        "min_new_tokens": body.get("min_tokens"),
-        "frequency_penalty": body.get("frequency_penalty"),
-        "presence_penalty": body.get("presence_penalty"),
-        "repetition_penalty": body.get("repetition_penalty"),
-        "logit_bias": body.get("logit_bias"),
-        "regex": body.get("regex"),
-        "ebnf": body.get("ebnf"),
-        "json_schema": body.get("json_schema"),
-        "stop_regex": body.get("stop_regex"),
-        "sampling_seed": seed,
-        "n": n,
-    }
+    sp: dict[str, Any] = {"max_new_tokens": max_tokens, **{k: body.get(k) for k in _PASSED},
+                          "min_new_tokens": body.get("min_tokens"), "sampling_seed": seed,
+                          "n": n}
     asked = format_of(body.get("response_format"), "by the embedded engine")
     if asked is not None:
         if any(sp[k] is not None for k in ("regex", "ebnf", "json_schema")):
@@ -155,6 +143,34 @@ def usage_counts(prompt_tokens: int, completion: int) -> dict[str, Any]:
     return {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion,
             "completion_tokens": completion, "prompt_tokens_details": None,
             "reasoning_tokens": 0}
+
+
+async def complete(worker: Worker, log: JobLog, req: GenRequest) -> Update:
+    """Run ``req`` to its end and return the final update; if the waiting task is
+    cancelled (its client went away) the job's cancel flag is set, so the worker stops it
+    at the next token."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[Update] = loop.create_future()
+    cancel = threading.Event()
+
+    def deliver(upd: Update) -> None:
+        if not done.done():
+            done.set_result(upd)
+
+    def on_update(upd: Update) -> None:
+        if upd.finish is None:
+            return
+        log.record(req.rid, upd)
+        try:
+            loop.call_soon_threadsafe(deliver, upd)
+        except RuntimeError:  # the loop is gone: nobody is waiting any more
+            pass
+
+    worker.submit(req, on_update, cancel)
+    try:
+        return await done
+    finally:
+        cancel.set()
 
 
 async def run_all(state: EngineState, reqs: list[GenRequest]) -> list[Update]:

@@ -1,26 +1,19 @@
-"""A structural tag's node tree (``struct_format``) written as one llguidance grammar.
-
-xgrammar matches the tree with an Earley parser over characters; llguidance lexes first,
-and its lexer takes the longest lexeme without backtracking. So the tree is written to
-keep xgrammar's language exactly:
-- A *regular* subtree (``const_string``, ``regex``, ``any_text``, and ``sequence``,
-  ``or``, the repeats, ``tag`` and ``tags_with_separator`` built only from those) becomes one lark
-  terminal, a single regular expression: its pieces split wherever xgrammar's would.
-- A regular run is merged into the terminal before it (``follow``), so free text
-  followed by a string (a tag's end, the rest of a sequence) is one lexeme that ends
-  where xgrammar's would. Free text with nothing mergeable after it but more grammar
-  (``any_text`` then a JSON schema) is refused: the lexer could never leave it.
+"""A structural tag's node tree (``struct_format``) written as one llguidance grammar that
+keeps xgrammar's language exactly, though xgrammar matches with an Earley parser over
+characters and llguidance's lexer takes the longest lexeme without backtracking:
+- A *regular* subtree (built only from ``const_string``, ``regex``, ``any_text``,
+  ``sequence``, ``or``, repeats, ``tag`` and ``tags_with_separator``) is one terminal.
+- A regular run is merged into the terminal before it (``follow``), so free text followed
+  by a string is one lexeme that ends where xgrammar's would. Free text followed by more
+  grammar and nothing mergeable (``any_text`` then a JSON schema) is refused.
 - ``any_text`` and ``triggered_tags`` inside a tag exclude the tag's ends, as xgrammar's
-  ``TagDispatch`` does; ``triggered_tags``' free text is cut at the first trigger: one
-  lazy lexeme per trigger (as llguidance's ``StructTag``), and the first to match ends
-  the text. (Terminals that exclude every other trigger instead run out of llguidance's
-  lexer fuel from about 20 triggers.)
-- ``json_schema`` is inline ``%json`` (with xgrammar's inferred types, ``schema_types``)
-  and ``grammar`` (EBNF) a side grammar converted by llguidance as the ``ebnf`` field is.
-  Where a JSON schema, a grammar or a ``regex`` lexeme can run on into what follows
-  (a bare number before a digit), llguidance takes the longest, xgrammar any split; and
-  two JSON values in a row (``star`` of a schema) may have JSON whitespace between them
-  in llguidance, whose inline schemas share one whitespace rule, none in xgrammar.
+  ``TagDispatch``; ``triggered_tags``' free text is cut at the first trigger by one lazy
+  lexeme per trigger (terminals excluding every other trigger run out of lexer fuel from
+  about 20 triggers).
+- ``json_schema`` is inline ``%json`` (with ``schema_types``' inferred types), ``grammar``
+  a side grammar from ``grammar_from("ebnf")``. Known differences: where a JSON value,
+  grammar or ``regex`` lexeme can run on into what follows, llguidance takes the longest
+  (xgrammar any split); two JSON values in a row may have JSON whitespace between them.
 """
 
 from __future__ import annotations

@@ -1,22 +1,15 @@
 """SGLang's legacy structural tag (``{"structures": [{"begin", "schema", "end"}],
-"triggers": [...]}``, the JSON text SGLang's chat route sends; its shape is
-``seedproxy.legacy_tag``'s) written as one llguidance grammar.
+"triggers": [...]}``, shaped as ``seedproxy.legacy_tag`` reads it) written as one
+llguidance grammar, as SGLang's llguidance backend builds it: one lazy trigger per
+structure (free text up to the trigger, the rest of ``begin``, a value of the schema,
+``end``), its trigger the first of ``triggers`` that ``begin`` starts with, else the first.
 
-Built as SGLang's llguidance backend builds it (one lazy trigger per structure: free text
-up to the first occurrence of the trigger, then the rest of ``begin``, a value of the
-schema, then ``end``; its trigger the first of ``triggers`` that ``begin`` starts with,
-else the first; ``at_least_one`` checked, not used), with one difference that xgrammar, SGLang's
-default backend, makes: ``begin``, ``end`` and trigger strings are literal text, even
-where they look like a tag (``<a>``, ``<function=get_weather>``). Only a trigger that is
-exactly one special token of the vocabulary (``special_id``) is matched as that token,
-written by id in llguidance's special-token syntax (``<[128010]>``); llguidance's
-``<name>`` syntax refuses any other text, and a quoted string never matches a special
-token.
+As xgrammar (SGLang's default backend), ``begin``, ``end`` and triggers are literal text
+even where they look like a tag (``<a>``); only a trigger that is exactly one special
+token (``special_id``) is matched as that token, by id (``<[128010]>``).
 
-Invariants:
-- Every field's type is checked before anything is built; a bad one is a ``ValueError``
-  (the caller's 400).
-- The grammar is a pure function of the tag and ``special_id``'s answers.
+Invariant: the grammar is a pure function of the tag and ``special_id``'s answers; a
+malformed tag is a ``ValueError`` (the caller's 400).
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Decoded output text with stop strings (``seedproxy.detokenize``, ``seedproxy.stop_strings``).
+"""Decoded output text with stop strings (``seedproxy.detokenize``, ``seedproxy.stop_strings``)
+and ``stop_regex`` (SGLang's ``FINISHED_MATCHED_REGEX``: ``finish_reason.matched`` is the
+pattern, the text is kept).
 
 Invariants:
 - ``text`` is always the decoding of all output ids so far, cut at the first stop string
@@ -11,12 +13,13 @@ Invariants:
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ..detokenize import IncrementalDecoder
 from ..stop_strings import first_stop, held_tail
 
-__all__ = ["TextState"]
+__all__ = ["TextState", "match_stop_regex"]
 
 
 class TextState:
@@ -58,3 +61,8 @@ class TextState:
         text = self.text.rstrip("\ufffd")
         keep = held_tail(text, self._stops)
         return text[: len(text) - keep]
+
+
+def match_stop_regex(patterns: tuple[str, ...], text: str) -> str | None:
+    """The first of ``patterns`` found anywhere in ``text``, or None."""
+    return next((pat for pat in patterns if re.search(pat, text)), None)

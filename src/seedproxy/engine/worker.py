@@ -1,34 +1,24 @@
-"""One worker thread that runs up to ``max_batch`` generations together, and what its
-control plane (``worker_control.py``) asks of it: pause and continue (SGLang's three
-modes), the weight-version label, weight swaps and cache flushes.
+"""One worker thread running up to ``max_batch`` generations together, and carrying out
+what its control plane (``worker_control.py``) asks.
 
 Invariants:
-- Exactly one thread touches the model (its buffers, prefix cache and forward pass).
-  Requests are admitted in arrival order whenever the batch has room and advance one
-  token per step together; a request's tokens and logprobs never depend on its
-  batchmates (see ``generator.py``), only on the engine's fixed configuration.
-- ``torch.set_num_threads(threads)`` is applied on that thread before any work; results
-  repeat bit for bit on one machine, torch build and thread count.
-- Submitting is thread-safe; ``stream`` bridges updates to an asyncio loop with
-  ``call_soon_threadsafe`` as each token is produced. A consumer that goes away cancels
-  its job at the next step.
-- ``pause``, ``resume``, ``abort`` and ``set_weight_version`` only set state under a lock
-  and wake the worker: they never wait for a step to end. The worker reads that state
-  between steps. While paused (any mode) no step runs and nothing is admitted; new
-  requests wait in the queue. ``abort`` mode cancels every request running or queued at
-  the pause; ``in_place`` keeps the batch (and its KV) as it is; ``retract`` parks the
-  batch at the front of the queue, in order, to be prefilled again on continue.
-- Cancelled requests end (``finish_reason`` abort, output so far) even while paused.
-- ``load_weights`` swaps in new weights between steps, on the worker thread. Paused (any
-  mode), at once: ``in_place`` requests keep the KV their tokens so far made and go on
-  under the new weights, ``retract``ed ones are prefilled again on them. Not paused, no
-  new request is admitted until the running ones have finished (as SGLang's weight-update
-  lock waits). The prefix cache is emptied with the swap: no later prompt reuses keys of
-  the old weights. The weight version, when given, changes in the same step.
-- ``flush_cache`` empties the prefix cache on the worker thread, between steps, only
-  when no request is running or waiting (SGLang's ``/flush_cache`` refuses then); it
-  answers whether it did.
-- ``on_step`` (a test seam) runs on the worker thread after each step, with the batch.
+- Exactly one thread touches the model (its buffers, prefix cache and forward pass), with
+  ``torch.set_num_threads(threads)`` applied first. Requests are admitted in arrival order
+  whenever the batch has room and advance one token per step together; their tokens never
+  depend on their batchmates (``generator.py``).
+- Submitting is thread-safe; ``stream`` bridges updates to an asyncio loop as each token
+  is produced. A consumer that goes away cancels its job at the next step.
+- The control state is read between steps. While paused (any mode) no step runs and
+  nothing is admitted. ``abort`` mode cancels every request running or queued at the
+  pause; ``in_place`` keeps the batch (and its KV); ``retract`` parks the batch at the
+  front of the queue, in order, to be prefilled again on continue. Cancelled requests end
+  (``finish_reason`` abort, output so far) even while paused.
+- A weight swap happens between steps: paused, at once (``in_place`` requests go on under
+  the new weights with their KV, ``retract``ed ones are prefilled again); not paused, once
+  the running requests have finished, admitting none meanwhile (SGLang's weight-update
+  lock). The prefix cache is emptied with the swap, and the version, when given, changes
+  in the same step.
+- A cache flush runs between steps, only when no request is running or waiting.
 """
 
 from __future__ import annotations
@@ -60,7 +50,7 @@ __all__ = ["StepHook", "Worker", "default_threads"]
 logger = logging.getLogger("seedproxy.engine")
 
 StepHook = Callable[[list[tuple[GenRequest, int]]], None]
-"""Called after each step with every running request and its tokens so far."""
+"""A test seam run on the worker thread after each step, with the batch."""
 
 
 def default_threads() -> int:
@@ -79,8 +69,7 @@ class _Job:
 
 
 class Worker(WorkerControl):
-    """A daemon thread admitting queued jobs into one batched ``Generator``; its
-    controls (pause, abort, swaps, flushes) are ``WorkerControl``'s."""
+    """A daemon thread admitting queued jobs into one batched ``Generator``."""
 
     def __init__(self, model: EngineModel, threads: int | None = None,
                  max_batch: int = DEFAULT_MAX_BATCH, cache_mb: int = DEFAULT_CACHE_MB,
@@ -111,9 +100,8 @@ class Worker(WorkerControl):
         """How many requests are in the batch (written by the worker thread only)."""
 
     def start(self, after_first_answer: Callable[[], object] | None = None) -> None:
-        """Start the worker thread. ``after_first_answer`` runs once on it, when the
-        batch first empties after a step: work that the first answer does not need (the
-        grammar tokenizer) does not compete with it."""
+        """Start the worker thread; ``after_first_answer`` runs once on it, when the
+        batch first empties after a step."""
         if self._thread is None:
             self._stopping = False
             self._after_first = after_first_answer
@@ -195,8 +183,7 @@ class Worker(WorkerControl):
                 self.running = len(gen.running)
 
     def _step(self, gen: Generator, admitted: list[_Job | Seq]) -> Generator:
-        """Admit, then advance the batch one token; returns the generator to go on with
-        (a fresh one after a failed step)."""
+        """Admit, then advance the batch one token; returns the generator to go on with."""
         for entry in admitted:
             self._admit(gen, entry)
         if not gen.running:
@@ -224,8 +211,7 @@ class Worker(WorkerControl):
             self._fail([(entry.req, entry.on_update)], exc)
 
     def _hold(self, gen: Generator, mode: PauseMode) -> None:
-        """While paused: park the batch in ``retract`` mode, and end what was cancelled
-        (running or queued) without stepping."""
+        """While paused: park a ``retract``ed batch; end what was cancelled."""
         if mode == "retract":
             parked = gen.retract()
             with self._cv:
@@ -259,8 +245,8 @@ class Worker(WorkerControl):
 
     def submit(self, req: GenRequest, on_update: Callable[[Update], None],
                cancel: threading.Event | None = None) -> threading.Event:
-        """Queue ``req``; ``on_update`` runs on the worker thread. Returns its cancel flag,
-        which ``abort(req.rid)`` also sets until the request finishes."""
+        """Queue ``req``; ``on_update`` runs on the worker thread. Returns its cancel flag
+        (``abort(req.rid)`` sets it until the request finishes)."""
         flag = cancel or threading.Event()
         self._live[req.rid] = flag
 
@@ -295,11 +281,3 @@ class Worker(WorkerControl):
                     return
         finally:
             cancel.set()
-
-    async def complete(self, req: GenRequest) -> Update:
-        """Run ``req`` to the end and return its final update."""
-        last: Update | None = None
-        async for upd in self.stream(req):
-            last = upd
-        assert last is not None
-        return last

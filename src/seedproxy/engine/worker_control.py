@@ -1,6 +1,5 @@
 """The worker's control plane, called from any thread: pause and continue (SGLang's
-three modes), abort, the weight-version label, and asking for a weight swap or a cache
-flush, which ``Worker`` then carries out on its own thread between steps.
+three modes), abort, the weight-version label, weight swaps and cache flushes.
 
 Invariants: each call only sets state under the worker's lock (``_cv``) and wakes the
 worker; none waits for a step to end (``load_weights`` and ``flush_cache`` await the
@@ -14,7 +13,7 @@ import asyncio
 import threading
 from collections.abc import Callable, Sized
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .reload import PreparedWeights
 
@@ -35,6 +34,20 @@ class PendingSwap:
     or None when the worker stopped first."""
 
 
+def _answer() -> tuple[asyncio.Future[Any], Callable[[Any], None]]:
+    """A future on the running loop, and the function that sets it from another thread."""
+    loop = asyncio.get_running_loop()
+    result: asyncio.Future[Any] = loop.create_future()
+
+    def done(value: Any) -> None:
+        try:
+            loop.call_soon_threadsafe(result.set_result, value)
+        except RuntimeError:  # the loop is gone: nobody waits for the answer
+            pass
+
+    return result, done
+
+
 class WorkerControl:
     """The controls of ``Worker`` (a mixin over the state its ``__init__`` sets)."""
 
@@ -52,11 +65,6 @@ class WorkerControl:
     @property
     def paused(self) -> PauseMode | None:
         return self._paused
-
-    @property
-    def swap_pending(self) -> bool:
-        """Whether new weights wait to be swapped in (for the running batch to end)."""
-        return self._swap is not None
 
     @property
     def waiting(self) -> int:
@@ -89,43 +97,28 @@ class WorkerControl:
     async def load_weights(self, prepared: PreparedWeights, version: str | None) -> int | None:
         """Swap in ``prepared`` (and label tokens ``version`` from then, when given) at
         the worker's next chance; return how many requests were held paused across the
-        swap, or None when the worker stopped first. One swap at a time."""
-        loop = asyncio.get_running_loop()
-        result: asyncio.Future[int | None] = loop.create_future()
-
-        def done(paused: int | None) -> None:
-            try:
-                loop.call_soon_threadsafe(result.set_result, paused)
-            except RuntimeError:  # the loop is gone: nobody waits for the answer
-                pass
-
+        swap, or None when the worker stopped first."""
+        result, done = _answer()
         with self._cv:
             if self._swap is not None:
                 raise RuntimeError("a weight swap is already pending")
             self._swap = PendingSwap(prepared, version, done)
             self._poked = True
             self._cv.notify_all()
-        return await result
+        held: int | None = await result
+        return held
 
     async def flush_cache(self) -> bool:
         """Empty the prefix cache at the worker's next chance; False (and nothing done)
         when requests are running or waiting then."""
-        loop = asyncio.get_running_loop()
-        result: asyncio.Future[bool] = loop.create_future()
-
-        def done(flushed: bool) -> None:
-            try:
-                loop.call_soon_threadsafe(result.set_result, flushed)
-            except RuntimeError:  # the loop is gone: nobody waits for the answer
-                pass
-
+        result, done = _answer()
         with self._cv:
             if self._busy or self._waiting:  # answered now: a held step cannot delay it
                 return False
             self._flushes.append(done)
             self._poked = True
             self._cv.notify_all()
-        return await result
+        return bool(await result)
 
     def abort(self, rid: str | None) -> int:
         """Cancel the running or queued requests named ``rid`` (a request's own rid, or
@@ -140,8 +133,3 @@ class WorkerControl:
             self._poked = True
             self._cv.notify_all()
         return told
-
-    def stopping(self, rid: str) -> bool:
-        """Whether the unfinished request ``rid`` has been told to stop."""
-        flag = self._live.get(rid)
-        return flag is not None and flag.is_set()
