@@ -1,24 +1,20 @@
 """``/v1/chat/completions``: chat template in, SGLang-shaped OpenAI answers out.
 
-Invariants (SGLang's, checked against its ``serving_chat.py``):
+Invariants (SGLang's ``serving_chat.py``):
 - ``return_prompt_token_ids``/``return_token_ids`` put ``prompt_token_ids`` /
   ``response_token_ids`` on each non-streaming choice; with ``stream`` they are a 400.
 - Headers ``x-sglext-return-input-ids: 1`` / ``x-sglext-return-output-ids: 1`` add a
-  response-level ``sglext`` with ``input_ids`` (the prompt) and ``output_ids`` (one list
-  per choice); when streaming it comes in a chunk with ``choices: []`` after the finish
-  chunks and before the usage chunk.
-- All ``n`` choices use the same seed, so they are identical.
-- The template gets what SGLang's chat route hands it: ``chat_template_kwargs``,
-  ``add_generation_prompt`` and ``continue_final_message`` (the final assistant message
-  left open; the answer is its continuation), text parts flattened for string templates.
-- ``stream_options.continuous_usage_stats`` puts the usage so far (the prompt and that
-  choice's tokens) in every chunk that carries a choice.
-- ``tools`` / ``tool_choice`` are checked as SGLang's ``_validate_request`` checks them;
-  ``tool_choice: "required"`` or a named function constrains the output with the JSON
-  schema of ``seedproxy.tool_choice`` (only the named tool rendered) and reads it back
-  as ``tool_calls`` with ``finish_reason: "tool_calls"`` (a stop becomes it; text that
-  is not a call array stays content). A stream holds the forced text and sends the
-  calls whole before the finish chunk. With another constraint it is a 400.
+  response-level ``sglext`` (``input_ids``, ``output_ids`` per choice); a stream sends it
+  in a ``choices: []`` chunk after the finish chunks, before the usage chunk.
+- The template gets ``chat_template_kwargs``, ``add_generation_prompt`` and
+  ``continue_final_message`` as SGLang hands them (``seedproxy.template_input``).
+- ``stream_options.continuous_usage_stats`` puts the usage so far in every chunk that
+  carries a choice.
+- ``tool_choice: "required"`` or a named function constrains the output with the JSON
+  schema of ``seedproxy.tool_choice`` (only the named tool rendered) and reads it back as
+  ``tool_calls`` (a stop becomes ``finish_reason: "tool_calls"``; text that is not a call
+  array stays content). A stream holds the forced text and sends the calls whole before
+  the finish chunk. With another constraint it is a 400.
 """
 
 from __future__ import annotations
@@ -67,8 +63,7 @@ class ChatJob(OpenAIJob):
 
 def _template_input(state: EngineState, body: dict[str, Any]
                     ) -> tuple[list[Any], RenderOptions]:
-    """The messages and options the template gets, prepared as SGLang's chat route does
-    (``template_input``: the one rule the proxy's token-in-token-out renderer uses)."""
+    """The messages and options the template gets (``template_input``)."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise RequestError("messages must be a non-empty list", param="messages")
@@ -79,9 +74,7 @@ def _template_input(state: EngineState, body: dict[str, Any]
 
 
 def render_messages(state: EngineState, body: dict[str, Any]) -> list[int]:
-    """Apply the tokenizer's chat template (with tools when given) and tokenize:
-    ``chat_template_kwargs``, ``add_generation_prompt`` and ``continue_final_message``
-    as SGLang applies them."""
+    """The prompt ids of the chat ``body`` (with its tools) under the chat template."""
     tok = state.model.tokenizer
     tools = body.get("tools")
     try:
@@ -228,8 +221,7 @@ def _chunk(job: ChatJob, choices: list[dict[str, Any]], **extra: Any) -> bytes:
 
 def _delta(idx: int, delta: dict[str, Any], logprobs: Any = None, finish: Any = None,
            matched: Any = None) -> dict[str, Any]:
-    """A stream choice as SGLang writes it: the delta always has ``reasoning_content``
-    (null here: the engine parses no reasoning), the finish chunk's delta included."""
+    """A stream choice as SGLang writes it: every delta has ``reasoning_content`` (null)."""
     return {"index": idx, "delta": {"reasoning_content": None, **delta}, "logprobs": logprobs,
             "finish_reason": finish, "matched_stop": matched}
 

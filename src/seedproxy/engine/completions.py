@@ -1,15 +1,14 @@
 """``/v1/completions``: raw prompts (text or token ids), SGLang-shaped answers.
 
 Invariants (SGLang's ``serving_completions.py``):
-- ``return_token_ids`` gives ``choices[].token_ids`` and ``choices[].prompt_token_ids`` in
-  both modes; when streaming, ``token_ids`` are the new ids of each chunk and
-  ``prompt_token_ids`` rides on each choice's first chunk only.
-- ``logprobs: k`` returns token logprobs plus the top ``k`` as ``{token: logprob}``.
-  ``text_offset`` is each token's character offset in the choice's text (SGLang reports
-  -1; the real offsets are what OpenAI and vLLM give). With ``echo`` the prompt's tokens
-  come first, the first with a ``None`` logprob, as in SGLang.
+- ``return_token_ids`` gives ``choices[].token_ids`` and ``prompt_token_ids``; a stream
+  gives each chunk's new ids, and ``prompt_token_ids`` on each choice's first chunk only.
+- ``logprobs: k`` returns token logprobs plus the top ``k`` as ``{token: logprob}``;
+  ``text_offset`` is each token's character offset in the choice's text (as OpenAI and
+  vLLM; SGLang reports -1). With ``echo`` the prompt's tokens come first, the first with a
+  ``None`` logprob.
 - ``stream_options.continuous_usage_stats`` puts the usage so far in every chunk.
-- Choices are ordered prompt-major: prompt i, choice j has index ``i * n + j``.
+- Choices are prompt-major: prompt i, choice j has index ``i * n + j``.
 """
 
 from __future__ import annotations
@@ -84,7 +83,7 @@ def parse_completion(state: EngineState, body: dict[str, Any]) -> CompletionJob:
 def _logprobs(state: EngineState, upd: Update, start: int, stop: int, offset: int,
               prompt: list[int] | None = None) -> dict[str, Any]:
     """OpenAI legacy logprobs for output tokens ``start:stop`` (after ``prompt``'s, when
-    echoing); ``offset`` is the character offset of the first token in the choice text."""
+    echoing), the first at character ``offset``."""
     tok = state.model.tokenizer
     ids = list(prompt or []) + upd.output_ids[start:stop]
     tokens = [token_text(tok, t) for t in ids]

@@ -3,9 +3,7 @@
 Invariants:
 - Unknown top-level keys are ignored; unknown ``sampling_params`` keys are a 400.
 - Streaming chunks are cumulative: each carries the whole ``text``/``output_ids`` so far.
-- ``n > 1`` runs the same params (seed included) n times, so the outputs are identical.
-- ``meta_info.weight_version`` is the engine's version at that update;
-  ``meta_info.weight_versions`` spans the output positions by the version each token was
+- ``meta_info.weight_versions`` spans the output positions by the version each token was
   sampled under (``[{version, start, end}]``).
 """
 

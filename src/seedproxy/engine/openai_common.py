@@ -1,15 +1,13 @@
-"""Shared pieces of the OpenAI-compatible routes: parameters, logprobs, usage, errors.
+"""What the OpenAI-compatible routes share: jobs, parameters, usage, errors.
 
 Invariants:
-- OpenAI fields map onto SGLang sampling params exactly as SGLang maps them (``seed`` ->
+- OpenAI fields map onto SGLang sampling params as SGLang maps them (``seed`` ->
   ``sampling_seed``, ``max_tokens``/``max_completion_tokens`` -> ``max_new_tokens``, ...),
-  then go through the same validation as ``/generate``.
-- ``n > 1`` copies one set of params, seed included, to every choice (SGLang's behaviour:
-  all choices of one request are identical).
-- ``response_format`` maps as in SGLang's ``serving_chat`` (``seedproxy.response_format``,
-  the rule token-in-token-out mode uses).
-- A prompt plus ``max_tokens`` that reaches the context length is a 400 (SGLang's
-  message), not clamped.
+  then go through ``/generate``'s validation; ``response_format`` maps as in SGLang's
+  ``serving_chat`` (``seedproxy.response_format``).
+- ``n > 1`` copies one set of params, seed included, to every choice (as SGLang: all
+  choices of one request are identical).
+- A prompt plus ``max_tokens`` that reaches the context length is a 400, not clamped.
 """
 
 from __future__ import annotations

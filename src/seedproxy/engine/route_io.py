@@ -3,9 +3,8 @@
 Invariants:
 - A body is a JSON object, or the route answers 400 before doing anything.
 - ``route`` turns a ``RequestError`` into its status (4xx) and anything else into a
-  logged 500 (``InternalServerError``), never passed off as the client's fault.
-  Native routes answer SGLang's ``{"error": {"message"}}``; OpenAI routes its
-  ``ErrorResponse``.
+  logged 500 (``InternalServerError``). Native routes answer SGLang's
+  ``{"error": {"message"}}``, OpenAI routes its ``ErrorResponse``.
 """
 
 from __future__ import annotations
@@ -23,13 +22,23 @@ from ..json_body import json_object
 from .errors import InternalError, RequestError
 from .openai_common import error_body
 
-__all__ = ["ClientGone", "json_response", "route"]
+__all__ = ["ClientGone", "checked", "json_response", "route"]
 
 logger = logging.getLogger("seedproxy.engine")
 
 
 def json_response(body: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+
+
+def checked(body: dict[str, Any], key: str, default: Any, kind: type, what: str, *,
+            nonempty: bool = False) -> Any:
+    """``body[key]``, else ``default``; a 400 "``key`` must be ``what``" unless it is the
+    default or a ``kind`` (non-empty, with ``nonempty``)."""
+    value = body.get(key, default)
+    if value is not default and (not isinstance(value, kind) or (nonempty and not value)):
+        raise RequestError(f"{key} must be {what}", param=key)
+    return value
 
 
 class ClientGone(Exception):

@@ -1,14 +1,12 @@
-"""Decoded output text with stop strings (``seedproxy.detokenize``, ``seedproxy.stop_strings``)
-and ``stop_regex`` (SGLang's ``FINISHED_MATCHED_REGEX``: ``finish_reason.matched`` is the
-pattern, the text is kept).
+"""Decoded output text with stop strings (``seedproxy.detokenize``,
+``seedproxy.stop_strings``) and ``stop_regex`` (SGLang's ``FINISHED_MATCHED_REGEX``).
 
 Invariants:
 - ``text`` is always the decoding of all output ids so far, cut at the first stop string
-  (kept when ``no_stop_trim``), so the final text does not depend on streaming.
-- Each token costs the tokenizer O(1) (``IncrementalDecoder``'s window).
+  (kept when ``no_stop_trim``), so the final text does not depend on streaming; each token
+  costs the tokenizer O(1).
 - ``stable_text`` is a prefix of every later ``text``: it withholds a trailing incomplete
-  UTF-8 sequence and any tail that could still grow into a stop string, so streamed deltas
-  concatenate to exactly the final text.
+  UTF-8 sequence and any tail that could still grow into a stop string.
 """
 
 from __future__ import annotations
