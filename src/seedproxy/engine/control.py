@@ -29,7 +29,7 @@ from .errors import EngineError, RequestError
 from .reload import prepare_update
 from .route_io import checked, json_response, route
 from .state import EngineState
-from .worker_control import PAUSE_MODES, PauseMode
+from .worker import PAUSE_MODES, PauseMode
 
 __all__ = ["control_routes"]
 

@@ -150,6 +150,10 @@ class Generator:
         self.running: list[Seq] = []
         self.version = version or (lambda: DEFAULT_WEIGHT_VERSION)
 
+    @property
+    def has_room(self) -> bool:
+        return len(self.running) < self.max_batch
+
     def load(self, runner: BatchRunner) -> None:
         """Compute with ``runner``'s weights from the next step. Running sequences keep
         the KV already made; the prefix cache, made by the old weights, is emptied."""

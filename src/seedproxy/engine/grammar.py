@@ -29,8 +29,7 @@ import torch
 from .errors import RequestError
 from .schema_types import with_inferred_types
 from .struct_format import read_format
-from .struct_lark import format_grammar
-from .struct_legacy import legacy_grammar
+from .struct_lark import format_grammar, legacy_grammar
 
 __all__ = ["CompiledGrammar", "GrammarCompiler", "GrammarProcessor"]
 
@@ -129,7 +128,7 @@ def _typed(source: str) -> str:
 def _struct_tag_grammar(source: str, special_id: Callable[[str], int | None]) -> str:
     """A structural tag as llguidance's grammar: xgrammar's form (``format``) through
     ``struct_format`` and ``struct_lark``, the legacy one (``structures``, ``triggers``)
-    through ``struct_legacy``; ``ValueError`` otherwise (the caller's 400)."""
+    through ``struct_lark.legacy_grammar``; ``ValueError`` otherwise (the caller's 400)."""
     try:
         tag = json.loads(source)
     except json.JSONDecodeError as exc:

@@ -1,5 +1,6 @@
-"""One worker thread running up to ``max_batch`` generations together, and carrying out
-what its control plane (``worker_control.py``) asks.
+"""One worker thread running up to ``max_batch`` generations together, and its control
+plane, called from any thread: pause and continue (SGLang's three modes), abort, the
+weight-version label, weight swaps and cache flushes.
 
 Invariants:
 - Exactly one thread touches the model (its buffers, prefix cache and forward pass), with
@@ -8,11 +9,14 @@ Invariants:
   depend on their batchmates (``generator.py``).
 - Submitting is thread-safe; ``stream`` bridges updates to an asyncio loop as each token
   is produced. A consumer that goes away cancels its job at the next step.
-- The control state is read between steps. While paused (any mode) no step runs and
-  nothing is admitted. ``abort`` mode cancels every request running or queued at the
-  pause; ``in_place`` keeps the batch (and its KV); ``retract`` parks the batch at the
-  front of the queue, in order, to be prefilled again on continue. Cancelled requests end
-  (``finish_reason`` abort, output so far) even while paused.
+- Each control call only sets state under the lock (``_cv``) and wakes the worker, which
+  reads it between steps; none waits for a step to end (``load_weights`` and
+  ``flush_cache`` await the worker thread's answer on the caller's loop). One swap is
+  pending at a time; a flush asked while requests run or wait is refused at once.
+- While paused (any mode) no step runs and nothing is admitted. ``abort`` mode cancels
+  every request running or queued at the pause; ``in_place`` keeps the batch (and its
+  KV); ``retract`` parks the batch at the front of the queue, in order, to be prefilled
+  again on continue. Cancelled requests end (abort, output so far) even while paused.
 - A weight swap happens between steps: paused, at once (``in_place`` requests go on under
   the new weights with their KV, ``retract``ed ones are prefilled again); not paused, once
   the running requests have finished, admitting none meanwhile (SGLang's weight-update
@@ -30,6 +34,7 @@ import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import torch
 
@@ -43,11 +48,40 @@ from .generator import (
     Update,
 )
 from .model import EngineModel
-from .worker_control import PauseMode, PendingSwap, WorkerControl
+from .reload import PreparedWeights
 
-__all__ = ["StepHook", "Worker", "default_threads"]
+__all__ = ["PAUSE_MODES", "PauseMode", "PendingSwap", "StepHook", "Worker", "default_threads"]
 
 logger = logging.getLogger("seedproxy.engine")
+
+PauseMode = Literal["abort", "in_place", "retract"]
+PAUSE_MODES: tuple[PauseMode, ...] = ("abort", "in_place", "retract")
+
+
+@dataclass
+class PendingSwap:
+    """Weights asked for by ``load_weights``, waiting for the worker to swap them in."""
+
+    prepared: PreparedWeights
+    version: str | None
+    done: Callable[[int | None], None]
+    """Called on the worker thread: how many requests were held paused across the swap,
+    or None when the worker stopped first."""
+
+
+def _answer() -> tuple[asyncio.Future[Any], Callable[[Any], None]]:
+    """A future on the running loop, and the function that sets it from another thread."""
+    loop = asyncio.get_running_loop()
+    result: asyncio.Future[Any] = loop.create_future()
+
+    def done(value: Any) -> None:
+        try:
+            loop.call_soon_threadsafe(result.set_result, value)
+        except RuntimeError:  # the loop is gone: nobody waits for the answer
+            pass
+
+    return result, done
+
 
 StepHook = Callable[[list[tuple[GenRequest, int]]], None]
 """A test seam run on the worker thread after each step, with the batch."""
@@ -68,7 +102,7 @@ class _Job:
     cancel: threading.Event = field(default_factory=threading.Event)
 
 
-class Worker(WorkerControl):
+class Worker:
     """A daemon thread admitting queued jobs into one batched ``Generator``."""
 
     def __init__(self, model: EngineModel, threads: int | None = None,
@@ -281,3 +315,85 @@ class Worker(WorkerControl):
                     return
         finally:
             cancel.set()
+
+    @property
+    def paused(self) -> PauseMode | None:
+        return self._paused
+
+    @property
+    def swap_pending(self) -> bool:
+        """Whether new weights wait to be swapped in (for the running batch to end)."""
+        return self._swap is not None
+
+    @property
+    def waiting(self) -> int:
+        """Requests queued and not admitted (parked ones included)."""
+        return len(self._waiting)
+
+    def pause(self, mode: PauseMode) -> None:
+        """Stop stepping before the next step; in ``abort`` mode every request running or
+        queued now is cancelled. Returns at once."""
+        with self._cv:
+            self._paused = mode
+            self._poked = True
+            self._cv.notify_all()
+        if mode == "abort":
+            self.abort(None)
+
+    def resume(self) -> None:
+        with self._cv:
+            self._paused = None
+            self._cv.notify_all()
+
+    def set_weight_version(self, version: str, *, abort_all: bool) -> None:
+        """Label the tokens sampled from now on ``version``; with ``abort_all`` every
+        request running or queued ends with ``finish_reason`` abort."""
+        with self._cv:
+            self.weight_version = version
+        if abort_all:
+            self.abort(None)
+
+    async def load_weights(self, prepared: PreparedWeights, version: str | None) -> int | None:
+        """Swap in ``prepared`` (and label tokens ``version`` from then, when given) at
+        the worker's next chance; return how many requests were held paused across the
+        swap, or None when the worker stopped first."""
+        result, done = _answer()
+        with self._cv:
+            if self._swap is not None:
+                raise RuntimeError("a weight swap is already pending")
+            self._swap = PendingSwap(prepared, version, done)
+            self._poked = True
+            self._cv.notify_all()
+        held: int | None = await result
+        return held
+
+    async def flush_cache(self) -> bool:
+        """Empty the prefix cache at the worker's next chance; False (and nothing done)
+        when requests are running or waiting then."""
+        result, done = _answer()
+        with self._cv:
+            if self._busy or self._waiting:  # answered now: a held step cannot delay it
+                return False
+            self._flushes.append(done)
+            self._poked = True
+            self._cv.notify_all()
+        return bool(await result)
+
+    def abort(self, rid: str | None) -> int:
+        """Cancel the running or queued requests named ``rid`` (a request's own rid, or
+        the base of its ``rid-i`` choices); every one when ``rid`` is None. Returns how
+        many were told; each ends with ``finish_reason`` abort at its next step."""
+        told = 0
+        for name, flag in list(self._live.items()):
+            if rid is None or name == rid or name.startswith(rid + "-"):
+                flag.set()
+                told += 1
+        with self._cv:  # a paused worker ends them now
+            self._poked = True
+            self._cv.notify_all()
+        return told
+
+    def stopping(self, rid: str) -> bool:
+        """Whether the unfinished request ``rid`` has been told to stop."""
+        flag = self._live.get(rid)
+        return flag is not None and flag.is_set()
