@@ -28,7 +28,7 @@ from .state import EngineState, JobLog
 from .worker import Worker
 
 __all__ = [
-    "OpenAIJob", "check_context_budget", "error_body", "fan_out", "job_fields",
+    "OpenAIJob", "check_context_budget", "fan_out", "job_fields",
     "openai_sampling_params", "run_all", "token_text", "usage", "usage_counts",
     "want_bool", "want_int",
 ]
@@ -64,13 +64,6 @@ def fan_out(rid: str, prompts: list[list[int]], n: int,
     own when it makes one, else ``rid-k`` (``k = i * n + j``)."""
     total = len(prompts) * n
     return [make(rid if total == 1 else f"{rid}-{k}", prompts[k // n]) for k in range(total)]
-
-
-def error_body(message: str, status: int = 400, err_type: str = "BadRequestError",
-               param: str | None = None) -> dict[str, Any]:
-    """SGLang's ``ErrorResponse``: ``{object, message, type, param, code}``."""
-    return {"object": "error", "message": message, "type": err_type, "param": param,
-            "code": status}
 
 
 def want_int(body: dict[str, Any], key: str, default: int | None) -> int | None:

@@ -20,7 +20,6 @@ from fastapi.responses import Response
 from ..errors import BadRequest
 from ..json_body import json_object
 from .errors import InternalError, RequestError
-from .openai_common import error_body
 
 __all__ = ["ClientGone", "checked", "json_response", "route"]
 
@@ -84,4 +83,5 @@ async def _guard(native: bool, request: Request, handler: Handler,
         err_type = "InternalServerError"
     if native:
         return json_response({"error": {"message": msg}}, status)
-    return json_response(error_body(msg, status, err_type=err_type, param=param), status)
+    return json_response({"object": "error", "message": msg, "type": err_type, "param": param,
+                          "code": status}, status)  # SGLang's ErrorResponse
