@@ -18,7 +18,6 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -40,25 +39,6 @@ def _pause_mode(body: dict[str, Any]) -> PauseMode:
         raise RequestError(f"mode must be one of {', '.join(PAUSE_MODES)}, got {mode!r}",
                            param="mode")
     return cast(PauseMode, mode)
-
-
-@dataclass(frozen=True)
-class _DiskUpdate:
-    model_path: str
-    load_format: str | None
-    abort_all_requests: bool
-    weight_version: str | None
-
-
-def _disk_update(body: dict[str, Any]) -> _DiskUpdate:
-    """SGLang's ``UpdateWeightFromDiskReqInput``; its GPU-only fields are ignored."""
-    path = body.get("model_path")
-    if not isinstance(path, str) or not path or len(path) > 4096:
-        raise RequestError("model_path must be a non-empty string", param="model_path")
-    return _DiskUpdate(
-        path, checked(body, "load_format", None, str, "a string"),
-        checked(body, "abort_all_requests", False, bool, "a boolean"),
-        checked(body, "weight_version", None, str, "a non-empty string", nonempty=True))
 
 
 _FLUSHED = ("Cache flushed.\nPlease check backend logs for more details. (When there are "
@@ -164,23 +144,28 @@ def _weight_routes(router: APIRouter, state: EngineState) -> None:
     @router.post("/update_weights_from_disk")
     @route(True)
     async def update_weights_from_disk(request: Request, body: dict[str, Any]) -> Response:
-        """``{"model_path", "load_format"?, "abort_all_requests"?, "weight_version"?}``."""
-        update = _disk_update(body)
+        """SGLang's ``UpdateWeightFromDiskReqInput``; its GPU-only fields are ignored."""
+        path = body.get("model_path")
+        if not isinstance(path, str) or not path or len(path) > 4096:
+            raise RequestError("model_path must be a non-empty string", param="model_path")
+        load_format = checked(body, "load_format", None, str, "a string")
+        abort_all = checked(body, "abort_all_requests", False, bool, "a boolean")
+        version = checked(body, "weight_version", None, str, "a non-empty string",
+                          nonempty=True)
         async with updating:
             try:
-                prepared = await asyncio.to_thread(
-                    prepare_update, update.model_path, update.load_format, model,
-                    worker.max_batch)
+                prepared = await asyncio.to_thread(prepare_update, path, load_format, model,
+                                                   worker.max_batch)
             except EngineError as exc:
                 return json_response({"success": False, "message": str(exc),
                                       "num_paused_requests": 0}, status=400)
-            if update.abort_all_requests:
+            if abort_all:
                 worker.abort(None)
-            held = await worker.load_weights(prepared, update.weight_version)
+            held = await worker.load_weights(prepared, version)
             if held is None:
                 return json_response({"success": False, "message": "the engine stopped",
                                       "num_paused_requests": 0}, status=400)
-            model.model_path = update.model_path
-            model.source_dir = str(Path(update.model_path).expanduser())
+            model.model_path = path
+            model.source_dir = str(Path(path).expanduser())
         return json_response({"success": True, "message": "Succeeded to update model weights.",
                               "num_paused_requests": held})

@@ -53,6 +53,8 @@ from .struct_format import (
 __all__ = ["format_grammar", "legacy_grammar"]
 
 _ANY = "/(?s:.*)/"
+_STUCK = ("free text (any_text) followed by a JSON schema, a grammar or triggered_tags cannot "
+          "be matched exactly")
 
 
 def format_grammar(node: Node) -> str:
@@ -167,8 +169,7 @@ class _Writer:
             if follow is not None:
                 expr = f"{expr} {follow}"
             elif not tail and open_ended(node):
-                raise ValueError("free text (any_text) followed by a JSON schema, a grammar "
-                                 "or triggered_tags cannot be matched exactly")
+                raise ValueError(_STUCK)
             return self._define("t", expr)
         if isinstance(node, Json):
             schema = {} if node.schema is True else with_inferred_types(node.schema)
@@ -206,8 +207,7 @@ class _Writer:
         for el in reversed(elements):  # each regular run merges into what precedes it
             if _regular(el):
                 if follow is None and not tail and open_ended(el):
-                    raise ValueError("free text (any_text) followed by a JSON schema, a "
-                                     "grammar or triggered_tags cannot be matched exactly")
+                    raise ValueError(_STUCK)
                 piece = self.term(el, excl)
                 follow = piece if follow is None else f"{piece} {follow}"
             else:
