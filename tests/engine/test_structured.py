@@ -15,7 +15,7 @@ import httpx
 import pytest
 import torch
 
-from seedproxy.engine.penalties import LogitBias, Penalties
+from seedproxy.engine.processors import LogitBias, Penalties
 
 pytestmark = pytest.mark.engine
 

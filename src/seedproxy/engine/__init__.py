@@ -4,11 +4,8 @@ follows SGLang's deterministic mode (seeded Gumbel-max; batching never changes a
 Importing this package imports torch and transformers; nothing outside it does.
 
 Before torch loads, ``OMP_WAIT_POLICY`` defaults to ``PASSIVE`` (a value already set is
-kept): OpenMP threads between two products sleep instead of spinning. That changes no
-result (the work and its split among threads are the same), and on a busy machine it
-keeps a thread from burning the core its partner needs: a 16-token answer of SmolLM2 on
-2 shared cores took 14 s of CPU spinning, 2 s passive. It has no effect when torch was
-imported first.
+kept): OpenMP threads sleep between products instead of spinning, which changes no result
+and on a busy machine keeps a thread from burning the core its partner needs.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
-"""Which model architectures the engine computes, decided before any weight is read.
+"""Which model architectures the engine computes, decided from metadata alone
+(``config.json``, or a GGUF's ``general.architecture``) before any weight is read, with one
+line naming the model and the supported list.
 
-Invariants:
-- ``check_config`` and ``gguf_architecture`` read only metadata (``config.json``, or a
-  GGUF's ``general.architecture`` key), so an unsupported model is refused before its
-  weights are loaded or dequantised, with one line naming it and the supported list.
-- A supported config has no feature the forward pass would silently ignore: MLP biases,
-  an ``o_proj`` bias, per-layer sliding windows (Qwen) and length-dependent RoPE are
-  refused too.
+Invariant: a supported config has no feature the forward pass would silently ignore (MLP
+biases, per-layer sliding windows, length-dependent RoPE are refused).
 """
 
 from __future__ import annotations
@@ -48,7 +45,7 @@ def _refuse(source: str, what: str) -> EngineError:
 
 
 def check_config(cfg: dict[str, Any], source: str) -> Architecture:
-    """Return the architecture of a ``config.json`` dict, or raise ``EngineError``."""
+    """The architecture of a ``config.json`` dict, or ``EngineError``."""
     model_type = cfg.get("model_type")
     arch = SUPPORTED.get(model_type) if isinstance(model_type, str) else None
     if arch is None:

@@ -1,9 +1,6 @@
 """The engine's key: with one set, every route but ``/health`` needs ``Authorization:
 Bearer <key>`` (as SGLang's ``--api-key``), else a 401 ``{"error": "Unauthorized"}``.
-
-``seedproxy serve`` gives its embedded engine a random key per process and sends it on
-every upstream call, so no other local process can pause it, set the weight version
-it records, or generate through it unrecorded.
+``seedproxy serve`` gives its embedded engine a random key per process.
 """
 
 from __future__ import annotations

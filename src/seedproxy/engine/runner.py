@@ -1,8 +1,7 @@
 """Running the engine app under uvicorn: blocking, or in a background thread.
 
-Invariant: ``start_engine_thread`` returns only once the server serves (its lifespan has
-started the worker and its socket is accepted on: ``GET /health`` answers 200), and
-``RunningEngine.stop()`` shuts the server (and with it the worker thread) down.
+Invariant: ``start_engine_thread`` returns only once the server serves (the worker runs,
+the socket accepts), and ``RunningEngine.stop()`` shuts it and its worker down.
 """
 
 from __future__ import annotations
@@ -39,7 +38,7 @@ class RunningEngine:
 
 
 def _listening(host: str, port: int) -> socket.socket:
-    """A socket bound and listening, so connections queue until uvicorn accepts them."""
+    """A listening socket: connections queue until uvicorn accepts them."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -56,9 +55,7 @@ def start_engine_thread(model: EngineModel, host: str = "127.0.0.1", port: int =
                         timeout: float = 60.0, max_batch: int = DEFAULT_MAX_BATCH,
                         cache_mb: int = DEFAULT_CACHE_MB, on_step: StepHook | None = None,
                         api_key: str | None = None) -> RunningEngine:
-    """Serve ``model`` from a daemon thread; return once its server has started (the
-    port listens, the worker runs). ``on_step`` runs on the worker thread after each
-    step (a test seam); ``api_key`` (if given) is required on every route but ``/health``."""
+    """Serve ``model`` from a daemon thread; return once its server has started."""
     sock = _listening(host, port)
     port = int(sock.getsockname()[1])
     app = create_engine_app(model, max_batch=max_batch, cache_mb=cache_mb, on_step=on_step,
@@ -88,8 +85,7 @@ def start_engine_thread(model: EngineModel, host: str = "127.0.0.1", port: int =
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's server, setting ``started_event`` once it serves (lifespan run,
-    socket accepted on)."""
+    """uvicorn's server, setting ``started_event`` once it serves."""
 
     def __init__(self, config: uvicorn.Config, started_event: threading.Event) -> None:
         super().__init__(config)

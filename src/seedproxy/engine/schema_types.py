@@ -1,19 +1,14 @@
 """The JSON-schema types xgrammar (SGLang's default grammar backend) infers, written out
 for llguidance.
 
-JSON Schema leaves a subschema without ``type`` open to every JSON value, and llguidance
-follows that: SGLang's named-tool schema (``items`` with ``properties`` and
-``required``, no ``"type": "object"``) admits ``[false]``. xgrammar reads the same
-subschema as an object, so on SGLang's default backend a forced named call is always an
-object. Checked against xgrammar 0.2.9 (``compile_json_schema``): a subschema with no
-``type`` is an object when it has ``properties`` or ``additionalProperties``, an array
-when it has ``items``, any value otherwise (``required``, ``minItems``, ``minLength``
-alone infer nothing).
+A subschema without ``type`` is open to every JSON value in JSON Schema and llguidance
+(SGLang's named-tool schema would admit ``[false]``); xgrammar 0.2.9 reads it as an object
+when it has ``properties`` or ``additionalProperties``, an array when it has ``items``, any
+value otherwise.
 
 Invariants:
 - Only subschemas without ``type``, ``$ref``, ``enum``, ``const``, ``anyOf``, ``oneOf``
-  or ``allOf`` gain a ``type``; nothing else changes, and key order is kept (the new key
-  comes first), so a schema that already names its types compiles to the same grammar.
+  or ``allOf`` gain a ``type``, as its first key; nothing else changes.
 - The walk is iterative and visits each subschema once: O(size of the schema).
 """
 

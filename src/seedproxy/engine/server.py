@@ -1,17 +1,12 @@
 """The engine's ASGI app: SGLang's HTTP surface over one ``Worker``.
 
 Invariants:
-- Every request body is parsed and validated before anything is queued; bad input is a
-  400 (``RequestError``). A failure inside the engine (an unexpected exception, or a
-  generation that failed on the worker) is logged and answered with a 500
-  (``InternalServerError``), never passed off as the client's fault (``route_io.py``).
-- The control plane (info, abort, pause/continue, weight version) is ``control.py``.
-- A non-streamed request whose client disconnects is cancelled: its job stops at the next
-  token (streams are cancelled by the response machinery the same way).
-- OpenAI routes answer errors with SGLang's ``ErrorResponse``
-  (``{object: "error", message, type, param, code}``); ``/generate`` with SGLang's
-  ``{"error": {"message": ...}}``.
-- The app's lifespan starts the worker thread and stops it.
+- Every body is parsed and validated before anything is queued: bad input is a 400; a
+  failure inside the engine is logged and a 500, never the client's fault (``route_io``).
+- A non-streamed request whose client disconnects is cancelled at the next token (streams
+  by the response machinery).
+- OpenAI routes answer errors with SGLang's ``ErrorResponse``, ``/generate`` and the
+  control routes (``control.py``) with ``{"error": {"message": ...}}``.
 - With ``api_key``, every route but ``/health`` needs it (``auth.py``).
 """
 
@@ -33,7 +28,7 @@ from .errors import RequestError
 from .generator import DEFAULT_CACHE_MB, DEFAULT_MAX_BATCH
 from .model import EngineModel
 from .native import generate_response, generate_stream, parse_generate
-from .route_io import ClientGone, guard, json_response, read_body
+from .route_io import ClientGone, checked, json_response, route
 from .state import EngineState
 from .worker import StepHook, Worker
 
@@ -43,11 +38,8 @@ _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 async def _until_disconnect(request: Request, work: Coroutine[Any, Any, Any]) -> Any:
-    """Await ``work`` unless the client disconnects first; then cancel it.
-
-    Call only after the body has been read: from then on the next ASGI message is
-    ``http.disconnect``.
-    """
+    """Await ``work`` unless the client disconnects first; then cancel it. Only after
+    the body was read: the next ASGI message is then ``http.disconnect``."""
     async def disconnected() -> None:
         while (await request.receive())["type"] != "http.disconnect":
             pass
@@ -73,16 +65,13 @@ def _sse(gen: AsyncIterator[bytes]) -> StreamingResponse:
 def create_engine_app(model: EngineModel, max_batch: int = DEFAULT_MAX_BATCH,
                       cache_mb: int = DEFAULT_CACHE_MB, on_step: StepHook | None = None,
                       api_key: str | None = None) -> FastAPI:
-    """Build the SGLang-compatible app serving ``model``; its lifespan runs the worker.
-    ``on_step`` runs on the worker thread after each step (a test seam); ``api_key``
-    (if given) is required on every route but ``/health``."""
+    """The SGLang-compatible app serving ``model``; its lifespan runs the worker."""
     state = EngineState(model, Worker(model, max_batch=max_batch, cache_mb=cache_mb,
                                       on_step=on_step))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        # The first grammar request need not wait for its tokenizer, nor the first
-        # answer share the CPU with building it.
+        # Built after the first answer, before the first grammar request needs it.
         state.worker.start(after_first_answer=state.processors.grammars.warm)
         try:
             yield
@@ -101,7 +90,6 @@ def create_engine_app(model: EngineModel, max_batch: int = DEFAULT_MAX_BATCH,
 
 
 def _tokenizer_routes(app: FastAPI, model: EngineModel) -> None:
-    """Health, the model card, and the tokenizer both ways."""
 
     @app.get("/health")
     @app.get("/health_generate")
@@ -115,86 +103,69 @@ def _tokenizer_routes(app: FastAPI, model: EngineModel) -> None:
         return json_response({"object": "list", "data": [card]})
 
     @app.post("/detokenize")
-    async def detokenize(request: Request) -> Response:
+    @route(False)
+    async def detokenize(request: Request, body: dict[str, Any]) -> Response:
         """SGLang's ``/detokenize``: ``{"tokens": [ids]}`` -> ``{"text": str}``, or a
         batch ``{"tokens": [[ids], ...]}`` -> ``{"text": [str, ...]}``;
         ``skip_special_tokens`` (default true, as SGLang) drops special tokens."""
-        async def run() -> Response:
-            body = await read_body(request)
-            tokens, skip = body.get("tokens"), body.get("skip_special_tokens", True)
-            if not isinstance(skip, bool):
-                raise RequestError("skip_special_tokens must be a boolean",
-                                   param="skip_special_tokens")
-            batch = isinstance(tokens, list) and bool(tokens) and isinstance(tokens[0], list)
-            rows = tokens if batch else [tokens]
-            vocab = len(model.tokenizer)
-            if not isinstance(rows, list) or not all(
-                    isinstance(row, list) and all(type(t) is int and 0 <= t < vocab for t in row)
-                    for row in rows):
-                raise RequestError("tokens must be a list of token ids, or a list of such "
-                                   "lists", param="tokens")
-            texts = [str(model.tokenizer.decode(row, skip_special_tokens=skip)) for row in rows]
-            return json_response({"text": texts if batch else texts[0]})
-        return await guard(False, run)
+        tokens = body.get("tokens")
+        skip = checked(body, "skip_special_tokens", True, bool, "a boolean")
+        batch = isinstance(tokens, list) and bool(tokens) and isinstance(tokens[0], list)
+        rows = tokens if batch else [tokens]
+        vocab = len(model.tokenizer)
+        if not isinstance(rows, list) or not all(
+                isinstance(row, list) and all(type(t) is int and 0 <= t < vocab for t in row)
+                for row in rows):
+            raise RequestError("tokens must be a list of token ids, or a list of such "
+                               "lists", param="tokens")
+        texts = [str(model.tokenizer.decode(row, skip_special_tokens=skip)) for row in rows]
+        return json_response({"text": texts if batch else texts[0]})
 
     @app.post("/tokenize")
     @app.post("/v1/tokenize")
-    async def tokenize(request: Request) -> Response:
+    @route(False)
+    async def tokenize(request: Request, body: dict[str, Any]) -> Response:
         """SGLang's ``/tokenize``: ``{"prompt": str}`` -> ``{"tokens": [ids], "count",
         "max_model_len"}``, or a batch ``{"prompt": [str, ...]}`` -> lists of each;
         ``add_special_tokens`` defaults to true, as SGLang's."""
-        async def run() -> Response:
-            body = await read_body(request)
-            prompt, special = body.get("prompt"), body.get("add_special_tokens", True)
-            if not isinstance(special, bool):
-                raise RequestError("add_special_tokens must be a boolean",
-                                   param="add_special_tokens")
-            batch = isinstance(prompt, list)
-            rows = prompt if isinstance(prompt, list) else [prompt]
-            if not rows or not all(isinstance(row, str) for row in rows):
-                raise RequestError("prompt must be a string or a list of strings",
-                                   param="prompt")
-            ids = [list(model.tokenizer.encode(row, add_special_tokens=special))
-                   for row in rows]
-            return json_response({"tokens": ids if batch else ids[0],
-                                  "count": [len(i) for i in ids] if batch else len(ids[0]),
-                                  "max_model_len": model.context_length})
-        return await guard(False, run)
+        prompt = body.get("prompt")
+        special = checked(body, "add_special_tokens", True, bool, "a boolean")
+        batch = isinstance(prompt, list)
+        rows = prompt if isinstance(prompt, list) else [prompt]
+        if not rows or not all(isinstance(row, str) for row in rows):
+            raise RequestError("prompt must be a string or a list of strings", param="prompt")
+        ids = [list(model.tokenizer.encode(row, add_special_tokens=special)) for row in rows]
+        return json_response({"tokens": ids if batch else ids[0],
+                              "count": [len(i) for i in ids] if batch else len(ids[0]),
+                              "max_model_len": model.context_length})
 
 
 def _generation_routes(app: FastAPI, state: EngineState) -> None:
-    """``/generate`` (SGLang's native) and the OpenAI chat and text completions."""
 
     @app.post("/generate")
-    async def generate(request: Request) -> Response:
-        async def run() -> Response:
-            body = await read_body(request)
-            reqs = parse_generate(state, body)
-            if body.get("stream") is True:
-                return _sse(generate_stream(state, reqs))
-            batched = isinstance(body.get("text"), list) or (
-                isinstance(body.get("input_ids"), list) and bool(body["input_ids"])
-                and isinstance(body["input_ids"][0], list))
-            return json_response(await _until_disconnect(
-                request, generate_response(state, reqs, batched)))
-        return await guard(True, run)
+    @route(True)
+    async def generate(request: Request, body: dict[str, Any]) -> Response:
+        reqs = parse_generate(state, body)
+        if body.get("stream") is True:
+            return _sse(generate_stream(state, reqs))
+        batched = isinstance(body.get("text"), list) or (
+            isinstance(body.get("input_ids"), list) and bool(body["input_ids"])
+            and isinstance(body["input_ids"][0], list))
+        return json_response(await _until_disconnect(
+            request, generate_response(state, reqs, batched)))
 
     @app.post("/v1/chat/completions")
-    async def chat(request: Request) -> Response:
-        async def run() -> Response:
-            body = await read_body(request)
-            job = parse_chat(state, body, request.headers)
-            if body.get("stream") is True:
-                return _sse(chat_stream(state, job))
-            return json_response(await _until_disconnect(request, chat_response(state, job)))
-        return await guard(False, run)
+    @route(False)
+    async def chat(request: Request, body: dict[str, Any]) -> Response:
+        job = parse_chat(state, body, request.headers)
+        if body.get("stream") is True:
+            return _sse(chat_stream(state, job))
+        return json_response(await _until_disconnect(request, chat_response(state, job)))
 
     @app.post("/v1/completions")
-    async def completions(request: Request) -> Response:
-        async def run() -> Response:
-            body = await read_body(request)
-            job = parse_completion(state, body)
-            if body.get("stream") is True:
-                return _sse(completion_stream(state, job))
-            return json_response(await _until_disconnect(request, completion_response(state, job)))
-        return await guard(False, run)
+    @route(False)
+    async def completions(request: Request, body: dict[str, Any]) -> Response:
+        job = parse_completion(state, body)
+        if body.get("stream") is True:
+            return _sse(completion_stream(state, job))
+        return json_response(await _until_disconnect(request, completion_response(state, job)))

@@ -1,24 +1,51 @@
-"""What the routes share: the model, its worker, and prompt validation.
+"""What the routes share: the model, its worker, prompt validation and a record of how
+generations ended.
 
-Invariant: every prompt reaching the worker is non-empty, made of in-vocabulary ids, and
-strictly shorter than the context, so generation itself cannot fail on bad input.
+Invariants:
+- Every prompt reaching the worker is non-empty, made of in-vocabulary ids, and strictly
+  shorter than the context, so generation itself cannot fail on bad input.
+- ``JobLog`` keeps the last ``maxlen`` final updates by rid (a bounded deque, appended
+  from the worker thread): operators and tests can see that an abandoned job was aborted.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..template_input import content_format, reserved_names
 from .errors import RequestError
+from .generator import Update
 from .grammar import GrammarCompiler
-from .jobs import JobLog
 from .model import EngineModel
 from .processors import ProcessorFactory
 from .worker import Worker
 
-__all__ = ["EngineState", "new_id"]
+__all__ = ["EngineState", "Finished", "JobLog", "new_id"]
+
+
+@dataclass(frozen=True)
+class Finished:
+    rid: str
+    finish_type: str
+    completion_tokens: int
+
+
+class JobLog:
+    """The most recent final updates (thread-safe: ``deque.append`` is atomic)."""
+
+    def __init__(self, maxlen: int = 256) -> None:
+        self._done: deque[Finished] = deque(maxlen=maxlen)
+
+    def record(self, rid: str, upd: Update) -> None:
+        fin = upd.finish or {}
+        self._done.append(Finished(rid, str(fin.get("type")), upd.completion_tokens))
+
+    def find(self, rid: str) -> Finished | None:
+        """The latest record for ``rid``, or None."""
+        return next((f for f in reversed(self._done) if f.rid == rid), None)
 
 
 def new_id() -> str:

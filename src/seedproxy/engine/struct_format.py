@@ -1,14 +1,11 @@
 """xgrammar's structural tag (``{"type": "structural_tag", "format": {...}}``) read into
 checked nodes, for ``struct_lark`` to write as an llguidance grammar.
 
-Read as xgrammar 0.2.9 (SGLang's default grammar backend) reads it: ``const_string``,
-``regex``, ``json_schema`` (style ``json``), ``grammar`` (syntax ``ebnf``), ``any_text``,
-``sequence``, ``or``, ``optional``, ``plus``, ``star``, ``repeat`` (at most
-``MAX_REPEAT``), ``tag`` (string ``begin``, string or list ``end``), ``triggered_tags``
-and ``tags_with_separator``, with xgrammar's own refusals (an empty
-``sequence``, ``or``, ``triggers`` or ``tags``; a tag matching no trigger or several).
-Types and options llguidance cannot hold exactly (token-level formats, ``dispatch``, XML
-styles, ``max_tokens``/``max_chars`` budgets, ``lark`` grammars) are refused by name.
+Read as xgrammar 0.2.9 (SGLang's default grammar backend) reads it (``_READERS``), with
+xgrammar's own refusals (an empty ``sequence``, ``or``, ``triggers`` or ``tags``; a tag
+matching no trigger or several). What llguidance cannot hold exactly (token-level formats,
+``dispatch``, XML styles, ``max_tokens``/``max_chars`` budgets, ``lark`` grammars) is
+refused by name.
 
 Invariants:
 - Every field's type is checked before anything is built; a bad one is a ``ValueError``
@@ -19,6 +16,7 @@ Invariants:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,11 +28,8 @@ MAX_DEPTH = 32
 MAX_NODES = 1000
 
 _REFUSED = {
-    "token": "token-level formats are not supported",
-    "exclude_token": "token-level formats are not supported",
-    "any_tokens": "token-level formats are not supported",
-    "token_triggered_tags": "token-level formats are not supported",
-    "token_dispatch": "token-level formats are not supported",
+    **dict.fromkeys(("token", "exclude_token", "any_tokens", "token_triggered_tags",
+                     "token_dispatch"), "token-level formats are not supported"),
     "dispatch": "string-dispatched free text is only supported as triggered_tags",
     "qwen_xml_parameter": "XML argument styles are not supported",
 }
@@ -171,7 +166,7 @@ class _Reader:
                      for i, item in enumerate(items))
 
     def tag(self, raw: Any, where: str, depth: int) -> Tag:
-        """A tag in a ``tags`` list (its ``type`` may be left out)."""
+        """A tag in a ``tags`` list (``type`` optional)."""
         if depth > MAX_DEPTH:
             raise ValueError(f"{where}: nested deeper than {MAX_DEPTH} levels")
         if not isinstance(raw, dict) or raw.get("type", "tag") != "tag":
@@ -226,10 +221,6 @@ def _unset(raw: dict[str, Any], where: str, *keys: str) -> None:
             raise ValueError(f"{where}.{key} is not supported by the embedded engine")
 
 
-def _const(r: _Reader, raw: dict[str, Any], where: str, depth: int) -> Node:
-    return Const(_text(raw, "value", where))
-
-
 def _regex(r: _Reader, raw: dict[str, Any], where: str, depth: int) -> Node:
     pattern = _text(raw, "pattern", where)
     if not pattern:
@@ -266,14 +257,6 @@ def _any_text(r: _Reader, raw: dict[str, Any], where: str, depth: int) -> Node:
                              nonempty_items=True))
 
 
-def _seq(r: _Reader, raw: dict[str, Any], where: str, depth: int) -> Node:
-    return Seq(r.children(raw, where, depth))
-
-
-def _or(r: _Reader, raw: dict[str, Any], where: str, depth: int) -> Node:
-    return Or(r.children(raw, where, depth))
-
-
 def _count(raw: dict[str, Any], key: str, where: str) -> int:
     value = raw.get(key)
     if isinstance(value, bool) or not isinstance(value, int) or not -1 <= value <= MAX_REPEAT:
@@ -291,10 +274,6 @@ def _repeat(r: _Reader, raw: dict[str, Any], where: str, depth: int) -> Node:
     if low < 0 or (high != -1 and high < low):
         raise ValueError(f"{where}: min must be at least 0 and max at least min (or -1)")
     return Repeat(content, low, None if high == -1 else high)
-
-
-def _tag(r: _Reader, raw: dict[str, Any], where: str, depth: int) -> Node:
-    return r.tag_body(raw, where, depth)
 
 
 def _triggered(r: _Reader, raw: dict[str, Any], where: str, depth: int) -> Node:
@@ -329,11 +308,13 @@ def _separated(r: _Reader, raw: dict[str, Any], where: str, depth: int) -> Node:
                      _flag(raw, "at_least_one", where), _flag(raw, "stop_after_first", where))
 
 
-_READERS = {
-    "const_string": _const, "regex": _regex, "json_schema": _json, "grammar": _grammar,
-    "any_text": _any_text, "sequence": _seq, "or": _or, "tag": _tag, "optional": _repeat,
-    "plus": _repeat, "star": _repeat, "repeat": _repeat,
-    "triggered_tags": _triggered, "tags_with_separator": _separated,
+_READERS: dict[str, Callable[[_Reader, dict[str, Any], str, int], Node]] = {
+    "const_string": lambda r, raw, where, depth: Const(_text(raw, "value", where)),
+    "sequence": lambda r, raw, where, depth: Seq(r.children(raw, where, depth)),
+    "or": lambda r, raw, where, depth: Or(r.children(raw, where, depth)),
+    "tag": _Reader.tag_body, "regex": _regex, "json_schema": _json, "grammar": _grammar,
+    "any_text": _any_text, "optional": _repeat, "plus": _repeat, "star": _repeat,
+    "repeat": _repeat, "triggered_tags": _triggered, "tags_with_separator": _separated,
 }
 
 

@@ -1,33 +1,38 @@
-"""A structural tag's node tree (``struct_format``) written as one llguidance grammar.
-
-xgrammar matches the tree with an Earley parser over characters; llguidance lexes first,
-and its lexer takes the longest lexeme without backtracking. So the tree is written to
-keep xgrammar's language exactly:
-- A *regular* subtree (``const_string``, ``regex``, ``any_text``, and ``sequence``,
-  ``or``, the repeats, ``tag`` and ``tags_with_separator`` built only from those) becomes one lark
-  terminal, a single regular expression: its pieces split wherever xgrammar's would.
-- A regular run is merged into the terminal before it (``follow``), so free text
-  followed by a string (a tag's end, the rest of a sequence) is one lexeme that ends
-  where xgrammar's would. Free text with nothing mergeable after it but more grammar
-  (``any_text`` then a JSON schema) is refused: the lexer could never leave it.
+"""A structural tag's node tree (``struct_format``) written as one llguidance grammar that
+keeps xgrammar's language exactly, though xgrammar matches with an Earley parser over
+characters and llguidance's lexer takes the longest lexeme without backtracking:
+- A *regular* subtree (built only from ``const_string``, ``regex``, ``any_text``,
+  ``sequence``, ``or``, repeats, ``tag`` and ``tags_with_separator``) is one terminal.
+- A regular run is merged into the terminal before it (``follow``), so free text followed
+  by a string is one lexeme that ends where xgrammar's would. Free text followed by more
+  grammar and nothing mergeable (``any_text`` then a JSON schema) is refused.
 - ``any_text`` and ``triggered_tags`` inside a tag exclude the tag's ends, as xgrammar's
-  ``TagDispatch`` does; ``triggered_tags``' free text is cut at the first trigger: one
-  lazy lexeme per trigger (as llguidance's ``StructTag``), and the first to match ends
-  the text. (Terminals that exclude every other trigger instead run out of llguidance's
-  lexer fuel from about 20 triggers.)
-- ``json_schema`` is inline ``%json`` (with xgrammar's inferred types, ``schema_types``)
-  and ``grammar`` (EBNF) a side grammar converted by llguidance as the ``ebnf`` field is.
-  Where a JSON schema, a grammar or a ``regex`` lexeme can run on into what follows
-  (a bare number before a digit), llguidance takes the longest, xgrammar any split; and
-  two JSON values in a row (``star`` of a schema) may have JSON whitespace between them
-  in llguidance, whose inline schemas share one whitespace rule, none in xgrammar.
+  ``TagDispatch``; ``triggered_tags``' free text is cut at the first trigger by one lazy
+  lexeme per trigger (terminals excluding every other trigger run out of lexer fuel from
+  about 20 triggers).
+- ``json_schema`` is inline ``%json`` (with ``schema_types``' inferred types), ``grammar``
+  a side grammar from ``grammar_from("ebnf")``. Known differences: where a JSON value,
+  grammar or ``regex`` lexeme can run on into what follows, llguidance takes the longest
+  (xgrammar any split); two JSON values in a row may have JSON whitespace between them.
+
+SGLang's legacy structural tag (``{"structures": [{"begin", "schema", "end"}],
+"triggers": [...]}``, read by ``seedproxy.legacy_tag``) is written as SGLang's llguidance
+backend writes it (``legacy_grammar``): one lazy trigger per structure (free text up to
+the trigger, the rest of ``begin``, a value of the schema, ``end``), its trigger the first
+of ``triggers`` that ``begin`` starts with, else the first. As in xgrammar, ``begin``,
+``end`` and triggers are literal text even where they look like a tag (``<a>``); only a
+trigger that is exactly one special token (``special_id``) is matched as that token, by
+id (``<[128010]>``). Either grammar is a pure function of its input (and ``special_id``'s
+answers); a malformed tag is a ``ValueError`` (the caller's 400).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
+from ..legacy_tag import legacy_structures
 from .schema_types import with_inferred_types
 from .struct_format import (
     AnyText,
@@ -45,9 +50,11 @@ from .struct_format import (
     open_ended,
 )
 
-__all__ = ["format_grammar"]
+__all__ = ["format_grammar", "legacy_grammar"]
 
 _ANY = "/(?s:.*)/"
+_STUCK = ("free text (any_text) followed by a JSON schema, a grammar or triggered_tags cannot "
+          "be matched exactly")
 
 
 def format_grammar(node: Node) -> str:
@@ -162,8 +169,7 @@ class _Writer:
             if follow is not None:
                 expr = f"{expr} {follow}"
             elif not tail and open_ended(node):
-                raise ValueError("free text (any_text) followed by a JSON schema, a grammar "
-                                 "or triggered_tags cannot be matched exactly")
+                raise ValueError(_STUCK)
             return self._define("t", expr)
         if isinstance(node, Json):
             schema = {} if node.schema is True else with_inferred_types(node.schema)
@@ -201,8 +207,7 @@ class _Writer:
         for el in reversed(elements):  # each regular run merges into what precedes it
             if _regular(el):
                 if follow is None and not tail and open_ended(el):
-                    raise ValueError("free text (any_text) followed by a JSON schema, a "
-                                     "grammar or triggered_tags cannot be matched exactly")
+                    raise ValueError(_STUCK)
                 piece = self.term(el, excl)
                 follow = piece if follow is None else f"{piece} {follow}"
             else:
@@ -244,3 +249,61 @@ class _Writer:
             return f"({rest} | {loop}{self._after(follow)})"
         head = first + " " if node.at_least_one else ""
         return f"{head}{loop}* {rest}"
+
+
+_TEXT = r"(.|\n)*"
+
+
+def _opt_lit(text: str) -> str:
+    return json.dumps(text) if text else ""
+
+
+def _read(tag: dict[str, Any]) -> list[tuple[str, str, Any, str]]:
+    """The tag's structures as ``(trigger, begin, schema, end)``."""
+    structures, triggers, _ = legacy_structures(tag)
+    if not triggers or not all(triggers):
+        raise ValueError("triggers must be a non-empty list of non-empty strings")
+    if not structures:
+        raise ValueError("structures must be a non-empty list")
+    read = []
+    for begin, schema, end in structures:
+        if not isinstance(schema, dict | str):
+            raise ValueError("each structure's schema must be a JSON schema")
+        trigger = next((t for t in triggers if begin.startswith(t)), triggers[0])
+        if not begin.startswith(trigger):
+            raise ValueError(f"begin {begin[:64]!r} does not start with a trigger")
+        read.append((trigger, begin, with_inferred_types(schema), end))
+    return read
+
+
+def legacy_grammar(tag: dict[str, Any], special_id: Callable[[str], int | None]) -> str:
+    """llguidance's grammar text for the legacy ``tag``: lark, or llguidance's JSON form
+    when a schema is given as a lark grammar (a string not starting with ``{``);
+    ``ValueError`` where the tag is malformed."""
+    from llguidance import grammar_from
+
+    structures = _read(tag)
+    options = " | ".join(f"tag_{i}" for i in range(len(structures)))
+    lines = ["%llguidance {}", f"start: ({options})* tag_end", "tag_end: TAG_TEXT",
+             f"TAG_TEXT: /{_TEXT}/"]
+    sides = []
+    for i, (trigger, begin, schema, end) in enumerate(structures):
+        if isinstance(schema, dict):
+            value = "%json " + json.dumps(schema)
+        elif schema.lstrip().startswith("{"):
+            value = "%json " + schema
+        else:
+            sides.append({"name": f"tag_{i}_grm", "lark_grammar": schema})
+            value = f"@tag_{i}_grm"
+        body = " ".join(p for p in (_opt_lit(begin[len(trigger):]), value, _opt_lit(end)) if p)
+        token = special_id(trigger)
+        if token is not None:
+            lines.append(f"tag_{i}: TAG_TEXT <[{token}]> {body}")
+        else:
+            lines.append(f"tag_{i}_trig[lazy]: TAG_TEXT {_opt_lit(trigger)}")
+            lines.append(f"tag_{i}: tag_{i}_trig {body}")
+    lark = "\n".join(lines) + "\n"
+    if sides:
+        return json.dumps({"grammars": [{"name": "struct_tag", "lark_grammar": lark},
+                                        *sides]})
+    return str(grammar_from("lark", lark))

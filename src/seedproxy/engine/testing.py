@@ -1,9 +1,7 @@
 """Tiny random-weight models for tests: no download, fast, deterministic.
 
-Invariants: ``tiny_hf_model(model_type, seed)`` builds the same weights for the same
-arguments in any process (a private seed, the global RNG is untouched). ``tiny_model``
-wraps one for the engine with SmolLM2's tokenizer and chat template read from the GGUF on
-disk (cached after the first use).
+Invariant: ``tiny_hf_model(model_type, seed)`` builds the same weights for the same
+arguments in any process (a private seed; the global RNG is untouched).
 """
 
 from __future__ import annotations
@@ -27,11 +25,8 @@ def tiny_tokenizer() -> Any:
 
 def tiny_hf_model(model_type: str = "llama", seed: int = 0, vocab_size: int = 49152,
                   random_norms: bool = False, **overrides: Any) -> Any:
-    """A 2-layer, hidden-64 transformers model of ``model_type`` with random weights.
-
-    ``random_norms`` also randomises norm weights and biases (transformers' init makes them
-    ones and zeros, which would hide a norm or bias the forward pass forgot).
-    """
+    """A 2-layer, hidden-64 transformers model of ``model_type`` with random weights;
+    ``random_norms`` randomises norm weights and biases too (not ones and zeros)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     kw: dict[str, Any] = dict(

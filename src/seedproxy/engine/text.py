@@ -1,22 +1,23 @@
-"""Decoded output text with stop strings (``seedproxy.detokenize``, ``seedproxy.stop_strings``).
+"""Decoded output text with stop strings (``seedproxy.detokenize``,
+``seedproxy.stop_strings``) and ``stop_regex`` (SGLang's ``FINISHED_MATCHED_REGEX``).
 
 Invariants:
 - ``text`` is always the decoding of all output ids so far, cut at the first stop string
-  (kept when ``no_stop_trim``), so the final text does not depend on streaming.
-- Each token costs the tokenizer O(1) (``IncrementalDecoder``'s window).
+  (kept when ``no_stop_trim``), so the final text does not depend on streaming; each token
+  costs the tokenizer O(1).
 - ``stable_text`` is a prefix of every later ``text``: it withholds a trailing incomplete
-  UTF-8 sequence and any tail that could still grow into a stop string, so streamed deltas
-  concatenate to exactly the final text.
+  UTF-8 sequence and any tail that could still grow into a stop string.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ..detokenize import IncrementalDecoder
 from ..stop_strings import first_stop, held_tail
 
-__all__ = ["TextState"]
+__all__ = ["TextState", "match_stop_regex"]
 
 
 class TextState:
@@ -58,3 +59,8 @@ class TextState:
         text = self.text.rstrip("\ufffd")
         keep = held_tail(text, self._stops)
         return text[: len(text) - keep]
+
+
+def match_stop_regex(patterns: tuple[str, ...], text: str) -> str | None:
+    """The first of ``patterns`` found anywhere in ``text``, or None."""
+    return next((pat for pat in patterns if re.search(pat, text)), None)

@@ -1,5 +1,5 @@
-"""Counting a chat request's prompt tokens as the engine would render them, for
-``/v1/messages/count_tokens`` (the proxy is handed ``prompt_counter(model)``)."""
+"""A chat request's prompt token count as the engine renders it, for
+``/v1/messages/count_tokens``."""
 
 from __future__ import annotations
 

@@ -1,34 +1,28 @@
-"""One worker thread that runs up to ``max_batch`` generations together, and what its
-control plane (``worker_control.py``) asks of it: pause and continue (SGLang's three
-modes), the weight-version label, weight swaps and cache flushes.
+"""One worker thread running up to ``max_batch`` generations together, and its control
+plane, called from any thread: pause and continue (SGLang's three modes), abort, the
+weight-version label, weight swaps and cache flushes.
 
 Invariants:
-- Exactly one thread touches the model (its buffers, prefix cache and forward pass).
-  Requests are admitted in arrival order whenever the batch has room and advance one
-  token per step together; a request's tokens and logprobs never depend on its
-  batchmates (see ``generator.py``), only on the engine's fixed configuration.
-- ``torch.set_num_threads(threads)`` is applied on that thread before any work; results
-  repeat bit for bit on one machine, torch build and thread count.
-- Submitting is thread-safe; ``stream`` bridges updates to an asyncio loop with
-  ``call_soon_threadsafe`` as each token is produced. A consumer that goes away cancels
-  its job at the next step.
-- ``pause``, ``resume``, ``abort`` and ``set_weight_version`` only set state under a lock
-  and wake the worker: they never wait for a step to end. The worker reads that state
-  between steps. While paused (any mode) no step runs and nothing is admitted; new
-  requests wait in the queue. ``abort`` mode cancels every request running or queued at
-  the pause; ``in_place`` keeps the batch (and its KV) as it is; ``retract`` parks the
-  batch at the front of the queue, in order, to be prefilled again on continue.
-- Cancelled requests end (``finish_reason`` abort, output so far) even while paused.
-- ``load_weights`` swaps in new weights between steps, on the worker thread. Paused (any
-  mode), at once: ``in_place`` requests keep the KV their tokens so far made and go on
-  under the new weights, ``retract``ed ones are prefilled again on them. Not paused, no
-  new request is admitted until the running ones have finished (as SGLang's weight-update
-  lock waits). The prefix cache is emptied with the swap: no later prompt reuses keys of
-  the old weights. The weight version, when given, changes in the same step.
-- ``flush_cache`` empties the prefix cache on the worker thread, between steps, only
-  when no request is running or waiting (SGLang's ``/flush_cache`` refuses then); it
-  answers whether it did.
-- ``on_step`` (a test seam) runs on the worker thread after each step, with the batch.
+- Exactly one thread touches the model (its buffers, prefix cache and forward pass), with
+  ``torch.set_num_threads(threads)`` applied first. Requests are admitted in arrival order
+  whenever the batch has room and advance one token per step together; their tokens never
+  depend on their batchmates (``generator.py``).
+- Submitting is thread-safe; ``stream`` bridges updates to an asyncio loop as each token
+  is produced. A consumer that goes away cancels its job at the next step.
+- Each control call only sets state under the lock (``_cv``) and wakes the worker, which
+  reads it between steps; none waits for a step to end (``load_weights`` and
+  ``flush_cache`` await the worker thread's answer on the caller's loop). One swap is
+  pending at a time; a flush asked while requests run or wait is refused at once.
+- While paused (any mode) no step runs and nothing is admitted. ``abort`` mode cancels
+  every request running or queued at the pause; ``in_place`` keeps the batch (and its
+  KV); ``retract`` parks the batch at the front of the queue, in order, to be prefilled
+  again on continue. Cancelled requests end (abort, output so far) even while paused.
+- A weight swap happens between steps: paused, at once (``in_place`` requests go on under
+  the new weights with their KV, ``retract``ed ones are prefilled again); not paused, once
+  the running requests have finished, admitting none meanwhile (SGLang's weight-update
+  lock). The prefix cache is emptied with the swap, and the version, when given, changes
+  in the same step.
+- A cache flush runs between steps, only when no request is running or waiting.
 """
 
 from __future__ import annotations
@@ -40,6 +34,7 @@ import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import torch
 
@@ -53,14 +48,43 @@ from .generator import (
     Update,
 )
 from .model import EngineModel
-from .worker_control import PauseMode, PendingSwap, WorkerControl
+from .reload import PreparedWeights
 
-__all__ = ["StepHook", "Worker", "default_threads"]
+__all__ = ["PAUSE_MODES", "PauseMode", "PendingSwap", "StepHook", "Worker", "default_threads"]
 
 logger = logging.getLogger("seedproxy.engine")
 
+PauseMode = Literal["abort", "in_place", "retract"]
+PAUSE_MODES: tuple[PauseMode, ...] = ("abort", "in_place", "retract")
+
+
+@dataclass
+class PendingSwap:
+    """Weights asked for by ``load_weights``, waiting for the worker to swap them in."""
+
+    prepared: PreparedWeights
+    version: str | None
+    done: Callable[[int | None], None]
+    """Called on the worker thread: how many requests were held paused across the swap,
+    or None when the worker stopped first."""
+
+
+def _answer() -> tuple[asyncio.Future[Any], Callable[[Any], None]]:
+    """A future on the running loop, and the function that sets it from another thread."""
+    loop = asyncio.get_running_loop()
+    result: asyncio.Future[Any] = loop.create_future()
+
+    def done(value: Any) -> None:
+        try:
+            loop.call_soon_threadsafe(result.set_result, value)
+        except RuntimeError:  # the loop is gone: nobody waits for the answer
+            pass
+
+    return result, done
+
+
 StepHook = Callable[[list[tuple[GenRequest, int]]], None]
-"""Called after each step with every running request and its tokens so far."""
+"""A test seam run on the worker thread after each step, with the batch."""
 
 
 def default_threads() -> int:
@@ -78,9 +102,8 @@ class _Job:
     cancel: threading.Event = field(default_factory=threading.Event)
 
 
-class Worker(WorkerControl):
-    """A daemon thread admitting queued jobs into one batched ``Generator``; its
-    controls (pause, abort, swaps, flushes) are ``WorkerControl``'s."""
+class Worker:
+    """A daemon thread admitting queued jobs into one batched ``Generator``."""
 
     def __init__(self, model: EngineModel, threads: int | None = None,
                  max_batch: int = DEFAULT_MAX_BATCH, cache_mb: int = DEFAULT_CACHE_MB,
@@ -111,9 +134,8 @@ class Worker(WorkerControl):
         """How many requests are in the batch (written by the worker thread only)."""
 
     def start(self, after_first_answer: Callable[[], object] | None = None) -> None:
-        """Start the worker thread. ``after_first_answer`` runs once on it, when the
-        batch first empties after a step: work that the first answer does not need (the
-        grammar tokenizer) does not compete with it."""
+        """Start the worker thread; ``after_first_answer`` runs once on it, when the
+        batch first empties after a step."""
         if self._thread is None:
             self._stopping = False
             self._after_first = after_first_answer
@@ -195,8 +217,7 @@ class Worker(WorkerControl):
                 self.running = len(gen.running)
 
     def _step(self, gen: Generator, admitted: list[_Job | Seq]) -> Generator:
-        """Admit, then advance the batch one token; returns the generator to go on with
-        (a fresh one after a failed step)."""
+        """Admit, then advance the batch one token; returns the generator to go on with."""
         for entry in admitted:
             self._admit(gen, entry)
         if not gen.running:
@@ -224,8 +245,7 @@ class Worker(WorkerControl):
             self._fail([(entry.req, entry.on_update)], exc)
 
     def _hold(self, gen: Generator, mode: PauseMode) -> None:
-        """While paused: park the batch in ``retract`` mode, and end what was cancelled
-        (running or queued) without stepping."""
+        """While paused: park a ``retract``ed batch; end what was cancelled."""
         if mode == "retract":
             parked = gen.retract()
             with self._cv:
@@ -259,8 +279,8 @@ class Worker(WorkerControl):
 
     def submit(self, req: GenRequest, on_update: Callable[[Update], None],
                cancel: threading.Event | None = None) -> threading.Event:
-        """Queue ``req``; ``on_update`` runs on the worker thread. Returns its cancel flag,
-        which ``abort(req.rid)`` also sets until the request finishes."""
+        """Queue ``req``; ``on_update`` runs on the worker thread. Returns its cancel flag
+        (``abort(req.rid)`` sets it until the request finishes)."""
         flag = cancel or threading.Event()
         self._live[req.rid] = flag
 
@@ -296,10 +316,84 @@ class Worker(WorkerControl):
         finally:
             cancel.set()
 
-    async def complete(self, req: GenRequest) -> Update:
-        """Run ``req`` to the end and return its final update."""
-        last: Update | None = None
-        async for upd in self.stream(req):
-            last = upd
-        assert last is not None
-        return last
+    @property
+    def paused(self) -> PauseMode | None:
+        return self._paused
+
+    @property
+    def swap_pending(self) -> bool:
+        """Whether new weights wait to be swapped in (for the running batch to end)."""
+        return self._swap is not None
+
+    @property
+    def waiting(self) -> int:
+        """Requests queued and not admitted (parked ones included)."""
+        return len(self._waiting)
+
+    def pause(self, mode: PauseMode) -> None:
+        """Stop stepping before the next step; in ``abort`` mode every request running or
+        queued now is cancelled. Returns at once."""
+        with self._cv:
+            self._paused = mode
+            self._poked = True
+            self._cv.notify_all()
+        if mode == "abort":
+            self.abort(None)
+
+    def resume(self) -> None:
+        with self._cv:
+            self._paused = None
+            self._cv.notify_all()
+
+    def set_weight_version(self, version: str, *, abort_all: bool) -> None:
+        """Label the tokens sampled from now on ``version``; with ``abort_all`` every
+        request running or queued ends with ``finish_reason`` abort."""
+        with self._cv:
+            self.weight_version = version
+        if abort_all:
+            self.abort(None)
+
+    async def load_weights(self, prepared: PreparedWeights, version: str | None) -> int | None:
+        """Swap in ``prepared`` (and label tokens ``version`` from then, when given) at
+        the worker's next chance; return how many requests were held paused across the
+        swap, or None when the worker stopped first."""
+        result, done = _answer()
+        with self._cv:
+            if self._swap is not None:
+                raise RuntimeError("a weight swap is already pending")
+            self._swap = PendingSwap(prepared, version, done)
+            self._poked = True
+            self._cv.notify_all()
+        held: int | None = await result
+        return held
+
+    async def flush_cache(self) -> bool:
+        """Empty the prefix cache at the worker's next chance; False (and nothing done)
+        when requests are running or waiting then."""
+        result, done = _answer()
+        with self._cv:
+            if self._busy or self._waiting:  # answered now: a held step cannot delay it
+                return False
+            self._flushes.append(done)
+            self._poked = True
+            self._cv.notify_all()
+        return bool(await result)
+
+    def abort(self, rid: str | None) -> int:
+        """Cancel the running or queued requests named ``rid`` (a request's own rid, or
+        the base of its ``rid-i`` choices); every one when ``rid`` is None. Returns how
+        many were told; each ends with ``finish_reason`` abort at its next step."""
+        told = 0
+        for name, flag in list(self._live.items()):
+            if rid is None or name == rid or name.startswith(rid + "-"):
+                flag.set()
+                told += 1
+        with self._cv:  # a paused worker ends them now
+            self._poked = True
+            self._cv.notify_all()
+        return told
+
+    def stopping(self, rid: str) -> bool:
+        """Whether the unfinished request ``rid`` has been told to stop."""
+        flag = self._live.get(rid)
+        return flag is not None and flag.is_set()
