@@ -6,7 +6,7 @@ Sequence (what the anthropic SDK's ``messages.stream`` accumulates): ``message_s
 ``input_json_delta`` for tool arguments) -> ``content_block_stop``; blocks never
 interleave (a new kind of delta closes the open block); last ``message_delta``
 (stop_reason, stop_sequence, usage) and ``message_stop``. ``result`` is the Message
-the events add up to, as ``to_message`` would have built it.
+the events add up to, which ``to_message`` is.
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from .anthropic import (
     tool_input,
     tool_use_block,
 )
+from .chunk import whole_chunk
 
-__all__ = ["MessageEvents"]
+__all__ = ["MessageEvents", "to_message"]
 
 
 class MessageEvents:
@@ -150,3 +151,19 @@ class MessageEvents:
         partial = self._envelope(None, None)
         partial["content"] = self._blocks
         return partial
+
+
+def to_message(body: dict[str, Any], answer: dict[str, Any], seed: int | None) -> dict[str, Any]:
+    """The Message for a (non-streaming) chat ``answer`` to ``to_chat(body)``."""
+    choices = answer.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise TypeError("a chat answer without choices")
+    whole = choices[0].get("message")
+    if not isinstance(whole, dict):
+        raise TypeError("a chat choice without a message")
+    events = MessageEvents(body, seed)
+    events.feed(whole_chunk(answer, choices[0], whole))
+    events.finish()
+    message = events.result()
+    assert message is not None
+    return message

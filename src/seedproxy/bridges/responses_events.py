@@ -11,6 +11,8 @@ input, once the call is complete) -> ``.done`` -> ``output_item.done``), and las
 ``reasoning_content`` comes first, as a reasoning item: ``output_item.added`` ->
 ``reasoning_text.delta``... -> ``reasoning_text.done`` -> ``output_item.done``.
 ``sequence_number`` counts from 0, the ``error`` event of a failed stream included.
+``to_response`` is the response the events of a whole answer add up to. Ids derive
+from the upstream's own ids, never from a clock or randomness.
 """
 
 from __future__ import annotations
@@ -18,17 +20,32 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .responses import (
-    chat_usage_to_responses,
-    message_item,
-    reasoning_item,
-    response_logprobs,
-    wants_logprobs,
-)
+from .chunk import whole_chunk
+from .responses import chat_usage_to_responses, wants_logprobs
 from .responses_envelope import envelope
 from .responses_tools import call_output_item, custom_input, plan_tools
 
-__all__ = ["ResponsesEvents"]
+__all__ = ["ResponsesEvents", "to_response"]
+
+
+def response_logprobs(choice: dict[str, Any]) -> list[dict[str, Any]]:
+    """Chat ``logprobs.content`` entries in the Responses ``output_text.logprobs`` shape."""
+    block = choice.get("logprobs")
+    content = block.get("content") if isinstance(block, dict) else None
+    out = []
+    for entry in content or []:
+        if isinstance(entry, dict):
+            out.append({
+                "token": entry.get("token", ""),
+                "bytes": entry.get("bytes") or [],
+                "logprob": entry.get("logprob", 0.0),
+                "top_logprobs": [
+                    {"token": t.get("token", ""), "bytes": t.get("bytes") or [],
+                     "logprob": t.get("logprob", 0.0)}
+                    for t in entry.get("top_logprobs") or [] if isinstance(t, dict)
+                ],
+            })
+    return out
 
 
 class ResponsesEvents:
@@ -96,7 +113,9 @@ class ResponsesEvents:
     def _reasoning_delta(self, piece: str) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = []
         if self._reasoning is None:
-            self._reasoning = reasoning_item(f"rs_{self._id}", "")
+            # the upstream's reasoning_content; no summary is made
+            self._reasoning = {"id": f"rs_{self._id}", "type": "reasoning", "summary": [],
+                               "content": [{"type": "reasoning_text", "text": ""}]}
             self._output.append(self._reasoning)
             added = dict(self._reasoning, content=[])
             events.append(self._event("response.output_item.added",
@@ -111,13 +130,15 @@ class ResponsesEvents:
         events: list[dict[str, Any]] = []
         if self._text is None:
             self._text_index = len(self._output)
-            self._text = message_item(f"msg_{self._id}", "", [] if self._logprobs else None,
-                                      "in_progress")
+            part: dict[str, Any] = {"type": "output_text", "text": "", "annotations": []}
+            if self._logprobs:
+                part["logprobs"] = []
+            self._text = {"id": f"msg_{self._id}", "type": "message", "role": "assistant",
+                          "status": "in_progress", "content": [part]}
             self._output.append(self._text)
-            added = message_item(f"msg_{self._id}", "", None, "in_progress")
-            added["content"] = []
             events.append(self._event("response.output_item.added",
-                                      output_index=self._text_index, item=added))
+                                      output_index=self._text_index,
+                                      item=dict(self._text, content=[])))
             events.append(self._event(
                 "response.content_part.added", item_id=self._text["id"],
                 output_index=self._text_index, content_index=0,
@@ -220,3 +241,16 @@ class ResponsesEvents:
             return self._final
         return envelope(self._body, self._id, self._created, self._model, status="incomplete",
                         output=list(self._output), usage=self._usage)
+
+
+def to_response(body: dict[str, Any], answer: dict[str, Any], completed_at: int) -> dict[str, Any]:
+    """The Responses object for a (non-streaming) chat ``answer`` to ``to_chat(body)``,
+    completed at the Unix time ``completed_at``."""
+    choices = answer.get("choices") or [{}]
+    choice = choices[0] if isinstance(choices[0], dict) else {}
+    events = ResponsesEvents(body, lambda: completed_at)
+    events.feed(whole_chunk(answer, choice, choice.get("message") or {}))
+    events.finish()
+    response = events.result()
+    assert response is not None
+    return response
