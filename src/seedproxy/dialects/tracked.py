@@ -20,7 +20,7 @@ from ..wire.shapes import chat_logprobs, completion_logprobs, ints, wants
 from ..wire.types import Captured, Endpoint, StreamCapture
 from .kind import Backend
 
-__all__ = ["TrackedBackend"]
+__all__ = ["TrackedBackend", "Tracker"]
 
 _TOKEN_ID = re.compile(r"token_id:(\d+)")
 
@@ -35,23 +35,26 @@ class TrackedBackend(Backend):
     ) -> tuple[Any, Captured]:
         if endpoint not in self.tracked or not isinstance(answer, dict):
             return answer, Captured()
-        tracker = _Tracker(endpoint, client_body, ids=self.sends_token_ids)
+        tracker = Tracker(endpoint, client_body, ids=self.sends_token_ids)
         tracker.feed(answer)
         return answer, tracker.result()
 
     def stream_capture(self, endpoint: Endpoint, client_body: dict[str, Any]) -> StreamCapture:
         if endpoint not in self.tracked:
             return super().stream_capture(endpoint, client_body)
-        return _Tracker(endpoint, client_body, ids=self.sends_token_ids)
+        return Tracker(endpoint, client_body, ids=self.sends_token_ids)
 
 
-class _Tracker:
+class Tracker:
     """One answer's or one stream's choices (stream ids are deltas, so both are the
-    same walk)."""
+    same walk). ``ids``: the choices carry token ids; ``spelled``: else read them from
+    ``token_id:N`` tokens."""
 
-    def __init__(self, endpoint: Endpoint, client_body: dict[str, Any], *, ids: bool) -> None:
+    def __init__(self, endpoint: Endpoint, client_body: dict[str, Any], *, ids: bool,
+                 spelled: bool = True) -> None:
         self._chat = endpoint is Endpoint.CHAT
         self._ids = ids
+        self._spelled = spelled
         self._keep_ids = wants(client_body, "return_token_ids")
         if self._chat:
             self._keep_logprobs = wants(client_body, "logprobs")
@@ -81,7 +84,7 @@ class _Tracker:
                     self._take_prompt(choice)
                 if not self._keep_ids:
                     choice.pop("token_ids", None)
-            else:
+            elif self._spelled:
                 self._tokens.setdefault(index, []).extend(_tokens(choice, chat=self._chat))
             if not self._keep_logprobs and choice.get("logprobs") is not None:
                 choice["logprobs"] = None
