@@ -23,12 +23,12 @@ from .anthropic import (
     tool_input,
     tool_use_block,
 )
-from .chunk import whole_chunk
+from .chunk import ChunkWalker, whole_chunk
 
 __all__ = ["MessageEvents", "to_message"]
 
 
-class MessageEvents:
+class MessageEvents(ChunkWalker):
     """Feed it each chat chunk the client would have seen; it returns the events to send."""
 
     def __init__(self, body: dict[str, Any], seed: int | None) -> None:
@@ -64,24 +64,17 @@ class MessageEvents:
         events = self._start(chunk) if self._ids is None else []
         if chunk.get("usage") is not None:
             self._usage = chunk["usage"]
-        for choice in chunk.get("choices") or []:
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                continue
-            delta = choice.get("delta") or {}
-            reasoning = delta.get("reasoning_content")
-            if isinstance(reasoning, str) and reasoning:
-                events.extend(self._delta("thinking", {"type": "thinking_delta",
-                                                       "thinking": reasoning}, reasoning))
-            piece = delta.get("content")
-            if isinstance(piece, str) and piece:
-                events.extend(self._delta("text", {"type": "text_delta", "text": piece}, piece))
-            for call in delta.get("tool_calls") or []:
-                if isinstance(call, dict):
-                    events.extend(self._call(call))
-            if choice.get("finish_reason") is not None:
-                self._finish = choice["finish_reason"]
-                self._matched = choice.get("matched_stop")
-        return events
+        return events + self._walk(chunk)
+
+    def _on_reasoning(self, piece: str) -> list[dict[str, Any]]:
+        return self._delta("thinking", {"type": "thinking_delta", "thinking": piece}, piece)
+
+    def _on_text(self, piece: str, choice: dict[str, Any]) -> list[dict[str, Any]]:
+        return self._delta("text", {"type": "text_delta", "text": piece}, piece)
+
+    def _on_finish(self, choice: dict[str, Any]) -> None:
+        self._finish = choice["finish_reason"]
+        self._matched = choice.get("matched_stop")
 
     def _close(self) -> list[dict[str, Any]]:
         if self._open is None:
@@ -109,7 +102,7 @@ class MessageEvents:
                        "delta": delta})
         return events
 
-    def _call(self, call: dict[str, Any]) -> list[dict[str, Any]]:
+    def _on_call(self, call: dict[str, Any]) -> list[dict[str, Any]]:
         assert self._ids is not None
         events: list[dict[str, Any]] = []
         key = f"tool:{call.get('index', 0)}"

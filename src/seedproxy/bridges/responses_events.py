@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .chunk import whole_chunk
+from .chunk import ChunkWalker, whole_chunk
 from .responses import chat_usage_to_responses, wants_logprobs
 from .responses_envelope import envelope
 from .responses_tools import call_output_item, custom_input, plan_tools
@@ -48,7 +48,7 @@ def response_logprobs(choice: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-class ResponsesEvents:
+class ResponsesEvents(ChunkWalker):
     """Feed it each chat chunk the client would have seen; it returns the events to send."""
 
     def __init__(self, body: dict[str, Any], clock: Callable[[], float]) -> None:
@@ -93,24 +93,12 @@ class ResponsesEvents:
             )
         if chunk.get("usage") is not None:
             self._usage = chat_usage_to_responses(chunk["usage"])
-        for choice in chunk.get("choices") or []:
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                continue
-            delta = choice.get("delta") or {}
-            thought = delta.get("reasoning_content")
-            if isinstance(thought, str) and thought:
-                events.extend(self._reasoning_delta(thought))
-            piece = delta.get("content")
-            if isinstance(piece, str) and piece:
-                events.extend(self._text_delta(piece, choice))
-            for call in delta.get("tool_calls") or []:
-                if isinstance(call, dict):
-                    events.extend(self._call_delta(call))
-            if choice.get("finish_reason") is not None:
-                self._finish = choice["finish_reason"]
-        return events
+        return events + self._walk(chunk)
 
-    def _reasoning_delta(self, piece: str) -> list[dict[str, Any]]:
+    def _on_finish(self, choice: dict[str, Any]) -> None:
+        self._finish = choice["finish_reason"]
+
+    def _on_reasoning(self, piece: str) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = []
         if self._reasoning is None:
             # the upstream's reasoning_content; no summary is made
@@ -126,7 +114,7 @@ class ResponsesEvents:
                                   content_index=0, delta=piece))
         return events
 
-    def _text_delta(self, piece: str, choice: dict[str, Any]) -> list[dict[str, Any]]:
+    def _on_text(self, piece: str, choice: dict[str, Any]) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = []
         if self._text is None:
             self._text_index = len(self._output)
@@ -154,7 +142,7 @@ class ResponsesEvents:
                                   delta=piece, logprobs=logprobs))
         return events
 
-    def _call_delta(self, call: dict[str, Any]) -> list[dict[str, Any]]:
+    def _on_call(self, call: dict[str, Any]) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = []
         index = call.get("index", 0)
         function = call.get("function") or {}
