@@ -34,6 +34,7 @@ __all__ = [
 ]
 
 _SAMPLING = ("temperature", "top_p", "top_k")
+_TOOL_CHOICES = {"auto": "auto", "any": "required", "none": "none"}
 STOP_REASONS = {
     "stop": "end_turn",
     "length": "max_tokens",
@@ -209,12 +210,8 @@ def _tool_choice(choice: Any, chat: dict[str, Any]) -> None:
     if choice is None:
         return
     kind = choice.get("type") if isinstance(choice, dict) else None
-    if kind == "auto":
-        chat["tool_choice"] = "auto"
-    elif kind == "any":
-        chat["tool_choice"] = "required"
-    elif kind == "none":
-        chat["tool_choice"] = "none"
+    if kind in _TOOL_CHOICES:
+        chat["tool_choice"] = _TOOL_CHOICES[kind]
     elif kind == "tool" and isinstance(choice.get("name"), str):
         chat["tool_choice"] = {"type": "function", "function": {"name": choice["name"]}}
     else:
