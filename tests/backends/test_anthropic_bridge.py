@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from seedproxy.bridges.anthropic import to_chat, to_message
-from seedproxy.bridges.anthropic_events import MessageEvents
+from seedproxy.bridges.anthropic import to_chat
+from seedproxy.bridges.anthropic_events import MessageEvents, to_message
 from seedproxy.errors import BadRequest
 from tests.helpers.strict_schemas import check_message, check_message_event
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from seedproxy.bridges.responses import left_out_tools, to_chat, to_response
-from seedproxy.bridges.responses_events import ResponsesEvents
+from seedproxy.bridges.responses import left_out_tools, to_chat
+from seedproxy.bridges.responses_events import ResponsesEvents, to_response
 from seedproxy.errors import BadRequest
 
 GRAMMAR = 'start: begin_patch hunk+ end_patch\nbegin_patch: "*** Begin Patch" LF\n'

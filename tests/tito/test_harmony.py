@@ -26,9 +26,8 @@ pytest.importorskip("transformers")
 pytest.importorskip("quicktok")
 
 from seedproxy.errors import ConfigError  # noqa: E402
-from seedproxy.tito.reasoning import REASONING_PARSERS  # noqa: E402
+from seedproxy.tito.reasoning import REASONING_PARSERS, Held  # noqa: E402
 from seedproxy.tito.renderer import Renderer  # noqa: E402
-from seedproxy.tito.segments import Held  # noqa: E402
 from seedproxy.tito.template_check import check  # noqa: E402
 from seedproxy.tito.tool_parsers import TOOL_PARSERS  # noqa: E402
 from tests.conftest import Fake  # noqa: E402

@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 
-from seedproxy.tito.reasoning import REASONING_PARSERS
-from seedproxy.tito.segments import Held
+from seedproxy.tito.reasoning import REASONING_PARSERS, Held
 from seedproxy.tito.tool_parsers import TOOL_PARSERS
 from seedproxy.tito.tools.glm import argument_value
 from seedproxy.tito.tools.mistral import mistral_call_id

@@ -2,15 +2,11 @@
 
 ``to_chat`` turns a Messages request into the chat request carrying the same
 conversation (system, text, images, tool_use / tool_result, tools, sampling fields,
-``output_config.format`` as a JSON-schema ``response_format``);
-``to_message`` turns the chat answer back into a Message. Fields that change nothing
-a chat upstream can do (``metadata``, ``thinking``, ``output_config.effort``,
+``output_config.format`` as a JSON-schema ``response_format``); fields that change
+nothing a chat upstream can do (``metadata``, ``thinking``, ``output_config.effort``,
 ``context_management``, ``cache_control``, ``service_tier``) are accepted and left
-out. The translation sits in front of any chat route (passthrough or a route that
-renders the template itself), since it only ever produces a chat body.
-
-Ids are derived from the request's seed (``block_ids``), never from a clock or
-randomness, so a replayed rollout records byte-identical content blocks.
+out. ``anthropic_events`` turns the chat answer back into a Message. Ids derive from
+the request's seed (``MessageIds``), never from a clock or randomness.
 """
 
 from __future__ import annotations
@@ -33,12 +29,12 @@ __all__ = [
     "stop_reason",
     "text_block",
     "to_chat",
-    "to_message",
     "tool_input",
     "tool_use_block",
 ]
 
 _SAMPLING = ("temperature", "top_p", "top_k")
+_TOOL_CHOICES = {"auto": "auto", "any": "required", "none": "none"}
 STOP_REASONS = {
     "stop": "end_turn",
     "length": "max_tokens",
@@ -214,12 +210,8 @@ def _tool_choice(choice: Any, chat: dict[str, Any]) -> None:
     if choice is None:
         return
     kind = choice.get("type") if isinstance(choice, dict) else None
-    if kind == "auto":
-        chat["tool_choice"] = "auto"
-    elif kind == "any":
-        chat["tool_choice"] = "required"
-    elif kind == "none":
-        chat["tool_choice"] = "none"
+    if kind in _TOOL_CHOICES:
+        chat["tool_choice"] = _TOOL_CHOICES[kind]
     elif kind == "tool" and isinstance(choice.get("name"), str):
         chat["tool_choice"] = {"type": "function", "function": {"name": choice["name"]}}
     else:
@@ -317,41 +309,3 @@ def tool_use_block(block_id: str, name: str, tool_input: dict[str, Any]) -> dict
     """A ``tool_use`` block; the model itself made the call (``caller: direct``)."""
     return {"type": "tool_use", "id": block_id, "name": name, "input": tool_input,
             "caller": {"type": "direct"}}
-
-
-def to_message(body: dict[str, Any], answer: dict[str, Any], seed: int | None) -> dict[str, Any]:
-    """The Message for a (non-streaming) chat ``answer`` to ``to_chat(body)``."""
-    choices = answer.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise TypeError("a chat answer without choices")
-    choice = choices[0]
-    message = choice.get("message")
-    if not isinstance(message, dict):
-        raise TypeError("a chat choice without a message")
-    ids = MessageIds(seed, answer.get("id"), body)
-    content: list[dict[str, Any]] = []
-    reasoning = message.get("reasoning_content")
-    if isinstance(reasoning, str) and reasoning:
-        content.append({"type": "thinking", "thinking": reasoning, "signature": ""})
-    text = message.get("content")
-    if isinstance(text, str) and text:
-        content.append(text_block(text))
-    for k, call in enumerate(message.get("tool_calls") or []):
-        function = call.get("function") or {}
-        content.append(tool_use_block(ids.tool(k), function.get("name") or "",
-                                      tool_input(function.get("arguments"))))
-    reason, sequence = stop_reason(choice.get("finish_reason"), choice.get("matched_stop"), body)
-    reason = reason or "end_turn"
-    model = body.get("model") if isinstance(body.get("model"), str) else answer.get("model")
-    return {
-        "id": ids.message,
-        "type": "message",
-        "role": "assistant",
-        "model": model if isinstance(model, str) else "",
-        "content": content,
-        "container": None,
-        "stop_reason": reason,
-        "stop_sequence": sequence,
-        "stop_details": stop_details(reason),
-        "usage": message_usage(answer.get("usage")),
-    }

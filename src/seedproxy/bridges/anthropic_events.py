@@ -6,7 +6,7 @@ Sequence (what the anthropic SDK's ``messages.stream`` accumulates): ``message_s
 ``input_json_delta`` for tool arguments) -> ``content_block_stop``; blocks never
 interleave (a new kind of delta closes the open block); last ``message_delta``
 (stop_reason, stop_sequence, usage) and ``message_stop``. ``result`` is the Message
-the events add up to, as ``to_message`` would have built it.
+the events add up to, which ``to_message`` is.
 """
 
 from __future__ import annotations
@@ -23,11 +23,12 @@ from .anthropic import (
     tool_input,
     tool_use_block,
 )
+from .chunk import ChunkWalker, whole_chunk
 
-__all__ = ["MessageEvents"]
+__all__ = ["MessageEvents", "to_message"]
 
 
-class MessageEvents:
+class MessageEvents(ChunkWalker):
     """Feed it each chat chunk the client would have seen; it returns the events to send."""
 
     def __init__(self, body: dict[str, Any], seed: int | None) -> None:
@@ -63,24 +64,17 @@ class MessageEvents:
         events = self._start(chunk) if self._ids is None else []
         if chunk.get("usage") is not None:
             self._usage = chunk["usage"]
-        for choice in chunk.get("choices") or []:
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                continue
-            delta = choice.get("delta") or {}
-            reasoning = delta.get("reasoning_content")
-            if isinstance(reasoning, str) and reasoning:
-                events.extend(self._delta("thinking", {"type": "thinking_delta",
-                                                       "thinking": reasoning}, reasoning))
-            piece = delta.get("content")
-            if isinstance(piece, str) and piece:
-                events.extend(self._delta("text", {"type": "text_delta", "text": piece}, piece))
-            for call in delta.get("tool_calls") or []:
-                if isinstance(call, dict):
-                    events.extend(self._call(call))
-            if choice.get("finish_reason") is not None:
-                self._finish = choice["finish_reason"]
-                self._matched = choice.get("matched_stop")
-        return events
+        return events + self._walk(chunk)
+
+    def _on_reasoning(self, piece: str) -> list[dict[str, Any]]:
+        return self._delta("thinking", {"type": "thinking_delta", "thinking": piece}, piece)
+
+    def _on_text(self, piece: str, choice: dict[str, Any]) -> list[dict[str, Any]]:
+        return self._delta("text", {"type": "text_delta", "text": piece}, piece)
+
+    def _on_finish(self, choice: dict[str, Any]) -> None:
+        self._finish = choice["finish_reason"]
+        self._matched = choice.get("matched_stop")
 
     def _close(self) -> list[dict[str, Any]]:
         if self._open is None:
@@ -108,7 +102,7 @@ class MessageEvents:
                        "delta": delta})
         return events
 
-    def _call(self, call: dict[str, Any]) -> list[dict[str, Any]]:
+    def _on_call(self, call: dict[str, Any]) -> list[dict[str, Any]]:
         assert self._ids is not None
         events: list[dict[str, Any]] = []
         key = f"tool:{call.get('index', 0)}"
@@ -150,3 +144,19 @@ class MessageEvents:
         partial = self._envelope(None, None)
         partial["content"] = self._blocks
         return partial
+
+
+def to_message(body: dict[str, Any], answer: dict[str, Any], seed: int | None) -> dict[str, Any]:
+    """The Message for a (non-streaming) chat ``answer`` to ``to_chat(body)``."""
+    choices = answer.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise TypeError("a chat answer without choices")
+    whole = choices[0].get("message")
+    if not isinstance(whole, dict):
+        raise TypeError("a chat choice without a message")
+    events = MessageEvents(body, seed)
+    events.feed(whole_chunk(answer, choices[0], whole))
+    events.finish()
+    message = events.result()
+    assert message is not None
+    return message

@@ -3,9 +3,7 @@
 Pure translation, no I/O. ``to_chat`` turns a Responses request into the chat request
 that carries the same conversation (instructions, messages, function and custom tool
 calls and their outputs, the tools as ``responses_tools`` renders them, sampling
-fields); ``to_response`` turns the chat answer back into a Responses object. Ids are
-derived from the upstream's own ids, never from a clock or randomness, so a replayed
-rollout records byte-identical objects.
+fields); ``responses_events`` turns the chat answer back into a Responses object.
 """
 
 from __future__ import annotations
@@ -14,11 +12,9 @@ from typing import Any
 
 from ..errors import BadRequest
 from ..wire.shapes import reasoning_tokens
-from .responses_envelope import envelope
-from .responses_tools import ToolPlan, call_arguments, call_output_item, plan_tools
+from .responses_tools import call_arguments, plan_tools
 
-__all__ = ["chat_usage_to_responses", "left_out_tools", "output_items", "to_chat",
-           "to_response"]
+__all__ = ["chat_usage_to_responses", "left_out_tools", "to_chat", "wants_logprobs"]
 
 _PASS_THROUGH = ("model", "temperature", "top_p", "presence_penalty", "frequency_penalty",
                  "parallel_tool_calls", "user", "seed", "stream")
@@ -156,78 +152,3 @@ def chat_usage_to_responses(usage: Any) -> dict[str, Any] | None:
         "output_tokens_details": {"reasoning_tokens": reasoning},
         "total_tokens": usage.get("total_tokens", 0),
     }
-
-
-def message_item(
-    item_id: str, text: str, logprobs: list[Any] | None, status: str
-) -> dict[str, Any]:
-    part: dict[str, Any] = {"type": "output_text", "text": text, "annotations": []}
-    if logprobs is not None:
-        part["logprobs"] = logprobs
-    return {"id": item_id, "type": "message", "role": "assistant", "status": status,
-            "content": [part]}
-
-
-def reasoning_item(item_id: str, text: str) -> dict[str, Any]:
-    """The upstream's ``reasoning_content`` as a reasoning item (no summary is made)."""
-    return {"id": item_id, "type": "reasoning", "summary": [],
-            "content": [{"type": "reasoning_text", "text": text}]}
-
-
-def output_items(
-    response_id: str, text: str | None, calls: list[dict[str, Any]], logprobs: list[Any] | None,
-    reasoning: str | None = None, plan: ToolPlan | None = None,
-) -> list[dict[str, Any]]:
-    """The Responses ``output`` of one chat message: its reasoning, its text, then its
-    tool calls (each as ``plan``, the request's tools, says)."""
-    items: list[dict[str, Any]] = []
-    if reasoning:
-        items.append(reasoning_item(f"rs_{response_id}", reasoning))
-    if text:
-        items.append(message_item(f"msg_{response_id}", text, logprobs, "completed"))
-    for k, call in enumerate(calls):
-        function = call.get("function") or {}
-        call_id = call.get("id") or f"call_{response_id}_{k}"
-        items.append(call_output_item(plan or ToolPlan(), call_id, function.get("name") or "",
-                                      function.get("arguments") or "", "completed"))
-    return items
-
-
-def response_logprobs(choice: dict[str, Any]) -> list[dict[str, Any]]:
-    """Chat ``logprobs.content`` entries in the Responses ``output_text.logprobs`` shape."""
-    block = choice.get("logprobs")
-    content = block.get("content") if isinstance(block, dict) else None
-    out = []
-    for entry in content or []:
-        if isinstance(entry, dict):
-            out.append({
-                "token": entry.get("token", ""),
-                "bytes": entry.get("bytes") or [],
-                "logprob": entry.get("logprob", 0.0),
-                "top_logprobs": [
-                    {"token": t.get("token", ""), "bytes": t.get("bytes") or [],
-                     "logprob": t.get("logprob", 0.0)}
-                    for t in entry.get("top_logprobs") or [] if isinstance(t, dict)
-                ],
-            })
-    return out
-
-
-def to_response(body: dict[str, Any], answer: dict[str, Any], completed_at: int) -> dict[str, Any]:
-    """The Responses object for a (non-streaming) chat ``answer`` to ``to_chat(body)``,
-    completed at the Unix time ``completed_at``."""
-    choices = answer.get("choices") or [{}]
-    choice = choices[0] if isinstance(choices[0], dict) else {}
-    message = choice.get("message") or {}
-    response_id = "resp_" + str(answer.get("id") or "0")
-    logprobs = response_logprobs(choice) if wants_logprobs(body) else None
-    text = message.get("content")
-    reasoning = message.get("reasoning_content")
-    output = output_items(response_id, text if isinstance(text, str) else None,
-                          message.get("tool_calls") or [], logprobs,
-                          reasoning if isinstance(reasoning, str) else None,
-                          plan_tools(body.get("tools")))
-    return envelope(body, response_id, answer.get("created"), answer.get("model"),
-                    status="completed", output=output,
-                    usage=chat_usage_to_responses(answer.get("usage")),
-                    finish_reason=choice.get("finish_reason"), completed_at=completed_at)

@@ -11,6 +11,18 @@ input, once the call is complete) -> ``.done`` -> ``output_item.done``), and las
 ``reasoning_content`` comes first, as a reasoning item: ``output_item.added`` ->
 ``reasoning_text.delta``... -> ``reasoning_text.done`` -> ``output_item.done``.
 ``sequence_number`` counts from 0, the ``error`` event of a failed stream included.
+``to_response`` is the response the events of a whole answer add up to. Ids derive
+from the upstream's own ids, never from a clock or randomness.
+
+``envelope`` is the Responses object around a bridged answer: every field the
+published schemas require (OpenAI's ``Response``, Open Responses'
+``ResponseResource``), each with the value that holds for a request the proxy served
+through a chat upstream. ``completed_at`` comes from the caller. Settings the chat
+translation carries (``temperature``, ``top_p``, penalties, ``top_logprobs``, tools,
+``text.format``...) echo the request, with the OpenAI defaults where the request left
+them out; settings it does not carry show what was used instead: nothing stored
+(``store: false``), nothing run in the background, no truncation, no reasoning
+configuration, no tool-call cap.
 """
 
 from __future__ import annotations
@@ -18,20 +30,140 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .responses import (
-    chat_usage_to_responses,
-    message_item,
-    reasoning_item,
-    response_logprobs,
-    wants_logprobs,
-)
-from .responses_envelope import envelope
+from .chunk import ChunkWalker, whole_chunk
+from .responses import chat_usage_to_responses, wants_logprobs
 from .responses_tools import call_output_item, custom_input, plan_tools
 
-__all__ = ["ResponsesEvents"]
+__all__ = ["ResponsesEvents", "envelope", "to_response"]
+
+_TOOL_CHOICES = ("none", "auto", "required")
 
 
-class ResponsesEvents:
+def _number(value: Any, default: float) -> float | int:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return value
+    return default
+
+
+def _text_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _tool(tool: Any) -> Any:
+    """A function tool as the Response shows it: every field present."""
+    if not isinstance(tool, dict) or tool.get("type") != "function":
+        return tool  # namespace, custom and hosted tools: shown as the request gave them
+    strict = tool.get("strict")
+    return {"type": "function", "name": tool.get("name"),
+            "description": _text_or_none(tool.get("description")),
+            "parameters": tool.get("parameters") if isinstance(tool.get("parameters"), dict)
+            else None,
+            "strict": strict if isinstance(strict, bool) else None}
+
+
+def _tool_choice(choice: Any) -> Any:
+    if isinstance(choice, str) and choice in _TOOL_CHOICES:
+        return choice
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        return {"type": "function", "name": choice.get("name")}
+    return "auto"
+
+
+def _text(body: dict[str, Any]) -> dict[str, Any]:
+    """``text`` with its ``format`` whole (a JSON schema format names every field)."""
+    text = body.get("text")
+    given: dict[str, Any] = text if isinstance(text, dict) else {}
+    fmt = given.get("format")
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    out: dict[str, Any] = {k: v for k, v in given.items() if k == "verbosity"}
+    if kind == "json_schema":
+        assert isinstance(fmt, dict)
+        schema = fmt.get("schema")
+        out["format"] = {"type": "json_schema", "name": str(fmt.get("name") or ""),
+                         "description": _text_or_none(fmt.get("description")),
+                         "schema": schema if isinstance(schema, dict) else None,
+                         "strict": fmt.get("strict") is True}
+    elif kind == "json_object":
+        out["format"] = {"type": "json_object"}
+    else:
+        out["format"] = {"type": "text"}
+    return out
+
+
+def envelope(
+    body: dict[str, Any], response_id: str, created: Any, model: Any, *, status: str,
+    output: list[dict[str, Any]], usage: dict[str, Any] | None, finish_reason: Any = None,
+    completed_at: int | None = None,
+) -> dict[str, Any]:
+    """A Responses object echoing the request's settings, as OpenAI's server does.
+
+    A ``completed`` answer cut by ``max_output_tokens`` shows ``incomplete``;
+    ``completed_at`` is shown only on a ``completed`` one (never before ``created_at``).
+    """
+    incomplete = status == "completed" and finish_reason == "length"
+    shown = "incomplete" if incomplete else status
+    created_at = int(created) if isinstance(created, int | float) else 0
+    top_logprobs = body.get("top_logprobs")
+    max_output = body.get("max_output_tokens")
+    return {
+        "id": response_id,
+        "object": "response",
+        "created_at": created_at,
+        "completed_at": (max(completed_at, created_at)
+                         if shown == "completed" and completed_at is not None else None),
+        "status": shown,
+        "error": None,
+        "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
+        "instructions": body.get("instructions"),
+        "max_output_tokens": max_output if isinstance(max_output, int) else None,
+        "max_tool_calls": None,
+        "model": model if isinstance(model, str) else str(body.get("model") or ""),
+        "output": output,
+        "parallel_tool_calls": body.get("parallel_tool_calls") is not False,
+        "previous_response_id": None,
+        "reasoning": {"effort": None, "summary": None},
+        "temperature": _number(body.get("temperature"), 1.0),
+        "top_p": _number(body.get("top_p"), 1.0),
+        "presence_penalty": _number(body.get("presence_penalty"), 0.0),
+        "frequency_penalty": _number(body.get("frequency_penalty"), 0.0),
+        "top_logprobs": (top_logprobs if isinstance(top_logprobs, int)
+                         and not isinstance(top_logprobs, bool) else 0),
+        "tool_choice": _tool_choice(body.get("tool_choice", "auto")),
+        "tools": [_tool(t) for t in body.get("tools") or []],
+        "text": _text(body),
+        "truncation": "disabled",
+        "store": False,
+        "background": False,
+        "service_tier": "default",
+        "user": _text_or_none(body.get("user")),
+        "safety_identifier": _text_or_none(body.get("safety_identifier")),
+        "prompt_cache_key": _text_or_none(body.get("prompt_cache_key")),
+        "metadata": body.get("metadata") or {},
+        "usage": usage,
+    }
+
+
+def response_logprobs(choice: dict[str, Any]) -> list[dict[str, Any]]:
+    """Chat ``logprobs.content`` entries in the Responses ``output_text.logprobs`` shape."""
+    block = choice.get("logprobs")
+    content = block.get("content") if isinstance(block, dict) else None
+    out = []
+    for entry in content or []:
+        if isinstance(entry, dict):
+            out.append({
+                "token": entry.get("token", ""),
+                "bytes": entry.get("bytes") or [],
+                "logprob": entry.get("logprob", 0.0),
+                "top_logprobs": [
+                    {"token": t.get("token", ""), "bytes": t.get("bytes") or [],
+                     "logprob": t.get("logprob", 0.0)}
+                    for t in entry.get("top_logprobs") or [] if isinstance(t, dict)
+                ],
+            })
+    return out
+
+
+class ResponsesEvents(ChunkWalker):
     """Feed it each chat chunk the client would have seen; it returns the events to send."""
 
     def __init__(self, body: dict[str, Any], clock: Callable[[], float]) -> None:
@@ -76,27 +208,17 @@ class ResponsesEvents:
             )
         if chunk.get("usage") is not None:
             self._usage = chat_usage_to_responses(chunk["usage"])
-        for choice in chunk.get("choices") or []:
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                continue
-            delta = choice.get("delta") or {}
-            thought = delta.get("reasoning_content")
-            if isinstance(thought, str) and thought:
-                events.extend(self._reasoning_delta(thought))
-            piece = delta.get("content")
-            if isinstance(piece, str) and piece:
-                events.extend(self._text_delta(piece, choice))
-            for call in delta.get("tool_calls") or []:
-                if isinstance(call, dict):
-                    events.extend(self._call_delta(call))
-            if choice.get("finish_reason") is not None:
-                self._finish = choice["finish_reason"]
-        return events
+        return events + self._walk(chunk)
 
-    def _reasoning_delta(self, piece: str) -> list[dict[str, Any]]:
+    def _on_finish(self, choice: dict[str, Any]) -> None:
+        self._finish = choice["finish_reason"]
+
+    def _on_reasoning(self, piece: str) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = []
         if self._reasoning is None:
-            self._reasoning = reasoning_item(f"rs_{self._id}", "")
+            # the upstream's reasoning_content; no summary is made
+            self._reasoning = {"id": f"rs_{self._id}", "type": "reasoning", "summary": [],
+                               "content": [{"type": "reasoning_text", "text": ""}]}
             self._output.append(self._reasoning)
             added = dict(self._reasoning, content=[])
             events.append(self._event("response.output_item.added",
@@ -107,17 +229,19 @@ class ResponsesEvents:
                                   content_index=0, delta=piece))
         return events
 
-    def _text_delta(self, piece: str, choice: dict[str, Any]) -> list[dict[str, Any]]:
+    def _on_text(self, piece: str, choice: dict[str, Any]) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = []
         if self._text is None:
             self._text_index = len(self._output)
-            self._text = message_item(f"msg_{self._id}", "", [] if self._logprobs else None,
-                                      "in_progress")
+            part: dict[str, Any] = {"type": "output_text", "text": "", "annotations": []}
+            if self._logprobs:
+                part["logprobs"] = []
+            self._text = {"id": f"msg_{self._id}", "type": "message", "role": "assistant",
+                          "status": "in_progress", "content": [part]}
             self._output.append(self._text)
-            added = message_item(f"msg_{self._id}", "", None, "in_progress")
-            added["content"] = []
             events.append(self._event("response.output_item.added",
-                                      output_index=self._text_index, item=added))
+                                      output_index=self._text_index,
+                                      item=dict(self._text, content=[])))
             events.append(self._event(
                 "response.content_part.added", item_id=self._text["id"],
                 output_index=self._text_index, content_index=0,
@@ -133,7 +257,7 @@ class ResponsesEvents:
                                   delta=piece, logprobs=logprobs))
         return events
 
-    def _call_delta(self, call: dict[str, Any]) -> list[dict[str, Any]]:
+    def _on_call(self, call: dict[str, Any]) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = []
         index = call.get("index", 0)
         function = call.get("function") or {}
@@ -220,3 +344,16 @@ class ResponsesEvents:
             return self._final
         return envelope(self._body, self._id, self._created, self._model, status="incomplete",
                         output=list(self._output), usage=self._usage)
+
+
+def to_response(body: dict[str, Any], answer: dict[str, Any], completed_at: int) -> dict[str, Any]:
+    """The Responses object for a (non-streaming) chat ``answer`` to ``to_chat(body)``,
+    completed at the Unix time ``completed_at``."""
+    choices = answer.get("choices") or [{}]
+    choice = choices[0] if isinstance(choices[0], dict) else {}
+    events = ResponsesEvents(body, lambda: completed_at)
+    events.feed(whole_chunk(answer, choice, choice.get("message") or {}))
+    events.finish()
+    response = events.result()
+    assert response is not None
+    return response

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from ..wire.types import OPENAI_ENDPOINTS, Captured, Endpoint, StreamCapture, UpstreamRequest
 from .kind import Backend
-from .openai import OpenAIBackend
 from .sglang import SGLangBackend
-from .vllm import VLLMBackend
+from .tracked import OpenAIBackend, VLLMBackend
 
 __all__ = [
     "BACKENDS",

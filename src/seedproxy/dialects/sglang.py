@@ -13,6 +13,7 @@ from ..tito.dialect import GenerateDialect
 from ..wire.shapes import chat_logprobs, completion_logprobs, floats, ints, wants
 from ..wire.types import Captured, Endpoint, UpstreamRequest
 from .kind import Backend
+from .tracked import Tracker
 
 __all__ = ["SGLangBackend"]
 
@@ -176,26 +177,14 @@ class _GenerateStream:
         return Captured(self._prompt, [self._last[i] for i in sorted(self._last)])
 
 
-class _OpenAIStream:
+class _OpenAIStream(Tracker):
     """Chat and completion chunks: ids arrive per delta (completions) or in a final
     ``sglext`` chunk (chat); logprobs per delta."""
 
     def __init__(self, endpoint: Endpoint, client_body: dict[str, Any]) -> None:
-        self._chat = endpoint is Endpoint.CHAT
-        if self._chat:
-            self._keep_logprobs = wants(client_body, "logprobs")
-            self._keep_ids = False
-        else:
-            self._keep_logprobs = client_body.get("logprobs") is not None
-            self._keep_ids = wants(client_body, "return_token_ids")
-        self._prompt: list[int] = []
-        self._choices: dict[int, ChoiceRecord] = {}
+        super().__init__(endpoint, client_body, ids=endpoint is not Endpoint.CHAT,
+                         spelled=False)
         self._metadata: Any = None
-
-    def _choice(self, index: int) -> ChoiceRecord:
-        if index not in self._choices:
-            self._choices[index] = ChoiceRecord()
-        return self._choices[index]
 
     def feed(self, event: dict[str, Any]) -> dict[str, Any] | None:
         if "metadata" in event:
@@ -207,25 +196,7 @@ class _OpenAIStream:
                 del event["sglext"]
                 if not event.get("choices") and event.get("usage") is None:
                     return None
-        for choice in event.get("choices") or []:
-            if not isinstance(choice, dict):
-                continue
-            record = self._choice(choice.get("index", 0))
-            record.logprobs.extend(
-                chat_logprobs(choice) if self._chat else completion_logprobs(choice)
-            )
-            if choice.get("finish_reason"):
-                record.finish_reason = choice["finish_reason"]
-            if not self._chat:
-                record.token_ids.extend(ints(choice.get("token_ids")))
-                if choice.get("prompt_token_ids") and not self._prompt:
-                    self._prompt = ints(choice["prompt_token_ids"])
-                if not self._keep_ids:
-                    choice.pop("token_ids", None)
-                    choice.pop("prompt_token_ids", None)
-            if not self._keep_logprobs and choice.get("logprobs") is not None:
-                choice["logprobs"] = None
-        return event
+        return super().feed(event)
 
     def _take_sglext(self, sglext: dict[str, Any]) -> None:
         if "input_ids" in sglext:
@@ -233,10 +204,10 @@ class _OpenAIStream:
         outputs = sglext.pop("output_ids", None)
         if isinstance(outputs, list):
             for index, ids in enumerate(outputs):
-                self._choice(index).token_ids.extend(ints(ids))
+                self._choices.setdefault(index, ChoiceRecord()).token_ids.extend(ints(ids))
 
     def result(self) -> Captured:
-        choices = [self._choices[i] for i in sorted(self._choices)]
-        for record in choices:
+        captured = super().result()
+        for record in captured.choices:
             record.take_versions(self._metadata)
-        return Captured(self._prompt, choices)
+        return captured

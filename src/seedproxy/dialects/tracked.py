@@ -1,5 +1,5 @@
 """Kinds whose whole answers and stream chunks are read by one walk: OpenAI's chat and
-completion shapes, ids and logprobs per choice (vLLM, OpenAI-compatible servers).
+completion shapes, ids and logprobs per choice (``VLLMBackend``, ``OpenAIBackend``).
 
 A kind that ``sends_token_ids`` (vLLM's ``return_token_ids``) puts them in
 ``choices[].token_ids`` (per-chunk deltas when streaming) and the prompt's in
@@ -17,10 +17,10 @@ from typing import Any, ClassVar
 
 from ..sessions import ChoiceRecord
 from ..wire.shapes import chat_logprobs, completion_logprobs, ints, wants
-from ..wire.types import Captured, Endpoint, StreamCapture
+from ..wire.types import Captured, Endpoint, StreamCapture, UpstreamRequest
 from .kind import Backend
 
-__all__ = ["TrackedBackend"]
+__all__ = ["OpenAIBackend", "TrackedBackend", "Tracker", "VLLMBackend"]
 
 _TOKEN_ID = re.compile(r"token_id:(\d+)")
 
@@ -30,28 +30,73 @@ class TrackedBackend(Backend):
     sends_token_ids: ClassVar[bool] = False
     """Whether a capturing request gets the ids themselves (see the module docstring)."""
 
+    def prepare(
+        self, endpoint: Endpoint, body: dict[str, Any], seed: int | None, *, capture: bool
+    ) -> UpstreamRequest:
+        """``seed`` as OpenAI's ``seed`` (on Responses only where ``seeds_responses``);
+        a capturing request asks for logprobs, and for the ids where ``sends_token_ids``."""
+        if seed is not None and (endpoint is not Endpoint.RESPONSES or self.seeds_responses):
+            body["seed"] = seed
+        if capture and endpoint is Endpoint.CHAT:
+            body.setdefault("logprobs", True)
+        elif capture and endpoint is Endpoint.COMPLETIONS and body.get("logprobs") is None:
+            body["logprobs"] = 1
+        if capture and endpoint in self.tracked and self.sends_token_ids:
+            body["return_token_ids"] = True
+        return UpstreamRequest(endpoint.value, body, dict(self._auth))
+
     def finish(
         self, endpoint: Endpoint, client_body: dict[str, Any], answer: Any
     ) -> tuple[Any, Captured]:
         if endpoint not in self.tracked or not isinstance(answer, dict):
             return answer, Captured()
-        tracker = _Tracker(endpoint, client_body, ids=self.sends_token_ids)
+        tracker = Tracker(endpoint, client_body, ids=self.sends_token_ids)
         tracker.feed(answer)
         return answer, tracker.result()
 
     def stream_capture(self, endpoint: Endpoint, client_body: dict[str, Any]) -> StreamCapture:
         if endpoint not in self.tracked:
             return super().stream_capture(endpoint, client_body)
-        return _Tracker(endpoint, client_body, ids=self.sends_token_ids)
+        return Tracker(endpoint, client_body, ids=self.sends_token_ids)
 
 
-class _Tracker:
+class VLLMBackend(TrackedBackend):
+    """vLLM: ``seed`` on chat, completions and responses; token ids from
+    ``return_token_ids`` (``vllm/entrypoints/openai/*/protocol.py``).
+
+    vLLM's Responses API honours ``seed`` itself, so Responses is forwarded as is; it has
+    no token-id flag, so nothing token-level is captured there. vLLM has no ``/generate``
+    in SGLang's shape: such a request is forwarded and vLLM's own error comes back.
+    Seeds only make vLLM bitwise reproducible with batch invariance on
+    (``VLLM_BATCH_INVARIANT=1``)."""
+
+    name: ClassVar[str] = "vllm"
+    seeds_responses: ClassVar[bool] = True
+    sends_token_ids: ClassVar[bool] = True
+
+
+
+class OpenAIBackend(TrackedBackend):
+    """Any OpenAI-compatible server: the seed goes in OpenAI's ``seed`` field, and what
+    is captured comes from logprobs alone (such a server returns no token ids). Whether
+    the same seed gives the same tokens is up to that server: OpenAI's own API calls
+    ``seed`` best effort. OpenAI's Responses API has no ``seed``, so Responses is not
+    seeded directly (``seeds_responses`` is False)."""
+
+    name: ClassVar[str] = "openai"
+
+
+
+class Tracker:
     """One answer's or one stream's choices (stream ids are deltas, so both are the
-    same walk)."""
+    same walk). ``ids``: the choices carry token ids; ``spelled``: else read them from
+    ``token_id:N`` tokens."""
 
-    def __init__(self, endpoint: Endpoint, client_body: dict[str, Any], *, ids: bool) -> None:
+    def __init__(self, endpoint: Endpoint, client_body: dict[str, Any], *, ids: bool,
+                 spelled: bool = True) -> None:
         self._chat = endpoint is Endpoint.CHAT
         self._ids = ids
+        self._spelled = spelled
         self._keep_ids = wants(client_body, "return_token_ids")
         if self._chat:
             self._keep_logprobs = wants(client_body, "logprobs")
@@ -81,7 +126,7 @@ class _Tracker:
                     self._take_prompt(choice)
                 if not self._keep_ids:
                     choice.pop("token_ids", None)
-            else:
+            elif self._spelled:
                 self._tokens.setdefault(index, []).extend(_tokens(choice, chat=self._chat))
             if not self._keep_logprobs and choice.get("logprobs") is not None:
                 choice["logprobs"] = None

@@ -4,10 +4,9 @@ the event loop."""
 
 from __future__ import annotations
 
-from .decode import CheckedImage, decode_image
 from .gate import ImageGate
 from .locate import MediaRef, from_url, located
-from .policy import IMAGE_TYPES, ImagePolicy, check_url
+from .policy import IMAGE_TYPES, CheckedImage, ImagePolicy, check_url, decode_image
 
 __all__ = ["IMAGE_TYPES", "CheckedImage", "ImageGate", "ImagePolicy", "MediaRef",
            "check_url", "decode_image", "from_url", "located"]

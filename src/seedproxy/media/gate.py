@@ -1,7 +1,7 @@
 """The check every request's images pass before anything else is done with the body.
 
 ``ImageGate.check`` locates a body's media (``locate.py``), refuses URLs the policy does
-not allow (``policy.py``) and too many images, and decodes each image (``decode.py``)
+not allow and too many images, and decodes each image (``policy.py``)
 in a worker thread, off the event loop. A refusal is a ``BadRequest`` raised before the
 request is seated: it uses no index, in the route's own error shape.
 
@@ -22,9 +22,8 @@ from typing import Any
 
 from ..errors import BadRequest
 from ..wire.types import Endpoint
-from .decode import CheckedImage, decode_image
 from .locate import MediaRef, located
-from .policy import ImagePolicy, check_url
+from .policy import CheckedImage, ImagePolicy, check_url, decode_image
 
 __all__ = ["ImageGate"]
 

@@ -13,10 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from ..bridges.anthropic import to_message
-from ..bridges.anthropic_events import MessageEvents
-from ..bridges.responses import to_response
-from ..bridges.responses_events import ResponsesEvents
+from ..bridges.anthropic_events import MessageEvents, to_message
+from ..bridges.responses_events import ResponsesEvents, to_response
 from ..dialects import Endpoint
 from ..error_presenters import ANTHROPIC, OPENAI, RESPONSES, ErrorPresenter
 from ..errors import SeedProxyError

@@ -1,8 +1,8 @@
 """Token in, token out: seedproxy renders the chat template itself, sends token ids
 upstream and keeps every turn's prompt = previous prompt + completion as sampled +
 the new messages' ids. One concept per module: ``renderer`` (templates), ``lineage``
-and ``matcher`` (which turn a request continues), ``reasoning`` and ``tool_parsers``,
-``decode`` and ``assistant`` (ids back to a message), ``dialect`` (upstream shapes)."""
+and ``facets`` (which turn a request continues), ``reasoning`` and ``tool_parsers``,
+``assistant`` (ids back to a message), ``dialect`` (upstream shapes)."""
 
 from __future__ import annotations
 

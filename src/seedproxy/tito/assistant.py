@@ -14,8 +14,7 @@ from typing import Any
 from ..detokenize import IncrementalDecoder
 from ..stop_strings import StopTrim
 from .markers import MarkerGuard
-from .reasoning import ReasoningParser
-from .segments import Held
+from .reasoning import Held, ReasoningParser
 from .tool_parsers import ToolCall, ToolParser
 from .tools.base import openai_call_id
 

@@ -118,14 +118,29 @@ class Dialect:
 class Reader:
     """Takes stream events; ``feed`` returns the ids that are new in this event."""
 
+    def __init__(self) -> None:
+        self._sample = Sample()
+
     def feed(self, event: Any) -> list[int]:
         raise NotImplementedError
 
     def result(self) -> Sample:
-        raise NotImplementedError
+        return self._sample
 
 
-def _penalties_and_bias(sampling: Sampling, out: dict[str, Any]) -> None:
+def _sampling_fields(sampling: Sampling, out: dict[str, Any], seed_key: str,
+                     seed: int | None) -> None:
+    """The fields both dialects name alike, and the seed as ``seed_key``."""
+    for key in ("temperature", "top_p", "top_k", "min_p"):
+        value = getattr(sampling, key)
+        if value is not None:
+            out[key] = value
+    if sampling.stop:
+        out["stop"] = list(sampling.stop)
+    if sampling.ignore_eos:
+        out["ignore_eos"] = True
+    if seed is not None:
+        out[seed_key] = seed
     for key in ("frequency_penalty", "presence_penalty", "repetition_penalty"):
         value = getattr(sampling, key)
         if value is not None:
@@ -144,19 +159,9 @@ class GenerateDialect(Dialect):
         # max_new_tokens always: null (no max_tokens asked) is "up to the context", as on
         # the chat route; left out, /generate would stop at 128.
         params: dict[str, Any] = {"skip_special_tokens": False, "no_stop_trim": True,
-                                  "max_new_tokens": sampling.max_new_tokens}
-        for key in ("temperature", "top_p", "top_k", "min_p"):
-            value = getattr(sampling, key)
-            if value is not None:
-                params[key] = value
-        if sampling.stop:
-            params["stop"] = list(sampling.stop)
-        params["stop_token_ids"] = list(sampling.stop_token_ids)
-        if sampling.ignore_eos:
-            params["ignore_eos"] = True
-        if seed is not None:
-            params["sampling_seed"] = seed
-        _penalties_and_bias(sampling, params)
+                                  "max_new_tokens": sampling.max_new_tokens,
+                                  "stop_token_ids": list(sampling.stop_token_ids)}
+        _sampling_fields(sampling, params, "sampling_seed", seed)
         if sampling.stop_regex:
             params["stop_regex"] = list(sampling.stop_regex)
         constraint = sampling.constraint
@@ -177,9 +182,6 @@ class GenerateDialect(Dialect):
 
 
 class _GenerateReader(Reader):
-    def __init__(self) -> None:
-        self._sample = Sample()
-
     def feed(self, event: Any) -> list[int]:
         if isinstance(event, list) and len(event) == 1:
             event = event[0]
@@ -215,9 +217,6 @@ class _GenerateReader(Reader):
             sample.matched = _matched(matched)
         return new
 
-    def result(self) -> Sample:
-        return self._sample
-
 
 _STRUCTURED_OUTPUTS = {"regex": "regex", "ebnf": "grammar", "json_schema": "json"}
 
@@ -238,17 +237,7 @@ class CompletionsDialect(Dialect):
         # Always: null (no max_tokens asked) is "up to the context" in vLLM, as on its chat
         # route; left out, /v1/completions stops at 16.
         body["max_tokens"] = sampling.max_new_tokens
-        for key in ("temperature", "top_p", "top_k", "min_p"):
-            value = getattr(sampling, key)
-            if value is not None:
-                body[key] = value
-        if sampling.stop:
-            body["stop"] = list(sampling.stop)
-        if sampling.ignore_eos:
-            body["ignore_eos"] = True
-        if seed is not None:
-            body["seed"] = seed
-        _penalties_and_bias(sampling, body)
+        _sampling_fields(sampling, body, "seed", seed)
         constraint = sampling.constraint
         if constraint is not None and constraint.response_format is not None:
             body["response_format"] = constraint.response_format
@@ -263,9 +252,6 @@ class CompletionsDialect(Dialect):
 
 class _CompletionsReader(Reader):
     """Ids arrive as deltas when streaming and whole otherwise: both append."""
-
-    def __init__(self) -> None:
-        self._sample = Sample()
 
     def feed(self, event: Any) -> list[int]:
         choices = _object(event, "the answer").get("choices")
@@ -288,7 +274,4 @@ class _CompletionsReader(Reader):
             stop = choice.get("stop_reason")
             self._sample.matched = _matched(stop)
         return new
-
-    def result(self) -> Sample:
-        return self._sample
 

@@ -16,11 +16,10 @@ messages as the template writes them after such a turn.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["CALL", "CHANNEL", "CONSTRAIN", "END", "FINAL_HEADER", "MARKERS", "MESSAGE",
-           "RETURN", "START", "Harmony", "harmony_of"]
+           "RETURN", "START", "harmony_of"]
 
 START = "<|start|>"
 CHANNEL = "<|channel|>"
@@ -34,21 +33,9 @@ FINAL_HEADER = CHANNEL + "final" + MESSAGE
 """What the template writes between ``<|start|>assistant`` and a final answer."""
 
 
-@dataclass(frozen=True, slots=True)
-class Harmony:
-    """The ids of a harmony tokenizer's turn ends."""
-
-    return_id: int
-    call_id: int
-
-    @property
-    def stop_ids(self) -> tuple[int, int]:
-        return (self.return_id, self.call_id)
-
-
-def harmony_of(tokenizer: Any, eot_text: str) -> Harmony | None:
-    """The harmony ids when the template ends a message with ``<|end|>`` and every
-    harmony marker is one token of the tokenizer; else None."""
+def harmony_of(tokenizer: Any, eot_text: str) -> tuple[int, int] | None:
+    """The turn ends' ids (``<|return|>``, ``<|call|>``) when the template ends a message
+    with ``<|end|>`` and every harmony marker is one token of the tokenizer; else None."""
     if eot_text != END:
         return None
     ids: dict[str, int] = {}
@@ -57,4 +44,4 @@ def harmony_of(tokenizer: Any, eot_text: str) -> Harmony | None:
         if len(got) != 1:
             return None
         ids[marker] = int(got[0])
-    return Harmony(ids[RETURN], ids[CALL])
+    return ids[RETURN], ids[CALL]

@@ -12,6 +12,12 @@ its final assistant message (``continue_final_message``) records the messages be
 it; its reply is matched later as that message's content + the sampled content.
 The state read here is the session's recorded turns (a ``SessionView``'s, or whole
 interactions), so it is the same in every store.
+
+A rendered turn's ``tito["prompt"]`` is ``{"kind": "rendered", "reason": {"message",
+"what"}}`` (``rendered_reason``): ``message`` is the index (in the request) of the first
+message that no recorded turn continues, or None when the messages are not the cause.
+It is read against the recorded turn sharing the longest message prefix (the one
+``forked_from`` names), so it costs what that comparison cost already.
 """
 
 from __future__ import annotations
@@ -24,9 +30,17 @@ from typing import Any, Protocol
 from ..sessions import ChoiceRecord
 from ..sessions.token_ids import TokenIds
 from ..template_input import RenderOptions, render_options, template_messages
-from .facets import MATCHERS, differences, entry, entry_key, history_differences
-from .matcher import context_key, message_key, reasoning_key, reasoning_of
-from .provenance import rendered_reason
+from .facets import (
+    MATCHERS,
+    context_key,
+    differences,
+    entry,
+    entry_key,
+    history_differences,
+    message_key,
+    reasoning_key,
+    reasoning_of,
+)
 from .renderer import Renderer
 
 _TAIL = 8  # prompt ids enough to hold a generation prompt's ``<think>\n``
@@ -286,3 +300,51 @@ def tito_record(prompt: Prompt, replies: list[tuple[str, str]],
         "forked_from": prompt.forked_from,
         "prompt": prompt.how,
     }
+
+
+def rendered_reason(sent: list[dict[str, Any]], entries: list[str], context: str,
+                    matchers: Collection[str], best: dict[str, Any] | None,
+                    common: int) -> dict[str, Any]:
+    """The reason for a full render of ``sent`` (its ``entries``), against ``best`` (the
+    ``tito`` of the recorded turn sharing the longest prefix, ``common`` messages)."""
+    if best is None:
+        return {"message": None, "what": "first turn"}
+    earlier: list[str] = best.get("messages") or []
+    if common == 0:
+        if len(earlier) > 1 and len(entries) > 1 and entry_key(earlier[1]) == entry_key(
+                entries[1]):  # only the first message differs from the latest turn's
+            return {"message": 0, "what": f"the {sent[0].get('role')} message changed"}
+        return {"message": 0, "what": "a new conversation: its first message opens no "
+                                      "recorded turn"}
+    if best.get("context") != context and common >= min(len(earlier), len(entries)):
+        return {"message": None, "what": "the tools or template options changed"}
+    if common < len(earlier) and common < len(entries):
+        return {"message": common, "what": _changed(sent[common], earlier[common],
+                                                     entries[common], matchers)}
+    if common == len(entries) < len(earlier):
+        return {"message": common, "what": "the history stops inside a recorded turn's "
+                                           "(later messages left out)"}
+    if common == len(earlier) < len(entries):
+        role = sent[common].get("role")
+        if role != "assistant":
+            return {"message": common, "what": f"a {role} message where the recorded "
+                                               "turn's reply comes"}
+        for reply in best.get("replies") or []:
+            recorded = _reply_entry(reply)
+            if recorded is not None and differences(recorded, entries[common]) is not None:
+                return {"message": common, "what": _changed(
+                    sent[common], recorded, entries[common], matchers)}
+        return {"message": common, "what": "the assistant message is not a reply sampled "
+                                           "for the turn before it"}
+    return {"message": None, "what": "the same messages as a recorded turn (a request "
+                                     "sent again)"}
+
+
+def _changed(message: dict[str, Any], recorded: str, sent: str,
+             matchers: Collection[str]) -> str:
+    role = message.get("role")
+    found = differences(recorded, sent)
+    if found is None:
+        return f"the {role} message changed"
+    off = sorted(set(found) - set(matchers))
+    return f"the {role} message differs by {', '.join(off)} (a matcher turned off)"

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .segments import partial_tag
+from ..stop_strings import partial_tag
 
 __all__ = ["MarkerGuard", "id_markers"]
 

@@ -132,7 +132,7 @@ class Renderer:
         self.reserved = reserved_names(tokenizer)
         self.eot_text, self.eot_id = self._find_end_of_turn()
         self.harmony = harmony_of(tokenizer, self.eot_text)
-        turn_ends = list(self.harmony.stop_ids) if self.harmony else [self.eot_id]
+        turn_ends = list(self.harmony) if self.harmony else [self.eot_id]
         eos = tokenizer.eos_token_id
         if isinstance(eos, int) and not (self.harmony and eos == self.eot_id):
             turn_ends.append(eos)

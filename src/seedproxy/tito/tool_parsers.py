@@ -15,15 +15,17 @@ own module under ``tools``; ``tools.base`` says what they all keep).
 Each parser's ``structural_tag`` is the constraint SGLang's chat route puts on its
 calls (``tools.structural``): a forcing ``tool_choice`` (``required``, a named
 function), or ``auto`` with a strict tool. A forced call through a parser that builds
-no tag, or with no ``--tool-parser``, is the JSON array, read by ``ForcedCallParser``.
+no tag, or with no ``--tool-parser``, is the JSON array, read by ``ForcedCallParser``
+as SGLang's chat route reads a forced call (``seedproxy.tool_choice.parse_forced``):
+the whole reply, anything else being content exactly as generated.
 Adding a format is its module and one entry here.
 """
 
 from __future__ import annotations
 
+from ..tool_choice import parse_forced
 from .tools.base import ToolCall, ToolParser
 from .tools.deepseek import DeepSeekV3Parser, DeepSeekV31Parser
-from .tools.forced import ForcedCallParser
 from .tools.glm import Glm45Parser
 from .tools.gpt_oss import GptOssParser
 from .tools.hermes import HermesParser, Qwen25Parser
@@ -34,6 +36,18 @@ from .tools.pythonic import PythonicParser
 
 __all__ = ["TOOL_PARSERS", "ForcedCallParser", "HermesParser", "Llama3JsonParser",
            "MistralParser", "ToolCall", "ToolParser"]
+
+
+class ForcedCallParser(ToolParser):
+    """Captures the whole reply: a forced call has no text before it."""
+
+    def _find_start(self, text: str) -> tuple[int, int] | None:
+        return 0, 0
+
+    def parse(self, captured: str) -> tuple[list[ToolCall], str]:
+        calls = parse_forced(captured) or []
+        return [ToolCall(name, arguments) for name, arguments in calls], ""
+
 
 TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "hermes": HermesParser, "qwen": Qwen25Parser, "qwen25": Qwen25Parser,

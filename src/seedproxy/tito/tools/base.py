@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ...nesting import too_deep
-from ..segments import partial_tag
+from ...stop_strings import partial_tag
 from .structural import CallFrame, ToolAsk, frame_tag
 
 __all__ = ["ToolCall", "ToolParser", "call_of", "decode_at", "loads", "marked_calls",
@@ -45,11 +45,11 @@ def decode_at(text: str, pos: int) -> tuple[Any, int] | None:
     return None if too_deep(value) else (value, end)
 
 
-def loads(text: str) -> Any:
+def loads(text: str, default: Any = None) -> Any:
     """The JSON value that is the whole of ``text`` (whitespace around it allowed), or
-    None (see ``decode_at``)."""
+    ``default`` (see ``decode_at``)."""
     got = decode_at(text, skip_space(text, 0))
-    return got[0] if got is not None and not text[got[1]:].strip() else None
+    return got[0] if got is not None and not text[got[1]:].strip() else default
 
 
 def skip_space(text: str, pos: int) -> int:

@@ -28,19 +28,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...nesting import too_deep
-from .base import ToolCall, ToolParser, decode_at, schema_properties, skip_space, tagged_calls
+from .base import ToolCall, ToolParser, loads, schema_properties, tagged_calls
 
 __all__ = ["Glm45Parser", "argument_value", "value_type"]
 
 _KEY, _KEY_END = "<arg_key>", "</arg_key>"
 _VALUE, _VALUE_END = "<arg_value>", "</arg_value>"
 _UNSET = object()
-
-
-def _json(text: str) -> Any:
-    """The JSON value that is the whole of ``text``, or ``_UNSET``."""
-    got = decode_at(text, skip_space(text, 0))
-    return got[0] if got is not None and not text[got[1]:].strip() else _UNSET
 
 
 def _literal(text: str) -> Any:
@@ -109,10 +103,10 @@ def _enum_kind(value: Any) -> str:
 
 def argument_value(raw: str, kind: str | None) -> Any:
     """One ``<arg_value>``'s text as the call's argument, for a parameter of ``kind``."""
-    value = _json(raw)
+    value = loads(raw, _UNSET)
     if value is _UNSET:
-        inner = _json('"' + raw + '"')
-        value = _json(inner) if isinstance(inner, str) else _UNSET
+        inner = loads('"' + raw + '"', _UNSET)
+        value = loads(inner, _UNSET) if isinstance(inner, str) else _UNSET
     if value is not _UNSET and kind == "number" and isinstance(value, str):
         value = _number(value)
     if value is _UNSET and kind == "string":

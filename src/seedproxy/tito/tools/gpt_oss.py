@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import re
 
+from ...stop_strings import partial_tag
 from ..harmony import CALL, CHANNEL, CONSTRAIN, END, MESSAGE, RETURN, START
-from ..segments import partial_tag
 from .base import ToolCall, ToolParser, call_of, loads, tagged_calls
 
 __all__ = ["GptOssParser"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..segments import partial_tag
+from ...stop_strings import partial_tag
 from .base import ToolCall, ToolParser, call_of, decode_at, skip_space
 from .structural import CallFrame
 
