@@ -41,9 +41,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
-from ..errors import BadRequest, Conflict, StoreError, UpstreamNotFound
+from ..errors import BadRequest, Conflict, StoreError, UpstreamError, UpstreamNotFound
+from ..transport.failure import cause
 from ..transport.loop import LOOPED
 from .board import FleetBoard, FleetState, LocalBoard
 from .joining import join_refusal
@@ -333,12 +332,12 @@ class FleetControl:
 
         async def one(upstream: Upstream, sent: dict[str, Any]) -> dict[str, Any]:
             try:
-                response = await self.pool.client.post(
-                    upstream.url + path, json=sent, timeout=timeout_s or self.timeout_s
+                response = await self.pool.client.request(
+                    "POST", upstream.url, path, json=sent, timeout=timeout_s or self.timeout_s
                 )
-            except httpx.HTTPError as exc:
+            except UpstreamError as exc:
                 result: dict[str, Any] = {"url": upstream.url, "ok": False, "status": None,
-                                          "error": f"unreachable: {type(exc).__name__}"}
+                                          "error": f"unreachable: {type(cause(exc)).__name__}"}
                 return {**result, "answer": None} if answers else result
             ok = response.status_code == 200
             result = {"url": upstream.url, "ok": ok, "status": response.status_code,
