@@ -69,7 +69,7 @@ async def test_requests_hung_on_one_upstream_never_hold_up_another() -> None:
             with fails_with(httpx.PoolTimeout, match="within 0.2 s"):
                 await client.post_stream(hung.url, "/x", b"", {})
             # The control lane still reaches the hung server.
-            health = await client.get(hung.url + "/health")
+            health = await client.request("GET", hung.url + "/health")
             assert (health.status_code, health.content) == (200, b"ok")
             assert not any(task.done() for task in held)
             hung.release.set()

@@ -61,7 +61,7 @@ async def test_an_idle_connection_past_its_expiry_is_not_reused() -> None:
     async with RawServer(lambda r: answer(b"ok")) as server:
         async with _client(idle_expiry_s=0) as client:
             for _ in range(2):
-                assert (await client.get(server.url + "/x")).content == b"ok"
+                assert (await client.request("GET", server.url + "/x")).content == b"ok"
     assert [r.connection for r in server.requests] == [0, 1]
 
 
@@ -105,7 +105,7 @@ async def test_an_ipv6_upstream_gets_a_bracketed_host_header() -> None:
     async with RawServer(_echo, host="::1") as server, _client() as client:
         response = await client.post_stream(server.url, "/x", b"a", {})
         assert await response.aread() == b"a|[::1]:%d" % server.port
-        got = await client.get(server.url + "/y")
+        got = await client.request("GET", server.url + "/y")
         assert got.content == b"|[::1]:%d" % server.port
 
 
@@ -134,8 +134,8 @@ async def test_a_post_is_not_resent_when_a_reused_connection_closes() -> None:
 
 async def test_a_get_is_resent_on_a_fresh_connection_when_a_reused_one_closes() -> None:
     async with _closes_the_second_request_on_each_connection() as server, _client() as client:
-        assert (await client.get(server.url + "/a")).content == b"ok"
-        assert (await client.get(server.url + "/b")).content == b"ok"
+        assert (await client.request("GET", server.url + "/a")).content == b"ok"
+        assert (await client.request("GET", server.url + "/b")).content == b"ok"
     assert [(r.target, r.connection) for r in server.requests] == [("/a", 0), ("/b", 0), ("/b", 1)]
 
 
@@ -178,10 +178,10 @@ async def test_https_uses_the_clients_ca_and_keeps_the_connection(
             with fails_with(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
                 await strict.post_stream(server.url, "/x", b"", {})
         async with _client(verify=False) as lax:
-            assert (await lax.get(server.url + "/x")).status_code == 200
+            assert (await lax.request("GET", server.url + "/x")).status_code == 200
         monkeypatch.setenv("SSL_CERT_FILE", str(certificate[0]))
         async with _client() as configured:  # the default, told of the CA by the environment
-            assert (await configured.get(server.url + "/x")).status_code == 200
+            assert (await configured.request("GET", server.url + "/x")).status_code == 200
 
 
 async def test_https_counts_against_the_connection_limit_and_its_timeouts(
@@ -219,7 +219,7 @@ async def test_http_upstreams_go_through_http_proxy(monkeypatch: pytest.MonkeyPa
         async with upstream_client(read_timeout_s=10, connect_timeout_s=5) as client:
             response = await client.post_stream(url, "", b"hi", {})
             assert await response.aread() == b"hi|upstream.test:%d" % server.port
-            assert (await client.get(url)).content == b"|upstream.test:%d" % server.port
+            assert (await client.request("GET", url)).content == b"|upstream.test:%d" % server.port
     assert proxy.seen == [f"POST {url}", f"GET {url}"]
     assert proxy.auth == ["Basic dXNlcjpwQHNz"] * 2  # user:p@ss
     assert [r.target for r in server.requests] == ["/v1/x?q=1"] * 2
@@ -324,7 +324,7 @@ async def test_interim_1xx_answers_are_skipped_and_the_connection_stays_in_step(
             assert response.status_code == 200
             assert "link" not in response.headers
             assert await response.aread() == body
-        assert (await client.get(server.url + "/x")).status_code == 200
+        assert (await client.request("GET", server.url + "/x")).status_code == 200
     assert [r.connection for r in server.requests] == [0, 0, 0, 0]
 
 

@@ -65,10 +65,6 @@ class WeightSync:
     step: str
     upstreams: list[dict[str, Any]]
 
-    @property
-    def failed(self) -> list[str]:
-        return [r["url"] for r in self.upstreams if not r["ok"]]
-
 
 class FleetControl:
     """Fans control calls out to every upstream and keeps what they report."""
@@ -238,12 +234,6 @@ class FleetControl:
             await self._record_version(version)
         return results
 
-    async def fan_out(self, path: str, body: dict[str, Any],
-                      upstreams: list[Upstream]) -> list[dict[str, Any]]:
-        """``body`` to ``path`` on each of ``upstreams`` (draining ones too: they hold
-        requests), one answer each, in order."""
-        return await self._fan_out(path, body, upstreams)
-
     async def update_weights(self, model_path: str, version: str, mode: PauseMode,
                              load_format: str | None) -> WeightSync:
         """Pause in ``mode``, load ``model_path`` on every server (concurrently), record
@@ -274,7 +264,7 @@ class FleetControl:
         if load_format is not None:
             body["load_format"] = load_format
         upstreams = self.pool.upstreams
-        loads = await self._fan_out("/update_weights_from_disk", body, upstreams,
+        loads = await self.fan_out("/update_weights_from_disk", body, upstreams,
                                     timeout_s=self.load_timeout_s, answers=True)
         for upstream, result in zip(upstreams, loads, strict=True):
             if result["ok"]:
@@ -304,7 +294,7 @@ class FleetControl:
                     f"{rank_stride} rank(s) from rank_offset {offset}", param="world_size")
             bodies = [{**body, "rank_offset": offset + i * rank_stride}
                       for i in range(len(upstreams))]
-        results = await self._fan_out(path, bodies, upstreams, timeout_s=self.load_timeout_s,
+        results = await self.fan_out(path, bodies, upstreams, timeout_s=self.load_timeout_s,
                                       answers=True)
         if rank_stride is not None:
             for result, sent in zip(results, bodies, strict=True):
@@ -321,7 +311,7 @@ class FleetControl:
         self._version = version
         self.apply(await self.board.set_weight_version(version))
 
-    async def _fan_out(self, path: str, body: dict[str, Any] | list[dict[str, Any]],
+    async def fan_out(self, path: str, body: dict[str, Any] | list[dict[str, Any]],
                        upstreams: list[Upstream], *, timeout_s: float | None = None,
                        answers: bool = False) -> list[dict[str, Any]]:
         """``body`` (or ``body[i]`` to the ``i``-th) to ``path`` on each of ``upstreams``

@@ -72,12 +72,6 @@ class LeanClient:
             await response.aread()
         return response
 
-    async def get(self, server: str, path: str = "", **kwargs: Any) -> UpstreamResponse:
-        return await self.request("GET", server, path, **kwargs)
-
-    async def post(self, server: str, path: str = "", **kwargs: Any) -> UpstreamResponse:
-        return await self.request("POST", server, path, **kwargs)
-
     async def _send(self, method: str, server: str, path: str, content: bytes,
                     headers: Mapping[str, str], timeouts: Timeouts, *,
                     proxied: bool) -> UpstreamResponse:
