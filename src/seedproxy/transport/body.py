@@ -22,7 +22,7 @@ from .failure import UpstreamBodyTooLarge, upstream_failure
 
 __all__ = ["Body", "ByteStream", "UpstreamResponse"]
 
-_DECODED = frozenset({"gzip", "x-gzip", "deflate"})
+_DECODED = frozenset({b"gzip", b"x-gzip", b"deflate"})
 
 
 class ByteStream(Protocol):
@@ -38,10 +38,17 @@ class UpstreamResponse:
     def __init__(self, status_code: int, headers: httpx.Headers | list[tuple[bytes, bytes]],
                  stream: ByteStream | None = None, *, content: bytes | None = None) -> None:
         self.status_code = status_code
-        self.headers = httpx.Headers(headers)
+        self._headers = headers
         self.stream: ByteStream = stream if stream is not None else _Empty()
         self._content = content
         self.is_closed = content is not None
+
+    @property
+    def headers(self) -> httpx.Headers:
+        """Built when first asked for (many answers are passed on without a look)."""
+        if not isinstance(self._headers, httpx.Headers):
+            self._headers = httpx.Headers(self._headers)
+        return self._headers
 
     @property
     def content(self) -> bytes:
@@ -61,7 +68,7 @@ class UpstreamResponse:
             stream = self.stream
             try:
                 if isinstance(stream, Body):
-                    content = await stream.read_all(self.headers.get("content-encoding"))
+                    content = await stream.read_all()
                 else:
                     content = b"".join([part async for part in stream])
             finally:
@@ -96,6 +103,8 @@ class Body:
         self.url, self._timeout = url, timeout
         self.limit = max_bytes
         self._done = False
+        self._head = conn.headers
+        """The answer's header lines as received."""
 
     async def _next(self) -> bool:
         """Wait until the connection holds bytes (True) or the body ended (False)."""
@@ -127,8 +136,8 @@ class Body:
         self._done = True
         self._release()
 
-    async def read_all(self, encoding: str | None) -> bytes:
-        """The rest of the body, decoded from ``encoding`` (gzip or deflate), at most
+    async def read_all(self) -> bytes:
+        """The rest of the body, decoded from its content-encoding (gzip, deflate), at most
         ``limit`` bytes before and after decoding, else ``UpstreamBodyTooLarge``; then
         the connection released."""
         conn = self._conn
@@ -151,7 +160,8 @@ class Body:
         finally:
             await self.aclose()
         content = parts[0] if len(parts) == 1 else b"".join(parts)
-        if encoding is None or encoding.lower() not in _DECODED:
+        if not any(n.lower() == b"content-encoding" and v.strip().lower() in _DECODED
+                   for n, v in self._head):
             return content
         try:  # bounded output: no decompression bomb
             decoded = zlib.decompressobj(zlib.MAX_WBITS | 32).decompress(content, self.limit + 1)
