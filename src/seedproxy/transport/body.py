@@ -85,9 +85,11 @@ class UpstreamResponse:
 
 
 class _Empty:
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        return
-        yield
+    def __aiter__(self) -> _Empty:
+        return self
+
+    async def __anext__(self) -> bytes:
+        raise StopAsyncIteration
 
     async def aclose(self) -> None:
         pass
