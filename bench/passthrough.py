@@ -36,7 +36,7 @@ def make_fetch(client: str, url: str) -> Fetch:
                 state["c"] = upstream_client(
                     read_timeout_s=30, connect_timeout_s=5, proxies=Proxies()
                 )
-            response = await state["c"].post_stream(url, body, HEADERS)
+            response = await state["c"].post_stream(url, "", body, HEADERS)
             try:
                 async for chunk in response.stream:
                     yield chunk

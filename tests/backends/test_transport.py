@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gzip
 import threading
 from collections.abc import AsyncIterator
@@ -17,8 +16,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from seedproxy.transport.client import LeanClient, upstream_client
-from seedproxy.transport.fast import FastTransport, read_response
+from seedproxy.transport.fast import FastTransport, Timeouts
 from tests.helpers.procs import free_port
+from tests.helpers.seam import fails_with
 from tests.helpers.servers import ServerThread
 
 GATE = threading.Event()
@@ -84,10 +84,9 @@ async def test_keeps_connections_alive_and_sends_body_and_headers(server: Server
     async with upstream_client(read_timeout_s=10, connect_timeout_s=2) as client:
         peers = set()
         for i in range(5):
-            request = client.build_request(
+            answer = await client.request(
                 "POST", server.url + "/echo", content=b"x" * i, headers={"x-test": str(i)}
             )
-            answer = await client.send(request)
             assert answer.status_code == 200
             data = answer.json()
             assert data["body"] == "x" * i and data["headers"]["x-test"] == str(i)
@@ -95,16 +94,16 @@ async def test_keeps_connections_alive_and_sends_body_and_headers(server: Server
         assert len(peers) == 1  # one keep-alive connection served them all
 
 
-async def test_post_stream_sends_what_an_httpx_request_sends(server: ServerThread) -> None:
+async def test_post_stream_sends_what_a_control_request_sends(server: ServerThread) -> None:
     headers = {"content-type": "application/json", "authorization": "Bearer k", "x-test": "1"}
     async with upstream_client(read_timeout_s=10, connect_timeout_s=2) as client:
-        built = client.build_request("POST", server.url + "/echo", content=b"{}", headers=headers)
-        expected = (await client.send(built)).json()
+        built = await client.request("POST", server.url + "/echo", content=b"{}", headers=headers)
+        expected = built.json()
         seen = []
         for _ in range(3):
-            response = await client.post_stream(server.url + "/echo", b"{}", headers)
+            response = await client.post_stream(server.url, "/echo", b"{}", headers)
             assert response.status_code == 200
-            await read_response(response)
+            await response.aread()
             assert response.is_closed
             seen.append(response.json())
     assert all(data["body"] == "{}" for data in seen)
@@ -112,16 +111,16 @@ async def test_post_stream_sends_what_an_httpx_request_sends(server: ServerThrea
     assert {data["peer"] for data in seen} == {expected["peer"]}  # still one connection
 
 
-async def test_read_response_still_decodes_a_content_encoding(server: ServerThread) -> None:
+async def test_aread_still_decodes_a_content_encoding(server: ServerThread) -> None:
     async with upstream_client(read_timeout_s=10, connect_timeout_s=2) as client:
-        response = await client.post_stream(server.url + "/gzip", b"", {})
-        assert await read_response(response) == b'{"zipped": true}'
+        response = await client.post_stream(server.url, "/gzip", b"", {})
+        assert await response.aread() == b'{"zipped": true}'
 
 
 async def test_never_sends_an_upstreams_cookies_back(server: ServerThread) -> None:
     async with upstream_client(read_timeout_s=10, connect_timeout_s=2) as client:
-        await client.send(client.build_request("POST", server.url + "/echo", content=b""))
-        second = await client.send(client.build_request("POST", server.url + "/echo", content=b""))
+        await client.request("POST", server.url + "/echo", content=b"")
+        second = await client.request("POST", server.url + "/echo", content=b"")
         assert "cookie" not in second.json()["headers"]
 
 
@@ -130,10 +129,8 @@ async def test_streams_chunks_as_they_arrive(server: ServerThread) -> None:
     transport that waited for more than what arrived would never see it alone."""
     GATE.clear()
     async with upstream_client(read_timeout_s=60, connect_timeout_s=2) as client:
-        response = await client.send(
-            client.build_request("GET", server.url + "/gated"), stream=True
-        )
-        chunks = response.aiter_raw()
+        response = await client.request("GET", server.url + "/gated", stream=True)
+        chunks = response.aiter_bytes()
         first = await anext(chunks)
         GATE.set()
         rest = b"".join([chunk async for chunk in chunks])
@@ -144,16 +141,14 @@ async def test_streams_chunks_as_they_arrive(server: ServerThread) -> None:
 
 async def test_read_timeout_is_an_httpx_timeout(server: ServerThread) -> None:
     async with upstream_client(read_timeout_s=0.3, connect_timeout_s=2) as client:
-        with pytest.raises(httpx.ReadTimeout):
-            await client.send(client.build_request("GET", server.url + "/stall"))
+        with fails_with(httpx.ReadTimeout):
+            await client.request("GET", server.url + "/stall")
 
 
 async def test_refused_connection_is_a_connect_error() -> None:
     async with upstream_client(read_timeout_s=2, connect_timeout_s=2) as client:
-        with pytest.raises(httpx.ConnectError):
-            await client.send(
-                client.build_request("POST", f"http://127.0.0.1:{free_port()}/echo", content=b"")
-            )
+        with fails_with(httpx.ConnectError):
+            await client.request("POST", f"http://127.0.0.1:{free_port()}/echo", content=b"")
 
 
 async def test_an_idle_connection_the_server_closed_is_replaced() -> None:
@@ -162,24 +157,19 @@ async def test_an_idle_connection_the_server_closed_is_replaced() -> None:
         with ServerThread(_app(), port=config_port) as server:
             # the same client survives a restart of its upstream between requests
             if attempt == 0:
-                client = LeanClient(timeout=httpx.Timeout(5), transport=FastTransport())
-            answer = await client.send(
-                client.build_request("POST", server.url + "/echo", content=b"a")
-            )
+                client = LeanClient(timeouts=Timeouts(5, 5, 5), transport=FastTransport())
+            answer = await client.request("POST", server.url + "/echo", content=b"a")
             assert answer.json()["body"] == "a"
         await asyncio.sleep(0.1)
     await client.aclose()
 
 
 async def test_the_connection_limit_queues_then_times_out(server: ServerThread) -> None:
-    transport = FastTransport(max_control_connections=1)  # client.send: not a proxied request
-    async with LeanClient(timeout=httpx.Timeout(5, pool=0.2), transport=transport) as client:
-        held = await client.send(client.build_request("GET", server.url + "/stream"), stream=True)
-        with pytest.raises(httpx.PoolTimeout):
-            await client.send(client.build_request("POST", server.url + "/echo", content=b""))
-        with contextlib.suppress(httpx.HTTPError):
-            await held.aclose()
-        answer = await client.send(
-            client.build_request("POST", server.url + "/echo", content=b"ok")
-        )
+    transport = FastTransport(max_control_connections=1)  # request: not a proxied request
+    async with LeanClient(timeouts=Timeouts(5, 5, 0.2), transport=transport) as client:
+        held = await client.request("GET", server.url + "/stream", stream=True)
+        with fails_with(httpx.PoolTimeout):
+            await client.request("POST", server.url + "/echo", content=b"")
+        await held.aclose()
+        answer = await client.request("POST", server.url + "/echo", content=b"ok")
         assert answer.json()["body"] == "ok"

@@ -10,11 +10,11 @@ import contextlib
 from collections.abc import AsyncIterator
 
 import httpx
-import pytest
 
 from seedproxy.transport.client import LeanClient
-from seedproxy.transport.fast import FastTransport, read_response
+from seedproxy.transport.fast import FastTransport, Timeouts
 from seedproxy.transport.route import Proxies
+from tests.helpers.seam import fails_with
 
 
 class HoldingServer:
@@ -60,21 +60,21 @@ class HoldingServer:
 async def test_requests_hung_on_one_upstream_never_hold_up_another() -> None:
     async with HoldingServer().running() as hung, HoldingServer().running() as other:
         transport = FastTransport(max_connections=2, proxies=Proxies())
-        async with LeanClient(timeout=httpx.Timeout(60, pool=0.2), transport=transport) as client:
-            held = [asyncio.create_task(client.post_stream(hung.url + "/hold", b"", {}))
+        async with LeanClient(timeouts=Timeouts(60, 60, 0.2), transport=transport) as client:
+            held = [asyncio.create_task(client.post_stream(hung.url, "/hold", b"", {}))
                     for _ in range(2)]
             await hung.arrived(2)
-            answer = await client.post_stream(other.url + "/x", b"", {})  # its own limit
-            assert await read_response(answer) == b"ok"
-            with pytest.raises(httpx.PoolTimeout, match="within 0.2 s"):
-                await client.post_stream(hung.url + "/x", b"", {})
+            answer = await client.post_stream(other.url, "/x", b"", {})  # its own limit
+            assert await answer.aread() == b"ok"
+            with fails_with(httpx.PoolTimeout, match="within 0.2 s"):
+                await client.post_stream(hung.url, "/x", b"", {})
             # The control lane still reaches the hung server.
-            health = await client.get(hung.url + "/health")
+            health = await client.request("GET", hung.url + "/health")
             assert (health.status_code, health.content) == (200, b"ok")
             assert not any(task.done() for task in held)
             hung.release.set()
             for task in held:
-                assert await read_response(await task) == b"ok"
+                assert await (await task).aread() == b"ok"
             # Their permits came back: the hung server takes proxied requests again.
-            again = await client.post_stream(hung.url + "/x", b"", {})
-            assert await read_response(again) == b"ok"
+            again = await client.post_stream(hung.url, "/x", b"", {})
+            assert await again.aread() == b"ok"

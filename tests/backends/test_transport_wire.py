@@ -18,9 +18,11 @@ import pytest
 
 from seedproxy.errors import ConfigError
 from seedproxy.transport.client import LeanClient, upstream_client
-from seedproxy.transport.fast import FastTransport, UpstreamBodyTooLarge, read_response
+from seedproxy.transport.failure import UpstreamBodyTooLarge
+from seedproxy.transport.fast import FastTransport, Timeouts
 from seedproxy.transport.route import Proxies
 from tests.helpers.raw_http import CLOSE, ForwardProxy, RawRequest, RawServer, answer
+from tests.helpers.seam import fails_with
 
 NO_PROXIES = Proxies()
 
@@ -28,7 +30,7 @@ NO_PROXIES = Proxies()
 def _client(**transport: object) -> LeanClient:
     transport.setdefault("proxies", NO_PROXIES)
     return LeanClient(
-        timeout=httpx.Timeout(10, connect=5),
+        timeouts=Timeouts(5, 10, 10),
         transport=FastTransport(**transport),  # type: ignore[arg-type]
     )
 
@@ -41,8 +43,8 @@ async def test_connection_close_answers_are_not_reused() -> None:
     async with RawServer(lambda r: answer(r.body, headers="connection: close\r\n")) as server:
         async with _client() as client:
             for body in (b"one", b"two"):
-                response = await client.post_stream(server.url + "/x", body, {})
-                assert await read_response(response) == body
+                response = await client.post_stream(server.url, "/x", body, {})
+                assert await response.aread() == body
     assert [r.connection for r in server.requests] == [0, 1]
 
 
@@ -51,15 +53,15 @@ async def test_a_body_delimited_by_the_connection_end_is_read_whole() -> None:
         return b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n" + b"z" * 300_000
 
     async with RawServer(script) as server, _client() as client:
-        response = await client.post_stream(server.url + "/x", b"{}", {})
-        assert await read_response(response) == b"z" * 300_000
+        response = await client.post_stream(server.url, "/x", b"{}", {})
+        assert await response.aread() == b"z" * 300_000
 
 
 async def test_an_idle_connection_past_its_expiry_is_not_reused() -> None:
     async with RawServer(lambda r: answer(b"ok")) as server:
         async with _client(idle_expiry_s=0) as client:
             for _ in range(2):
-                assert (await client.get(server.url + "/x")).content == b"ok"
+                assert (await client.request("GET", server.url + "/x")).content == b"ok"
     assert [r.connection for r in server.requests] == [0, 1]
 
 
@@ -70,8 +72,8 @@ async def test_a_chunked_body_is_read_and_the_connection_kept() -> None:
 
     async with RawServer(script) as server, _client() as client:
         for _ in range(2):
-            response = await client.post_stream(server.url + "/x", b"{}", {})
-            assert await read_response(response) == b"abc" + b"d" * 70_000
+            response = await client.post_stream(server.url, "/x", b"{}", {})
+            assert await response.aread() == b"abc" + b"d" * 70_000
     assert [r.connection for r in server.requests] == [0, 0]
 
 
@@ -79,10 +81,10 @@ async def test_a_body_over_256_kib_arrives_intact_streamed_and_whole() -> None:
     big = bytes(range(256)) * 4096  # 1 MiB, past the transport's read-pause mark
 
     async with RawServer(lambda r: answer(big)) as server, _client() as client:
-        response = await client.post_stream(server.url + "/x", b"{}", {})
-        assert await read_response(response) == big
-        streamed = await client.send(client.build_request("GET", server.url + "/x"), stream=True)
-        parts = [part async for part in streamed.aiter_raw()]
+        response = await client.post_stream(server.url, "/x", b"{}", {})
+        assert await response.aread() == big
+        streamed = await client.request("GET", server.url + "/x", stream=True)
+        parts = [part async for part in streamed.aiter_bytes()]
         await streamed.aclose()
         assert b"".join(parts) == big
 
@@ -101,9 +103,9 @@ def _has_ipv6_loopback() -> bool:
 @pytest.mark.skipif(not _has_ipv6_loopback(), reason="this machine has no ::1")
 async def test_an_ipv6_upstream_gets_a_bracketed_host_header() -> None:
     async with RawServer(_echo, host="::1") as server, _client() as client:
-        response = await client.post_stream(server.url + "/x", b"a", {})
-        assert await read_response(response) == b"a|[::1]:%d" % server.port
-        got = await client.get(server.url + "/y")
+        response = await client.post_stream(server.url, "/x", b"a", {})
+        assert await response.aread() == b"a|[::1]:%d" % server.port
+        got = await client.request("GET", server.url + "/y")
         assert got.content == b"|[::1]:%d" % server.port
 
 
@@ -123,17 +125,17 @@ def _closes_the_second_request_on_each_connection() -> RawServer:
 
 async def test_a_post_is_not_resent_when_a_reused_connection_closes() -> None:
     async with _closes_the_second_request_on_each_connection() as server, _client() as client:
-        first = await client.post_stream(server.url + "/x", b"1", {})
-        assert await read_response(first) == b"ok"
-        with pytest.raises(httpx.RemoteProtocolError, match="not sent again"):
-            await client.post_stream(server.url + "/x", b"2", {})
+        first = await client.post_stream(server.url, "/x", b"1", {})
+        assert await first.aread() == b"ok"
+        with fails_with(httpx.RemoteProtocolError, match="not sent again"):
+            await client.post_stream(server.url, "/x", b"2", {})
     assert [r.body for r in server.requests] == [b"1", b"2"]  # the server saw the POST once
 
 
 async def test_a_get_is_resent_on_a_fresh_connection_when_a_reused_one_closes() -> None:
     async with _closes_the_second_request_on_each_connection() as server, _client() as client:
-        assert (await client.get(server.url + "/a")).content == b"ok"
-        assert (await client.get(server.url + "/b")).content == b"ok"
+        assert (await client.request("GET", server.url + "/a")).content == b"ok"
+        assert (await client.request("GET", server.url + "/b")).content == b"ok"
     assert [(r.target, r.connection) for r in server.requests] == [("/a", 0), ("/b", 0), ("/b", 1)]
 
 
@@ -169,17 +171,17 @@ async def test_https_uses_the_clients_ca_and_keeps_the_connection(
     async with RawServer(_echo, ssl_context=_server_tls(certificate)) as server:
         async with _client(verify=str(certificate[0])) as client:
             for body in (b"1", b"2"):
-                response = await client.post_stream(server.url + "/x", body, {})
-                assert await read_response(response) == body + b"|127.0.0.1:%d" % server.port
+                response = await client.post_stream(server.url, "/x", body, {})
+                assert await response.aread() == body + b"|127.0.0.1:%d" % server.port
         assert [r.connection for r in server.requests] == [0, 0]
         async with _client() as strict:  # the default CAs do not know this certificate
-            with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
-                await strict.post_stream(server.url + "/x", b"", {})
+            with fails_with(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+                await strict.post_stream(server.url, "/x", b"", {})
         async with _client(verify=False) as lax:
-            assert (await lax.get(server.url + "/x")).status_code == 200
+            assert (await lax.request("GET", server.url + "/x")).status_code == 200
         monkeypatch.setenv("SSL_CERT_FILE", str(certificate[0]))
         async with _client() as configured:  # the default, told of the CA by the environment
-            assert (await configured.get(server.url + "/x")).status_code == 200
+            assert (await configured.request("GET", server.url + "/x")).status_code == 200
 
 
 async def test_https_counts_against_the_connection_limit_and_its_timeouts(
@@ -192,15 +194,15 @@ async def test_https_counts_against_the_connection_limit_and_its_timeouts(
 
     async with RawServer(script, ssl_context=_server_tls(certificate)) as server:
         transport = FastTransport(max_connections=1, verify=str(certificate[0]), proxies=NO_PROXIES)
-        timeout = httpx.Timeout(0.5, pool=0.2)
-        async with LeanClient(timeout=timeout, transport=transport) as client:
-            held = await client.post_stream(server.url + "/head-only", b"", {})
-            with pytest.raises(httpx.PoolTimeout):
-                await client.post_stream(server.url + "/x", b"", {})
-            with pytest.raises(httpx.ReadTimeout):
-                await read_response(held)
-            response = await client.post_stream(server.url + "/x", b"", {})
-            assert await read_response(response) == b"ok"
+        timeout = Timeouts(0.5, 0.5, 0.2)
+        async with LeanClient(timeouts=timeout, transport=transport) as client:
+            held = await client.post_stream(server.url, "/head-only", b"", {})
+            with fails_with(httpx.PoolTimeout):
+                await client.post_stream(server.url, "/x", b"", {})
+            with fails_with(httpx.ReadTimeout):
+                await held.aread()
+            response = await client.post_stream(server.url, "/x", b"", {})
+            assert await response.aread() == b"ok"
 
 
 # Forward proxies from the environment.
@@ -215,9 +217,9 @@ async def test_http_upstreams_go_through_http_proxy(monkeypatch: pytest.MonkeyPa
         # upstream.test resolves nowhere: only the proxy (which maps it to 127.0.0.1) can answer
         url = f"http://upstream.test:{server.port}/v1/x?q=1"
         async with upstream_client(read_timeout_s=10, connect_timeout_s=5) as client:
-            response = await client.post_stream(url, b"hi", {})
-            assert await read_response(response) == b"hi|upstream.test:%d" % server.port
-            assert (await client.get(url)).content == b"|upstream.test:%d" % server.port
+            response = await client.post_stream(url, "", b"hi", {})
+            assert await response.aread() == b"hi|upstream.test:%d" % server.port
+            assert (await client.request("GET", url)).content == b"|upstream.test:%d" % server.port
     assert proxy.seen == [f"POST {url}", f"GET {url}"]
     assert proxy.auth == ["Basic dXNlcjpwQHNz"] * 2  # user:p@ss
     assert [r.target for r in server.requests] == ["/v1/x?q=1"] * 2
@@ -236,9 +238,9 @@ async def test_https_upstreams_tunnel_through_https_proxy(
                 read_timeout_s=10, connect_timeout_s=5, verify=str(certificate[0])
             ) as client:
                 for body in (b"1", b"2"):
-                    response = await client.post_stream(url, body, {})
+                    response = await client.post_stream(url, "", body, {})
                     expected = body + b"|upstream.test:%d" % server.port
-                    assert await read_response(response) == expected
+                    assert await response.aread() == expected
     assert proxy.seen == [f"CONNECT upstream.test:{server.port}"]  # one tunnel, kept alive
 
 
@@ -248,10 +250,10 @@ async def test_a_refused_tunnel_is_a_proxy_error(monkeypatch: pytest.MonkeyPatch
         monkeypatch.delenv("no_proxy", raising=False)
         monkeypatch.delenv("NO_PROXY", raising=False)
         async with _client(max_connections=1, proxies=Proxies.from_env()) as client:
-            with pytest.raises(httpx.ProxyError, match="403 Forbidden"):
-                await client.post_stream("https://upstream.test:1/x", b"", {})
-            with pytest.raises(httpx.ProxyError):  # the permit came back: not a PoolTimeout
-                await client.post_stream("https://upstream.test:1/x", b"", {})
+            with fails_with(httpx.ProxyError, match="403 Forbidden"):
+                await client.post_stream("https://upstream.test:1", "/x", b"", {})
+            with fails_with(httpx.ProxyError):  # the permit came back: not a PoolTimeout
+                await client.post_stream("https://upstream.test:1", "/x", b"", {})
 
 
 def test_no_proxy_and_loopback_go_direct() -> None:
@@ -301,11 +303,11 @@ async def test_a_body_over_the_bound_is_refused_without_buffering_it() -> None:
 
     async with RawServer(script) as server, _client(max_body_bytes=1_000_000) as client:
         for path in ("/declared", "/undeclared", "/gzip"):
-            response = await client.post_stream(server.url + path, b"", {})
+            response = await client.post_stream(server.url, path, b"", {})
             with pytest.raises(UpstreamBodyTooLarge, match="over 1000000 bytes"):
-                await read_response(response)
-        response = await client.post_stream(server.url + "/ok", b"", {})  # still usable
-        assert await read_response(response) == b"fine"
+                await response.aread()
+        response = await client.post_stream(server.url, "/ok", b"", {})  # still usable
+        assert await response.aread() == b"fine"
 
 
 async def test_interim_1xx_answers_are_skipped_and_the_connection_stays_in_step() -> None:
@@ -318,11 +320,11 @@ async def test_interim_1xx_answers_are_skipped_and_the_connection_stays_in_step(
 
     async with RawServer(script) as server, _client() as client:
         for body in (b"one", b"two", b"three"):
-            response = await client.post_stream(server.url + "/x", body, {})
+            response = await client.post_stream(server.url, "/x", body, {})
             assert response.status_code == 200
             assert "link" not in response.headers
-            assert await read_response(response) == body
-        assert (await client.get(server.url + "/x")).status_code == 200
+            assert await response.aread() == body
+        assert (await client.request("GET", server.url + "/x")).status_code == 200
     assert [r.connection for r in server.requests] == [0, 0, 0, 0]
 
 
@@ -331,8 +333,8 @@ async def test_endless_interim_answers_are_a_protocol_error() -> None:
         return b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n" * 100 + answer(b"late")
 
     async with RawServer(script) as server, _client() as client:
-        with pytest.raises(httpx.TransportError, match="interim"):
-            await client.post_stream(server.url + "/x", b"{}", {})
+        with fails_with(httpx.TransportError, match="interim"):
+            await client.post_stream(server.url, "/x", b"{}", {})
 
 
 async def test_an_early_hint_sent_apart_is_not_taken_for_the_answer() -> None:
@@ -358,8 +360,8 @@ async def test_an_early_hint_sent_apart_is_not_taken_for_the_answer() -> None:
     try:
         async with _client() as client:
             for body in (b"one", b"two"):
-                response = await client.post_stream(url, body, {})
+                response = await client.post_stream(url, "", body, {})
                 assert response.status_code == 200
-                assert await read_response(response) == b"re:" + body
+                assert await response.aread() == b"re:" + body
     finally:
         server.close()

@@ -10,6 +10,7 @@ from collections.abc import Callable
 import httpx
 
 from seedproxy.proxy.ui.decode import TokenDecoder
+from seedproxy.transport.client import upstream_client
 from tests.conftest import Fake
 from tests.helpers.fake_sglang import VOCAB_BASE, detok
 
@@ -54,7 +55,7 @@ def test_a_failure_is_forgotten_after_retry_after_s(fake: Fake) -> None:
     now = [1000.0]
 
     async def scenario() -> list[dict[int, str] | None]:
-        async with httpx.AsyncClient() as client:
+        async with upstream_client(read_timeout_s=10, connect_timeout_s=5) as client:
             decoder = TokenDecoder(client, retry_after_s=30.0, clock=lambda: now[0])
             fake.switches.detokenize = False
             results = [await decoder.decode(fake.url, [1, 2])]

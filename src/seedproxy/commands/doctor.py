@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import asyncio
 
-import httpx
-
 from ..errors import ConfigError
 from ..fleet.server_report import UpstreamReport, read_server_info
+from ..transport.client import upstream_client
 
 __all__ = ["doctor", "inspect_upstreams", "refuse_nondeterministic"]
 
@@ -20,7 +19,8 @@ EXIT_UNCHECKED = 3
 async def inspect_upstreams(urls: list[str], *, timeout_s: float = 5.0) -> list[UpstreamReport]:
     """Read every server's ``/get_server_info`` once, on a client of its own."""
     reports = [UpstreamReport(url, up=True, inflight=0) for url in urls]
-    async with httpx.AsyncClient(timeout=timeout_s) as client:
+    async with upstream_client(read_timeout_s=timeout_s, connect_timeout_s=timeout_s,
+                               pool_timeout_s=timeout_s) as client:
         await asyncio.gather(*(read_server_info(client, r, timeout_s) for r in reports))
     return reports
 

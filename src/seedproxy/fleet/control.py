@@ -41,9 +41,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
-from ..errors import BadRequest, Conflict, StoreError, UpstreamNotFound
+from ..errors import BadRequest, Conflict, StoreError, UpstreamError, UpstreamNotFound
+from ..transport.failure import cause
 from ..transport.loop import LOOPED
 from .board import FleetBoard, FleetState, LocalBoard
 from .joining import join_refusal
@@ -65,10 +64,6 @@ class WeightSync:
     ok: bool
     step: str
     upstreams: list[dict[str, Any]]
-
-    @property
-    def failed(self) -> list[str]:
-        return [r["url"] for r in self.upstreams if not r["ok"]]
 
 
 class FleetControl:
@@ -239,12 +234,6 @@ class FleetControl:
             await self._record_version(version)
         return results
 
-    async def fan_out(self, path: str, body: dict[str, Any],
-                      upstreams: list[Upstream]) -> list[dict[str, Any]]:
-        """``body`` to ``path`` on each of ``upstreams`` (draining ones too: they hold
-        requests), one answer each, in order."""
-        return await self._fan_out(path, body, upstreams)
-
     async def update_weights(self, model_path: str, version: str, mode: PauseMode,
                              load_format: str | None) -> WeightSync:
         """Pause in ``mode``, load ``model_path`` on every server (concurrently), record
@@ -275,7 +264,7 @@ class FleetControl:
         if load_format is not None:
             body["load_format"] = load_format
         upstreams = self.pool.upstreams
-        loads = await self._fan_out("/update_weights_from_disk", body, upstreams,
+        loads = await self.fan_out("/update_weights_from_disk", body, upstreams,
                                     timeout_s=self.load_timeout_s, answers=True)
         for upstream, result in zip(upstreams, loads, strict=True):
             if result["ok"]:
@@ -305,7 +294,7 @@ class FleetControl:
                     f"{rank_stride} rank(s) from rank_offset {offset}", param="world_size")
             bodies = [{**body, "rank_offset": offset + i * rank_stride}
                       for i in range(len(upstreams))]
-        results = await self._fan_out(path, bodies, upstreams, timeout_s=self.load_timeout_s,
+        results = await self.fan_out(path, bodies, upstreams, timeout_s=self.load_timeout_s,
                                       answers=True)
         if rank_stride is not None:
             for result, sent in zip(results, bodies, strict=True):
@@ -322,7 +311,7 @@ class FleetControl:
         self._version = version
         self.apply(await self.board.set_weight_version(version))
 
-    async def _fan_out(self, path: str, body: dict[str, Any] | list[dict[str, Any]],
+    async def fan_out(self, path: str, body: dict[str, Any] | list[dict[str, Any]],
                        upstreams: list[Upstream], *, timeout_s: float | None = None,
                        answers: bool = False) -> list[dict[str, Any]]:
         """``body`` (or ``body[i]`` to the ``i``-th) to ``path`` on each of ``upstreams``
@@ -333,12 +322,12 @@ class FleetControl:
 
         async def one(upstream: Upstream, sent: dict[str, Any]) -> dict[str, Any]:
             try:
-                response = await self.pool.client.post(
-                    upstream.url + path, json=sent, timeout=timeout_s or self.timeout_s
+                response = await self.pool.client.request(
+                    "POST", upstream.url, path, json=sent, timeout=timeout_s or self.timeout_s
                 )
-            except httpx.HTTPError as exc:
+            except UpstreamError as exc:
                 result: dict[str, Any] = {"url": upstream.url, "ok": False, "status": None,
-                                          "error": f"unreachable: {type(exc).__name__}"}
+                                          "error": f"unreachable: {type(cause(exc)).__name__}"}
                 return {**result, "answer": None} if answers else result
             ok = response.status_code == 200
             result = {"url": upstream.url, "ok": ok, "status": response.status_code,

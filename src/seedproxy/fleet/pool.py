@@ -22,14 +22,13 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-import httpx
 import orjson
 
 from ..errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from ..sessions.token_ids import orjson_default
-from ..transport.client import LeanClient
-from ..transport.failure import NoConnection, upstream_failure
-from ..transport.fast import read_response
+from ..transport.body import UpstreamResponse
+from ..transport.client import UpstreamClient
+from ..transport.failure import NoConnection, cause
 from ..transport.loop import LOOP_STATUS, LOOPED, is_loop
 from ..transport.priming import Release, prime
 from ..wire.types import UpstreamRequest
@@ -61,7 +60,7 @@ class UpstreamPool:
     def __init__(
         self,
         urls: list[str],
-        client: httpx.AsyncClient,
+        client: UpstreamClient,
         *,
         max_failover: int = 2,
         fails_before_down: int = 3,
@@ -218,47 +217,38 @@ class UpstreamPool:
         version = upstream.weight_version
         release = Release(upstream, lambda: self._failed(upstream),
                           done=lambda: self._settle(upstream))
-        response: httpx.Response | None = None
+        response: UpstreamResponse | None = None
         try:
-            if isinstance(self.client, LeanClient):
-                response = await self.client.post_stream(upstream.url + path, content, headers)
-            else:
-                built = self.client.build_request(
-                    "POST", upstream.url + path, content=content, headers=headers
-                )
-                response = await self.client.send(built, stream=True)
+            response = await self.client.post_stream(upstream.url, path, content, headers)
             if stream and response.status_code < 400:
                 await prime(response, release)  # the reply's aclose() releases from now on
                 return UpstreamReply(upstream.url, response, dispatch_weight_version=version)
-            await read_response(response)
+            await response.aread()
             release(broken=False)
             return UpstreamReply(  # read and released
                 upstream.url, response, dispatch_weight_version=version, _closed=True
             )
-        except BaseException as exc:
+        except BaseException:
             try:
                 if response is not None:
                     await response.aclose()
             finally:
                 release(broken=False)
-            if isinstance(exc, httpx.HTTPError):
-                what = "unreachable" if response is None else "failed while answering"
-                raise upstream_failure(upstream.url, what, exc) from exc
             raise
 
     async def get(self, path: str, *, method: str = "GET",
-                  body: bytes | None = None) -> httpx.Response:
+                  body: bytes | None = None) -> UpstreamResponse:
         """``method`` ``path`` (with JSON ``body``) on the least busy healthy server that
         answers (for /v1/models and SGLang's server routes), the next on a failure."""
-        last: Exception | None = None
-        response: httpx.Response | None = None
+        last: BaseException | None = None
+        response: UpstreamResponse | None = None
         headers = {"content-type": "application/json"} if body is not None else None
         for upstream in self.candidates(None):
             try:
-                response = await self.client.request(method, upstream.url + path,
+                response = await self.client.request(method, upstream.url, path,
                                                       content=body, headers=headers)
-            except httpx.HTTPError as exc:
-                last = exc
+            except UpstreamError as exc:
+                last = cause(exc)
                 self._failed(upstream)
                 continue
             if response.status_code not in _RETRYABLE_STATUS:
@@ -276,10 +266,11 @@ class UpstreamPool:
         if rid is None or upstream is None:
             return
         try:
-            await self.client.post(upstream + "/abort_request", json={"rid": rid},
-                                   timeout=self.probe_timeout_s)
-        except httpx.HTTPError as exc:
-            log.warning("could not abort %s on %s: %s", rid, upstream, type(exc).__name__)
+            await self.client.request("POST", upstream, "/abort_request", json={"rid": rid},
+                                      timeout=self.probe_timeout_s)
+        except UpstreamError as exc:
+            log.warning("could not abort %s on %s: %s", rid, upstream,
+                        type(cause(exc)).__name__)
 
     async def probe(self) -> dict[str, str | None]:
         """Check every server's /health once; mark it up or down. Returns, per URL,
@@ -295,14 +286,16 @@ class UpstreamPool:
 
     async def _probe_one(self, upstream: Upstream) -> str | None:
         try:
-            response = await self.client.get(upstream.url + "/health", timeout=self.probe_timeout_s)
+            response = await self.client.request("GET", upstream.url, "/health",
+                                                 timeout=self.probe_timeout_s)
             # Any answer below 500 means the server is up: an OpenAI-compatible
             # server may have no /health route at all (404), SGLang answers 503 while sick.
             status = response.status_code
             reason = (LOOPED if is_loop(response) else None if status < 500
                       else f"/health answered {status}")
-        except httpx.HTTPError as exc:
-            reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        except UpstreamError as exc:
+            inner = cause(exc)
+            reason = f"{type(inner).__name__}: {inner}" if str(inner) else type(inner).__name__
         if reason is None:
             self._succeeded(upstream)
         else:

@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-
+from ..errors import UpstreamError
+from ..transport.client import UpstreamClient
+from ..transport.failure import cause
 from ..transport.loop import LOOPED, is_loop
 from .preflight import Finding, check_server_info
 
@@ -59,15 +60,16 @@ class UpstreamReport:
 
 
 async def read_server_info(
-    client: httpx.AsyncClient, report: UpstreamReport, timeout_s: float
+    client: UpstreamClient, report: UpstreamReport, timeout_s: float
 ) -> None:
     """Fill ``report`` from the server's ``/get_server_info``: its findings and weight
     version, or why it could not be checked."""
     try:
-        response = await client.get(report.url + "/get_server_info", timeout=timeout_s)
-    except httpx.HTTPError as exc:
+        response = await client.request("GET", report.url, "/get_server_info",
+                                         timeout=timeout_s)
+    except UpstreamError as exc:
         report.up = False
-        report.error = f"unreachable: {type(exc).__name__}"
+        report.error = f"unreachable: {type(cause(exc)).__name__}"
         return
     if is_loop(response):
         report.looped, report.error = True, LOOPED

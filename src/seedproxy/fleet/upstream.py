@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
+from ..transport.body import UpstreamResponse
 
 __all__ = ["Upstream", "UpstreamReply", "server_key"]
 
@@ -69,7 +69,7 @@ class UpstreamReply:
     """An upstream's answer. ``response`` is open (streaming) until ``aclose()``."""
 
     upstream: str
-    response: httpx.Response
+    response: UpstreamResponse
     waited_s: float = 0.0
     failovers: int = 0
     dispatch_weight_version: str | None = None

@@ -32,7 +32,6 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-import httpx
 import orjson
 
 from ..dialects import UpstreamRequest
@@ -43,6 +42,7 @@ from ..fleet.pool import UpstreamPool
 from ..fleet.upstream import UpstreamReply
 from ..sessions.token_ids import TokenIds
 from ..sse_frames import DONE, data_frame
+from ..transport.body import UpstreamResponse
 from .offload import Parser
 from .sse import event_json, split_events
 
@@ -190,7 +190,7 @@ class ResumingSender:
         dispatched = reply.dispatch_weight_version
         if stream:
             body = _Stitched(self, progress, key, reply, epoch)
-            response = httpx.Response(200, headers=reply.response.headers, stream=body)
+            response = UpstreamResponse(200, reply.response.headers, body)
             stitched = UpstreamReply(reply.upstream, response, reply.waited_s, reply.failovers,
                                      dispatched, reply.rid)
             body.whole = stitched
@@ -207,8 +207,8 @@ class ResumingSender:
                 if progress.attempts == 1:  # never resumed: the reply as it came, parsed
                     reply.parsed = (answer,)
                     return reply
-                response = httpx.Response(200, headers=reply.response.headers,
-                                          content=orjson.dumps(whole))
+                response = UpstreamResponse(200, reply.response.headers,
+                                            content=orjson.dumps(whole))
                 return UpstreamReply(reply.upstream, response, waited, reply.failovers,
                                      dispatched, reply.rid, parsed=(whole,))
             progress.absorb(whole)
@@ -255,7 +255,7 @@ class ResumingSender:
         return self.gate.abort_epoch != epoch
 
 
-class _Stitched(httpx.AsyncByteStream):
+class _Stitched:
     """The SSE stream of every attempt as one: an aborted attempt's last event and its
     ``[DONE]`` are held back, and the next attempt's events are shifted."""
 
@@ -272,7 +272,7 @@ class _Stitched(httpx.AsyncByteStream):
     async def __aiter__(self) -> AsyncIterator[bytes]:
         while True:
             held: dict[str, Any] | None = None
-            chunks = aiter(self._reply.response.stream)  # type: ignore[arg-type]
+            chunks = aiter(self._reply.response.stream)
             async for event in split_events(chunks, self._sender.max_event_bytes):
                 item = event_json(event)
                 if isinstance(item, dict):

@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from ..transport.fast import UpstreamBodyTooLarge
+from ..transport.failure import UpstreamBodyTooLarge
 
 __all__ = ["event_json", "split_events"]
 
@@ -18,7 +18,7 @@ async def split_events(chunks: AsyncIterator[bytes], max_event_bytes: int) -> As
     Never waits for more than the current event: a chunk holding several events
     yields them all at once, a partial event waits only for its own end. Linear: each
     byte is scanned for a boundary once. An event growing past ``max_event_bytes``
-    raises ``UpstreamBodyTooLarge`` (an ``httpx.HTTPError``) instead of buffering on.
+    raises ``UpstreamBodyTooLarge`` (a 502) instead of buffering on.
     """
     buffer = bytearray()
     carry_cr = False  # a chunk ended in "\r": its "\n" may open the next chunk

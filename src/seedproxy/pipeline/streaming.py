@@ -18,13 +18,11 @@ import logging
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-import httpx
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from ..dialects import Captured
 from ..errors import UpstreamError
-from ..transport.failure import upstream_failure
 from .exchange import Exchange, Snapshot
 from .presenters import Writer
 
@@ -64,12 +62,7 @@ async def _events(ex: Exchange, reader: Reader, writer: Writer,
             return
         for out in closing:
             yield out
-    except httpx.HTTPError as exc:
-        failure = upstream_failure(ex.upstream or "an upstream", "broke off the stream", exc)
-        log.warning("upstream %s broke off a stream: %s", ex.upstream, type(exc).__name__)
-        ex.stream_failed(failure.status_code)
-        yield writer.error(failure)
-    except UpstreamError as exc:  # an error event, a malformed chunk
+    except UpstreamError as exc:  # a broken stream, an error event, a malformed chunk
         log.warning("upstream %s failed mid-stream: %s", ex.upstream, exc.message)
         ex.stream_failed(exc.status_code)
         yield writer.error(exc)

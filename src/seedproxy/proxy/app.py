@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import httpx
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -35,7 +34,7 @@ from ..pipeline.tracers import open_tracer
 from ..sessions import SessionManager, SessionStore, open_store
 from ..sessions.eviction import Evictor
 from ..settings import Settings
-from ..transport.client import upstream_client
+from ..transport.client import UpstreamClient, upstream_client
 from ..transport.loop import new_hop
 from .access import Access
 from .admin import Admin, admin_router
@@ -55,7 +54,7 @@ __all__ = ["create_app", "open_tito_mode"]
 
 
 def create_app(settings: Settings, *, upstreams: list[str] | None = None,
-               store: SessionStore | None = None, client: httpx.AsyncClient | None = None,
+               store: SessionStore | None = None, client: UpstreamClient | None = None,
                backend: Backend | None = None, tito: TitoMode | None = None,
                prompt_counter: PromptCounter | None = None, engine_url: str | None = None,
                parse_hold: str | None = None, clock: Callable[[], float] = time.time,
@@ -101,11 +100,11 @@ class _Parts:
     hot: HotRoutes
     fleet: FleetControl
     access: Access
-    client: httpx.AsyncClient
+    client: UpstreamClient
 
 
 def _assemble(settings: Settings, urls: list[str], store: SessionStore,
-              client: httpx.AsyncClient, backend: Backend | None, tito: TitoMode | None,
+              client: UpstreamClient, backend: Backend | None, tito: TitoMode | None,
               parse_hold: str | None) -> _Parts:
     backend = backend or BACKENDS[settings.backend](
         api_key=settings.upstream_api_key, routed_experts=settings.capture_routed_experts)

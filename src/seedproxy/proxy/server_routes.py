@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 
-import httpx
 import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
@@ -26,6 +25,7 @@ from ..fleet.control import FleetControl
 from ..fleet.pool import UpstreamPool
 from ..pipeline.request import read_body
 from ..sessions import SessionStore
+from ..transport.body import UpstreamResponse
 from .access import Access
 
 __all__ = ["readiness_router", "server_router", "warn_if_no_upstream"]
@@ -37,7 +37,7 @@ _INFO = ("/get_model_info", "/get_server_info")
 _TOKENS = ("/tokenize", "/v1/tokenize", "/detokenize")
 
 
-def _passed_on(upstream: httpx.Response) -> Response:
+def _passed_on(upstream: UpstreamResponse) -> Response:
     return Response(upstream.content, status_code=upstream.status_code,
                     media_type=upstream.headers.get("content-type"))
 

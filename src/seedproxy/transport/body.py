@@ -1,103 +1,136 @@
-"""Upstream answers read from a ``Connection``: ``UpstreamResponse`` (an
-``httpx.Response`` whose whole-body read is bounded and cheap) over a ``Body`` stream.
+"""Upstream answers: ``UpstreamResponse`` (status, headers, and a body read once, whole
+or in chunks) over a ``ByteStream``; ``Body`` is the transport's, one answer on a
+``Connection``.
 
-Invariant: a body read whole is at most its ``max_bytes`` (after any content-encoding
-is undone), else ``UpstreamBodyTooLarge``; the connection is released exactly once.
+Invariants: a body read whole is at most its ``max_bytes`` (after any content-encoding
+is undone), else ``UpstreamBodyTooLarge``; the connection is released exactly once; a
+transport failure while reading leaves ``Body`` mapped (``failure``): "failed while
+answering" before its first chunk was handed on, "broke off the stream" after.
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import AsyncIterator, Callable
+from typing import Any, Protocol
 
 import httpx
+import orjson
 
 from .connection import Connection
+from .failure import UpstreamBodyTooLarge, upstream_failure
 
-__all__ = ["Body", "UpstreamBodyTooLarge", "UpstreamResponse", "read_response"]
+__all__ = ["Body", "ByteStream", "UpstreamResponse"]
+
+_DECODED = frozenset({b"gzip", b"x-gzip", b"deflate"})
 
 
-class UpstreamBodyTooLarge(httpx.RemoteProtocolError):
-    """An upstream answer (or one event of it) over the configured byte bound."""
+class ByteStream(Protocol):
+    def __aiter__(self) -> AsyncIterator[bytes]: ...
+
+    async def aclose(self) -> None: ...
 
 
-class UpstreamResponse(httpx.Response):
-    """An ``httpx.Response`` whose ``aread`` is bounded by the transport's
-    ``max_body_bytes`` and, without a content-encoding, hands the body over whole
-    instead of through httpx's per-chunk decoding machinery."""
+class UpstreamResponse:
+    """An upstream's answer. ``stream`` is read once: whole (``aread``, which closes
+    it), or iterated and then closed (``aclose``); ``content`` is there once read."""
 
-    body: bytes | None = None
+    def __init__(self, status_code: int, headers: httpx.Headers | list[tuple[bytes, bytes]],
+                 stream: ByteStream | None = None, *, content: bytes | None = None) -> None:
+        self.status_code = status_code
+        self._headers = headers
+        self.stream: ByteStream = stream if stream is not None else _Empty()
+        self._content = content
+        self.is_closed = content is not None
+
+    @property
+    def headers(self) -> httpx.Headers:
+        """Built when first asked for (many answers are passed on without a look)."""
+        if not isinstance(self._headers, httpx.Headers):
+            self._headers = httpx.Headers(self._headers)
+        return self._headers
 
     @property
     def content(self) -> bytes:
-        if self.body is not None:
-            return self.body
-        return super().content
+        if self._content is None:
+            raise RuntimeError("the upstream answer was not read (aread)")
+        return self._content
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", "replace")
+
+    def json(self) -> Any:
+        return orjson.loads(self.content)
 
     async def aread(self) -> bytes:
-        if self.body is not None:
-            return self.body
-        stream = self.stream
-        if not isinstance(stream, Body):
-            return await super().aread()
-        limit = stream.limit
-        if not any(name.lower() == b"content-encoding" for name, _ in stream.head):
-            content = await stream.read_all(limit)
-        else:  # decoded by httpx, and bounded after decoding (no decompression bomb)
-            parts: list[bytes] = []
-            size = 0
+        if self._content is None:
+            stream = self.stream
             try:
-                async for part in self.aiter_bytes():
-                    size += len(part)
-                    if size > limit:
-                        raise _too_large(limit, stream.request)
-                    parts.append(part)
+                if isinstance(stream, Body):
+                    content = await stream.read_all()
+                else:
+                    content = b"".join([part async for part in stream])
             finally:
                 await self.aclose()
-            content = b"".join(parts)
-        self.body = content
+            self._content = content
+        return self._content
+
+    def aiter_bytes(self) -> AsyncIterator[bytes]:
+        return aiter(self.stream)
+
+    async def aclose(self) -> None:
         self.is_closed = True
-        return content
+        await self.stream.aclose()
 
 
-class Body(httpx.AsyncByteStream):
-    """One answer's body on ``conn``; ``release`` (called once, when it is read or
-    closed) hands the connection back."""
+class _Empty:
+    def __aiter__(self) -> _Empty:
+        return self
 
-    def __init__(
-        self,
-        conn: Connection,
-        request: httpx.Request | None,
-        timeout: float | None,
-        max_bytes: int,
-        release: Callable[[], None],
-    ) -> None:
+    async def __anext__(self) -> bytes:
+        raise StopAsyncIteration
+
+    async def aclose(self) -> None:
+        pass
+
+
+class Body:
+    """One answer's body on ``conn`` from the upstream ``url``; ``release`` (called
+    once, when it is read or closed) hands the connection back."""
+
+    def __init__(self, conn: Connection, url: str, timeout: float | None, max_bytes: int,
+                 release: Callable[[], None]) -> None:
         self._conn, self._release = conn, release
-        self.request, self._timeout = request, timeout
+        self.url, self._timeout = url, timeout
         self.limit = max_bytes
         self._done = False
-        self.head = conn.headers
-        """The response's header lines as received."""
+        self._head = conn.headers
+        """The answer's header lines as received."""
 
     async def _next(self) -> bool:
         """Wait until the connection holds bytes (True) or the body ended (False)."""
         conn = self._conn
         while not conn.chunks:
             if conn.error is not None:
-                raise httpx.ReadError(
-                    str(conn.error) or "upstream connection lost", request=self.request
-                )
+                raise httpx.ReadError(str(conn.error) or "upstream connection lost")
             if conn.complete:
                 return False
             try:
                 await conn.wait(self._timeout)
             except TimeoutError:
                 conn.close()
-                raise httpx.ReadTimeout("upstream read timed out", request=self.request) from None
+                raise httpx.ReadTimeout("upstream read timed out") from None
         return True
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        while await self._next():
-            yield self._conn.take()
+        what = "failed while answering"
+        try:
+            while await self._next():
+                yield self._conn.take()
+                what = "broke off the stream"
+        except httpx.HTTPError as exc:
+            raise upstream_failure(self.url, what, exc) from exc
 
     async def aclose(self) -> None:
         if self._done:
@@ -105,33 +138,41 @@ class Body(httpx.AsyncByteStream):
         self._done = True
         self._release()
 
-    async def read_all(self, limit: int) -> bytes:
-        """The rest of the body (at most ``limit`` bytes, else ``UpstreamBodyTooLarge``),
-        then the connection released: ``aiter`` + ``aclose`` without the generator."""
+    async def read_all(self) -> bytes:
+        """The rest of the body, decoded from its content-encoding (gzip, deflate), at most
+        ``limit`` bytes before and after decoding, else ``UpstreamBodyTooLarge``; then
+        the connection released."""
         conn = self._conn
         parts: list[bytes] = []
         size = 0
         try:
             declared = conn.content_length()
-            if declared is not None and declared > limit:
+            if declared is not None and declared > self.limit:
                 conn.close()
-                raise _too_large(limit, self.request)
+                raise self._too_large()
             while await self._next():
                 part = conn.take()
                 size += len(part)
-                if size > limit:
+                if size > self.limit:
                     conn.close()
-                    raise _too_large(limit, self.request)
+                    raise self._too_large()
                 parts.append(part)
+        except httpx.HTTPError as exc:
+            raise upstream_failure(self.url, "failed while answering", exc) from exc
         finally:
             await self.aclose()
-        return parts[0] if len(parts) == 1 else b"".join(parts)
+        content = parts[0] if len(parts) == 1 else b"".join(parts)
+        if not any(n.lower() == b"content-encoding" and v.strip().lower() in _DECODED
+                   for n, v in self._head):
+            return content
+        try:  # bounded output: no decompression bomb
+            decoded = zlib.decompressobj(zlib.MAX_WBITS | 32).decompress(content, self.limit + 1)
+        except zlib.error as exc:
+            failure = httpx.DecodingError(str(exc))
+            raise upstream_failure(self.url, "failed while answering", failure) from failure
+        if len(decoded) > self.limit:
+            raise self._too_large()
+        return decoded
 
-
-def _too_large(limit: int, request: httpx.Request | None) -> UpstreamBodyTooLarge:
-    return UpstreamBodyTooLarge(f"upstream answer over {limit} bytes", request=request)
-
-
-async def read_response(response: httpx.Response) -> bytes:
-    """``response.aread()``: bounded and cheap for this transport's own answers."""
-    return await response.aread()
+    def _too_large(self) -> UpstreamBodyTooLarge:
+        return UpstreamBodyTooLarge(f"upstream {self.url}: upstream answer over {self.limit} bytes")

@@ -1,123 +1,98 @@
-"""The HTTP client the proxy talks to its upstreams with.
+"""The seam between the proxy and its upstreams: ``UpstreamClient``, and ``LeanClient``,
+which implements it over ``FastTransport``.
 
-``LeanClient`` is an ``httpx.AsyncClient`` cut down to what a proxy needs: a request
-goes straight to the transport, with no cookie jar (an upstream's cookies must never
-reach another client's request), no redirects, auth, event hooks or default headers,
-and upstream URLs parsed once. Anything it does not cover (params, json, files,
-non-string URLs) takes httpx's ordinary path. Every request, http or https, goes
-through the one ``FastTransport`` with the client's timeouts and TLS settings, and
-carries the upstream key (``api_key``) when one is set, and the proxy's hop mark
-(``hop``, ``loop.py``): proxied requests, probes and the fleet's control calls alike.
+A call names its upstream (``server``, a root URL) and the path on it. Every call,
+proxied or not, carries the upstream key (``api_key``) when one is set and the proxy's
+hop mark (``hop``, ``loop.py``), with the client's timeouts and TLS settings, and no
+cookie jar (an upstream's cookies must never reach another client's request), no
+redirects. A transport failure leaves the seam only as an ``UpstreamError`` (``failure``:
+"unreachable" until the answer's head arrived, then as ``Body`` says).
 """
 
 from __future__ import annotations
 
 import ssl
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 import httpx
+import orjson
 
-from .fast import _SKIP_HEADERS, DEFAULT_MAX_BODY_BYTES, FastTransport
+from .body import UpstreamResponse
+from .failure import upstream_failure
+from .fast import DEFAULT_MAX_BODY_BYTES, FastTransport, Timeouts, request_bytes
 from .loop import HOP_HEADER
 from .route import Proxies
 
-__all__ = ["LeanClient", "upstream_client"]
-
-_URL_CACHE = 4096
+__all__ = ["LeanClient", "UpstreamClient", "upstream_client"]
 
 
-class LeanClient(httpx.AsyncClient):
-    def __init__(self, *, timeout: httpx.Timeout, transport: httpx.AsyncBaseTransport,
+class UpstreamClient(Protocol):
+    async def post_stream(self, server: str, path: str, content: bytes,
+                          headers: Mapping[str, str]) -> UpstreamResponse:
+        """A proxied request: POST ``content``; the answer's body is left unread."""
+        ...
+
+    async def request(self, method: str, server: str, path: str = "", *,
+                      content: bytes | None = None, json: Any = None,
+                      headers: Mapping[str, str] | None = None,
+                      timeout: float | None = None, stream: bool = False) -> UpstreamResponse:
+        """A control call (probe, abort, pause, weights...): its body read unless
+        ``stream``; ``timeout`` replaces each of the client's."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+class LeanClient:
+    def __init__(self, *, timeouts: Timeouts, transport: FastTransport,
                  api_key: str | None = None, hop: str | None = None) -> None:
-        # trust_env=False: the transport reads the proxy variables itself; httpx's own
-        # proxy mounts would never be used (``send`` goes straight to the transport).
-        super().__init__(
-            timeout=timeout, transport=transport, follow_redirects=False, trust_env=False
-        )
-        self._lean_transport = transport
-        self._default_timeout = self.timeout.as_dict()
-        self._urls: dict[str, httpx.URL] = {}
+        self.transport = transport
+        self.timeouts = timeouts
         self._key_header = {"authorization": f"Bearer {api_key}"} if api_key else {}
         self._hop = {HOP_HEADER: hop} if hop is not None else {}
         """Sent last, so no header passed on from a client replaces it."""
 
-    def build_request(  # type: ignore[override]
-        self,
-        method: str,
-        url: httpx.URL | str,
-        *,
-        content: bytes | None = None,
-        headers: dict[str, str] | None = None,
-        timeout: Any = httpx.USE_CLIENT_DEFAULT,
-        extensions: dict[str, Any] | None = None,
-        **other: Any,
-    ) -> httpx.Request:
-        if self._key_header or self._hop:
-            headers = {**self._key_header, **(headers or {}), **self._hop}
-        if not isinstance(url, str) or any(v is not None for v in other.values()):
-            return super().build_request(
-                method,
-                url,
-                content=content,
-                headers=headers,
-                timeout=timeout,
-                extensions=extensions,
-                **other,
-            )
-        parsed = self._parse(url)
-        ext = dict(extensions or {})
-        if "timeout" not in ext:
-            ext["timeout"] = (
-                self._default_timeout
-                if timeout is httpx.USE_CLIENT_DEFAULT
-                else httpx.Timeout(timeout).as_dict()
-            )
-        return httpx.Request(method, parsed, content=content, headers=headers, extensions=ext)
+    async def post_stream(self, server: str, path: str, content: bytes,
+                          headers: Mapping[str, str]) -> UpstreamResponse:
+        return await self._send("POST", server, path, content, headers, self.timeouts,
+                                proxied=True)
 
-    async def post_stream(
-        self, url: str, content: bytes, headers: dict[str, str]
-    ) -> httpx.Response:
-        """``send(build_request("POST", url, ...), stream=True)``, with no ``httpx.Request``
-        in between where the transport is ``FastTransport``: the request's bytes are
-        built here from a per-URL head, the same bytes the transport would write."""
-        transport = self._lean_transport
-        parsed = self._parse(url)
+    async def request(self, method: str, server: str, path: str = "", *,
+                      content: bytes | None = None, json: Any = None,
+                      headers: Mapping[str, str] | None = None,
+                      timeout: float | None = None, stream: bool = False) -> UpstreamResponse:
+        if json is not None:
+            content = orjson.dumps(json)
+            headers = {"content-type": "application/json", **(headers or {})}
+        timeouts = self.timeouts if timeout is None else Timeouts(timeout, timeout, timeout)
+        response = await self._send(method, server, path, content or b"", headers or {},
+                                    timeouts, proxied=False)
+        if not stream:
+            await response.aread()
+        return response
+
+    async def _send(self, method: str, server: str, path: str, content: bytes,
+                    headers: Mapping[str, str], timeouts: Timeouts, *,
+                    proxied: bool) -> UpstreamResponse:
         if self._key_header or self._hop:
             headers = {**self._key_header, **headers, **self._hop}
-        if not isinstance(transport, FastTransport):
-            built = self.build_request("POST", url, content=content, headers=headers)
-            return await self.send(built, stream=True)
-        route = transport.route(parsed)
-        lines = [route.head("POST")]
-        for name, value in headers.items():
-            raw = name.encode("ascii")
-            if raw.lower() not in _SKIP_HEADERS:
-                lines.append(b"%s: %s\r\n" % (raw, value.encode("ascii")))
-        lines.append(b"content-length: %d\r\n\r\n" % len(content))
-        lines.append(content)
-        return await transport.send_raw(route, "POST", b"".join(lines), self._default_timeout)
+        try:
+            route = self.transport.route(server + path)
+            data = request_bytes(route, method, headers, content)
+            return await self.transport.send(route, method, data, timeouts, proxied=proxied,
+                                             name=server)
+        except httpx.HTTPError as exc:
+            raise upstream_failure(server, "unreachable", exc) from exc
 
-    def _parse(self, url: str) -> httpx.URL:
-        parsed = self._urls.get(url)
-        if parsed is None:
-            if len(self._urls) >= _URL_CACHE:
-                self._urls.clear()
-            parsed = self._urls[url] = httpx.URL(url)
-        return parsed
+    async def aclose(self) -> None:
+        await self.transport.aclose()
 
-    async def send(
-        self, request: httpx.Request, *, stream: bool = False, **_: Any
-    ) -> httpx.Response:
-        """Send ``request`` as is; with ``stream=False`` the body is read and the
-        connection returned before this returns."""
-        response = await self._lean_transport.handle_async_request(request)
-        response.request = request
-        if not stream:
-            try:
-                await response.aread()
-            finally:
-                await response.aclose()
-        return response
+    async def __aenter__(self) -> LeanClient:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()
 
 
 def upstream_client(
@@ -138,7 +113,7 @@ def upstream_client(
     return LeanClient(
         api_key=api_key,
         hop=hop,
-        timeout=httpx.Timeout(read_timeout_s, connect=connect_timeout_s, pool=pool_timeout_s),
+        timeouts=Timeouts(connect_timeout_s, read_timeout_s, pool_timeout_s),
         transport=FastTransport(
             max_connections=max_connections,
             max_idle=256,

@@ -1,13 +1,15 @@
-"""The one map from an upstream transport failure (``httpx.HTTPError``) to its status.
+"""The one map from an upstream transport failure (an ``httpx.HTTPError`` raised
+inside the transport) to seedproxy's ``UpstreamError`` family, applied at the seam
+(``LeanClient``'s calls and ``Body``'s reads) and nowhere else.
 
-Invariants, wherever the failure happens (sending, priming, or mid-stream):
+Invariants, wherever the failure happens (sending, reading, or mid-stream):
 - 503 ``NoConnection`` when no connection to the server came free in the pool timeout;
 - 504 ``UpstreamTimeout`` for any other timeout;
-- 502 ``UpstreamError`` for an answer past ``--max-upstream-body-bytes``;
 - 503 ``UpstreamUnavailable`` for a server that could not be reached (a refused or
   failed connect);
 - 502 ``UpstreamError`` for anything else (a server that broke its answer).
-The message names the upstream and, but for the first three, ``what`` happened.
+The message names the upstream and, but for the first two, ``what`` happened; the
+transport's error is chained as ``__cause__`` (``cause``).
 """
 
 from __future__ import annotations
@@ -15,13 +17,19 @@ from __future__ import annotations
 import httpx
 
 from ..errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
-from .body import UpstreamBodyTooLarge
 
-__all__ = ["NoConnection", "upstream_failure"]
+__all__ = ["NoConnection", "UpstreamBodyTooLarge", "cause", "upstream_failure"]
 
 
 class NoConnection(UpstreamUnavailable):
     """503: no connection to the server came free within the pool timeout."""
+
+
+class UpstreamBodyTooLarge(UpstreamError):
+    """502: an upstream answer (or one event of it) over ``--max-upstream-body-bytes``."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"{message} (--max-upstream-body-bytes)")
 
 
 def upstream_failure(url: str, what: str, exc: httpx.HTTPError) -> UpstreamError:
@@ -29,8 +37,11 @@ def upstream_failure(url: str, what: str, exc: httpx.HTTPError) -> UpstreamError
         return NoConnection(f"upstream {url}: {exc} (--max-upstream-connections)")
     if isinstance(exc, httpx.TimeoutException):
         return UpstreamTimeout(f"upstream {url} timed out: {type(exc).__name__}")
-    if isinstance(exc, UpstreamBodyTooLarge):
-        return UpstreamError(f"upstream {url}: {exc} (--max-upstream-body-bytes)")
     if isinstance(exc, httpx.ConnectError):
         return UpstreamUnavailable(f"upstream {url} {what}: {type(exc).__name__}")
     return UpstreamError(f"upstream {url} {what}: {type(exc).__name__}")
+
+
+def cause(exc: UpstreamError) -> BaseException:
+    """The transport's failure behind ``exc`` (``exc`` itself when none is chained)."""
+    return exc.__cause__ or exc

@@ -1,17 +1,16 @@
-"""A lean httpx transport for upstreams: HTTP/1.1 keep-alive over asyncio protocols,
+"""The transport below ``LeanClient``: HTTP/1.1 keep-alive over asyncio protocols,
 plain or TLS, direct or through a forward proxy (see ``route``).
 
 Why: httpcore's pool checks every pooled connection on every request (a poll per
 connection), so the proxy's cost grew with the number of upstream connections; this
-one takes an idle connection from a LIFO list in O(1). It plugs in below
-``httpx.AsyncClient``, so the rest of the proxy and its tests keep using httpx.
+one takes an idle connection from a LIFO list in O(1).
 
 Invariants:
 - every request, http or https, holds a permit of its upstream from the moment it
   asks for a connection until its body is read or closed: each upstream (scheme,
   host, port) has its own, so one whose connections all hang never holds up a request
   to another; a request that finds none free waits at most the ``pool`` timeout
-  (``httpx.PoolTimeout``). Proxied requests (``send_raw``) take one of
+  (``httpx.PoolTimeout``). Proxied requests take one of
   ``max_connections``; every other call (health, pause, weight version, abort) one of
   ``max_control_connections`` apart, so the control plane still reaches a server
   whose proxied requests hold every connection;
@@ -23,7 +22,7 @@ Invariants:
   closes without answering a byte, only an idempotent method (GET, HEAD, PUT,
   DELETE, OPTIONS) is sent again. A POST that may have reached the server is never
   sent twice by the transport: it fails with ``httpx.RemoteProtocolError``;
-- a body read whole (``read_response``) is at most ``max_body_bytes`` (after any
+- a body read whole (``UpstreamResponse.aread``) is at most ``max_body_bytes`` (after any
   content-encoding is undone), else ``UpstreamBodyTooLarge``; streamed bodies are
   bounded by their reader.
 """
@@ -34,21 +33,16 @@ import asyncio
 import functools
 import ssl
 import time
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 import httpx
 
-from .body import Body, UpstreamBodyTooLarge, UpstreamResponse, read_response
+from .body import Body, UpstreamResponse
 from .connection import Closed, Connection
 from .route import Proxies, Route, route_for
 
-__all__ = [
-    "DEFAULT_MAX_BODY_BYTES",
-    "FastTransport",
-    "UpstreamBodyTooLarge",
-    "UpstreamResponse",
-    "read_response",
-]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "FastTransport", "Timeouts", "request_bytes"]
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 _SKIP_HEADERS = frozenset(
@@ -57,11 +51,21 @@ _SKIP_HEADERS = frozenset(
 _IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS", "TRACE"})
 
 
-class FastTransport(httpx.AsyncBaseTransport):
-    """``httpx.AsyncClient(transport=FastTransport())``. Event-loop bound; keeps at most
-    ``max_idle`` idle connections per upstream and opens at most ``max_connections``
-    proxied requests' connections to each upstream, and ``max_control_connections``
-    others.
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """Seconds (None: no bound) to connect, to wait for each read, and to wait for
+    a free connection (``httpx.PoolTimeout``)."""
+
+    connect: float | None
+    read: float | None
+    pool: float | None
+
+
+class FastTransport:
+    """Event-loop bound; keeps at most ``max_idle`` idle connections per upstream and
+    opens at most ``max_connections`` proxied requests' connections to each upstream,
+    and ``max_control_connections`` others. Raises ``httpx.TransportError``s, which
+    ``LeanClient`` maps (``failure``).
 
     ``verify``: True (the system's and certifi's CAs), False, a CA bundle path, or an
     ``ssl.SSLContext``. ``proxies``: None reads the environment (see ``route``).
@@ -88,72 +92,49 @@ class FastTransport(httpx.AsyncBaseTransport):
         self.proxies = proxies if proxies is not None else Proxies.from_env()
         self.max_body_bytes = max_body_bytes
         self._idle_expiry_s = idle_expiry_s
-        self._routes: dict[httpx.URL, Route] = {}
+        self._routes: dict[str, Route] = {}
         self._closed = False
 
-    def route(self, url: httpx.URL) -> Route:
-        """The route to ``url``'s origin (cached: one per origin and path)."""
+    def route(self, url: str) -> Route:
+        """The route to ``url`` (cached: one per URL)."""
         route = self._routes.get(url)
         if route is None:
             if len(self._routes) >= 4096:
                 self._routes.clear()
-            route = self._routes[url] = route_for(url, self.proxies)
+            route = self._routes[url] = route_for(httpx.URL(url), self.proxies)
         return route
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if self._closed:
-            raise httpx.ConnectError("the upstream client is closed", request=request)
-        route = self.route(request.url)
-        body = await request.aread()
-        data = _head(request, route, len(body)) + body
-        return await self._send(
-            route, data, request, request.extensions.get("timeout", {}), request.method,
-            proxied=False,
-        )
-
-    async def send_raw(
-        self, route: Route, method: str, data: bytes, timeouts: dict[str, Any]
-    ) -> httpx.Response:
-        """Send ``data``, a proxied request whole (head from ``route.head(method)`` and
-        body) built by the caller: ``handle_async_request`` without the ``httpx.Request``
-        around it, in the proxied requests' lane. Errors carry no request."""
+    async def send(
+        self, route: Route, method: str, data: bytes, timeouts: Timeouts, *,
+        proxied: bool, name: str,
+    ) -> UpstreamResponse:
+        """Send ``data``, a request whole (head from ``route.head(method)``, and body),
+        in the proxied requests' lane or the other one; ``name`` names the upstream
+        in the errors its body raises."""
         if self._closed:
             raise httpx.ConnectError("the upstream client is closed")
-        return await self._send(route, data, None, timeouts, method, proxied=True)
-
-    async def _send(
-        self,
-        route: Route,
-        data: bytes,
-        request: httpx.Request | None,
-        timeouts: dict[str, Any],
-        method: str,
-        *,
-        proxied: bool,
-    ) -> httpx.Response:
         lane = (*route.server, proxied)
         limit = self._limits.get(lane)
         if limit is None:
             limit = self._limits[lane] = asyncio.Semaphore(self._sizes[proxied])
-        await _acquire(limit, timeouts.get("pool"), request)
+        await _acquire(limit, timeouts.pool)
         try:
             conn = self._take_idle(route.key, method)
             if conn is not None:
                 try:
-                    return await self._exchange(route, conn, data, request, timeouts, limit)
+                    return await self._exchange(route, conn, data, timeouts, limit, name)
                 except Closed:
                     if method not in _IDEMPOTENT:
                         raise httpx.RemoteProtocolError(
                             "upstream closed a reused connection without answering; "
-                            f"a {method} that may have reached it is not sent again",
-                            request=request,
+                            f"a {method} that may have reached it is not sent again"
                         ) from None
-            conn = await self._connect(route, timeouts.get("connect"), request, method)
+            conn = await self._connect(route, timeouts.connect, method)
             try:
-                return await self._exchange(route, conn, data, request, timeouts, limit)
+                return await self._exchange(route, conn, data, timeouts, limit, name)
             except Closed:
                 raise httpx.RemoteProtocolError(
-                    "upstream closed the connection without answering", request=request
+                    "upstream closed the connection without answering"
                 ) from None
         except BaseException:
             limit.release()
@@ -164,13 +145,13 @@ class FastTransport(httpx.AsyncBaseTransport):
         route: Route,
         conn: Connection,
         data: bytes,
-        request: httpx.Request | None,
-        timeouts: dict[str, Any],
+        timeouts: Timeouts,
         limit: asyncio.Semaphore,
-    ) -> httpx.Response:
+        name: str,
+    ) -> UpstreamResponse:
         assert conn.transport is not None
         conn.transport.write(data)
-        read_timeout = timeouts.get("read")
+        read_timeout = timeouts.read
         try:
             while not conn.head_done:
                 if conn.error is not None:
@@ -178,25 +159,19 @@ class FastTransport(httpx.AsyncBaseTransport):
                     conn.close()
                     if isinstance(error, Closed):
                         raise error
-                    raise httpx.ReadError(str(error), request=request)
+                    raise httpx.ReadError(str(error))
                 await conn.wait(read_timeout)
         except TimeoutError:
             conn.close()
-            raise httpx.ReadTimeout("upstream read timed out", request=request) from None
+            raise httpx.ReadTimeout("upstream read timed out") from None
         except asyncio.CancelledError:
             conn.close()
             raise
-        return UpstreamResponse(
-            conn.status,
-            headers=conn.headers,
-            stream=Body(conn, request, read_timeout, self.max_body_bytes,
-                        functools.partial(self._release, route.key, conn, limit)),
-            extensions={"http_version": b"HTTP/1.1"},
-        )
+        release = functools.partial(self._release, route.key, conn, limit)
+        body = Body(conn, name, read_timeout, self.max_body_bytes, release)
+        return UpstreamResponse(conn.status, conn.headers, body)
 
-    async def _connect(
-        self, route: Route, timeout: float | None, request: httpx.Request | None, method: str
-    ) -> Connection:
+    async def _connect(self, route: Route, timeout: float | None, method: str) -> Connection:
         loop = asyncio.get_running_loop()
         where = f"{route.connect_host}:{route.connect_port}"
         context = self._ssl_context() if route.tls_host is not None else None
@@ -227,9 +202,7 @@ class FastTransport(httpx.AsyncBaseTransport):
         except TimeoutError:
             if conn is not None:
                 conn.close()
-            raise httpx.ConnectTimeout(
-                f"connecting to {where} timed out", request=request
-            ) from None
+            raise httpx.ConnectTimeout(f"connecting to {where} timed out") from None
         except httpx.ProxyError:
             if conn is not None:
                 conn.close()
@@ -237,7 +210,7 @@ class FastTransport(httpx.AsyncBaseTransport):
         except OSError as exc:  # ssl.SSLError (a failed verification) is one too
             if conn is not None:
                 conn.close()
-            raise httpx.ConnectError(f"cannot connect to {where}: {exc}", request=request) from None
+            raise httpx.ConnectError(f"cannot connect to {where}: {exc}") from None
         conn.reset(expect_body=method != "HEAD")
         return conn
 
@@ -299,9 +272,7 @@ class FastTransport(httpx.AsyncBaseTransport):
         self._idle.clear()
 
 
-async def _acquire(
-    limit: asyncio.Semaphore, timeout: float | None, request: httpx.Request | None
-) -> None:
+async def _acquire(limit: asyncio.Semaphore, timeout: float | None) -> None:
     if not limit.locked():
         await limit.acquire()
         return
@@ -310,16 +281,21 @@ async def _acquire(
             await limit.acquire()
     except TimeoutError:
         raise httpx.PoolTimeout(
-            f"no connection to this upstream came free within {timeout} s", request=request
+            f"no connection to this upstream came free within {timeout} s"
         ) from None
 
 
-def _head(request: httpx.Request, route: Route, length: int) -> bytes:
-    lines = [route.head(request.method)]
-    for name, value in request.headers.raw:
-        if name.lower() not in _SKIP_HEADERS:
-            lines.append(name + b": " + value + b"\r\n")
-    if length or request.method in ("POST", "PUT", "PATCH"):
-        lines.append(b"content-length: %d\r\n" % length)
+def request_bytes(route: Route, method: str, headers: Mapping[str, str], content: bytes) -> bytes:
+    """The request as written: ``route``'s head, ``headers`` (but those the transport
+    writes itself), a content-length where there is a body (or the method has one),
+    and the body."""
+    lines = [route.head(method)]
+    for name, value in headers.items():
+        raw = name.encode("ascii")
+        if raw.lower() not in _SKIP_HEADERS:
+            lines.append(b"%s: %s\r\n" % (raw, value.encode("ascii")))
+    if content or method in ("POST", "PUT", "PATCH"):
+        lines.append(b"content-length: %d\r\n" % len(content))
     lines.append(b"\r\n")
+    lines.append(content)
     return b"".join(lines)

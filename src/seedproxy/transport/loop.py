@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import secrets
 
-import httpx
-
 from ..errors import UpstreamLoop
+from .body import UpstreamResponse
 
 __all__ = ["HOP_HEADER", "LOOP_HEADER", "LOOP_STATUS", "LOOPED", "is_loop", "new_hop"]
 
@@ -37,6 +36,6 @@ def new_hop() -> str:
     return secrets.token_hex(16)
 
 
-def is_loop(response: httpx.Response) -> bool:
+def is_loop(response: UpstreamResponse) -> bool:
     """Whether ``response`` is a proxy's refusal of its own request come back."""
     return response.status_code == LOOP_STATUS and LOOP_HEADER in response.headers

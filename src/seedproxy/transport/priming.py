@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
-import httpx
+from ..errors import UpstreamError
+from .body import ByteStream, UpstreamResponse
 
 __all__ = ["Release", "prime"]
 
@@ -38,11 +39,10 @@ class Release:
             self._on_done()
 
 
-async def prime(response: httpx.Response, release: Release) -> None:
+async def prime(response: UpstreamResponse, release: Release) -> None:
     """Read the first chunk of a streamed body and put it back in front of the rest,
-    so ``response.aiter_raw()`` still yields everything. Raises httpx errors."""
+    so ``response.stream`` still yields everything. Raises ``UpstreamError``."""
     inner = response.stream
-    assert isinstance(inner, httpx.AsyncByteStream)
     rest = inner.__aiter__()
     try:
         first: bytes | None = await rest.__anext__()
@@ -51,14 +51,9 @@ async def prime(response: httpx.Response, release: Release) -> None:
     response.stream = _PrimedStream(first, rest, inner, release)
 
 
-class _PrimedStream(httpx.AsyncByteStream):
-    def __init__(
-        self,
-        first: bytes | None,
-        rest: AsyncIterator[bytes],
-        inner: httpx.AsyncByteStream,
-        release: Release,
-    ) -> None:
+class _PrimedStream:
+    def __init__(self, first: bytes | None, rest: AsyncIterator[bytes], inner: ByteStream,
+                 release: Release) -> None:
         self._first = first
         self._rest = rest
         self._inner = inner
@@ -72,7 +67,7 @@ class _PrimedStream(httpx.AsyncByteStream):
         try:
             async for chunk in self._rest:
                 yield chunk
-        except httpx.HTTPError:
+        except UpstreamError:
             self._broken = True
             raise
 

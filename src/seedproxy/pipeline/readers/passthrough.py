@@ -96,9 +96,8 @@ class PassthroughReader:
         stamped in a session; as sent outside one."""
         reply = self.reply
         assert reply is not None
-        # The stream itself rather than aiter_raw(): the same chunks, without httpx's
-        # chunker and bookkeeping per chunk; the exchange closes the response.
-        chunks = aiter(reply.response.stream)  # type: ignore[arg-type]
+        # The exchange closes the response.
+        chunks = aiter(reply.response.stream)
         async for event in split_events(ex.timed(chunks) if timed else chunks, self._max_event):
             if self._raw:
                 if b'"error"' in event:

@@ -172,7 +172,7 @@ class TitoReader:
     async def _choice_chunks(self, ex: Exchange, choice: _Choice, reply: UpstreamReply
                              ) -> AsyncIterator[dict[str, Any]]:
         yield self._chunk(choice.index, {"role": "assistant", "content": ""})
-        chunks = ex.timed(aiter(reply.response.stream))  # type: ignore[arg-type]
+        chunks = ex.timed(aiter(reply.response.stream))
         async for event in split_events(chunks, self._max_event):
             payload = event_json(event)
             if payload is None:

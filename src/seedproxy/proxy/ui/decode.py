@@ -13,8 +13,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-import httpx
 import orjson
+
+from ...errors import UpstreamError
+from ...transport.client import UpstreamClient
 
 __all__ = ["MAX_GLYPH_TOKENS", "MAX_SPAN_DECODES", "TokenDecoder"]
 
@@ -28,7 +30,7 @@ MAX_SPAN_DECODES = 1024
 
 class TokenDecoder:
     def __init__(
-        self, client: httpx.AsyncClient, *, max_cached: int = 200_000,
+        self, client: UpstreamClient, *, max_cached: int = 200_000,
         retry_after_s: float = 60.0, clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client = client
@@ -96,9 +98,9 @@ class TokenDecoder:
         """One request decoding each row of ids; None unless each came back as text."""
         body = {"tokens": rows, "skip_special_tokens": False}
         try:
-            response = await self._client.post(upstream + "/detokenize", json=body,
-                                               timeout=10.0)
-        except httpx.HTTPError:
+            response = await self._client.request("POST", upstream, "/detokenize", json=body,
+                                                  timeout=10.0)
+        except UpstreamError:
             return None
         if response.status_code != 200:
             return None
