@@ -1,6 +1,7 @@
 """The request pipeline: admit -> seat -> send -> read -> present.
 
-One ``Exchange`` holds a request's state and lifecycle; ``Reader`` strategies ask the
+Seating sets a frozen ``RequestContext``; each stage's output is its own object, its
+only writer (``call.py``, ``recorder.py``, ``observer.py``). ``Reader`` strategies ask the
 upstream (passthrough, fan-out, token-in-token-out, and the raw fast path outside
 sessions), ``Presenter`` strategies answer the client (OpenAI, Responses, Messages).
 Imports flow one way: ``seeds`` <- ``sessions`` <- the upstream side (``wire``,

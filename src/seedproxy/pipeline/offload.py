@@ -19,7 +19,7 @@ Invariants:
   and the next body starts a new pool. A new pool is started (every worker up) before
   any body is handed to it, so its start never counts against ``timeout_s``.
 - An upstream answer refused so is recorded with the error the client is shown
-  (``Exchange.fail``), as an upstream's own failure is; a client body is refused
+  (``admission._respond``), as an upstream's own failure is; a client body is refused
   before it is seated, using no index.
 - The pool starts with the first large body (``spawn``: the proxy has threads) and
   ``close`` (the app's lifespan) stops it.

@@ -1,4 +1,4 @@
-"""The client side of an exchange: one ``Presenter`` per client protocol.
+"""The client side of a request: one ``Presenter`` per client protocol.
 
 A presenter owns its protocol's whole answer, its stream events (a ``Writer`` fed each
 canonical chunk a reader yields) and its terminator, each encoded in one place; its

@@ -14,7 +14,7 @@ from ..seeds import choice_seeds, client_choice_seeds, content_seeds
 from ..sessions import NewSession, SessionRecord
 from ..sessions.cursor import SessionView
 from ..sessions.record import Stale
-from .exchange import Exchange
+from .context import RequestContext
 from .keying import content_seat, seat_key
 from .request import ClientRequest, request_digest
 from .services import Services
@@ -28,12 +28,12 @@ async def seat(services: Services, client: ClientRequest,
                retry: bool, arrived: float, compacted: str | None = None,
                trace: Trace = NO_TRACE, view: SessionView | None = None,
                check: bool = True, left_out_tools: list[str] | None = None,
-               ) -> Exchange | SessionView:
+               ) -> RequestContext | SessionView:
     """Check the seed rules, create the session if new, take the slot, derive seeds.
     ``compacted``: the interaction a compacted history replaces (recorded as such);
     ``trace``: the request's (the slot is its ``store.allocate`` span). ``view``: the
     session's, as the request was checked against; with ``check``, a view that lacks
-    records comes back brought up to date instead of an exchange (no index taken).
+    records comes back brought up to date instead of a context (no index taken).
     ``left_out_tools``: the hosted tools a bridged request's prompt leaves out (recorded)."""
     settings = services.settings
     deterministic = settings.deterministic
@@ -50,8 +50,8 @@ async def seat(services: Services, client: ClientRequest,
         )
     if session is None:
         seeds = [client.seed] if client.seed is not None else []
-        return Exchange(services, client, None, None, seeds, arrived, trace=trace,
-                        left_out_tools=left_out_tools)
+        return RequestContext(services, client, None, None, seeds, arrived, trace=trace,
+                              left_out_tools=left_out_tools)
     if isinstance(session, NewSession):
         session = await services.sessions.get_or_create(session.session_id)
     if view is None:
@@ -76,6 +76,6 @@ async def seat(services: Services, client: ClientRequest,
         seeds = content_seeds(session.identity, position.key, position.occurrence, client.n)
     else:
         seeds = choice_seeds(session.identity, slot.index, client.n)
-    return Exchange(services, client, session, slot, seeds, arrived, seat=position,
-                    compacted_from=compacted, trace=trace, view=view,
-                    left_out_tools=left_out_tools)
+    return RequestContext(services, client, session, slot, seeds, arrived, seat=position,
+                          compacted_from=compacted, trace=trace, view=view,
+                          left_out_tools=left_out_tools)

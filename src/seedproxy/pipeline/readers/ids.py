@@ -1,4 +1,4 @@
-"""The ids a client is shown, derived from the exchange's basis (``Exchange.basis``).
+"""The ids a client is shown, derived from the request's basis (``RequestContext.basis``).
 
 Upstream ids are a request id or a clock (SGLang's chat ``id`` is its ``rid``; tool
 calls get a random ``call_`` id). In a session every one is replaced: the answer id

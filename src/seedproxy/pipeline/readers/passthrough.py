@@ -23,7 +23,8 @@ from ..sse import event_json, split_events
 from .ids import stamp
 
 if TYPE_CHECKING:
-    from ..exchange import Exchange
+    from ..call import UpstreamCall
+    from ..context import RequestContext
     from ..offload import Parser
 
 __all__ = ["PassthroughReader", "parsed_answer"]
@@ -42,7 +43,7 @@ async def parsed_answer(reply: UpstreamReply, parser: Parser) -> Any:
 
 
 class PassthroughReader:
-    def __init__(self, ex: Exchange, endpoint: Endpoint, body: dict[str, Any],
+    def __init__(self, ctx: RequestContext, endpoint: Endpoint, body: dict[str, Any],
                  seed: int | None, *, raw: bool, stamped: bool = True) -> None:
         """``body``: what is sent (a private copy is made); ``seed``: placed by the
         backend; ``raw``: the answer passes as sent (nothing captured, shown as is);
@@ -52,29 +53,29 @@ class PassthroughReader:
         self.seed = seed
         self.media_type = "application/json"
         self.reply: UpstreamReply | None = None
-        services = ex.services
+        services = ctx.services
         self._backend = services.backend
         self._max_event = services.settings.max_upstream_body_bytes
-        self._basis = ex.basis if stamped else None
-        self._capture = ex.capture
-        self._raw = raw and not ex.capture
+        self._basis = ctx.basis if stamped else None
+        self._capture = ctx.capture
+        self._raw = raw and not ctx.capture
         self._parser = services.parser
-        self._echoes = ex.capture and not ex.client.stream and self._backend.echoes_prompt
-        self._echo = _echo_hint(ex) if self._echoes else None
+        self._echoes = ctx.capture and not ctx.client.stream and self._backend.echoes_prompt
+        self._echo = _echo_hint(ctx) if self._echoes else None
         self._tracker: StreamCapture | None = (
-            self._backend.stream_capture(endpoint, body) if ex.capture and ex.client.stream
+            self._backend.stream_capture(endpoint, body) if ctx.capture and ctx.client.stream
             else None)
 
-    def request(self) -> UpstreamRequest:
+    def requests(self) -> list[UpstreamRequest]:
         request = self._backend.prepare(self.endpoint, dict(self.body), self.seed,
                                         capture=self._capture)
         request.echo, request.echoes = self._echo, self._echoes
-        return request
+        return [request]
 
-    async def open(self, ex: Exchange) -> None:
-        (self.reply,) = await ex.send_all([self.request()])
+    def opened(self, replies: list[UpstreamReply]) -> None:
+        (self.reply,) = replies
 
-    async def whole(self, ex: Exchange) -> tuple[Any, Captured]:
+    async def whole(self) -> tuple[Any, Captured]:
         reply = self.reply
         assert reply is not None
         self.media_type = reply.response.headers.get("content-type", "application/json")
@@ -90,16 +91,17 @@ class PassthroughReader:
         self.media_type = "application/json"
         return answer, captured
 
-    async def chunks(self, ex: Exchange, *, timed: bool = True
+    async def chunks(self, call: UpstreamCall | None
                      ) -> AsyncIterator[dict[str, Any] | bytes]:
         """The upstream's events until its ``[DONE]``: parsed, checked, captured and
-        stamped in a session; as sent outside one."""
+        stamped in a session; as sent outside one. ``call``: where the wait is timed
+        (none: the caller times it)."""
         reply = self.reply
         assert reply is not None
         # The stream itself rather than aiter_raw(): the same chunks, without httpx's
-        # chunker and bookkeeping per chunk; the exchange closes the response.
+        # chunker and bookkeeping per chunk; the call closes the response.
         chunks = aiter(reply.response.stream)  # type: ignore[arg-type]
-        async for event in split_events(ex.timed(chunks) if timed else chunks, self._max_event):
+        async for event in split_events(call.timed(chunks) if call else chunks, self._max_event):
             if self._raw:
                 if b'"error"' in event:
                     check_error(event_json(event))
@@ -126,10 +128,10 @@ class PassthroughReader:
         return shown
 
 
-def _echo_hint(ex: Exchange) -> TokenIds | None:
+def _echo_hint(ctx: RequestContext) -> TokenIds | None:
     """The last recorded prompt of the session, as this process last saw it (no store
     operation): what the answer's echoed prompt ids most likely start with."""
-    if ex.session is None:
+    if ctx.session is None:
         return None
-    view = ex.services.sessions.cursors.peek(ex.session)
+    view = ctx.services.sessions.cursors.peek(ctx.session)
     return view.last_prompt() if view is not None else None
