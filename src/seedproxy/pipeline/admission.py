@@ -6,11 +6,24 @@ uses no index), seats the request (its ``RequestContext``), and picks
 its strategies: the ``Reader`` from the mode (passthrough, bridge, TITO) and ``n``,
 the ``Presenter`` from the client's protocol. The one way in is ``proxy.hot``'s
 ``HotRoutes.answer``.
+
+Refused requests: an error the proxy answers on a model route before the request
+reached an upstream (a bad body, a tool it cannot carry, a missing session or key, a
+full queue). Each is counted in ``/metrics`` (``seedproxy_refusals_total`` by route,
+status and reason) and, unless request logging is off, logged as one JSON line
+(``event: refused``) on the request log, with the error's message.
+
+The reason is a bounded label, never the client's text: the error's ``code`` when it
+has one, else the first field of its ``param`` (``tools``, ``input``, ``messages``;
+at most ``_REASON_CHARS`` of ``[a-z0-9_]``), else its ``type``. A param outside that
+shape counts as ``other``.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -39,6 +52,7 @@ from .call import UpstreamCall
 from .context import RequestContext
 from .departure import stop_when_client_leaves, unless_client_leaves
 from .headers import compacted_from, is_sdk_retry, pinned_index
+from .metrics import Metrics
 from .observer import Observer
 from .presenters import MessagesPresenter, OpenAIPresenter, Presenter, ResponsesPresenter
 from .readers import Reader
@@ -47,7 +61,6 @@ from .readers.passthrough import PassthroughReader
 from .readers.record import RecordReader
 from .readers.tito import TitoReader, TitoTurn, prepare
 from .recorder import Recorder
-from .refusals import note_refusal
 from .replaying import AsRecorded
 from .request import ClientRequest, client_request, read_body
 from .seating import seat
@@ -55,7 +68,9 @@ from .services import Services
 from .streaming import stream_response
 from .tracing import Trace
 
-__all__ = ["Admission", "Resolve", "run"]
+__all__ = ["Admission", "Resolve", "note_refusal", "reason_of", "run"]
+
+log = logging.getLogger("seedproxy.request")
 
 Resolve = Callable[[], Awaitable[SessionRecord | NewSession | None]]
 Seated = tuple[RequestContext, dict[str, object] | None, TitoTurn | None]
@@ -282,3 +297,31 @@ async def _respond(call: UpstreamCall, recorder: Recorder, observer: Observer, r
         headers = observer.headers()
         observer.observe(exc.status_code)
         return presenter.errors.response(exc, headers)
+
+
+_REASON_CHARS = 40
+_FIELD = re.compile(r"[a-z][a-z0-9_]*")
+_DETAIL_CHARS = 500
+
+
+def reason_of(exc: SeedProxyError) -> str:
+    """The refusal's label (see the module docstring)."""
+    for value in (exc.code, exc.param):
+        if isinstance(value, str) and value:
+            head = re.split(r"[.\[]", value, maxsplit=1)[0]
+            return head if len(head) <= _REASON_CHARS and _FIELD.fullmatch(head) else "other"
+    return exc.error_type
+
+
+def note_refusal(metrics: Metrics, route: str, exc: SeedProxyError, *, session: str | None,
+                 index: int | None = None, logged: bool = True) -> None:
+    """Count ``exc``, refused on ``route`` (one of the proxy's own paths), and log it
+    when ``logged``; ``index`` when the request had taken one already."""
+    reason = reason_of(exc)
+    metrics.refused(route, exc.status_code, reason)
+    if logged and log.isEnabledFor(logging.INFO):
+        log.handle(log.makeRecord(
+            log.name, logging.INFO, __file__, 0, "refused", (), None, "note_refusal",
+            extra={"session": session, "index": index, "status": exc.status_code,
+                   "route": route, "reason": reason, "detail": exc.message[:_DETAIL_CHARS]},
+        ))

@@ -1,8 +1,14 @@
 """The upstream stage's output: what was sent where, the replies, and the time waited.
 
-Invariant: every reply is added the moment it exists and closed exactly once: by
-``close`` when the answer was whole (or failed), by ``close(streamed=True)`` when a
-stream response took them (``take_replies``).
+Invariants:
+- Every reply is added the moment it exists and closed exactly once: by ``close``
+  when the answer was whole (or failed), by ``close(streamed=True)`` when a stream
+  response took them (``take_replies``).
+- An upstream that answered >= 400 is an ``UpstreamAnswered``: its status, and its
+  message, type and ``param`` (a string of at most ``_PARAM_CHARS``) re-shaped into
+  OpenAI's error object. (A transport failure while reading has the status
+  ``transport.failure.upstream_failure`` gives it; an error chunk is
+  ``answer_shape.UpstreamFailed``, ``check_chunk``.)
 """
 
 from __future__ import annotations
@@ -10,16 +16,50 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
 
 from ..dialects import UpstreamRequest
 from ..errors import UpstreamError
 from ..fleet.dispatch import Dispatch
 from ..fleet.upstream import UpstreamReply
 from .context import RequestContext
-from .failure import UpstreamAnswered
 from .tracing import NO_SPAN, Span
 
-__all__ = ["UpstreamCall"]
+__all__ = ["UpstreamAnswered", "UpstreamCall"]
+
+_PARAM_CHARS = 256
+
+
+class UpstreamAnswered(UpstreamError):
+    """An upstream answered with an error status; its body keeps the upstream's message,
+    type and param, and its status as ``code``."""
+
+    def __init__(self, status: int, content: bytes) -> None:
+        message, self.error_type, param = _message(status, content)
+        super().__init__(message, param=param, code=status, status_code=status)
+
+
+def _message(status: int, content: bytes) -> tuple[str, str, str | None]:
+    """An upstream error's message, type and param (SGLang's flat shape, OpenAI's,
+    FastAPI's)."""
+    try:
+        data = orjson.loads(content)
+    except orjson.JSONDecodeError:
+        data = None
+    message = param = None
+    error_type = "upstream_error"
+    if isinstance(data, dict):
+        inner: dict[str, Any] = data["error"] if isinstance(data.get("error"), dict) else data
+        message = inner.get("message") or inner.get("detail")
+        error_type = str(inner.get("type") or error_type)
+        param = inner.get("param")
+    if not isinstance(message, str):
+        message = content.decode("utf-8", "replace")[:2000] or f"upstream answered {status}"
+    if not isinstance(param, str) or len(param) > _PARAM_CHARS:
+        param = None
+    return message, error_type, param
 
 
 class UpstreamCall:

@@ -14,12 +14,24 @@ from dataclasses import dataclass
 from ..seeds import answer_basis
 from ..sessions import Interaction, SessionRecord, Slot
 from ..sessions.cursor import SessionView
-from .keying import ContentSeat
 from .request import ClientRequest
 from .services import Services
 from .tracing import NO_TRACE, Trace
 
-__all__ = ["RequestContext"]
+__all__ = ["ContentSeat", "RequestContext"]
+
+
+@dataclass(frozen=True, slots=True)
+class ContentSeat:
+    """A content-keyed request's key and the occurrence number it took."""
+
+    key: str
+    occurrence: int
+
+    @property
+    def interaction_id(self) -> str:
+        """Its interaction's id: arrival-independent, unique in the session."""
+        return f"c{self.key[:16]}.{self.occurrence}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +43,7 @@ class RequestContext:
     seeds: list[int]
     arrived: float
     seat: ContentSeat | None = None
-    """The content key and occurrence, in a content-keyed session."""
+    """The content key and occurrence, in a content-keyed session (``seating.py``)."""
     compacted_from: str | None = None
     """The interaction whose history this request's summary replaces (the client said)."""
     left_out_tools: list[str] | None = None

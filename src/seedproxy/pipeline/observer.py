@@ -9,9 +9,9 @@ from __future__ import annotations
 import logging
 import time
 
+from ..sessions.ids import encode_id
 from .call import UpstreamCall
 from .context import RequestContext
-from .headers import seedproxy_headers
 from .tracing import Attributes
 
 __all__ = ["Observer"]
@@ -28,10 +28,16 @@ class Observer:
         return max(0.0, (time.perf_counter() - self.ctx.arrived - self.call.upstream_s) * 1000)
 
     def headers(self) -> dict[str, str]:
-        ctx = self.ctx
-        headers = seedproxy_headers(
-            ctx.session.session_id if ctx.session else None,
-            ctx.slot.index if ctx.slot else None, ctx.seeds, self.call.upstream)
+        ctx, upstream = self.ctx, self.call.upstream
+        headers: dict[str, str] = {}
+        if ctx.session is not None:
+            headers["x-seedproxy-session"] = encode_id(ctx.session.session_id)
+        if ctx.slot is not None:
+            headers["x-seedproxy-request-index"] = str(ctx.slot.index)
+        if ctx.seeds:
+            headers["x-seedproxy-seed"] = ",".join(str(s) for s in ctx.seeds)
+        if upstream is not None:
+            headers["x-seedproxy-upstream"] = upstream
         headers["x-seedproxy-overhead-ms"] = f"{self.overhead_ms():.3f}"
         if ctx.replayed:
             headers["x-seedproxy-replayed"] = "true"

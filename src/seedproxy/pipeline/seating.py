@@ -5,17 +5,23 @@ Invariant: everything that can refuse the request raises before the slot is take
 the slot is taken atomically, before any await on the upstream, in the same store
 operation that checks the session's view is current (a stale view comes back brought
 up to date, and no index is taken: the caller checks the request again against it).
+
+In a session with ``index_by == "content"``, a request's seeds derive from its content
+key and the occurrence number of that key in the session (``seeds.content_seeds``),
+not from its arrival index, so sibling requests fired concurrently get the same seeds
+whatever order they arrive in. ``X-Request-Index`` still pins (the arrival rule's seed
+of the pinned index); SDK retries reuse their first attempt's slot, and with it its
+occurrence.
 """
 
 from __future__ import annotations
 
 from ..errors import BadRequest
-from ..seeds import choice_seeds, client_choice_seeds, content_seeds
-from ..sessions import NewSession, SessionRecord
+from ..seeds import choice_seeds, client_choice_seeds, content_key, content_seeds
+from ..sessions import NewSession, SessionRecord, Slot
 from ..sessions.cursor import SessionView
 from ..sessions.record import Stale
-from .context import RequestContext
-from .keying import content_seat, seat_key
+from .context import ContentSeat, RequestContext
 from .request import ClientRequest, request_digest
 from .services import Services
 from .tracing import NO_TRACE, Trace
@@ -79,3 +85,18 @@ async def seat(services: Services, client: ClientRequest,
     return RequestContext(services, client, session, slot, seeds, arrived, seat=position,
                           compacted_from=compacted, trace=trace, view=view,
                           left_out_tools=left_out_tools)
+
+
+def seat_key(session: SessionRecord, client: ClientRequest, pinned: int | None) -> str | None:
+    """The content key a request is seated by; None in arrival mode or when
+    ``X-Request-Index`` pins the request."""
+    if session.index_by != "content" or pinned is not None:
+        return None
+    return content_key(client.endpoint.value, client.body)
+
+
+def content_seat(key: str | None, slot: Slot) -> ContentSeat | None:
+    """The seat ``slot`` took for ``key`` (the store numbers it with the index)."""
+    if key is None or slot.occurrence is None:
+        return None
+    return ContentSeat(key, slot.occurrence)

@@ -8,7 +8,7 @@
 
 A reader names its upstream requests (``requests``), takes their replies (``opened``),
 then gives the whole answer (``whole``) or its canonical chunks (``chunks``), already
-checked: an error event, a malformed chunk or a broken read raises (``failure.py``
+checked: an error event, a malformed chunk or a broken read raises (``call.py``
 names the status). A reader reads the request's context once, at construction, writes
 nothing of any stage's, and imports nothing back from the HTTP surface.
 """
