@@ -178,7 +178,7 @@ class Admission:
                 session: SessionRecord | NewSession | str | None, index: int | None = None
                 ) -> None:
         """Count and log a request refused on ``endpoint`` before an upstream saw it
-        (``refusals.py``); ``session``: its record, or the id its path named (logged
+        (``note_refusal``); ``session``: its record, or the id its path named (logged
         only when it is a valid id). A client that left is not a refusal."""
         if isinstance(exc, ClientClosed):
             return

@@ -63,6 +63,9 @@ def _message(status: int, content: bytes) -> tuple[str, str, str | None]:
 
 
 class UpstreamCall:
+    __slots__ = ("_span", "ctx", "dispatch_weight_version", "dispatches", "replies",
+                 "streaming", "upstream", "upstream_s")
+
     def __init__(self, ctx: RequestContext) -> None:
         self.ctx = ctx
         self.upstream: str | None = None

@@ -20,6 +20,8 @@ log = logging.getLogger("seedproxy.request")
 
 
 class Observer:
+    __slots__ = ("call", "ctx")
+
     def __init__(self, ctx: RequestContext, call: UpstreamCall) -> None:
         self.ctx = ctx
         self.call = call

@@ -33,6 +33,8 @@ Snapshot = Callable[[], tuple[Any, Captured]]
 class Recorder:
     """Reads the context and where the call ran (``call``); writes only its own state."""
 
+    __slots__ = ("abandoned", "call", "ctx", "recorded", "recording", "status")
+
     def __init__(self, ctx: RequestContext, call: UpstreamCall) -> None:
         self.ctx = ctx
         self.call = call
