@@ -6,9 +6,7 @@ Invariants:
   response took them (``take_replies``).
 - An upstream that answered >= 400 is an ``UpstreamAnswered``: its status, and its
   message, type and ``param`` (a string of at most ``_PARAM_CHARS``) re-shaped into
-  OpenAI's error object. (A transport failure while reading has the status
-  ``transport.failure.upstream_failure`` gives it; an error chunk is
-  ``answer_shape.UpstreamFailed``, ``check_chunk``.)
+  OpenAI's error object.
 """
 
 from __future__ import annotations

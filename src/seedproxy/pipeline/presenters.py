@@ -126,19 +126,12 @@ class MessagesPresenter(Presenter):
         return _Translating(MessageEvents(self.body, self.seed), ANTHROPIC.event)
 
 
-class _Events(Protocol):
-    def feed(self, chunk: dict[str, Any]) -> list[dict[str, Any]]: ...
-
-    def finish(self) -> list[dict[str, Any]]: ...
-
-    def result(self) -> Any: ...
-
-
 class _Translating:
     """A writer over a protocol's event builder, each event a typed SSE frame; ``error``
     builds the failed stream's last event."""
 
-    def __init__(self, events: _Events, error: Callable[[SeedProxyError], bytes]) -> None:
+    def __init__(self, events: ResponsesEvents | MessageEvents,
+                 error: Callable[[SeedProxyError], bytes]) -> None:
         self._events = events
         self.error = error
 

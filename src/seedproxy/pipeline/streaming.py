@@ -1,14 +1,11 @@
 """A streamed answer: the one stream loop, and the response that sends it.
 
-Starlette's ``StreamingResponse`` starts every stream in a new task inside an anyio
-task group, which cost a quarter of a millisecond before the head went out. This
-one sends the head at once from the handler's own task and forwards each chunk the
-moment the loop yields it. A small watcher task waits for the client's disconnect
-and cancels the stream, so a client that leaves stops the upstream call at once;
-the loop is always closed, so its ``finally`` runs in this task, and then
-``_finish`` runs on every path: a client that left (a disconnect, a
-cancellation, or a ``send`` that raised, as servers and middleware other than
-uvicorn may) makes the interaction abandoned.
+Unlike Starlette's ``StreamingResponse`` (a new task per stream), the head goes out
+at once from the handler's own task, and each chunk the moment the loop yields it. A
+watcher task cancels the stream when the client disconnects, stopping the upstream
+call at once. The loop is always closed in this task, then ``_finish`` runs on every
+path: a client that left (a disconnect, a cancellation, or a ``send`` that raised)
+makes the interaction abandoned.
 """
 
 from __future__ import annotations
@@ -103,10 +100,8 @@ async def _finish(call: UpstreamCall, recorder: Recorder, observer: Observer,
 
 
 class StreamResponse(Response):
-    def __init__(
-        self, events: AsyncIterator[bytes], call: UpstreamCall, recorder: Recorder,
-        observer: Observer, snapshot: Snapshot, *, headers: Mapping[str, str],
-    ) -> None:
+    def __init__(self, events: AsyncIterator[bytes], call: UpstreamCall, recorder: Recorder,
+                 observer: Observer, snapshot: Snapshot, *, headers: Mapping[str, str]) -> None:
         self.events = events
         self.call, self.recorder, self.observer = call, recorder, observer
         self.snapshot = snapshot
@@ -142,14 +137,11 @@ class StreamResponse(Response):
 
         watcher = asyncio.ensure_future(watch())
         try:
-            head = self.raw_headers
-            await send_or_leave(
-                {"type": "http.response.start", "status": self.status_code, "headers": head}
-            )
+            await send_or_leave({"type": "http.response.start", "status": self.status_code,
+                                 "headers": self.raw_headers})
             async for chunk in self.events:
-                await send_or_leave(
-                    {"type": "http.response.body", "body": chunk, "more_body": True}
-                )
+                await send_or_leave({"type": "http.response.body", "body": chunk,
+                                     "more_body": True})
             streaming = False
             await send_or_leave({"type": "http.response.body", "body": b"", "more_body": False})
             completed = True

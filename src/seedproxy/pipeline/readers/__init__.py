@@ -8,9 +8,8 @@
 
 A reader names its upstream requests (``requests``), takes their replies (``opened``),
 then gives the whole answer (``whole``) or its canonical chunks (``chunks``), already
-checked: an error event, a malformed chunk or a broken read raises (``call.py``
-names the status). A reader reads the request's context once, at construction, writes
-nothing of any stage's, and imports nothing back from the HTTP surface.
+checked: an error event, a malformed chunk or a broken read raises. A reader reads the
+request's context once, at construction, and writes nothing of any stage's.
 """
 
 from __future__ import annotations

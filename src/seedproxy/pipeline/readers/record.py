@@ -88,9 +88,7 @@ class RecordReader:
                 "choices": [choice]}
 
     def _usage(self, usage: Any) -> dict[str, Any]:
-        return {"id": "chatcmpl-" + self._basis, "object": "chat.completion.chunk",
-                "created": self._created, "model": self._body.get("model"), "choices": [],
-                "usage": usage}
+        return {**self._chunk(0, {}), "choices": [], "usage": usage}
 
     def _chat_chunks(self, answer: dict[str, Any]) -> list[dict[str, Any]]:
         """From a stream transcript (``{"object": "stream"}``) or a whole chat answer."""
