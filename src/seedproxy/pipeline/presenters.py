@@ -22,13 +22,7 @@ from ..error_presenters import ANTHROPIC, OPENAI, RESPONSES, ErrorPresenter
 from ..errors import SeedProxyError
 from ..sse_frames import DONE, data_frame, typed_frame
 
-__all__ = [
-    "MessagesPresenter",
-    "OpenAIPresenter",
-    "Presenter",
-    "ResponsesPresenter",
-    "Writer",
-]
+__all__ = ["MessagesPresenter", "OpenAIPresenter", "Presenter", "ResponsesPresenter", "Writer"]
 
 Chunk = dict[str, Any] | bytes
 """A canonical chunk, or (outside sessions, OpenAI routes) an upstream event as sent."""
@@ -181,9 +175,7 @@ class StreamTranscript:
             index = choice.get("index", 0)
             delta = choice.get("delta") if self._endpoint is Endpoint.CHAT else choice
             if isinstance(delta, dict):
-                piece = (
-                    delta.get("content") if self._endpoint is Endpoint.CHAT else delta.get("text")
-                )
+                piece = delta.get("content" if self._endpoint is Endpoint.CHAT else "text")
                 if isinstance(piece, str):
                     self._text.setdefault(index, []).append(piece)
                 if delta.get("tool_calls"):

@@ -21,17 +21,8 @@ from ..json_body import json_object
 from ..nesting import MAX_DEPTH, too_deep
 from ..sessions.codec import Sent, Signed, sign
 
-__all__ = [
-    "MAX_CHOICES",
-    "ClientRequest",
-    "client_request",
-    "decode_body",
-    "decode_signed",
-    "documented",
-    "read_body",
-    "read_model",
-    "request_digest",
-]
+__all__ = ["MAX_CHOICES", "ClientRequest", "client_request", "decode_body", "decode_signed",
+           "documented", "read_body", "read_model", "request_digest"]
 
 M = TypeVar("M", bound=BaseModel)
 
