@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -49,7 +49,7 @@ def stream_response(call: UpstreamCall, recorder: Recorder, observer: Observer,
 
 
 async def _events(call: UpstreamCall, recorder: Recorder, reader: Reader, writer: Writer,
-                  snapshot: Snapshot) -> AsyncIterator[bytes]:
+                  snapshot: Snapshot) -> AsyncGenerator[bytes, None]:
     """THE stream loop: each chunk shown as it arrives; recorded just before the
     terminator, so the client sees the end only once it is recorded. A failure ends the
     stream with the protocol's error event instead, and the record says its status
@@ -100,7 +100,7 @@ async def _finish(call: UpstreamCall, recorder: Recorder, observer: Observer,
 
 
 class StreamResponse(Response):
-    def __init__(self, events: AsyncIterator[bytes], call: UpstreamCall, recorder: Recorder,
+    def __init__(self, events: AsyncGenerator[bytes, None], call: UpstreamCall, recorder: Recorder,
                  observer: Observer, snapshot: Snapshot, *, headers: Mapping[str, str]) -> None:
         self.events = events
         self.call, self.recorder, self.observer = call, recorder, observer
@@ -154,9 +154,7 @@ class StreamResponse(Response):
             streaming = False
             watcher.cancel()
             try:
-                aclose = getattr(self.events, "aclose", None)
-                if aclose is not None:
-                    await aclose()
+                await self.events.aclose()
             finally:
                 if not completed and not left:
                     self.recorder.stream_failed(500)  # the events raised: our bug, logged above
