@@ -52,7 +52,6 @@ from .call import UpstreamCall
 from .context import RequestContext
 from .departure import stop_when_client_leaves, unless_client_leaves
 from .headers import compacted_from, is_sdk_retry, pinned_index
-from .metrics import Metrics
 from .observer import Observer
 from .presenters import MessagesPresenter, OpenAIPresenter, Presenter, ResponsesPresenter
 from .readers import Reader
@@ -68,7 +67,7 @@ from .services import Services
 from .streaming import stream_response
 from .tracing import Trace
 
-__all__ = ["Admission", "Resolve", "note_refusal", "reason_of", "run"]
+__all__ = ["Admission", "Resolve", "reason_of", "run"]
 
 log = logging.getLogger("seedproxy.request")
 
@@ -177,9 +176,10 @@ class Admission:
     def refused(self, endpoint: Endpoint, exc: SeedProxyError,
                 session: SessionRecord | NewSession | str | None, index: int | None = None
                 ) -> None:
-        """Count and log a request refused on ``endpoint`` before an upstream saw it
-        (``note_refusal``); ``session``: its record, or the id its path named (logged
-        only when it is a valid id). A client that left is not a refusal."""
+        """Count and log a request refused on ``endpoint`` before an upstream saw it (see
+        the module); ``session``: its record, or the id its path named (logged only when
+        it is a valid id); ``index`` when the request had taken one already. A client
+        that left is not a refusal."""
         if isinstance(exc, ClientClosed):
             return
         name = session if isinstance(session, str) or session is None else session.session_id
@@ -188,8 +188,15 @@ class Admission:
                 check_id(session, param="session_id")
             except BadRequest:
                 name = None
-        note_refusal(self.services.metrics, endpoint.value, exc, session=name, index=index,
-                     logged=self.services.settings.log_requests)
+        reason = reason_of(exc)
+        self.services.metrics.refused(endpoint.value, exc.status_code, reason)
+        if self.services.settings.log_requests and log.isEnabledFor(logging.INFO):
+            log.handle(log.makeRecord(
+                log.name, logging.INFO, __file__, 0, "refused", (), None, "refused",
+                extra={"session": name, "index": index, "status": exc.status_code,
+                       "route": endpoint.value, "reason": reason,
+                       "detail": exc.message[:_DETAIL_CHARS]},
+            ))
 
     def _view(self, session: SessionRecord | NewSession | None,
               trace: Trace) -> SessionView | None:
@@ -312,16 +319,3 @@ def reason_of(exc: SeedProxyError) -> str:
             return head if len(head) <= _REASON_CHARS and _FIELD.fullmatch(head) else "other"
     return exc.error_type
 
-
-def note_refusal(metrics: Metrics, route: str, exc: SeedProxyError, *, session: str | None,
-                 index: int | None = None, logged: bool = True) -> None:
-    """Count ``exc``, refused on ``route`` (one of the proxy's own paths), and log it
-    when ``logged``; ``index`` when the request had taken one already."""
-    reason = reason_of(exc)
-    metrics.refused(route, exc.status_code, reason)
-    if logged and log.isEnabledFor(logging.INFO):
-        log.handle(log.makeRecord(
-            log.name, logging.INFO, __file__, 0, "refused", (), None, "note_refusal",
-            extra={"session": session, "index": index, "status": exc.status_code,
-                   "route": route, "reason": reason, "detail": exc.message[:_DETAIL_CHARS]},
-        ))
