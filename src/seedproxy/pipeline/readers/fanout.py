@@ -24,8 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...dialects import Captured, Endpoint, UpstreamRequest
 from ...fleet.upstream import UpstreamReply
-from .ids import stamp
-from .passthrough import PassthroughReader
+from .passthrough import PassthroughReader, stamp
 
 if TYPE_CHECKING:
     from ..call import UpstreamCall
