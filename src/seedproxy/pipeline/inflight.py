@@ -19,16 +19,24 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..errors import SeedProxyError, SessionNotFound
 from ..fleet.board import FleetBoard
+from ..fleet.dispatch import Dispatch
 from ..fleet.pool import UpstreamPool
 
-if TYPE_CHECKING:
-    from .call import UpstreamCall as Call
-
 __all__ = ["InFlight"]
+
+
+class Call(Protocol):
+    """What the registry reads of a request's upstream call (``call.UpstreamCall``)."""
+
+    @property
+    def session_id(self) -> str | None: ...
+
+    @property
+    def dispatches(self) -> list[Dispatch]: ...
 
 
 class InFlight:

@@ -38,7 +38,8 @@ import orjson
 
 from ..dialects import Endpoint
 from ..dialects.echo import loads_echoed
-from ..errors import ParserBusy, ParserUnavailable
+from ..errors import ParserBusy, ParserUnavailable, UpstreamError
+from ..fleet.upstream import UpstreamReply
 from ..sessions.codec import Sent, Signed
 from ..sessions.token_ids import TokenIds
 from . import parse_jobs
@@ -99,6 +100,15 @@ class Parser:
         if isinstance(result, parse_jobs.Invalid):
             raise orjson.JSONDecodeError(result.message, "", 0)
         return parse_jobs.unpacked(result)
+
+    async def reply_answer(self, reply: UpstreamReply) -> Any:
+        """``reply``'s JSON answer, parsed once (a sender that read it already kept it)."""
+        if reply.parsed is not None:
+            return reply.parsed[0]
+        try:
+            return await self.answer(reply.response.content)
+        except orjson.JSONDecodeError:
+            raise UpstreamError(f"upstream {reply.upstream} returned invalid JSON") from None
 
     async def _run(self, job: Callable[..., Any], *args: Any) -> Any:
         if self._waiting >= self.workers + self.queue:

@@ -19,10 +19,7 @@ import hashlib
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from ...dialects import Captured, Endpoint, StreamCapture, UpstreamRequest
-from ...errors import UpstreamError
 from ...fleet.upstream import UpstreamReply
 from ...sessions.token_ids import TokenIds
 from ...sse_frames import DONE
@@ -32,21 +29,10 @@ from ..sse import event_json, split_events
 if TYPE_CHECKING:
     from ..call import UpstreamCall
     from ..context import RequestContext
-    from ..offload import Parser
 
-__all__ = ["PassthroughReader", "call_id", "parsed_answer", "stamp"]
+__all__ = ["PassthroughReader", "call_id", "stamp"]
 
 _DONE = DONE.strip()
-
-
-async def parsed_answer(reply: UpstreamReply, parser: Parser) -> Any:
-    """``reply``'s JSON answer, parsed once (a sender that read it already kept it)."""
-    if reply.parsed is not None:
-        return reply.parsed[0]
-    try:
-        return await parser.answer(reply.response.content)
-    except orjson.JSONDecodeError:
-        raise UpstreamError(f"upstream {reply.upstream} returned invalid JSON") from None
 
 
 class PassthroughReader:
@@ -88,7 +74,7 @@ class PassthroughReader:
         self.media_type = reply.response.headers.get("content-type", "application/json")
         if self._raw:
             return reply.response.content, Captured()
-        answer = await parsed_answer(reply, self._parser)
+        answer = await self._parser.reply_answer(reply)
         check_answer(self.endpoint, answer)
         captured = Captured()
         if self._capture:

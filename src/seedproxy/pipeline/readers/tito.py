@@ -34,7 +34,6 @@ from ...tito.sampling import Sampling
 from ...tito.vision import image_records
 from ...wire.answer_shape import check_error
 from ..sse import event_json, split_events
-from .passthrough import parsed_answer
 
 if TYPE_CHECKING:
     from ..call import UpstreamCall
@@ -162,7 +161,7 @@ class TitoReader:
 
     async def whole(self) -> tuple[Any, Captured]:
         for choice, reply in zip(self.choices, self.replies, strict=True):
-            for token_id in choice.reader.feed(await parsed_answer(reply, self._parser)):
+            for token_id in choice.reader.feed(await self._parser.reply_answer(reply)):
                 choice.assistant.feed(token_id)
             choice.assistant.finish()
         return self._answer(), self.captured()
