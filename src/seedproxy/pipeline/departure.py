@@ -48,35 +48,6 @@ async def client_left(receive: Receive) -> None:
         pass
 
 
-class _Watch:
-    """Watches one request's client from ``WATCH_AFTER_S`` on."""
-
-    def __init__(self, call: UpstreamCall, recorder: Recorder, receive: Receive,
-                 handler: asyncio.Task[object]) -> None:
-        self._call, self._recorder = call, recorder
-        self._receive, self._handler = receive, handler
-        self._task: asyncio.Task[None] | None = None
-        self.cancelled = False
-        """The request was cancelled here (not by the server or the caller)."""
-        self.gone = ClientClosed("the client closed the connection before the answer was "
-                                 "complete")
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._watch())
-
-    def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-
-    async def _watch(self) -> None:
-        await client_left(self._receive)
-        self._recorder.abandon()
-        aborted = await self._call.ctx.services.inflight.stop(self._call, self.gone)
-        if not aborted and not self._recorder.recording and not self._handler.done():
-            self.cancelled = True  # nothing to wait for; no record will be cut
-            self._handler.cancel()
-
-
 async def unless_client_leaves(
     call: UpstreamCall, recorder: Recorder, observer: Observer, answer: Awaitable[Response],
     receive: Receive,
@@ -84,20 +55,36 @@ async def unless_client_leaves(
     """Await a non-streamed ``answer`` while watching its client (see the module)."""
     handler = asyncio.current_task()
     assert handler is not None
-    watch = _Watch(call, recorder, receive, handler)
-    timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, watch.start)
+    gone = ClientClosed("the client closed the connection before the answer was complete")
+    cancelled = False  # the request was cancelled here (not by the server or the caller)
+    watcher: asyncio.Task[None] | None = None
+
+    async def watch() -> None:
+        nonlocal cancelled
+        await client_left(receive)
+        recorder.abandon()
+        aborted = await call.ctx.services.inflight.stop(call, gone)
+        if not aborted and not recorder.recording and not handler.done():
+            cancelled = True  # nothing to wait for; no record will be cut
+            handler.cancel()
+
+    def start() -> None:
+        nonlocal watcher
+        watcher = asyncio.get_running_loop().create_task(watch())
+
+    timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, start)
     try:
         return await answer
     except asyncio.CancelledError:
-        if not watch.cancelled:
+        if not cancelled:
             raise  # the handler itself was cancelled
         handler.uncancel()
     except ClientClosed:  # a stopped dispatch refused to send another attempt
         pass
     finally:
         timer.cancel()
-        watch.stop()
-    gone = watch.gone
+        if watcher is not None:
+            watcher.cancel()
     if not recorder.recording:
         call.end()
         await recorder.record(gone.status_code, gone.body(), Captured())
