@@ -14,7 +14,7 @@ import pytest
 
 from seedproxy import derive_seed
 from seedproxy.errors import BadRequest, SeedProxyError
-from seedproxy.pipeline.refusals import reason_of
+from seedproxy.pipeline.admission import reason_of
 from seedproxy.proxy.logs import _RequestFormatter
 from tests.conftest import Fake
 from tests.proxy.test_observability import scrape

@@ -2,15 +2,28 @@
 
 An admission reads and checks the body (its images too: ``media``),
 translates it, renders a token-in-token-out prompt (all before the slot: a 4xx here
-uses no index), seats the exchange, and picks
+uses no index), seats the request (its ``RequestContext``), and picks
 its strategies: the ``Reader`` from the mode (passthrough, bridge, TITO) and ``n``,
 the ``Presenter`` from the client's protocol. The one way in is ``proxy.hot``'s
 ``HotRoutes.answer``.
+
+Refused requests: an error the proxy answers on a model route before the request
+reached an upstream (a bad body, a tool it cannot carry, a missing session or key, a
+full queue). Each is counted in ``/metrics`` (``seedproxy_refusals_total`` by route,
+status and reason) and, unless request logging is off, logged as one JSON line
+(``event: refused``) on the request log, with the error's message.
+
+The reason is a bounded label, never the client's text: the error's ``code`` when it
+has one, else the first field of its ``param`` (``tools``, ``input``, ``messages``;
+at most ``_REASON_CHARS`` of ``[a-z0-9_]``), else its ``type``. A param outside that
+shape counts as ``other``.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -20,23 +33,33 @@ from starlette.responses import Response
 
 from ..bridges.responses import left_out_tools
 from ..bridges.selection import as_chat
-from ..dialects import Endpoint
+from ..dialects import Captured, Endpoint
 from ..error_presenters import ANTHROPIC, OPENAI
-from ..errors import BadRequest, ClientClosed, SeedProxyError, SessionNotFound
+from ..errors import (
+    BadRequest,
+    ClientClosed,
+    ParserBusy,
+    ParserUnavailable,
+    SeedProxyError,
+    SessionNotFound,
+    UpstreamError,
+)
 from ..media import CheckedImage
 from ..sessions import Interaction, NewSession, SessionRecord
 from ..sessions.cursor import SessionView
 from ..sessions.ids import check_id
+from .call import UpstreamCall
+from .context import RequestContext
 from .departure import stop_when_client_leaves, unless_client_leaves
-from .exchange import Exchange
 from .headers import compacted_from, is_sdk_retry, pinned_index
+from .observer import Observer
 from .presenters import MessagesPresenter, OpenAIPresenter, Presenter, ResponsesPresenter
 from .readers import Reader
 from .readers.fanout import FanoutReader
 from .readers.passthrough import PassthroughReader
 from .readers.record import RecordReader
 from .readers.tito import TitoReader, TitoTurn, prepare
-from .refusals import note_refusal
+from .recorder import Recorder
 from .replaying import AsRecorded
 from .request import ClientRequest, client_request, read_body
 from .seating import seat
@@ -44,10 +67,15 @@ from .services import Services
 from .streaming import stream_response
 from .tracing import Trace
 
-__all__ = ["Admission", "Resolve", "run"]
+__all__ = ["Admission", "Resolve", "reason_of", "run"]
+
+log = logging.getLogger("seedproxy.request")
 
 Resolve = Callable[[], Awaitable[SessionRecord | NewSession | None]]
-Seated = tuple[Exchange, dict[str, object] | None, TitoTurn | None]
+Seated = tuple[RequestContext, dict[str, object] | None, TitoTurn | None]
+
+_RECORDED = (UpstreamError, ParserUnavailable, ParserBusy)
+"""Failures after the upstream was asked: the interaction is recorded with them."""
 
 _STALE_TRIES = 3
 """Seatings that check the view; a request whose session keeps changing under it (its
@@ -73,7 +101,7 @@ class Admission:
         arrived = time.perf_counter()
         trace = self.services.tracer.start(endpoint.value, request.headers)
         admitting = trace.child("admission")
-        ex: Exchange | None = None
+        call: UpstreamCall | None = None
         try:
             raw = await read_body(request, self.services.settings.max_body_bytes)
             seated: Seated | SessionView | None = None
@@ -91,34 +119,37 @@ class Admission:
                     break
                 session = seated.record  # its view lacked records: check it again
             assert isinstance(seated, tuple)
-            (ex, chat, turn), recorded = seated, None
-            client = ex.client
+            (ctx, chat, turn), recorded = seated, None
+            call = UpstreamCall(ctx)
             pinned = pinned_index(request.headers)
-            if ex.session is not None and ex.session.replays and ex.slot is not None:
+            if ctx.session is not None and ctx.session.replays and ctx.slot is not None:
                 recorded = await self.services.replays.lookup(
-                    ex.session, ex.slot.index, ex.interaction_id, client,
+                    ctx.session, ctx.slot.index, ctx.interaction_id, ctx.client,
                     pinned=pinned is not None, streamable=self.messages or chat is None)
             if recorded is not None:
-                ex.replay(recorded)
-            reader, presenter = self._strategies(ex, chat, turn, recorded)
+                ctx = ctx.replaying(recorded)
+                call = UpstreamCall(ctx)
+                self.services.metrics.replayed.inc()
+            reader, presenter = self._strategies(ctx, chat, turn, recorded)
             admitting.end()
-            return await run(ex, reader, presenter, request)
+            return await run(call, reader, presenter, request)
         except SeedProxyError as exc:
-            trace.end(exc.status_code, ex.span_attributes if ex is not None else None)
+            observer = Observer(call.ctx, call) if call is not None else None
+            trace.end(exc.status_code, observer.span_attributes if observer else None)
             shown = {"x-seedproxy-overhead-ms": f"{(time.perf_counter() - arrived) * 1000:.3f}"}
-            self.refused(endpoint, exc, session,
-                         ex.slot.index if ex is not None and ex.slot is not None else None)
-            return self.errors.response(exc, ex.headers() if ex is not None else shown)
+            slot = call.ctx.slot if call is not None else None
+            self.refused(endpoint, exc, session, slot.index if slot is not None else None)
+            return self.errors.response(exc, observer.headers() if observer else shown)
         finally:
             admitting.end()
-            if ex is None or not ex.streaming:
+            if call is None or not call.streaming:
                 trace.end(500)  # a bug raised past everything (else it has ended)
 
     async def _seat(self, request: Request, endpoint: Endpoint, raw: bytes,
                     session: SessionRecord | NewSession | None, arrived: float, trace: Trace,
                     *, check: bool) -> Seated | SessionView:
         """Check the request against the session's view and seat it (``seating.py``):
-        the exchange with the chat request and turn it sends, or the view brought up to
+        the context with the chat request and turn it sends, or the view brought up to
         date when it lacked records."""
         view = self._view(session, trace)
         parser = self.services.parser
@@ -145,9 +176,10 @@ class Admission:
     def refused(self, endpoint: Endpoint, exc: SeedProxyError,
                 session: SessionRecord | NewSession | str | None, index: int | None = None
                 ) -> None:
-        """Count and log a request refused on ``endpoint`` before an upstream saw it
-        (``refusals.py``); ``session``: its record, or the id its path named (logged
-        only when it is a valid id). A client that left is not a refusal."""
+        """Count and log a request refused on ``endpoint`` before an upstream saw it (see
+        the module); ``session``: its record, or the id its path named (logged only when
+        it is a valid id); ``index`` when the request had taken one already. A client
+        that left is not a refusal."""
         if isinstance(exc, ClientClosed):
             return
         name = session if isinstance(session, str) or session is None else session.session_id
@@ -156,8 +188,15 @@ class Admission:
                 check_id(session, param="session_id")
             except BadRequest:
                 name = None
-        note_refusal(self.services.metrics, endpoint.value, exc, session=name, index=index,
-                     logged=self.services.settings.log_requests)
+        reason = reason_of(exc)
+        self.services.metrics.refused(endpoint.value, exc.status_code, reason)
+        if self.services.settings.log_requests and log.isEnabledFor(logging.INFO):
+            log.handle(log.makeRecord(
+                log.name, logging.INFO, __file__, 0, "refused", (), None, "refused",
+                extra={"session": name, "index": index, "status": exc.status_code,
+                       "route": endpoint.value, "reason": reason,
+                       "detail": exc.message[:_DETAIL_CHARS]},
+            ))
 
     def _view(self, session: SessionRecord | NewSession | None,
               trace: Trace) -> SessionView | None:
@@ -190,62 +229,93 @@ class Admission:
                              signed=client.signed if chat is None else None, images=images)
         return chat, turn
 
-    def _strategies(self, ex: Exchange, chat: dict[str, object] | None,
+    def _strategies(self, ctx: RequestContext, chat: dict[str, object] | None,
                     turn: TitoTurn | None, recorded: Interaction | None = None
                     ) -> tuple[Reader, Presenter]:
-        client = ex.client
+        client = ctx.client
         presenter: Presenter
         if self.messages:
-            presenter = MessagesPresenter(client.body, ex.seeds[0] if ex.seeds else None)
+            presenter = MessagesPresenter(client.body, ctx.seeds[0] if ctx.seeds else None)
         elif chat is not None:
             presenter = ResponsesPresenter(client.body)
         else:
             presenter = OpenAIPresenter(client.endpoint)
         if recorded is not None:
-            return RecordReader(ex, recorded, messages=self.messages), AsRecorded(presenter)
+            return RecordReader(ctx, recorded, messages=self.messages), AsRecorded(presenter)
         reader: Reader
-        inject = ex.seeds[0] if ex.seeds and self.services.settings.deterministic else None
+        inject = ctx.seeds[0] if ctx.seeds and self.services.settings.deterministic else None
         if turn is not None:
             assert self.services.tito is not None
-            reader = TitoReader(ex, self.services.tito, turn,
+            reader = TitoReader(ctx, self.services.tito, turn,
                                 chat_client=client.endpoint is Endpoint.CHAT)
         elif chat is not None:
-            reader = PassthroughReader(ex, Endpoint.CHAT, dict(chat), inject, raw=False)
-        elif len(ex.seeds) > 1:
-            reader = FanoutReader(ex, client.endpoint, client.body)
+            reader = PassthroughReader(ctx, Endpoint.CHAT, dict(chat), inject, raw=False)
+        elif len(ctx.seeds) > 1:
+            reader = FanoutReader(ctx, client.endpoint, client.body)
         else:
-            reader = PassthroughReader(ex, client.endpoint, client.body, inject, raw=True)
+            reader = PassthroughReader(ctx, client.endpoint, client.body, inject, raw=True)
         return reader, presenter
 
 
-async def run(ex: Exchange, reader: Reader, presenter: Presenter, request: Request) -> Response:
-    """Run the exchange in flight (``inflight.py``) until it ends: a non-streamed
+async def run(call: UpstreamCall, reader: Reader, presenter: Presenter,
+              request: Request) -> Response:
+    """Run the request in flight (``inflight.py``) until it ends: a non-streamed
     request's client that leaves stops it, and its upstream replies are closed on every
     path (answer, error, cancellation, bug) unless a stream response took them."""
-    inflight = ex.services.inflight
-    inflight.enter(ex)
+    inflight = call.ctx.services.inflight
+    recorder, observer = Recorder(call.ctx, call), Observer(call.ctx, call)
+    answer = _respond(call, recorder, observer, reader, presenter)
+    inflight.enter(call)
     try:
-        if ex.client.stream:
-            return await _respond(ex, reader, presenter)
-        return await unless_client_leaves(ex, _respond(ex, reader, presenter), request.receive)
+        if call.ctx.client.stream:
+            return await answer
+        return await unless_client_leaves(call, recorder, observer, answer, request.receive)
     finally:
-        if not ex.streaming:
-            inflight.leave(ex)
-            await ex.close()
+        if not call.streaming:
+            inflight.leave(call)
+            await call.close()
 
 
-async def _respond(ex: Exchange, reader: Reader, presenter: Presenter) -> Response:
-    """Send, read, present: a whole answer recorded before it is returned, or a stream."""
+async def _respond(call: UpstreamCall, recorder: Recorder, observer: Observer, reader: Reader,
+                   presenter: Presenter) -> Response:
+    """Send, read, present: a whole answer recorded before it is returned, or a stream.
+    An upstream failure (or an answer the parse workers refused) not yet recorded is
+    recorded with the body the client is shown."""
     try:
-        await reader.open(ex)
-        if ex.client.stream:
-            return stream_response(ex, reader, presenter.writer())
-        answer, captured = await reader.whole(ex)
+        requests = reader.requests()
+        if requests:
+            reader.opened(await call.send_all(requests))
+        if call.ctx.client.stream:
+            return stream_response(call, recorder, observer, reader, presenter.writer())
+        answer, captured = await reader.whole()
         shown = presenter.whole(answer)
-        await ex.record(200, shown, captured)
+        call.end()
+        await recorder.record(200, shown, captured)
         content = shown if isinstance(shown, bytes) else orjson.dumps(shown)
-        return ex.answer(content, reader.media_type)
+        headers = observer.headers()
+        observer.observe(200)
+        return Response(content, headers=headers, media_type=reader.media_type)
     except ClientClosed:
         raise  # the departure watcher answers (and records) a client that left
     except SeedProxyError as exc:
-        return await ex.fail(exc, presenter)
+        if isinstance(exc, _RECORDED) and not recorder.recording:
+            call.end()
+            await recorder.record(exc.status_code, presenter.errors.body(exc), Captured())
+        headers = observer.headers()
+        observer.observe(exc.status_code)
+        return presenter.errors.response(exc, headers)
+
+
+_REASON_CHARS = 40
+_FIELD = re.compile(r"[a-z][a-z0-9_]*")
+_DETAIL_CHARS = 500
+
+
+def reason_of(exc: SeedProxyError) -> str:
+    """The refusal's label (see the module docstring)."""
+    for value in (exc.code, exc.param):
+        if isinstance(value, str) and value:
+            head = re.split(r"[.\[]", value, maxsplit=1)[0]
+            return head if len(head) <= _REASON_CHARS and _FIELD.fullmatch(head) else "other"
+    return exc.error_type
+

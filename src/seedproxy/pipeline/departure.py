@@ -2,7 +2,7 @@
 an SDK timeout). Streams have their own watcher (``streaming.py``).
 
 Invariants:
-- The exchange runs in the handler's own task. A request still running after
+- The request runs in the handler's own task. A request still running after
   ``WATCH_AFTER_S`` gets one watcher task reading the ASGI channel (the body was read
   whole, so the next message is ``http.disconnect``, at once if the client already
   left); one answered sooner costs a timer and nothing else, and is recorded as
@@ -10,9 +10,9 @@ Invariants:
 - A client that left has its request stopped and aborted upstream (``InFlight.stop``),
   and is recorded once, as abandoned (499): with the server's partial answer when it
   could be aborted, or without one when nothing could and no record had begun (the
-  exchange is cancelled, which also closes the upstream connection) or when the request
+  request is cancelled, which also closes the upstream connection) or when the request
   was waiting to be sent again (a failover, a resubmission held by a pause).
-- Work that is no exchange (a replay verification) is cancelled when its client
+- Work that is no request's call (a replay verification) is cancelled when its client
   leaves (``stop_when_client_leaves``): its upstream requests are closed, and nothing
   more is sent.
 """
@@ -30,7 +30,9 @@ from ..dialects import Captured
 from ..errors import ClientClosed
 
 if TYPE_CHECKING:
-    from .exchange import Exchange
+    from .call import UpstreamCall
+    from .observer import Observer
+    from .recorder import Recorder
 
 __all__ = ["WATCH_AFTER_S", "client_left", "stop_when_client_leaves", "unless_client_leaves"]
 
@@ -46,57 +48,47 @@ async def client_left(receive: Receive) -> None:
         pass
 
 
-class _Watch:
-    """Watches one request's client from ``WATCH_AFTER_S`` on."""
-
-    def __init__(self, ex: Exchange, receive: Receive, handler: asyncio.Task[object]) -> None:
-        self._ex, self._receive, self._handler = ex, receive, handler
-        self._task: asyncio.Task[None] | None = None
-        self.cancelled_exchange = False
-        """The exchange was cancelled here (not by the server or the caller)."""
-        self.gone = ClientClosed("the client closed the connection before the answer was "
-                                 "complete")
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._watch())
-
-    def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-
-    async def _watch(self) -> None:
-        await client_left(self._receive)
-        ex = self._ex
-        ex.abandon()
-        aborted = await ex.services.inflight.stop(ex, self.gone)
-        if not aborted and not ex.recording and not self._handler.done():
-            self.cancelled_exchange = True  # nothing to wait for; no record will be cut
-            self._handler.cancel()
-
-
 async def unless_client_leaves(
-    ex: Exchange, exchange: Awaitable[Response], receive: Receive
+    call: UpstreamCall, recorder: Recorder, observer: Observer, answer: Awaitable[Response],
+    receive: Receive,
 ) -> Response:
-    """Await a non-streamed ``exchange`` while watching its client (see the module)."""
+    """Await a non-streamed ``answer`` while watching its client (see the module)."""
     handler = asyncio.current_task()
     assert handler is not None
-    watch = _Watch(ex, receive, handler)
-    timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, watch.start)
+    gone = ClientClosed("the client closed the connection before the answer was complete")
+    cancelled = False  # the request was cancelled here (not by the server or the caller)
+    watcher: asyncio.Task[None] | None = None
+
+    async def watch() -> None:
+        nonlocal cancelled
+        await client_left(receive)
+        recorder.abandon()
+        aborted = await call.ctx.services.inflight.stop(call, gone)
+        if not aborted and not recorder.recording and not handler.done():
+            cancelled = True  # nothing to wait for; no record will be cut
+            handler.cancel()
+
+    def start() -> None:
+        nonlocal watcher
+        watcher = asyncio.get_running_loop().create_task(watch())
+
+    timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, start)
     try:
-        return await exchange
+        return await answer
     except asyncio.CancelledError:
-        if not watch.cancelled_exchange:
+        if not cancelled:
             raise  # the handler itself was cancelled
         handler.uncancel()
     except ClientClosed:  # a stopped dispatch refused to send another attempt
         pass
     finally:
         timer.cancel()
-        watch.stop()
-    gone = watch.gone
-    if not ex.recording:
-        await ex.record(gone.status_code, gone.body(), Captured())
-    ex.observe(gone.status_code)
+        if watcher is not None:
+            watcher.cancel()
+    if not recorder.recording:
+        call.end()
+        await recorder.record(gone.status_code, gone.body(), Captured())
+    observer.observe(gone.status_code)
     return Response(status_code=gone.status_code)
 
 

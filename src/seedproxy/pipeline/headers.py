@@ -1,4 +1,4 @@
-"""Request headers the proxy reads, and the ``x-seedproxy-*`` headers it writes."""
+"""Request headers the proxy reads (``observer.py`` writes the ``x-seedproxy-*`` ones)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,9 @@ import re
 from starlette.datastructures import Headers
 
 from ..errors import BadRequest
-from ..sessions.ids import encode_id
 
-__all__ = [
-    "COMPACTED_FROM", "ascii_count", "bearer_token", "client_key", "compacted_from",
-    "is_sdk_retry", "pinned_index", "seedproxy_headers",
-]
+__all__ = ["COMPACTED_FROM", "ascii_count", "bearer_token", "client_key", "compacted_from",
+           "is_sdk_retry", "pinned_index"]
 
 COMPACTED_FROM = "x-seedproxy-compacted-from"
 
@@ -83,18 +80,3 @@ def is_sdk_retry(headers: Headers) -> bool:
     value = headers.get(RETRY_HEADER)
     count = ascii_count(value) if value is not None else None
     return count is not None and count >= 1
-
-
-def seedproxy_headers(
-    session_id: str | None, index: int | None, seeds: list[int], upstream: str | None
-) -> dict[str, str]:
-    headers: dict[str, str] = {}
-    if session_id is not None:
-        headers["x-seedproxy-session"] = encode_id(session_id)
-    if index is not None:
-        headers["x-seedproxy-request-index"] = str(index)
-    if seeds:
-        headers["x-seedproxy-seed"] = ",".join(str(s) for s in seeds)
-    if upstream is not None:
-        headers["x-seedproxy-upstream"] = upstream
-    return headers

@@ -3,10 +3,10 @@
 (``departure.py``).
 
 Invariants:
-- An exchange with a session is registered while ``admission.run`` runs it, and a
-  streamed one until its response ends (``Exchange.finish_stream``): exactly as long as
-  its upstream replies are open.
-- Stopping an exchange stops each of its ``Dispatch``es (no further attempt, failover or
+- A call with a session is registered while ``admission.run`` runs it, and a
+  streamed one until its response ends (``streaming.py``): exactly as long as its
+  upstream replies are open.
+- Stopping a call stops each of its ``Dispatch``es (no further attempt, failover or
   resubmission is sent) and asks each server holding one to abort it (SGLang's
   ``/abort_request``). The server then ends the request with what it made so far, which
   is recorded as any answer is; a server that cannot be asked keeps generating, and the
@@ -25,58 +25,57 @@ from ..errors import SeedProxyError, SessionNotFound
 from ..fleet.board import FleetBoard
 from ..fleet.dispatch import Dispatch
 from ..fleet.pool import UpstreamPool
-from ..sessions import SessionRecord
 
 __all__ = ["InFlight"]
 
 
-class Exchange(Protocol):
-    """What the registry reads of an exchange (``exchange.Exchange``)."""
+class Call(Protocol):
+    """What the registry reads of a request's upstream call (``call.UpstreamCall``)."""
 
     @property
-    def session(self) -> SessionRecord | None: ...
+    def session_id(self) -> str | None: ...
 
     @property
     def dispatches(self) -> list[Dispatch]: ...
 
 
 class InFlight:
-    """The exchanges in flight in this process, by session id."""
+    """The upstream calls in flight in this process, by session id."""
 
     def __init__(self, pool: UpstreamPool, board: FleetBoard) -> None:
         self.pool = pool
         self.board = board
-        self._by_session: dict[str, dict[int, Exchange]] = {}
+        self._by_session: dict[str, dict[int, Call]] = {}
         self._stopping: set[asyncio.Task[int]] = set()
 
-    def enter(self, ex: Exchange) -> None:
-        if ex.session is not None:
-            self._by_session.setdefault(ex.session.session_id, {})[id(ex)] = ex
+    def enter(self, call: Call) -> None:
+        if call.session_id is not None:
+            self._by_session.setdefault(call.session_id, {})[id(call)] = call
 
-    def leave(self, ex: Exchange) -> None:
-        if ex.session is None:
+    def leave(self, call: Call) -> None:
+        if call.session_id is None:
             return
-        exchanges = self._by_session.get(ex.session.session_id)
-        if exchanges is not None:
-            exchanges.pop(id(ex), None)
-            if not exchanges:
-                del self._by_session[ex.session.session_id]
+        calls = self._by_session.get(call.session_id)
+        if calls is not None:
+            calls.pop(id(call), None)
+            if not calls:
+                del self._by_session[call.session_id]
 
-    async def stop(self, ex: Exchange, why: SeedProxyError) -> bool:
-        """Stop ``ex``'s dispatches and abort them on their servers. Returns whether
+    async def stop(self, call: Call, why: SeedProxyError) -> bool:
+        """Stop ``call``'s dispatches and abort them on their servers. Returns whether
         any could be aborted (a server and a ``rid`` were known)."""
-        for dispatch in ex.dispatches:
+        for dispatch in call.dispatches:
             dispatch.stop(why)
-        named = [d for d in ex.dispatches if d.rid is not None and d.upstream is not None]
+        named = [d for d in call.dispatches if d.rid is not None and d.upstream is not None]
         await asyncio.gather(*(self.pool.abort(d) for d in named))
         return bool(named)
 
     async def stop_session(self, session_id: str) -> int:
-        """Stop every exchange of ``session_id`` here; returns how many there were."""
+        """Stop every call of ``session_id`` here; returns how many there were."""
         why = SessionNotFound(f"session {session_id!r} was deleted while this request ran")
-        exchanges = list(self._by_session.get(session_id, {}).values())
-        await asyncio.gather(*(self.stop(ex, why) for ex in exchanges))
-        return len(exchanges)
+        calls = list(self._by_session.get(session_id, {}).values())
+        await asyncio.gather(*(self.stop(call, why) for call in calls))
+        return len(calls)
 
     async def delete_session(self, session_id: str) -> None:
         """Stop the session's requests here, then tell every other replica."""

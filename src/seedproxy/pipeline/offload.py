@@ -19,7 +19,7 @@ Invariants:
   and the next body starts a new pool. A new pool is started (every worker up) before
   any body is handed to it, so its start never counts against ``timeout_s``.
 - An upstream answer refused so is recorded with the error the client is shown
-  (``Exchange.fail``), as an upstream's own failure is; a client body is refused
+  (``admission._respond``), as an upstream's own failure is; a client body is refused
   before it is seated, using no index.
 - The pool starts with the first large body (``spawn``: the proxy has threads) and
   ``close`` (the app's lifespan) stops it.
@@ -38,7 +38,8 @@ import orjson
 
 from ..dialects import Endpoint
 from ..dialects.echo import loads_echoed
-from ..errors import ParserBusy, ParserUnavailable
+from ..errors import ParserBusy, ParserUnavailable, UpstreamError
+from ..fleet.upstream import UpstreamReply
 from ..sessions.codec import Sent, Signed
 from ..sessions.token_ids import TokenIds
 from . import parse_jobs
@@ -99,6 +100,15 @@ class Parser:
         if isinstance(result, parse_jobs.Invalid):
             raise orjson.JSONDecodeError(result.message, "", 0)
         return parse_jobs.unpacked(result)
+
+    async def reply_answer(self, reply: UpstreamReply) -> Any:
+        """``reply``'s JSON answer, parsed once (a sender that read it already kept it)."""
+        if reply.parsed is not None:
+            return reply.parsed[0]
+        try:
+            return await self.answer(reply.response.content)
+        except orjson.JSONDecodeError:
+            raise UpstreamError(f"upstream {reply.upstream} returned invalid JSON") from None
 
     async def _run(self, job: Callable[..., Any], *args: Any) -> Any:
         if self._waiting >= self.workers + self.queue:

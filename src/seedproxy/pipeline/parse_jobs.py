@@ -1,12 +1,11 @@
 """What a parse worker process runs: a large body read by the same functions as the
 event loop's path, and its int lists handed back packed.
 
-A parsed body crosses back to the event loop pickled, and unpickling a list of
-millions of ints costs as much as parsing it. So each list of 64 or more ints (exactly
-``int``, within 64 bits) leaves the worker as an ``array('q')`` with its path, and
-``unpacked`` (in the loop) puts ``array.tolist()`` back in its place: the loop pays a C
-copy per id, not a parse. An echoed prompt a backend reads as a ``TokenIds``
-(``echo.packed``) crosses as one, checked by ``ints`` in the worker.
+Unpickling a list of millions of ints costs as much as parsing it, so each list of 64
+or more ints (exactly ``int``, within 64 bits) leaves the worker as an ``array('q')``
+with its path, and ``unpacked`` (in the loop) puts ``array.tolist()`` back in its place.
+An echoed prompt a backend reads as a ``TokenIds`` (``echo.packed``) crosses as one,
+checked by ``ints`` in the worker.
 
 Invariant: ``unpacked(read_body(e, raw))`` equals ``decode_body(e, raw)``, raising the
 same ``BadRequest``; ``unpacked(read_answer(c, k, True))`` equals

@@ -21,17 +21,8 @@ from ..json_body import json_object
 from ..nesting import MAX_DEPTH, too_deep
 from ..sessions.codec import Sent, Signed, sign
 
-__all__ = [
-    "MAX_CHOICES",
-    "ClientRequest",
-    "client_request",
-    "decode_body",
-    "decode_signed",
-    "documented",
-    "read_body",
-    "read_model",
-    "request_digest",
-]
+__all__ = ["MAX_CHOICES", "ClientRequest", "client_request", "decode_body", "decode_signed",
+           "documented", "read_body", "read_model", "request_digest"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -135,8 +126,7 @@ def client_request(endpoint: Endpoint, raw: bytes, body: dict[str, Any],
 
 def request_digest(endpoint: Endpoint, raw: bytes) -> bytes:
     """Identify a body byte for byte, for matching SDK retries (SHA-256, cut to 16 bytes:
-    about twice blake2b's speed on CPUs with SHA extensions, and the body is the whole
-    history an agent resends)."""
+    faster than blake2b on CPUs with SHA extensions)."""
     digest = hashlib.sha256(endpoint.value.encode() + b"\0")
     digest.update(raw)
     return digest.digest()[:16]

@@ -5,17 +5,23 @@ Invariant: everything that can refuse the request raises before the slot is take
 the slot is taken atomically, before any await on the upstream, in the same store
 operation that checks the session's view is current (a stale view comes back brought
 up to date, and no index is taken: the caller checks the request again against it).
+
+In a session with ``index_by == "content"``, a request's seeds derive from its content
+key and the occurrence number of that key in the session (``seeds.content_seeds``),
+not from its arrival index, so sibling requests fired concurrently get the same seeds
+whatever order they arrive in. ``X-Request-Index`` still pins (the arrival rule's seed
+of the pinned index); SDK retries reuse their first attempt's slot, and with it its
+occurrence.
 """
 
 from __future__ import annotations
 
 from ..errors import BadRequest
-from ..seeds import choice_seeds, client_choice_seeds, content_seeds
-from ..sessions import NewSession, SessionRecord
+from ..seeds import choice_seeds, client_choice_seeds, content_key, content_seeds
+from ..sessions import NewSession, SessionRecord, Slot
 from ..sessions.cursor import SessionView
 from ..sessions.record import Stale
-from .exchange import Exchange
-from .keying import content_seat, seat_key
+from .context import ContentSeat, RequestContext
 from .request import ClientRequest, request_digest
 from .services import Services
 from .tracing import NO_TRACE, Trace
@@ -28,12 +34,12 @@ async def seat(services: Services, client: ClientRequest,
                retry: bool, arrived: float, compacted: str | None = None,
                trace: Trace = NO_TRACE, view: SessionView | None = None,
                check: bool = True, left_out_tools: list[str] | None = None,
-               ) -> Exchange | SessionView:
+               ) -> RequestContext | SessionView:
     """Check the seed rules, create the session if new, take the slot, derive seeds.
     ``compacted``: the interaction a compacted history replaces (recorded as such);
     ``trace``: the request's (the slot is its ``store.allocate`` span). ``view``: the
     session's, as the request was checked against; with ``check``, a view that lacks
-    records comes back brought up to date instead of an exchange (no index taken).
+    records comes back brought up to date instead of a context (no index taken).
     ``left_out_tools``: the hosted tools a bridged request's prompt leaves out (recorded)."""
     settings = services.settings
     deterministic = settings.deterministic
@@ -50,8 +56,8 @@ async def seat(services: Services, client: ClientRequest,
         )
     if session is None:
         seeds = [client.seed] if client.seed is not None else []
-        return Exchange(services, client, None, None, seeds, arrived, trace=trace,
-                        left_out_tools=left_out_tools)
+        return RequestContext(services, client, None, None, seeds, arrived, trace=trace,
+                              left_out_tools=left_out_tools)
     if isinstance(session, NewSession):
         session = await services.sessions.get_or_create(session.session_id)
     if view is None:
@@ -76,6 +82,21 @@ async def seat(services: Services, client: ClientRequest,
         seeds = content_seeds(session.identity, position.key, position.occurrence, client.n)
     else:
         seeds = choice_seeds(session.identity, slot.index, client.n)
-    return Exchange(services, client, session, slot, seeds, arrived, seat=position,
-                    compacted_from=compacted, trace=trace, view=view,
-                    left_out_tools=left_out_tools)
+    return RequestContext(services, client, session, slot, seeds, arrived, seat=position,
+                          compacted_from=compacted, trace=trace, view=view,
+                          left_out_tools=left_out_tools)
+
+
+def seat_key(session: SessionRecord, client: ClientRequest, pinned: int | None) -> str | None:
+    """The content key a request is seated by; None in arrival mode or when
+    ``X-Request-Index`` pins the request."""
+    if session.index_by != "content" or pinned is not None:
+        return None
+    return content_key(client.endpoint.value, client.body)
+
+
+def content_seat(key: str | None, slot: Slot) -> ContentSeat | None:
+    """The seat ``slot`` took for ``key`` (the store numbers it with the index)."""
+    if key is None or slot.occurrence is None:
+        return None
+    return ContentSeat(key, slot.occurrence)

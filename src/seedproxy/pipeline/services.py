@@ -1,4 +1,4 @@
-"""What every request's exchange uses, built once by the app and passed in."""
+"""What every request uses, built once by the app and passed in."""
 
 from __future__ import annotations
 

@@ -1,21 +1,18 @@
 """A streamed answer: the one stream loop, and the response that sends it.
 
-Starlette's ``StreamingResponse`` starts every stream in a new task inside an anyio
-task group, which cost a quarter of a millisecond before the head went out. This
-one sends the head at once from the handler's own task and forwards each chunk the
-moment the loop yields it. A small watcher task waits for the client's disconnect
-and cancels the stream, so a client that leaves stops the upstream call at once;
-the loop is always closed, so its ``finally`` runs in this task, and then
-``Exchange.finish_stream`` runs on every path: a client that left (a disconnect, a
-cancellation, or a ``send`` that raised, as servers and middleware other than
-uvicorn may) makes the interaction abandoned.
+Unlike Starlette's ``StreamingResponse`` (a new task per stream), the head goes out
+at once from the handler's own task, and each chunk the moment the loop yields it. A
+watcher task cancels the stream when the client disconnects, stopping the upstream
+call at once. The loop is always closed in this task, then ``_finish`` runs on every
+path: a client that left (a disconnect, a cancellation, or a ``send`` that raised)
+makes the interaction abandoned.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from starlette.responses import Response
@@ -23,8 +20,10 @@ from starlette.types import Receive, Scope, Send
 
 from ..dialects import Captured
 from ..errors import UpstreamError
-from .exchange import Exchange, Snapshot
+from .call import UpstreamCall
+from .observer import Observer
 from .presenters import Writer
+from .recorder import Recorder, Snapshot
 
 if TYPE_CHECKING:
     from .readers import Reader
@@ -34,56 +33,76 @@ __all__ = ["StreamResponse", "stream_response"]
 log = logging.getLogger("seedproxy.request")
 
 
-def stream_response(ex: Exchange, reader: Reader, writer: Writer) -> StreamResponse:
+def stream_response(call: UpstreamCall, recorder: Recorder, observer: Observer,
+                    reader: Reader, writer: Writer) -> StreamResponse:
     """The client's stream of ``reader``'s chunks, shown by ``writer``."""
-    headers = ex.headers()
+    headers = observer.headers()
     headers["cache-control"] = "no-cache"
 
     def snapshot() -> tuple[Any, Captured]:
         return reader.recorded(writer.result()), reader.captured()
 
-    return StreamResponse(_events(ex, reader, writer, snapshot), ex, snapshot, headers=headers)
+    events = _events(call, recorder, reader, writer, snapshot)
+    return StreamResponse(events, call, recorder, observer, snapshot, headers=headers)
 
 
-async def _events(ex: Exchange, reader: Reader, writer: Writer,
-                  snapshot: Snapshot) -> AsyncIterator[bytes]:
+async def _events(call: UpstreamCall, recorder: Recorder, reader: Reader, writer: Writer,
+                  snapshot: Snapshot) -> AsyncGenerator[bytes, None]:
     """THE stream loop: each chunk shown as it arrives; recorded just before the
     terminator, so the client sees the end only once it is recorded. A failure ends the
     stream with the protocol's error event instead, and the record says its status
     (with the tokens so far); seedproxy's own bug is recorded as a 500 and raised."""
     try:
-        async for chunk in reader.chunks(ex):
+        async for chunk in reader.chunks(call):
             for out in writer.feed(chunk):
                 yield out
         closing = writer.finish()
-        unrecorded = await ex.seal(snapshot)
+        call.end()
+        unrecorded = await recorder.seal(snapshot)
         if unrecorded is not None:
             yield writer.error(unrecorded)
             return
         for out in closing:
             yield out
     except UpstreamError as exc:  # a broken stream, an error event, a malformed chunk
-        log.warning("upstream %s failed mid-stream: %s", ex.upstream, exc.message)
-        ex.stream_failed(exc.status_code)
+        log.warning("upstream %s failed mid-stream: %s", call.upstream, exc.message)
+        recorder.stream_failed(exc.status_code)
         yield writer.error(exc)
     except Exception:
-        ex.stream_failed(500)  # seedproxy's own bug: recorded as such, and raised
+        recorder.stream_failed(500)  # seedproxy's own bug: recorded as such, and raised
         raise
 
 
+async def _finish(call: UpstreamCall, recorder: Recorder, observer: Observer,
+                  snapshot: Snapshot, *, abandoned: bool) -> None:
+    """A stream is over: close its replies, then record (if not yet) and observe.
+    A stream the client left before its end is aborted on its servers too."""
+    unfinished = abandoned and not recorder.recorded
+    services = call.ctx.services
+    services.inflight.leave(call)
+    try:
+        await call.close(streamed=True)
+    finally:
+        try:
+            await recorder.finish(snapshot, unfinished=unfinished)
+        finally:
+            observer.observe(recorder.status)
+            if unfinished:
+                for reply in call.replies:
+                    await services.pool.abort(reply)
+
+
 class StreamResponse(Response):
-    def __init__(
-        self, events: AsyncIterator[bytes], exchange: Exchange, snapshot: Snapshot, *,
-        headers: Mapping[str, str],
-    ) -> None:
+    def __init__(self, events: AsyncGenerator[bytes, None], call: UpstreamCall, recorder: Recorder,
+                 observer: Observer, snapshot: Snapshot, *, headers: Mapping[str, str]) -> None:
         self.events = events
-        self.exchange = exchange
+        self.call, self.recorder, self.observer = call, recorder, observer
         self.snapshot = snapshot
         self.status_code = 200
         self.media_type = "text/event-stream"
         self.background = None
         self.init_headers(headers)
-        exchange.take_replies()  # last: nothing after this may fail before __call__ runs
+        call.take_replies()  # last: nothing after this may fail before __call__ runs
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         task = asyncio.current_task()
@@ -111,14 +130,11 @@ class StreamResponse(Response):
 
         watcher = asyncio.ensure_future(watch())
         try:
-            head = self.raw_headers
-            await send_or_leave(
-                {"type": "http.response.start", "status": self.status_code, "headers": head}
-            )
+            await send_or_leave({"type": "http.response.start", "status": self.status_code,
+                                 "headers": self.raw_headers})
             async for chunk in self.events:
-                await send_or_leave(
-                    {"type": "http.response.body", "body": chunk, "more_body": True}
-                )
+                await send_or_leave({"type": "http.response.body", "body": chunk,
+                                     "more_body": True})
             streaming = False
             await send_or_leave({"type": "http.response.body", "body": b"", "more_body": False})
             completed = True
@@ -131,12 +147,10 @@ class StreamResponse(Response):
             streaming = False
             watcher.cancel()
             try:
-                aclose = getattr(self.events, "aclose", None)
-                if aclose is not None:
-                    await aclose()
+                await self.events.aclose()
             finally:
                 if not completed and not left:
-                    self.exchange.stream_failed(500)  # the events raised: our bug, logged above
+                    self.recorder.stream_failed(500)  # the events raised: our bug, logged above
                 # runs even when the events never started (the head could not be sent)
-                await self.exchange.finish_stream(self.snapshot,
-                                                  abandoned=left and not completed)
+                await _finish(self.call, self.recorder, self.observer, self.snapshot,
+                              abandoned=left and not completed)

@@ -1,9 +1,7 @@
 """The tracing seam: a ``Tracer`` starts one ``Trace`` per request, whose ``Span``\\ s
-time its steps. The classes here are the no-op, what every request gets when tracing
-is off (``--otel`` not given): each method does nothing and returns a shared
-stateless object, so tracing off costs a few method calls per request
-(``bench/otel_overhead.py``). ``otel.py`` is the OpenTelemetry implementation,
-imported only when tracing is on (``tracers.py`` chooses).
+time its steps. The classes here are the no-op (``--otel`` not given): each method does
+nothing and returns a shared stateless object. ``otel.py`` is the OpenTelemetry
+implementation, imported only when tracing is on (``tracers.py`` chooses).
 
 Invariants (every implementation):
 - A span's ``end`` and a trace's ``end`` may be called more than once: the first

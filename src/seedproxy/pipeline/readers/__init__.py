@@ -1,4 +1,4 @@
-"""The upstream side of an exchange: one ``Reader`` per way of asking the upstream.
+"""The upstream side of a request: one ``Reader`` per way of asking the upstream.
 
 - ``PassthroughReader``: one request in the client's (or its bridge's) dialect; outside
   a session its events pass as sent (the raw fast path), checked only for errors.
@@ -6,10 +6,10 @@
 - ``TitoReader``: token-in-token-out, the prompt rendered here, each choice a
   ``/generate`` (or token-prompt completions) request.
 
-A reader sends (``open``), then gives the whole answer (``whole``) or its canonical
-chunks (``chunks``), already checked: an error event, a malformed chunk or a broken
-read raises (``failure.py`` names the status). Readers take the exchange and import
-nothing back from the HTTP surface.
+A reader names its upstream requests (``requests``), takes their replies (``opened``),
+then gives the whole answer (``whole``) or its canonical chunks (``chunks``), already
+checked: an error event, a malformed chunk or a broken read raises. A reader reads the
+request's context once, at construction, and writes nothing of any stage's.
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ...dialects import Captured
+from ...dialects import Captured, UpstreamRequest
+from ...fleet.upstream import UpstreamReply
 
 if TYPE_CHECKING:
-    from ..exchange import Exchange
+    from ..call import UpstreamCall
 
 __all__ = ["Reader"]
 
@@ -29,14 +30,18 @@ class Reader(Protocol):
     media_type: str
     """The whole answer's content type."""
 
-    async def open(self, ex: Exchange) -> None:
-        """Send the upstream request(s); raises the ``UpstreamError`` of a failure."""
+    def requests(self) -> list[UpstreamRequest]:
+        """The upstream requests to send together (none: answered without an upstream)."""
 
-    async def whole(self, ex: Exchange) -> tuple[Any, Captured]:
+    def opened(self, replies: list[UpstreamReply]) -> None:
+        """Take the replies to ``requests``, in their order."""
+
+    async def whole(self) -> tuple[Any, Captured]:
         """The checked answer (bytes as sent when nothing is captured), and its tokens."""
 
-    def chunks(self, ex: Exchange) -> AsyncIterator[dict[str, Any] | bytes]:
-        """The stream's chunks as the client is shown them (no terminator)."""
+    def chunks(self, call: UpstreamCall) -> AsyncIterator[dict[str, Any] | bytes]:
+        """The stream's chunks as the client is shown them (no terminator); the time
+        spent waiting on the upstream is added to ``call``."""
 
     def captured(self) -> Captured:
         """The tokens a stream carried so far."""

@@ -22,12 +22,13 @@ import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from ...dialects import Captured, Endpoint
-from .ids import stamp
-from .passthrough import PassthroughReader
+from ...dialects import Captured, Endpoint, UpstreamRequest
+from ...fleet.upstream import UpstreamReply
+from .passthrough import PassthroughReader, stamp
 
 if TYPE_CHECKING:
-    from ..exchange import Exchange
+    from ..call import UpstreamCall
+    from ..context import RequestContext
 
 __all__ = ["FanoutReader", "merge_answers", "merge_captured", "one_choice", "sum_usage"]
 
@@ -45,25 +46,27 @@ def one_choice(endpoint: Endpoint, body: dict[str, Any]) -> dict[str, Any]:
 
 
 class FanoutReader:
-    def __init__(self, ex: Exchange, endpoint: Endpoint, body: dict[str, Any]) -> None:
+    def __init__(self, ctx: RequestContext, endpoint: Endpoint, body: dict[str, Any]) -> None:
         single = one_choice(endpoint, body)
         self.endpoint = endpoint
         self.body = body
         self.media_type = "application/json"
-        self.parts = [PassthroughReader(ex, endpoint, single, seed, raw=False, stamped=False)
-                      for seed in ex.seeds]
-        self._basis = ex.basis
+        self.parts = [PassthroughReader(ctx, endpoint, single, seed, raw=False, stamped=False)
+                      for seed in ctx.seeds]
+        self._basis = ctx.basis
 
-    async def open(self, ex: Exchange) -> None:
-        replies = await ex.send_all([part.request() for part in self.parts])
+    def requests(self) -> list[UpstreamRequest]:
+        return [request for part in self.parts for request in part.requests()]
+
+    def opened(self, replies: list[UpstreamReply]) -> None:
         for part, reply in zip(self.parts, replies, strict=True):
-            part.reply = reply
+            part.opened([reply])
 
-    async def whole(self, ex: Exchange) -> tuple[Any, Captured]:
+    async def whole(self) -> tuple[Any, Captured]:
         answers: list[Any] = []
         captured: list[Captured] = []
         for part in self.parts:
-            answer, tokens = await part.whole(ex)
+            answer, tokens = await part.whole()
             answers.append(answer)
             captured.append(tokens)
         merged = merge_answers(self.endpoint, answers)
@@ -71,7 +74,7 @@ class FanoutReader:
             stamp(self.endpoint, merged, self._basis, self.body)
         return merged, merge_captured(captured)
 
-    async def chunks(self, ex: Exchange) -> AsyncIterator[dict[str, Any] | bytes]:
+    async def chunks(self, call: UpstreamCall) -> AsyncIterator[dict[str, Any] | bytes]:
         """Interleave the parts' chunks as they arrive, renumbered; usage last."""
         n = len(self.parts)
         generate = self.endpoint is Endpoint.GENERATE
@@ -82,7 +85,7 @@ class FanoutReader:
 
         async def pump(j: int, part: PassthroughReader) -> None:
             try:
-                async for chunk in part.chunks(ex, timed=False):
+                async for chunk in part.chunks(None):
                     await queue.put((j, chunk))
                     # Reading chunks already buffered never yields, so without this one
                     # part whose data is all here would be drained before the others:
@@ -99,7 +102,7 @@ class FanoutReader:
             while open_streams:
                 waited = time.perf_counter()
                 j, item = await queue.get()
-                ex.waited_upstream(time.perf_counter() - waited)
+                call.waited(time.perf_counter() - waited)
                 if item is None:
                     open_streams -= 1
                     continue
@@ -125,7 +128,7 @@ class FanoutReader:
                 if self._basis is not None:
                     stamp(self.endpoint, usage_chunk, self._basis, self.body)
                 yield usage_chunk
-        finally:  # the pumps are this loop's own; the replies are the exchange's
+        finally:  # the pumps are this loop's own; the replies are the call's
             for task in tasks:
                 task.cancel()
             for task in tasks:

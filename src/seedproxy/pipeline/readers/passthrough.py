@@ -4,45 +4,39 @@ In a session each event is parsed, checked (``check_chunk``: an error event or a
 malformed chunk raises), captured by the backend and stamped with the derived ids.
 Outside a session nothing is recorded, so events pass as sent (the raw fast path),
 parsed only when one may carry ``error``.
+
+The ids a client is shown derive from the request's basis (``RequestContext.basis``).
+Upstream ids are a request id or a clock (SGLang's chat ``id`` is its ``rid``; tool
+calls get a random ``call_`` id). In a session every one is replaced: the answer id
+by ``chatcmpl-``/``cmpl-`` + basis, a choice's tool calls by ``call_`` + a hash of
+(basis, choice, position), ``/generate``'s ``meta_info.id`` by the basis (unless the
+client named its own ``rid``). A replay of the same identity shows the same ids.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from ...dialects import Captured, Endpoint, StreamCapture, UpstreamRequest
-from ...errors import UpstreamError
 from ...fleet.upstream import UpstreamReply
 from ...sessions.token_ids import TokenIds
 from ...sse_frames import DONE
 from ...wire.answer_shape import check_answer, check_chunk, check_error
 from ..sse import event_json, split_events
-from .ids import stamp
 
 if TYPE_CHECKING:
-    from ..exchange import Exchange
-    from ..offload import Parser
+    from ..call import UpstreamCall
+    from ..context import RequestContext
 
-__all__ = ["PassthroughReader", "parsed_answer"]
+__all__ = ["PassthroughReader", "call_id", "stamp"]
 
 _DONE = DONE.strip()
 
 
-async def parsed_answer(reply: UpstreamReply, parser: Parser) -> Any:
-    """``reply``'s JSON answer, parsed once (a sender that read it already kept it)."""
-    if reply.parsed is not None:
-        return reply.parsed[0]
-    try:
-        return await parser.answer(reply.response.content)
-    except orjson.JSONDecodeError:
-        raise UpstreamError(f"upstream {reply.upstream} returned invalid JSON") from None
-
-
 class PassthroughReader:
-    def __init__(self, ex: Exchange, endpoint: Endpoint, body: dict[str, Any],
+    def __init__(self, ctx: RequestContext, endpoint: Endpoint, body: dict[str, Any],
                  seed: int | None, *, raw: bool, stamped: bool = True) -> None:
         """``body``: what is sent (a private copy is made); ``seed``: placed by the
         backend; ``raw``: the answer passes as sent (nothing captured, shown as is);
@@ -52,35 +46,35 @@ class PassthroughReader:
         self.seed = seed
         self.media_type = "application/json"
         self.reply: UpstreamReply | None = None
-        services = ex.services
+        services = ctx.services
         self._backend = services.backend
         self._max_event = services.settings.max_upstream_body_bytes
-        self._basis = ex.basis if stamped else None
-        self._capture = ex.capture
-        self._raw = raw and not ex.capture
+        self._basis = ctx.basis if stamped else None
+        self._capture = ctx.capture
+        self._raw = raw and not ctx.capture
         self._parser = services.parser
-        self._echoes = ex.capture and not ex.client.stream and self._backend.echoes_prompt
-        self._echo = _echo_hint(ex) if self._echoes else None
+        self._echoes = ctx.capture and not ctx.client.stream and self._backend.echoes_prompt
+        self._echo = _echo_hint(ctx) if self._echoes else None
         self._tracker: StreamCapture | None = (
-            self._backend.stream_capture(endpoint, body) if ex.capture and ex.client.stream
+            self._backend.stream_capture(endpoint, body) if ctx.capture and ctx.client.stream
             else None)
 
-    def request(self) -> UpstreamRequest:
+    def requests(self) -> list[UpstreamRequest]:
         request = self._backend.prepare(self.endpoint, dict(self.body), self.seed,
                                         capture=self._capture)
         request.echo, request.echoes = self._echo, self._echoes
-        return request
+        return [request]
 
-    async def open(self, ex: Exchange) -> None:
-        (self.reply,) = await ex.send_all([self.request()])
+    def opened(self, replies: list[UpstreamReply]) -> None:
+        (self.reply,) = replies
 
-    async def whole(self, ex: Exchange) -> tuple[Any, Captured]:
+    async def whole(self) -> tuple[Any, Captured]:
         reply = self.reply
         assert reply is not None
         self.media_type = reply.response.headers.get("content-type", "application/json")
         if self._raw:
             return reply.response.content, Captured()
-        answer = await parsed_answer(reply, self._parser)
+        answer = await self._parser.reply_answer(reply)
         check_answer(self.endpoint, answer)
         captured = Captured()
         if self._capture:
@@ -90,15 +84,16 @@ class PassthroughReader:
         self.media_type = "application/json"
         return answer, captured
 
-    async def chunks(self, ex: Exchange, *, timed: bool = True
+    async def chunks(self, call: UpstreamCall | None
                      ) -> AsyncIterator[dict[str, Any] | bytes]:
         """The upstream's events until its ``[DONE]``: parsed, checked, captured and
-        stamped in a session; as sent outside one."""
+        stamped in a session; as sent outside one. ``call``: where the wait is timed
+        (none: the caller times it)."""
         reply = self.reply
         assert reply is not None
-        # The exchange closes the response.
+        # The call closes the response.
         chunks = aiter(reply.response.stream)
-        async for event in split_events(ex.timed(chunks) if timed else chunks, self._max_event):
+        async for event in split_events(call.timed(chunks) if call else chunks, self._max_event):
             if self._raw:
                 if b'"error"' in event:
                     check_error(event_json(event))
@@ -125,10 +120,46 @@ class PassthroughReader:
         return shown
 
 
-def _echo_hint(ex: Exchange) -> TokenIds | None:
+def _echo_hint(ctx: RequestContext) -> TokenIds | None:
     """The last recorded prompt of the session, as this process last saw it (no store
     operation): what the answer's echoed prompt ids most likely start with."""
-    if ex.session is None:
+    if ctx.session is None:
         return None
-    view = ex.services.sessions.cursors.peek(ex.session)
+    view = ctx.services.sessions.cursors.peek(ctx.session)
     return view.last_prompt() if view is not None else None
+
+
+_PREFIX = {Endpoint.CHAT: "chatcmpl-", Endpoint.COMPLETIONS: "cmpl-"}
+
+
+def call_id(basis: str, choice: int, position: int) -> str:
+    return "call_" + hashlib.sha256(f"{basis}:{choice}:{position}".encode()).hexdigest()[:24]
+
+
+def stamp(endpoint: Endpoint, item: Any, basis: str, client_body: dict[str, Any]) -> None:
+    """Replace the upstream's ids in ``item`` (a whole answer or one chunk), in place."""
+    if endpoint is Endpoint.GENERATE:
+        if "rid" in client_body:
+            return
+        for entry in item if isinstance(item, list) else [item]:
+            meta = entry.get("meta_info") if isinstance(entry, dict) else None
+            if isinstance(meta, dict) and "id" in meta:
+                index = entry.get("index", 0)
+                meta["id"] = basis if not index else f"{basis}-{index}"
+        return
+    prefix = _PREFIX.get(endpoint)
+    if prefix is None or not isinstance(item, dict):
+        return
+    if "id" in item:
+        item["id"] = prefix + basis
+    for choice in item.get("choices") or []:
+        if not isinstance(choice, dict):
+            continue
+        index = choice.get("index", 0)
+        message = choice.get("message") or choice.get("delta")
+        calls = message.get("tool_calls") if isinstance(message, dict) else None
+        for k, call in enumerate(calls or []):
+            if isinstance(call, dict) and call.get("id"):
+                position = call.get("index", k)
+                call["id"] = call_id(basis, index if type(index) is int else 0,
+                                     position if type(position) is int else k)

@@ -5,7 +5,7 @@ The whole answer is the recorded one. A stream is rebuilt from it as canonical c
 protocol's presenter shows as usual: chat and completions chunks from the recorded
 answer or stream transcript, ``/generate``'s last event, and for Messages the chat
 chunks that add up to the recorded Message again. The record gets the recorded
-answer, tokens, logprobs and lineage, with ``replayed`` set by the exchange.
+answer, tokens, logprobs and lineage, with ``replayed`` set by the context.
 """
 
 from __future__ import annotations
@@ -18,11 +18,13 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from ...bridges.anthropic import STOP_REASONS
-from ...dialects import Captured, Endpoint
+from ...dialects import Captured, Endpoint, UpstreamRequest
+from ...fleet.upstream import UpstreamReply
 from ...sessions import ChoiceRecord, Interaction
 
 if TYPE_CHECKING:
-    from ..exchange import Exchange
+    from ..call import UpstreamCall
+    from ..context import RequestContext
 
 __all__ = ["RecordReader"]
 
@@ -33,22 +35,25 @@ _FINISH = {reason: finish for finish, reason in reversed(STOP_REASONS.items())}
 class RecordReader:
     media_type = "application/json"
 
-    def __init__(self, ex: Exchange, recorded: Interaction, *, messages: bool) -> None:
+    def __init__(self, ctx: RequestContext, recorded: Interaction, *, messages: bool) -> None:
         """``messages``: the client speaks Anthropic's Messages (its record a Message)."""
         self._recorded = recorded
         self._messages = messages
-        self._endpoint = ex.client.endpoint
-        self._body = ex.client.body
-        self._basis = ex.basis or ""
+        self._endpoint = ctx.client.endpoint
+        self._body = ctx.client.body
+        self._basis = ctx.basis or ""
         self._created = int(time.time())
 
-    async def open(self, ex: Exchange) -> None:
+    def requests(self) -> list[UpstreamRequest]:
+        return []
+
+    def opened(self, replies: list[UpstreamReply]) -> None:
         return None
 
-    async def whole(self, ex: Exchange) -> tuple[Any, Captured]:
+    async def whole(self) -> tuple[Any, Captured]:
         return copy.deepcopy(self._recorded.response), self.captured()
 
-    async def chunks(self, ex: Exchange) -> AsyncIterator[dict[str, Any] | bytes]:
+    async def chunks(self, call: UpstreamCall) -> AsyncIterator[dict[str, Any] | bytes]:
         answer = self._recorded.response
         if not isinstance(answer, dict):
             return
@@ -83,9 +88,7 @@ class RecordReader:
                 "choices": [choice]}
 
     def _usage(self, usage: Any) -> dict[str, Any]:
-        return {"id": "chatcmpl-" + self._basis, "object": "chat.completion.chunk",
-                "created": self._created, "model": self._body.get("model"), "choices": [],
-                "usage": usage}
+        return {**self._chunk(0, {}), "choices": [], "usage": usage}
 
     def _chat_chunks(self, answer: dict[str, Any]) -> list[dict[str, Any]]:
         """From a stream transcript (``{"object": "stream"}``) or a whole chat answer."""

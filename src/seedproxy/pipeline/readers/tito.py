@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ...dialects import Captured
+from ...dialects import Captured, UpstreamRequest
 from ...errors import BadRequest
 from ...fleet.upstream import UpstreamReply
 from ...media import CheckedImage
@@ -34,10 +34,10 @@ from ...tito.sampling import Sampling
 from ...tito.vision import image_records
 from ...wire.answer_shape import check_error
 from ..sse import event_json, split_events
-from .passthrough import parsed_answer
 
 if TYPE_CHECKING:
-    from ..exchange import Exchange
+    from ..call import UpstreamCall
+    from ..context import RequestContext
 
 __all__ = ["TitoReader", "TitoTurn", "prepare"]
 
@@ -122,7 +122,7 @@ class _Choice:
 class TitoReader:
     media_type = "application/json"
 
-    def __init__(self, ex: Exchange, mode: TitoMode, turn: TitoTurn, *,
+    def __init__(self, ctx: RequestContext, mode: TitoMode, turn: TitoTurn, *,
                  chat_client: bool) -> None:
         """``chat_client``: the client spoke chat (its usage chunk only when asked, its
         record the whole chat answer); else every chunk feeds a translating presenter."""
@@ -130,49 +130,55 @@ class TitoReader:
         self.turn = turn
         self.chat_client = chat_client
         self.model = turn.chat.get("model") or mode.model_name
-        self.cid = _completion_id(ex)
+        self.cid = "chatcmpl-" + (ctx.basis if ctx.basis is not None else uuid.uuid4().hex[:24])
+        """The derived id in a session (replays match); else a fresh random one, as
+        SGLang's request ids are, so no two requests outside a session share an id."""
         self.created = int(time.time())
         self.replies: list[UpstreamReply] = []
         self.choices: list[_Choice] = []
-        self._max_event = ex.services.settings.max_upstream_body_bytes
+        self._max_event = ctx.services.settings.max_upstream_body_bytes
+        self._parser = ctx.services.parser
+        self._stream = ctx.client.stream
+        # One request per choice; without derived seeds (--no-deterministic) every choice
+        # carries the client's own seed, or none.
+        n = ctx.client.n
+        self._seeds: list[int | None] = list(ctx.seeds) if len(ctx.seeds) == n else (
+            [ctx.seeds[0] if ctx.seeds else None] * n)
         options = turn.chat.get("stream_options")
         self._options = options if chat_client and isinstance(options, dict) else {}
 
-    async def open(self, ex: Exchange) -> None:
-        mode, n = self.mode, ex.client.n
-        sampling = self.turn.sampling
-        # One request per choice; without derived seeds (--no-deterministic) every choice
-        # carries the client's own seed, or none.
-        seeds: list[int | None] = list(ex.seeds) if len(ex.seeds) == n else (
-            [ex.seeds[0] if ex.seeds else None] * n)
-        images = [image.data_url for image in self.turn.images]
-        requests = [mode.dialect.request(self.turn.prompt.ids, sampling, seed, ex.client.stream,
-                                         self.model, images) for seed in seeds]
-        self.replies = await ex.send_all(requests)
-        self.choices = [_Choice(j, mode.assistant(self.turn.prompt, self.turn.chat,
-                                                        self.turn.sampling),
-                                mode.dialect.reader(), []) for j in range(len(self.replies))]
+    def requests(self) -> list[UpstreamRequest]:
+        mode, turn = self.mode, self.turn
+        images = [image.data_url for image in turn.images]
+        return [mode.dialect.request(turn.prompt.ids, turn.sampling, seed, self._stream,
+                                     self.model, images) for seed in self._seeds]
 
-    async def whole(self, ex: Exchange) -> tuple[Any, Captured]:
+    def opened(self, replies: list[UpstreamReply]) -> None:
+        mode, turn = self.mode, self.turn
+        self.replies = replies
+        self.choices = [_Choice(j, mode.assistant(turn.prompt, turn.chat, turn.sampling),
+                                mode.dialect.reader(), []) for j in range(len(replies))]
+
+    async def whole(self) -> tuple[Any, Captured]:
         for choice, reply in zip(self.choices, self.replies, strict=True):
-            for token_id in choice.reader.feed(await parsed_answer(reply, ex.services.parser)):
+            for token_id in choice.reader.feed(await self._parser.reply_answer(reply)):
                 choice.assistant.feed(token_id)
             choice.assistant.finish()
         return self._answer(), self.captured()
 
-    async def chunks(self, ex: Exchange) -> AsyncIterator[dict[str, Any] | bytes]:
+    async def chunks(self, call: UpstreamCall) -> AsyncIterator[dict[str, Any] | bytes]:
         """Choices one after another (their upstream requests run concurrently)."""
         for choice, reply in zip(self.choices, self.replies, strict=True):
-            async for chunk in self._choice_chunks(ex, choice, reply):
+            async for chunk in self._choice_chunks(call, choice, reply):
                 yield chunk
         if self._options.get("include_usage") is True or not self.chat_client:
             yield {"id": self.cid, "object": "chat.completion.chunk", "created": self.created,
                    "model": self.model, "choices": [], "usage": self._usage()}
 
-    async def _choice_chunks(self, ex: Exchange, choice: _Choice, reply: UpstreamReply
+    async def _choice_chunks(self, call: UpstreamCall, choice: _Choice, reply: UpstreamReply
                              ) -> AsyncIterator[dict[str, Any]]:
         yield self._chunk(choice.index, {"role": "assistant", "content": ""})
-        chunks = ex.timed(aiter(reply.response.stream))
+        chunks = call.timed(aiter(reply.response.stream))
         async for event in split_events(chunks, self._max_event):
             payload = event_json(event)
             if payload is None:
@@ -259,8 +265,3 @@ class TitoReader:
             chunk["usage"] = self._usage([choice])
         return chunk
 
-
-def _completion_id(ex: Exchange) -> str:
-    """The exchange's derived id in a session (replays match); else a fresh random one,
-    as SGLang's request ids are, so no two requests outside a session share an id."""
-    return "chatcmpl-" + (ex.basis if ex.basis is not None else uuid.uuid4().hex[:24])
