@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -207,7 +207,7 @@ async def _lease_when_ended(admin: _Admin, session_id: str, timeout_s: float, st
     store, clock = admin.store, admin.clock
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
-    built: list[dict[str, Any]] = []
+    built: list[Mapping[str, Any]] = []
 
     async def build(chosen: list[SessionRecord]) -> None:
         # The whole answer, serialisable, before anything is leased.

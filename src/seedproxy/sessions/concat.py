@@ -15,14 +15,13 @@ reported for the whole completion. An off-policy correction reads it per token.
 
 from __future__ import annotations
 
-from typing import Any
-
+from ..trajectory import ConcatJSON, WeightSpanJSON
 from .interaction import ChoiceRecord, Interaction
 
 __all__ = ["concat_record", "sequence_spans"]
 
 
-def concat_record(interactions: list[Interaction]) -> dict[str, Any]:
+def concat_record(interactions: list[Interaction]) -> ConcatJSON:
     """Return ``{token_ids, loss_mask, logprobs, weight_versions, interaction_ids,
     concat_error}``.
 
@@ -35,7 +34,7 @@ def concat_record(interactions: list[Interaction]) -> dict[str, Any]:
     tokens: list[int] = []
     mask: list[int] = []
     logprobs: list[float] = []
-    versions: list[dict[str, Any]] = []
+    versions: list[WeightSpanJSON] = []
     have_logprobs = True
     previous: list[int] | None = None
     for turn, interaction in enumerate(turns):
@@ -72,7 +71,7 @@ def concat_record(interactions: list[Interaction]) -> dict[str, Any]:
     }
 
 
-def sequence_spans(choice: ChoiceRecord, offset: int, length: int) -> list[dict[str, Any]]:
+def sequence_spans(choice: ChoiceRecord, offset: int, length: int) -> list[WeightSpanJSON]:
     """``choice``'s weight versions over sequence positions, its completion starting at
     ``offset``: its own spans shifted (clipped to its ``length`` tokens), else one span
     of the version it reported, else none."""
@@ -95,7 +94,7 @@ def _first_difference(previous: list[int], prompt: list[int]) -> int | None:
 
 def _broken(
     turns: list[Interaction], turn: int, reason: str, position: int | None
-) -> dict[str, Any]:
+) -> ConcatJSON:
     at = turns[turn]
     return {
         "token_ids": None,

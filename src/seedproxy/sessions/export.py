@@ -15,8 +15,9 @@ import contextlib
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
+from ..trajectory import ConcatJSON, Style, TrajectoryJSON
 from .branches import branch_of, branch_records, is_tito
 from .concat import concat_record
 from .interaction import Interaction
@@ -28,9 +29,6 @@ from .trees import link_branches, prompt_counts
 
 __all__ = ["Leased", "Style", "lease_batch", "new_batch_id", "ordered_interactions",
            "trajectory"]
-
-Style = Literal["individual", "concat"]
-
 
 def new_batch_id() -> str:
     return "batch-" + uuid.uuid4().hex
@@ -125,7 +123,7 @@ async def ordered_interactions(
 
 async def trajectory(
     store: SessionStore, record: SessionRecord, style: Style = "individual"
-) -> dict[str, Any]:
+) -> TrajectoryJSON:
     """The contract's trajectory object, interactions in ``ordered_interactions``' order.
 
     ``individual``: one record per interaction under ``interactions``. ``concat``:
@@ -135,7 +133,7 @@ async def trajectory(
     turns were extended, matched (by matcher) and rendered.
     """
     interactions = await ordered_interactions(store, record)
-    head: dict[str, Any] = {
+    head: TrajectoryJSON = {
         "session_id": record.session_id,
         "identity": record.identity,
         "group_id": record.group_id,
@@ -160,7 +158,7 @@ async def trajectory(
     return {**head, "style": "concat", **joined}
 
 
-def _tito_concat(interactions: list[Any]) -> dict[str, Any]:
+def _tito_concat(interactions: list[Any]) -> ConcatJSON:
     """Token-in-token-out: exact by construction, one sequence per branch (each sampled
     token in exactly one, with loss mask 1), linked; the top-level fields are the main
     conversation's first branch's, as in the drift-checked form."""

@@ -12,6 +12,7 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..trajectory import InteractionJSON, WeightSpanJSON
 from .routed_experts import RoutedExperts
 from .token_ids import TokenIds
 
@@ -40,7 +41,7 @@ def _experts_out(choice: ChoiceRecord) -> dict[str, Any] | None:
     return choice.routed_experts.to_dict() if choice.routed_experts else None
 
 
-def _spans_out(spans: list[VersionSpan]) -> list[dict[str, Any]]:
+def _spans_out(spans: list[VersionSpan]) -> list[WeightSpanJSON]:
     return [{"version": v, "start": a, "end": b} for v, a, b in spans]
 
 
@@ -153,12 +154,12 @@ class Interaction:
     def prompt_ids(self) -> TokenIds:
         return TokenIds(self.prompt_token_ids)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> InteractionJSON:
         """Return the contract's JSON shape. ``n == 1`` gives flat per-choice fields;
         ``n > 1`` gives one list entry per choice, in choice order."""
         single = len(self.choices) <= 1
         first = self.choices[0] if self.choices else ChoiceRecord()
-        shown = {
+        shown: InteractionJSON = {
             "interaction_id": self.interaction_id,
             "request_index": self.request_index,
             "seed": (self.seeds[0] if self.seeds else None) if single else list(self.seeds),
