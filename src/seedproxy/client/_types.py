@@ -9,7 +9,7 @@ from typing import Any, cast
 
 import orjson
 
-from ..trajectory import ConcatErrorJSON, InteractionJSON, Style, TrajectoryJSON, WeightSpanJSON
+from ..trajectory import InteractionJSON, Style, TrajectoryJSON, WeightSpanJSON
 
 __all__ = ["ConcatError", "Interaction", "Style", "Trajectory"]
 
@@ -107,7 +107,7 @@ class Trajectory:
             loss_mask=data.get("loss_mask"),
             logprobs=data.get("logprobs"),
             weight_versions=data.get("weight_versions"),
-            concat_error=ConcatError(**cast(dict[str, Any], error)) if error else None,
+            concat_error=ConcatError(**error) if error else None,
             end_status=data.get("end_status"),
             raw=data,
         )
