@@ -84,15 +84,17 @@ class ChoiceRecord:
         if spans:
             self.weight_versions = spans
 
-    def storage(self) -> dict[str, Any]:
-        return {
-            "token_ids": self.token_ids.tolist(),
-            "logprobs": self.logprobs.tolist(),
+    def storage(self, *, tokens: bool = True) -> dict[str, Any]:
+        """The stored form; without ``tokens``, no ``token_ids`` or ``logprobs``."""
+        stored: dict[str, Any] = {
             "finish_reason": self.finish_reason,
             "weight_version": self.weight_version,
             "weight_versions": [list(span) for span in self.weight_versions],
-            "routed_experts": self.routed_experts.to_dict() if self.routed_experts else None,
+            "routed_experts": _experts_out(self),
         }
+        if tokens:
+            stored.update(token_ids=self.token_ids.tolist(), logprobs=self.logprobs.tolist())
+        return stored
 
     @classmethod
     def from_storage(cls, data: dict[str, Any]) -> ChoiceRecord:
@@ -211,9 +213,11 @@ class Interaction:
             shown["left_out_tools"] = list(self.left_out_tools)
         return shown
 
-    def to_storage(self) -> dict[str, Any]:
-        """Return a lossless, JSON-serialisable form for durable stores (the rarely set
-        ``replayed``, ``compacted_from`` and ``left_out_tools`` only when set)."""
+    def to_storage(self, *, tokens: bool = True) -> dict[str, Any]:
+        """Return a lossless, JSON-serialisable form (the rarely set ``replayed``,
+        ``compacted_from`` and ``left_out_tools`` only when set); without ``tokens``, no
+        ``prompt_token_ids`` and no choice's ``token_ids`` or ``logprobs``
+        (``codec.encode`` packs them)."""
         stored: dict[str, Any] = {
             "interaction_id": self.interaction_id,
             "request_index": self.request_index,
@@ -222,8 +226,7 @@ class Interaction:
             "status": self.status,
             "request": self.request,
             "response": self.response,
-            "prompt_token_ids": self.prompt_token_ids.tolist(),
-            "choices": [c.storage() for c in self.choices],
+            "choices": [c.storage(tokens=tokens) for c in self.choices],
             "reward": self.reward,
             "latency_ms": self.latency_ms,
             "upstream": self.upstream,
@@ -239,6 +242,8 @@ class Interaction:
             stored["compacted_from"] = self.compacted_from
         if self.left_out_tools:
             stored["left_out_tools"] = self.left_out_tools
+        if tokens:
+            stored["prompt_token_ids"] = self.prompt_token_ids.tolist()
         return stored
 
     @classmethod
