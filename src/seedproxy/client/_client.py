@@ -136,6 +136,7 @@ class Group:
         return await self.proxy.export(
             group_id=self.group_id, count=len(self.samples), timeout_s=timeout_s,
             style=style, out=out, ack=ack, visibility_timeout_s=visibility_timeout_s,
+            skip_abandoned=skip_abandoned,
         )
 
 
