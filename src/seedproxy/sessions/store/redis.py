@@ -33,7 +33,7 @@ takes effect later (clocks within ``timeout_s / 4`` of each other assumed). A br
 connection (Redis restarted) is re-made and the command resent once, since a command
 on a dead connection never ran; under Sentinel the new connection goes to whichever
 primary the Sentinels name then. With ``?wait_replicas=N`` every script that writes is
-acknowledged only once N replicas hold it (``redis_wait.py``), so a primary's death
+acknowledged only once N replicas hold it (``redis_core.py``), so a primary's death
 loses nothing a client was told, and no index handed out is handed out again.
 
 Redis Cluster is not supported: the scripts that create, end, record and export a

@@ -8,7 +8,7 @@ once even by several processes on one file; the store-wide ``created``/``ended``
 counters and every session's ``next_index`` live in the file, so a restart goes on
 from where it stopped and never reuses an index. A file deleted or replaced under the
 proxy stops the store (503s), and each file's records carry its epoch
-(``sqlite_identity.py``). All SQLite work runs on one dedicated thread: the event loop
+(``sqlite_core.py``). All SQLite work runs on one dedicated thread: the event loop
 never waits on disk (``sqlite_core.py``).
 """
 
