@@ -97,8 +97,7 @@ def sign(request: Any, base: str | None, base_sent: Sent | None) -> Signed | Non
 
 
 def _hex(digest: Any) -> str:
-    """A ``Sent`` digest: SHA-256 (hardware-accelerated where the CPU has it, so about
-    twice blake2b's speed here) cut to 16 bytes. Only compared with digests of this
+    """A ``Sent`` digest: SHA-256 cut to 16 bytes. Only compared with digests of this
     store; one written another way never matches, which only stores more."""
     return str(digest.digest()[:16].hex())
 

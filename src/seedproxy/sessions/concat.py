@@ -22,14 +22,9 @@ __all__ = ["concat_record", "sequence_spans"]
 
 
 def concat_record(interactions: list[Interaction]) -> ConcatJSON:
-    """Return ``{token_ids, loss_mask, logprobs, weight_versions, interaction_ids,
-    concat_error}``.
-
-    Failed requests (status >= 400) are left out: they produced no tokens. On a
-    break, ``token_ids``, ``loss_mask`` and ``logprobs`` are None and
-    ``concat_error`` is ``{turn, interaction_id, request_index, reason, position}``.
-    ``logprobs`` is None as well when some turn came without them.
-    """
+    """Failed requests (status >= 400) are left out: they produced no tokens. On a
+    break, ``token_ids``, ``loss_mask`` and ``logprobs`` are None and ``concat_error``
+    says where; ``logprobs`` is None as well when some turn came without them."""
     turns = [i for i in interactions if i.status < 400]
     tokens: list[int] = []
     mask: list[int] = []

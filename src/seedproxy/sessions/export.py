@@ -126,11 +126,9 @@ async def trajectory(
 ) -> TrajectoryJSON:
     """The contract's trajectory object, interactions in ``ordered_interactions``' order.
 
-    ``individual``: one record per interaction under ``interactions``. ``concat``:
-    one token sequence (see ``concat.py``); when it cannot be built the
-    per-interaction records come along so nothing is lost. Token-in-token-out: one
-    training sample per branch, linked (``trees.py``), and ``tito_prompts``, how many
-    turns were extended, matched (by matcher) and rendered.
+    ``concat``: one token sequence (``concat.py``), and the per-interaction records
+    when it cannot be built, so nothing is lost. Token-in-token-out: one training
+    sample per branch, linked (``trees.py``), and ``tito_prompts``.
     """
     interactions = await ordered_interactions(store, record)
     head: TrajectoryJSON = {

@@ -1,9 +1,9 @@
 """What one proxied request leaves behind for RL training.
 
 Token ids and logprobs are held in ``array`` objects (4 bytes per id, 4 per logprob),
-never lists of Python ints: a long rollout records thousands of tokens per turn.
-Serialisation (``to_dict``/``from_dict``) is the single place that defines the wire
-and storage shape, so every store saves the same thing and a new field costs one line.
+never lists of Python ints. ``to_dict`` writes the exported shape
+(``trajectory.InteractionJSON``); ``to_storage``/``from_storage`` the stored one, the
+same in every store (``codec.py`` packs its tokens).
 """
 
 from __future__ import annotations
@@ -157,8 +157,7 @@ class Interaction:
         return TokenIds(self.prompt_token_ids)
 
     def to_dict(self) -> InteractionJSON:
-        """Return the contract's JSON shape. ``n == 1`` gives flat per-choice fields;
-        ``n > 1`` gives one list entry per choice, in choice order."""
+        """``n == 1`` gives flat per-choice fields; ``n > 1`` one entry per choice."""
         single = len(self.choices) <= 1
         first = self.choices[0] if self.choices else ChoiceRecord()
         shown: InteractionJSON = {

@@ -36,11 +36,10 @@ primary the Sentinels name then. With ``?wait_replicas=N`` every script that wri
 acknowledged only once N replicas hold it (``redis_core.py``), so a primary's death
 loses nothing a client was told, and no index handed out is handed out again.
 
-Redis Cluster is not supported: the scripts that create, end, record and export a
-session also update store-wide keys in the same atomic step (``{p}all``, ``{p}open``,
-``{p}unexp``, ``{p}ready``, ``{p}active``, ``{p}ver``, the ``created``/``ended``
-counters that order exports, the capacity check of ``create``), and a lease or ack
-covers several sessions; Cluster runs a script only on keys of one hash slot.
+Redis Cluster is not supported: Cluster runs a script on the keys of one hash slot,
+and the scripts that create, end, record and export a session update store-wide keys
+(indexes, counters, the capacity check) in the same atomic step; a lease or an ack
+covers several sessions.
 """
 
 from __future__ import annotations
