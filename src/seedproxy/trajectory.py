@@ -1,7 +1,7 @@
 """The exported trajectory JSON, its fields named once: the server's export
 (``sessions/``) writes these shapes and the client's typed views (``client/``) read
-them. Keys appear in export order. With ``n > 1`` the per-choice fields of an
-interaction hold one entry per choice, in choice order."""
+them. With ``n > 1`` the per-choice fields of an interaction hold one entry per
+choice, in choice order."""
 
 from __future__ import annotations
 
@@ -67,9 +67,10 @@ class InteractionJSON(TypedDict):
     branch: NotRequired[str | None]
 
 
-class ConcatJSON(TypedDict):
+class ConcatJSON(TypedDict, total=False):
     """A ``concat`` trajectory's own fields: one sequence, or None and
-    ``concat_error``; a token-in-token-out one adds a sequence per branch, linked."""
+    ``concat_error`` (then ``interactions`` too); a token-in-token-out one adds a
+    sequence per branch, linked."""
 
     token_ids: list[int] | None
     loss_mask: list[int] | None
@@ -77,12 +78,12 @@ class ConcatJSON(TypedDict):
     weight_versions: list[WeightSpanJSON] | None
     interaction_ids: list[str]
     concat_error: ConcatErrorJSON | None
-    interactions: NotRequired[list[InteractionJSON]]
-    branches: NotRequired[list[dict[str, Any]]]
-    chain: NotRequired[list[str]]
+    interactions: list[InteractionJSON]
+    branches: list[dict[str, Any]]
+    chain: list[str]
 
 
-class TrajectoryJSON(TypedDict):
+class TrajectoryJSON(ConcatJSON):
     """An exported session: ``interactions`` (``individual``), or ``style: "concat"``
     and the ``ConcatJSON`` fields."""
 
@@ -96,12 +97,3 @@ class TrajectoryJSON(TypedDict):
     export waited on it: the rollout may be cut short)."""
     tito_prompts: NotRequired[dict[str, Any]]
     style: NotRequired[Style]
-    interactions: NotRequired[list[InteractionJSON]]
-    token_ids: NotRequired[list[int] | None]
-    loss_mask: NotRequired[list[int] | None]
-    logprobs: NotRequired[list[float] | None]
-    weight_versions: NotRequired[list[WeightSpanJSON] | None]
-    interaction_ids: NotRequired[list[str]]
-    concat_error: NotRequired[ConcatErrorJSON | None]
-    branches: NotRequired[list[dict[str, Any]]]
-    chain: NotRequired[list[str]]

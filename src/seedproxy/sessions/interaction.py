@@ -9,6 +9,7 @@ same in every store (``codec.py`` packs its tokens).
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -156,10 +157,16 @@ class Interaction:
     def prompt_ids(self) -> TokenIds:
         return TokenIds(self.prompt_token_ids)
 
+    def per_choice(self, value: Callable[[ChoiceRecord], Any]) -> Any:
+        """``value`` of the one choice (of an empty one when there is none), or with
+        ``n > 1`` a list of one per choice, in choice order: the exported shape."""
+        if len(self.choices) <= 1:
+            return value(self.choices[0] if self.choices else ChoiceRecord())
+        return [value(c) for c in self.choices]
+
     def to_dict(self) -> InteractionJSON:
-        """``n == 1`` gives flat per-choice fields; ``n > 1`` one entry per choice."""
+        """Per-choice fields as ``per_choice`` gives them."""
         single = len(self.choices) <= 1
-        first = self.choices[0] if self.choices else ChoiceRecord()
         shown: InteractionJSON = {
             "interaction_id": self.interaction_id,
             "request_index": self.request_index,
@@ -169,31 +176,17 @@ class Interaction:
             "request": self.request,
             "response": self.response,
             "prompt_token_ids": self.prompt_token_ids.tolist(),
-            "completion_token_ids": (
-                first.token_ids.tolist() if single else [c.token_ids.tolist() for c in self.choices]
-            ),
-            "logprobs": (
-                first.logprobs.tolist() if single else [c.logprobs.tolist() for c in self.choices]
-            ),
-            "finish_reason": (
-                first.finish_reason if single else [c.finish_reason for c in self.choices]
-            ),
+            "completion_token_ids": self.per_choice(lambda c: c.token_ids.tolist()),
+            "logprobs": self.per_choice(lambda c: c.logprobs.tolist()),
+            "finish_reason": self.per_choice(lambda c: c.finish_reason),
             "reward": self.reward,
             "latency_ms": self.latency_ms,
             "upstream": self.upstream,
             "abandoned": self.abandoned,
             "dispatch_weight_version": self.dispatch_weight_version,
-            "weight_version": (
-                first.weight_version if single else [c.weight_version for c in self.choices]
-            ),
-            "weight_versions": (
-                _spans_out(first.weight_versions)
-                if single
-                else [_spans_out(c.weight_versions) for c in self.choices]
-            ),
-            "routed_experts": (
-                _experts_out(first) if single else [_experts_out(c) for c in self.choices]
-            ),
+            "weight_version": self.per_choice(lambda c: c.weight_version),
+            "weight_versions": self.per_choice(lambda c: _spans_out(c.weight_versions)),
+            "routed_experts": self.per_choice(_experts_out),
         }
         if self.tito is not None:
             shown["lineage"] = {k: self.tito.get(k) for k in ("extends", "forked_from")}

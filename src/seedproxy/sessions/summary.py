@@ -23,12 +23,8 @@ def order_key(interaction: Interaction) -> str:
 
 def summary_fields(interaction: Interaction) -> dict[str, Any]:
     """The listed fields of ``interaction``, as ``Interaction.to_dict`` shows them."""
-    single = len(interaction.choices) <= 1
-    versions: Any = (
-        (interaction.choices[0].weight_version if interaction.choices else None) if single
-        else [c.weight_version for c in interaction.choices]
-    )
-    return {"upstream": interaction.upstream, "weight_version": versions}
+    return {"upstream": interaction.upstream,
+            "weight_version": interaction.per_choice(lambda c: c.weight_version)}
 
 
 def apply_summary(record: SessionRecord, interaction: Interaction, *, new: bool) -> None:
