@@ -38,14 +38,6 @@ class Session:
         self._occurrences: dict[str, int] = {}  # interaction id -> its key's occurrence
 
     @property
-    def session_id(self) -> str:
-        return self._record.session_id
-
-    @property
-    def identity(self) -> str:
-        return self._record.identity
-
-    @property
     def api_key(self) -> str:
         return self._record.api_key
 

@@ -64,8 +64,7 @@ from .redis_reads import RedisReads
 __all__ = ["RedisStore"]
 
 _MUTABLE = ("next_index", "last_active_at", "ended", "ended_seq", "end_status", "reward",
-            "exported",
-            "interaction_count", "last_order", "last_upstream", "last_weight_version")
+            "exported", "interaction_count", "last_order", "last_upstream", "last_weight_version")
 
 class RedisStore(RedisCore):
     """``SessionStore`` on Redis, shared by every replica pointed at the same database.

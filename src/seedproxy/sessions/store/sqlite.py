@@ -58,9 +58,6 @@ class SqliteStore(SqliteFile):
         self.scan, self.count, self.idle = reads.scan, reads.count, reads.idle
         self.version, self.watch = reads.version, reads.watch
 
-
-    # -- SessionStore ------------------------------------------------------------------
-
     async def create(
         self, record: SessionRecord, *, max_open: int | None = None, reserve: int = 1
     ) -> bool:
