@@ -11,8 +11,7 @@ from dataclasses import fields
 
 from .codec import Link, Sent, decode, encode, resolve, with_reward
 from .interaction import Interaction
-from .record import Recorded, SessionRecord, Slot, Stale
-from .summary import apply_summary
+from .record import Recorded, SessionRecord, Slot, Stale, apply_summary
 
 __all__ = ["Session"]
 

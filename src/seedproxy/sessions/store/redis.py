@@ -53,8 +53,7 @@ import orjson
 from ...errors import SessionNotFound
 from ..codec import Link, Sent, decode, encode, resolve
 from ..interaction import Interaction
-from ..record import Recorded, SessionRecord, Slot, Stale
-from ..summary import order_key, summary_fields
+from ..record import Recorded, SessionRecord, Slot, Stale, order_key, summary_fields
 from . import redis_scripts as lua
 from .base import RETRY_MEMORY, over_capacity
 from .redis_core import RedisCore

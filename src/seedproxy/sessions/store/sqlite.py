@@ -25,8 +25,7 @@ import orjson
 from ...errors import SessionNotFound
 from ..codec import Link, Sent, decode, encode, resolve, with_reward
 from ..interaction import Interaction
-from ..record import Recorded, SessionRecord
-from ..summary import apply_summary
+from ..record import Recorded, SessionRecord, apply_summary
 from .base import RETRY_MEMORY, View, over_capacity
 from .sqlite_core import SqliteFile
 from .sqlite_leases import SqliteLeases
