@@ -21,7 +21,7 @@ from ..pipeline.request import documented, read_model
 from ..sessions import SessionManager, SessionRecord, SessionStore
 from ..sessions.export import Style, lease_batch, trajectory
 from ..sessions.ids import check_id, encode_id
-from ..sessions.resuming import replay_options
+from ..sessions.manager import replay_options
 from .access import Access
 from .listing import MAX_PAGE, SEQ_MAX, session_page
 from .schemas import AckRequest, CreateSessions, ExportRequest, RewardRequest
