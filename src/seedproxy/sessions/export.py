@@ -27,12 +27,7 @@ from .store.base import SessionStore
 from .store.changes import Watch
 from .trees import link_branches, prompt_counts
 
-__all__ = ["Leased", "Style", "lease_batch", "new_batch_id", "ordered_interactions",
-           "trajectory"]
-
-def new_batch_id() -> str:
-    return "batch-" + uuid.uuid4().hex
-
+__all__ = ["Leased", "Style", "lease_batch", "ordered_interactions", "trajectory"]
 
 class Leased(NamedTuple):
     """What ``lease_batch`` leased under ``batch_id``."""
@@ -78,7 +73,7 @@ async def lease_batch(
     """
     ask = Ask(session_ids, group_id, count, deterministic, remove, abandon_after_s,
               skip_abandoned)
-    batch_id = new_batch_id()
+    batch_id = "batch-" + uuid.uuid4().hex
     deadline = time.monotonic() + timeout_s
     async with contextlib.AsyncExitStack() as stack:
         watch: Watch | None = None
