@@ -179,8 +179,6 @@ def encode(interaction: Interaction, link: Link | None = None, sent: Sent | None
     header.update(request=request, tito=tito, link=link.storage() if link else None,
                   sent=[sent.field, sent.count, sent.size, sent.digest] if sent else None,
                   prompt=len(prompt))
-    for c, stored in zip(i.choices, header["choices"], strict=True):
-        stored.update(ids=len(c.token_ids), logprobs=len(c.logprobs))
     parts = [b"", orjson.dumps(header), _pack(prompt)]
     for c in i.choices:
         parts += [_pack(c.token_ids), _pack(c.logprobs)]

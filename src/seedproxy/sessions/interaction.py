@@ -47,11 +47,12 @@ def _spans_out(spans: list[VersionSpan]) -> list[WeightSpanJSON]:
 
 
 def _ids(values: Any) -> array[int]:
-    return array("i", values or ())
+    """Stored ids as an array (one ``codec.decode`` unpacked is taken as it is)."""
+    return values if isinstance(values, array) else array("i", values or ())
 
 
 def _floats(values: Any) -> array[float]:
-    return array("f", values or ())
+    return values if isinstance(values, array) else array("f", values or ())
 
 
 @dataclass(slots=True)
@@ -71,7 +72,7 @@ class ChoiceRecord:
     @classmethod
     def of(cls, token_ids: Any, logprobs: Any, finish_reason: Any) -> ChoiceRecord:
         reason = finish_reason if isinstance(finish_reason, str) else None
-        return cls(_ids(token_ids), _floats(logprobs), reason)
+        return cls(array("i", token_ids or ()), array("f", logprobs or ()), reason)
 
     def take_versions(self, source: Any) -> None:
         """Read ``weight_version`` / ``weight_versions`` from a ``meta_info`` or a
@@ -86,7 +87,8 @@ class ChoiceRecord:
             self.weight_versions = spans
 
     def storage(self, *, tokens: bool = True) -> dict[str, Any]:
-        """The stored form; without ``tokens``, no ``token_ids`` or ``logprobs``."""
+        """The stored form; without ``tokens``, the counts of ``ids`` and ``logprobs``
+        in their place (``codec.encode`` packs them)."""
         stored: dict[str, Any] = {
             "finish_reason": self.finish_reason,
             "weight_version": self.weight_version,
@@ -95,6 +97,8 @@ class ChoiceRecord:
         }
         if tokens:
             stored.update(token_ids=self.token_ids.tolist(), logprobs=self.logprobs.tolist())
+        else:
+            stored.update(ids=len(self.token_ids), logprobs=len(self.logprobs))
         return stored
 
     @classmethod
@@ -208,8 +212,7 @@ class Interaction:
     def to_storage(self, *, tokens: bool = True) -> dict[str, Any]:
         """Return a lossless, JSON-serialisable form (the rarely set ``replayed``,
         ``compacted_from`` and ``left_out_tools`` only when set); without ``tokens``, no
-        ``prompt_token_ids`` and no choice's ``token_ids`` or ``logprobs``
-        (``codec.encode`` packs them)."""
+        ``prompt_token_ids`` and each choice's counts (``ChoiceRecord.storage``)."""
         stored: dict[str, Any] = {
             "interaction_id": self.interaction_id,
             "request_index": self.request_index,
