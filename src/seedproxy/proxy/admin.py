@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -207,11 +207,11 @@ async def _lease_when_ended(admin: _Admin, session_id: str, timeout_s: float, st
     store, clock = admin.store, admin.clock
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
-    built: list[Mapping[str, Any]] = []
+    built: list[dict[str, Any]] = []
 
     async def build(chosen: list[SessionRecord]) -> None:
         # The whole answer, serialisable, before anything is leased.
-        built[:] = [await trajectory(store, r, style) for r in chosen]
+        built[:] = [dict(await trajectory(store, r, style)) for r in chosen]
         orjson.dumps(built)
 
     async with store.watch() as watch:

@@ -1,7 +1,7 @@
 """``GET /sessions``: a bounded page of session summaries for the viewer and scripts.
 
 A page is read from one of the store's indexes (creation order; by group; by
-identity) and its summaries from the session records themselves (``sessions/record.py``), so
+identity) and its summaries from the session records themselves (``summary.py``), so
 it costs ``limit`` records whatever the store holds (plus ``offset``; a ``cursor``,
 the ``next_cursor`` of the page before, costs nothing extra). ``since`` (a
 ``version`` an earlier answer gave) answers ``{"version", "changed": false}`` alone
