@@ -11,7 +11,8 @@ shared leaf modules (``seeds``, ``errors``, ``settings`` ...); ``sessions``; the
 (``wire``, ``transport``, ``media``, ``tito``, ``dialects``, ``bridges``, ``fleet``);
 ``pipeline``;
 ``proxy``; ``commands``. The engine is an upstream like any other: it imports only the leaf
-modules. The client package imports nothing of the server. A new package fails the test
+modules. The client package imports nothing of the server but ``trajectory`` (the
+exported JSON's fields). A new package fails the test
 until it is given its place."""
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ PACKAGE = "seedproxy"
 
 LEAVES = frozenset({"errors", "nesting", "json_body", "sse_frames", "tool_choice",
                     "template_input", "settings", "detokenize", "stop_strings",
-                    "sampling_fields", "legacy_tag", "response_format", "error_presenters"})
-"""The rules the engine shares with the proxy (and the error table's presenters): they
-import only one another."""
+                    "sampling_fields", "legacy_tag", "response_format", "error_presenters",
+                    "trajectory"})
+"""The rules the engine shares with the proxy (and the error table's presenters, and
+the exported JSON's fields): they import only one another."""
 
 UPSTREAM_SIDE = frozenset({"wire", "transport", "media", "tito", "dialects", "bridges",
                            "fleet"})
@@ -34,6 +36,7 @@ UPSTREAM_SIDE = frozenset({"wire", "transport", "media", "tito", "dialects", "br
 ALLOWED: dict[str, frozenset[str]] = {
     "seeds": frozenset(),
     "errors": frozenset(),
+    "trajectory": frozenset(),
     "nesting": frozenset(),
     "sse_frames": frozenset(),
     "detokenize": frozenset(),
@@ -57,7 +60,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "engine": LEAVES,
     "pipeline": LEAVES | {"seeds", "sessions"} | UPSTREAM_SIDE,
     "proxy": LEAVES | {"seeds", "sessions", "pipeline"} | UPSTREAM_SIDE,
-    "client": frozenset(),
+    "client": frozenset({"trajectory"}),
     "commands": LEAVES | {"seeds", "sessions", "pipeline", "proxy", "engine", "client",
                           "__root__"} | UPSTREAM_SIDE,
     "__main__": frozenset({"commands"}),

@@ -9,7 +9,7 @@ its control plane) <- ``pipeline`` (one
 request's stages) <- ``proxy`` (the HTTP surface) <- ``commands`` (the command line).
 ``engine`` is the embedded CPU model, an upstream like any other, which ``serve`` starts
 only when no upstream is given; it imports only the leaf modules. ``client`` is the
-Python client and imports nothing of the server.
+Python client and imports nothing of the server but ``trajectory`` (the exported JSON).
 """
 
 from __future__ import annotations

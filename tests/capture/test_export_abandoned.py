@@ -121,3 +121,23 @@ async def test_the_client_reads_the_end_status_and_can_skip_abandoned(
         assert [(t.session_id, t.end_status) for t in kept] == [("g", "ended")]
         rest = await proxy.export()
         assert [(t.session_id, t.end_status) for t in rest] == [("h", "ended")]
+
+
+async def test_a_group_export_can_skip_abandoned(
+    fake: Fake, start_proxy: Callable[..., str]
+) -> None:
+    clock = Clock()
+    url = started(fake, start_proxy, clock)
+    async with SeedProxyClient(url) as proxy:
+        group = await proxy.create_group("skipper", k=3)
+        async with httpx.AsyncClient(timeout=30) as http:
+            for sample in group.samples:
+                sent = await http.post(f"{sample.base_url}/completions", json=PROMPT,
+                                       headers={"authorization": f"Bearer {sample.api_key}"})
+                assert sent.is_success
+        for sample in group.samples[1:]:
+            await proxy.end(sample.session_id)
+        clock.ahead = ABANDON_S  # the first sample is idle for the abandon time
+        kept = await group.export(skip_abandoned=True, timeout_s=0.0)
+        assert [(t.session_id, t.end_status) for t in kept] == [
+            (s.session_id, "ended") for s in group.samples[1:]]

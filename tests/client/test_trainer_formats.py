@@ -302,3 +302,17 @@ def test_what_cannot_be_one_sequence_is_refused() -> None:
     with pytest.raises(ValueError, match="no reward"):
         to_skyrl([unrewarded])
     assert to_trl([unrewarded])["completion_ids"] == [[6, 7]]
+
+
+def test_a_token_in_token_out_concat_error_is_read() -> None:
+    # A token-in-token-out branch's error names no turn, index or position.
+    broken = Trajectory.from_json({"session_id": "t", "identity": "t", "style": "concat",
+                                   "token_ids": None, "concat_error": {
+                                       "interaction_id": "i1", "reason": "logprobs missing"}})
+    assert broken.concat_error is not None
+    assert (broken.concat_error.interaction_id, broken.concat_error.turn) == ("i1", None)
+    with pytest.raises(ValueError, match="logprobs missing"):
+        to_verl([broken])
+    empty = Trajectory.from_json({"session_id": "e", "identity": "e", "style": "concat",
+                                  "concat_error": {"reason": "no turns"}})
+    assert empty.concat_error is not None and empty.concat_error.reason == "no turns"

@@ -1,5 +1,5 @@
-"""An async client for RL loops over seedproxy's admin routes (HTTP only: it never
-imports the proxy, so it works against any seedproxy, local or remote).
+"""An async client for RL loops over seedproxy's admin routes (HTTP only, so it works
+against any seedproxy, local or remote).
 
 A ``Group`` is k samples of one rollout identity; each ``Sample`` hands out OpenAI
 clients already bound to its session, so whatever an agent sends through them is
@@ -136,6 +136,7 @@ class Group:
         return await self.proxy.export(
             group_id=self.group_id, count=len(self.samples), timeout_s=timeout_s,
             style=style, out=out, ack=ack, visibility_timeout_s=visibility_timeout_s,
+            skip_abandoned=skip_abandoned,
         )
 
 
@@ -264,15 +265,13 @@ class SeedProxyClient:
         visibility_timeout_s: float | None = None,
         skip_abandoned: bool = False,
     ) -> ExportBatch:
-        """``POST /trajectories/export``: see the README for selection and order.
-
-        Delivery is at least once: the server leases the batch until it is
-        acknowledged. With ``out`` the batch is written to that JSON Lines file and
-        fsynced, then acknowledged. Without it, ``ack=True`` acknowledges it as soon as
-        it has been received; ``ack=False`` leaves that to ``ack(batch.batch_id)``
-        once it is safe (unacknowledged, it is exported again after
-        ``visibility_timeout_s``, 300 s by default). ``skip_abandoned`` leaves out
-        sessions the proxy ended as abandoned (they leave later exports all the same)."""
+        """``POST /trajectories/export`` (the README has selection and order), delivered
+        at least once: with ``out`` the batch is written to that JSON Lines file and
+        fsynced, then acknowledged; without it, ``ack=True`` acknowledges it once
+        received and ``ack=False`` leaves that to ``ack(batch.batch_id)`` (unacknowledged,
+        it is exported again after ``visibility_timeout_s``, 300 s by default).
+        ``skip_abandoned`` leaves out sessions the proxy ended as abandoned (they leave
+        later exports all the same)."""
         body: dict[str, Any] = {"timeout_s": timeout_s, "style": style, "remove": remove}
         if skip_abandoned:
             body["skip_abandoned"] = True

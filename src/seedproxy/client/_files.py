@@ -39,33 +39,23 @@ def write_parquet(trajectories: Iterable[Trajectory], path: str | os.PathLike[st
         import pyarrow.parquet as pq  # type: ignore[import-untyped]
     except ImportError as exc:
         raise ImportError("Parquet export needs pyarrow: pip install -e '.[parquet]'") from exc
-    rows: dict[str, list[Any]] = {
-        name: []
-        for name in (
-            "session_id", "identity", "group_id", "input_ids", "loss_mask", "logprobs", "reward"
-        )
-    }
+    schema = pa.schema([
+        ("session_id", pa.string()),
+        ("identity", pa.string()),
+        ("group_id", pa.string()),
+        ("input_ids", pa.list_(pa.int32())),
+        ("loss_mask", pa.list_(pa.int8())),
+        ("logprobs", pa.list_(pa.float32())),
+        ("reward", pa.float64()),
+    ])
+    rows: dict[str, list[Any]] = {name: [] for name in schema.names}
     for t in trajectories:
         if t.style != "concat" or t.token_ids is None or t.loss_mask is None:
             why = t.concat_error.reason if t.concat_error else "not exported with style='concat'"
             raise ValueError(f"session {t.session_id!r} has no token sequence: {why}")
-        rows["session_id"].append(t.session_id)
-        rows["identity"].append(t.identity)
-        rows["group_id"].append(t.group_id)
-        rows["input_ids"].append(t.token_ids)
-        rows["loss_mask"].append(t.loss_mask)
-        rows["logprobs"].append(t.logprobs)
-        rows["reward"].append(t.reward)
-    schema = pa.schema(
-        [
-            ("session_id", pa.string()),
-            ("identity", pa.string()),
-            ("group_id", pa.string()),
-            ("input_ids", pa.list_(pa.int32())),
-            ("loss_mask", pa.list_(pa.int8())),
-            ("logprobs", pa.list_(pa.float32())),
-            ("reward", pa.float64()),
-        ]
-    )
+        row = (t.session_id, t.identity, t.group_id, t.token_ids, t.loss_mask, t.logprobs,
+               t.reward)
+        for name, value in zip(schema.names, row, strict=True):
+            rows[name].append(value)
     pq.write_table(pa.table(rows, schema=schema), path)
     return len(rows["session_id"])

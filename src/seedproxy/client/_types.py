@@ -1,22 +1,22 @@
-"""Typed views of the proxy's trajectory JSON. Each keeps the JSON it was built from
-(``raw``), so writing it back out is lossless and byte-stable."""
+"""Typed views of the proxy's trajectory JSON (its fields: ``seedproxy.trajectory``).
+A ``Trajectory`` keeps the JSON it was built from (``raw``), so writing it back out is
+lossless and byte-stable."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, cast
 
 import orjson
 
-__all__ = ["ConcatError", "Interaction", "Trajectory"]
+from ..trajectory import InteractionJSON, Style, TrajectoryJSON, WeightSpanJSON
 
-Style = Literal["individual", "concat"]
+__all__ = ["ConcatError", "Interaction", "Style", "Trajectory"]
 
 
 @dataclass(frozen=True, slots=True)
 class Interaction:
-    """One recorded request. With ``n > 1``, ``seed``, ``completion_token_ids``,
-    ``logprobs`` and ``finish_reason`` hold one entry per choice."""
+    """One recorded request (``InteractionJSON``)."""
 
     interaction_id: str
     request_index: int
@@ -33,12 +33,10 @@ class Interaction:
     latency_ms: float
     upstream: str | None
     replayed: bool = False
-    """Answered from a resumed session's source record, with no upstream call."""
     compacted_from: str | None = None
-    """The interaction whose history this request's summary replaced."""
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Interaction:
+    def from_json(cls, data: InteractionJSON) -> Interaction:
         return cls(
             interaction_id=data["interaction_id"],
             request_index=data["request_index"],
@@ -48,8 +46,8 @@ class Interaction:
             request=data.get("request"),
             response=data.get("response"),
             prompt_token_ids=list(data.get("prompt_token_ids") or []),
-            completion_token_ids=list(data.get("completion_token_ids") or []),
-            logprobs=list(data.get("logprobs") or []),
+            completion_token_ids=(data.get("completion_token_ids") or [])[:],
+            logprobs=(data.get("logprobs") or [])[:],
             finish_reason=data.get("finish_reason"),
             reward=data.get("reward"),
             latency_ms=data.get("latency_ms", 0.0),
@@ -61,13 +59,14 @@ class Interaction:
 
 @dataclass(frozen=True, slots=True)
 class ConcatError:
-    """Where a multi-turn trajectory stops being one token sequence (template drift)."""
+    """Where a multi-turn trajectory stops being one token sequence (``ConcatErrorJSON``:
+    a token-in-token-out branch's names no turn, index or position)."""
 
-    turn: int
-    interaction_id: str
-    request_index: int
-    reason: str
-    position: int | None
+    turn: int | None = None
+    interaction_id: str | None = None
+    request_index: int | None = None
+    reason: str = ""
+    position: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,17 +85,15 @@ class Trajectory:
     token_ids: list[int] | None = None
     loss_mask: list[int] | None = None
     logprobs: list[float] | None = None
-    weight_versions: list[dict[str, Any]] | None = None
-    """Concat: ``[{version, start, end}]`` over ``token_ids`` positions (end exclusive):
-    the weight version that sampled each generated token."""
+    weight_versions: list[WeightSpanJSON] | None = None
+    """Concat: the weight version that sampled each generated token's position."""
     concat_error: ConcatError | None = None
     end_status: str | None = None
-    """"ended" (its agent ended it) or "abandoned" (ended by the proxy, idle while an
-    export waited on it: the rollout may be cut short)."""
-    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    raw: TrajectoryJSON = field(default_factory=lambda: cast(TrajectoryJSON, {}), repr=False,
+                                compare=False)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Trajectory:
+    def from_json(cls, data: TrajectoryJSON) -> Trajectory:
         error = data.get("concat_error")
         return cls(
             session_id=data["session_id"],

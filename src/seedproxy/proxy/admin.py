@@ -20,7 +20,7 @@ from ..pipeline.request import documented, read_model
 from ..sessions import SessionManager, SessionRecord, SessionStore
 from ..sessions.export import Style, lease_batch, trajectory
 from ..sessions.ids import check_id, encode_id
-from ..sessions.resuming import replay_options
+from ..sessions.manager import replay_options
 from .access import Access
 from .listing import MAX_PAGE, SEQ_MAX, session_page
 from .schemas import AckRequest, CreateSessions, ExportRequest, RewardRequest
@@ -186,7 +186,7 @@ async def _lease_when_ended(admin: Admin, session_id: str, timeout_s: float, sty
 
     async def build(chosen: list[SessionRecord]) -> None:
         # The whole answer, serialisable, before anything is leased.
-        built[:] = [await trajectory(store, r, style) for r in chosen]
+        built[:] = [dict(await trajectory(store, r, style)) for r in chosen]
         orjson.dumps(built)
 
     async with store.watch() as watch:

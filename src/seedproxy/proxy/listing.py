@@ -67,7 +67,7 @@ async def session_page(store: SessionStore, *, group_id: str | None, identity: s
 async def _summary(store: SessionStore, record: SessionRecord) -> dict[str, Any]:
     if record.interaction_count is None:  # stored before summaries were kept
         interactions = await store.interactions(record.session_id)
-        last = interactions[-1].to_dict() if interactions else {}
+        last: dict[str, Any] = dict(interactions[-1].to_dict()) if interactions else {}
         count, upstream, version = len(interactions), last.get("upstream"), last.get(
             "weight_version")
     else:

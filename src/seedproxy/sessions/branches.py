@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..trajectory import WeightSpanJSON
 from .concat import sequence_spans
 from .interaction import Interaction
 from .media import sample_images
@@ -81,7 +82,7 @@ def _sequence(branch_id: str, parent: Any, members: list[Interaction],
     tokens: list[int] = []
     mask: list[int] = []
     logprobs: list[float] = []
-    versions: list[dict[str, Any]] = []
+    versions: list[WeightSpanJSON] = []
     error = None
     last: Interaction | None = None
     for turn in members:

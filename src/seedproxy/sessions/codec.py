@@ -24,8 +24,7 @@ from typing import Any
 import orjson
 
 from ..errors import StoreError
-from .interaction import ChoiceRecord, Interaction
-from .routed_experts import RoutedExperts
+from .interaction import Interaction
 
 __all__ = ["MESSAGE_FIELDS", "Link", "Sent", "Signed", "Stored", "conversation", "decode",
            "encode", "linked_images", "own_images", "resolve", "sent_of", "sign",
@@ -98,8 +97,7 @@ def sign(request: Any, base: str | None, base_sent: Sent | None) -> Signed | Non
 
 
 def _hex(digest: Any) -> str:
-    """A ``Sent`` digest: SHA-256 (hardware-accelerated where the CPU has it, so about
-    twice blake2b's speed here) cut to 16 bytes. Only compared with digests of this
+    """A ``Sent`` digest: SHA-256 cut to 16 bytes. Only compared with digests of this
     store; one written another way never matches, which only stores more."""
     return str(digest.digest()[:16].hex())
 
@@ -177,29 +175,10 @@ def encode(interaction: Interaction, link: Link | None = None, sent: Sent | None
         tito = {**tito, "messages": tito["messages"][link.keys:]}
     if link is not None and link.prompt and tito is not None and "images" in tito:
         tito = {**tito, "images": own_images(tito["images"], link.prompt)}
-    header = {
-        "interaction_id": i.interaction_id, "request_index": i.request_index,
-        "seeds": i.seeds, "endpoint": i.endpoint, "status": i.status,
-        "request": request, "response": i.response, "reward": i.reward,
-        "latency_ms": i.latency_ms, "upstream": i.upstream, "abandoned": i.abandoned,
-        "dispatch_weight_version": i.dispatch_weight_version, "tito": tito,
-        "content_key": i.content_key, "occurrence": i.occurrence,
-        "link": link.storage() if link else None,
-        "sent": [sent.field, sent.count, sent.size, sent.digest] if sent else None,
-        "prompt": len(prompt),
-        "choices": [{
-            "ids": len(c.token_ids), "logprobs": len(c.logprobs),
-            "finish_reason": c.finish_reason, "weight_version": c.weight_version,
-            "weight_versions": [list(span) for span in c.weight_versions],
-            "routed_experts": c.routed_experts.to_dict() if c.routed_experts else None,
-        } for c in i.choices],
-    }
-    if i.replayed:  # rarely set: only then stored
-        header["replayed"] = True
-    if i.compacted_from is not None:
-        header["compacted_from"] = i.compacted_from
-    if i.left_out_tools:
-        header["left_out_tools"] = i.left_out_tools
+    header = i.to_storage(tokens=False)
+    header.update(request=request, tito=tito, link=link.storage() if link else None,
+                  sent=[sent.field, sent.count, sent.size, sent.digest] if sent else None,
+                  prompt=len(prompt))
     parts = [b"", orjson.dumps(header), _pack(prompt)]
     for c in i.choices:
         parts += [_pack(c.token_ids), _pack(c.logprobs)]
@@ -228,24 +207,11 @@ def decode(blob: bytes) -> Stored:
         at += 4 * count
         return out
 
-    prompt = take("i", head["prompt"])
-    choices = []
+    head["prompt_token_ids"] = take("i", head["prompt"])
     for c in head["choices"]:
-        ids, logprobs = take("i", c["ids"]), take("f", c["logprobs"])
-        choices.append(ChoiceRecord(
-            ids, logprobs, c["finish_reason"], c["weight_version"],
-            [(str(v), int(a), int(b)) for v, a, b in c["weight_versions"]],
-            RoutedExperts.from_dict(c["routed_experts"])))
-    interaction = Interaction(
-        interaction_id=head["interaction_id"], request_index=head["request_index"],
-        seeds=head["seeds"], endpoint=head["endpoint"], request=head["request"],
-        response=head["response"], status=head["status"], prompt_token_ids=prompt,
-        choices=choices, reward=head["reward"], latency_ms=head["latency_ms"],
-        upstream=head["upstream"], abandoned=head["abandoned"],
-        dispatch_weight_version=head["dispatch_weight_version"], tito=head["tito"],
-        content_key=head["content_key"], occurrence=head["occurrence"],
-        replayed=head.get("replayed", False), compacted_from=head.get("compacted_from"),
-        left_out_tools=head.get("left_out_tools"))
+        ids = take("i", c["ids"])
+        c.update(token_ids=ids, logprobs=take("f", c["logprobs"]))
+    interaction = Interaction.from_storage(head)
     link = Link(*head["link"]) if head["link"] else None
     sent = Sent(*head["sent"]) if head["sent"] else None
     return Stored(interaction, link, sent)

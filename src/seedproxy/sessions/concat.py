@@ -15,27 +15,21 @@ reported for the whole completion. An off-policy correction reads it per token.
 
 from __future__ import annotations
 
-from typing import Any
-
+from ..trajectory import ConcatJSON, WeightSpanJSON
 from .interaction import ChoiceRecord, Interaction
 
 __all__ = ["concat_record", "sequence_spans"]
 
 
-def concat_record(interactions: list[Interaction]) -> dict[str, Any]:
-    """Return ``{token_ids, loss_mask, logprobs, weight_versions, interaction_ids,
-    concat_error}``.
-
-    Failed requests (status >= 400) are left out: they produced no tokens. On a
-    break, ``token_ids``, ``loss_mask`` and ``logprobs`` are None and
-    ``concat_error`` is ``{turn, interaction_id, request_index, reason, position}``.
-    ``logprobs`` is None as well when some turn came without them.
-    """
+def concat_record(interactions: list[Interaction]) -> ConcatJSON:
+    """Failed requests (status >= 400) are left out: they produced no tokens. On a
+    break, ``token_ids``, ``loss_mask`` and ``logprobs`` are None and ``concat_error``
+    says where; ``logprobs`` is None as well when some turn came without them."""
     turns = [i for i in interactions if i.status < 400]
     tokens: list[int] = []
     mask: list[int] = []
     logprobs: list[float] = []
-    versions: list[dict[str, Any]] = []
+    versions: list[WeightSpanJSON] = []
     have_logprobs = True
     previous: list[int] | None = None
     for turn, interaction in enumerate(turns):
@@ -72,7 +66,7 @@ def concat_record(interactions: list[Interaction]) -> dict[str, Any]:
     }
 
 
-def sequence_spans(choice: ChoiceRecord, offset: int, length: int) -> list[dict[str, Any]]:
+def sequence_spans(choice: ChoiceRecord, offset: int, length: int) -> list[WeightSpanJSON]:
     """``choice``'s weight versions over sequence positions, its completion starting at
     ``offset``: its own spans shifted (clipped to its ``length`` tokens), else one span
     of the version it reported, else none."""
@@ -95,7 +89,7 @@ def _first_difference(previous: list[int], prompt: list[int]) -> int | None:
 
 def _broken(
     turns: list[Interaction], turn: int, reason: str, position: int | None
-) -> dict[str, Any]:
+) -> ConcatJSON:
     at = turns[turn]
     return {
         "token_ids": None,

@@ -15,8 +15,9 @@ import contextlib
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
+from ..trajectory import ConcatJSON, Style, TrajectoryJSON
 from .branches import branch_of, branch_records, is_tito
 from .concat import concat_record
 from .interaction import Interaction
@@ -26,15 +27,7 @@ from .store.base import SessionStore
 from .store.changes import Watch
 from .trees import link_branches, prompt_counts
 
-__all__ = ["Leased", "Style", "lease_batch", "new_batch_id", "ordered_interactions",
-           "trajectory"]
-
-Style = Literal["individual", "concat"]
-
-
-def new_batch_id() -> str:
-    return "batch-" + uuid.uuid4().hex
-
+__all__ = ["Leased", "Style", "lease_batch", "ordered_interactions", "trajectory"]
 
 class Leased(NamedTuple):
     """What ``lease_batch`` leased under ``batch_id``."""
@@ -80,7 +73,7 @@ async def lease_batch(
     """
     ask = Ask(session_ids, group_id, count, deterministic, remove, abandon_after_s,
               skip_abandoned)
-    batch_id = new_batch_id()
+    batch_id = "batch-" + uuid.uuid4().hex
     deadline = time.monotonic() + timeout_s
     async with contextlib.AsyncExitStack() as stack:
         watch: Watch | None = None
@@ -125,17 +118,15 @@ async def ordered_interactions(
 
 async def trajectory(
     store: SessionStore, record: SessionRecord, style: Style = "individual"
-) -> dict[str, Any]:
+) -> TrajectoryJSON:
     """The contract's trajectory object, interactions in ``ordered_interactions``' order.
 
-    ``individual``: one record per interaction under ``interactions``. ``concat``:
-    one token sequence (see ``concat.py``); when it cannot be built the
-    per-interaction records come along so nothing is lost. Token-in-token-out: one
-    training sample per branch, linked (``trees.py``), and ``tito_prompts``, how many
-    turns were extended, matched (by matcher) and rendered.
+    ``concat``: one token sequence (``concat.py``), and the per-interaction records
+    when it cannot be built, so nothing is lost. Token-in-token-out: one training
+    sample per branch, linked (``trees.py``), and ``tito_prompts``.
     """
     interactions = await ordered_interactions(store, record)
-    head: dict[str, Any] = {
+    head: TrajectoryJSON = {
         "session_id": record.session_id,
         "identity": record.identity,
         "group_id": record.group_id,
@@ -160,7 +151,7 @@ async def trajectory(
     return {**head, "style": "concat", **joined}
 
 
-def _tito_concat(interactions: list[Any]) -> dict[str, Any]:
+def _tito_concat(interactions: list[Any]) -> ConcatJSON:
     """Token-in-token-out: exact by construction, one sequence per branch (each sampled
     token in exactly one, with loss mask 1), linked; the top-level fields are the main
     conversation's first branch's, as in the drift-checked form."""

@@ -1,17 +1,19 @@
 """What one proxied request leaves behind for RL training.
 
 Token ids and logprobs are held in ``array`` objects (4 bytes per id, 4 per logprob),
-never lists of Python ints: a long rollout records thousands of tokens per turn.
-Serialisation (``to_dict``/``from_dict``) is the single place that defines the wire
-and storage shape, so every store saves the same thing and a new field costs one line.
+never lists of Python ints. ``to_dict`` writes the exported shape
+(``trajectory.InteractionJSON``); ``to_storage``/``from_storage`` the stored one, the
+same in every store (``codec.py`` packs its tokens).
 """
 
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..trajectory import InteractionJSON, WeightSpanJSON
 from .routed_experts import RoutedExperts
 from .token_ids import TokenIds
 
@@ -40,16 +42,17 @@ def _experts_out(choice: ChoiceRecord) -> dict[str, Any] | None:
     return choice.routed_experts.to_dict() if choice.routed_experts else None
 
 
-def _spans_out(spans: list[VersionSpan]) -> list[dict[str, Any]]:
+def _spans_out(spans: list[VersionSpan]) -> list[WeightSpanJSON]:
     return [{"version": v, "start": a, "end": b} for v, a, b in spans]
 
 
 def _ids(values: Any) -> array[int]:
-    return array("i", values or ())
+    """Stored ids as an array (one ``codec.decode`` unpacked is taken as it is)."""
+    return values if isinstance(values, array) else array("i", values or ())
 
 
 def _floats(values: Any) -> array[float]:
-    return array("f", values or ())
+    return values if isinstance(values, array) else array("f", values or ())
 
 
 @dataclass(slots=True)
@@ -69,7 +72,7 @@ class ChoiceRecord:
     @classmethod
     def of(cls, token_ids: Any, logprobs: Any, finish_reason: Any) -> ChoiceRecord:
         reason = finish_reason if isinstance(finish_reason, str) else None
-        return cls(_ids(token_ids), _floats(logprobs), reason)
+        return cls(array("i", token_ids or ()), array("f", logprobs or ()), reason)
 
     def take_versions(self, source: Any) -> None:
         """Read ``weight_version`` / ``weight_versions`` from a ``meta_info`` or a
@@ -83,15 +86,20 @@ class ChoiceRecord:
         if spans:
             self.weight_versions = spans
 
-    def storage(self) -> dict[str, Any]:
-        return {
-            "token_ids": self.token_ids.tolist(),
-            "logprobs": self.logprobs.tolist(),
+    def storage(self, *, tokens: bool = True) -> dict[str, Any]:
+        """The stored form; without ``tokens``, the counts of ``ids`` and ``logprobs``
+        in their place (``codec.encode`` packs them)."""
+        stored: dict[str, Any] = {
             "finish_reason": self.finish_reason,
             "weight_version": self.weight_version,
             "weight_versions": [list(span) for span in self.weight_versions],
-            "routed_experts": self.routed_experts.to_dict() if self.routed_experts else None,
+            "routed_experts": _experts_out(self),
         }
+        if tokens:
+            stored.update(token_ids=self.token_ids.tolist(), logprobs=self.logprobs.tolist())
+        else:
+            stored.update(ids=len(self.token_ids), logprobs=len(self.logprobs))
+        return stored
 
     @classmethod
     def from_storage(cls, data: dict[str, Any]) -> ChoiceRecord:
@@ -153,12 +161,17 @@ class Interaction:
     def prompt_ids(self) -> TokenIds:
         return TokenIds(self.prompt_token_ids)
 
-    def to_dict(self) -> dict[str, Any]:
-        """Return the contract's JSON shape. ``n == 1`` gives flat per-choice fields;
-        ``n > 1`` gives one list entry per choice, in choice order."""
+    def per_choice(self, value: Callable[[ChoiceRecord], Any]) -> Any:
+        """``value`` of the one choice (of an empty one when there is none), or with
+        ``n > 1`` a list of one per choice, in choice order: the exported shape."""
+        if len(self.choices) <= 1:
+            return value(self.choices[0] if self.choices else ChoiceRecord())
+        return [value(c) for c in self.choices]
+
+    def to_dict(self) -> InteractionJSON:
+        """Per-choice fields as ``per_choice`` gives them."""
         single = len(self.choices) <= 1
-        first = self.choices[0] if self.choices else ChoiceRecord()
-        shown = {
+        shown: InteractionJSON = {
             "interaction_id": self.interaction_id,
             "request_index": self.request_index,
             "seed": (self.seeds[0] if self.seeds else None) if single else list(self.seeds),
@@ -167,31 +180,17 @@ class Interaction:
             "request": self.request,
             "response": self.response,
             "prompt_token_ids": self.prompt_token_ids.tolist(),
-            "completion_token_ids": (
-                first.token_ids.tolist() if single else [c.token_ids.tolist() for c in self.choices]
-            ),
-            "logprobs": (
-                first.logprobs.tolist() if single else [c.logprobs.tolist() for c in self.choices]
-            ),
-            "finish_reason": (
-                first.finish_reason if single else [c.finish_reason for c in self.choices]
-            ),
+            "completion_token_ids": self.per_choice(lambda c: c.token_ids.tolist()),
+            "logprobs": self.per_choice(lambda c: c.logprobs.tolist()),
+            "finish_reason": self.per_choice(lambda c: c.finish_reason),
             "reward": self.reward,
             "latency_ms": self.latency_ms,
             "upstream": self.upstream,
             "abandoned": self.abandoned,
             "dispatch_weight_version": self.dispatch_weight_version,
-            "weight_version": (
-                first.weight_version if single else [c.weight_version for c in self.choices]
-            ),
-            "weight_versions": (
-                _spans_out(first.weight_versions)
-                if single
-                else [_spans_out(c.weight_versions) for c in self.choices]
-            ),
-            "routed_experts": (
-                _experts_out(first) if single else [_experts_out(c) for c in self.choices]
-            ),
+            "weight_version": self.per_choice(lambda c: c.weight_version),
+            "weight_versions": self.per_choice(lambda c: _spans_out(c.weight_versions)),
+            "routed_experts": self.per_choice(_experts_out),
         }
         if self.tito is not None:
             shown["lineage"] = {k: self.tito.get(k) for k in ("extends", "forked_from")}
@@ -210,9 +209,10 @@ class Interaction:
             shown["left_out_tools"] = list(self.left_out_tools)
         return shown
 
-    def to_storage(self) -> dict[str, Any]:
-        """Return a lossless, JSON-serialisable form for durable stores (the rarely set
-        ``replayed``, ``compacted_from`` and ``left_out_tools`` only when set)."""
+    def to_storage(self, *, tokens: bool = True) -> dict[str, Any]:
+        """Return a lossless, JSON-serialisable form (the rarely set ``replayed``,
+        ``compacted_from`` and ``left_out_tools`` only when set); without ``tokens``, no
+        ``prompt_token_ids`` and each choice's counts (``ChoiceRecord.storage``)."""
         stored: dict[str, Any] = {
             "interaction_id": self.interaction_id,
             "request_index": self.request_index,
@@ -221,8 +221,7 @@ class Interaction:
             "status": self.status,
             "request": self.request,
             "response": self.response,
-            "prompt_token_ids": self.prompt_token_ids.tolist(),
-            "choices": [c.storage() for c in self.choices],
+            "choices": [c.storage(tokens=tokens) for c in self.choices],
             "reward": self.reward,
             "latency_ms": self.latency_ms,
             "upstream": self.upstream,
@@ -238,6 +237,8 @@ class Interaction:
             stored["compacted_from"] = self.compacted_from
         if self.left_out_tools:
             stored["left_out_tools"] = self.left_out_tools
+        if tokens:
+            stored["prompt_token_ids"] = self.prompt_token_ids.tolist()
         return stored
 
     @classmethod

@@ -1,11 +1,21 @@
-"""The persistent description of one physical session."""
+"""The persistent description of one physical session.
+
+It keeps a summary of its interactions, what ``GET /sessions`` lists (how many, and
+the last one's upstream and weight version), as each is recorded, so that a page of
+sessions reads no interactions. "Last" is by ``(request_index, interaction_id)``, the
+export order; ``order_key`` is that order as one string (it sorts as bytes), the same
+in every store.
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["Recorded", "SessionRecord", "Slot", "Stale"]
+from .interaction import Interaction
+
+__all__ = ["Recorded", "SessionRecord", "Slot", "Stale", "apply_summary", "order_key",
+           "summary_fields"]
 
 
 @dataclass(slots=True)
@@ -38,10 +48,10 @@ class SessionRecord:
     index_by: str = "arrival"
     """"arrival" (the contract's seed rule) or "content" (seeds keyed by what is asked)."""
     interaction_count: int | None = 0
-    """How many interactions are recorded (kept by the store, see ``summary.py``);
+    """How many interactions are recorded (kept by the store, see ``apply_summary``);
     None for a record stored before the count was kept."""
     last_order: str | None = None
-    """``summary.order_key`` of the last interaction (None: none yet)."""
+    """``order_key`` of the last interaction (None: none yet)."""
     last_upstream: str | None = None
     last_weight_version: Any = None
     replays: dict[str, Any] | None = None
@@ -96,3 +106,29 @@ class Recorded:
     seq: int
     blob: bytes
     current: bool
+
+
+def order_key(interaction: Interaction) -> str:
+    """Sorts (as bytes) like ``(request_index, interaction_id)``."""
+    return f"{interaction.request_index:020d}|{interaction.interaction_id}"
+
+
+def summary_fields(interaction: Interaction) -> dict[str, Any]:
+    """The listed fields of ``interaction``, as ``Interaction.to_dict`` shows them."""
+    return {"upstream": interaction.upstream,
+            "weight_version": interaction.per_choice(lambda c: c.weight_version)}
+
+
+def apply_summary(record: SessionRecord, interaction: Interaction, *, new: bool) -> None:
+    """Fold ``interaction`` (``new``: not a replacement of a recorded one) into the
+    record's summary; a record from before summaries were kept stays unknown."""
+    if record.interaction_count is None:
+        return
+    if new:
+        record.interaction_count += 1
+    key = order_key(interaction)
+    if record.last_order is None or key >= record.last_order:
+        fields = summary_fields(interaction)
+        record.last_order = key
+        record.last_upstream = fields["upstream"]
+        record.last_weight_version = fields["weight_version"]

@@ -11,8 +11,7 @@ from dataclasses import fields
 
 from .codec import Link, Sent, decode, encode, resolve, with_reward
 from .interaction import Interaction
-from .record import Recorded, SessionRecord, Slot, Stale
-from .summary import apply_summary
+from .record import Recorded, SessionRecord, Slot, Stale, apply_summary
 
 __all__ = ["Session"]
 
@@ -36,14 +35,6 @@ class Session:
         self._pins: dict[int, int] = {}
         self._key_counts: dict[str, int] = {}
         self._occurrences: dict[str, int] = {}  # interaction id -> its key's occurrence
-
-    @property
-    def session_id(self) -> str:
-        return self._record.session_id
-
-    @property
-    def identity(self) -> str:
-        return self._record.identity
 
     @property
     def api_key(self) -> str:

@@ -67,7 +67,7 @@ def turns_page(interactions: list[Interaction], offset: int, limit: int) -> dict
         if before is None and k > 0:
             before = interactions[k - 1]
         skip = repeated(turn, before)
-        shown = turn.to_dict()
+        shown: dict[str, Any] = dict(turn.to_dict())
         shown.pop("prompt_token_ids")
         shown["prompt_tokens"] = len(turn.prompt_token_ids)
         shown["turn"] = k

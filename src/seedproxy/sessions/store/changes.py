@@ -18,7 +18,7 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Protocol
 
-__all__ = ["ChangeSignal", "Watch", "signal_watch"]
+__all__ = ["ChangeSignal", "Watch", "signal_watch", "wait_changed"]
 
 
 class Watch(Protocol):
@@ -79,20 +79,28 @@ class _SignalWatch:
         self._waiter, self._version, self._seen, self._check_s = waiter, version, seen, check_s
 
     async def wait(self, timeout: float) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while True:
-            left = deadline - loop.time()
-            step = left if self._check_s is None else min(left, self._check_s)
-            if await self._waiter.wait(step):
-                self._seen = await self._version()
-                return
-            if loop.time() >= deadline:
-                return
-            now = await self._version()  # another process's change
-            if now != self._seen:
-                self._seen = now
-                return
+        self._seen = await wait_changed(self._waiter.wait, self._version, self._seen,
+                                        self._check_s, timeout)
+
+
+async def wait_changed(
+    woken: Callable[[float], Awaitable[bool]], version: Callable[[], Awaitable[int]],
+    seen: int, check_s: float | None, timeout: float,
+) -> int:
+    """Wait until ``woken(step)`` reports a change, ``version`` (read every ``check_s``
+    seconds, when given: another process's change) moves off ``seen``, or ``timeout``
+    passes; return the version seen then."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        left = max(0.0, deadline - loop.time())
+        if await woken(left if check_s is None else min(left, check_s)):
+            return await version()
+        if loop.time() >= deadline:
+            return seen
+        now = await version()
+        if now != seen:
+            return now
 
 
 @contextlib.asynccontextmanager

@@ -34,15 +34,13 @@ that time is answered (idempotently), one later is an unknown batch (404)."""
 
 @dataclass(slots=True)
 class Batch:
+    """Stored as orjson writes the dataclass (its fields, in order)."""
+
     sessions: list[tuple[str, int]]
     """(session_id, created_seq) in delivery order."""
     remove: bool
     until: float
     acked: bool = False
-
-    def to_json(self) -> dict[str, Any]:
-        return {"sessions": self.sessions, "remove": self.remove, "until": self.until,
-                "acked": self.acked}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Batch:

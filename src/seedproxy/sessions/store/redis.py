@@ -33,14 +33,13 @@ takes effect later (clocks within ``timeout_s / 4`` of each other assumed). A br
 connection (Redis restarted) is re-made and the command resent once, since a command
 on a dead connection never ran; under Sentinel the new connection goes to whichever
 primary the Sentinels name then. With ``?wait_replicas=N`` every script that writes is
-acknowledged only once N replicas hold it (``redis_wait.py``), so a primary's death
+acknowledged only once N replicas hold it (``redis_core.py``), so a primary's death
 loses nothing a client was told, and no index handed out is handed out again.
 
-Redis Cluster is not supported: the scripts that create, end, record and export a
-session also update store-wide keys in the same atomic step (``{p}all``, ``{p}open``,
-``{p}unexp``, ``{p}ready``, ``{p}active``, ``{p}ver``, the ``created``/``ended``
-counters that order exports, the capacity check of ``create``), and a lease or ack
-covers several sessions; Cluster runs a script only on keys of one hash slot.
+Redis Cluster is not supported: Cluster runs a script on the keys of one hash slot,
+and the scripts that create, end, record and export a session update store-wide keys
+(indexes, counters, the capacity check) in the same atomic step; a lease or an ack
+covers several sessions.
 """
 
 from __future__ import annotations
@@ -54,8 +53,7 @@ import orjson
 from ...errors import SessionNotFound
 from ..codec import Link, Sent, decode, encode, resolve
 from ..interaction import Interaction
-from ..record import Recorded, SessionRecord, Slot, Stale
-from ..summary import order_key, summary_fields
+from ..record import Recorded, SessionRecord, Slot, Stale, order_key, summary_fields
 from . import redis_scripts as lua
 from .base import RETRY_MEMORY, over_capacity
 from .redis_core import RedisCore
@@ -65,8 +63,7 @@ from .redis_reads import RedisReads
 __all__ = ["RedisStore"]
 
 _MUTABLE = ("next_index", "last_active_at", "ended", "ended_seq", "end_status", "reward",
-            "exported",
-            "interaction_count", "last_order", "last_upstream", "last_weight_version")
+            "exported", "interaction_count", "last_order", "last_upstream", "last_weight_version")
 
 class RedisStore(RedisCore):
     """``SessionStore`` on Redis, shared by every replica pointed at the same database.

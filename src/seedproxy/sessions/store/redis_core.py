@@ -2,6 +2,15 @@
 (``redis_leases.py``, ``redis_reads.py``), ``RedisStore`` and the fleet board
 (``fleet/redis_board.py``) run on. See ``redis.py`` for the keys and the outage
 rules (a script's deadline, a broken connection re-made, ``wait_replicas``).
+
+``wait_replicas``: ``WAIT`` counts the replicas that acknowledged the writes of the
+connection that sends it, so a script and its ``WAIT`` travel in one pipeline (one
+connection, one round trip). Replication is one ordered stream: a replica that
+acknowledged this write holds every write the primary made before it, on any
+connection. When fewer replicas than asked acknowledge within the timeout the call is a
+``StoreError`` (503): the write may yet be on the primary (Redis cannot take it back),
+and a retry of the request (its ``x-stainless-retry-count``) finds its index again by
+the retry memory and replaces it.
 """
 
 from __future__ import annotations
@@ -17,7 +26,6 @@ from ...errors import ConfigError, StoreError
 from ..record import SessionRecord
 from . import redis_scripts as lua
 from .redis_url import open_client, parse_url
-from .redis_wait import run_waited
 
 __all__ = ["RedisCore"]
 
@@ -101,7 +109,7 @@ class RedisCore:
         def call(*, keys: builtins.list[str], args: builtins.list[Any] | None = None) -> Any:
             deadline = time.time() + self._timeout * _DEADLINE_SHARE
             if replicas:
-                return run_waited(self._redis, script, keys=keys,
+                return _run_waited(self._redis, script, keys=keys,
                                   args=[*(args or []), repr(deadline)], replicas=replicas,
                                   wait_s=self._options.wait_timeout_s)
             return script(keys=keys, args=[*(args or []), repr(deadline)])
@@ -169,3 +177,31 @@ class RedisCore:
         pipe.publish(self.changes_channel, "deleted")
         await self._call(pipe.execute())
         return True
+
+
+async def _run_waited(
+    client: Any, script: Any, *, keys: builtins.list[Any], args: builtins.list[Any],
+    replicas: int, wait_s: float,
+) -> Any:
+    """``script`` (a registered ``AsyncScript``) run on ``client``, then ``WAIT replicas``
+    for at most ``wait_s``; its result once enough replicas hold the write."""
+    from redis.exceptions import NoScriptError
+
+    wait_ms = max(1, int(wait_s * 1000))
+
+    def pipeline() -> Any:
+        pipe = client.pipeline(transaction=False)
+        pipe.evalsha(script.sha, len(keys), *keys, *args)
+        pipe.wait(replicas, wait_ms)
+        return pipe
+
+    try:
+        result, acked = await pipeline().execute()
+    except NoScriptError:  # a restarted or new primary: load it and send again (never ran)
+        script.sha = await client.script_load(script.script)
+        result, acked = await pipeline().execute()
+    if int(acked) < replicas:
+        raise StoreError(
+            f"Redis store: the write reached {int(acked)} of the {replicas} replica(s) "
+            f"wait_replicas asks for within {wait_s:g}s; not acknowledged")
+    return result

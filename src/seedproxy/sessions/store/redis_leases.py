@@ -93,7 +93,7 @@ class RedisLeases:
         batch = Batch([(r.session_id, r.created_seq) for r in records], remove, until)
         keep_ms = max(1, int((until - now + BATCH_KEEP_S) * 1000))
         args: builtins.list[Any] = [batch_id, repr(now), repr(until), "1" if named else "0",
-                                    keep_ms, orjson.dumps(batch.to_json()),
+                                    keep_ms, orjson.dumps(batch),
                                     *(str(r.created_seq) for r in records)]
         refused = await self._store._call(
             self._lease_script(keys=self._lease_keys(batch_id, ids), args=args))
@@ -119,7 +119,7 @@ class RedisLeases:
             batch.acked, batch.until = True, min(batch.until, now)
         ids = [s for s, _ in batch.sessions]
         args: builtins.list[Any] = [batch_id, int(BATCH_KEEP_S * 1000),
-                                    orjson.dumps(batch.to_json()),
+                                    orjson.dumps(batch),
                                     *(str(seq) for _, seq in batch.sessions), *ids,
                                     self._store.changes_channel]
         keys = [*self._lease_keys(batch_id, ids),

@@ -17,7 +17,6 @@ the first replica that reads an index (marker ``{p}idx:1``).
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -26,7 +25,7 @@ from typing import Any
 
 from ..record import SessionRecord
 from .base import View
-from .changes import Watch
+from .changes import Watch, wait_changed
 from .redis_core import RedisCore
 
 __all__ = ["RedisReads"]
@@ -158,22 +157,15 @@ class _FeedWatch:
         self._seen, self._check_s = seen, check_s
 
     async def wait(self, timeout: float) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while True:
-            left = max(0.0, deadline - loop.time())
-            step = left if self._check_s is None else min(left, self._check_s)
+        self._seen = await wait_changed(self._woken, self._version, self._seen, self._check_s,
+                                        timeout)
+
+    async def _woken(self, timeout: float) -> bool:
+        message = await self._call(
+            self._pubsub.get_message(ignore_subscribe_messages=True, timeout=timeout))
+        if message is None:
+            return False
+        while message is not None:  # one look serves every change so far
             message = await self._call(
-                self._pubsub.get_message(ignore_subscribe_messages=True, timeout=step))
-            if message is not None:
-                while message is not None:  # one look serves every change so far
-                    message = await self._call(
-                        self._pubsub.get_message(ignore_subscribe_messages=True, timeout=0))
-                self._seen = await self._version()
-                return
-            if loop.time() >= deadline:
-                return
-            now = await self._version()
-            if now != self._seen:
-                self._seen = now
-                return
+                self._pubsub.get_message(ignore_subscribe_messages=True, timeout=0))
+        return True

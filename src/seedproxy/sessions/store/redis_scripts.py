@@ -145,8 +145,8 @@ return redis.call('HGET', KEYS[1], 'exported')
 # KEYS: s, i, o, w, q, active, ver ; ARGV: interaction_id, data, now, order member,
 # summary json, id, after ("" = none). Returns 0 (no session), else {seq, current}:
 # current is 1 when no record after ``after`` was stored before this one.
-# A replaced interaction (a retry) starts with no reward, as in every
-# store. The summary (``summary.py``): ``n`` the count (absent: a session stored before
+# A replaced interaction (a retry) starts with no reward, as in every store. The
+# summary (``record.apply_summary``): ``n`` the count (absent: a session stored before
 # it was kept), ``lo`` the last order member, ``ls`` the last one's listed fields.
 RECORD = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end

@@ -20,7 +20,7 @@ may take, ``timeout_s / 2`` when left out; it must stay below ``timeout_s``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 
@@ -82,12 +82,9 @@ def _sentinel(options: RedisOptions, netloc: str, path: str) -> RedisOptions:
             f"/service_name[/db]; got {options.url!r}")
     if len(names) == 2 and not names[1].isdigit():
         raise ConfigError(f"the database in a Sentinel store URL is a number, got {names[1]!r}")
-    return RedisOptions(
-        options.url, options.prefix, options.ended_ttl_s, options.timeout_s,
-        options.watch_check_s, options.wait_replicas, options.wait_timeout_s,
-        sentinels, unquote(names[0]), int(names[1]) if len(names) == 2 else 0,
-        unquote(password.partition(":")[2]) or None,
-    )
+    return replace(options, sentinels=sentinels, service=unquote(names[0]),
+                   db=int(names[1]) if len(names) == 2 else 0,
+                   password=unquote(password.partition(":")[2]) or None)
 
 
 def _host_port(item: str) -> tuple[str, int]:

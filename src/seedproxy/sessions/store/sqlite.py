@@ -8,7 +8,7 @@ once even by several processes on one file; the store-wide ``created``/``ended``
 counters and every session's ``next_index`` live in the file, so a restart goes on
 from where it stopped and never reuses an index. A file deleted or replaced under the
 proxy stops the store (503s), and each file's records carry its epoch
-(``sqlite_identity.py``). All SQLite work runs on one dedicated thread: the event loop
+(``sqlite_core.py``). All SQLite work runs on one dedicated thread: the event loop
 never waits on disk (``sqlite_core.py``).
 """
 
@@ -25,8 +25,7 @@ import orjson
 from ...errors import SessionNotFound
 from ..codec import Link, Sent, decode, encode, resolve, with_reward
 from ..interaction import Interaction
-from ..record import Recorded, SessionRecord
-from ..summary import apply_summary
+from ..record import Recorded, SessionRecord, apply_summary
 from .base import RETRY_MEMORY, View, over_capacity
 from .sqlite_core import SqliteFile
 from .sqlite_leases import SqliteLeases
@@ -57,9 +56,6 @@ class SqliteStore(SqliteFile):
         self.lease, self.held_until, self.ack = leases.lease, leases.held_until, leases.ack
         self.scan, self.count, self.idle = reads.scan, reads.count, reads.idle
         self.version, self.watch = reads.version, reads.watch
-
-
-    # -- SessionStore ------------------------------------------------------------------
 
     async def create(
         self, record: SessionRecord, *, max_open: int | None = None, reserve: int = 1

@@ -69,7 +69,7 @@ class SqliteLeases:
             batch = Batch([(r.session_id, r.created_seq) for r in records], remove, until)
             db.execute(
                 "INSERT INTO batches (batch_id, data, keep_until) VALUES (?, ?, ?)",
-                (batch_id, orjson.dumps(batch.to_json()), until + BATCH_KEEP_S),
+                (batch_id, orjson.dumps(batch), until + BATCH_KEEP_S),
             )
             return []
 
@@ -116,7 +116,7 @@ class SqliteLeases:
                 batch.acked, batch.until = True, min(batch.until, now)
                 db.execute(
                     "UPDATE batches SET data = ?, keep_until = ? WHERE batch_id = ?",
-                    (orjson.dumps(batch.to_json()), now + BATCH_KEEP_S, batch_id),
+                    (orjson.dumps(batch), now + BATCH_KEEP_S, batch_id),
                 )
             return True
 

@@ -9,7 +9,7 @@ import os
 import sqlite3
 
 from ...errors import StoreError
-from .sqlite_identity import META_SCHEMA, FileIdentity, file_epoch
+from .sqlite_core import META_SCHEMA, FileIdentity, file_epoch
 from .sqlite_leases import LEASE_SCHEMA
 from .sqlite_reads import migrate
 
