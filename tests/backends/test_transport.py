@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import threading
+import zlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -63,10 +64,18 @@ def _app() -> Starlette:
             media_type="application/json",
         )
 
+    async def deflated(request: Request) -> Response:
+        """RFC 9110's deflate is zlib-wrapped; some servers send raw deflate under it."""
+        packer = zlib.compressobj(wbits=-zlib.MAX_WBITS if "raw" in request.url.path else 15)
+        return Response(packer.compress(b'{"deflated": true}') + packer.flush(),
+                        headers={"content-encoding": "deflate"}, media_type="application/json")
+
     return Starlette(
         routes=[
             Route("/echo", echo, methods=["POST", "GET"]),
             Route("/gzip", gzipped, methods=["POST"]),
+            Route("/deflate", deflated, methods=["POST"]),
+            Route("/deflate-raw", deflated, methods=["POST"]),
             Route("/stream", slow_stream),
             Route("/gated", gated_stream),
             Route("/stall", stall),
@@ -115,6 +124,9 @@ async def test_aread_still_decodes_a_content_encoding(server: ServerThread) -> N
     async with upstream_client(read_timeout_s=10, connect_timeout_s=2) as client:
         response = await client.post_stream(server.url, "/gzip", b"", {})
         assert await response.aread() == b'{"zipped": true}'
+        for path in ("/deflate", "/deflate-raw"):
+            response = await client.post_stream(server.url, path, b"", {})
+            assert await response.aread() == b'{"deflated": true}'
 
 
 async def test_never_sends_an_upstreams_cookies_back(server: ServerThread) -> None:

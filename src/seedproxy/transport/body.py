@@ -25,6 +25,17 @@ __all__ = ["Body", "ByteStream", "UpstreamResponse"]
 _DECODED = frozenset({b"gzip", b"x-gzip", b"deflate"})
 
 
+def _inflate(content: bytes, limit: int, encoding: bytes) -> bytes:
+    """``content`` inflated to at most ``limit`` bytes: gzip or zlib-wrapped deflate (told
+    apart by their headers); a ``deflate`` body that is neither, as bare deflate."""
+    try:
+        return zlib.decompressobj(zlib.MAX_WBITS | 32).decompress(content, limit)
+    except zlib.error:
+        if encoding != b"deflate":
+            raise
+    return zlib.decompressobj(-zlib.MAX_WBITS).decompress(content, limit)
+
+
 class ByteStream(Protocol):
     def __aiter__(self) -> AsyncIterator[bytes]: ...
 
@@ -162,11 +173,12 @@ class Body:
         finally:
             await self.aclose()
         content = parts[0] if len(parts) == 1 else b"".join(parts)
-        if not any(n.lower() == b"content-encoding" and v.strip().lower() in _DECODED
-                   for n, v in self._head):
+        encoding = next((v.strip().lower() for n, v in self._head
+                         if n.lower() == b"content-encoding"), None)
+        if encoding not in _DECODED:
             return content
         try:  # bounded output: no decompression bomb
-            decoded = zlib.decompressobj(zlib.MAX_WBITS | 32).decompress(content, self.limit + 1)
+            decoded = _inflate(content, self.limit + 1, encoding)
         except zlib.error as exc:
             failure = httpx.DecodingError(str(exc))
             raise upstream_failure(self.url, "failed while answering", failure) from failure
