@@ -32,9 +32,8 @@ from ..transport.failure import NoConnection, cause
 from ..transport.loop import LOOP_STATUS, LOOPED, is_loop
 from ..transport.priming import Release, prime
 from ..wire.types import UpstreamRequest
-from .dispatch import Abortable, Dispatch
 from .pause import PauseGate
-from .upstream import Upstream, UpstreamReply, server_key
+from .upstream import Abortable, Dispatch, Upstream, UpstreamReply, server_key
 
 __all__ = ["NoConnection", "UpstreamPool", "rendezvous_order"]
 

@@ -36,10 +36,9 @@ import orjson
 
 from ..dialects import UpstreamRequest
 from ..errors import SeedProxyError, StoreError
-from ..fleet.dispatch import Dispatch
 from ..fleet.pause import PauseGate
 from ..fleet.pool import UpstreamPool
-from ..fleet.upstream import UpstreamReply
+from ..fleet.upstream import Dispatch, UpstreamReply
 from ..sessions.token_ids import TokenIds
 from ..sse_frames import DONE, data_frame
 from ..transport.body import UpstreamResponse
