@@ -5,7 +5,7 @@ server gave (``UpstreamReply``), and where one request is being generated right 
 ``server_key`` names the server a URL reaches, however it is spelled.
 
 Invariants: an ``Upstream`` is changed only on the event loop (no lock), by the pool
-(with its ``priming.Release``) and the fleet's control plane. ``UpstreamReply.response``
+(with its ``transport.body.Release``) and the fleet's control plane. ``UpstreamReply.response``
 stays open (a stream being read) until ``aclose()``, which closes it once however often
 it is called.
 """
