@@ -38,7 +38,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "errors": frozenset(),
     "trajectory": frozenset(),
     "nesting": frozenset(),
-    "sse_frames": frozenset(),
+    "sse_frames": frozenset({"errors"}),
     "detokenize": frozenset(),
     "stop_strings": frozenset(),
     "legacy_tag": frozenset(),

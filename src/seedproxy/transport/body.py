@@ -19,9 +19,9 @@ from typing import Any, Protocol
 import httpx
 import orjson
 
-from ..errors import UpstreamError
+from ..errors import UpstreamBodyTooLarge, UpstreamError
 from .connection import Connection
-from .failure import UpstreamBodyTooLarge, upstream_failure
+from .failure import upstream_failure
 
 __all__ = ["Body", "ByteStream", "Release", "UpstreamResponse", "prime"]
 
