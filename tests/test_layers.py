@@ -258,7 +258,7 @@ def test_the_allowed_imports_have_no_cycle() -> None:
 
 def test_the_fleet_boards_do_not_import_each_other() -> None:
     """``open_board`` picks the Redis board, so ``board`` may import ``redis_board``
-    (lazily); the Redis board takes the shared state from ``fleet_state``, never from
+    (lazily); the Redis board takes the shared state from ``fleet.state``, never from
     ``board``: no cycle, not even through an import inside a function."""
     edges = graph(everywhere=True)
     assert "seedproxy.fleet.board" not in edges["seedproxy.fleet.redis_board"]

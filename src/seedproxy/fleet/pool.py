@@ -31,7 +31,7 @@ from ..transport.client import UpstreamClient
 from ..transport.failure import NoConnection, cause
 from ..transport.loop import LOOP_STATUS, LOOPED, is_loop
 from ..wire.types import UpstreamRequest
-from .pause import PauseGate
+from .state import PauseGate
 from .upstream import Abortable, Dispatch, Upstream, UpstreamReply, server_key
 
 __all__ = ["NoConnection", "UpstreamPool", "rendezvous_order"]

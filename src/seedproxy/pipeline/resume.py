@@ -36,8 +36,8 @@ import orjson
 
 from ..dialects import UpstreamRequest
 from ..errors import SeedProxyError, StoreError
-from ..fleet.pause import PauseGate
 from ..fleet.pool import UpstreamPool
+from ..fleet.state import PauseGate
 from ..fleet.upstream import Dispatch, UpstreamReply
 from ..sessions.token_ids import TokenIds
 from ..sse_frames import DONE, data_frame, event_json, split_events
