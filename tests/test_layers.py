@@ -25,7 +25,7 @@ PACKAGE = "seedproxy"
 
 LEAVES = frozenset({"errors", "nesting", "json_body", "sse_frames", "tool_choice",
                     "template_input", "settings", "detokenize", "stop_strings",
-                    "sampling_fields", "legacy_tag", "response_format", "error_presenters",
+                    "sampling_fields", "legacy_tag", "error_presenters",
                     "trajectory"})
 """The rules the engine shares with the proxy (and the error table's presenters, and
 the exported JSON's fields): they import only one another."""
@@ -43,8 +43,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "stop_strings": frozenset(),
     "legacy_tag": frozenset(),
     "json_body": frozenset({"errors"}),
-    "sampling_fields": frozenset({"errors"}),
-    "response_format": frozenset({"errors", "legacy_tag"}),
+    "sampling_fields": frozenset({"errors", "legacy_tag"}),
     "error_presenters": frozenset({"errors", "sse_frames"}),
     "tool_choice": frozenset({"nesting"}),
     "template_input": frozenset({"errors", "nesting"}),

@@ -38,8 +38,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import BadRequest
-from ..response_format import format_of
-from ..sampling_fields import check_regex, logit_bias, number, penalties, regexes, token_ids
+from ..sampling_fields import (
+    check_regex,
+    format_of,
+    logit_bias,
+    number,
+    penalties,
+    regexes,
+    token_ids,
+)
 from ..tool_choice import Forcing, ToolChoiceError, forcing_of
 from .tools.base import ToolParser
 from .tools.structural import ToolAsk
