@@ -29,7 +29,7 @@ def make_fetch(client: str, url: str) -> Fetch:
 
     if client == "lean":
         from seedproxy.transport.client import upstream_client
-        from seedproxy.transport.route import Proxies
+        from seedproxy.transport.connection import Proxies
 
         async def lean(body: bytes) -> AsyncIterator[bytes]:
             if not state:

@@ -25,7 +25,7 @@ PACKAGE = "seedproxy"
 
 LEAVES = frozenset({"errors", "nesting", "json_body", "sse_frames", "tool_choice",
                     "template_input", "settings", "detokenize", "stop_strings",
-                    "sampling_fields", "legacy_tag", "response_format", "error_presenters",
+                    "sampling_fields", "legacy_tag", "error_presenters",
                     "trajectory"})
 """The rules the engine shares with the proxy (and the error table's presenters, and
 the exported JSON's fields): they import only one another."""
@@ -38,13 +38,12 @@ ALLOWED: dict[str, frozenset[str]] = {
     "errors": frozenset(),
     "trajectory": frozenset(),
     "nesting": frozenset(),
-    "sse_frames": frozenset(),
+    "sse_frames": frozenset({"errors"}),
     "detokenize": frozenset(),
     "stop_strings": frozenset(),
     "legacy_tag": frozenset(),
     "json_body": frozenset({"errors"}),
-    "sampling_fields": frozenset({"errors"}),
-    "response_format": frozenset({"errors", "legacy_tag"}),
+    "sampling_fields": frozenset({"errors", "legacy_tag"}),
     "error_presenters": frozenset({"errors", "sse_frames"}),
     "tool_choice": frozenset({"nesting"}),
     "template_input": frozenset({"errors", "nesting"}),
@@ -258,7 +257,7 @@ def test_the_allowed_imports_have_no_cycle() -> None:
 
 def test_the_fleet_boards_do_not_import_each_other() -> None:
     """``open_board`` picks the Redis board, so ``board`` may import ``redis_board``
-    (lazily); the Redis board takes the shared state from ``fleet_state``, never from
+    (lazily); the Redis board takes the shared state from ``fleet.state``, never from
     ``board``: no cycle, not even through an import inside a function."""
     edges = graph(everywhere=True)
     assert "seedproxy.fleet.board" not in edges["seedproxy.fleet.redis_board"]

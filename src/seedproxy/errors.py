@@ -25,7 +25,8 @@ Anthropic's ``type`` follows the status (``anthropic_type``). Hierarchy::
     ├── UpstreamLoop          508: a request came back to the proxy that sent it
     └── UpstreamError         502 (or the upstream's own status)
         ├── UpstreamUnavailable  503: no upstream could be reached (or every one failed)
-        └── UpstreamTimeout      504
+        ├── UpstreamTimeout      504
+        └── UpstreamBodyTooLarge 502: an answer (or one event) over its byte bound
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ from typing import Any
 __all__ = ["AuthError", "BadRequest", "BatchNotFound", "BodyTimeout", "ClientClosed",
            "ConfigError", "Conflict", "Forbidden", "ModelNotFound", "OverCapacity",
            "ParserBusy", "ParserUnavailable", "PayloadTooLarge", "SeedProxyError",
-           "SessionNotFound", "StoreError", "UpstreamError", "UpstreamLoop", "UpstreamNotFound",
+           "SessionNotFound", "StoreError", "UpstreamBodyTooLarge", "UpstreamError", "UpstreamLoop",
+           "UpstreamNotFound",
            "UpstreamTimeout", "UpstreamUnavailable", "WaitTimeout", "anthropic_type",
            "error_body"]
 
@@ -170,6 +172,13 @@ class UpstreamUnavailable(UpstreamError):
 
 class UpstreamTimeout(UpstreamError):
     status_code = 504
+
+
+class UpstreamBodyTooLarge(UpstreamError):
+    """502: an upstream answer (or one event of it) over ``--max-upstream-body-bytes``."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"{message} (--max-upstream-body-bytes)")
 
 
 def error_body(

@@ -12,8 +12,8 @@ from collections.abc import AsyncIterator
 import httpx
 
 from seedproxy.transport.client import LeanClient
+from seedproxy.transport.connection import Proxies
 from seedproxy.transport.fast import FastTransport, Timeouts
-from seedproxy.transport.route import Proxies
 from tests.helpers.seam import fails_with
 
 

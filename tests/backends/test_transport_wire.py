@@ -16,11 +16,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from seedproxy.errors import ConfigError
+from seedproxy.errors import ConfigError, UpstreamBodyTooLarge
 from seedproxy.transport.client import LeanClient, upstream_client
-from seedproxy.transport.failure import UpstreamBodyTooLarge
+from seedproxy.transport.connection import Proxies
 from seedproxy.transport.fast import FastTransport, Timeouts
-from seedproxy.transport.route import Proxies
 from tests.helpers.raw_http import CLOSE, ForwardProxy, RawRequest, RawServer, answer
 from tests.helpers.seam import fails_with
 

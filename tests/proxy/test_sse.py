@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from seedproxy.pipeline.sse import split_events
-from seedproxy.transport.failure import UpstreamBodyTooLarge
+from seedproxy.errors import UpstreamBodyTooLarge
+from seedproxy.sse_frames import split_events
 
 STREAM = b'data: {"a": 1}\r\n\r\ndata: 2\n\n: comment\r\n\r\ndata: [DONE]\r\n\r\n'
 EVENTS = [b'data: {"a": 1}\n\n', b"data: 2\n\n", b": comment\n\n", b"data: [DONE]\n\n"]

@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from seedproxy.sessions.routed_experts import RoutedExperts
+from seedproxy.sessions.interaction import RoutedExperts
 
 
 def wire(ids: list[int]) -> str:

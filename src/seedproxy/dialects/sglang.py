@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from ..sessions import ChoiceRecord
-from ..sessions.routed_experts import RoutedExperts
+from ..sessions.interaction import RoutedExperts
 from ..sessions.token_ids import TokenIds
 from ..tito.dialect import GenerateDialect
 from ..wire.shapes import chat_logprobs, completion_logprobs, floats, ints, wants

@@ -4,7 +4,7 @@ Invariants:
 - OpenAI fields map onto SGLang sampling params as SGLang maps them (``seed`` ->
   ``sampling_seed``, ``max_tokens``/``max_completion_tokens`` -> ``max_new_tokens``, ...),
   then go through ``/generate``'s validation; ``response_format`` maps as in SGLang's
-  ``serving_chat`` (``seedproxy.response_format``).
+  ``serving_chat`` (``seedproxy.sampling_fields.format_of``).
 - ``n > 1`` copies one set of params, seed included, to every choice (as SGLang: all
   choices of one request are identical).
 - A prompt plus ``max_tokens`` that reaches the context length is a 400, not clamped.
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..response_format import format_of
+from ..sampling_fields import format_of
 from ..sse_frames import data_frame
 from .errors import InternalError, RequestError
 from .generator import GenRequest, Update

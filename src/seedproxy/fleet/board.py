@@ -11,7 +11,7 @@ Invariants:
 - ``LocalBoard`` is one process's state (memory and SQLite stores), with no I/O.
   ``RedisBoard`` (``redis_board.py``) shares it between the replicas of a Redis store
   and publishes each write; ``follow`` applies what others write until cancelled.
-  The state and the board's protocol live in ``fleet_state.py``, which both boards
+  The state and the board's protocol live in ``state.py``, which both boards
   import: ``redis_board`` never imports this module back.
 - The weight-sync lock (``begin_sync``/``end_sync``) admits one ``/fleet/update_weights``
   at a time per fleet: the local board's is this process's (claimed with no await
@@ -27,8 +27,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from .pause import PauseMode
-from .state import FleetBoard, FleetState
+from .state import FleetBoard, FleetState, PauseMode
 
 if TYPE_CHECKING:
     from collections.abc import Callable

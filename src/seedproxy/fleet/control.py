@@ -6,7 +6,7 @@ Invariants:
   replica of a Redis store. Each change is written to the board first, then applied
   to this process's ``PauseGate``; other replicas apply it as it is published.
 - Pausing writes the board and closes the gate (new requests wait there, see
-  ``pause.py``) before any server is paused; in ``abort`` mode the board's abort epoch
+  ``state.py``) before any server is paused; in ``abort`` mode the board's abort epoch
   moves first, so a replica that sees an aborted answer finds the move on the board
   (``refresh``) even before the publication reached it. Continuing tells every server
   first, then opens the board and the gate. A board that cannot be written is a 503
@@ -46,9 +46,9 @@ from ..transport.failure import cause
 from ..transport.loop import LOOPED
 from .board import FleetBoard, FleetState, LocalBoard
 from .joining import join_refusal
-from .pause import PauseGate, PauseMode
 from .pool import UpstreamPool
 from .server_report import UpstreamReport, read_server_info
+from .state import PauseGate, PauseMode
 from .upstream import Upstream
 
 __all__ = ["FleetControl", "WeightSync"]

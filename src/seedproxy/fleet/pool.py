@@ -26,15 +26,13 @@ import orjson
 
 from ..errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from ..sessions.token_ids import orjson_default
-from ..transport.body import UpstreamResponse
+from ..transport.body import Release, UpstreamResponse, prime
 from ..transport.client import UpstreamClient
 from ..transport.failure import NoConnection, cause
 from ..transport.loop import LOOP_STATUS, LOOPED, is_loop
-from ..transport.priming import Release, prime
 from ..wire.types import UpstreamRequest
-from .dispatch import Abortable, Dispatch
-from .pause import PauseGate
-from .upstream import Upstream, UpstreamReply, server_key
+from .state import PauseGate
+from .upstream import Abortable, Dispatch, Upstream, UpstreamReply, server_key
 
 __all__ = ["NoConnection", "UpstreamPool", "rendezvous_order"]
 

@@ -30,8 +30,7 @@ import orjson
 from ..errors import BadRequest, StoreError
 from ..sessions.ids import check_id
 from ..sessions.store.redis import RedisStore
-from .pause import PAUSE_MODES, PauseMode
-from .state import FleetState
+from .state import PAUSE_MODES, FleetState, PauseMode
 
 __all__ = ["RedisBoard"]
 

@@ -1,10 +1,11 @@
-"""The pool's records: one upstream server's state (``Upstream``) and one answer a
-server gave (``UpstreamReply``).
+"""The pool's records: one upstream server's state (``Upstream``), one answer a
+server gave (``UpstreamReply``), and where one request is being generated right now
+(``Dispatch``), so that it can be stopped.
 
 ``server_key`` names the server a URL reaches, however it is spelled.
 
 Invariants: an ``Upstream`` is changed only on the event loop (no lock), by the pool
-(with its ``priming.Release``) and the fleet's control plane. ``UpstreamReply.response``
+(with its ``transport.body.Release``) and the fleet's control plane. ``UpstreamReply.response``
 stays open (a stream being read) until ``aclose()``, which closes it once however often
 it is called.
 """
@@ -13,12 +14,13 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from ..errors import SeedProxyError
 from ..transport.body import UpstreamResponse
 
-__all__ = ["Upstream", "UpstreamReply", "server_key"]
+__all__ = ["Abortable", "Dispatch", "Upstream", "UpstreamReply", "server_key"]
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost."})
@@ -84,3 +86,35 @@ class UpstreamReply:
         if not self._closed:
             self._closed = True
             await self.response.aclose()
+
+
+class Abortable(Protocol):
+    """Anything naming a request on a server: an ``UpstreamReply`` or a ``Dispatch``."""
+
+    @property
+    def upstream(self) -> str | None: ...
+
+    @property
+    def rid(self) -> str | None: ...
+
+
+@dataclass(slots=True)
+class Dispatch:
+    """Where one upstream request is being generated right now.
+
+    Invariants:
+    - The pool writes ``upstream`` and ``rid`` before each attempt is sent (a failover moves
+      them); a resubmission after a fleet abort does too. So an abort sent to ``upstream``
+      for ``rid`` names the attempt that is running, or one that already ended (harmless).
+    - Once ``stop`` was called, no new attempt or resubmission is sent: the pool raises the
+      error given instead (the session was deleted, the client left).
+    """
+
+    upstream: str | None = None
+    rid: str | None = None
+    stopped: SeedProxyError | None = None
+    """Why no further attempt may be sent (None: it may)."""
+
+    def stop(self, why: SeedProxyError) -> None:
+        if self.stopped is None:
+            self.stopped = why

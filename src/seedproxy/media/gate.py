@@ -1,6 +1,6 @@
 """The check every request's images pass before anything else is done with the body.
 
-``ImageGate.check`` locates a body's media (``locate.py``), refuses URLs the policy does
+``ImageGate.check`` locates a body's media (``located``), refuses URLs the policy does
 not allow and too many images, and decodes each image (``policy.py``)
 in a worker thread, off the event loop. A refusal is a ``BadRequest`` raised before the
 request is seated: it uses no index, in the route's own error shape.
@@ -9,6 +9,12 @@ Invariant: cost per request is the new images' decoding. An image already accept
 (the same base64 text, which an agent's history resends every turn) is known by the
 SHA-256 of that text in a bounded LRU (of its facts, not its bytes) and not decoded
 again: a request costs a hash of its images' text plus the decoding of new ones.
+
+``located`` finds media per client protocol, in prompt order: chat ``image_url`` parts (and
+``video_url`` / ``audio_url``, whose URLs an SGLang upstream fetches as well), Anthropic
+``image`` blocks (tool results' included), Responses ``input_image`` parts, and
+``/generate``'s ``image_data`` (with ``video_data`` and ``audio_data``). Shapes the protocol
+translators refuse are left to them; only what could reach an upstream is located.
 """
 
 from __future__ import annotations
@@ -17,15 +23,15 @@ import asyncio
 import hashlib
 import threading
 from collections import OrderedDict
-from dataclasses import replace
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import BadRequest
 from ..wire.types import Endpoint
-from .locate import MediaRef, located
 from .policy import CheckedImage, ImagePolicy, check_url, decode_image
 
-__all__ = ["ImageGate"]
+__all__ = ["ImageGate", "MediaRef", "located"]
 
 _KNOWN = 4096
 """Accepted images remembered (by their base64 text's digest)."""
@@ -74,3 +80,121 @@ class ImageGate:
                         self._known.popitem(last=False)
             out.append(replace(known, base64=ref.payload))
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class MediaRef:
+    """One image (or other medium) as the client named it: a base64 ``payload`` (with
+    the media type it ``declared``, if any), or a ``url`` that is not a data URL."""
+
+    param: str
+    payload: str | None = None
+    declared: str | None = None
+    url: str | None = None
+    image: bool = True
+    """False for audio and video: only their URLs are checked."""
+
+
+def located(endpoint: Endpoint, body: dict[str, Any]) -> list[MediaRef]:
+    """Every medium of ``body``, in the order the prompt holds them."""
+    if endpoint is Endpoint.CHAT:
+        return list(_chat(body.get("messages")))
+    if endpoint is Endpoint.MESSAGES:
+        return list(_anthropic(body.get("messages")))
+    if endpoint is Endpoint.RESPONSES:
+        return list(_responses(body.get("input")))
+    if endpoint is Endpoint.GENERATE:
+        return list(_generate(body))
+    return []
+
+
+def from_url(url: Any, param: str, *, image: bool = True) -> MediaRef:
+    """A URL string as a ``MediaRef``: a base64 data URL's payload, or the URL."""
+    if not isinstance(url, str):
+        raise BadRequest("an image URL must be a string", param=param)
+    if not url.startswith("data:"):
+        return MediaRef(param, url=url, image=image)
+    head, sep, payload = url.partition(",")
+    if not sep or not head.endswith(";base64"):
+        raise BadRequest("a data: URL medium must be base64 (data:<type>;base64,...)",
+                         param=param)
+    return MediaRef(param, payload=payload, declared=head[5:-7] or None, image=image)
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _chat(messages: Any) -> Iterator[MediaRef]:
+    for message in _list(messages):
+        content = message.get("content") if isinstance(message, dict) else None
+        for part in _list(content):
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind not in ("image_url", "video_url", "audio_url"):
+                continue
+            field = part.get(kind)
+            url = field.get("url") if isinstance(field, dict) else field
+            yield from_url(url, "messages", image=kind == "image_url")
+
+
+def _anthropic(blocks_of: Any) -> Iterator[MediaRef]:
+    for message in _list(blocks_of):
+        content = message.get("content") if isinstance(message, dict) else None
+        yield from _anthropic_blocks(content)
+
+
+def _anthropic_blocks(content: Any) -> Iterator[MediaRef]:
+    for block in _list(content):
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "tool_result":
+            yield from _anthropic_blocks(block.get("content"))
+        elif kind == "image":
+            source = block.get("source")
+            source_type = source.get("type") if isinstance(source, dict) else None
+            if source_type == "base64":
+                assert isinstance(source, dict)
+                data, media_type = source.get("data"), source.get("media_type")
+                if not isinstance(data, str) or not isinstance(media_type, str):
+                    raise BadRequest("messages: a base64 image source needs string data and "
+                                     "media_type", param="messages")
+                yield MediaRef("messages", payload=data, declared=media_type)
+            elif source_type == "url":
+                assert isinstance(source, dict)
+                yield from_url(source.get("url"), "messages")
+            else:
+                raise BadRequest("messages: an image needs a base64 or url source",
+                                 param="messages")
+
+
+def _responses(items: Any) -> Iterator[MediaRef]:
+    for item in _list(items):
+        if not isinstance(item, dict):
+            continue
+        for part in (*_list(item.get("content")), *_list(item.get("output"))):
+            if isinstance(part, dict) and part.get("type") == "input_image":
+                url = part.get("image_url")
+                if url is not None:
+                    yield from_url(url, "input")
+
+
+def _generate(body: dict[str, Any]) -> Iterator[MediaRef]:
+    for field in ("image_data", "video_data", "audio_data"):
+        yield from _generate_leaves(body.get(field), field, image=field == "image_data")
+
+
+def _generate_leaves(value: Any, param: str, *, image: bool) -> Iterator[MediaRef]:
+    """Strings (nested lists for a batch): a data URL, an image's raw base64 (never
+    holds ``:``), or a URL or path (audio and video: anything but a data URL); an
+    object is refused, as nothing in it can be checked here."""
+    if value is None:
+        return
+    if isinstance(value, list):
+        for item in value:
+            yield from _generate_leaves(item, param, image=image)
+    elif isinstance(value, str):
+        if value.startswith("data:") or ":" in value or not image:
+            yield from_url(value, param, image=image)
+        else:
+            yield MediaRef(param, payload=value, image=image)
+    else:
+        raise BadRequest(f"{param} entries must be data: URLs or base64 strings", param=param)

@@ -31,8 +31,8 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ..bridges import as_chat
 from ..bridges.responses import left_out_tools
-from ..bridges.selection import as_chat
 from ..dialects import Captured, Endpoint
 from ..error_presenters import ANTHROPIC, OPENAI
 from ..errors import (

@@ -20,8 +20,7 @@ import orjson
 
 from ..dialects import UpstreamRequest
 from ..errors import UpstreamError
-from ..fleet.dispatch import Dispatch
-from ..fleet.upstream import UpstreamReply
+from ..fleet.upstream import Dispatch, UpstreamReply
 from .context import RequestContext
 from .tracing import NO_SPAN, Span
 

@@ -23,8 +23,8 @@ from typing import Protocol
 
 from ..errors import SeedProxyError, SessionNotFound
 from ..fleet.board import FleetBoard
-from ..fleet.dispatch import Dispatch
 from ..fleet.pool import UpstreamPool
+from ..fleet.upstream import Dispatch
 
 __all__ = ["InFlight"]
 

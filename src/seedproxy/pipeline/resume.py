@@ -36,15 +36,13 @@ import orjson
 
 from ..dialects import UpstreamRequest
 from ..errors import SeedProxyError, StoreError
-from ..fleet.dispatch import Dispatch
-from ..fleet.pause import PauseGate
 from ..fleet.pool import UpstreamPool
-from ..fleet.upstream import UpstreamReply
+from ..fleet.state import PauseGate
+from ..fleet.upstream import Dispatch, UpstreamReply
 from ..sessions.token_ids import TokenIds
-from ..sse_frames import DONE, data_frame
+from ..sse_frames import DONE, data_frame, event_json, split_events
 from ..transport.body import UpstreamResponse
 from .offload import Parser
-from .sse import event_json, split_events
 
 __all__ = ["ResumingSender", "new_rid", "resumable"]
 

@@ -20,8 +20,8 @@ from ..error_presenters import OPENAI, errors_for, unexpected
 from ..errors import BadRequest, ConfigError, SeedProxyError, error_body
 from ..fleet.board import open_board
 from ..fleet.control import FleetControl
-from ..fleet.pause import PauseGate
 from ..fleet.pool import UpstreamPool
+from ..fleet.state import PauseGate
 from ..media import ImageGate, ImagePolicy
 from ..pipeline.admission import Admission
 from ..pipeline.inflight import InFlight

@@ -4,7 +4,7 @@ compare what comes back with what was recorded, token for token and logprob for 
 Invariants:
 - Each recorded choice is re-sent alone, non-streamed, with its recorded seed, through
   the live pool, asking what the live request asked (translated as live traffic is,
-  ``bridges.selection``); a token-in-token-out interaction as its recorded prompt ids
+  ``bridges.as_chat``); a token-in-token-out interaction as its recorded prompt ids
   to the mode's token route.
 - Token ids compare exactly; logprobs compare as the stored float32 values, bit for bit.
 - The report names the first divergence (turn, choice, position, expected and got); a
@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from ..bridges.selection import as_chat
+from ..bridges import as_chat
 from ..dialects import Backend, Endpoint
 from ..errors import BadRequest, OverCapacity, UpstreamError
 from ..fleet.pool import UpstreamPool

@@ -1,6 +1,8 @@
 """Upstream answers: ``UpstreamResponse`` (status, headers, and a body read once, whole
 or in chunks) over a ``ByteStream``; ``Body`` is the transport's, one answer on a
-``Connection``.
+``Connection``. ``prime`` hands on a streamed answer only once its first chunk was read
+(so a server that dies before its first token is failed over); ``Release`` ends the
+attempt's ``inflight`` count once.
 
 Invariants: a body read whole is at most its ``max_bytes`` (after any content-encoding
 is undone), else ``UpstreamBodyTooLarge``; the connection is released exactly once; a
@@ -17,10 +19,11 @@ from typing import Any, Protocol
 import httpx
 import orjson
 
+from ..errors import UpstreamBodyTooLarge, UpstreamError
 from .connection import Connection
-from .failure import UpstreamBodyTooLarge, upstream_failure
+from .failure import upstream_failure
 
-__all__ = ["Body", "ByteStream", "UpstreamResponse"]
+__all__ = ["Body", "ByteStream", "Release", "UpstreamResponse", "prime"]
 
 _DECODED = frozenset({b"gzip", b"x-gzip", b"deflate"})
 
@@ -188,3 +191,68 @@ class Body:
 
     def _too_large(self) -> UpstreamBodyTooLarge:
         return UpstreamBodyTooLarge(f"upstream {self.url}: upstream answer over {self.limit} bytes")
+
+
+class Counted(Protocol):
+    inflight: int
+
+
+class Release:
+    """Ends one attempt's ``inflight`` count exactly once; a broken stream is
+    reported to ``on_broken``, and ``done`` is called after the count went down."""
+
+    def __init__(self, upstream: Counted, on_broken: Callable[[], None], *,
+                 done: Callable[[], None] | None = None) -> None:
+        self._upstream = upstream
+        self._on_broken = on_broken
+        self._on_done = done
+        self._done = False
+
+    def __call__(self, *, broken: bool) -> None:
+        if self._done:
+            return
+        self._done = True
+        self._upstream.inflight -= 1
+        if broken:
+            self._on_broken()
+        if self._on_done is not None:
+            self._on_done()
+
+
+async def prime(response: UpstreamResponse, release: Release) -> None:
+    """Read the first chunk of a streamed body and put it back in front of the rest,
+    so ``response.stream`` still yields everything. Raises ``UpstreamError``."""
+    inner = response.stream
+    rest = inner.__aiter__()
+    try:
+        first: bytes | None = await rest.__anext__()
+    except StopAsyncIteration:
+        first = None
+    response.stream = _PrimedStream(first, rest, inner, release)
+
+
+class _PrimedStream:
+    def __init__(self, first: bytes | None, rest: AsyncIterator[bytes], inner: ByteStream,
+                 release: Release) -> None:
+        self._first = first
+        self._rest = rest
+        self._inner = inner
+        self._release = release
+        self._broken = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        if self._first is not None:
+            first, self._first = self._first, None
+            yield first
+        try:
+            async for chunk in self._rest:
+                yield chunk
+        except UpstreamError:
+            self._broken = True
+            raise
+
+    async def aclose(self) -> None:
+        try:
+            await self._inner.aclose()
+        finally:
+            self._release(broken=self._broken)

@@ -19,10 +19,10 @@ import httpx
 import orjson
 
 from .body import UpstreamResponse
+from .connection import Proxies
 from .failure import upstream_failure
 from .fast import DEFAULT_MAX_BODY_BYTES, FastTransport, Timeouts, request_bytes
 from .loop import HOP_HEADER
-from .route import Proxies
 
 __all__ = ["LeanClient", "UpstreamClient", "upstream_client"]
 

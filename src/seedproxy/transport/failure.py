@@ -18,18 +18,11 @@ import httpx
 
 from ..errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 
-__all__ = ["NoConnection", "UpstreamBodyTooLarge", "cause", "upstream_failure"]
+__all__ = ["NoConnection", "cause", "upstream_failure"]
 
 
 class NoConnection(UpstreamUnavailable):
     """503: no connection to the server came free within the pool timeout."""
-
-
-class UpstreamBodyTooLarge(UpstreamError):
-    """502: an upstream answer (or one event of it) over ``--max-upstream-body-bytes``."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(f"{message} (--max-upstream-body-bytes)")
 
 
 def upstream_failure(url: str, what: str, exc: httpx.HTTPError) -> UpstreamError:

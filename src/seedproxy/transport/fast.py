@@ -1,5 +1,5 @@
 """The transport below ``LeanClient``: HTTP/1.1 keep-alive over asyncio protocols,
-plain or TLS, direct or through a forward proxy (see ``route``).
+plain or TLS, direct or through a forward proxy (see ``connection.Proxies``).
 
 Why: httpcore's pool checks every pooled connection on every request (a poll per
 connection), so the proxy's cost grew with the number of upstream connections; this
@@ -39,8 +39,7 @@ from dataclasses import dataclass
 import httpx
 
 from .body import Body, UpstreamResponse
-from .connection import Closed, Connection
-from .route import Proxies, Route, route_for
+from .connection import Closed, Connection, Proxies, Route, route_for
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "FastTransport", "Timeouts", "request_bytes"]
 
@@ -68,7 +67,7 @@ class FastTransport:
     ``LeanClient`` maps (``failure``).
 
     ``verify``: True (the system's and certifi's CAs), False, a CA bundle path, or an
-    ``ssl.SSLContext``. ``proxies``: None reads the environment (see ``route``).
+    ``ssl.SSLContext``. ``proxies``: None reads the environment (see ``connection.Proxies``).
     """
 
     def __init__(

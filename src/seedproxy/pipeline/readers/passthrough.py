@@ -22,9 +22,8 @@ from typing import TYPE_CHECKING, Any
 from ...dialects import Captured, Endpoint, StreamCapture, UpstreamRequest
 from ...fleet.upstream import UpstreamReply
 from ...sessions.token_ids import TokenIds
-from ...sse_frames import DONE
+from ...sse_frames import DONE, event_json, split_events
 from ...wire.answer_shape import check_answer, check_chunk, check_error
-from ..sse import event_json, split_events
 
 if TYPE_CHECKING:
     from ..call import UpstreamCall

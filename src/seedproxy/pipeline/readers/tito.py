@@ -26,6 +26,7 @@ from ...media import CheckedImage
 from ...sessions import ChoiceRecord
 from ...sessions.codec import Signed
 from ...sessions.cursor import SessionView
+from ...sse_frames import event_json, split_events
 from ...tito import AssistantStream, Prompt, TitoMode, tito_record
 from ...tito.dialect import Reader as SampleReader
 from ...tito.dialect import Sample
@@ -33,7 +34,6 @@ from ...tito.lineage import FullRender, reply_key
 from ...tito.sampling import Sampling
 from ...tito.vision import image_records
 from ...wire.answer_shape import check_error
-from ..sse import event_json, split_events
 
 if TYPE_CHECKING:
     from ..call import UpstreamCall
