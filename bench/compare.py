@@ -85,28 +85,43 @@ async def one_round(targets: list[ov.Target], results: dict[str, dict[str, list[
             results[t.name]["cpu_us_c"].append(cpu / max(1, t.served - served0) * 1e6)
 
 
-async def tito_round(targets: list[ov.Target], results: dict[str, dict[str, list[float]]],
-                     warm: bool, concurrency: int = 64) -> None:
-    """TITO conversations, first one at a time, then ``concurrency`` at once."""
-    async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(
-            max_connections=concurrency)) as client:
-        for width, key in ((1, "cpu_us"), (concurrency, "cpu_us_c")):
-            for t in targets:
-                t.runs += 1
-                base = f"http://127.0.0.1:{t.port}/sessions/r{t.runs}"
-                cpu0 = ov.cpu_seconds(t.proc.pid)  # type: ignore[union-attr]
-                started = time.perf_counter()
-                if width == 1:
-                    counts = [await _conversation(client, f"{base}-{c}") for c in range(8)]
-                else:
-                    counts = await asyncio.gather(*(
-                        _conversation(client, f"{base}-{c}") for c in range(width)))
-                elapsed = time.perf_counter() - started
-                cpu = ov.cpu_seconds(t.proc.pid) - cpu0  # type: ignore[union-attr]
-                if not warm:
-                    results[t.name][key].append(cpu / sum(counts) * 1e6)
-                    if width > 1:
-                        results[t.name]["rps"].append(sum(counts) / elapsed)
+async def tito_rounds(targets: list[ov.Target], results: dict[str, dict[str, list[float]]],
+                      rounds: int, concurrency: int = 64) -> None:
+    """A warm-up round, then ``rounds`` of TITO conversations: one at a time, then
+    ``concurrency`` at once. Each target has a client of its own for the whole run, so
+    none inherits (or evicts) another's connections."""
+    clients = {t.name: httpx.AsyncClient(timeout=120, limits=httpx.Limits(
+        max_connections=concurrency)) for t in targets}
+    try:
+        for n in range(rounds + 1):
+            for width, key in ((1, "cpu_us"), (concurrency, "cpu_us_c")):
+                for t in targets:
+                    t.runs += 1
+                    cpu_s, count, elapsed = await _conversations(
+                        clients[t.name], t, f"r{t.runs}", width)
+                    if n > 0:
+                        results[t.name][key].append(cpu_s / count * 1e6)
+                        if width > 1:
+                            results[t.name]["rps"].append(count / elapsed)
+    finally:
+        for client in clients.values():
+            await client.aclose()
+
+
+async def _conversations(client: httpx.AsyncClient, t: ov.Target, name: str,
+                         width: int) -> tuple[float, int, float]:
+    """8 conversations one after another (``width`` 1), or ``width`` at once: the
+    proxy's CPU seconds, the requests made and the seconds they took."""
+    base = f"http://127.0.0.1:{t.port}/sessions/{name}"
+    cpu0 = ov.cpu_seconds(t.proc.pid)  # type: ignore[union-attr]
+    started = time.perf_counter()
+    if width == 1:
+        counts = [await _conversation(client, f"{base}-{c}") for c in range(8)]
+    else:
+        counts = await asyncio.gather(*(
+            _conversation(client, f"{base}-{c}") for c in range(width)))
+    elapsed = time.perf_counter() - started
+    return ov.cpu_seconds(t.proc.pid) - cpu0, sum(counts), elapsed  # type: ignore[union-attr]
 
 
 async def _conversation(client: httpx.AsyncClient, session: str) -> int:
@@ -161,10 +176,10 @@ def main() -> int:
         results: dict[str, dict[str, list[float]]] = {
             p.name: {"cpu_us": [], "cpu_us_c": [], "p50_ms": [], "ttfb_ms": [], "rps": []}
             for p in proxies}
-        for warm in [True] + [False] * args.rounds:
-            if args.tito:
-                asyncio.run(tito_round(proxies, results, warm, args.concurrency))
-            else:
+        if args.tito:
+            asyncio.run(tito_rounds(proxies, results, args.rounds, args.concurrency))
+        else:
+            for warm in [True] + [False] * args.rounds:
                 asyncio.run(one_round(proxies, results, warm=warm, seq=args.seq,
                                       concurrency=args.concurrency))
     c = args.concurrency
