@@ -33,6 +33,13 @@ _DEADLINE_SHARE = 0.75
 """A script's deadline, as a share of the time its caller waits for the answer."""
 
 
+def _closed_transport(exc: RuntimeError) -> bool:
+    """Whether ``exc`` is uvloop's answer to a write on a connection that closed under it
+    (MagicStack/uvloop#506), a lost connection where asyncio's own loop raises
+    ``ConnectionError``: a Redis server killed between connect and command."""
+    return str(exc).endswith("; the handler is closed")
+
+
 class RedisCore:
     """One Redis store's client (a standalone server, or a Sentinel-named primary)."""
 
@@ -121,6 +128,10 @@ class RedisCore:
             return await awaitable
         except self._errors as exc:
             raise StoreError(f"Redis store failed: {type(exc).__name__}: {exc}") from exc
+        except RuntimeError as exc:
+            if not _closed_transport(exc):
+                raise
+            raise StoreError(f"Redis store failed: ConnectionError: {exc}") from exc
 
     @staticmethod
     def _decode(raw: dict[bytes, bytes]) -> SessionRecord | None:
