@@ -4,6 +4,7 @@ and the engine alone."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import importlib
 import logging
 import math
@@ -72,6 +73,7 @@ def serve(flags: dict[str, Any], config_file: str | None) -> int:
             log.info("seedproxy listening on http://%s:%d", settings.host, settings.port)
             if settings.workers > 1:
                 return _run_workers(settings, sock, engine)
+            gc.freeze()  # the app's own objects: no collection walks them again (bench/compare.py)
             uvicorn.Server(uvicorn.Config(app, **_uvicorn_options(settings))).run(sockets=[sock])
         finally:
             if engine is not None:

@@ -4,6 +4,7 @@ parent hands its ``Settings`` to the workers as ``SEEDPROXY_*`` variables
 
 from __future__ import annotations
 
+import gc
 import os
 
 from fastapi import FastAPI
@@ -47,4 +48,6 @@ def export_settings(settings: Settings, engine_url: str | None = None) -> None:
 
 def app_from_env() -> FastAPI:
     configure_logging()
-    return create_app(load_settings({}), engine_url=os.environ.get(ENGINE_URL_VAR))
+    app = create_app(load_settings({}), engine_url=os.environ.get(ENGINE_URL_VAR))
+    gc.freeze()  # as ``seedproxy serve`` does in one process
+    return app
