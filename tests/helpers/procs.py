@@ -26,6 +26,16 @@ def seedproxy_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def gone(pid: int) -> bool:
+    """Whether process ``pid`` has exited: no such process, or a zombie (dead, not yet
+    reaped). A process reaped between the open and the read fails the read with ESRCH."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -18,7 +18,7 @@ import pytest
 from seedproxy.commands.cli import main
 from seedproxy.commands.launch import parse_gpus, plan_servers
 from seedproxy.errors import ConfigError
-from tests.helpers.procs import seedproxy_env, start_seedproxy
+from tests.helpers.procs import gone, seedproxy_env, start_seedproxy
 from tests.helpers.serving import Serving
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -200,19 +200,6 @@ def read_records(records: Path, count: int, timeout_s: float = 30) -> list[dict[
         time.sleep(0.05)
     found = [json.loads(p.read_text()) for p in sorted(records.glob("*.json"))]
     return sorted(found, key=lambda r: str(r["cuda_visible_devices"]))
-
-
-def gone(pid: int) -> bool:
-    """No such process, or a zombie (exited; an orphan's reaper may be slow)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    stat = Path(f"/proc/{pid}/stat")
-    try:
-        return stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except (FileNotFoundError, IndexError):
-        return True
 
 
 def kill_leftovers(proc: subprocess.Popen[bytes], records: Path) -> None:

@@ -33,6 +33,7 @@ from seedproxy.pipeline.request import decode_body
 from seedproxy.sessions.token_ids import TokenIds
 from tests.conftest import Fake
 from tests.helpers.parse_hold import ParseHold
+from tests.helpers.procs import gone
 from tests.helpers.waiting import wait_until
 from tests.proxy.test_nesting import nested
 
@@ -247,15 +248,6 @@ def test_a_body_past_the_queue_bound_is_a_429(
     assert first.result().status_code == 200
 
 
-def running(pid: int) -> bool:
-    """Whether process ``pid`` still runs (a zombie, dead and not reaped, does not)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except FileNotFoundError:
-        return False
-
-
 @pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/messages"])
 def test_a_stopped_worker_is_a_503_past_the_bound_and_the_pool_starts_again(
         fake: Fake, start_proxy: Callable[..., str], hold: ParseHold, path: str,
@@ -276,9 +268,9 @@ def test_a_stopped_worker_is_a_503_past_the_bound_and_the_pool_starts_again(
         else:
             assert refused.json()["error"]["type"] == "server_error"
         assert "took longer than 5 s" in refused.text and fake.received == []
-        wait_until(lambda: not running(pid))
+        wait_until(lambda: gone(pid))
     finally:
-        if running(pid):
+        if not gone(pid):
             os.kill(pid, signal.SIGKILL)
     again = background(big_chat, proxy, path)
     assert hold.entered() != pid
