@@ -229,11 +229,11 @@ def with_reward(blob: bytes, reward: float) -> bytes:
     return _HEAD.pack(_MAGIC, len(data)) + data + blob[at:]
 
 
-def resolve(stored: Iterable[Stored]) -> list[Interaction]:
-    """Whole interactions, in the order given: each linked prompt, message list and
-    key list rebuilt from what it extends. ``StoreError`` when a link names an
-    interaction that is not there."""
-    by_id = {s.interaction.interaction_id: s for s in stored}
+def resolve(blobs: Iterable[bytes]) -> list[Interaction]:
+    """The whole interactions of stored blobs, ordered by (request_index,
+    interaction_id): each linked prompt, message list and key list rebuilt from what it
+    extends. ``StoreError`` when a link names an interaction that is not there."""
+    by_id = {s.interaction.interaction_id: s for s in map(decode, blobs)}
     done: dict[str, Interaction] = {}
 
     def whole(iid: str) -> Interaction:
@@ -250,7 +250,7 @@ def resolve(stored: Iterable[Stored]) -> list[Interaction]:
             done[item.interaction.interaction_id] = _rebuilt(item, done)
         return done[iid]
 
-    return [whole(iid) for iid in by_id]
+    return sorted(map(whole, by_id), key=lambda i: (i.request_index, i.interaction_id))
 
 
 def _rebuilt(item: Stored, done: dict[str, Interaction]) -> Interaction:

@@ -9,7 +9,7 @@ import time
 from collections import OrderedDict
 from dataclasses import fields
 
-from .codec import Link, Sent, decode, encode, resolve, with_reward
+from .codec import Link, Sent, encode, resolve, with_reward
 from .interaction import Interaction
 from .record import Recorded, SessionRecord, Slot, Stale, apply_summary
 
@@ -117,8 +117,7 @@ class Session:
     def interactions(self) -> list[Interaction]:
         with self._lock:
             blobs = [b for _, _, b in self._blobs.values()]
-        items = resolve(decode(b) for b in blobs)
-        return sorted(items, key=lambda i: (i.request_index, i.interaction_id))
+        return resolve(blobs)
 
     def changes(self, after: int) -> tuple[int, list[bytes]]:
         """See ``SessionStore.changes``."""

@@ -51,7 +51,7 @@ import time
 import orjson
 
 from ...errors import SessionNotFound
-from ..codec import Link, Sent, decode, encode, resolve
+from ..codec import Link, Sent, encode, resolve
 from ..interaction import Interaction
 from ..record import Recorded, SessionRecord, Slot, Stale, order_key, summary_fields
 from . import redis_scripts as lua
@@ -188,12 +188,12 @@ class RedisStore(RedisCore):
         exists, values, rewards = await self._call(pipe.execute())
         if not exists:
             raise SessionNotFound(f"session {session_id!r} not found")
-        items = resolve(decode(v) for v in values)
+        items = resolve(values)
         for item in items:
             reward = rewards.get(item.interaction_id.encode())
             if reward is not None:
                 item.reward = float(reward)
-        return sorted(items, key=lambda i: (i.request_index, i.interaction_id))
+        return items
 
     async def changes(self, session_id: str, after: int) -> tuple[int, builtins.list[bytes]]:
         keys = [self._k(kind, session_id) for kind in ("s", "i", "q")]

@@ -1,21 +1,15 @@
 """The SQLite store: one durable proxy. ``sqlite:///path.db``.
 
 Invariants: the database runs in WAL mode with ``synchronous=FULL``, so a method
-returns only after its transaction is committed to disk; ``allocate`` reads and
-bumps the counter in one ``BEGIN IMMEDIATE`` transaction (reads take a plain ``BEGIN``:
-a snapshot that never waits for, nor blocks, another process's writer), so an index is handed out
-once even by several processes on one file; the store-wide ``created``/``ended``
-counters and every session's ``next_index`` live in the file, so a restart goes on
-from where it stopped and never reuses an index. A file deleted or replaced under the
-proxy stops the store (503s), and each file's records carry its epoch
-(``sqlite_core.py``). All SQLite work runs on one dedicated thread: the event loop
-never waits on disk (``sqlite_core.py``).
+returns only after its transaction is committed to disk; the store-wide
+``created``/``ended`` counters and every session's ``next_index`` live in the file, so
+a restart goes on from where it stopped and never reuses an index. Transactions, and
+the file's identity and epoch: ``sqlite_core.py``, ``sqlite_open.py``.
 """
 
 from __future__ import annotations
 
 import builtins
-import logging
 import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -23,11 +17,10 @@ from concurrent.futures import ThreadPoolExecutor
 import orjson
 
 from ...errors import SessionNotFound
-from ..codec import Link, Sent, decode, encode, resolve, with_reward
+from ..codec import Link, Sent, encode, resolve, with_reward
 from ..interaction import Interaction
 from ..record import Recorded, SessionRecord, apply_summary
-from .base import RETRY_MEMORY, View, over_capacity
-from .sqlite_core import SqliteFile
+from .base import RETRY_MEMORY, over_capacity
 from .sqlite_leases import SqliteLeases
 from .sqlite_open import open_file
 from .sqlite_reads import SqliteReads
@@ -35,15 +28,12 @@ from .sqlite_slots import SqliteSlots
 
 __all__ = ["SqliteStore"]
 
-log = logging.getLogger("seedproxy")
 
-class SqliteStore(SqliteFile):
+class SqliteStore(SqliteSlots, SqliteLeases, SqliteReads):
     """``SessionStore`` over one SQLite file. Safe across threads and tasks; several
-    processes may share the file (``BEGIN IMMEDIATE`` serialises their writes). Export
-    leases live in the file too (``sqlite_leases.py``), and so do the indexes pages,
-    exports and the TTL sweep read (``sqlite_reads.py``); requests take their slots in
-    ``sqlite_slots.py``. ``check_s``: how often a waiting export reads the change
-    counter for another process's writes (None: never)."""
+    processes may share the file (``BEGIN IMMEDIATE`` serialises their writes).
+    ``check_s``: how often a waiting export reads the change counter for another
+    process's writes (None: never)."""
 
     def __init__(
         self, path: str, *, retry_memory: int = RETRY_MEMORY, check_s: float | None = 1.0
@@ -51,11 +41,6 @@ class SqliteStore(SqliteFile):
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="seedproxy-sqlite")
         super().__init__(executor, executor.submit(open_file, path).result(),
                          retry_memory=retry_memory, check_s=check_s)
-        slots, leases, reads = SqliteSlots(self), SqliteLeases(self), SqliteReads(self)
-        self.allocate, self.occurrence = slots.allocate, slots.occurrence
-        self.lease, self.held_until, self.ack = leases.lease, leases.held_until, leases.ack
-        self.scan, self.count, self.idle = reads.scan, reads.count, reads.idle
-        self.version, self.watch = reads.version, reads.watch
 
     async def create(
         self, record: SessionRecord, *, max_open: int | None = None, reserve: int = 1
@@ -63,7 +48,7 @@ class SqliteStore(SqliteFile):
         def work(db: sqlite3.Connection) -> bool:
             if self._load(db, record.session_id) is not None:
                 return False
-            if max_open is not None and self._open_now(db) + reserve > max_open:
+            if max_open is not None and self._counter(db, "open") + reserve > max_open:
                 raise over_capacity(max_open)
             record.created_seq = self._next(db, "created")
             record.created_at = record.last_active_at = time.time()
@@ -72,40 +57,14 @@ class SqliteStore(SqliteFile):
                 "INSERT INTO sessions (session_id, api_key, group_id, created_seq, ended, record, "
                 "identity, exported, ended_seq, last_active_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    record.session_id,
-                    record.api_key,
-                    record.group_id,
-                    record.created_seq,
-                    int(record.ended),
-                    orjson.dumps(record.to_dict()),
-                    record.identity,
-                    int(record.exported),
-                    record.ended_seq,
-                    record.last_active_at,
-                ),
+                (record.session_id, record.api_key, record.group_id, record.created_seq,
+                 int(record.ended), orjson.dumps(record.to_dict()), record.identity,
+                 int(record.exported), record.ended_seq, record.last_active_at),
             )
-            if not record.ended:
-                self._count_open(db, 1)
-            self._bump(db, sessions=1)
-            self._wake_after_commit()
+            self._bump(db, sessions=1, opened=0 if record.ended else 1, wake=True)
             return True
 
         return await self._run(work)
-
-    async def get(self, session_id: str) -> SessionRecord | None:
-        return await self._read(self._load, session_id)
-
-    async def find_by_key(self, api_key: str) -> SessionRecord | None:
-        def work(db: sqlite3.Connection) -> SessionRecord | None:
-            row = db.execute("SELECT record FROM sessions WHERE api_key = ?", (api_key,)).fetchone()
-            return SessionRecord.from_dict(orjson.loads(row[0])) if row else None
-
-        return await self._read(work)
-
-    async def list(self, group_id: str | None = None) -> builtins.list[SessionRecord]:
-        view: View = "all" if group_id is None else "group"
-        return await self.scan(view, key=group_id, limit=-1)  # SQLite: no limit
 
     async def record(self, session_id: str, interaction: Interaction, *,
                      link: Link | None = None, sent: Sent | None = None,
@@ -138,14 +97,10 @@ class SqliteStore(SqliteFile):
     async def interactions(self, session_id: str) -> builtins.list[Interaction]:
         def work(db: sqlite3.Connection) -> builtins.list[bytes]:
             self._require(db, session_id)
-            rows = db.execute(
-                "SELECT data FROM interactions WHERE session_id = ? "
-                "ORDER BY request_index, interaction_id",
-                (session_id,),
-            ).fetchall()
+            rows = db.execute("SELECT data FROM interactions WHERE session_id = ?", (session_id,))
             return [r[0] for r in rows]
 
-        return resolve(decode(blob) for blob in await self._read(work))
+        return resolve(await self._read(work))
 
     async def changes(self, session_id: str, after: int) -> tuple[int, builtins.list[bytes]]:
         def work(db: sqlite3.Connection) -> tuple[int, builtins.list[bytes]]:
@@ -207,15 +162,10 @@ class SqliteStore(SqliteFile):
                 record.ended_seq = self._next(db, "ended")
                 record.end_status = "ended" if abandoned_before is None else "abandoned"
                 self._save(db, record)
-                self._count_open(db, -1)
-                self._bump(db)
-                self._wake_after_commit()
+                self._bump(db, opened=-1, wake=True)
             return record
 
         return await self._run(work)
 
     async def delete(self, session_id: str) -> bool:
         return await self._run(self._delete_rows, session_id)
-
-    async def count_open(self) -> int:
-        return await self._read(self._open_now)

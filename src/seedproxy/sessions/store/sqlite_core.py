@@ -1,6 +1,5 @@
-"""A SQLite store's file and its transactions: the core its slots, leases and reads
-(``sqlite_slots.py``, ``sqlite_leases.py``, ``sqlite_reads.py``) and ``SqliteStore``
-run on.
+"""A SQLite store's file and its transactions: the core ``SqliteStore`` and its slots,
+leases and reads (``sqlite_slots.py``, ``sqlite_leases.py``, ``sqlite_reads.py``) run on.
 
 Invariants: every transaction runs on one dedicated thread (the event loop never waits
 on disk), on the file that was opened only; a write transaction is ``BEGIN
@@ -8,24 +7,15 @@ IMMEDIATE`` (one writer across processes), a read one a plain ``BEGIN`` (a snaps
 that never waits for, nor blocks, another process's writer); waiting exports in this
 process are woken once a transaction that may change their choice commits.
 
-The file that was opened: each transaction first checks that its path still names
-that file (same device and inode), so a file deleted or replaced under a running proxy
-is a ``StoreError`` (503) on every request and on ``/readyz``, never a store that goes
-on writing to an unlinked file a restart cannot see. Every file holds a random
-``epoch``, drawn once when the file is first opened and kept in it: records carry it,
-so the records of a new file (whose indices start again at 0, with the same seeds for
-the same identity) are told apart from an old file's. Seeds never depend on it.
+A file deleted or replaced under the proxy stops the store (``sqlite_open.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import secrets
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import orjson
@@ -33,10 +23,16 @@ import orjson
 from ...errors import SessionNotFound, StoreError
 from ..record import SessionRecord
 from .changes import ChangeSignal
+from .sqlite_open import FileIdentity
 
-__all__ = ["META_SCHEMA", "FileIdentity", "SqliteFile", "file_epoch"]
+__all__ = ["SqliteFile", "records"]
 
 T = TypeVar("T")
+
+
+def records(rows: Iterable[Any]) -> list[SessionRecord]:
+    """The records of rows whose first column is a record's blob."""
+    return [SessionRecord.from_dict(orjson.loads(row[0])) for row in rows]
 
 
 class SqliteFile:
@@ -44,34 +40,30 @@ class SqliteFile:
     ``check_s``: how often a waiting export reads the change counter for another
     process's writes (None: never)."""
 
-
     def __init__(
-        self, executor: ThreadPoolExecutor, opened: tuple[sqlite3.Connection, FileIdentity | None,
-                                                          str],
+        self, executor: ThreadPoolExecutor,
+        opened: tuple[sqlite3.Connection, FileIdentity | None, str],
         *, retry_memory: int, check_s: float | None,
     ) -> None:
         """``opened``: ``sqlite_open.open_file``'s answer, on ``executor``'s one thread."""
-        self._retry_memory = retry_memory
+        self._retry_memory, self._check_s = retry_memory, check_s
         self._signal = ChangeSignal()
-        self._check_s = check_s
         self._wake = False
+        """Set in a write transaction that may change an export's choice: wake waiting
+        exports once it commits."""
         self._executor = executor
         self._db, self._identity, self._epoch = opened
 
-    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run ``fn`` in one write transaction (``BEGIN IMMEDIATE``)."""
+    async def _run(self, fn: Callable[..., T], *args: Any, mode: str = "IMMEDIATE") -> T:
+        """Run ``fn(db, *args)`` in one ``BEGIN {mode}`` transaction on the store's
+        thread: a write one by default; ``_read``'s a snapshot that takes no write lock."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._guarded, "IMMEDIATE", fn, args)
+        return await loop.run_in_executor(self._executor, self._guarded, mode, fn, args)
 
     async def _read(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run a read-only ``fn`` in one deferred transaction: a consistent snapshot
-        that takes no write lock."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._guarded, "DEFERRED", fn, args)
+        return await self._run(fn, *args, mode="DEFERRED")
 
     def _guarded(self, mode: str, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
-        """Run ``fn`` in one ``BEGIN {mode}`` transaction on the store's thread, on the
-        file that was opened only."""
         if self._identity is not None:
             self._identity.check()
         db = self._db
@@ -93,14 +85,16 @@ class SqliteFile:
     # -- helpers (store thread, inside a transaction) --------------------------------
 
     @staticmethod
-    def _load(db: sqlite3.Connection, session_id: str) -> SessionRecord | None:
-        row = db.execute(
-            "SELECT record FROM sessions WHERE session_id = ?", (session_id,)
-        ).fetchone()
-        return SessionRecord.from_dict(orjson.loads(row[0])) if row else None
+    def _load(db: sqlite3.Connection, session_id: str,
+              created_seq: int | None = None) -> SessionRecord | None:
+        """The session; None when unknown or (``created_seq``) another under its id."""
+        found = records(db.execute("SELECT record FROM sessions WHERE session_id = ?",
+                                   (session_id,)))
+        return found[0] if found and created_seq in (None, found[0].created_seq) else None
 
-    def _require(self, db: sqlite3.Connection, session_id: str) -> SessionRecord:
-        record = self._load(db, session_id)
+    def _require(self, db: sqlite3.Connection, session_id: str,
+                 created_seq: int | None = None) -> SessionRecord:
+        record = self._load(db, session_id, created_seq)
         if record is None:
             raise SessionNotFound(f"session {session_id!r} not found")
         return record
@@ -123,22 +117,14 @@ class SqliteFile:
         ).fetchone()
         return int(row[0])
 
-    @staticmethod
-    def _bump(db: sqlite3.Connection, *, sessions: int = 0) -> None:
-        """In a write transaction: the listing changed (``sessions``: the total by)."""
-        db.execute("UPDATE counters SET value = value + 1 WHERE name = 'version'")
-        if sessions:
-            db.execute("UPDATE counters SET value = value + ? WHERE name = 'sessions'",
-                       (sessions,))
-
-    def _wake_after_commit(self) -> None:
-        """In a write transaction: an export's choice may change; wake waiting exports
-        once it is committed."""
-        self._wake = True
-
-    @staticmethod
-    def _count_open(db: sqlite3.Connection, delta: int) -> None:
-        db.execute("UPDATE counters SET value = value + ? WHERE name = 'open'", (delta,))
+    def _bump(self, db: sqlite3.Connection, *, sessions: int = 0, opened: int = 0,
+              wake: bool = False) -> None:
+        """In a write transaction: the listing changed; the total and open counts change
+        by ``sessions`` and ``opened``; ``wake``: an export's choice may have too."""
+        db.execute("UPDATE counters SET value = value + CASE name WHEN 'version' THEN 1 "
+                   "WHEN 'sessions' THEN ? ELSE ? END "
+                   "WHERE name IN ('version', 'sessions', 'open')", (sessions, opened))
+        self._wake = self._wake or wake
 
     @staticmethod
     def _newer(db: sqlite3.Connection, session_id: str,
@@ -154,67 +140,16 @@ class SqliteFile:
         row = db.execute(
             "DELETE FROM sessions WHERE session_id = ? RETURNING ended", (session_id,)
         ).fetchone()
-        gone = row is not None
-        if gone and not row[0]:
-            self._count_open(db, -1)
-        if gone:
-            self._bump(db, sessions=-1)
-            self._wake_after_commit()
+        if row is not None:
+            self._bump(db, sessions=-1, opened=0 if row[0] else -1, wake=True)
         for table in ("recent", "pins", "occurrences", "interactions", "leases"):
             db.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
-        return bool(gone)
+        return row is not None
 
     @staticmethod
-    def _open_now(db: sqlite3.Connection) -> int:
-        row = db.execute("SELECT value FROM counters WHERE name = 'open'").fetchone()
-        return int(row[0])
+    def _counter(db: sqlite3.Connection, name: str) -> int:
+        return int(db.execute("SELECT value FROM counters WHERE name = ?", (name,)).fetchone()[0])
 
     async def close(self) -> None:
-        def shut() -> None:
-            self._db.close()
-
-        await asyncio.get_running_loop().run_in_executor(self._executor, shut)
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._db.close)
         self._executor.shutdown(wait=True)
-
-
-META_SCHEMA = "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);"
-
-
-@dataclass(frozen=True, slots=True)
-class FileIdentity:
-    """The file a store opened: its absolute path, device and inode."""
-
-    path: str
-    device: int
-    inode: int
-
-    @classmethod
-    def of(cls, path: str) -> FileIdentity | None:
-        """The identity of the file at ``path`` now; None for no file (``:memory:``)."""
-        try:
-            found = os.stat(path)
-        except FileNotFoundError:
-            return None
-        return cls(os.path.abspath(path), found.st_dev, found.st_ino)
-
-    def check(self) -> None:
-        """Raise ``StoreError`` unless the path still names the file that was opened."""
-        try:
-            found = os.stat(self.path)
-        except OSError as exc:
-            what = "deleted" if isinstance(exc, FileNotFoundError) else f"unreadable ({exc})"
-            raise StoreError(self._lost(what)) from exc
-        if (found.st_dev, found.st_ino) != (self.device, self.inode):
-            raise StoreError(self._lost("replaced by another file"))
-
-    def _lost(self, what: str) -> str:
-        return (f"the SQLite store file {self.path} was {what} while the proxy ran; "
-                "nothing more is stored in it. Restore the file, or restart the proxy: a "
-                "new file is a new store epoch whose indices start again at 0")
-
-
-def file_epoch(db: sqlite3.Connection) -> str:
-    """The file's store epoch, drawn (16 hex digits) the first time the file is opened."""
-    db.execute("INSERT OR IGNORE INTO meta (name, value) VALUES ('epoch', ?)",
-               (secrets.token_hex(8),))
-    return str(db.execute("SELECT value FROM meta WHERE name = 'epoch'").fetchone()[0])

@@ -15,49 +15,26 @@ from ..record import SessionRecord
 from .leases import BATCH_KEEP_S, Batch
 from .sqlite_core import SqliteFile
 
-__all__ = ["LEASE_SCHEMA", "SqliteLeases"]
+__all__ = ["SqliteLeases"]
 
 _CHUNK = 500
 """Ids per ``IN (...)`` list: well under SQLite's bound on variables."""
 
-LEASE_SCHEMA = """
-CREATE TABLE IF NOT EXISTS leases (
-    session_id TEXT PRIMARY KEY,
-    batch_id TEXT NOT NULL,
-    until REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS leases_until ON leases (until);
-CREATE TABLE IF NOT EXISTS batches (
-    batch_id TEXT PRIMARY KEY,
-    data BLOB NOT NULL,
-    keep_until REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS batches_keep ON batches (keep_until);
-"""
 
-
-class SqliteLeases:
-    """The leases of a store's file (``sqlite_core.py``), each call one transaction of it."""
-
-    def __init__(self, store: SqliteFile) -> None:
-        self._store = store
-
+class SqliteLeases(SqliteFile):
     async def lease(
         self, batch_id: str, records: builtins.list[SessionRecord], *,
         now: float, until: float, remove: bool, named: bool,
     ) -> builtins.list[str]:
-        store = self._store
-
         def work(db: sqlite3.Connection) -> builtins.list[str]:
             db.execute("DELETE FROM batches WHERE keep_until <= ?", (now,))
             refused = []
             for r in records:
-                current = store._load(db, r.session_id)
+                current = self._load(db, r.session_id, r.created_seq)
                 held = db.execute(
                     "SELECT until FROM leases WHERE session_id = ?", (r.session_id,)
                 ).fetchone()
-                if (current is None or current.created_seq != r.created_seq
-                        or (held is not None and held[0] > now)
+                if (current is None or (held is not None and held[0] > now)
                         or (not named and current.exported)):
                     refused.append(r.session_id)
             if refused:
@@ -73,7 +50,7 @@ class SqliteLeases:
             )
             return []
 
-        return await self._store._run(work)
+        return await self._run(work)
 
     async def held_until(self, session_ids: builtins.list[str], now: float) -> dict[str, float]:
         def work(db: sqlite3.Connection) -> dict[str, float]:
@@ -87,11 +64,9 @@ class SqliteLeases:
             return found
 
         wanted = list(dict.fromkeys(session_ids))
-        return await self._store._read(work) if wanted else {}
+        return await self._read(work) if wanted else {}
 
     async def ack(self, batch_id: str, now: float) -> bool:
-        store = self._store
-
         def work(db: sqlite3.Connection) -> bool:
             row = db.execute(
                 "SELECT data FROM batches WHERE batch_id = ? AND keep_until > ?", (batch_id, now)
@@ -100,18 +75,17 @@ class SqliteLeases:
                 return False
             batch = Batch.from_json(orjson.loads(row[0]))
             for session_id, created_seq in batch.sessions:
-                record = store._load(db, session_id)
-                if record is None or record.created_seq != created_seq:
+                record = self._load(db, session_id, created_seq)
+                if record is None:
                     continue  # gone, or a newer session under that id
                 db.execute("DELETE FROM leases WHERE session_id = ? AND batch_id = ?",
                            (session_id, batch_id))
                 if batch.remove:
-                    store._delete_rows(db, session_id)
+                    self._delete_rows(db, session_id)
                 elif not record.exported:
                     record.exported = True
-                    store._save(db, record)
-                    store._bump(db)
-                    store._wake_after_commit()
+                    self._save(db, record)
+                    self._bump(db, wake=True)
             if not batch.acked:
                 batch.acked, batch.until = True, min(batch.until, now)
                 db.execute(
@@ -120,4 +94,4 @@ class SqliteLeases:
                 )
             return True
 
-        return await self._store._run(work)
+        return await self._run(work)

@@ -16,31 +16,20 @@ from __future__ import annotations
 import sqlite3
 import time
 
-from ...errors import SessionNotFound
 from ..record import SessionRecord, Slot, Stale
 from .sqlite_core import SqliteFile
 
 __all__ = ["SqliteSlots"]
 
 
-
-class SqliteSlots:
-    """The slots of a store's file (``sqlite_core.py``), each call one write transaction of it."""
-
-    def __init__(self, store: SqliteFile) -> None:
-        self._store = store
-
+class SqliteSlots(SqliteFile):
     async def allocate(
         self, session_id: str, *, digest: bytes, retry: bool, pinned: int | None,
         content_key: str | None = None, created_seq: int | None = None, after: int | None = None,
     ) -> Slot | Stale:
-        store = self._store
-
         def work(db: sqlite3.Connection) -> Slot | Stale:
-            record = store._require(db, session_id)
-            if created_seq not in (None, record.created_seq):
-                raise SessionNotFound(f"session {session_id!r} not found")
-            if after is not None and (newer := store._newer(db, session_id, after))[1]:
+            record = self._require(db, session_id, created_seq)
+            if after is not None and (newer := self._newer(db, session_id, after))[1]:
                 return Stale(*newer)
             slot = self._allocate(db, record, digest, retry, pinned)
             if content_key is None:
@@ -48,16 +37,10 @@ class SqliteSlots:
             number = self._occurrence(db, session_id, content_key, slot.interaction_id)
             return Slot(slot.index, slot.interaction_id, slot.reused, number)
 
-        return await store._run(work)
+        return await self._run(work)
 
-    def _allocate(
-        self,
-        db: sqlite3.Connection,
-        record: SessionRecord,
-        digest: bytes,
-        retry: bool,
-        pinned: int | None,
-    ) -> Slot:
+    def _allocate(self, db: sqlite3.Connection, record: SessionRecord, digest: bytes,
+                  retry: bool, pinned: int | None) -> Slot:
         session_id = record.session_id
         clock = db.execute(
             "SELECT coalesce(max(clock), 0) + 1 FROM recent WHERE session_id = ?", (session_id,)
@@ -85,7 +68,7 @@ class SqliteSlots:
             slot = Slot(record.next_index, f"i{record.next_index}")
             record.next_index += 1
         record.last_active_at = time.time()
-        self._store._save(db, record)
+        self._save(db, record)
         # A digest seen before keeps its place in the retry memory (as a dict does).
         db.execute(
             "INSERT INTO recent (session_id, digest, request_index, interaction_id, clock) "
@@ -97,16 +80,16 @@ class SqliteSlots:
             "DELETE FROM recent WHERE session_id = ? AND clock <= ("
             " SELECT clock FROM recent WHERE session_id = ?"
             " ORDER BY clock DESC LIMIT 1 OFFSET ?)",
-            (session_id, session_id, self._store._retry_memory),
+            (session_id, session_id, self._retry_memory),
         )
         return slot
 
     async def occurrence(self, session_id: str, key: str, interaction_id: str) -> int:
         def work(db: sqlite3.Connection) -> int:
-            self._store._require(db, session_id)
+            self._require(db, session_id)
             return self._occurrence(db, session_id, key, interaction_id)
 
-        return await self._store._run(work)
+        return await self._run(work)
 
     @staticmethod
     def _occurrence(db: sqlite3.Connection, session_id: str, key: str,
