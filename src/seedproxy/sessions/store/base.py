@@ -11,13 +11,13 @@ import builtins
 from contextlib import AbstractAsyncContextManager
 from typing import Literal, Protocol
 
-from ...errors import OverCapacity
+from ...errors import OverCapacity, SessionNotFound
 from ..codec import Link, Sent
 from ..interaction import Interaction
 from ..record import Recorded, SessionRecord, Slot, Stale
 from .changes import Watch
 
-__all__ = ["RETRY_MEMORY", "SessionStore", "View", "over_capacity"]
+__all__ = ["RETRY_MEMORY", "SessionStore", "View", "not_found", "over_capacity"]
 
 View = Literal["all", "group", "identity", "unexported", "ready"]
 """An index of sessions a store keeps, each read a page at a time (``scan``):
@@ -33,6 +33,10 @@ says which are held). The sequence of ``ready`` is ``ended_seq``; of the others,
 
 RETRY_MEMORY = 64
 """How many recent request digests a session remembers for SDK-retry matching."""
+
+
+def not_found(session_id: str) -> SessionNotFound:
+    return SessionNotFound(f"session {session_id!r} not found")
 
 
 def over_capacity(max_open: int) -> OverCapacity:

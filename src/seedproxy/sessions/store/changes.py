@@ -18,7 +18,7 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Protocol
 
-__all__ = ["ChangeSignal", "Watch", "signal_watch", "wait_changed"]
+__all__ = ["ChangeSignal", "Watch", "Watching", "signal_watch"]
 
 
 class Watch(Protocol):
@@ -59,56 +59,45 @@ class ChangeSignal:
         for waiter in waiters:
             waiter.wake()
 
-    @contextlib.asynccontextmanager
-    async def _open(self) -> AsyncIterator[_Waiter]:
-        waiter = _Waiter()
-        with self._lock:
-            self._waiters.add(waiter)
-        try:
-            yield waiter
-        finally:
-            with self._lock:
-                self._waiters.discard(waiter)
 
+class Watching:
+    """A ``Watch`` woken when ``woken(step)`` reports a change, or when ``version``
+    (read every ``check_s`` seconds, when given: another process's change) moves off
+    the version ``seen``."""
 
-class _SignalWatch:
     def __init__(
-        self, waiter: _Waiter, version: Callable[[], Awaitable[int]], seen: int,
-        check_s: float | None,
+        self, woken: Callable[[float], Awaitable[bool]], version: Callable[[], Awaitable[int]],
+        seen: int, check_s: float | None,
     ) -> None:
-        self._waiter, self._version, self._seen, self._check_s = waiter, version, seen, check_s
+        self._woken, self._version, self._seen, self._check_s = woken, version, seen, check_s
 
     async def wait(self, timeout: float) -> None:
-        self._seen = await wait_changed(self._waiter.wait, self._version, self._seen,
-                                        self._check_s, timeout)
-
-
-async def wait_changed(
-    woken: Callable[[float], Awaitable[bool]], version: Callable[[], Awaitable[int]],
-    seen: int, check_s: float | None, timeout: float,
-) -> int:
-    """Wait until ``woken(step)`` reports a change, ``version`` (read every ``check_s``
-    seconds, when given: another process's change) moves off ``seen``, or ``timeout``
-    passes; return the version seen then."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        left = max(0.0, deadline - loop.time())
-        if await woken(left if check_s is None else min(left, check_s)):
-            return await version()
-        if loop.time() >= deadline:
-            return seen
-        now = await version()
-        if now != seen:
-            return now
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            left = max(0.0, deadline - loop.time())
+            if await self._woken(left if self._check_s is None else min(left, self._check_s)):
+                self._seen = await self._version()
+                return
+            if loop.time() >= deadline:
+                return
+            now = await self._version()
+            if now != self._seen:
+                self._seen = now
+                return
 
 
 @contextlib.asynccontextmanager
 async def signal_watch(
     signal: ChangeSignal, version: Callable[[], Awaitable[int]], check_s: float | None
 ) -> AsyncIterator[Watch]:
-    """A ``Watch`` woken by ``signal``, and by ``version`` moving (read every
-    ``check_s`` seconds, when given)."""
-    async with signal._open() as waiter:
-        seen = await version() if check_s is not None else 0
-        yield _SignalWatch(waiter, version, seen, check_s)
+    """A ``Watching`` woken by ``signal`` (and by ``version``, when ``check_s`` is given)."""
+    waiter = _Waiter()
+    with signal._lock:
+        signal._waiters.add(waiter)
+    try:
+        yield Watching(waiter.wait, version, await version() if check_s is not None else 0,
+                       check_s)
+    finally:
+        with signal._lock:
+            signal._waiters.discard(waiter)

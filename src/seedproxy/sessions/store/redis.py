@@ -55,60 +55,52 @@ from ..codec import Link, Sent, encode, resolve
 from ..interaction import Interaction
 from ..record import Recorded, SessionRecord, Slot, Stale, order_key, summary_fields
 from . import redis_scripts as lua
-from .base import RETRY_MEMORY, over_capacity
-from .redis_core import RedisCore
+from .base import RETRY_MEMORY, not_found, over_capacity
 from .redis_leases import RedisLeases
 from .redis_reads import RedisReads
 
 __all__ = ["RedisStore"]
 
 _MUTABLE = ("next_index", "last_active_at", "ended", "ended_seq", "end_status", "reward",
-            "exported", "interaction_count", "last_order", "last_upstream", "last_weight_version")
+            "exported", "interaction_count", "last_order", "last_upstream", "last_weight_version",
+            "store_epoch")
+"""Kept in fields of their own in the session's hash, beside ``rec``."""
 
-class RedisStore(RedisCore):
-    """``SessionStore`` on Redis, shared by every replica pointed at the same database.
-    Its indexes and change feed: ``redis_reads.py``."""
+
+def _arg(value: object) -> str:
+    return "" if value is None else str(value)
+
+
+class RedisStore(RedisLeases, RedisReads):
+    """``SessionStore`` on Redis, shared by every replica pointed at the same database."""
 
     def __init__(self, url: str, *, retry_memory: int = RETRY_MEMORY) -> None:
         super().__init__(url)
         self._retry_memory = retry_memory
         (self._allocate, self._create, self._end, self._record, self._set_reward,
-         self._occurrence) = (self.script(body) for body in (
-            lua.ALLOCATE, lua.CREATE, lua.END, lua.RECORD, lua.SET_REWARD, lua.OCCURRENCE))
-        self._changes = self._guarded(self._redis.register_script(lua.GUARD + lua.CHANGES),
+         self._occurrence, self._lease_script, self._ack_script) = (self.script(body) for body in (
+            lua.ALLOCATE, lua.CREATE, lua.END, lua.RECORD, lua.SET_REWARD, lua.OCCURRENCE,
+            lua.LEASE, lua.ACK))
+        self._changes = self._guarded(self.client.register_script(lua.GUARD + lua.CHANGES),
                                       writes=False)
-        leases, self._reads = RedisLeases(self), RedisReads(self)
-        self.lease, self.held_until, self.ack = leases.lease, leases.held_until, leases.ack
-        self.scan, self.count, self.idle = self._reads.scan, self._reads.count, self._reads.idle
-        self.version, self.watch = self._reads.version, self._reads.watch
 
     async def create(
         self, record: SessionRecord, *, max_open: int | None = None, reserve: int = 1
     ) -> bool:
         now = time.time()
-        fixed = {k: v for k, v in record.to_dict().items()
-                 if k not in _MUTABLE and k != "store_epoch"}  # kept in its own field
+        fixed = {k: v for k, v in record.to_dict().items() if k not in _MUTABLE}
         fixed["created_at"] = now
-        keys = [
-            self._k("s", record.session_id),
-            self._p + "all",
-            self._p + "open",
-            self._key_of(record.api_key),
-            self._p + "seq:created",
-            self._k("id", record.identity),
-            self._p + "unexp",
-            self._p + "active",
-            self._p + "ver",
-            self._p + "epoch",
-        ]
+        keys = [self._k("s", record.session_id), *(self._p + name for name in ("all", "open")),
+                self._key_of(record.api_key), self._p + "seq:created",
+                self._k("id", record.identity),
+                *(self._p + name for name in ("unexp", "active", "ver", "epoch"))]
         if record.group_id is not None:
             keys.append(self._k("g", record.group_id))
         args: builtins.list[bytes | str] = [
             record.session_id, orjson.dumps(fixed), repr(now), "1" if record.group_id else "0",
-            self.changes_channel,
-            "" if max_open is None else str(max_open), str(reserve), secrets.token_hex(8),
+            self.changes_channel, _arg(max_open), str(reserve), secrets.token_hex(8),
         ]
-        reply = await self._call(self._create(keys=keys, args=args))
+        reply = await self.run(self._create(keys=keys, args=args))
         if int(reply[0]) == -2 and max_open is not None:
             raise over_capacity(max_open)
         if int(reply[0]) < 0:
@@ -118,18 +110,6 @@ class RedisStore(RedisCore):
         record.created_at = record.last_active_at = now
         return True
 
-    async def find_by_key(self, api_key: str) -> SessionRecord | None:
-        session_id = await self._call(self._redis.get(self._key_of(api_key)))
-        if session_id is None:
-            return None
-        record = await self.get(session_id.decode())
-        return record if record is not None and record.api_key == api_key else None
-
-    async def list(self, group_id: str | None = None) -> builtins.list[SessionRecord]:
-        index = self._p + "all" if group_id is None else self._k("g", group_id)
-        ids = await self._call(self._redis.zrange(index, 0, -1))
-        return await self._reads.records(index, ids)
-
     async def allocate(
         self, session_id: str, *, digest: bytes, retry: bool, pinned: int | None,
         content_key: str | None = None, created_seq: int | None = None, after: int | None = None,
@@ -137,19 +117,11 @@ class RedisStore(RedisCore):
         keys = [*(self._k(kind, session_id) for kind in ("s", "r", "rz", "p")),
                 self._p + "active", *(self._k(kind, session_id) for kind in ("c", "i", "q"))]
         args: builtins.list[bytes | str | int] = [
-            digest,
-            "1" if retry else "0",
-            "" if pinned is None else str(pinned),
-            self._retry_memory,
-            repr(time.time()),
-            session_id,
-            content_key or "",
-            "" if created_seq is None else str(created_seq),
-            "" if after is None else str(after),
-        ]
-        reply = await self._call(self._allocate(keys=keys, args=args))
+            digest, "1" if retry else "0", _arg(pinned), self._retry_memory, repr(time.time()),
+            session_id, content_key or "", _arg(created_seq), _arg(after)]
+        reply = await self.run(self._allocate(keys=keys, args=args))
         if int(reply[0]) < 0:
-            raise SessionNotFound(f"session {session_id!r} not found")
+            raise not_found(session_id)
         if int(reply[0]) == 2:
             return Stale(int(reply[1]), [blob for blob in reply[2] if blob is not None])
         index, _, interaction_id = reply[1].decode().partition("|")
@@ -159,9 +131,9 @@ class RedisStore(RedisCore):
 
     async def occurrence(self, session_id: str, key: str, interaction_id: str) -> int:
         keys = [self._k("s", session_id), self._k("c", session_id)]
-        number = int(await self._call(self._occurrence(keys=keys, args=[key, interaction_id])))
+        number = int(await self.run(self._occurrence(keys=keys, args=[key, interaction_id])))
         if number < 0:
-            raise SessionNotFound(f"session {session_id!r} not found")
+            raise not_found(session_id)
         return number
 
     async def record(self, session_id: str, interaction: Interaction, *,
@@ -172,22 +144,20 @@ class RedisStore(RedisCore):
         data = encode(interaction, link, sent)
         args: builtins.list[bytes | str] = [
             interaction.interaction_id, data, repr(time.time()), order_key(interaction),
-            orjson.dumps(summary_fields(interaction)), session_id,
-            "" if after is None else str(after),
-        ]
-        reply = await self._call(self._record(keys=keys, args=args))
+            orjson.dumps(summary_fields(interaction)), session_id, _arg(after)]
+        reply = await self.run(self._record(keys=keys, args=args))
         if reply == 0:
-            raise SessionNotFound(f"session {session_id!r} not found")
+            raise not_found(session_id)
         return Recorded(int(reply[0]), data, int(reply[1]) == 1)
 
     async def interactions(self, session_id: str) -> builtins.list[Interaction]:
-        pipe = self._redis.pipeline(transaction=True)
+        pipe = self.client.pipeline(transaction=True)
         pipe.exists(self._k("s", session_id))
         pipe.hvals(self._k("i", session_id))
         pipe.hgetall(self._k("w", session_id))
-        exists, values, rewards = await self._call(pipe.execute())
+        exists, values, rewards = await self.run(pipe.execute())
         if not exists:
-            raise SessionNotFound(f"session {session_id!r} not found")
+            raise not_found(session_id)
         items = resolve(values)
         for item in items:
             reward = rewards.get(item.interaction_id.encode())
@@ -197,17 +167,16 @@ class RedisStore(RedisCore):
 
     async def changes(self, session_id: str, after: int) -> tuple[int, builtins.list[bytes]]:
         keys = [self._k(kind, session_id) for kind in ("s", "i", "q")]
-        reply = await self._call(self._changes(keys=keys, args=[after]))
+        reply = await self.run(self._changes(keys=keys, args=[after]))
         if int(reply[0]) < 0:
-            raise SessionNotFound(f"session {session_id!r} not found")
+            raise not_found(session_id)
         return int(reply[0]), [blob for blob in reply[1] if blob is not None]
 
     async def stored_bytes(self) -> int:
         """The bytes of every stored interaction record (what a rollout costs here)."""
         total = 0
-        async for key in self._redis.scan_iter(match=self._p + "i:*"):
-            for value in await self._call(self._redis.hvals(key)):
-                total += len(value)
+        async for key in self.client.scan_iter(match=self._p + "i:*"):
+            total += sum(map(len, await self.run(self.client.hvals(key))))
         return total
 
     async def set_reward(
@@ -215,9 +184,9 @@ class RedisStore(RedisCore):
     ) -> str | None:
         keys = [*(self._k(kind, session_id) for kind in ("s", "i", "o", "w")), self._p + "ver"]
         args = [repr(float(reward)), interaction_id or ""]
-        reply = await self._call(self._set_reward(keys=keys, args=args))
+        reply = await self.run(self._set_reward(keys=keys, args=args))
         if int(reply[0]) == -1:
-            raise SessionNotFound(f"session {session_id!r} not found")
+            raise not_found(session_id)
         if int(reply[0]) == -2:
             raise SessionNotFound(f"interaction {interaction_id!r} not found in {session_id!r}")
         return reply[1].decode() if int(reply[0]) == 1 else None
@@ -225,24 +194,18 @@ class RedisStore(RedisCore):
     async def end(
         self, session_id: str, *, abandoned_before: float | None = None
     ) -> SessionRecord:
-        keys = [self._k("s", session_id), self._p + "open", self._p + "seq:ended",
-                self._p + "ready", self._p + "ver"]
-        before = "" if abandoned_before is None else repr(abandoned_before)
-        exported = await self._call(
-            self._end(keys=keys, args=[session_id, self.changes_channel, before]))
-        if exported == -1:
-            raise SessionNotFound(f"session {session_id!r} not found")
-        record = await self.get(session_id)
+        keys = [self._k("s", session_id),
+                *(self._p + name for name in ("open", "seq:ended", "ready", "ver"))]
+        exported = await self.run(self._end(
+            keys=keys, args=[session_id, self.changes_channel, _arg(abandoned_before)]))
+        record = None if exported == -1 else await self.get(session_id)
         if record is None:
-            raise SessionNotFound(f"session {session_id!r} not found")
+            raise not_found(session_id)
         if exported == b"1" and record.ended:  # not a session left open (not abandoned)
             await self._expire(session_id)
         return record
 
-    async def count_open(self) -> int:
-        return int(await self._call(self._redis.scard(self._p + "open")))
-
     async def close(self) -> None:
-        await self._redis.aclose()
+        await self.client.aclose()
         if self._sentinels is not None:
             await self._sentinels.aclose()

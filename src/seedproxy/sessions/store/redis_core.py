@@ -55,11 +55,15 @@ class RedisCore:
                 "the Redis store needs the redis package: pip install -e '.[redis]'"
             ) from exc
         options = parse_url(url)
-        self._p, self._ended_ttl, self._timeout = (options.prefix, options.ended_ttl_s,
-                                                   options.timeout_s)
-        self._check_s, self._options = options.watch_check_s, options
-        self._errors: tuple[type[BaseException], ...] = (RedisError, OSError)
-        self._redis, self._sentinels = open_client(
+        self._options, self._timeout = options, options.timeout_s
+        # Shared with the fleet board (fleet/redis_board.py): one connection, one key
+        # prefix and the same outage rules for every replica's state.
+        self.key_prefix = self._p = options.prefix
+        self.changes_channel = self._p + "changes"
+        """The channel a change an export may wait on is published on."""
+        self.errors: tuple[type[BaseException], ...] = (RedisError, OSError)
+        """What a Redis failure raises on ``client`` (its own connection per pub/sub)."""
+        self.client, self._sentinels = open_client(
             options,
             socket_timeout=self._timeout,
             socket_connect_timeout=self._timeout,
@@ -67,36 +71,11 @@ class RedisCore:
             retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
         )
 
-    # Shared with the fleet board (fleet/redis_board.py): one connection, one key
-    # prefix and the same outage rules for every replica's state.
-    @property
-    def key_prefix(self) -> str:
-        return self._p
-
     def script(self, body: str) -> Any:
         """``body``, a Lua script that writes, run as the store's own are: with the
         deadline guard (see Outages), its deadline passed as the last ARGV, and acknowledged
         once ``wait_replicas`` replicas hold what it wrote."""
-        return self._guarded(self._redis.register_script(lua.GUARD + body), writes=True)
-
-    async def run(self, awaitable: Any) -> Any:
-        """Await a command on ``client``; a Redis failure is a ``StoreError``."""
-        return await self._call(awaitable)
-
-    @property
-    def changes_channel(self) -> str:
-        """The channel a change an export may wait on is published on (``redis_reads.py``)."""
-        return self._p + "changes"
-
-    @property
-    def client(self) -> Any:
-        """The ``redis.asyncio.Redis`` client (its own connection per pub/sub)."""
-        return self._redis
-
-    @property
-    def errors(self) -> tuple[type[BaseException], ...]:
-        """What a Redis failure raises on ``client``."""
-        return self._errors
+        return self._guarded(self.client.register_script(lua.GUARD + body), writes=True)
 
     def _k(self, kind: str, session_id: str) -> str:
         return f"{self._p}{kind}:{session_id}"
@@ -116,17 +95,18 @@ class RedisCore:
         def call(*, keys: builtins.list[str], args: builtins.list[Any] | None = None) -> Any:
             deadline = time.time() + self._timeout * _DEADLINE_SHARE
             if replicas:
-                return _run_waited(self._redis, script, keys=keys,
+                return _run_waited(self.client, script, keys=keys,
                                   args=[*(args or []), repr(deadline)], replicas=replicas,
                                   wait_s=self._options.wait_timeout_s)
             return script(keys=keys, args=[*(args or []), repr(deadline)])
 
         return call
 
-    async def _call(self, awaitable: Any) -> Any:
+    async def run(self, awaitable: Any) -> Any:
+        """Await a command on ``client``; a Redis failure is a ``StoreError``."""
         try:
             return await awaitable
-        except self._errors as exc:
+        except self.errors as exc:
             raise StoreError(f"Redis store failed: {type(exc).__name__}: {exc}") from exc
         except RuntimeError as exc:
             if not _closed_transport(exc):
@@ -156,25 +136,25 @@ class RedisCore:
         return SessionRecord.from_dict(data)
 
     async def get(self, session_id: str) -> SessionRecord | None:
-        return self._decode(await self._call(self._redis.hgetall(self._k("s", session_id))))
+        return self._decode(await self.run(self.client.hgetall(self._k("s", session_id))))
 
     async def _expire(self, session_id: str) -> None:
-        if self._ended_ttl is None:
+        if self._options.ended_ttl_s is None:
             return
-        ttl_ms = int(self._ended_ttl * 1000)
+        ttl_ms = int(self._options.ended_ttl_s * 1000)
         record = await self.get(session_id)
-        pipe = self._redis.pipeline(transaction=False)
+        pipe = self.client.pipeline(transaction=False)
         for key in self._session_keys(session_id):
             pipe.pexpire(key, ttl_ms)
         if record is not None:
             pipe.pexpire(self._key_of(record.api_key), ttl_ms)
-        await self._call(pipe.execute())
+        await self.run(pipe.execute())
 
     async def delete(self, session_id: str) -> bool:
         record = await self.get(session_id)
         if record is None:
             return False
-        pipe = self._redis.pipeline(transaction=True)
+        pipe = self.client.pipeline(transaction=True)
         pipe.delete(*self._session_keys(session_id))
         pipe.delete(self._key_of(record.api_key))
         pipe.zrem(self._p + "all", session_id)
@@ -186,7 +166,7 @@ class RedisCore:
             pipe.zrem(self._p + view, session_id)
         pipe.incr(self._p + "ver")
         pipe.publish(self.changes_channel, "deleted")
-        await self._call(pipe.execute())
+        await self.run(pipe.execute())
         return True
 
 

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any
 
 from ..record import SessionRecord
 from .base import View
-from .changes import Watch, wait_changed
+from .changes import Watch, Watching
 from .redis_core import RedisCore
 
 __all__ = ["RedisReads"]
@@ -33,32 +33,44 @@ __all__ = ["RedisReads"]
 _MIGRATE_BATCH = 1000
 
 
-class RedisReads:
-    """The reads of a Redis store (``redis_core.py``), over its connection, keys and decoding."""
+class RedisReads(RedisCore):
+    """The reads of a Redis store, over its connection, keys and decoding."""
 
-    def __init__(self, store: RedisCore) -> None:
-        self._store = store
-        self._indexed = False
+    _indexed = False
 
     def _view_key(self, view: View, key: str | None) -> str:
         if view == "group":
-            return self._store._k("g", key or "")
+            return self._k("g", key or "")
         if view == "identity":
-            return self._store._k("id", key or "")
-        return self._store._p + {"all": "all", "unexported": "unexp", "ready": "ready"}[view]
+            return self._k("id", key or "")
+        return self._p + {"all": "all", "unexported": "unexp", "ready": "ready"}[view]
+
+    async def find_by_key(self, api_key: str) -> SessionRecord | None:
+        session_id = await self.run(self.client.get(self._key_of(api_key)))
+        if session_id is None:
+            return None
+        record = await self.get(session_id.decode())
+        return record if record is not None and record.api_key == api_key else None
+
+    async def list(self, group_id: str | None = None) -> builtins.list[SessionRecord]:
+        index = self._p + "all" if group_id is None else self._k("g", group_id)
+        return await self.records(index, await self.run(self.client.zrange(index, 0, -1)))
+
+    async def count_open(self) -> int:
+        return int(await self.run(self.client.scard(self._p + "open")))
 
     async def records(self, index: str, ids: builtins.list[bytes]) -> builtins.list[
             SessionRecord]:
         """The sessions ``ids`` name, in order; entries of expired ones are dropped."""
         if not ids:
             return []
-        pipe = self._store._redis.pipeline(transaction=False)
+        pipe = self.client.pipeline(transaction=False)
         for raw_id in ids:
-            pipe.hgetall(self._store._k("s", raw_id.decode()))
-        records = [self._store._decode(row) for row in await self._store._call(pipe.execute())]
+            pipe.hgetall(self._k("s", raw_id.decode()))
+        records = [self._decode(row) for row in await self.run(pipe.execute())]
         gone = [raw_id for raw_id, r in zip(ids, records, strict=True) if r is None]
         if gone:
-            await self._store._call(self._store._redis.zrem(index, *gone))
+            await self.run(self.client.zrem(index, *gone))
         return [r for r in records if r is not None]
 
     async def scan(
@@ -70,7 +82,7 @@ class RedisReads:
         found: builtins.list[SessionRecord] = []
         while len(found) < limit:
             want = limit - len(found)
-            ids = await self._store._call(self._store._redis.zrangebyscore(
+            ids = await self.run(self.client.zrangebyscore(
                 index, f"({after}", "+inf", start=offset, num=want, withscores=True))
             if not ids:
                 break
@@ -85,87 +97,66 @@ class RedisReads:
 
     async def count(self, view: View, *, key: str | None = None) -> int:
         await self._ensure_indexed()
-        return int(await self._store._call(self._store._redis.zcard(self._view_key(view, key))))
+        return int(await self.run(self.client.zcard(self._view_key(view, key))))
 
     async def idle(self, cutoff: float, limit: int) -> builtins.list[SessionRecord]:
         await self._ensure_indexed()
-        index = self._store._p + "active"
-        ids = await self._store._call(self._store._redis.zrangebyscore(
+        index = self._p + "active"
+        ids = await self.run(self.client.zrangebyscore(
             index, "-inf", repr(cutoff), start=0, num=limit))
         return await self.records(index, ids)
 
     async def version(self) -> int:
-        return int(await self._store._call(self._store._redis.get(self._store._p + "ver")) or 0)
-
-    def watch(self) -> AbstractAsyncContextManager[Watch]:
-        return self._watch()
+        return int(await self.run(self.client.get(self._p + "ver")) or 0)
 
     @contextlib.asynccontextmanager
-    async def _watch(self) -> AsyncIterator[Watch]:
-        pubsub = self._store._redis.pubsub()
+    async def watch(self) -> AsyncIterator[Watch]:
+        pubsub = self.client.pubsub()
         try:
-            await self._store._call(pubsub.subscribe(self._store.changes_channel))
+            await self.run(pubsub.subscribe(self.changes_channel))
             while True:  # subscribed once Redis confirms: no publish after it is missed
-                message = await self._store._call(pubsub.get_message(timeout=self._store._timeout))
+                message = await self.run(pubsub.get_message(timeout=self._timeout))
                 if message is None or message["type"] == "subscribe":
                     break
-            yield _FeedWatch(pubsub, self._store._call, self.version, await self.version(),
-                             self._store._check_s)
+            yield Watching(partial(self._woken, pubsub), self.version, await self.version(),
+                           self._options.watch_check_s)
         finally:
-            with contextlib.suppress(*self._store._errors):  # a broken connection is dropped anyway
+            with contextlib.suppress(*self.errors):  # a broken connection is dropped anyway
                 await pubsub.aclose()
 
     async def _ensure_indexed(self) -> None:
         """Index sessions stored before the indexes existed (once per store)."""
         if self._indexed:
             return
-        marker = self._store._p + "idx:1"
-        if not await self._store._call(self._store._redis.exists(marker)):
+        marker = self._p + "idx:1"
+        if not await self.run(self.client.exists(marker)):
             start = 0
             while True:
-                ids = await self._store._call(self._store._redis.zrange(
-                    self._store._p + "all", start, start + _MIGRATE_BATCH - 1))
+                ids = await self.run(self.client.zrange(
+                    self._p + "all", start, start + _MIGRATE_BATCH - 1))
                 if not ids:
                     break
-                pipe = self._store._redis.pipeline(transaction=False)
+                pipe = self.client.pipeline(transaction=False)
                 for raw_id in ids:
-                    pipe.hgetall(self._store._k("s", raw_id.decode()))
-                for record in map(self._store._decode, await self._store._call(pipe.execute())):
-                    if record is not None:
-                        self._index_legacy(pipe, record)
-                await self._store._call(pipe.execute())
+                    pipe.hgetall(self._k("s", raw_id.decode()))
+                for r in map(self._decode, await self.run(pipe.execute())):
+                    if r is None:
+                        continue
+                    pipe.zadd(self._k("id", r.identity), {r.session_id: r.created_seq})
+                    pipe.zadd(self._p + "active", {r.session_id: r.last_active_at})
+                    if not r.exported:
+                        pipe.zadd(self._p + "unexp", {r.session_id: r.created_seq})
+                        if r.ended and r.ended_seq is not None:
+                            pipe.zadd(self._p + "ready", {r.session_id: r.ended_seq})
+                await self.run(pipe.execute())
                 start += _MIGRATE_BATCH
-            await self._store._call(self._store._redis.set(marker, 1))
+            await self.run(self.client.set(marker, 1))
         self._indexed = True
 
-    def _index_legacy(self, pipe: Any, r: SessionRecord) -> None:
-        sid = r.session_id
-        pipe.zadd(self._store._k("id", r.identity), {sid: r.created_seq})
-        pipe.zadd(self._store._p + "active", {sid: r.last_active_at})
-        if not r.exported:
-            pipe.zadd(self._store._p + "unexp", {sid: r.created_seq})
-            if r.ended and r.ended_seq is not None:
-                pipe.zadd(self._store._p + "ready", {sid: r.ended_seq})
-
-
-class _FeedWatch:
-    def __init__(
-        self, pubsub: Any, call: Callable[[Any], Awaitable[Any]],
-        version: Callable[[], Awaitable[int]], seen: int, check_s: float | None,
-    ) -> None:
-        self._pubsub, self._call, self._version = pubsub, call, version
-        self._seen, self._check_s = seen, check_s
-
-    async def wait(self, timeout: float) -> None:
-        self._seen = await wait_changed(self._woken, self._version, self._seen, self._check_s,
-                                        timeout)
-
-    async def _woken(self, timeout: float) -> bool:
-        message = await self._call(
-            self._pubsub.get_message(ignore_subscribe_messages=True, timeout=timeout))
-        if message is None:
-            return False
-        while message is not None:  # one look serves every change so far
-            message = await self._call(
-                self._pubsub.get_message(ignore_subscribe_messages=True, timeout=0))
-        return True
+    async def _woken(self, pubsub: Any, timeout: float) -> bool:
+        """Whether a change came within ``timeout`` (one look serves every one so far)."""
+        woken = False
+        while await self.run(pubsub.get_message(ignore_subscribe_messages=True,
+                                                timeout=0 if woken else timeout)) is not None:
+            woken = True
+        return woken

@@ -5,8 +5,8 @@ across replicas. ``GUARD`` is prepended to every one: it refuses to run (error
 
 from __future__ import annotations
 
-__all__ = ["ALLOCATE", "CHANGED", "CHANGES", "CREATE", "END", "GUARD", "LATE", "NUMBER",
-           "OCCURRENCE", "RECORD", "SET_REWARD"]
+__all__ = ["ACK", "ALLOCATE", "CHANGED", "CHANGES", "CREATE", "END", "GUARD", "LATE", "LEASE",
+           "NUMBER", "OCCURRENCE", "RECORD", "SET_REWARD"]
 
 LATE = "SEEDPROXY_LATE"
 
@@ -197,4 +197,54 @@ redis.call('INCR', KEYS[5])
 if target == '' then return {0} end
 redis.call('HSET', KEYS[4], target, ARGV[1])
 return {1, target}
+"""
+
+# KEYS: batch, s_1..s_n, l_1..l_n ; ARGV: batch_id, now, until, named, keep_ms,
+# batch json, seq_1..seq_n. Returns the (1-based) positions refused; {} = leased.
+LEASE = """
+local n = (#KEYS - 1) / 2
+local refused = {}
+for i = 1, n do
+  local s, l = KEYS[1 + i], KEYS[1 + n + i]
+  local bad = redis.call('HGET', s, 'created_seq') ~= ARGV[6 + i]
+  if not bad then
+    local held = redis.call('GET', l)
+    if held and tonumber(string.match(held, '^([^|]*)|')) > tonumber(ARGV[2]) then bad = true end
+  end
+  if not bad and ARGV[4] == '0' and redis.call('HGET', s, 'exported') == '1' then bad = true end
+  if bad then refused[#refused + 1] = i end
+end
+if #refused > 0 then return refused end
+local value = ARGV[3] .. '|' .. ARGV[1]
+for i = 1, n do redis.call('SET', KEYS[1 + n + i], value) end
+redis.call('SET', KEYS[1], ARGV[6], 'PX', ARGV[5])
+return {}
+"""
+
+# KEYS: batch, s_1..s_n, l_1..l_n, unexp, ready, ver ; ARGV: batch_id, keep_ms,
+# acked batch json, seq_1..seq_n, id_1..id_n, channel. Returns -1 for a forgotten batch,
+# else {positions still this batch's sessions, positions of those that have ended}.
+ACK = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+local n = (#KEYS - 4) / 2
+local unexp, ready, ver = KEYS[#KEYS - 2], KEYS[#KEYS - 1], KEYS[#KEYS]
+local mine, ended = {}, {}
+for i = 1, n do
+  local s, l = KEYS[1 + i], KEYS[1 + n + i]
+  if redis.call('HGET', s, 'created_seq') == ARGV[3 + i] then
+    local held = redis.call('GET', l)
+    if held and string.match(held, '^[^|]*|(.*)$') == ARGV[1] then redis.call('DEL', l) end
+    redis.call('HSET', s, 'exported', 1)
+    redis.call('ZREM', unexp, ARGV[3 + n + i])
+    redis.call('ZREM', ready, ARGV[3 + n + i])
+    mine[#mine + 1] = i
+    if redis.call('HGET', s, 'ended') == '1' then ended[#ended + 1] = i end
+  end
+end
+if #mine > 0 then
+  redis.call('INCR', ver)
+  redis.call('PUBLISH', ARGV[#ARGV - 1], 'exported')
+end
+redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[2])
+return {mine, ended}
 """
