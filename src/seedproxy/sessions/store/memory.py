@@ -1,10 +1,10 @@
-"""The in-process store: fast, single-process, lost on restart; and its indexes
-(``base.View``), activity order and change signal (``MemoryIndexes``).
+"""The in-process store: fast, single-process, lost on restart.
 
-Each view is a ``SeqIndex`` kept as sessions change, under the store's lock; the
-activity order is an ``OrderedDict`` moved to its end on each request or record, so
-the TTL sweep reads the least recently active first (every session shares one TTL,
-so activity order is expiry order).
+Its views (``base.View``) are each a ``SeqIndex`` kept as sessions change, under the
+store's lock; the activity order is an ``OrderedDict`` moved to its end on each
+request or record, so the TTL sweep reads the least recently active first (every
+session shares one TTL, so activity order is expiry order). Its export leases are kept
+in memory too, by the rules of ``leases.py``.
 
 A ``SeqIndex`` gets its ids in increasing sequence order (the store hands out
 sequences under its lock), so it is an append-only list searched by bisection; removal
@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import bisect
 import builtins
+import heapq
 import itertools
 import secrets
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import AbstractAsyncContextManager
 from itertools import islice
 
@@ -31,41 +32,60 @@ from ..codec import Link, Sent
 from ..interaction import Interaction
 from ..record import Recorded, SessionRecord, Slot, Stale
 from ..session import Session
-from .base import RETRY_MEMORY, View, over_capacity
+from .base import RETRY_MEMORY, View, not_found, over_capacity
 from .changes import ChangeSignal, Watch, signal_watch
-from .leases import MemoryLeases
+from .leases import BATCH_KEEP_S, Batch
 
-__all__ = ["MemoryIndexes", "MemoryStore", "SeqIndex"]
+__all__ = ["MemoryStore", "SeqIndex"]
 
 
 class MemoryStore:
     """``SessionStore`` over a dict of ``Session`` objects. Safe across threads;
-    not shared across processes (use Redis for several workers or replicas). Export
-    leases are kept in memory too (``leases.py``), and so are the indexes that pages,
-    exports and the TTL sweep read (``MemoryIndexes``), each changed under the
-    store's lock."""
+    not shared across processes (use Redis for several workers or replicas)."""
 
     def __init__(self, *, retry_memory: int = RETRY_MEMORY) -> None:
         self._sessions: dict[str, Session] = {}
         self._by_key: dict[str, str] = {}
         self._lock = threading.Lock()
-        self._created = itertools.count()
-        self._ended = itertools.count()
+        self._created, self._ended = itertools.count(), itertools.count()
         self._open: set[str] = set()
         """Ids of sessions not ended, kept as they change: ``count_open`` is O(1)."""
         self._retry_memory = retry_memory
         self._epoch = secrets.token_hex(8)  # each process's store starts from nothing
-        self._leases = leases = MemoryLeases(self._lock, self._sessions)
-        self._indexes = reads = MemoryIndexes(self._lock, self._sessions)
-        self.lease, self.held_until = leases.lease, leases.held_until
-        self.scan, self.count, self.idle = reads.scan, reads.count, reads.idle
-        self.version, self.watch = reads.version, reads.watch
+        self._views = {"all": SeqIndex(), "unexported": SeqIndex(), "ready": SeqIndex()}
+        self._keyed: dict[str, dict[str, SeqIndex]] = {"group": {}, "identity": {}}
+        self._activity: OrderedDict[str, None] = OrderedDict()
+        self._version = 0
+        self._signal = ChangeSignal()
+        self._leases: dict[str, tuple[str, float]] = {}
+        """session_id -> (batch_id, until) of its latest lease."""
+        self._batches: dict[str, Batch] = {}
+        self._forget: list[tuple[float, str]] = []
+        """(when to forget, batch_id): a heap, so pruning costs what it prunes."""
 
     def _session(self, session_id: str, created_seq: int | None = None) -> Session:
         session = self._sessions.get(session_id)
         if session is None or created_seq not in (None, session.created_seq):
-            raise SessionNotFound(f"session {session_id!r} not found")
+            raise not_found(session_id)
         return session
+
+    def _changed(self, *, wake: bool = True) -> None:
+        """Under the lock: the listing changed; ``wake``: an export's choice may have
+        too (a session created, ended, exported or deleted), so waiting exports look
+        again."""
+        self._version += 1
+        if wake:
+            self._signal.notify()
+
+    def _touch(self, session_id: str) -> None:
+        """Under the lock: the session was active now."""
+        if session_id in self._activity:
+            self._activity.move_to_end(session_id)
+
+    def _keyed_views(self, record: SessionRecord) -> Iterator[tuple[dict[str, SeqIndex], str]]:
+        for view, key in (("group", record.group_id), ("identity", record.identity)):
+            if key is not None:
+                yield self._keyed[view], key
 
     async def create(
         self, record: SessionRecord, *, max_open: int | None = None, reserve: int = 1
@@ -75,14 +95,23 @@ class MemoryStore:
                 return False
             if max_open is not None and len(self._open) + reserve > max_open:
                 raise over_capacity(max_open)
-            record.created_seq = next(self._created)
+            record.created_seq = seq = next(self._created)
+            sid = record.session_id
             record.store_epoch = self._epoch
             record.created_at = record.last_active_at = time.time()
-            self._sessions[record.session_id] = Session(record, retry_memory=self._retry_memory)
-            self._by_key[record.api_key] = record.session_id
+            self._sessions[sid] = Session(record, retry_memory=self._retry_memory)
+            self._by_key[record.api_key] = sid
             if not record.ended:
-                self._open.add(record.session_id)
-            self._indexes.created(record)
+                self._open.add(sid)
+            self._views["all"].add(seq, sid)
+            for table, key in self._keyed_views(record):
+                table.setdefault(key, SeqIndex()).add(seq, sid)
+            if not record.exported:
+                self._views["unexported"].add(seq, sid)
+                if record.ended and record.ended_seq is not None:
+                    self._views["ready"].add(record.ended_seq, sid)
+            self._activity[sid] = None
+            self._changed()
             return True
 
     async def get(self, session_id: str) -> SessionRecord | None:
@@ -105,7 +134,7 @@ class MemoryStore:
             digest=digest, retry=retry, pinned=pinned, content_key=content_key, after=after)
         if isinstance(slot, Slot):
             with self._lock:
-                self._indexes.touch(session_id)
+                self._touch(session_id)
         return slot
 
     async def occurrence(self, session_id: str, key: str, interaction_id: str) -> int:
@@ -116,8 +145,8 @@ class MemoryStore:
                      after: int | None = None) -> Recorded:
         done = self._session(session_id).record(interaction, link, sent, after)
         with self._lock:
-            self._indexes.touch(session_id)
-            self._indexes.changed(wake=False)
+            self._touch(session_id)
+            self._changed(wake=False)
         return done
 
     async def interactions(self, session_id: str) -> builtins.list[Interaction]:
@@ -140,7 +169,7 @@ class MemoryStore:
             raise SessionNotFound(f"interaction {interaction_id!r} not found in {session_id!r}")
         rewarded = session.set_reward(reward, interaction_id)
         with self._lock:
-            self._indexes.changed(wake=False)
+            self._changed(wake=False)
         return rewarded
 
     async def end(
@@ -153,25 +182,29 @@ class MemoryStore:
             if self._sessions.get(session_id) is session and record.ended:
                 self._open.discard(session_id)
                 if record.ended_seq == seq and not record.exported:
-                    self._indexes.ended(session_id, seq)
+                    self._views["ready"].add(seq, session_id)
+                    self._changed()
         return record
-
-    def _set_exported(self, session_id: str) -> None:
-        """Under the lock: the session is exported (out of the export views)."""
-        session = self._sessions.get(session_id)
-        if session is not None:
-            session.mark_exported()
-            self._indexes.exported(session_id)
 
     async def delete(self, session_id: str) -> bool:
         with self._lock:
             session = self._sessions.pop(session_id, None)
             if session is None:
                 return False
-            self._by_key.pop(session.api_key, None)
+            record = session.snapshot()
+            self._by_key.pop(record.api_key, None)
             self._open.discard(session_id)
-            self._leases.drop(session_id)
-            self._indexes.deleted(session.snapshot())
+            self._leases.pop(session_id, None)
+            for table, key in self._keyed_views(record):
+                index = table.get(key)
+                if index is not None:
+                    index.remove(session_id)
+                    if not index:
+                        del table[key]
+            for index in self._views.values():
+                index.remove(session_id)
+            self._activity.pop(session_id, None)
+            self._changed()
             return True
 
     async def count_open(self) -> int:
@@ -180,86 +213,17 @@ class MemoryStore:
     async def close(self) -> None:
         return None
 
-    async def ack(self, batch_id: str, now: float) -> bool:
-        batch = self._leases.ack(batch_id, now, self._set_exported)
-        if batch is None:
-            return False
-        for session_id, _ in batch.sessions if batch.remove else ():
-            await self.delete(session_id)
-        return True
-
-
-class MemoryIndexes:
-    """The memory store's views, activity order and change counter, over its sessions
-    and under its lock (both given): the store calls the methods that keep them under
-    the lock; the reads take it."""
-
-    def __init__(self, lock: threading.Lock, sessions: Mapping[str, Session]) -> None:
-        self._lock, self._sessions = lock, sessions
-        self._all = SeqIndex()
-        self._groups: dict[str, SeqIndex] = {}
-        self._identities: dict[str, SeqIndex] = {}
-        self._unexported = SeqIndex()
-        self._ready = SeqIndex()
-        self._activity: OrderedDict[str, None] = OrderedDict()
-        self._version = 0
-        self._signal = ChangeSignal()
-
-    def changed(self, *, wake: bool = True) -> None:
-        """The listing changed; ``wake``: an export's choice may have too (a session
-        created, ended, exported or deleted), so waiting exports look again."""
-        self._version += 1
-        if wake:
-            self._signal.notify()
-
-    def created(self, record: SessionRecord) -> None:
-        seq, sid = record.created_seq, record.session_id
-        self._all.add(seq, sid)
-        if record.group_id is not None:
-            self._groups.setdefault(record.group_id, SeqIndex()).add(seq, sid)
-        self._identities.setdefault(record.identity, SeqIndex()).add(seq, sid)
-        if not record.exported:
-            self._unexported.add(seq, sid)
-            if record.ended and record.ended_seq is not None:
-                self._ready.add(record.ended_seq, sid)
-        self._activity[sid] = None
-        self.changed()
-
-    def ended(self, session_id: str, ended_seq: int) -> None:
-        self._ready.add(ended_seq, session_id)
-        self.changed()
-
-    def exported(self, session_id: str) -> None:
-        self._unexported.remove(session_id)
-        self._ready.remove(session_id)
-        self.changed()
-
-    def deleted(self, record: SessionRecord) -> None:
-        sid = record.session_id
-        _drop(self._groups, record.group_id, sid)
-        _drop(self._identities, record.identity, sid)
-        for view in (self._all, self._unexported, self._ready):
-            view.remove(sid)
-        self._activity.pop(sid, None)
-        self.changed()
-
-    def touch(self, session_id: str) -> None:
-        if session_id in self._activity:
-            self._activity.move_to_end(session_id)
-
-    def _view(self, view: View, key: str | None) -> SeqIndex | None:
-        if view == "group":
-            return self._groups.get(key or "")
-        if view == "identity":
-            return self._identities.get(key or "")
-        return {"all": self._all, "unexported": self._unexported, "ready": self._ready}[view]
+    def _index(self, view: View, key: str | None) -> SeqIndex | None:
+        if view in ("group", "identity"):
+            return self._keyed[view].get(key or "")
+        return self._views[view]
 
     async def scan(
         self, view: View, *, key: str | None = None, after: int = -1, offset: int = 0,
         limit: int,
-    ) -> list[SessionRecord]:
+    ) -> builtins.list[SessionRecord]:
         with self._lock:
-            index = self._view(view, key)
+            index = self._index(view, key)
             if index is None:
                 return []
             ids = list(islice(index.after(after), offset, offset + limit))
@@ -267,11 +231,11 @@ class MemoryIndexes:
 
     async def count(self, view: View, *, key: str | None = None) -> int:
         with self._lock:
-            index = self._view(view, key)
+            index = self._index(view, key)
             return 0 if index is None else len(index)
 
-    async def idle(self, cutoff: float, limit: int) -> list[SessionRecord]:
-        found: list[SessionRecord] = []
+    async def idle(self, cutoff: float, limit: int) -> builtins.list[SessionRecord]:
+        found: builtins.list[SessionRecord] = []
         with self._lock:
             for session_id in self._activity:
                 record = self._sessions[session_id].snapshot()
@@ -286,13 +250,68 @@ class MemoryIndexes:
     def watch(self) -> AbstractAsyncContextManager[Watch]:
         return signal_watch(self._signal, self.version, None)
 
+    # -- export leases (``leases.py``), under the lock --------------------------------
 
-def _drop(table: dict[str, SeqIndex], key: str | None, session_id: str) -> None:
-    index = table.get(key) if key is not None else None
-    if index is not None:
-        index.remove(session_id)
-        if not index:
-            del table[key]  # type: ignore[arg-type]  # key is not None here
+    def _prune(self, now: float) -> None:
+        while self._forget and self._forget[0][0] <= now:
+            _, batch_id = heapq.heappop(self._forget)
+            batch = self._batches.get(batch_id)
+            if batch is not None and batch.until + BATCH_KEEP_S <= now:
+                del self._batches[batch_id]
+
+    def _keep(self, batch_id: str, batch: Batch) -> None:
+        self._batches[batch_id] = batch
+        heapq.heappush(self._forget, (batch.until + BATCH_KEEP_S, batch_id))
+
+    def _current(self, session_id: str, created_seq: int) -> SessionRecord | None:
+        session = self._sessions.get(session_id)
+        record = session.snapshot() if session is not None else None
+        return record if record is not None and record.created_seq == created_seq else None
+
+    async def lease(self, batch_id: str, records: builtins.list[SessionRecord], *,
+                    now: float, until: float, remove: bool, named: bool) -> builtins.list[str]:
+        with self._lock:
+            self._prune(now)
+            refused = []
+            for r in records:
+                found = self._current(r.session_id, r.created_seq)
+                held = self._leases.get(r.session_id)
+                if (found is None or (held is not None and held[1] > now)
+                        or (not named and found.exported)):
+                    refused.append(r.session_id)
+            if refused:
+                return refused
+            for r in records:
+                self._leases[r.session_id] = (batch_id, until)
+            self._keep(batch_id, Batch([(r.session_id, r.created_seq) for r in records],
+                                       remove, until))
+            return []
+
+    async def held_until(self, session_ids: builtins.list[str], now: float) -> dict[str, float]:
+        with self._lock:
+            return {s: held[1] for s in session_ids
+                    if (held := self._leases.get(s)) is not None and held[1] > now}
+
+    async def ack(self, batch_id: str, now: float) -> bool:
+        with self._lock:
+            self._prune(now)
+            batch = self._batches.get(batch_id)
+            if batch is None:
+                return False
+            mine = [s for s, seq in batch.sessions if self._current(s, seq) is not None]
+            for session_id in mine:
+                self._sessions[session_id].mark_exported()
+                self._views["unexported"].remove(session_id)
+                self._views["ready"].remove(session_id)
+                self._changed()
+                if self._leases.get(session_id, ("",))[0] == batch_id:
+                    del self._leases[session_id]
+            if not batch.acked:
+                batch.acked, batch.until = True, min(batch.until, now)
+                self._keep(batch_id, batch)
+        for session_id in mine if batch.remove else ():
+            await self.delete(session_id)
+        return True
 
 
 class SeqIndex:
@@ -324,14 +343,11 @@ class SeqIndex:
         while self._head < len(self._ids) and self._ids[self._head] is None:
             self._head += 1
         if len(self._ids) - self._head > 2 * len(self._at) + 32:
-            self._compact()
-
-    def _compact(self) -> None:
-        kept = [(s, i) for s, i in zip(self._seqs, self._ids, strict=True) if i is not None]
-        self._seqs = [s for s, _ in kept]
-        self._ids = [i for _, i in kept]
-        self._at = {i: n for n, (_, i) in enumerate(kept)}
-        self._head = 0
+            kept = [(s, i) for s, i in zip(self._seqs, self._ids, strict=True) if i is not None]
+            self._seqs = [s for s, _ in kept]
+            self._ids = [i for _, i in kept]
+            self._at = {i: n for n, (_, i) in enumerate(kept)}
+            self._head = 0
 
     def after(self, seq: int) -> Iterator[str]:
         """Ids with a sequence above ``seq``, in order (a live view: consume it under
