@@ -245,28 +245,14 @@ class Interaction:
 
     @classmethod
     def from_storage(cls, data: dict[str, Any]) -> Interaction:
-        return cls(
-            interaction_id=data["interaction_id"],
-            request_index=data["request_index"],
-            seeds=list(data["seeds"]),
-            endpoint=data["endpoint"],
-            status=data.get("status", 200),
-            request=data.get("request"),
-            response=data.get("response"),
-            prompt_token_ids=_ids(data.get("prompt_token_ids")),
-            choices=[ChoiceRecord.from_storage(c) for c in data.get("choices", ())],
-            reward=data.get("reward"),
-            latency_ms=data.get("latency_ms", 0.0),
-            upstream=data.get("upstream"),
-            abandoned=data.get("abandoned", False),
-            dispatch_weight_version=data.get("dispatch_weight_version"),
-            tito=data.get("tito"),
-            content_key=data.get("content_key"),
-            occurrence=data.get("occurrence"),
-            replayed=data.get("replayed", False),
-            compacted_from=data.get("compacted_from"),
-            left_out_tools=data.get("left_out_tools"),
-        )
+        known = {k: v for k, v in data.items() if k in _FIELDS}
+        known.update(seeds=list(data["seeds"]), request=data.get("request"),
+                     prompt_token_ids=_ids(data.get("prompt_token_ids")),
+                     choices=[ChoiceRecord.from_storage(c) for c in data.get("choices", ())])
+        return cls(**known)
+
+
+_FIELDS = frozenset(Interaction.__dataclass_fields__)
 
 
 _TYPECODES = {"uint8": "B", "uint16": "H", "int32": "i"}

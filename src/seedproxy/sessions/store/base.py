@@ -1,8 +1,8 @@
 """The session store interface. Every store (memory, SQLite, Redis) passes one suite.
 
-Atomicity is the store's job: ``allocate`` must hand out each counter index exactly
-once across threads, tasks and (for shared stores) processes. Methods that name a
-session that does not exist raise ``SessionNotFound``, except where noted.
+Atomicity is the store's job: ``allocate`` hands out each index exactly once across
+threads, tasks and (shared stores) processes. A method naming an unknown session
+raises ``SessionNotFound``, except where noted.
 """
 
 from __future__ import annotations
@@ -20,16 +20,10 @@ from .changes import Watch
 __all__ = ["RETRY_MEMORY", "SessionStore", "View", "not_found", "over_capacity"]
 
 View = Literal["all", "group", "identity", "unexported", "ready"]
-"""An index of sessions a store keeps, each read a page at a time (``scan``):
-
-- ``all``, ``group`` (``key``: a group id), ``identity`` (``key``): creation order;
-- ``unexported``: sessions not exported (open or ended), creation order;
-- ``ready``: ended sessions not exported, in the order they ended.
-
-"Exported" means acknowledged (``ack``): a session under a live
-lease is still in ``unexported``/``ready`` (a lease runs out by itself; ``held_until``
-says which are held). The sequence of ``ready`` is ``ended_seq``; of the others,
-``created_seq``."""
+"""An index of sessions a store keeps, read a page at a time (``scan``): ``all``,
+``group``/``identity`` (``key``), ``unexported`` (open or ended) by ``created_seq``;
+``ready`` (ended, not exported) by ``ended_seq``. "Exported" means acknowledged
+(``ack``): a leased session stays in ``unexported``/``ready`` (``held_until``)."""
 
 RETRY_MEMORY = 64
 """How many recent request digests a session remembers for SDK-retry matching."""
@@ -49,9 +43,8 @@ class SessionStore(Protocol):
         self, record: SessionRecord, *, max_open: int | None = None, reserve: int = 1
     ) -> bool:
         """Insert ``record``, setting its ``created_seq``; False if the id is taken.
-        With ``max_open``, raise ``over_capacity`` instead when the open sessions plus
-        ``reserve`` (this one and any its caller will add next) exceed it: counted and
-        inserted in one atomic step."""
+        With ``max_open``, ``over_capacity`` when the open sessions plus ``reserve`` (this
+        one and those its caller adds next) exceed it, counted and inserted atomically."""
 
     async def get(self, session_id: str) -> SessionRecord | None:
         """Return the session, or None when unknown."""
@@ -67,71 +60,64 @@ class SessionStore(Protocol):
         content_key: str | None = None, created_seq: int | None = None,
         after: int | None = None,
     ) -> Slot | Stale:
-        """Atomically give a request its slot.
-
-        ``pinned`` uses that index and leaves the counter alone. Otherwise, when
-        ``retry`` is set and ``digest`` matches a recent request, that request's slot
-        comes back with ``reused=True``; else the counter's next index. With a
-        ``content_key``, the same step numbers the slot's interaction among that key's:
-        0 for the first, then 1, 2, ...; a reused slot gets its number back. All or
-        nothing: a failure takes neither the index nor the number.
+        """Atomically give a request its slot: with ``retry`` and a ``digest`` of a
+        recent request, that request's slot (``reused=True``); else ``pinned``'s index
+        (the counter left alone); else the counter's next. With a ``content_key``, the
+        same step numbers the interaction among that key's (0, 1, ...; a reused slot
+        gets its number back). A failure takes neither index nor number.
 
         ``created_seq``: the session the caller holds (another under its id is
-        ``SessionNotFound``). ``after``: the record sequence number of the caller's view;
-        when records newer than it are stored, the same step takes nothing and answers
-        ``Stale`` with them (``changes``), so one round trip checks the view and seats.
-        """
+        ``SessionNotFound``). ``after``: the sequence number of the caller's view; when
+        newer records are stored, nothing is taken and ``Stale`` answers them
+        (``changes``): one round trip checks the view and seats."""
 
     async def occurrence(self, session_id: str, key: str, interaction_id: str) -> int:
-        """Atomically number the interactions of one ``key``: 0 for the first, then 1,
-        2, ...; an ``interaction_id`` numbered before gets its number back. (A request's
-        own content key is numbered by ``allocate``, with its index.)"""
+        """Atomically number the interactions of one ``key`` as ``allocate`` does."""
 
     async def record(self, session_id: str, interaction: Interaction, *,
                      link: Link | None = None, sent: Sent | None = None,
                      after: int | None = None) -> Recorded:
-        """Store ``interaction`` (``codec.encode``: once, as what it adds to ``link``),
-        replacing one with the same ``interaction_id``, under the session's next record
-        sequence number. Durable stores return only once it is durable. ``current`` in
-        the answer: no record newer than ``after`` was stored before this one."""
+        """Store ``interaction`` (``codec.encode``, as what it adds to ``link``), replacing
+        one with its ``interaction_id``, under the session's next record sequence
+        number; durably, in durable stores. ``current``: no record newer than ``after``
+        was stored before it."""
 
     async def interactions(self, session_id: str) -> builtins.list[Interaction]:
         """Return the session's interactions, whole, ordered by (request_index,
         interaction_id)."""
 
     async def changes(self, session_id: str, after: int) -> tuple[int, builtins.list[bytes]]:
-        """One operation: the session's record sequence number and the stored blobs of
-        the interactions recorded after sequence number ``after`` (every one for -1),
-        each as last written. A sequence number never repeats within a session."""
+        """One operation: the session's record sequence number and the blobs recorded
+        after ``after`` (all for -1), each as last written. Sequence numbers never repeat
+        within a session."""
 
     async def set_reward(
         self, session_id: str, reward: float, interaction_id: str | None
     ) -> str | None:
-        """Set an interaction's reward (the last one's when None) and the session's.
-        Returns the interaction id rewarded, or None if the session has none."""
+        """Set an interaction's reward (the last one's when None) and the session's;
+        the interaction id rewarded, None when the session has none."""
 
     async def end(
         self, session_id: str, *, abandoned_before: float | None = None
     ) -> SessionRecord:
-        """Mark the session ended (idempotent; ``end_status`` "ended") and return it.
-        With ``abandoned_before`` (wall-clock seconds), end it as "abandoned", and only
-        if it is open and was last active at or before then; else return it unchanged.
-        The check and the end are one atomic step, so a request that arrives meanwhile
-        keeps its session open."""
+        """End the session (idempotent; ``end_status`` "ended") and return it. With
+        ``abandoned_before`` (wall-clock seconds): as "abandoned", only if open and last
+        active at or before then, checked and ended atomically (a request arriving
+        meanwhile keeps it open)."""
 
     async def lease(
         self, batch_id: str, records: builtins.list[SessionRecord], *,
         now: float, until: float, remove: bool, named: bool,
     ) -> builtins.list[str]:
-        """Atomically lease ``records`` (in delivery order) to a new ``batch_id`` until
-        ``until``, all or none (see ``leases.py``); an empty batch is recorded too.
-        Returns the ids refused: gone (or a newer session under the id), under another
-        live lease at ``now``, or, unless ``named``, already exported. Empty: leased."""
+        """Atomically lease ``records`` (delivery order) to a new ``batch_id`` until
+        ``until``, all or none (``leases.py``; an empty batch too). The ids refused: gone
+        (or a newer session under the id), under a live lease at ``now``, or, unless
+        ``named``, exported. Empty: leased."""
 
     async def ack(self, batch_id: str, now: float) -> bool:
-        """The batch was delivered: mark its sessions exported (delete them when it was
-        leased with ``remove``) and release their lease. Idempotent, also after the
-        lease ran out; False for an unknown (or long forgotten) batch."""
+        """The batch was delivered: its sessions exported (deleted, when leased with
+        ``remove``) and released. Idempotent, also after the lease ran out; False for an
+        unknown (or forgotten) batch."""
 
     async def delete(self, session_id: str) -> bool:
         """Forget the session; False when it was unknown."""
@@ -143,16 +129,16 @@ class SessionStore(Protocol):
         self, view: View, *, key: str | None = None, after: int = -1, offset: int = 0,
         limit: int,
     ) -> builtins.list[SessionRecord]:
-        """Up to ``limit`` sessions of ``view`` whose sequence number is above ``after``,
-        skipping the first ``offset`` of them, in the view's order. Costs what it returns
-        (plus ``offset``), never what the store holds."""
+        """Up to ``limit`` sessions of ``view`` with sequence numbers above ``after``, past
+        the first ``offset``, in order; costs what it returns (and ``offset``), never what
+        the store holds."""
 
     async def count(self, view: View, *, key: str | None = None) -> int:
         """How many sessions ``view`` holds (``all``, ``group``, ``identity``)."""
 
     async def idle(self, cutoff: float, limit: int) -> builtins.list[SessionRecord]:
-        """Up to ``limit`` sessions last active at or before ``cutoff`` (wall-clock
-        seconds), least recently active first: the TTL sweep's index."""
+        """Up to ``limit`` sessions last active at or before ``cutoff`` (wall clock),
+        least recently active first: the TTL sweep's index."""
 
     async def held_until(self, session_ids: builtins.list[str], now: float) -> dict[str, float]:
         """Those of ``session_ids`` under a live lease at ``now``, with when it ends."""
@@ -161,7 +147,7 @@ class SessionStore(Protocol):
         """The store-wide change counter (see ``changes.py``); O(1)."""
 
     def watch(self) -> AbstractAsyncContextManager[Watch]:
-        """Open a ``Watch`` on the store's changes (before reading what it waits on)."""
+        """A ``Watch`` on the store's changes (opened before reading what it waits on)."""
 
     async def close(self) -> None:
         """Release connections."""

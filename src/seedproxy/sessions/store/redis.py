@@ -2,9 +2,8 @@
 or a Sentinel-named primary, ``redis+sentinel://host:port[,host:port...]/service[/db]``
 (``redis_url.py``).
 
-Invariants: every read-modify-write runs as one Lua script, so ``allocate`` (retry
-digest reuse, pins and the counter) is atomic across replicas, and so are the
-store-wide ``created``/``ended`` counters. Per session, keys are::
+Invariants: every read-modify-write is one Lua script (``redis_scripts.py``), atomic
+across replicas. Per session, keys are::
 
     {p}s:{id}   hash: ``rec`` (the record's fixed fields, JSON) + one field per mutable one
     {p}i:{id}   hash: interaction_id -> its stored blob (``codec.py``)
@@ -19,11 +18,10 @@ store-wide ``created``/``ended`` counters. Per session, keys are::
 
 plus ``{p}all`` and ``{p}g:{group}`` (zsets by ``created_seq``), ``{p}open`` (set),
 ``{p}k:{sha256(api_key)}`` -> session id, ``{p}epoch`` (the store's epoch, drawn by
-the first create on an empty database; each session's hash keeps its own); export
-leases add ``{p}l:{id}`` and ``{p}b:{batch_id}`` (``redis_leases.py``).
-``?ended_ttl_s=N`` in the URL (``redis_url.py``) lets Redis expire a session N seconds
-after it is both ended and exported (never before export: dropping un-exported work is
-the evictor's job, which logs it).
+the first create on an empty database; each session's hash keeps its own); the views
+(``redis_reads.py``) and leases (``redis_leases.py``) add theirs. ``?ended_ttl_s=N``
+lets Redis expire a session N seconds after it is both ended and exported (never
+before export: dropping un-exported work is the evictor's job, which logs it).
 
 Outages: what a caller is told and what Redis holds must agree. A command waits at
 most ``?timeout_s=N`` (5 s) for its answer, and every script refuses to run (error
@@ -36,10 +34,9 @@ primary the Sentinels name then. With ``?wait_replicas=N`` every script that wri
 acknowledged only once N replicas hold it (``redis_core.py``), so a primary's death
 loses nothing a client was told, and no index handed out is handed out again.
 
-Redis Cluster is not supported: Cluster runs a script on the keys of one hash slot,
-and the scripts that create, end, record and export a session update store-wide keys
-(indexes, counters, the capacity check) in the same atomic step; a lease or an ack
-covers several sessions.
+Redis Cluster is not supported: the scripts that create, end, record and export a
+session update store-wide keys in the same atomic step, and a lease or an ack covers
+several sessions; Cluster runs a script on one hash slot's keys.
 """
 
 from __future__ import annotations
