@@ -22,7 +22,7 @@ from seedproxy.sessions.eviction import Evictor
 from seedproxy.sessions.export import lease_batch
 from seedproxy.sessions.store.changes import Watch
 from seedproxy.sessions.store.sqlite import SqliteStore
-from seedproxy.sessions.store.sqlite_reads import IDLE_QUERY, PAGE_QUERIES
+from seedproxy.sessions.store.sqlite_core import IDLE_QUERY, PAGE_QUERIES
 from tests.sessions.test_stores import Opener, exported, interaction, rec
 
 WAIT_S = 30.0

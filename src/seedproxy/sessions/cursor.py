@@ -1,15 +1,13 @@
 """A session's recorded turns as the hot path needs them, kept per process.
 
 A ``SessionView`` holds each recorded interaction in its stored-once form (what it adds
-to the turn it extends), enough to match a new turn against (token-in-token-out) and to
-link a new record to the turn it extends (``codec.Link``). ``Cursors`` keeps one view
-per session, with the session's record (its fixed fields: what a request reads), found
-by id or by key. A request checks its view in the store operation that seats it
-(``SessionStore.allocate``'s ``after``: records written since the view's sequence
-number, by this replica or any other, come back instead of a slot), and a record this
-process stores joins the view with no read (``take``); so a turn costs what it adds,
-never a reload of the session. A view is keyed by the session's ``created_seq`` and
-``created_at``: a session deleted and created again under its id starts a fresh view.
+to the turn it extends): enough to match a new turn against (token-in-token-out) and to
+link a new record to its base (``codec.Link``). ``Cursors`` keeps one view per session,
+with its record, found by id or key. A request checks its view in the operation that
+seats it (``SessionStore.allocate``'s ``after``: newer records, from any replica, come
+back instead of a slot), and a record this process stores joins the view with no read
+(``take``): a turn costs what it adds, never a reload. A view is keyed by the session's
+``created_seq`` and ``created_at``: a session created again under its id starts afresh.
 """
 
 from __future__ import annotations
@@ -135,16 +133,20 @@ class SessionView:
         for matching when read, so reading the last few costs what they hold."""
         return _Turns(self)
 
+    @property
+    def _last_turn(self) -> Turn | None:
+        return self._turns.get(self._last) if self._last is not None else None
+
     def last_prompt(self) -> TokenIds | None:
         """The prompt of the turn recorded last, with its JSON text; None without one."""
-        last = self._turns.get(self._last) if self._last is not None else None
+        last = self._last_turn
         if last is None or not (last.added or last.link):
             return None
         return self.prompt_ids(last)
 
     def last_sent(self) -> tuple[str, Sent] | None:
         """The turn recorded last: its interaction id and its request's ``Sent``."""
-        last = self._turns.get(self._last) if self._last is not None else None
+        last = self._last_turn
         if last is None or last.sent is None:
             return None
         return last.interaction_id, last.sent
@@ -154,7 +156,7 @@ class SessionView:
         byte for byte, the messages the last turn recorded sent (its keys, then); else
         []. Costs a serialisation and a digest of the messages, no key per message
         (none when ``signed``, the request's signature, was made against that turn)."""
-        last = self._turns.get(self._last) if self._last is not None else None
+        last = self._last_turn
         if last is None or last.sent is None or last.tito is None:
             return []
         found = signed.against(last.interaction_id, last.sent) if signed is not None else None

@@ -4,17 +4,14 @@ The cap is checked by the store in the same atomic step as each create, so sessi
 created at once (tasks, processes, replicas) never exceed it; a group reserves room for
 its members still to come, and one refused part-way deletes the members it made.
 
-Resuming and forking a recorded session (``replay_options``):
+Resuming and forking a recorded session (``replay_options``; the source must exist
+at creation, its record is read at the first request, ``pipeline/replaying.py``):
 
-- ``resume``: the new session keeps the source's identity (so its seeds are the
-  source's at every index: a live continuation samples what a fresh rerun would), its
-  index mode and its own ``seed``; one session, never a group.
+- ``resume``: the new session keeps the source's identity (its seeds at every index:
+  a live continuation samples what a rerun would), index mode and ``seed``; never a group.
 - ``fork`` at K: the first K interactions are answered from the source's record; from
-  K on the session samples with its *own* identity's seeds, which must differ from the
-  source's. A group of k forks is k branches of one prefix.
-
-The source must exist when the session is created; its record is read at the first
-request (``pipeline/replaying.py``)."""
+  K on it samples with its *own* identity's seeds, which must differ from the source's.
+"""
 
 from __future__ import annotations
 
@@ -23,11 +20,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import BadRequest, OverCapacity, SessionNotFound
+from ..errors import BadRequest, OverCapacity
 from .cursor import Cursors
 from .ids import MAX_ID_BYTES, MAX_IDENTITY_BYTES, check_id
 from .record import SessionRecord
-from .store.base import SessionStore
+from .store.base import SessionStore, not_found
 
 __all__ = ["NewSession", "ReplayOptions", "SessionGroup", "SessionManager", "member_identities",
            "replay_options"]
@@ -54,21 +51,16 @@ class SessionManager:
     ``identity-2``, ...: a rerun of a rollout gets a fresh session with the same seeds."""
 
     def __init__(
-        self,
-        store: SessionStore,
-        *,
-        max_open_sessions: int | None = None,
-        default_seed: int | None = None,
-        default_index_by: str = "arrival",
+        self, store: SessionStore, *, max_open_sessions: int | None = None,
+        default_seed: int | None = None, default_index_by: str = "arrival",
         cursors: Cursors | None = None,
     ) -> None:
-        """``default_seed`` is the configured seed for requests without one (deterministic
-        mode only); like a group's own ``seed``, it is refused for groups of more than one."""
+        """``default_seed``: the configured seed for requests without one (deterministic
+        mode only); refused for groups of more than one, like a group's own ``seed``."""
         self.store = store
         self.cursors = cursors if cursors is not None else Cursors()
         """This process's views of recently used sessions (``cursor.py``)."""
-        self._max_open = max_open_sessions
-        self._default_seed = default_seed
+        self._max_open, self._default_seed = max_open_sessions, default_seed
         self._default_index_by = default_index_by
 
     async def find(self, session_id: str, *, cached: bool = False) -> SessionRecord | None:
@@ -94,9 +86,8 @@ class SessionManager:
         return record
 
     async def require(self, session_id: str) -> SessionRecord:
-        record = await self.store.get(session_id)
-        if record is None:
-            raise SessionNotFound(f"session {session_id!r} not found")
+        if (record := await self.store.get(session_id)) is None:
+            raise not_found(session_id)
         return record
 
     async def get_or_create(self, session_id: str) -> SessionRecord:
@@ -111,36 +102,24 @@ class SessionManager:
         return fresh
 
     async def create_group(
-        self,
-        *,
-        identity: str | None = None,
-        session_id: str | None = None,
-        group_size: int = 1,
-        metadata: dict[str, Any] | None = None,
-        seed: int | None = None,
-        index_by: str | None = None,
-        replays: dict[str, Any] | None = None,
+        self, *, identity: str | None = None, session_id: str | None = None,
+        group_size: int = 1, metadata: dict[str, Any] | None = None, seed: int | None = None,
+        index_by: str | None = None, replays: dict[str, Any] | None = None,
     ) -> SessionGroup:
         """Create ``group_size`` sessions; identities ``{identity}:{i}`` when > 1.
         ``replays`` (``replay_options``) makes each a replay of a recorded session."""
         if group_size < 1:
             raise BadRequest("group_size must be at least 1", param="group_size")
         if self._default_seed is not None and seed is None and group_size > 1:
-            raise BadRequest(
-                f"the configured default seed ({self._default_seed}) would be a shared seed "
-                "for the group, making every sample identical; unset it to derive one per session",
-                param="group_size",
-            )
+            raise BadRequest(f"the configured default seed ({self._default_seed}) would be a "
+                             "shared seed for the group, making every sample identical; unset it "
+                             "to derive one per session", param="group_size")
         if seed is not None and group_size > 1:
-            raise BadRequest(
-                "a shared seed for a group makes every sample identical; "
-                "drop `seed` and let seedproxy derive one per session",
-                param="seed",
-            )
+            raise BadRequest("a shared seed for a group makes every sample identical; drop "
+                             "`seed` and let seedproxy derive one per session", param="seed")
         if session_id is not None and group_size > 1:
-            raise BadRequest(
-                "session_id names one session; use identity for groups", param="session_id"
-            )
+            raise BadRequest("session_id names one session; use identity for groups",
+                             param="session_id")
         if session_id is not None:
             check_id(session_id, param="session_id")
         if identity is not None:  # suffixed (``:{i}``, ``-{n}``) unless session_id names it
@@ -234,7 +213,8 @@ async def replay_options(
         (source_id, at), param = fork, "fork"
     assert source_id is not None
     check_id(source_id, param=param)
-    source = await _source(store, source_id, param)
+    if (source := await store.get(source_id)) is None:
+        raise not_found(source_id, param)
     if index_by is not None and index_by != source.index_by:
         raise BadRequest(f"index_by must be the source's ({source.index_by!r})",
                          param="index_by")
@@ -256,9 +236,3 @@ async def replay_options(
                          "(or resume to keep the source's)", param="identity")
     return ReplayOptions(identity, source.index_by, seed, replays)
 
-
-async def _source(store: SessionStore, session_id: str, param: str) -> SessionRecord:
-    record = await store.get(session_id)
-    if record is None:
-        raise SessionNotFound(f"session {session_id!r} not found", param=param)
-    return record

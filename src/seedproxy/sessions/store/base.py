@@ -29,8 +29,8 @@ RETRY_MEMORY = 64
 """How many recent request digests a session remembers for SDK-retry matching."""
 
 
-def not_found(session_id: str) -> SessionNotFound:
-    return SessionNotFound(f"session {session_id!r} not found")
+def not_found(session_id: str, param: str | None = None) -> SessionNotFound:
+    return SessionNotFound(f"session {session_id!r} not found", param=param)
 
 
 def over_capacity(max_open: int) -> OverCapacity:

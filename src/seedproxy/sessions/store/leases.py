@@ -10,8 +10,8 @@ touches a newer session that reused the id of a deleted one.
 
 Times are wall-clock seconds passed in by the caller (``now``), so a lease outlives a
 restart (SQLite) and means the same on every replica (Redis); tests pass their own.
-Each store keeps its own leases by these rules (``memory.py``, ``sqlite_leases.py``,
-``redis_leases.py``).
+Each store keeps its own leases by these rules (``memory.py``, ``sqlite.py``,
+``redis.py``).
 """
 
 from __future__ import annotations

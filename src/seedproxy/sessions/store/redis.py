@@ -19,7 +19,7 @@ across replicas. Per session, keys are::
 plus ``{p}all`` and ``{p}g:{group}`` (zsets by ``created_seq``), ``{p}open`` (set),
 ``{p}k:{sha256(api_key)}`` -> session id, ``{p}epoch`` (the store's epoch, drawn by
 the first create on an empty database; each session's hash keeps its own); the views
-(``redis_reads.py``) and leases (``redis_leases.py``) add theirs. ``?ended_ttl_s=N``
+add theirs (``redis_core.py``). ``?ended_ttl_s=N``
 lets Redis expire a session N seconds after it is both ended and exported (never
 before export: dropping un-exported work is the evictor's job, which logs it).
 
@@ -34,6 +34,12 @@ primary the Sentinels name then. With ``?wait_replicas=N`` every script that wri
 acknowledged only once N replicas hold it (``redis_core.py``), so a primary's death
 loses nothing a client was told, and no index handed out is handed out again.
 
+Export leases (rules: ``leases.py``): ``{p}l:{id}`` (a session's latest lease,
+``"{until}|{batch_id}"``, dropped with its other keys) and ``{p}b:{batch_id}`` (the batch
+as JSON, expiring ``BATCH_KEEP_S`` past its lease or its ack). A lease is one script over
+every session of the batch (all or none: two replicas never both get a session); an ack
+is one too, marking the sessions exported and releasing their lease together.
+
 Redis Cluster is not supported: the scripts that create, end, record and export a
 session update store-wide keys in the same atomic step, and a lease or an ack covers
 several sessions; Cluster runs a script on one hash slot's keys.
@@ -44,6 +50,7 @@ from __future__ import annotations
 import builtins
 import secrets
 import time
+from typing import Any
 
 import orjson
 
@@ -53,8 +60,8 @@ from ..interaction import Interaction
 from ..record import Recorded, SessionRecord, Slot, Stale, order_key, summary_fields
 from . import redis_scripts as lua
 from .base import RETRY_MEMORY, not_found, over_capacity
-from .redis_leases import RedisLeases
-from .redis_reads import RedisReads
+from .leases import BATCH_KEEP_S, Batch
+from .redis_core import RedisCore
 
 __all__ = ["RedisStore"]
 
@@ -68,7 +75,7 @@ def _arg(value: object) -> str:
     return "" if value is None else str(value)
 
 
-class RedisStore(RedisLeases, RedisReads):
+class RedisStore(RedisCore):
     """``SessionStore`` on Redis, shared by every replica pointed at the same database."""
 
     def __init__(self, url: str, *, retry_memory: int = RETRY_MEMORY) -> None:
@@ -206,3 +213,58 @@ class RedisStore(RedisLeases, RedisReads):
         await self.client.aclose()
         if self._sentinels is not None:
             await self._sentinels.aclose()
+
+    # -- export leases -----------------------------------------------------------------
+
+    def _lease_keys(self, batch_id: str, ids: builtins.list[str]) -> builtins.list[str]:
+        return [self._k("b", batch_id), *(self._k("s", s) for s in ids),
+                *(self._k("l", s) for s in ids)]
+
+    async def lease(
+        self, batch_id: str, records: builtins.list[SessionRecord], *,
+        now: float, until: float, remove: bool, named: bool,
+    ) -> builtins.list[str]:
+        ids = [r.session_id for r in records]
+        batch = Batch([(r.session_id, r.created_seq) for r in records], remove, until)
+        keep_ms = max(1, int((until - now + BATCH_KEEP_S) * 1000))
+        args: builtins.list[Any] = [batch_id, repr(now), repr(until), "1" if named else "0",
+                                    keep_ms, orjson.dumps(batch),
+                                    *(str(r.created_seq) for r in records)]
+        refused = await self.run(
+            self._lease_script(keys=self._lease_keys(batch_id, ids), args=args))
+        return [ids[int(i) - 1] for i in refused]
+
+    async def held_until(self, session_ids: builtins.list[str], now: float) -> dict[str, float]:
+        if not session_ids:
+            return {}
+        values = await self.run(self.client.mget([self._k("l", s) for s in session_ids]))
+        return {s: u for s, v in zip(session_ids, values, strict=True)
+                if v is not None and (u := float(v.split(b"|", 1)[0])) > now}
+
+    async def ack(self, batch_id: str, now: float) -> bool:
+        raw = await self.run(self.client.get(self._k("b", batch_id)))
+        if raw is None:
+            return False
+        batch = Batch.from_json(orjson.loads(raw))
+        if now >= batch.until + BATCH_KEEP_S:
+            return False  # forgotten, as in every store (Redis's own TTL may lag)
+        if not batch.acked:
+            batch.acked, batch.until = True, min(batch.until, now)
+        ids = [s for s, _ in batch.sessions]
+        args: builtins.list[Any] = [batch_id, int(BATCH_KEEP_S * 1000),
+                                    orjson.dumps(batch),
+                                    *(str(seq) for _, seq in batch.sessions), *ids,
+                                    self.changes_channel]
+        keys = [*self._lease_keys(batch_id, ids),
+                *(self._p + view for view in ("unexp", "ready", "ver"))]
+        reply = await self.run(self._ack_script(keys=keys, args=args))
+        if reply == -1:
+            return False
+        mine, ended = ([ids[int(i) - 1] for i in part] for part in reply)
+        if batch.remove:
+            for session_id in mine:
+                await self.delete(session_id)
+        else:
+            for session_id in ended:
+                await self._expire(session_id)
+        return True

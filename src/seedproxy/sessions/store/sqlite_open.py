@@ -95,7 +95,7 @@ _INDEX_COLUMNS = (
     ("ended_seq", "INTEGER"),
     ("last_active_at", "REAL NOT NULL DEFAULT 0"),
 )
-"""Beside the record's blob, the columns the views (``sqlite_reads.py``) need, written
+"""Beside the record's blob, the columns the views (``sqlite_core.py``) need, written
 with the blob in the same statement (``SqliteFile._save``)."""
 
 _INDEXES = """
