@@ -1,11 +1,7 @@
 """Leasing the batch an export takes (``selection.py`` chooses it) and building each
-session's trajectory.
-
-The batch is leased atomically in the store (``store/leases.py``): two concurrent
-exports, on one replica or several, never take the same session; one that loses a
-race selects again. Only an ack takes a batch out of later exports; an unacknowledged
-lease runs out and its sessions come back in the same order (creation or end order
-never changes).
+session's trajectory. The batch is leased atomically in the store (``store/leases.py``):
+concurrent exports, on any replicas, never take the same session; one that loses a race
+selects again.
 """
 
 from __future__ import annotations
@@ -42,18 +38,10 @@ class Leased(NamedTuple):
 
 
 async def lease_batch(
-    store: SessionStore,
-    *,
-    session_ids: list[str] | None = None,
-    group_id: str | None = None,
-    count: int | None = None,
-    timeout_s: float = 0.0,
-    deterministic: bool = True,
-    lock: asyncio.Lock | None = None,
-    visibility_timeout_s: float = 300.0,
-    remove: bool = False,
-    abandon_after_s: float | None = None,
-    skip_abandoned: bool = False,
+    store: SessionStore, *, session_ids: list[str] | None = None, group_id: str | None = None,
+    count: int | None = None, timeout_s: float = 0.0, deterministic: bool = True,
+    lock: asyncio.Lock | None = None, visibility_timeout_s: float = 300.0,
+    remove: bool = False, abandon_after_s: float | None = None, skip_abandoned: bool = False,
     clock: Callable[[], float] = time.time,
     prepare: Callable[[list[SessionRecord]], Awaitable[None]] | None = None,
 ) -> Leased:

@@ -1,31 +1,26 @@
 """A session's branches as a tree a trainer can read: links inferred, the main one named.
 
-Inferred at export from what the harness sent, with no header from it, in this order:
+Inferred at export from what the harness sent (no header from it), in this order:
 
 - ``subagent_of`` ``{interaction_id, tool_call_id}``: a text of the branch's first user
   message equals a string argument of a tool call answered earlier in another branch
-  (the latest such call): the sub-agent that call started (Claude Code's ``Agent``);
-- ``compacted_from`` ``{interaction_id, branch, summary}``: a text of the branch's
-  first user message holds the answer of an earlier turn ``summary`` (its
-  ``<summary>`` part when it has one, at least ``MIN_SUMMARY`` characters; the latest
-  such turn): the history that turn summarised (the turn its branch forked from, or
-  the turn itself when it continued a branch) is what this branch replaces. A
-  compaction the client marked (``x-seedproxy-compacted-from``) is kept as it is;
-- ``main``: the main conversation is the chain of branches joined by compactions that
-  holds the most turns (then the most sampled tokens, then the earliest first turn),
-  sub-agents and summary requests left out; each of its branches is ``main: true``,
-  and the export's ``chain`` is that chain in order;
-- ``side_request``: a branch of one turn offering no tools, neither main nor a
-  sub-agent (a title or summary request beside the main loop).
+  (the latest such call): the sub-agent it started (Claude Code's ``Agent``);
+- ``compacted_from`` ``{interaction_id, branch, summary}``: a text of the branch's first
+  user message holds the answer of an earlier turn ``summary`` (its ``<summary>`` part
+  when it has one, at least ``MIN_SUMMARY`` characters; the latest such turn): the
+  history that turn summarised (the turn its branch forked from, or itself when it
+  continued a branch) is what this branch replaces. One the client marked
+  (``x-seedproxy-compacted-from``) is kept;
+- ``main``: the chain of branches joined by compactions holding the most turns (then
+  sampled tokens, then the earliest first turn), sub-agents and summary requests left
+  out; the export's ``chain`` is it, in order;
+- ``side_request``: a one-turn branch offering no tools, neither main nor a sub-agent.
 
-A branch that continues an earlier turn (a second continuation: a retry, a summary
-request off a middle turn) started no conversation: no link is inferred for it. Each
-answer is read once; the cost is the branches times the earlier turns' texts.
-
-Everything here reads the records the export built and the interactions it read
-(their texts in the client's protocol: chat completions, Anthropic Messages,
-Responses; an unknown shape reads as nothing, and no link is inferred from it); the
-result depends on their content only, never on arrival order.
+A branch continuing an earlier turn (a second continuation) started no conversation:
+no link is inferred for it. Each answer is read once; the cost is the branches times
+the earlier turns' texts. Texts are read in the client's protocol (chat completions,
+Anthropic Messages, Responses; an unknown shape reads as nothing); the result depends
+on content only, never on arrival order.
 """
 
 from __future__ import annotations

@@ -30,58 +30,29 @@ log = logging.getLogger("seedproxy")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS sessions (
-    session_id TEXT PRIMARY KEY,
-    api_key TEXT NOT NULL,
-    group_id TEXT,
-    created_seq INTEGER NOT NULL,
-    ended INTEGER NOT NULL DEFAULT 0,
-    record BLOB NOT NULL
-);
+CREATE TABLE IF NOT EXISTS sessions (session_id TEXT PRIMARY KEY, api_key TEXT NOT NULL,
+    group_id TEXT, created_seq INTEGER NOT NULL, ended INTEGER NOT NULL DEFAULT 0,
+    record BLOB NOT NULL);
 CREATE INDEX IF NOT EXISTS sessions_key ON sessions (api_key);
 CREATE INDEX IF NOT EXISTS sessions_group ON sessions (group_id, created_seq);
 CREATE INDEX IF NOT EXISTS sessions_created ON sessions (created_seq);
-CREATE TABLE IF NOT EXISTS recent (
-    session_id TEXT NOT NULL,
-    digest BLOB NOT NULL,
-    request_index INTEGER NOT NULL,
-    interaction_id TEXT NOT NULL,
-    clock INTEGER NOT NULL,
-    PRIMARY KEY (session_id, digest)
-);
-CREATE TABLE IF NOT EXISTS pins (
-    session_id TEXT NOT NULL,
-    request_index INTEGER NOT NULL,
-    used INTEGER NOT NULL,
-    PRIMARY KEY (session_id, request_index)
-);
-CREATE TABLE IF NOT EXISTS occurrences (
-    session_id TEXT NOT NULL,
-    interaction_id TEXT NOT NULL,
-    key TEXT NOT NULL,
-    occurrence INTEGER NOT NULL,
-    PRIMARY KEY (session_id, interaction_id)
-);
+CREATE TABLE IF NOT EXISTS recent (session_id TEXT NOT NULL, digest BLOB NOT NULL,
+    request_index INTEGER NOT NULL, interaction_id TEXT NOT NULL, clock INTEGER NOT NULL,
+    PRIMARY KEY (session_id, digest));
+CREATE TABLE IF NOT EXISTS pins (session_id TEXT NOT NULL, request_index INTEGER NOT NULL,
+    used INTEGER NOT NULL, PRIMARY KEY (session_id, request_index));
+CREATE TABLE IF NOT EXISTS occurrences (session_id TEXT NOT NULL,
+    interaction_id TEXT NOT NULL, key TEXT NOT NULL, occurrence INTEGER NOT NULL,
+    PRIMARY KEY (session_id, interaction_id));
 CREATE INDEX IF NOT EXISTS occurrences_key ON occurrences (session_id, key);
-CREATE TABLE IF NOT EXISTS interactions (
-    session_id TEXT NOT NULL,
-    interaction_id TEXT NOT NULL,
-    request_index INTEGER NOT NULL,
-    data BLOB NOT NULL,
-    seq INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (session_id, interaction_id)
-);
-CREATE TABLE IF NOT EXISTS leases (
-    session_id TEXT PRIMARY KEY,
-    batch_id TEXT NOT NULL,
-    until REAL NOT NULL
-);
+CREATE TABLE IF NOT EXISTS interactions (session_id TEXT NOT NULL,
+    interaction_id TEXT NOT NULL, request_index INTEGER NOT NULL, data BLOB NOT NULL,
+    seq INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (session_id, interaction_id));
+CREATE TABLE IF NOT EXISTS leases (session_id TEXT PRIMARY KEY, batch_id TEXT NOT NULL,
+    until REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS leases_until ON leases (until);
-CREATE TABLE IF NOT EXISTS batches (
-    batch_id TEXT PRIMARY KEY,
-    data BLOB NOT NULL,
-    keep_until REAL NOT NULL
-);
+CREATE TABLE IF NOT EXISTS batches (batch_id TEXT PRIMARY KEY, data BLOB NOT NULL,
+    keep_until REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS batches_keep ON batches (keep_until);
 """
 
@@ -89,12 +60,8 @@ _SEQ_INDEX = "CREATE INDEX IF NOT EXISTS interactions_seq ON interactions (sessi
 """``changes`` reads a session's newest records through it (a file from before the
 column gets the column, its rows sequence number 0)."""
 
-_INDEX_COLUMNS = (
-    ("identity", "TEXT"),
-    ("exported", "INTEGER NOT NULL DEFAULT 0"),
-    ("ended_seq", "INTEGER"),
-    ("last_active_at", "REAL NOT NULL DEFAULT 0"),
-)
+_INDEX_COLUMNS = (("identity", "TEXT"), ("exported", "INTEGER NOT NULL DEFAULT 0"),
+                  ("ended_seq", "INTEGER"), ("last_active_at", "REAL NOT NULL DEFAULT 0"))
 """Beside the record's blob, the columns the views (``sqlite_core.py``) need, written
 with the blob in the same statement (``SqliteFile._save``)."""
 
