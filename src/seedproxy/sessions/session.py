@@ -9,6 +9,7 @@ import time
 from collections import OrderedDict
 from dataclasses import fields
 
+from ..errors import SessionNotFound
 from .codec import Link, Sent, encode, resolve, with_reward
 from .interaction import Interaction
 from .record import Recorded, SessionRecord, Slot, Stale, apply_summary
@@ -35,10 +36,6 @@ class Session:
         self._pins: dict[int, int] = {}
         self._key_counts: dict[str, int] = {}
         self._occurrences: dict[str, int] = {}  # interaction id -> its key's occurrence
-
-    @property
-    def api_key(self) -> str:
-        return self._record.api_key
 
     @property
     def created_seq(self) -> int:
@@ -69,12 +66,11 @@ class Session:
                 extra = self._pins.get(pinned, 0)
                 self._pins[pinned] = extra + 1
                 slot = Slot(pinned, f"i{pinned}.p{extra}")
-                self._record.last_active_at = time.time()
             else:  # the next index: 0, 1, 2, ... with no gaps and no repeats
                 index = self._record.next_index
                 self._record.next_index = index + 1
-                self._record.last_active_at = time.time()
                 slot = Slot(index, f"i{index}")
+            self._record.last_active_at = time.time()
             self._recent[digest] = slot
             if len(self._recent) > self._retry_memory:
                 self._recent.popitem(last=False)
@@ -93,8 +89,7 @@ class Session:
             return self._number(key, interaction_id)
 
     def _number(self, key: str, interaction_id: str) -> int:
-        known = self._occurrences.get(interaction_id)
-        if known is not None:
+        if (known := self._occurrences.get(interaction_id)) is not None:
             return known
         number = self._key_counts.get(key, 0)
         self._key_counts[key] = number + 1
@@ -138,7 +133,11 @@ class Session:
         return bool(self._blobs) and next(reversed(self._blobs.values()))[1] > after
 
     def set_reward(self, reward: float, interaction_id: str | None) -> str | None:
+        """See ``SessionStore.set_reward``."""
         with self._lock:
+            if interaction_id is not None and interaction_id not in self._blobs:
+                raise SessionNotFound(f"interaction {interaction_id!r} not found in "
+                                      f"{self._record.session_id!r}")
             self._record.reward = reward
             if interaction_id is None:
                 if not self._blobs:
@@ -147,10 +146,6 @@ class Session:
             index, seq, blob = self._blobs[interaction_id]
             self._blobs[interaction_id] = (index, seq, with_reward(blob, reward))  # in place
             return interaction_id
-
-    def has_interaction(self, interaction_id: str) -> bool:
-        with self._lock:
-            return interaction_id in self._blobs
 
     def stored_bytes(self) -> int:
         """The bytes of the session's stored interaction records."""

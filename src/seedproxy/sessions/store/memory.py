@@ -27,7 +27,6 @@ from collections.abc import Iterator
 from contextlib import AbstractAsyncContextManager
 from itertools import islice
 
-from ...errors import SessionNotFound
 from ..codec import Link, Sent
 from ..interaction import Interaction
 from ..record import Recorded, SessionRecord, Slot, Stale
@@ -164,10 +163,7 @@ class MemoryStore:
     async def set_reward(
         self, session_id: str, reward: float, interaction_id: str | None
     ) -> str | None:
-        session = self._session(session_id)
-        if interaction_id is not None and not session.has_interaction(interaction_id):
-            raise SessionNotFound(f"interaction {interaction_id!r} not found in {session_id!r}")
-        rewarded = session.set_reward(reward, interaction_id)
+        rewarded = self._session(session_id).set_reward(reward, interaction_id)
         with self._lock:
             self._changed(wake=False)
         return rewarded

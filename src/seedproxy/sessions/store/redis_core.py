@@ -133,18 +133,18 @@ class RedisCore:
     def _decode(raw: dict[bytes, bytes]) -> SessionRecord | None:
         if not raw or b"rec" not in raw:
             return None
+        def text(field: bytes) -> str | None:
+            return raw[field].decode() if field in raw else None
+
         data = orjson.loads(raw[b"rec"])
-        data["created_seq"] = int(raw[b"created_seq"])
-        data["next_index"] = int(raw[b"next_index"])
-        data["last_active_at"] = float(raw[b"last_active_at"])
-        data["ended"] = raw[b"ended"] == b"1"
-        data["ended_seq"] = int(raw[b"ended_seq"]) if raw[b"ended_seq"] else None
-        data["end_status"] = raw[b"es"].decode() if b"es" in raw else None
-        data["reward"] = float(raw[b"reward"]) if raw[b"reward"] else None
-        data["exported"] = raw[b"exported"] == b"1"
-        data["store_epoch"] = raw[b"epoch"].decode() if b"epoch" in raw else None
-        data["interaction_count"] = int(raw[b"n"]) if b"n" in raw else None
-        data["last_order"] = raw[b"lo"].decode() if b"lo" in raw else None
+        data.update(
+            created_seq=int(raw[b"created_seq"]), next_index=int(raw[b"next_index"]),
+            last_active_at=float(raw[b"last_active_at"]), ended=raw[b"ended"] == b"1",
+            ended_seq=int(raw[b"ended_seq"]) if raw[b"ended_seq"] else None,
+            reward=float(raw[b"reward"]) if raw[b"reward"] else None,
+            exported=raw[b"exported"] == b"1", end_status=text(b"es"),
+            store_epoch=text(b"epoch"), last_order=text(b"lo"),
+            interaction_count=int(raw[b"n"]) if b"n" in raw else None)
         if b"ls" in raw:
             shown = orjson.loads(raw[b"ls"])
             data["last_upstream"] = shown["upstream"]

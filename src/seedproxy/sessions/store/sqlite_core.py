@@ -38,18 +38,12 @@ __all__ = ["IDLE_QUERY", "PAGE_QUERIES", "SqliteFile", "records"]
 
 T = TypeVar("T")
 
-_PAGES: dict[str, str] = {
-    "all": "SELECT record FROM sessions WHERE created_seq > ? ORDER BY created_seq",
-    "group": "SELECT record FROM sessions WHERE group_id = ? AND created_seq > ? "
-             "ORDER BY created_seq",
-    "identity": "SELECT record FROM sessions WHERE identity = ? AND created_seq > ? "
-                "ORDER BY created_seq",
-    "unexported": "SELECT record FROM sessions WHERE exported = 0 AND created_seq > ? "
-                  "ORDER BY created_seq",
-    "ready": "SELECT record FROM sessions WHERE ended = 1 AND exported = 0 AND ended_seq > ? "
-             "ORDER BY ended_seq",
-}
-PAGE_QUERIES = {view: sql + " LIMIT ? OFFSET ?" for view, sql in _PAGES.items()}
+_WHERE = {"all": "", "group": "group_id = ? AND ", "identity": "identity = ? AND ",
+          "unexported": "exported = 0 AND ", "ready": "ended = 1 AND exported = 0 AND "}
+PAGE_QUERIES = {
+    view: f"SELECT record FROM sessions WHERE {where}{seq} > ? ORDER BY {seq} LIMIT ? OFFSET ?"
+    for view, where in _WHERE.items()
+    for seq in ["ended_seq" if view == "ready" else "created_seq"]}
 """One statement per view (tests check each reads an index)."""
 
 IDLE_QUERY = ("SELECT record FROM sessions WHERE last_active_at <= ? "
