@@ -155,14 +155,6 @@ def _pack(values: array[Any]) -> bytes:
     return values.tobytes()
 
 
-def _unpack(typecode: str, data: memoryview) -> array[Any]:
-    out = array(typecode)
-    out.frombytes(data)
-    if _SWAP:
-        out.byteswap()
-    return out
-
-
 def encode(interaction: Interaction, link: Link | None = None, sent: Sent | None = None) -> bytes:
     """The stored blob of ``interaction``; with ``link``, only what it adds to it."""
     i = interaction
@@ -203,7 +195,10 @@ def decode(blob: bytes) -> Stored:
 
     def take(typecode: str, count: int) -> array[Any]:
         nonlocal at
-        out = _unpack(typecode, view[at:at + 4 * count])
+        out = array(typecode)
+        out.frombytes(view[at:at + 4 * count])
+        if _SWAP:
+            out.byteswap()
         at += 4 * count
         return out
 

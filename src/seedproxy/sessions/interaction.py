@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..trajectory import InteractionJSON, WeightSpanJSON
+from ..trajectory import InteractionJSON
 from .token_ids import TokenIds
 
 __all__ = ["ChoiceRecord", "Interaction", "RoutedExperts", "VersionSpan", "version_spans"]
@@ -44,17 +44,10 @@ def _experts_out(choice: ChoiceRecord) -> dict[str, Any] | None:
     return choice.routed_experts.to_dict() if choice.routed_experts else None
 
 
-def _spans_out(spans: list[VersionSpan]) -> list[WeightSpanJSON]:
-    return [{"version": v, "start": a, "end": b} for v, a, b in spans]
-
-
-def _ids(values: Any) -> array[int]:
-    """Stored ids as an array (one ``codec.decode`` unpacked is taken as it is)."""
-    return values if isinstance(values, array) else array("i", values or ())
-
-
-def _floats(values: Any) -> array[float]:
-    return values if isinstance(values, array) else array("f", values or ())
+def _ids(values: Any, typecode: str = "i") -> array[Any]:
+    """Stored ids (or logprobs, ``f``) as an array (one ``codec.decode`` unpacked is
+    taken as it is)."""
+    return values if isinstance(values, array) else array(typecode, values or ())
 
 
 @dataclass(slots=True)
@@ -107,7 +100,7 @@ class ChoiceRecord:
     def from_storage(cls, data: dict[str, Any]) -> ChoiceRecord:
         return cls(
             _ids(data["token_ids"]),
-            _floats(data["logprobs"]),
+            _ids(data["logprobs"], "f"),
             data["finish_reason"],
             data.get("weight_version"),
             [(str(v), int(a), int(b)) for v, a, b in data.get("weight_versions", ())],
@@ -191,7 +184,8 @@ class Interaction:
             "abandoned": self.abandoned,
             "dispatch_weight_version": self.dispatch_weight_version,
             "weight_version": self.per_choice(lambda c: c.weight_version),
-            "weight_versions": self.per_choice(lambda c: _spans_out(c.weight_versions)),
+            "weight_versions": self.per_choice(lambda c: [
+                {"version": v, "start": a, "end": b} for v, a, b in c.weight_versions]),
             "routed_experts": self.per_choice(_experts_out),
         }
         if self.tito is not None:

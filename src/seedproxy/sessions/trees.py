@@ -53,7 +53,8 @@ def link_branches(records: list[dict[str, Any]], interactions: list[Interaction]
     answered = sorted((i for i in interactions if i.interaction_id in branch_of),
                       key=lambda i: (i.request_index, i.interaction_id))
     summaries: set[str] = set()
-    said = {i.interaction_id: _summary_of(answer_text(i)) for i in answered}
+    said = {i.interaction_id: _summary_of("".join(_texts(_answer_parts(i))).strip())
+            for i in answered}
     for record in records:
         first = by_id[record["interaction_ids"][0]]
         parent = record.get("parent")
@@ -74,7 +75,8 @@ def link_branches(records: list[dict[str, Any]], interactions: list[Interaction]
         first = by_id[record["interaction_ids"][0]]
         record["side_request"] = (not record["main"] and record["subagent_of"] is None
                                   and len(record["interaction_ids"]) == 1
-                                  and not offers_tools(first))
+                                  and not (isinstance(first.request, dict)
+                                           and first.request.get("tools")))
     return chain
 
 
@@ -187,11 +189,6 @@ def user_texts(interaction: Interaction) -> list[str]:
     return []
 
 
-def offers_tools(interaction: Interaction) -> bool:
-    request = interaction.request if isinstance(interaction.request, dict) else {}
-    return bool(request.get("tools"))
-
-
 def _answer_parts(interaction: Interaction) -> list[Any]:
     """The answer's content parts or items, whichever protocol."""
     response = interaction.response if isinstance(interaction.response, dict) else {}
@@ -213,11 +210,6 @@ def _answer_parts(interaction: Interaction) -> list[Any]:
         else:
             items.append(item)
     return items
-
-
-def answer_text(interaction: Interaction) -> str:
-    """The answer's text (choice 0), stripped."""
-    return "".join(_texts(_answer_parts(interaction))).strip()
 
 
 def tool_calls(interaction: Interaction) -> list[Call]:

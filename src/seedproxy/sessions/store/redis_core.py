@@ -49,13 +49,6 @@ _DEADLINE_SHARE = 0.75
 _MIGRATE_BATCH = 1000
 
 
-def _closed_transport(exc: RuntimeError) -> bool:
-    """Whether ``exc`` is uvloop's answer to a write on a connection that closed under it
-    (MagicStack/uvloop#506), a lost connection where asyncio's own loop raises
-    ``ConnectionError``: a Redis server killed between connect and command."""
-    return str(exc).endswith("; the handler is closed")
-
-
 class RedisCore:
     """One Redis store's client (a standalone server, or a Sentinel-named primary)."""
 
@@ -125,7 +118,9 @@ class RedisCore:
         except self.errors as exc:
             raise StoreError(f"Redis store failed: {type(exc).__name__}: {exc}") from exc
         except RuntimeError as exc:
-            if not _closed_transport(exc):
+            # uvloop's answer to a write on a connection closed under it (MagicStack/
+            # uvloop#506), where asyncio's loop raises ConnectionError: a lost server
+            if not str(exc).endswith("; the handler is closed"):
                 raise
             raise StoreError(f"Redis store failed: ConnectionError: {exc}") from exc
 
@@ -133,6 +128,7 @@ class RedisCore:
     def _decode(raw: dict[bytes, bytes]) -> SessionRecord | None:
         if not raw or b"rec" not in raw:
             return None
+
         def text(field: bytes) -> str | None:
             return raw[field].decode() if field in raw else None
 
