@@ -209,24 +209,8 @@ class Interaction:
         """Return a lossless, JSON-serialisable form (the rarely set ``replayed``,
         ``compacted_from`` and ``left_out_tools`` only when set); without ``tokens``, no
         ``prompt_token_ids`` and each choice's counts (``ChoiceRecord.storage``)."""
-        stored: dict[str, Any] = {
-            "interaction_id": self.interaction_id,
-            "request_index": self.request_index,
-            "seeds": self.seeds,
-            "endpoint": self.endpoint,
-            "status": self.status,
-            "request": self.request,
-            "response": self.response,
-            "choices": [c.storage(tokens=tokens) for c in self.choices],
-            "reward": self.reward,
-            "latency_ms": self.latency_ms,
-            "upstream": self.upstream,
-            "abandoned": self.abandoned,
-            "dispatch_weight_version": self.dispatch_weight_version,
-            "tito": self.tito,
-            "content_key": self.content_key,
-            "occurrence": self.occurrence,
-        }
+        stored = {name: getattr(self, name) for name in _STORED}
+        stored["choices"] = [c.storage(tokens=tokens) for c in self.choices]  # in its place
         if self.replayed:
             stored["replayed"] = True
         if self.compacted_from is not None:
@@ -247,6 +231,10 @@ class Interaction:
 
 
 _FIELDS = frozenset(Interaction.__dataclass_fields__)
+_STORED = ("interaction_id", "request_index", "seeds", "endpoint", "status", "request",
+           "response", "choices", "reward", "latency_ms", "upstream", "abandoned",
+           "dispatch_weight_version", "tito", "content_key", "occurrence")
+"""What ``to_storage`` always writes, in order."""
 
 
 _TYPECODES = {"uint8": "B", "uint16": "H", "int32": "i"}

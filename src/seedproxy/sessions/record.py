@@ -1,10 +1,9 @@
 """The persistent description of one physical session.
 
-It keeps a summary of its interactions, what ``GET /sessions`` lists (how many, and
-the last one's upstream and weight version), as each is recorded, so that a page of
-sessions reads no interactions. "Last" is by ``(request_index, interaction_id)``, the
-export order; ``order_key`` is that order as one string (it sorts as bytes), the same
-in every store.
+It keeps a summary of its interactions as each is recorded (what ``GET /sessions``
+lists: how many, the last one's upstream and weight version), so a page of sessions
+reads no interactions. "Last" is by ``(request_index, interaction_id)``, the export
+order; ``order_key`` is that order as one string (sorting as bytes), in every store.
 """
 
 from __future__ import annotations
@@ -21,11 +20,8 @@ __all__ = ["Recorded", "SessionRecord", "Slot", "Stale", "apply_summary", "order
 @dataclass(slots=True)
 class SessionRecord:
     """A physical session (``session_id``) replaying a logical rollout (``identity``).
-
-    ``created_seq`` orders sessions by creation and ``ended_seq`` by the moment they
-    ended; both come from store-wide counters, never from clocks, so that exports are
-    ordered the same way on every replica.
-    """
+    ``created_seq`` and ``ended_seq`` order sessions by creation and end; both come from
+    store-wide counters, never clocks, so exports are ordered alike on every replica."""
 
     session_id: str
     identity: str
@@ -58,9 +54,9 @@ class SessionRecord:
     """A resumed or forked session: ``{"session": source id, "at": K or None}``; its
     requests matching the source's record are answered from it (``pipeline/replaying.py``)."""
     store_epoch: str | None = None
-    """The store's epoch when the session was created: a store that starts again from
-    nothing (a new SQLite file, an emptied Redis, a restarted memory store) has a new
-    one, so its records are told apart from the old ones. Seeds never depend on it."""
+    """The store's epoch at creation: a store started again from nothing (a new SQLite
+    file, an emptied Redis, a restarted memory store) has a new one. Seeds never depend
+    on it."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

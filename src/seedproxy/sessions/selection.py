@@ -2,15 +2,14 @@
 
 Deterministic mode takes sessions in creation order and never skips an earlier
 session for one that ended first (AReaL's ``_select_results``): the batch is the
-first ``count`` sessions not exported and not under a live lease (all of them without
-``count``), and only its ended prefix is ever taken; the open sessions in it are what
-the export waits on. An open session it waits on that has been idle (no request
-arrived, nothing recorded) for ``abandon_after_s`` is ended there and then as
-``abandoned`` (``SessionStore.end``, atomic against a request arriving meanwhile), so
-one agent that never ends its session cannot stall every export; the order stays
-creation order. Only sessions an export reaches are checked: the cost is the batch,
-never the store. Without determinism the batch is the first ``count`` sessions to
-end, in the order they ended.
+first ``count`` sessions not exported and not under a live lease (all without
+``count``), and only its ended prefix is taken; its open sessions are what the export
+waits on. One of those idle (no request, nothing recorded) for ``abandon_after_s`` is
+ended there and then as ``abandoned`` (``SessionStore.end``, atomic against a request
+arriving meanwhile), so an agent that never ends its session cannot stall every
+export. Only sessions an export reaches are checked: the cost is the batch, never the
+store. Without determinism the batch is the first ``count`` sessions to end, in the
+order they ended.
 
 ``skip_abandoned``: abandoned sessions are leased with the batch (an ack takes them
 out of later exports too) but not delivered, and do not count towards ``count``.
