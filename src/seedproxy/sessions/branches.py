@@ -3,12 +3,11 @@
 A turn whose prompt extends an earlier turn's prompt + completion (``tito.extends``)
 continues that turn's branch when it is its first continuation (lowest request
 index); a second continuation, or a full render (an edited, compacted or forked
-history), starts a new branch whose ``parent`` says where it came from. Branches are
-derived from the recorded lineage at export, so arrival order changes nothing.
-Each sequence has loss mask 1 exactly on sampled tokens, with their logprobs.
-A branch whose first turn the client marked as a compaction (``compacted_from``) names
-the turn its summary replaced and that turn's branch; ``trees.py`` infers the other
-links and the main conversation, whose segments are the export's ``chain``.
+history), starts a new branch whose ``parent`` says where it came from. Branches come
+from the recorded lineage at export: arrival order changes nothing. Each sequence has
+loss mask 1 exactly on sampled tokens, with their logprobs. A branch whose first turn
+the client marked as a compaction (``compacted_from``) names the turn its summary
+replaced and that turn's branch; ``trees.py`` infers the other links.
 """
 
 from __future__ import annotations

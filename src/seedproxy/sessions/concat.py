@@ -8,9 +8,8 @@ earlier turn differently, a frequent RL bug) the record says so, naming the turn
 and the first differing position, and carries no sequence: nothing is guessed.
 
 ``weight_versions`` says which weight version sampled which positions of the
-sequence (``[{version, start, end}]``, end exclusive, prompt tokens in no span): the
-upstream's own spans shifted to where the completion sits, else the version it
-reported for the whole completion. An off-policy correction reads it per token.
+sequence (``[{version, start, end}]``, end exclusive, prompt tokens in no span;
+``sequence_spans``): what an off-policy correction reads per token.
 """
 
 from __future__ import annotations
@@ -44,7 +43,8 @@ def concat_record(interactions: list[Interaction]) -> ConcatJSON:
         if previous is None:
             new = prompt
         else:
-            position = _first_difference(previous, prompt)
+            position = next((n for n, token in enumerate(previous)
+                             if n >= len(prompt) or prompt[n] != token), None)
             if position is not None:
                 return _broken(turns, turn, "prompt does not extend the previous turn", position)
             new = prompt[len(previous):]
@@ -76,15 +76,6 @@ def sequence_spans(choice: ChoiceRecord, offset: int, length: int) -> list[Weigh
     if choice.weight_version is not None and length:
         return [{"version": choice.weight_version, "start": offset, "end": offset + length}]
     return []
-
-
-def _first_difference(previous: list[int], prompt: list[int]) -> int | None:
-    """The first position where ``prompt`` stops repeating ``previous``; None if it
-    starts with all of it."""
-    for position, token in enumerate(previous):
-        if position >= len(prompt) or prompt[position] != token:
-            return position
-    return None
 
 
 def _broken(

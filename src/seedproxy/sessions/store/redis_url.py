@@ -4,13 +4,11 @@ Two forms, each with the same options after ``?``:
 
 - ``redis://[:password@]host:port/db`` (also ``rediss://``, ``unix://``): one server,
   as redis-py's ``Redis.from_url`` reads it.
-- ``redis+sentinel://[:password@]host:port[,host:port...]/service_name[/db]``: the
-  primary that the listed Sentinels name for ``service_name`` (port 26379 when left
-  out), through redis-py's ``redis.asyncio.sentinel.Sentinel.master_for``, which asks a
-  Sentinel again whenever a connection breaks or meets a demoted primary, so the store
-  follows a failover. redis-py has no URL form for Sentinel; this is the one the
-  ``Redis-Sentinel-Url`` package defined. The password is the data nodes'; the
-  Sentinels are reached without one.
+- ``redis+sentinel://[:password@]host:port[,host:port...]/service_name[/db]`` (the
+  ``Redis-Sentinel-Url`` package's form): the primary the Sentinels (port 26379 when
+  left out) name for ``service_name``, through redis-py's ``Sentinel.master_for``, which
+  asks again whenever a connection breaks or meets a demoted primary: the store follows
+  a failover. The password is the data nodes'; the Sentinels are reached without one.
 
 Options: ``prefix`` (key prefix, ``sp:``), ``ended_ttl_s``, ``timeout_s`` (5),
 ``watch_check_s`` (1), ``wait_replicas`` (0: off; N: every write is acknowledged only
