@@ -13,6 +13,7 @@ Invariants (SGLang's ``serving_completions.py``):
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -21,20 +22,8 @@ from typing import Any
 from ..sse_frames import DONE
 from .errors import RequestError
 from .generator import GenRequest, Update
-from .openai_common import (
-    OpenAIJob,
-    check_context_budget,
-    fan_out,
-    job_fields,
-    openai_sampling_params,
-    run_all,
-    token_text,
-    usage,
-    usage_counts,
-    want_bool,
-    want_int,
-)
-from .state import EngineState, request_id
+from .params import want_bool, want_int
+from .state import EngineState, OpenAIJob, openai_sampling_params, request_id, usage
 
 __all__ = ["CompletionJob", "completion_response", "completion_stream", "parse_completion"]
 
@@ -66,16 +55,13 @@ def parse_completion(state: EngineState, body: dict[str, Any]) -> CompletionJob:
     logprobs = want_int(body, "logprobs", None)
     if logprobs is not None and not 0 <= logprobs <= 20:
         raise RequestError("logprobs must be between 0 and 20", param="logprobs")
-    for prompt in prompts:
-        check_context_budget(len(prompt), params.max_new_tokens, state.model.context_length)
-    grammar = state.processors.compile(params)
+    grammar = state.grammar(prompts, params, params.max_new_tokens)
     echo = want_bool(body, "echo")
-    reqs = fan_out(request_id(body), prompts, params.n, lambda rid, prompt: GenRequest(
-        rid, prompt, params, logprobs is not None, logprobs or 0,
-        return_input_logprob=echo and logprobs is not None,
-        processor=state.processors.build(params, grammar)))
+    reqs = state.fan_out(request_id(body), prompts, params, grammar,
+                         return_logprob=logprobs is not None, top_logprobs_num=logprobs or 0,
+                         return_input_logprob=echo and logprobs is not None)
     return CompletionJob(
-        reqs=reqs, **job_fields(state, body), logprobs=logprobs,
+        reqs=reqs, **OpenAIJob.fields(state, body), logprobs=logprobs,
         return_token_ids=want_bool(body, "return_token_ids"), echo=echo, n=params.n,
     )
 
@@ -84,23 +70,18 @@ def _logprobs(state: EngineState, upd: Update, start: int, stop: int, offset: in
               prompt: list[int] | None = None) -> dict[str, Any]:
     """OpenAI legacy logprobs for output tokens ``start:stop`` (after ``prompt``'s, when
     echoing), the first at character ``offset``."""
-    tok = state.model.tokenizer
-    ids = list(prompt or []) + upd.output_ids[start:stop]
-    tokens = [token_text(tok, t) for t in ids]
+    tokens = [state.token_text(t) for t in list(prompt or []) + upd.output_ids[start:stop]]
     lps: list[float | None] = []
     tops: list[dict[str, float] | None] = []
     if prompt:
         lps += upd.input_logprobs[: len(prompt)]
         if upd.input_top_logprobs:
-            tops += [({token_text(tok, tid): lp for tid, lp in top} if i else None)
+            tops += [({state.token_text(tid): lp for tid, lp in top} if i else None)
                      for i, top in enumerate(upd.input_top_logprobs[: len(prompt)])]
     lps += upd.logprobs[start:stop]
-    tops += [{token_text(tok, tid): lp for tid, lp in top}
+    tops += [{state.token_text(tid): lp for tid, lp in top}
              for top in upd.top_logprobs[start:stop]]
-    offsets = []
-    for text in tokens:
-        offsets.append(offset)
-        offset += len(text)
+    offsets = list(itertools.accumulate((len(t) for t in tokens), initial=offset))[:-1]
     return {"text_offset": offsets, "token_logprobs": lps, "tokens": tokens,
             "top_logprobs": tops}
 
@@ -115,7 +96,7 @@ def _prompt_usage(job: CompletionJob, finals: list[Update]) -> dict[str, Any]:
 
 
 async def completion_response(state: EngineState, job: CompletionJob) -> dict[str, Any]:
-    finals = await run_all(state, job.reqs)
+    finals = await state.run_all(job.reqs)
     choices = []
     for idx, (req, upd) in enumerate(zip(job.reqs, finals, strict=True)):
         fin = upd.finish or {}
@@ -160,7 +141,7 @@ async def completion_stream(state: EngineState, job: CompletionJob) -> AsyncIter
                 choice["token_ids"] = upd.output_ids[sent_tok:n_tok]
                 if first:
                     choice["prompt_token_ids"] = list(req.prompt_ids)
-            extra = ({"usage": usage_counts(upd.prompt_tokens, n_tok)}
+            extra = ({"usage": usage(upd.prompt_tokens, n_tok)}
                      if job.continuous_usage else {})
             yield job.chunk("text_completion", [choice], **extra)
             sent_text, sent_tok, first = len(upd.text), n_tok, False

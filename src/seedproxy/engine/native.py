@@ -4,21 +4,21 @@ Invariants:
 - Unknown top-level keys are ignored; unknown ``sampling_params`` keys are a 400.
 - Streaming chunks are cumulative: each carries the whole ``text``/``output_ids`` so far.
 - ``meta_info.weight_versions`` spans the output positions by the version each token was
-  sampled under (``[{version, start, end}]``).
+  sampled under.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 from ..sse_frames import DONE, data_frame
 from .errors import RequestError
 from .generator import GenRequest, Update, version_spans
-from .openai_common import check_context_budget, fan_out, run_all, token_text, want_bool, want_int
-from .params import parse_sampling_params
-from .state import EngineState, new_id
+from .params import parse_sampling_params, want_bool, want_int
+from .state import EngineState
 
 __all__ = ["generate_response", "generate_stream", "parse_generate"]
 
@@ -29,21 +29,18 @@ def parse_generate(state: EngineState, body: dict[str, Any]) -> list[GenRequest]
     if (text is None) == (ids is None):
         raise RequestError("Either text or input_ids should be provided (but not both).")
     if text is not None:
-        prompts = [state.encode(t) for t in text] if isinstance(text, list) else [
-            state.encode(text)]
+        prompts = [state.encode(t) for t in (text if isinstance(text, list) else [text])]
     elif isinstance(ids, list) and ids and isinstance(ids[0], list):
         prompts = [state.check_prompt(x) for x in ids]
     else:
         prompts = [state.check_prompt(ids)]
     if not prompts:
         raise RequestError("The input is empty.")
-    params = parse_sampling_params(body.get("sampling_params"), state.model.vocab_size)
     raw = body.get("sampling_params")
+    params = parse_sampling_params(raw, state.model.vocab_size)
     asked = params.max_new_tokens if isinstance(raw, dict) and raw.get(
         "max_new_tokens") is not None else None
-    for prompt in prompts:
-        check_context_budget(len(prompt), asked, state.model.context_length)
-    grammar = state.processors.compile(params)
+    grammar = state.grammar(prompts, params, asked)
     return_logprob = want_bool(body, "return_logprob")
     top_n = want_int(body, "top_logprobs_num", 0) or 0
     start = want_int(body, "logprob_start_len", -1)
@@ -56,32 +53,26 @@ def parse_generate(state: EngineState, body: dict[str, Any]) -> list[GenRequest]
                 f"({shortest}). Please use a smaller logprob_start_len.",
                 param="logprob_start_len")
     rid = body.get("rid")
-    return fan_out(rid if isinstance(rid, str) else new_id(), prompts, params.n,
-                   lambda name, prompt: GenRequest(
-                       name, prompt, params, return_logprob, max(0, top_n),
-                       return_input_logprob=return_logprob and start is not None and start >= 0,
-                       processor=state.processors.build(params, grammar),
-                       logprob_start_len=max(0, start or 0), return_text_in_logprobs=text_too))
+    return state.fan_out(
+        rid if isinstance(rid, str) else uuid.uuid4().hex, prompts, params, grammar,
+        return_logprob=return_logprob, top_logprobs_num=max(0, top_n),
+        return_input_logprob=return_logprob and start is not None and start >= 0,
+        logprob_start_len=max(0, start or 0), return_text_in_logprobs=text_too)
 
 
-def meta_info(req: GenRequest, upd: Update, text: Callable[[int], str]) -> dict[str, Any]:
-    """SGLang's ``meta_info`` for an update of ``req``: input logprobs from
-    ``req.logprob_start_len`` on, each row ``[logprob, id, text]`` with the token's
-    ``text`` when ``req.return_text_in_logprobs``, else null."""
-    shown = text if req.return_text_in_logprobs else None
+def _item(state: EngineState, req: GenRequest, upd: Update) -> dict[str, Any]:
+    """``text``, ``output_ids`` and SGLang's ``meta_info``, whose logprob rows are
+    ``[logprob, id, text]`` (the text with ``return_text_in_logprobs``, else null)."""
     start_len = req.logprob_start_len
 
     def _triples(pairs: list[tuple[float | None, int]]) -> list[list[Any]]:
-        return [[lp, tid, shown(tid) if shown else None] for lp, tid in pairs]
+        return [[lp, tid, state.token_text(tid) if req.return_text_in_logprobs else None]
+                for lp, tid in pairs]
 
     meta: dict[str, Any] = {
-        "id": req.rid,
-        "finish_reason": upd.finish,
-        "prompt_tokens": upd.prompt_tokens,
-        "weight_version": upd.weight_version,
-        "weight_versions": version_spans(upd.versions),
-        "completion_tokens": upd.completion_tokens,
-        "cached_tokens": upd.cached_tokens,
+        "id": req.rid, "finish_reason": upd.finish, "prompt_tokens": upd.prompt_tokens,
+        "weight_version": upd.weight_version, "weight_versions": version_spans(upd.versions),
+        "completion_tokens": upd.completion_tokens, "cached_tokens": upd.cached_tokens,
         "e2e_latency": time.perf_counter() - upd.started,
     }
     if req.return_logprob:
@@ -99,19 +90,13 @@ def meta_info(req: GenRequest, upd: Update, text: Callable[[int], str]) -> dict[
                     for i, top in enumerate(upd.input_top_logprobs)][start_len:]
         else:
             meta["input_token_logprobs"] = []
-    return meta
-
-
-def _item(state: EngineState, req: GenRequest, upd: Update) -> dict[str, Any]:
-    return {"text": upd.text, "output_ids": upd.output_ids,
-            "meta_info": meta_info(req, upd,
-                                   lambda tid: token_text(state.model.tokenizer, tid))}
+    return {"text": upd.text, "output_ids": upd.output_ids, "meta_info": meta}
 
 
 async def generate_response(state: EngineState, reqs: list[GenRequest],
                             batched: bool) -> Any:
     """Non-streaming answer: one object, or a list for a batched request."""
-    finals = await run_all(state, reqs)
+    finals = await state.run_all(reqs)
     items = [_item(state, r, upd) for r, upd in zip(reqs, finals, strict=True)]
     return items if batched or len(items) > 1 else items[0]
 
