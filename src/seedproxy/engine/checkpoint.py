@@ -26,8 +26,8 @@ import torch
 from .errors import EngineError
 from .llama import LlamaWeights
 
-__all__ = ["SUPPORTED", "Architecture", "check_config", "check_gguf", "read_checkpoint",
-           "read_config", "read_hf_config", "rope_frequencies", "safetensor_files"]
+__all__ = ["SUPPORTED", "Architecture", "check_gguf", "read_checkpoint", "read_config",
+           "read_hf_config"]
 
 
 @dataclass(frozen=True)
@@ -37,25 +37,25 @@ class Architecture:
 
 
 SUPPORTED: dict[str, Architecture] = {
-    a.model_type: a for a in (
-        Architecture("llama", "LlamaForCausalLM"),
-        Architecture("mistral", "MistralForCausalLM"),
-        Architecture("qwen2", "Qwen2ForCausalLM"),
-        Architecture("qwen3", "Qwen3ForCausalLM"),
-    )
+    name: Architecture(name, hf_class) for name, hf_class in (
+        ("llama", "LlamaForCausalLM"), ("mistral", "MistralForCausalLM"),
+        ("qwen2", "Qwen2ForCausalLM"), ("qwen3", "Qwen3ForCausalLM"))
 }
-
-_SUPPORTED_LIST = ", ".join(sorted(SUPPORTED))
-_UNSUPPORTED_ROPE = frozenset({"dynamic", "longrope"})
 
 
 def _refuse(source: str, what: str) -> EngineError:
     return EngineError(f"unsupported architecture {what} in {source} "
-                       f"(the engine supports: {_SUPPORTED_LIST})")
+                       f"(the engine supports: {', '.join(sorted(SUPPORTED))})")
 
 
-def check_config(cfg: dict[str, Any], source: str) -> Architecture:
-    """The architecture of a ``config.json`` dict, or ``EngineError``."""
+def read_config(folder: Path, source: str) -> Architecture:
+    """The architecture of ``folder/config.json``, or ``EngineError``."""
+    try:
+        cfg = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise EngineError(f"cannot read {folder / 'config.json'}: {exc}") from exc
+    if not isinstance(cfg, dict):
+        raise EngineError(f"{folder / 'config.json'} is not a JSON object")
     model_type = cfg.get("model_type")
     arch = SUPPORTED.get(model_type) if isinstance(model_type, str) else None
     if arch is None:
@@ -69,20 +69,9 @@ def check_config(cfg: dict[str, Any], source: str) -> Architecture:
     rope = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
     if isinstance(rope, dict):
         kind = rope.get("rope_type", rope.get("type"))
-        if kind in _UNSUPPORTED_ROPE:
+        if kind in ("dynamic", "longrope"):
             raise _refuse(source, f"{model_type!r} with rope_type {kind!r}")
     return arch
-
-
-def read_config(folder: Path, source: str) -> Architecture:
-    """Read ``folder/config.json`` and check it."""
-    try:
-        cfg = json.loads((folder / "config.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise EngineError(f"cannot read {folder / 'config.json'}: {exc}") from exc
-    if not isinstance(cfg, dict):
-        raise EngineError(f"{folder / 'config.json'} is not a JSON object")
-    return check_config(cfg, source)
 
 
 def check_gguf(path: Path) -> Architecture:

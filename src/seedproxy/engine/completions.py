@@ -95,22 +95,27 @@ def _prompt_usage(job: CompletionJob, finals: list[Update]) -> dict[str, Any]:
     return usage(prompt, finals)
 
 
+def _choice(state: EngineState, job: CompletionJob, idx: int, req: GenRequest, upd: Update,
+            text: str, start: int, offset: int, first: bool) -> dict[str, Any]:
+    """Choice ``idx`` with output tokens ``start:`` (the prompt's too on its ``first``)."""
+    fin, stop = upd.finish or {}, len(upd.output_ids)
+    choice: dict[str, Any] = {
+        "index": idx, "text": text,
+        "logprobs": None if job.logprobs is None else _logprobs(
+            state, upd, start, stop, offset, req.prompt_ids if job.echo and first else None),
+        "finish_reason": fin.get("type"), "matched_stop": fin.get("matched"),
+    }
+    if job.return_token_ids:
+        choice["token_ids"] = upd.output_ids[start:stop]
+        if first:
+            choice["prompt_token_ids"] = list(req.prompt_ids)
+    return choice
+
+
 async def completion_response(state: EngineState, job: CompletionJob) -> dict[str, Any]:
     finals = await state.run_all(job.reqs)
-    choices = []
-    for idx, (req, upd) in enumerate(zip(job.reqs, finals, strict=True)):
-        fin = upd.finish or {}
-        choice: dict[str, Any] = {
-            "index": idx, "text": _echo(state, job, req) + upd.text,
-            "logprobs": _logprobs(state, upd, 0, len(upd.output_ids), 0,
-                                  req.prompt_ids if job.echo else None)
-            if job.logprobs is not None else None,
-            "finish_reason": fin.get("type"), "matched_stop": fin.get("matched"),
-        }
-        if job.return_token_ids:
-            choice["token_ids"] = list(upd.output_ids)
-            choice["prompt_token_ids"] = list(req.prompt_ids)
-        choices.append(choice)
+    choices = [_choice(state, job, idx, req, upd, _echo(state, job, req) + upd.text, 0, 0, True)
+               for idx, (req, upd) in enumerate(zip(job.reqs, finals, strict=True))]
     return {"id": job.reqs[0].rid, "object": "text_completion", "created": int(time.time()),
             "model": job.model, "choices": choices, "usage": _prompt_usage(job, finals),
             "metadata": {"weight_version": finals[0].weight_version}}
@@ -121,26 +126,13 @@ async def completion_stream(state: EngineState, job: CompletionJob) -> AsyncIter
     for idx, req in enumerate(job.reqs):
         sent_text, sent_tok, first, offset = 0, 0, True, 0
         async for upd in state.worker.stream(req):
-            fin = upd.finish or {}
-            delta = upd.text[sent_text:]
-            if first:
-                delta = _echo(state, job, req) + delta
+            delta = (_echo(state, job, req) if first else "") + upd.text[sent_text:]
             n_tok = len(upd.output_ids)
             if not (delta or n_tok > sent_tok or upd.finish is not None):
                 continue
-            lp = None
-            if job.logprobs is not None:
-                lp = _logprobs(state, upd, sent_tok, n_tok, offset,
-                               req.prompt_ids if job.echo and first else None)
-                offset += sum(len(t) for t in lp["tokens"])
-            choice: dict[str, Any] = {
-                "index": idx, "text": delta, "logprobs": lp,
-                "finish_reason": fin.get("type"), "matched_stop": fin.get("matched"),
-            }
-            if job.return_token_ids:
-                choice["token_ids"] = upd.output_ids[sent_tok:n_tok]
-                if first:
-                    choice["prompt_token_ids"] = list(req.prompt_ids)
+            choice = _choice(state, job, idx, req, upd, delta, sent_tok, offset, first)
+            if choice["logprobs"] is not None:
+                offset += sum(len(t) for t in choice["logprobs"]["tokens"])
             extra = ({"usage": usage(upd.prompt_tokens, n_tok)}
                      if job.continuous_usage else {})
             yield job.chunk("text_completion", [choice], **extra)

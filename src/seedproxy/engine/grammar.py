@@ -120,13 +120,8 @@ def _typed(source: str) -> str:
     """``source`` with xgrammar's inferred types (anything but a JSON object as is)."""
     try:
         schema = json.loads(source)
+        return json.dumps(with_inferred_types(schema)) if isinstance(schema, dict) else source
     except (RecursionError, ValueError):
-        return source
-    if not isinstance(schema, dict):
-        return source
-    try:
-        return json.dumps(with_inferred_types(schema))
-    except RecursionError:
         return source
 
 

@@ -18,6 +18,7 @@ Invariants:
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -272,13 +273,9 @@ class BatchRunner:
         kv_end = q_size + nkv * hd
         pos = torch.tensor(positions + [0] * (m - n))
         cos, sin = self._cos[pos].unsqueeze(1), self._sin[pos].unsqueeze(1)
-        spans: list[tuple[KVBuffer, int, int, int]] = []  # buffer, first row, end row, pos
-        for r in range(n):
-            if spans and spans[-1][0] is kvs[r]:
-                buf, a, _, p0 = spans[-1]
-                spans[-1] = (buf, a, r + 1, p0)
-            else:
-                spans.append((kvs[r], r, r + 1, positions[r]))
+        # Runs of rows sharing a buffer (identity): buffer, first row, end row, first position.
+        spans = [(kvs[g[0]], g[0], g[-1] + 1, positions[g[0]]) for g in (
+            list(rows) for _, rows in itertools.groupby(range(n), kvs.__getitem__))]
         for buf, a, b, p0 in spans:
             buf.ensure(p0 + b - a)
         window = w.sliding_window

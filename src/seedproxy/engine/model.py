@@ -32,8 +32,7 @@ from .checkpoint import Architecture, check_gguf, read_checkpoint, read_config, 
 from .errors import EngineError
 from .llama import BatchRunner, LlamaWeights
 
-__all__ = ["EngineModel", "cache_root", "default_gguf_path", "load_model", "prepare_update",
-           "read_weights"]
+__all__ = ["EngineModel", "cache_root", "default_gguf_path", "load_model", "prepare_update"]
 
 logger = logging.getLogger("seedproxy.engine")
 
@@ -270,12 +269,6 @@ def _config(folder: Path, model_path: str, arch: Architecture) -> tuple[Any, int
     return cfg, ctx
 
 
-def read_weights(folder: Path, model_path: str, arch: Architecture) -> LlamaWeights:
-    """The folder's weights alone, as ``load_from_dir`` reads them (for a weight update)."""
-    cfg, ctx = _config(folder, model_path, arch)
-    return _weights(lambda: read_checkpoint(folder, cfg, ctx), folder, model_path, arch, ctx)
-
-
 def _facts(w: LlamaWeights) -> dict[str, Any]:
     """What must not change under a running engine: every shape, every config fact."""
     facts: dict[str, Any] = {
@@ -320,7 +313,8 @@ def prepare_update(model_path: str, load_format: str | None, model: EngineModel,
     if arch != model.arch:
         raise EngineError(f"{model_path} is a {arch.hf_class}; the running model is a "
                           f"{model.arch.hf_class}: weights not loaded")
-    weights = read_weights(folder, model_path, arch)
+    cfg, ctx = _config(folder, model_path, arch)
+    weights = _weights(lambda: read_checkpoint(folder, cfg, ctx), folder, model_path, arch, ctx)
     new = _facts(weights)
     for key, value in _facts(model.weights).items():
         if new.get(key) != value:

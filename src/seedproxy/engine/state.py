@@ -191,9 +191,7 @@ def openai_sampling_params(body: dict[str, Any], vocab_size: int,
         max_tokens = want_int(body, "max_tokens", default_max_tokens)
     if max_tokens is not None and max_tokens <= 0:
         raise RequestError("max_tokens must be positive", param="max_tokens")
-    seed = body.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise RequestError(f"seed must be an integer, got {seed!r}", param="seed")
+    seed = want_int(body, "seed", None)
     n = want_int(body, "n", 1)
     if n is None or n < 1 or n > 128:
         raise RequestError(f"n must be between 1 and 128, got {n}", param="n")

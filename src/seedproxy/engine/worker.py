@@ -170,25 +170,20 @@ class Worker:
             while True:
                 with self._cv:
                     self._busy = bool(gen.running)
-                    while True:
-                        if self._stopping:
-                            return
-                        if self._flushes:
-                            swap = None
+                    swap = None
+                    while not self._stopping and not self._flushes:
+                        if self._swap is not None and (self._paused is not None
+                                                       or not gen.running):
+                            swap, self._swap = self._swap, None
                             break
-                        swap = self._swap
-                        if swap is not None and (self._paused is not None
-                                                 or not gen.running):
-                            self._swap = None
+                        if self._paused is not None and self._poked:
+                            self._poked = False
                             break
-                        swap = None
-                        if self._paused is not None:
-                            if self._poked:
-                                self._poked = False
-                                break
-                        elif self._waiting or gen.running:
+                        if self._paused is None and (self._waiting or gen.running):
                             break
                         self._cv.wait()
+                    if self._stopping:
+                        return
                     flushes, self._flushes = self._flushes, []
                     idle = not gen.running and not self._waiting
                     mode = self._paused
