@@ -24,13 +24,11 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
-from .chat import chat_response, chat_stream, parse_chat
-from .completions import completion_response, completion_stream, parse_completion
+from . import chat, completions
 from .control import control_routes
 from .errors import EngineError, RequestError
 from .generator import DEFAULT_CACHE_MB, DEFAULT_MAX_BATCH
 from .model import EngineModel, load_model
-from .native import generate_response, generate_stream, parse_generate
 from .route_io import ClientGone, KeyGuard, checked, json_response, route
 from .state import EngineState
 from .worker import StepHook, Worker
@@ -146,29 +144,30 @@ def _generation_routes(app: FastAPI, state: EngineState) -> None:
     @app.post("/generate")
     @route(True)
     async def generate(request: Request, body: dict[str, Any]) -> Response:
-        reqs = parse_generate(state, body)
+        reqs = completions.parse_generate(state, body)
         if body.get("stream") is True:
-            return _sse(generate_stream(state, reqs))
+            return _sse(completions.generate_stream(state, reqs))
         batched = isinstance(body.get("text"), list) or (
             isinstance(body.get("input_ids"), list) and bool(body["input_ids"])
             and isinstance(body["input_ids"][0], list))
-        return await _until_disconnect(request, generate_response(state, reqs, batched))
+        return await _until_disconnect(request,
+                                       completions.generate_response(state, reqs, batched))
 
     @app.post("/v1/chat/completions")
     @route(False)
-    async def chat(request: Request, body: dict[str, Any]) -> Response:
-        job = parse_chat(state, body, request.headers)
+    async def chat_completions(request: Request, body: dict[str, Any]) -> Response:
+        job = chat.parse_chat(state, body, request.headers)
         if body.get("stream") is True:
-            return _sse(chat_stream(state, job))
-        return await _until_disconnect(request, chat_response(state, job))
+            return _sse(chat.chat_stream(state, job))
+        return await _until_disconnect(request, chat.chat_response(state, job))
 
     @app.post("/v1/completions")
     @route(False)
-    async def completions(request: Request, body: dict[str, Any]) -> Response:
-        job = parse_completion(state, body)
+    async def text_completions(request: Request, body: dict[str, Any]) -> Response:
+        job = completions.parse_completion(state, body)
         if body.get("stream") is True:
-            return _sse(completion_stream(state, job))
-        return await _until_disconnect(request, completion_response(state, job))
+            return _sse(completions.completion_stream(state, job))
+        return await _until_disconnect(request, completions.completion_response(state, job))
 
 
 @dataclass
