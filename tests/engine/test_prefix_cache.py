@@ -12,7 +12,7 @@ pytestmark = pytest.mark.engine
 torch = pytest.importorskip("torch")
 
 from seedproxy.engine.generator import Generator, GenRequest, Update  # noqa: E402
-from seedproxy.engine.kvcache import KVBuffer, PrefixCache  # noqa: E402
+from seedproxy.engine.llama import KVBuffer, PrefixCache  # noqa: E402
 from seedproxy.engine.params import parse_sampling_params  # noqa: E402
 from seedproxy.engine.testing import tiny_model  # noqa: E402
 

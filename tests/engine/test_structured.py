@@ -15,7 +15,7 @@ import httpx
 import pytest
 import torch
 
-from seedproxy.engine.processors import LogitBias, Penalties
+from seedproxy.engine.grammar import LogitBias, Penalties
 
 pytestmark = pytest.mark.engine
 
@@ -383,7 +383,7 @@ def test_the_grammar_tokenizer_is_built_after_the_first_answer_not_beside_it() -
     running = start_engine_thread(tiny_model(), on_step=hold)
     try:
         app: Any = running.server.config.app
-        grammars = app.state.engine.processors.grammars
+        grammars = app.state.engine.grammars
         with httpx.Client(base_url=running.url, timeout=60) as client, \
                 ThreadPoolExecutor(1) as pool:
             first = pool.submit(client.post, "/generate", json={

@@ -11,8 +11,8 @@ pytestmark = pytest.mark.engine
 
 pytest.importorskip("transformers")
 
+from seedproxy.engine.generator import TextState  # noqa: E402
 from seedproxy.engine.testing import tiny_tokenizer  # noqa: E402
-from seedproxy.engine.text import TextState  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -20,8 +20,7 @@ pytestmark = pytest.mark.engine
 torch = pytest.importorskip("torch")
 
 from seedproxy.engine import load_model  # noqa: E402
-from seedproxy.engine.arch import SUPPORTED  # noqa: E402
-from seedproxy.engine.checkpoint import read_hf_config  # noqa: E402
+from seedproxy.engine.checkpoint import SUPPORTED, read_hf_config  # noqa: E402
 from seedproxy.engine.generator import Generator  # noqa: E402
 from seedproxy.engine.llama import LlamaWeights  # noqa: E402
 from seedproxy.engine.testing import tiny_hf_model, tiny_tokenizer  # noqa: E402

@@ -18,8 +18,7 @@ from safetensors.torch import load_file, save_file
 
 from seedproxy.engine import RunningEngine, start_engine_thread
 from seedproxy.engine.linear import rows_invariant
-from seedproxy.engine.model import load_model
-from seedproxy.engine.reload import prepare_update
+from seedproxy.engine.model import load_model, prepare_update
 from seedproxy.engine.testing import engine_model, tiny_hf_model, tiny_model, tiny_tokenizer
 from tests.helpers.step_hold import StepHold
 from tests.helpers.waiting import wait_until
@@ -254,7 +253,7 @@ def test_the_row_invariance_probe_runs_on_the_new_weights(checkpoint: Path) -> N
     """The runner swapped in was probed on the checkpoint's own matrices: its padding
     follows their probe, and it computes with them, not the running model's."""
     model = tiny_model()
-    prepared = prepare_update(str(checkpoint), "safetensors", model, max_rows=4)
-    assert prepared.runner.w is prepared.weights is not model.weights
-    assert prepared.runner.pad == (not rows_invariant(prepared.weights.linears(), 4))
-    assert not torch.equal(prepared.weights.embed, model.weights.embed)
+    runner = prepare_update(str(checkpoint), "safetensors", model, max_rows=4)
+    assert runner.w is not model.weights
+    assert runner.pad == (not rows_invariant(runner.w.linears(), 4))
+    assert not torch.equal(runner.w.embed, model.weights.embed)

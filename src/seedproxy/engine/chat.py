@@ -6,15 +6,13 @@ Invariants (SGLang's ``serving_chat.py``):
 - Headers ``x-sglext-return-input-ids: 1`` / ``x-sglext-return-output-ids: 1`` add a
   response-level ``sglext`` (``input_ids``, ``output_ids`` per choice); a stream sends it
   in a ``choices: []`` chunk after the finish chunks, before the usage chunk.
-- The template gets ``chat_template_kwargs``, ``add_generation_prompt`` and
-  ``continue_final_message`` as SGLang hands them (``seedproxy.template_input``).
 - ``stream_options.continuous_usage_stats`` puts the usage so far in every chunk that
   carries a choice.
-- ``tool_choice: "required"`` or a named function constrains the output with the JSON
-  schema of ``seedproxy.tool_choice`` (only the named tool rendered) and reads it back as
+- ``tool_choice: "required"`` or a named function constrains the output with the schema
+  of ``seedproxy.tool_choice`` (only the named tool rendered) and reads it back as
   ``tool_calls`` (a stop becomes ``finish_reason: "tool_calls"``; text that is not a call
-  array stays content). A stream holds the forced text and sends the calls whole before
-  the finish chunk. With another constraint it is a 400.
+  array stays content); a stream holds the text and sends the calls whole before the
+  finish chunk. With another constraint it is a 400.
 """
 
 from __future__ import annotations
@@ -27,24 +25,12 @@ from typing import Any
 
 from ..errors import BadRequest
 from ..sse_frames import DONE
-from ..template_input import RenderOptions, render_options, rendered, template_messages
+from ..template_input import render_options, rendered, template_messages
 from ..tool_choice import Forcing, ToolChoiceError, forcing_of, parse_forced, tools_rendered
 from .errors import RequestError
-from .generator import GenRequest, Update
-from .openai_common import (
-    OpenAIJob,
-    check_context_budget,
-    fan_out,
-    job_fields,
-    openai_sampling_params,
-    run_all,
-    token_text,
-    usage,
-    usage_counts,
-    want_bool,
-    want_int,
-)
-from .state import EngineState, request_id
+from .generator import Update
+from .params import want_bool, want_int
+from .state import EngineState, OpenAIJob, openai_sampling_params, request_id, usage
 
 __all__ = ["ChatJob", "chat_response", "chat_stream", "parse_chat", "render_messages"]
 
@@ -61,24 +47,18 @@ class ChatJob(OpenAIJob):
     """``tool_choice`` forces a call: the text is read back as tool calls."""
 
 
-def _template_input(state: EngineState, body: dict[str, Any]
-                    ) -> tuple[list[Any], RenderOptions]:
-    """The messages and options the template gets (``template_input``)."""
-    messages = body.get("messages")
+def render_messages(state: EngineState, body: dict[str, Any]) -> list[int]:
+    """The prompt ids of the chat ``body`` (with its tools) under the chat template, which
+    gets the messages and options of ``template_input``."""
+    tok = state.model.tokenizer
+    messages, tools = body.get("messages"), body.get("tools")
     if not isinstance(messages, list) or not messages:
         raise RequestError("messages must be a non-empty list", param="messages")
     if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
         raise RequestError("each message needs a string role", param="messages")
-    options = render_options(body, state.template_reserved)
-    return template_messages(messages, state.content_format), options
-
-
-def render_messages(state: EngineState, body: dict[str, Any]) -> list[int]:
-    """The prompt ids of the chat ``body`` (with its tools) under the chat template."""
-    tok = state.model.tokenizer
-    tools = body.get("tools")
     try:
-        messages, options = _template_input(state, body)
+        options = render_options(body, state.template_reserved)
+        messages = template_messages(messages, state.content_format)
         if tools is not None and not isinstance(tools, list):
             raise RequestError("tools must be a list", param="tools")
         text = rendered(tok, messages, tools, options)
@@ -107,17 +87,15 @@ def parse_chat(state: EngineState, body: dict[str, Any], headers: Any) -> ChatJo
     if forcing is not None:
         body = {**body, "json_schema": forcing.schema}
     params = openai_sampling_params(body, state.model.vocab_size, None)
-    check_context_budget(len(prompt), params.max_new_tokens, state.model.context_length)
-    grammar = state.processors.compile(params)
+    grammar = state.grammar([prompt], params, params.max_new_tokens)
     logprobs = want_bool(body, "logprobs")
     top = want_int(body, "top_logprobs", 0) or 0
     if top < 0 or top > 20:
         raise RequestError("top_logprobs must be between 0 and 20", param="top_logprobs")
-    reqs = fan_out(request_id(body), [prompt], params.n, lambda rid, p: GenRequest(
-        rid, p, params, logprobs, top if logprobs else 0,
-        processor=state.processors.build(params, grammar)))
+    reqs = state.fan_out(request_id(body), [prompt], params, grammar, return_logprob=logprobs,
+                         top_logprobs_num=top if logprobs else 0)
     return ChatJob(
-        reqs=reqs, **job_fields(state, body), logprobs=logprobs, top_logprobs=top,
+        reqs=reqs, **OpenAIJob.fields(state, body), logprobs=logprobs, top_logprobs=top,
         return_prompt_ids=ret_prompt or ret_tokens, return_token_ids=ret_tokens,
         sglext_input=headers.get("x-sglext-return-input-ids") == "1",
         sglext_output=headers.get("x-sglext-return-output-ids") == "1",
@@ -141,37 +119,29 @@ def _forcing(body: dict[str, Any]) -> Forcing | None:
     return forcing
 
 
-def _calls(job: ChatJob, upd: Update) -> list[dict[str, Any]] | None:
-    """A forced answer's tool calls, SGLang-shaped (fresh ``call_`` ids, as SGLang's)."""
-    calls = parse_forced(upd.text) if job.forced else None
-    if calls is None:
-        return None
-    return [{"id": f"call_{uuid.uuid4().hex[:24]}", "index": k, "type": "function",
-             "function": {"name": name, "arguments": arguments}}
-            for k, (name, arguments) in enumerate(calls)]
-
-
-def _finish(fin: dict[str, Any], calls: list[dict[str, Any]] | None) -> tuple[Any, Any]:
-    """(finish_reason, matched_stop): a stop that made calls is ``tool_calls``."""
-    if calls is not None and fin.get("type") == "stop":
-        return "tool_calls", None
-    return fin.get("type"), fin.get("matched")
+def _ending(job: ChatJob, upd: Update) -> tuple[list[dict[str, Any]] | None, Any, Any]:
+    """A forced answer's tool calls (SGLang-shaped, fresh ``call_`` ids), finish_reason
+    and matched_stop: a stop that made calls is ``tool_calls``."""
+    parsed = parse_forced(upd.text) if job.forced else None
+    fin = upd.finish or {}
+    if parsed is None:
+        return None, fin.get("type"), fin.get("matched")
+    calls = [{"id": f"call_{uuid.uuid4().hex[:24]}", "index": k, "type": "function",
+              "function": {"name": name, "arguments": arguments}}
+             for k, (name, arguments) in enumerate(parsed)]
+    stop = fin.get("type") == "stop"
+    return calls, "tool_calls" if stop else fin.get("type"), None if stop else fin.get("matched")
 
 
 def _logprob_content(state: EngineState, upd: Update, start: int, stop: int
                      ) -> list[dict[str, Any]]:
-    tok = state.model.tokenizer
-    out = []
-    for i in range(start, stop):
-        text = token_text(tok, upd.output_ids[i])
-        tops = []
-        if i < len(upd.top_logprobs):
-            for tid, lp in upd.top_logprobs[i]:
-                t = token_text(tok, tid)
-                tops.append({"token": t, "bytes": list(t.encode()), "logprob": lp})
-        out.append({"token": text, "bytes": list(text.encode()), "logprob": upd.logprobs[i],
-                    "top_logprobs": tops})
-    return out
+    def entry(token_id: int, logprob: float) -> dict[str, Any]:
+        text = state.token_text(token_id)
+        return {"token": text, "bytes": list(text.encode()), "logprob": logprob}
+
+    return [{**entry(upd.output_ids[i], upd.logprobs[i]), "top_logprobs": [
+        entry(tid, lp) for tid, lp in upd.top_logprobs[i]] if i < len(upd.top_logprobs) else []}
+        for i in range(start, stop)]
 
 
 def _sglext(job: ChatJob, finals: list[Update]) -> dict[str, Any] | None:
@@ -184,11 +154,10 @@ def _sglext(job: ChatJob, finals: list[Update]) -> dict[str, Any] | None:
 
 
 async def chat_response(state: EngineState, job: ChatJob) -> dict[str, Any]:
-    ends = await run_all(state, job.reqs)
+    ends = await state.run_all(job.reqs)
     choices = []
     for idx, upd in enumerate(ends):
-        calls = _calls(job, upd)
-        finish, matched = _finish(upd.finish or {}, calls)
+        calls, finish, matched = _ending(job, upd)
         choice: dict[str, Any] = {
             "index": idx,
             "message": {"role": "assistant", "content": upd.text if calls is None else "",
@@ -203,16 +172,11 @@ async def chat_response(state: EngineState, job: ChatJob) -> dict[str, Any]:
         if job.return_token_ids:
             choice["response_token_ids"] = list(upd.output_ids)
         choices.append(choice)
-    resp: dict[str, Any] = {
-        "id": job.reqs[0].rid, "object": "chat.completion", "created": int(time.time()),
-        "model": job.model, "choices": choices,
-        "usage": usage(ends[0].prompt_tokens, ends),
-        "metadata": {"weight_version": ends[0].weight_version},
-    }
     ext = _sglext(job, ends)
-    if ext is not None:
-        resp["sglext"] = ext
-    return resp
+    return {"id": job.reqs[0].rid, "object": "chat.completion", "created": int(time.time()),
+            "model": job.model, "choices": choices, "usage": usage(ends[0].prompt_tokens, ends),
+            "metadata": {"weight_version": ends[0].weight_version},
+            **({"sglext": ext} if ext is not None else {})}
 
 
 def _chunk(job: ChatJob, choices: list[dict[str, Any]], **extra: Any) -> bytes:
@@ -231,7 +195,7 @@ async def chat_stream(state: EngineState, job: ChatJob) -> AsyncIterator[bytes]:
     prompt_tokens = len(job.reqs[0].prompt_ids)
 
     def running(n_tokens: int) -> dict[str, Any]:
-        return {"usage": usage_counts(prompt_tokens, n_tokens)} if job.continuous_usage else {}
+        return {"usage": usage(prompt_tokens, n_tokens)} if job.continuous_usage else {}
 
     for idx, req in enumerate(job.reqs):
         yield _chunk(job, [_delta(idx, {"role": "assistant", "content": ""})], **running(0))
@@ -248,11 +212,10 @@ async def chat_stream(state: EngineState, job: ChatJob) -> AsyncIterator[bytes]:
             if upd.finish is not None:
                 finals.append(upd)
     for idx, upd in enumerate(finals):
-        calls = _calls(job, upd)
+        calls, finish, matched = _ending(job, upd)
         if job.forced:  # held back: the calls whole, or the text that is none
             held = {"tool_calls": calls} if calls is not None else {"content": upd.text}
             yield _chunk(job, [_delta(idx, held)], **running(upd.completion_tokens))
-        finish, matched = _finish(upd.finish or {}, calls)
         yield _chunk(job, [_delta(idx, {}, None, finish, matched)],
                      **running(upd.completion_tokens))
     ext = _sglext(job, finals)

@@ -1,8 +1,12 @@
-"""Reading a Hugging Face model folder's safetensors straight into ``LlamaWeights``.
+"""A Hugging Face model folder (or a GGUF's metadata) read for the engine: its architecture,
+its config, and its safetensors straight into ``LlamaWeights``.
 
 Invariants:
-- The weights are memory-mapped (``safetensors.safe_open``): a tensor needing no fusing
-  stays a view of the file; fused projections are copied once, when packed.
+- The architecture is decided from metadata alone (``config.json``, or a GGUF's
+  ``general.architecture``) before any weight is read; a supported config has no feature
+  the forward pass would silently ignore (MLP biases, per-layer sliding windows,
+  length-dependent RoPE are refused).
+- The weights are memory-mapped: a tensor needing no fusing stays a view of the file.
 - The result is bit-identical to ``LlamaWeights.from_hf`` over the same folder loaded by
   transformers in float32 (the same ``.float()`` casts, RoPE by transformers' formula).
 - ``read_checkpoint`` returns ``None`` (load through transformers) for a folder without
@@ -12,16 +16,77 @@ Invariants:
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import torch
 
-from .arch import Architecture
+from .errors import EngineError
 from .llama import LlamaWeights
 
-__all__ = ["read_checkpoint", "read_hf_config", "rope_frequencies", "safetensor_files"]
+__all__ = ["SUPPORTED", "Architecture", "check_gguf", "read_checkpoint", "read_config",
+           "read_hf_config"]
+
+
+@dataclass(frozen=True)
+class Architecture:
+    model_type: str
+    hf_class: str
+
+
+SUPPORTED: dict[str, Architecture] = {
+    name: Architecture(name, hf_class) for name, hf_class in (
+        ("llama", "LlamaForCausalLM"), ("mistral", "MistralForCausalLM"),
+        ("qwen2", "Qwen2ForCausalLM"), ("qwen3", "Qwen3ForCausalLM"))
+}
+
+
+def _refuse(source: str, what: str) -> EngineError:
+    return EngineError(f"unsupported architecture {what} in {source} "
+                       f"(the engine supports: {', '.join(sorted(SUPPORTED))})")
+
+
+def read_config(folder: Path, source: str) -> Architecture:
+    """The architecture of ``folder/config.json``, or ``EngineError``."""
+    try:
+        cfg = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise EngineError(f"cannot read {folder / 'config.json'}: {exc}") from exc
+    if not isinstance(cfg, dict):
+        raise EngineError(f"{folder / 'config.json'} is not a JSON object")
+    model_type = cfg.get("model_type")
+    arch = SUPPORTED.get(model_type) if isinstance(model_type, str) else None
+    if arch is None:
+        names = cfg.get("architectures")
+        shown = names[0] if isinstance(names, list) and names else None
+        raise _refuse(source, repr(model_type if model_type else shown))
+    if cfg.get("mlp_bias"):
+        raise _refuse(source, f"{model_type!r} with mlp_bias")
+    if model_type in ("qwen2", "qwen3") and cfg.get("use_sliding_window"):
+        raise _refuse(source, f"{model_type!r} with use_sliding_window")
+    rope = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
+    if isinstance(rope, dict):
+        kind = rope.get("rope_type", rope.get("type"))
+        if kind in ("dynamic", "longrope"):
+            raise _refuse(source, f"{model_type!r} with rope_type {kind!r}")
+    return arch
+
+
+def check_gguf(path: Path) -> Architecture:
+    """A GGUF's architecture (its metadata only), refused before it is dequantised."""
+    from gguf import GGUFReader
+
+    try:
+        field = GGUFReader(str(path), "r").fields["general.architecture"]
+        name = bytes(field.parts[field.data[0]]).decode("utf-8")
+    except (KeyError, IndexError, ValueError, OSError) as exc:
+        raise EngineError(f"cannot read GGUF file {path}: {exc}") from exc
+    arch = SUPPORTED.get(name)
+    if arch is None:
+        raise _refuse(str(path), repr(name))
+    return arch
 
 
 def safetensor_files(folder: Path) -> list[Path] | None:
@@ -57,8 +122,8 @@ _EXPLICIT = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key
 
 
 def _plain_config(raw: dict[str, Any]) -> SimpleNamespace | None:
-    """``config.json`` read as is, when it spells out every field the forward pass uses
-    and its RoPE is the default kind; else None (transformers' config class decides)."""
+    """``config.json`` as is when it spells out every field the forward pass uses and its
+    RoPE is the default kind; else None."""
     if any(key not in raw for key in _EXPLICIT):
         return None
     if raw.get("model_type") == "mistral" and "sliding_window" not in raw:
@@ -73,8 +138,8 @@ def _plain_config(raw: dict[str, Any]) -> SimpleNamespace | None:
 
 
 def read_hf_config(folder: Path, arch: Architecture) -> Any:
-    """The folder's config: ``config.json`` as is when complete (``_plain_config``), else
-    through transformers' config class for the architecture (about 2 s to import)."""
+    """The folder's config, through transformers' config class (about 2 s to import) only
+    when ``_plain_config`` cannot read it."""
     plain = _plain_config(json.loads((folder / "config.json").read_text()))
     if plain is not None:
         return plain
@@ -94,8 +159,7 @@ def read_checkpoint(folder: Path, cfg: Any, max_positions: int) -> LlamaWeights 
     state: dict[str, torch.Tensor] = {}
     for path in files:
         with safe_open(str(path), framework="pt") as handle:
-            for key in handle.keys():
-                state[key] = handle.get_tensor(key)
+            state.update((key, handle.get_tensor(key)) for key in handle.keys())
     if "model.embed_tokens.weight" not in state or "model.norm.weight" not in state:
         return None
     if "lm_head.weight" not in state and not getattr(cfg, "tie_word_embeddings", False):

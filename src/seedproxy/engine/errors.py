@@ -1,7 +1,7 @@
-"""Engine exceptions: ``EngineError`` a start-up failure (one line naming the path, fit
-for a CLI to print before exiting with code 2), ``RequestError`` a client error (SGLang's
-400 ``ErrorResponse``), ``InternalError`` a failure inside the engine serving a valid
-request (a 500 in the same shape, the traceback logged where it arose).
+"""Engine exceptions: ``EngineError`` a start-up failure (one line naming the path, for a
+CLI to print before exiting with code 2), ``RequestError`` a client error (SGLang's 400
+``ErrorResponse``), ``InternalError`` a failure serving a valid request (a 500 in the same
+shape, the traceback logged where it arose).
 """
 
 from __future__ import annotations
@@ -14,19 +14,16 @@ class EngineError(Exception):
 
 
 class RequestError(ValueError):
-    """A request the engine refuses; always answered with HTTP ``status`` (400 by default)."""
+    """A request the engine refuses, answered with HTTP ``status``."""
 
     def __init__(self, message: str, status: int = 400, param: str | None = None) -> None:
         super().__init__(message)
-        self.message = message
-        self.status = status
-        self.param = param
+        self.message, self.status, self.param = message, status, param
 
 
 class InternalError(Exception):
-    """The engine failed on a valid request; answered with HTTP ``status`` (500)."""
+    """The engine failed on a valid request, answered with HTTP ``status``."""
 
     def __init__(self, message: str, status: int = 500) -> None:
         super().__init__(message)
-        self.message = message
-        self.status = status
+        self.message, self.status = message, status

@@ -1,42 +1,41 @@
 """The batched decode loop: up to ``max_batch`` sequences advance together, one forward
-call per step, each emitting a stream of cumulative ``Update``s.
+call per step, each emitting cumulative ``Update``s with the decoded text so far (cut at
+stop strings and ``stop_regex``). Worker thread only.
 
 Invariants:
-- Runs on the worker thread only (it owns the runner, the buffers and the prefix cache).
-- A sequence's tokens and logprobs do not depend on what else is in the batch: each
-  forward row is row-invariant (``llama.py``), sampling is per row (``Sampler.choose``
-  on that row alone) and a ``LogitsProcessor`` sees only its own sequence.
-- The token at absolute position ``p`` (prompt length + tokens generated so far) is drawn
-  with noise keyed by ``(seed, p)``; its logits depend only on the ids at ``0..p-1``, so a
-  prompt that extends a cached prefix (``cached_tokens``) reproduces a cold run exactly.
+- A sequence's tokens and logprobs do not depend on its batchmates: forward rows are
+  row-invariant (``llama.py``), sampling is per row and a ``LogitsProcessor`` sees only
+  its own sequence.
+- The token at absolute position ``p`` is drawn with noise keyed by ``(seed, p)`` from
+  logits of the ids at ``0..p-1`` only, so a prompt extending a cached prefix
+  (``cached_tokens``), or a ``retract``ed sequence prefilled again on ``readmit``,
+  reproduces a cold run exactly.
 - Each step, running sequences get one row each first; prompts being prefilled share the
-  remaining rows in arrival order, so a long prompt does not stall the others' decoding.
-- ``retract`` parks a sequence (its KV freed, its fed prefix kept in the prefix cache);
-  ``readmit`` prefills prompt + output so far again and sampling goes on at the next
-  position, so a retracted request's tokens and logprobs equal an unpaused run's.
-- Every sampled token records the weight version in effect when it was sampled
-  (``Update.versions``); each update carries the version at its emission.
+  remaining rows in arrival order, so a long prompt does not stall the others.
+- ``Update.versions``: the weight version each token was sampled under;
+  ``weight_version``: the one at the update's emission.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
-from .kvcache import KVBuffer, PrefixCache
-from .llama import BatchRunner
+from ..detokenize import IncrementalDecoder
+from ..stop_strings import first_stop, held_tail
+from .grammar import LogitsProcessor
+from .llama import BatchRunner, KVBuffer, PrefixCache
 from .model import EngineModel
 from .params import GREEDY_EPS, SamplingParams
-from .processors import LogitsProcessor
 from .sampler import Sampler
-from .text import TextState, match_stop_regex
 
 __all__ = ["DEFAULT_CACHE_MB", "DEFAULT_MAX_BATCH", "DEFAULT_WEIGHT_VERSION", "GenRequest",
-           "Generator", "Seq", "Update", "version_spans"]
+           "Generator", "Seq", "TextState", "Update", "version_spans"]
 
 DEFAULT_MAX_BATCH = 8
 DEFAULT_CACHE_MB = 512
@@ -57,7 +56,9 @@ def version_spans(versions: list[str]) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True)
 class GenRequest:
-    """One choice to generate. ``rid`` is echoed as ``meta_info.id``."""
+    """One choice to generate; ``logprob_start_len``: the first prompt position whose
+    input logprob is shown; ``return_text_in_logprobs``: a logprob row's third slot is its
+    token's text, else null (SGLang's fields)."""
 
     rid: str
     prompt_ids: list[int]
@@ -67,9 +68,7 @@ class GenRequest:
     return_input_logprob: bool = False
     processor: LogitsProcessor | None = None
     logprob_start_len: int = 0
-    """The first prompt position whose input logprob is shown (SGLang's field)."""
     return_text_in_logprobs: bool = False
-    """Each logprob row's third slot is its token's text, else null."""
 
 
 @dataclass
@@ -87,20 +86,52 @@ class Update:
     started: float = 0.0
     input_top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
     versions: list[str] = field(default_factory=list)
-    """The weight version each output token was sampled under."""
     weight_version: str = DEFAULT_WEIGHT_VERSION
-    """The engine's weight version when this update was emitted."""
-
-    def snapshot(self) -> Update:
-        """A copy safe to hand to another thread while generation goes on."""
-        return Update(list(self.output_ids), self.text, self.finish, self.prompt_tokens,
-                      self.cached_tokens, list(self.logprobs), list(self.top_logprobs),
-                      self.input_logprobs, self.started, self.input_top_logprobs,
-                      list(self.versions), self.weight_version)
 
     @property
     def completion_tokens(self) -> int:
         return len(self.output_ids)
+
+
+class TextState:
+    """Decoded text of a growing list of output ids, watching for stop strings
+    (``seedproxy.detokenize``, ``seedproxy.stop_strings``): ``text`` is the decoding of all
+    output ids so far, cut at the first stop string (kept when ``no_stop_trim``), whatever
+    the streaming; each token costs the tokenizer O(1)."""
+
+    def __init__(self, tokenizer: Any, stops: tuple[str, ...], skip_special_tokens: bool,
+                 no_stop_trim: bool = False) -> None:
+        self._decoder = IncrementalDecoder(
+            lambda ids: str(tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)))
+        self._stops = stops
+        self._keep = no_stop_trim
+        self._max_stop = max((len(s) for s in stops), default=0)
+        self._fed = 0
+        self._done = ""  # the text the decoder released
+        self.text = ""
+
+    def update(self, output_ids: list[int]) -> str | None:
+        """Decode the new ids of ``output_ids`` (extending the list passed before); return
+        the stop string matched now, if any."""
+        self._done += "".join(self._decoder.feed(i) for i in output_ids[self._fed:])
+        self._fed = len(output_ids)
+        full = self._done + self._decoder.pending
+        hit = first_stop(full, self._stops, max(0, len(self.text) - self._max_stop))
+        if hit is not None:
+            at, stop = hit
+            self.text = full[: at + len(stop)] if self._keep else full[:at]
+            return stop
+        self.text = full
+        return None
+
+    def stable_text(self, finished: bool) -> str:
+        """A prefix of every later ``text``: it withholds a trailing incomplete UTF-8
+        sequence and any tail that could still grow into a stop string."""
+        if finished:
+            return self.text
+        text = self.text.rstrip("\ufffd")
+        keep = held_tail(text, self._stops)
+        return text[: len(text) - keep]
 
 
 @dataclass
@@ -124,12 +155,6 @@ class Seq:
         return len(self.tokens) - self.kv.length
 
 
-def _only(row: torch.Tensor, banned: torch.Tensor) -> bool:
-    """Whether ``row`` allows no column but ``banned`` ones (every other one is -inf)."""
-    n = min(row.numel(), banned.numel())
-    return bool(torch.isneginf(row[:n][~banned[:n]]).all())
-
-
 def _top(logprobs: torch.Tensor, k: int) -> list[tuple[int, float]]:
     vals, idx = torch.topk(logprobs, min(k, logprobs.numel()))
     return [(int(i), float(v)) for v, i in zip(vals.tolist(), idx.tolist(), strict=True)]
@@ -141,7 +166,6 @@ class Generator:
     def __init__(self, model: EngineModel, max_batch: int = DEFAULT_MAX_BATCH,
                  cache_mb: int = DEFAULT_CACHE_MB, pad: bool | None = None,
                  version: Callable[[], str] | None = None) -> None:
-        """``version`` reads the weight version in effect (a fixed default when None)."""
         self.model = model
         self.max_batch = max(1, max_batch)
         self.runner = BatchRunner(model.weights, self.max_batch, pad)
@@ -155,20 +179,18 @@ class Generator:
         return len(self.running) < self.max_batch
 
     def load(self, runner: BatchRunner) -> None:
-        """Compute with ``runner``'s weights from the next step. Running sequences keep
-        the KV already made; the prefix cache, made by the old weights, is emptied."""
+        """Compute with ``runner``'s weights from the next step; running sequences keep
+        their KV, the prefix cache (the old weights') is emptied."""
         self.runner = runner
         self.clear_cache()
 
     def clear_cache(self) -> None:
-        """Empty the prefix cache (its capacity kept)."""
         self.cache = PrefixCache(self.cache.capacity_bytes)
 
     def add(self, req: GenRequest, emit: Callable[[Update], None],
             cancelled: Callable[[], bool]) -> None:
         """Start ``req`` (the caller keeps at most ``max_batch`` running)."""
-        p = req.params
-        prompt = req.prompt_ids
+        p, prompt = req.params, req.prompt_ids
         limit = self.model.context_length - len(prompt)
         if p.max_new_tokens is not None:
             limit = min(limit, p.max_new_tokens)
@@ -181,11 +203,8 @@ class Generator:
             return
         kv = self._buffer(list(prompt), upd, limit)
         upd.cached_tokens = kv.length
-        stop_ids = set(p.stop_token_ids)
-        if not p.ignore_eos:
-            stop_ids |= set(self.model.eos_token_ids)
-        banned = None
-        vocab = self.model.vocab_size
+        stop_ids = set(p.stop_token_ids) | (set() if p.ignore_eos else self.model.eos_token_ids)
+        banned, vocab = None, self.model.vocab_size
         if p.min_new_tokens > 0 and stop_ids:
             banned = torch.zeros(vocab, dtype=torch.bool)
             banned[[i for i in stop_ids if 0 <= i < vocab]] = True
@@ -209,17 +228,14 @@ class Generator:
 
     def retract(self) -> list[Seq]:
         """Park every running sequence (in batch order): its fed prefix goes to the
-        prefix cache, its KV is freed; ``readmit`` continues it."""
-        parked = list(self.running)
-        self.running.clear()
+        prefix cache, its KV is freed."""
+        parked, self.running = self.running, []
         for seq in parked:
             self.cache.insert(seq.tokens[: seq.kv.length], seq.kv)
             seq.kv = self.runner.new_buffer(1)
         return parked
 
     def readmit(self, seq: Seq) -> None:
-        """Run a parked sequence again: prompt + output so far is prefilled (from the
-        prefix cache where it can be), then sampling goes on where it stopped."""
         seq.kv = self._buffer(seq.tokens, seq.upd, seq.limit)
         self.running.append(seq)
 
@@ -244,10 +260,7 @@ class Generator:
         self.reap()
         if not self.running:
             return
-        rows: list[tuple[Seq, int]] = []  # (sequence, position)
-        for seq in self.running:
-            if seq.pending == 1:
-                rows.append((seq, len(seq.tokens) - 1))
+        rows = [(s, len(s.tokens) - 1) for s in self.running if s.pending == 1]  # (seq, pos)
         for seq in self.running:
             room = self.max_batch - len(rows)
             if seq.pending > 1 and room > 0:
@@ -285,7 +298,8 @@ class Generator:
         if req.processor is not None:
             row = req.processor.process(row, upd.output_ids)
         ban = seq.banned if len(upd.output_ids) < p.min_new_tokens else None
-        if ban is not None and req.processor is not None and _only(row, ban):
+        if ban is not None and req.processor is not None and bool(torch.isneginf(
+                row[:ban.numel()][~ban[:row.numel()]]).all()):
             ban = None  # the grammar allows nothing but a stop: it ends before min_new_tokens
         choice = self.sampler.choose(row, p, pos, ban)
         if req.processor is not None:
@@ -298,8 +312,8 @@ class Generator:
             if req.top_logprobs_num > 0:
                 upd.top_logprobs.append(_top(choice.logprobs, req.top_logprobs_num))
         matched = seq.text.update(upd.output_ids)
-        if matched is None and p.stop_regex:
-            matched = match_stop_regex(p.stop_regex, seq.text.text)
+        if matched is None:  # SGLang's FINISHED_MATCHED_REGEX
+            matched = next((pat for pat in p.stop_regex if re.search(pat, seq.text.text)), None)
         if matched is not None:
             upd.finish = {"type": "stop", "matched": matched}
         elif choice.token_id in seq.stop_ids and ban is None:
@@ -320,13 +334,14 @@ class Generator:
         self._emit(seq.emit, seq.upd)
 
     def _emit(self, emit: Callable[[Update], None], upd: Update) -> None:
-        upd.weight_version = self.version()
-        emit(upd.snapshot())
+        """Hand ``emit`` a copy safe to read while generation goes on."""
+        emit(replace(upd, output_ids=list(upd.output_ids), logprobs=list(upd.logprobs),
+                     top_logprobs=list(upd.top_logprobs), versions=list(upd.versions),
+                     weight_version=self.version()))
 
     def abort_all(self) -> list[tuple[GenRequest, Callable[[Update], None]]]:
         """Forget every running sequence (after a failure); return who to tell."""
-        out = [(s.req, s.emit) for s in self.running]
-        self.running.clear()
+        out, self.running = [(s.req, s.emit) for s in self.running], []
         return out
 
     def run(self, req: GenRequest, emit: Callable[[Update], None],

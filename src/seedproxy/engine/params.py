@@ -7,8 +7,7 @@ Invariants:
 - ``temperature < 1e-5`` is greedy: the seed then changes nothing.
 - One grammar at most (``structural_tag`` only when none of ``regex``, ``json_schema``,
   ``ebnf`` is set, as SGLang picks); penalties, ``logit_bias``, ``stop_regex`` and
-  ``stop_token_ids`` are checked by ``seedproxy.sampling_fields``, the rule
-  token-in-token-out mode shares.
+  ``stop_token_ids`` are checked by ``seedproxy.sampling_fields``.
 """
 
 from __future__ import annotations
@@ -22,10 +21,9 @@ from ..errors import BadRequest
 from ..sampling_fields import logit_bias, number, penalties, regexes, token_ids
 from .errors import RequestError
 
-__all__ = ["DEFAULT_SEED", "GREEDY_EPS", "SAMPLING_KEYS", "SamplingParams", "parse_sampling_params",
-           "want_bool"]
+__all__ = ["GREEDY_EPS", "SAMPLING_KEYS", "SamplingParams", "parse_sampling_params",
+           "want_bool", "want_int"]
 
-DEFAULT_SEED = 42
 GREEDY_EPS = 1e-5
 
 SAMPLING_KEYS = frozenset({
@@ -52,24 +50,28 @@ class SamplingParams:
     min_new_tokens: int = 0
     skip_special_tokens: bool = True
     no_stop_trim: bool = False
-    seed: int = DEFAULT_SEED
+    seed: int = 42
     n: int = 1
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
     repetition_penalty: float = 1.0
     logit_bias: tuple[tuple[int, float], ...] = ()
     grammar: tuple[str, str] | None = None
-    """``(field, source)``: ``field`` is ``regex``, ``json_schema`` or ``ebnf``."""
+    """``(field, source)``: ``field`` is ``regex``, ``json_schema``, ``ebnf`` or
+    ``structural_tag``."""
     stop_regex: tuple[str, ...] = ()
 
 
-def _int(d: dict[str, Any], key: str, default: int | None) -> int | None:
-    v = d.get(key)
+def want_int(body: dict[str, Any], key: str, default: int | None, *,
+             floats: bool = False) -> int | None:
+    """``body[key]`` (``default`` when absent or null), an int (or, with ``floats``, a
+    float with an integral value), else a 400."""
+    v = body.get(key)
     if v is None:
         return default
+    if floats and isinstance(v, float) and v.is_integer():
+        return int(v)
     if isinstance(v, bool) or not isinstance(v, int):
-        if isinstance(v, float) and v.is_integer():
-            return int(v)
         raise RequestError(f"{key} must be an integer, got {v!r}", param=key)
     return v
 
@@ -81,6 +83,12 @@ def want_bool(body: dict[str, Any], key: str, default: bool = False) -> bool:
     if not isinstance(v, bool):
         raise RequestError(f"{key} must be a boolean, got {v!r}", param=key)
     return v
+
+
+def _int(d: dict[str, Any], key: str, default: int) -> int:
+    value = want_int(d, key, default, floats=True)
+    assert value is not None
+    return value
 
 
 def _stops(v: Any) -> tuple[str, ...]:
@@ -133,21 +141,19 @@ def _parsed(raw: Any, vocab_size: int) -> SamplingParams:
         raise RequestError(
             f"SamplingParams.__init__() got an unexpected keyword argument '{unknown[0]}'",
             param=unknown[0])
-    seed_raw = raw.get("sampling_seed")
-    if seed_raw is not None and (isinstance(seed_raw, bool) or not isinstance(seed_raw, int)):
-        raise RequestError(f"sampling_seed must be an integer, got {seed_raw!r}",
+    seed = raw.get("sampling_seed", 42)
+    if seed is None:
+        seed = 42
+    elif isinstance(seed, bool) or not isinstance(seed, int):
+        raise RequestError(f"sampling_seed must be an integer, got {seed!r}",
                            param="sampling_seed")
-    if seed_raw is not None and not -(2**63) <= seed_raw < 2**63:
+    elif not -(2**63) <= seed < 2**63:
         raise RequestError("sampling_seed must fit in 64 bits", param="sampling_seed")
-    temperature = _num(raw, "temperature", 1.0)
-    top_p = _num(raw, "top_p", 1.0)
-    top_k = _int(raw, "top_k", -1)
-    min_p = _num(raw, "min_p", 0.0)
+    temperature, top_p = _num(raw, "temperature", 1.0), _num(raw, "top_p", 1.0)
+    top_k, min_p = _int(raw, "top_k", -1), _num(raw, "min_p", 0.0)
     # SGLang: absent is 128; an explicit null is "up to the context" (its chat routes).
     max_new = None if raw.get("max_new_tokens", 0) is None else _int(raw, "max_new_tokens", 128)
-    min_new = _int(raw, "min_new_tokens", 0)
-    n = _int(raw, "n", 1)
-    assert top_k is not None and min_new is not None and n is not None
+    min_new, n = _int(raw, "min_new_tokens", 0), _int(raw, "n", 1)
     if not math.isfinite(temperature) or temperature < 0:
         raise RequestError(
             f"temperature must be a non-negative finite number, got {temperature}.")
@@ -168,10 +174,9 @@ def _parsed(raw: Any, vocab_size: int) -> SamplingParams:
         max_new_tokens=max_new, temperature=temperature, top_p=top_p, top_k=top_k,
         min_p=min_p, stop=_stops(raw.get("stop")),
         stop_token_ids=frozenset(token_ids(raw.get("stop_token_ids"), "stop_token_ids")),
-        ignore_eos=want_bool(raw, "ignore_eos", False), min_new_tokens=min_new,
+        ignore_eos=want_bool(raw, "ignore_eos"), min_new_tokens=min_new,
         skip_special_tokens=want_bool(raw, "skip_special_tokens", True),
-        no_stop_trim=want_bool(raw, "no_stop_trim", False),
-        seed=DEFAULT_SEED if seed_raw is None else seed_raw, n=n,
+        no_stop_trim=want_bool(raw, "no_stop_trim"), seed=seed, n=n,
         frequency_penalty=0.0 if frequency is None else frequency,
         presence_penalty=0.0 if presence is None else presence,
         repetition_penalty=1.0 if rep is None else rep,

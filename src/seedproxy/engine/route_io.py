@@ -1,14 +1,18 @@
-"""What every engine route shares: JSON answers, body parsing and the error boundary.
+"""The engine's HTTP boundary: JSON answers, body parsing, the error boundary and the key.
 
 Invariants:
 - A body is a JSON object, or the route answers 400 before doing anything.
 - ``route`` turns a ``RequestError`` into its status (4xx) and anything else into a
   logged 500 (``InternalServerError``). Native routes answer SGLang's
   ``{"error": {"message"}}``, OpenAI routes its ``ErrorResponse``.
+- With a key set, every route but ``/health`` needs ``Authorization: Bearer <key>`` (as
+  SGLang's ``--api-key``), else a 401 ``{"error": "Unauthorized"}``. ``seedproxy serve``
+  gives its embedded engine a random key per process.
 """
 
 from __future__ import annotations
 
+import hmac
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -16,12 +20,13 @@ from typing import Any
 import orjson
 from fastapi import Request
 from fastapi.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..errors import BadRequest
 from ..json_body import json_object
 from .errors import InternalError, RequestError
 
-__all__ = ["ClientGone", "checked", "json_response", "route"]
+__all__ = ["ClientGone", "KeyGuard", "checked", "json_response", "route"]
 
 logger = logging.getLogger("seedproxy.engine")
 
@@ -49,9 +54,8 @@ Endpoint = Callable[[Request], Awaitable[Response]]
 
 
 def route(native: bool, *, empty_ok: bool = False) -> Callable[[Handler], Endpoint]:
-    """The endpoint running ``handler(request, body)``: the body is a JSON object (``{}``
-    when empty and ``empty_ok``); a ``RequestError`` is its status (4xx), anything else
-    a 500."""
+    """The endpoint running ``handler(request, body)``, the body ``{}`` when empty and
+    ``empty_ok``."""
     def wrap(handler: Handler) -> Endpoint:
         async def endpoint(request: Request) -> Response:
             return await _guard(native, request, handler, empty_ok)
@@ -85,3 +89,19 @@ async def _guard(native: bool, request: Request, handler: Handler,
         return json_response({"error": {"message": msg}}, status)
     return json_response({"object": "error", "message": msg, "type": err_type, "param": param,
                           "code": status}, status)  # SGLang's ErrorResponse
+
+
+class KeyGuard:
+    """Pure ASGI: refuses HTTP requests that lack the bearer ``key``."""
+
+    def __init__(self, app: ASGIApp, *, key: str) -> None:
+        self.app = app
+        self._expected = f"Bearer {key}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] not in ("/health", "/health_generate"):
+            given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+            if not hmac.compare_digest(given, self._expected):
+                await json_response({"error": "Unauthorized"}, 401)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

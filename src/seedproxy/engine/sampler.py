@@ -1,22 +1,22 @@
 """Seeded Gumbel-max sampling, like SGLang's deterministic mode.
 
 Invariants:
-- The noise for column ``c`` is ``-log(-log(u))`` with ``u = (hash32(seed, position, c) +
-  0.5) / 2**32`` in (0, 1): a pure function of (seed, position, column), computed with
-  int64 torch ops, so it does not depend on the batch, the thread count or the process.
-- ``position`` is the absolute index of the token being generated in the whole sequence,
-  so a request resubmitted with its generated prefix draws the same noise further on.
-- The token is ``argmax(logprobs + noise)`` in float64, over the columns that survive the
-  top-k, top-p and min-p masks; greedy requests take ``argmax(logits)`` and ignore the seed.
-- Reported logprobs are those of the temperature-scaled distribution before truncation,
-  ``log_softmax(logits / temperature)`` (``log_softmax(logits)`` when greedy), which is
-  what SGLang returns by default (without ``SGLANG_RETURN_ORIGINAL_LOGPROB``). At
-  temperature 1 this is the model's raw distribution.
+- Column ``c``'s noise is ``-log(-log(u))``, ``u = (hash32(seed, position, c) + 0.5) /
+  2**32``: a pure function of (seed, position, column) in int64 torch ops, whatever the
+  batch, the thread count or the process.
+- ``position`` is the token's absolute index in the sequence, so a request resubmitted
+  with its generated prefix draws the same noise further on.
+- The token is ``argmax(logprobs + noise)`` in float64 over the columns surviving top-k,
+  top-p and min-p; greedy takes ``argmax(logits)`` and ignores the seed.
+- Reported logprobs are SGLang's default (without ``SGLANG_RETURN_ORIGINAL_LOGPROB``):
+  ``log_softmax(logits / temperature)`` before truncation (``log_softmax(logits)`` when
+  greedy).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 
@@ -25,17 +25,10 @@ from .params import SamplingParams
 __all__ = ["Choice", "Sampler", "hash32"]
 
 _M32 = 0xFFFFFFFF
+_H = TypeVar("_H", int, torch.Tensor)
 
 
-def _fmix32(h: int) -> int:
-    h ^= h >> 16
-    h = (h * 0x85EBCA6B) & _M32
-    h ^= h >> 13
-    h = (h * 0xC2B2AE35) & _M32
-    return h ^ (h >> 16)
-
-
-def _fmix32_t(h: torch.Tensor) -> torch.Tensor:
+def _fmix32(h: _H) -> _H:
     h = h ^ (h >> 16)
     h = (h * 0x85EBCA6B) & _M32
     h = h ^ (h >> 13)
@@ -51,9 +44,8 @@ def _base(seed: int, position: int) -> int:
 
 def hash32(seed: int, position: int, columns: torch.Tensor) -> torch.Tensor:
     """murmur3-style 32-bit hash of (seed, position, column) for int64 ``columns``."""
-    h = ((columns * 0xCC9E2D51) & _M32) ^ _base(seed, position)
-    h = _fmix32_t(h)
-    return _fmix32_t((h + 0x1B873593) & _M32)
+    h = _fmix32(((columns * 0xCC9E2D51) & _M32) ^ _base(seed, position))
+    return _fmix32((h + 0x1B873593) & _M32)
 
 
 @dataclass(frozen=True)
@@ -77,14 +69,10 @@ class Sampler:
         u = (hash32(seed, position, self._columns).double() + 0.5) * (1.0 / 2**32)
         return -torch.log(-torch.log(u))
 
-    def choose(
-        self, logits: torch.Tensor, params: SamplingParams, position: int,
-        banned: torch.Tensor | None = None,
-    ) -> Choice:
-        """Pick the next token from float32 ``logits`` [vocab] for ``position``.
-
-        ``banned`` (a bool mask) removes columns before anything else (``min_new_tokens``).
-        """
+    def choose(self, logits: torch.Tensor, params: SamplingParams, position: int,
+               banned: torch.Tensor | None = None) -> Choice:
+        """The next token from float32 ``logits`` [vocab] at ``position``; ``banned`` (a bool
+        mask) removes columns before anything else (``min_new_tokens``)."""
         logits = logits[: self.vocab_size]
         if banned is not None:
             logits = logits.masked_fill(banned, float("-inf"))

@@ -1,10 +1,7 @@
 """The JSON-schema types xgrammar (SGLang's default grammar backend) infers, written out
-for llguidance.
-
-A subschema without ``type`` is open to every JSON value in JSON Schema and llguidance
-(SGLang's named-tool schema would admit ``[false]``); xgrammar 0.2.9 reads it as an object
-when it has ``properties`` or ``additionalProperties``, an array when it has ``items``, any
-value otherwise.
+for llguidance: a subschema without ``type`` (open to every value in JSON Schema) is an
+object when it has ``properties`` or ``additionalProperties``, an array when it has
+``items`` (xgrammar 0.2.9).
 
 Invariants:
 - Only subschemas without ``type``, ``$ref``, ``enum``, ``const``, ``anyOf``, ``oneOf``
@@ -21,18 +18,8 @@ __all__ = ["with_inferred_types"]
 _SETTLED = ("type", "$ref", "enum", "const", "anyOf", "oneOf", "allOf")
 _ONE = ("additionalProperties", "items", "not", "contains", "if", "then", "else",
         "unevaluatedProperties", "propertyNames")
-_MANY = ("anyOf", "oneOf", "allOf", "prefixItems")
+_MANY = ("anyOf", "oneOf", "allOf", "prefixItems", "items")  # a list of items: draft-4 tuples
 _NAMED = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
-
-
-def _inferred(node: dict[str, Any]) -> str | None:
-    if any(key in node for key in _SETTLED):
-        return None
-    if "properties" in node or "additionalProperties" in node:
-        return "object"
-    if "items" in node:
-        return "array"
-    return None
 
 
 def with_inferred_types(schema: Any) -> Any:
@@ -46,19 +33,13 @@ def with_inferred_types(schema: Any) -> Any:
         node = stack.pop()
         if not isinstance(node, dict):
             continue
-        kind = _inferred(node)
-        if kind is not None:
+        kind = "object" if "properties" in node or "additionalProperties" in node else "array"
+        if not any(key in node for key in _SETTLED) and (kind == "object" or "items" in node):
             rest = dict(node)
             node.clear()
-            node["type"] = kind
-            node.update(rest)
+            node.update({"type": kind, **rest})
         stack.extend(node[key] for key in _ONE if isinstance(node.get(key), dict))
-        if isinstance(node.get("items"), list):  # draft-4 tuples
-            stack.extend(node["items"])
-        for key in _MANY:
-            if isinstance(node.get(key), list):
-                stack.extend(node[key])
-        for key in _NAMED:
-            if isinstance(node.get(key), dict):
-                stack.extend(node[key].values())
+        stack.extend(sub for key in _MANY if isinstance(node.get(key), list) for sub in node[key])
+        stack.extend(sub for key in _NAMED if isinstance(node.get(key), dict)
+                     for sub in node[key].values())
     return schema

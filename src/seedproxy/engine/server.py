@@ -1,45 +1,48 @@
-"""The engine's ASGI app: SGLang's HTTP surface over one ``Worker``.
+"""The engine's ASGI app, SGLang's HTTP surface over one ``Worker``, and running it under
+uvicorn: blocking, or in a background thread.
 
 Invariants:
-- Every body is parsed and validated before anything is queued: bad input is a 400; a
-  failure inside the engine is logged and a 500, never the client's fault (``route_io``).
+- Every body is parsed and validated before anything is queued (``route_io``).
 - A non-streamed request whose client disconnects is cancelled at the next token (streams
   by the response machinery).
-- OpenAI routes answer errors with SGLang's ``ErrorResponse``, ``/generate`` and the
-  control routes (``control.py``) with ``{"error": {"message": ...}}``.
-- With ``api_key``, every route but ``/health`` needs it (``auth.py``).
+- ``start_engine_thread`` returns only once the server serves (the worker runs, the
+  socket accepts), and ``RunningEngine.stop()`` shuts it and its worker down.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import socket
+import threading
 from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
+import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
-from .auth import KeyGuard
-from .chat import chat_response, chat_stream, parse_chat
-from .completions import completion_response, completion_stream, parse_completion
+from . import chat, completions
 from .control import control_routes
-from .errors import RequestError
+from .errors import EngineError, RequestError
 from .generator import DEFAULT_CACHE_MB, DEFAULT_MAX_BATCH
-from .model import EngineModel
-from .native import generate_response, generate_stream, parse_generate
-from .route_io import ClientGone, checked, json_response, route
+from .model import EngineModel, load_model
+from .route_io import ClientGone, KeyGuard, checked, json_response, route
 from .state import EngineState
 from .worker import StepHook, Worker
 
-__all__ = ["create_engine_app"]
+__all__ = ["RunningEngine", "create_engine_app", "run_engine", "start_engine_thread"]
+
+logger = logging.getLogger("seedproxy.engine")
 
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-async def _until_disconnect(request: Request, work: Coroutine[Any, Any, Any]) -> Any:
-    """Await ``work`` unless the client disconnects first; then cancel it. Only after
-    the body was read: the next ASGI message is then ``http.disconnect``."""
+async def _until_disconnect(request: Request, work: Coroutine[Any, Any, Any]) -> Response:
+    """``work``'s answer, unless the client disconnects first (``work`` is then cancelled).
+    Only after the body was read: the next ASGI message is then ``http.disconnect``."""
     async def disconnected() -> None:
         while (await request.receive())["type"] != "http.disconnect":
             pass
@@ -55,7 +58,7 @@ async def _until_disconnect(request: Request, work: Coroutine[Any, Any, Any]) ->
             await asyncio.gather(task, return_exceptions=True)
     if task.cancelled():
         raise ClientGone
-    return task.result()
+    return json_response(task.result())
 
 
 def _sse(gen: AsyncIterator[bytes]) -> StreamingResponse:
@@ -72,7 +75,7 @@ def create_engine_app(model: EngineModel, max_batch: int = DEFAULT_MAX_BATCH,
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # Built after the first answer, before the first grammar request needs it.
-        state.worker.start(after_first_answer=state.processors.grammars.warm)
+        state.worker.start(after_first_answer=state.grammars.warm)
         try:
             yield
         finally:
@@ -90,7 +93,6 @@ def create_engine_app(model: EngineModel, max_batch: int = DEFAULT_MAX_BATCH,
 
 
 def _tokenizer_routes(app: FastAPI, model: EngineModel) -> None:
-
     @app.get("/health")
     @app.get("/health_generate")
     async def health() -> Response:
@@ -105,9 +107,8 @@ def _tokenizer_routes(app: FastAPI, model: EngineModel) -> None:
     @app.post("/detokenize")
     @route(False)
     async def detokenize(request: Request, body: dict[str, Any]) -> Response:
-        """SGLang's ``/detokenize``: ``{"tokens": [ids]}`` -> ``{"text": str}``, or a
-        batch ``{"tokens": [[ids], ...]}`` -> ``{"text": [str, ...]}``;
-        ``skip_special_tokens`` (default true, as SGLang) drops special tokens."""
+        """``{"tokens": [ids]}`` -> ``{"text": str}``, or a batch of each;
+        ``skip_special_tokens`` defaults to true, as SGLang's."""
         tokens = body.get("tokens")
         skip = checked(body, "skip_special_tokens", True, bool, "a boolean")
         batch = isinstance(tokens, list) and bool(tokens) and isinstance(tokens[0], list)
@@ -125,13 +126,12 @@ def _tokenizer_routes(app: FastAPI, model: EngineModel) -> None:
     @app.post("/v1/tokenize")
     @route(False)
     async def tokenize(request: Request, body: dict[str, Any]) -> Response:
-        """SGLang's ``/tokenize``: ``{"prompt": str}`` -> ``{"tokens": [ids], "count",
-        "max_model_len"}``, or a batch ``{"prompt": [str, ...]}`` -> lists of each;
-        ``add_special_tokens`` defaults to true, as SGLang's."""
+        """``{"prompt": str}`` -> ``{"tokens": [ids], "count", "max_model_len"}``, or a batch
+        of each; ``add_special_tokens`` defaults to true, as SGLang's."""
         prompt = body.get("prompt")
         special = checked(body, "add_special_tokens", True, bool, "a boolean")
         batch = isinstance(prompt, list)
-        rows = prompt if isinstance(prompt, list) else [prompt]
+        rows = prompt if batch else [prompt]
         if not rows or not all(isinstance(row, str) for row in rows):
             raise RequestError("prompt must be a string or a list of strings", param="prompt")
         ids = [list(model.tokenizer.encode(row, add_special_tokens=special)) for row in rows]
@@ -141,31 +141,105 @@ def _tokenizer_routes(app: FastAPI, model: EngineModel) -> None:
 
 
 def _generation_routes(app: FastAPI, state: EngineState) -> None:
-
     @app.post("/generate")
     @route(True)
     async def generate(request: Request, body: dict[str, Any]) -> Response:
-        reqs = parse_generate(state, body)
+        reqs = completions.parse_generate(state, body)
         if body.get("stream") is True:
-            return _sse(generate_stream(state, reqs))
+            return _sse(completions.generate_stream(state, reqs))
         batched = isinstance(body.get("text"), list) or (
             isinstance(body.get("input_ids"), list) and bool(body["input_ids"])
             and isinstance(body["input_ids"][0], list))
-        return json_response(await _until_disconnect(
-            request, generate_response(state, reqs, batched)))
+        return await _until_disconnect(request,
+                                       completions.generate_response(state, reqs, batched))
 
     @app.post("/v1/chat/completions")
     @route(False)
-    async def chat(request: Request, body: dict[str, Any]) -> Response:
-        job = parse_chat(state, body, request.headers)
+    async def chat_completions(request: Request, body: dict[str, Any]) -> Response:
+        job = chat.parse_chat(state, body, request.headers)
         if body.get("stream") is True:
-            return _sse(chat_stream(state, job))
-        return json_response(await _until_disconnect(request, chat_response(state, job)))
+            return _sse(chat.chat_stream(state, job))
+        return await _until_disconnect(request, chat.chat_response(state, job))
 
     @app.post("/v1/completions")
     @route(False)
-    async def completions(request: Request, body: dict[str, Any]) -> Response:
-        job = parse_completion(state, body)
+    async def text_completions(request: Request, body: dict[str, Any]) -> Response:
+        job = completions.parse_completion(state, body)
         if body.get("stream") is True:
-            return _sse(completion_stream(state, job))
-        return json_response(await _until_disconnect(request, completion_response(state, job)))
+            return _sse(completions.completion_stream(state, job))
+        return await _until_disconnect(request, completions.completion_response(state, job))
+
+
+@dataclass
+class RunningEngine:
+    """A live engine in this process. ``url`` is its root (no ``/v1``)."""
+
+    url: str
+    server: uvicorn.Server
+    thread: threading.Thread
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=timeout)
+
+
+def start_engine_thread(model: EngineModel, host: str = "127.0.0.1", port: int = 0,
+                        timeout: float = 60.0, max_batch: int = DEFAULT_MAX_BATCH,
+                        cache_mb: int = DEFAULT_CACHE_MB, on_step: StepHook | None = None,
+                        api_key: str | None = None) -> RunningEngine:
+    """Serve ``model`` from a daemon thread; return once its server has started."""
+    # Listening first: connections queue until uvicorn accepts them.
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise EngineError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.listen(2048)
+    port = int(sock.getsockname()[1])
+    app = create_engine_app(model, max_batch=max_batch, cache_mb=cache_mb, on_step=on_step,
+                            api_key=api_key)
+    config = uvicorn.Config(app, host=host, port=port,
+                            log_level="warning", lifespan="on", timeout_keep_alive=30)
+    woken = threading.Event()
+    server = _Server(config)
+    server.started_event = woken
+
+    def run() -> None:
+        try:
+            server.run(sockets=[sock])
+        finally:
+            woken.set()  # a failed start wakes the caller too
+            sock.close()
+
+    thread = threading.Thread(target=run, name="seedproxy-engine-http", daemon=True)
+    thread.start()
+    if not woken.wait(timeout):
+        server.should_exit = True
+        raise EngineError(f"the engine server on {host}:{port} did not start in time")
+    if not server.started:
+        raise EngineError(f"the engine server on {host}:{port} failed to start")
+    url = f"http://{host}:{port}"
+    logger.info("engine serving %s at %s", model.name, url)
+    return RunningEngine(url, server, thread)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, setting ``started_event`` once it serves."""
+
+    started_event: threading.Event
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started:
+            self.started_event.set()
+
+
+def run_engine(host: str, port: int, model_path: str | None,
+               max_batch: int = DEFAULT_MAX_BATCH, cache_mb: int = DEFAULT_CACHE_MB) -> None:
+    """Load the model and serve it until interrupted (for ``seedproxy engine``)."""
+    model = load_model(model_path)
+    logger.info("engine serving %s on http://%s:%d", model.name, host, port)
+    uvicorn.run(create_engine_app(model, max_batch=max_batch, cache_mb=cache_mb),
+                host=host, port=port, log_level="info")

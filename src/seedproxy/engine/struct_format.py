@@ -1,15 +1,13 @@
 """xgrammar's structural tag (``{"type": "structural_tag", "format": {...}}``) read into
-checked nodes, for ``struct_lark`` to write as an llguidance grammar.
-
-Read as xgrammar 0.2.9 (SGLang's default grammar backend) reads it (``_READERS``), with
-xgrammar's own refusals (an empty ``sequence``, ``or``, ``triggers`` or ``tags``; a tag
-matching no trigger or several). What llguidance cannot hold exactly (token-level formats,
-``dispatch``, XML styles, ``max_tokens``/``max_chars`` budgets, ``lark`` grammars) is
-refused by name.
+checked nodes for ``struct_lark``, as xgrammar 0.2.9 (SGLang's default grammar backend)
+reads it, with its refusals (an empty ``sequence``, ``or``, ``triggers`` or ``tags``; a
+tag matching no trigger or several). What llguidance cannot hold exactly (token-level
+formats, ``dispatch``, XML styles, ``max_tokens``/``max_chars``, ``lark``) is refused by
+name.
 
 Invariants:
 - Every field's type is checked before anything is built; a bad one is a ``ValueError``
-  naming where it is (the caller's 400). Unknown keys are ignored, as xgrammar's models do.
+  naming where it is (the caller's 400). Unknown keys are ignored, as xgrammar's are.
 - At most ``MAX_DEPTH`` levels and ``MAX_NODES`` nodes (each string of a list counts), so
   reading is O(input) and never meets Python's recursion limit.
 """

@@ -1,29 +1,25 @@
-"""A structural tag's node tree (``struct_format``) written as one llguidance grammar that
-keeps xgrammar's language exactly, though xgrammar matches with an Earley parser over
-characters and llguidance's lexer takes the longest lexeme without backtracking:
-- A *regular* subtree (built only from ``const_string``, ``regex``, ``any_text``,
-  ``sequence``, ``or``, repeats, ``tag`` and ``tags_with_separator``) is one terminal.
-- A regular run is merged into the terminal before it (``follow``), so free text followed
-  by a string is one lexeme that ends where xgrammar's would. Free text followed by more
-  grammar and nothing mergeable (``any_text`` then a JSON schema) is refused.
-- ``any_text`` and ``triggered_tags`` inside a tag exclude the tag's ends, as xgrammar's
-  ``TagDispatch``; ``triggered_tags``' free text is cut at the first trigger by one lazy
-  lexeme per trigger (terminals excluding every other trigger run out of lexer fuel from
-  about 20 triggers).
-- ``json_schema`` is inline ``%json`` (with ``schema_types``' inferred types), ``grammar``
-  a side grammar from ``grammar_from("ebnf")``. Known differences: where a JSON value,
-  grammar or ``regex`` lexeme can run on into what follows, llguidance takes the longest
-  (xgrammar any split); two JSON values in a row may have JSON whitespace between them.
+"""A structural tag's node tree (``struct_format``) as one llguidance grammar keeping
+xgrammar's language exactly, though xgrammar runs an Earley parser over characters and
+llguidance's lexer takes the longest lexeme without backtracking:
+- A *regular* subtree (only ``const_string``, ``regex``, ``any_text``, ``sequence``,
+  ``or``, repeats, ``tag``, ``tags_with_separator``) is one terminal, merged into the
+  terminal before it (``follow``), so free text then a string is one lexeme ending where
+  xgrammar's would. Free text followed by unmergeable grammar is refused.
+- ``any_text`` and ``triggered_tags`` inside a tag exclude the tag's ends (xgrammar's
+  ``TagDispatch``); ``triggered_tags``' free text is cut at the first trigger by one lazy
+  lexeme per trigger (excluding terminals run out of lexer fuel from ~20 triggers).
+- ``json_schema`` is inline ``%json`` (``schema_types``' inferred types), ``grammar`` a
+  side grammar. Known differences: a JSON value, grammar or ``regex`` lexeme that can run
+  on into what follows takes the longest (xgrammar any split); two JSON values in a row
+  may have JSON whitespace between them.
 
-SGLang's legacy structural tag (``{"structures": [{"begin", "schema", "end"}],
-"triggers": [...]}``, read by ``seedproxy.legacy_tag``) is written as SGLang's llguidance
-backend writes it (``legacy_grammar``): one lazy trigger per structure (free text up to
-the trigger, the rest of ``begin``, a value of the schema, ``end``), its trigger the first
-of ``triggers`` that ``begin`` starts with, else the first. As in xgrammar, ``begin``,
-``end`` and triggers are literal text even where they look like a tag (``<a>``); only a
-trigger that is exactly one special token (``special_id``) is matched as that token, by
-id (``<[128010]>``). Either grammar is a pure function of its input (and ``special_id``'s
-answers); a malformed tag is a ``ValueError`` (the caller's 400).
+SGLang's legacy structural tag (``seedproxy.legacy_tag``) is written as SGLang's
+llguidance backend writes it (``legacy_grammar``): one lazy trigger per structure (free
+text up to the trigger, the rest of ``begin``, a value of the schema, ``end``), its
+trigger the first of ``triggers`` that ``begin`` starts with, else the first. ``begin``,
+``end`` and triggers are literal text; only a trigger that is exactly one special token
+(``special_id``) is matched by id (``<[128010]>``). Either grammar is a pure function of
+its input; a malformed tag is a ``ValueError`` (the caller's 400).
 """
 
 from __future__ import annotations
@@ -123,8 +119,7 @@ class _Writer:
         self.sides: list[dict[str, Any]] = []
 
     def _define(self, kind: str, body: str) -> str:
-        """A new terminal (``kind`` "t") or lazy rule (``"c[lazy]"``) named for
-        ``body``."""
+        """A new terminal (``kind`` "t") or lazy rule (``"c[lazy]"``) for ``body``."""
         name = f"sf_{kind[0]}{len(self.defs)}"
         if kind == "t":
             name = name.upper()
@@ -251,13 +246,6 @@ class _Writer:
         return f"{head}{loop}* {rest}"
 
 
-_TEXT = r"(.|\n)*"
-
-
-def _opt_lit(text: str) -> str:
-    return json.dumps(text) if text else ""
-
-
 def _read(tag: dict[str, Any]) -> list[tuple[str, str, Any, str]]:
     """The tag's structures as ``(trigger, begin, schema, end)``."""
     structures, triggers, _ = legacy_structures(tag)
@@ -285,7 +273,7 @@ def legacy_grammar(tag: dict[str, Any], special_id: Callable[[str], int | None])
     structures = _read(tag)
     options = " | ".join(f"tag_{i}" for i in range(len(structures)))
     lines = ["%llguidance {}", f"start: ({options})* tag_end", "tag_end: TAG_TEXT",
-             f"TAG_TEXT: /{_TEXT}/"]
+             r"TAG_TEXT: /(.|\n)*/"]
     sides = []
     for i, (trigger, begin, schema, end) in enumerate(structures):
         if isinstance(schema, dict):
@@ -295,12 +283,13 @@ def legacy_grammar(tag: dict[str, Any], special_id: Callable[[str], int | None])
         else:
             sides.append({"name": f"tag_{i}_grm", "lark_grammar": schema})
             value = f"@tag_{i}_grm"
-        body = " ".join(p for p in (_opt_lit(begin[len(trigger):]), value, _opt_lit(end)) if p)
+        rest, end = begin[len(trigger):], _lit(end) if end else ""
+        body = " ".join(p for p in (_lit(rest) if rest else "", value, end) if p)
         token = special_id(trigger)
         if token is not None:
             lines.append(f"tag_{i}: TAG_TEXT <[{token}]> {body}")
         else:
-            lines.append(f"tag_{i}_trig[lazy]: TAG_TEXT {_opt_lit(trigger)}")
+            lines.append(f"tag_{i}_trig[lazy]: TAG_TEXT {_lit(trigger)}")  # non-empty
             lines.append(f"tag_{i}: tag_{i}_trig {body}")
     lark = "\n".join(lines) + "\n"
     if sides:

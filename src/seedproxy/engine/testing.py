@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from .arch import SUPPORTED
+from .checkpoint import SUPPORTED
 from .llama import LlamaWeights
 from .model import EngineModel, default_gguf_path, gguf_tokenizer_dir
 

@@ -1,5 +1,4 @@
-"""A chat request's prompt token count as the engine renders it, for
-``/v1/messages/count_tokens``."""
+"""A chat request's prompt token count as the engine renders it (``count_tokens``)."""
 
 from __future__ import annotations
 
@@ -17,8 +16,7 @@ __all__ = ["prompt_counter"]
 def prompt_counter(model: EngineModel) -> Callable[[dict[str, Any]], int]:
     """A function of a chat body -> its prompt's token count under ``model``'s chat
     template; ``RequestError`` (a ``ValueError``) when the template refuses it."""
-    # Rendering reads only the model; no generation worker is involved.
-    state = EngineState(model, cast(Worker, None))
+    state = EngineState(model, cast(Worker, None))  # rendering needs no worker
 
     def count(chat: dict[str, Any]) -> int:
         return len(render_messages(state, chat))

@@ -3,26 +3,21 @@ plane, called from any thread: pause and continue (SGLang's three modes), abort,
 weight-version label, weight swaps and cache flushes.
 
 Invariants:
-- Exactly one thread touches the model (its buffers, prefix cache and forward pass), with
-  ``torch.set_num_threads(threads)`` applied first. Requests are admitted in arrival order
-  whenever the batch has room and advance one token per step together; their tokens never
-  depend on their batchmates (``generator.py``).
-- Submitting is thread-safe; ``stream`` bridges updates to an asyncio loop as each token
-  is produced. A consumer that goes away cancels its job at the next step.
-- Each control call only sets state under the lock (``_cv``) and wakes the worker, which
-  reads it between steps; none waits for a step to end (``load_weights`` and
-  ``flush_cache`` await the worker thread's answer on the caller's loop). One swap is
-  pending at a time; a flush asked while requests run or wait is refused at once.
-- While paused (any mode) no step runs and nothing is admitted. ``abort`` mode cancels
-  every request running or queued at the pause; ``in_place`` keeps the batch (and its
-  KV); ``retract`` parks the batch at the front of the queue, in order, to be prefilled
-  again on continue. Cancelled requests end (abort, output so far) even while paused.
-- A weight swap happens between steps: paused, at once (``in_place`` requests go on under
-  the new weights with their KV, ``retract``ed ones are prefilled again); not paused, once
-  the running requests have finished, admitting none meanwhile (SGLang's weight-update
-  lock). The prefix cache is emptied with the swap, and the version, when given, changes
-  in the same step.
-- A cache flush runs between steps, only when no request is running or waiting.
+- Exactly one thread touches the model (buffers, prefix cache, forward pass), after
+  ``torch.set_num_threads(threads)``. Requests are admitted in arrival order while the
+  batch has room and advance one token per step together (``generator.py``).
+- Submitting is thread-safe; ``stream`` and ``complete`` bridge updates to an asyncio loop,
+  and a consumer that goes away cancels its job at the next step. A control call only
+  sets state under ``_cv`` and wakes the worker, which reads it between steps. One swap
+  is pending at a time; a flush asked while requests run or wait is refused at once.
+- While paused no step runs and nothing is admitted: ``abort`` cancels every request
+  running or queued; ``in_place`` keeps the batch and its KV; ``retract`` parks the batch
+  at the front of the queue, in order, to be prefilled again. Cancelled requests end
+  (abort, output so far) even while paused.
+- A weight swap happens between steps: when paused, at once (``in_place`` requests go on
+  with their KV, ``retract``ed ones are prefilled again); else once the running requests
+  have finished, admitting none meanwhile (SGLang's weight-update lock). The prefix cache
+  is emptied and the version, when given, changes in the same step.
 """
 
 from __future__ import annotations
@@ -33,8 +28,8 @@ import os
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any, Literal, cast
 
 import torch
 
@@ -47,44 +42,36 @@ from .generator import (
     Seq,
     Update,
 )
+from .llama import BatchRunner
 from .model import EngineModel
-from .reload import PreparedWeights
 
-__all__ = ["PAUSE_MODES", "PauseMode", "PendingSwap", "StepHook", "Worker", "default_threads"]
+__all__ = ["PAUSE_MODES", "PauseMode", "StepHook", "Worker", "answer", "default_threads"]
 
 logger = logging.getLogger("seedproxy.engine")
 
 PauseMode = Literal["abort", "in_place", "retract"]
 PAUSE_MODES: tuple[PauseMode, ...] = ("abort", "in_place", "retract")
 
-
-@dataclass
-class PendingSwap:
-    """Weights asked for by ``load_weights``, waiting for the worker to swap them in."""
-
-    prepared: PreparedWeights
-    version: str | None
-    done: Callable[[int | None], None]
-    """Called on the worker thread: how many requests were held paused across the swap,
-    or None when the worker stopped first."""
+StepHook = Callable[[list[tuple[GenRequest, int]]], None]
+"""A test seam run on the worker thread after each step, with the batch."""
 
 
-def _answer() -> tuple[asyncio.Future[Any], Callable[[Any], None]]:
-    """A future on the running loop, and the function that sets it from another thread."""
+def answer() -> tuple[asyncio.Future[Any], Callable[[Any], None]]:
+    """A future on the running loop, and the function that sets it (once) from any thread."""
     loop = asyncio.get_running_loop()
     result: asyncio.Future[Any] = loop.create_future()
 
+    def settle(value: Any) -> None:
+        if not result.done():
+            result.set_result(value)
+
     def done(value: Any) -> None:
         try:
-            loop.call_soon_threadsafe(result.set_result, value)
+            loop.call_soon_threadsafe(settle, value)
         except RuntimeError:  # the loop is gone: nobody waits for the answer
             pass
 
     return result, done
-
-
-StepHook = Callable[[list[tuple[GenRequest, int]]], None]
-"""A test seam run on the worker thread after each step, with the batch."""
 
 
 def default_threads() -> int:
@@ -96,10 +83,19 @@ def default_threads() -> int:
 
 
 @dataclass
+class _Swap:
+    runner: BatchRunner
+    version: str | None
+    done: Callable[[int | None], None]
+    """Gets how many requests were held paused across the swap, None if the worker
+    stopped first."""
+
+
+@dataclass
 class _Job:
     req: GenRequest
     on_update: Callable[[Update], None]
-    cancel: threading.Event = field(default_factory=threading.Event)
+    cancel: threading.Event
 
 
 class Worker:
@@ -114,24 +110,21 @@ class Worker:
         self.cache_mb = max(0, cache_mb)
         self.on_step = on_step
         self.weight_version = DEFAULT_WEIGHT_VERSION
+        # Under _cv: jobs not yet admitted (after the sequences a retract parked), the
+        # pause, "a paused worker has something to do", the pending swap and flushes, and
+        # whether requests are running (set by the worker between steps).
         self._cv = threading.Condition()
         self._waiting: deque[_Job | Seq] = deque()
-        """Jobs not yet admitted, after the sequences a retract parked (all under _cv)."""
         self._paused: PauseMode | None = None
         self._poked = False
-        """Set (under _cv) when a paused worker has something to do: abort, re-pause."""
         self._stopping = False
-        self._live: dict[str, threading.Event] = {}
-        """Cancel flags of the requests submitted and not yet finished, by rid."""
-        self._thread: threading.Thread | None = None
-        self._after_first: Callable[[], object] | None = None
-        self._swap: PendingSwap | None = None
-        """Weights waiting to be swapped in (under _cv)."""
+        self._swap: _Swap | None = None
         self._flushes: list[Callable[[bool], None]] = []
         self._busy = False
-        """Requests are running (set by the worker under the lock, between steps)."""
-        self.running = 0
-        """How many requests are in the batch (written by the worker thread only)."""
+        self._live: dict[str, threading.Event] = {}  # cancel flags of unfinished requests
+        self._thread: threading.Thread | None = None
+        self._after_first: Callable[[], object] | None = None
+        self.running = 0  # requests in the batch (written by the worker thread only)
 
     def start(self, after_first_answer: Callable[[], object] | None = None) -> None:
         """Start the worker thread; ``after_first_answer`` runs once on it, when the
@@ -155,13 +148,13 @@ class Worker:
         if swap is not None:
             swap.done(None)
 
-    def _swap_in(self, gen: Generator, swap: PendingSwap, mode: PauseMode | None) -> None:
-        if mode is not None:
-            self._hold(gen, mode)  # a retract parks the batch before the keys change
+    def _swap_in(self, gen: Generator, swap: _Swap, mode: PauseMode | None) -> None:
+        if mode is not None:  # a retract parks the batch before the keys change
+            self._hold(gen, mode)
         with self._cv:
             held = len(gen.running) + sum(isinstance(e, Seq) for e in self._waiting)
-            gen.load(swap.prepared.runner)
-            self.model.weights = swap.prepared.weights
+            gen.load(swap.runner)
+            self.model.weights = swap.runner.w
             if swap.version is not None:
                 self.weight_version = swap.version
         swap.done(held)
@@ -177,25 +170,20 @@ class Worker:
             while True:
                 with self._cv:
                     self._busy = bool(gen.running)
-                    while True:
-                        if self._stopping:
-                            return
-                        if self._flushes:
-                            swap = None
+                    swap = None
+                    while not self._stopping and not self._flushes:
+                        if self._swap is not None and (self._paused is not None
+                                                       or not gen.running):
+                            swap, self._swap = self._swap, None
                             break
-                        swap = self._swap
-                        if swap is not None and (self._paused is not None
-                                                 or not gen.running):
-                            self._swap = None
+                        if self._paused is not None and self._poked:
+                            self._poked = False
                             break
-                        swap = None
-                        if self._paused is not None:
-                            if self._poked:
-                                self._poked = False
-                                break
-                        elif self._waiting or gen.running:
+                        if self._paused is None and (self._waiting or gen.running):
                             break
                         self._cv.wait()
+                    if self._stopping:
+                        return
                     flushes, self._flushes = self._flushes, []
                     idle = not gen.running and not self._waiting
                     mode = self._paused
@@ -219,7 +207,13 @@ class Worker:
     def _step(self, gen: Generator, admitted: list[_Job | Seq]) -> Generator:
         """Admit, then advance the batch one token; returns the generator to go on with."""
         for entry in admitted:
-            self._admit(gen, entry)
+            if isinstance(entry, Seq):
+                gen.readmit(entry)
+                continue
+            try:
+                gen.add(entry.req, entry.on_update, entry.cancel.is_set)
+            except Exception as exc:  # never let one request kill the worker
+                self._fail([(entry.req, entry.on_update)], exc)
         if not gen.running:
             return gen
         try:
@@ -227,22 +221,16 @@ class Worker:
             if self.on_step is not None:
                 self.on_step(gen.batch())
         except Exception as exc:  # a failed step fails its batch, not the worker
-            failed = gen.abort_all()
-            self._fail(failed, exc)
+            self._fail(gen.abort_all(), exc)
             return self._generator()
         if not gen.running and self._after_first is not None:
             hook, self._after_first = self._after_first, None
             hook()
         return gen
 
-    def _admit(self, gen: Generator, entry: _Job | Seq) -> None:
-        if isinstance(entry, Seq):
-            gen.readmit(entry)
-            return
-        try:
-            gen.add(entry.req, entry.on_update, entry.cancel.is_set)
-        except Exception as exc:  # never let one request kill the worker
-            self._fail([(entry.req, entry.on_update)], exc)
+    def _ended(self, req: GenRequest, finish: dict[str, Any]) -> Update:
+        return Update([], "", finish, len(req.prompt_ids), 0,
+                      weight_version=self.weight_version)
 
     def _hold(self, gen: Generator, mode: PauseMode) -> None:
         """While paused: park a ``retract``ed batch; end what was cancelled."""
@@ -260,29 +248,25 @@ class Worker:
             if isinstance(entry, Seq):
                 gen.close(entry)
             else:
-                entry.on_update(Update([], "", {"type": "abort", "message": "request cancelled"},
-                                       len(entry.req.prompt_ids), 0,
-                                       weight_version=self.weight_version))
+                entry.on_update(self._ended(entry.req, {"type": "abort",
+                                                        "message": "request cancelled"}))
 
     def _fail(self, jobs: list[tuple[GenRequest, Callable[[Update], None]]],
               exc: Exception) -> None:
         logger.error("generation failed", exc_info=exc)
         for req, on_update in jobs:
-            try:
-                # SGLang's FINISH_ABORT for an internal error: the routes answer a 500.
-                on_update(Update([], "", {
+            try:  # SGLang's FINISH_ABORT for an internal error: the routes answer a 500.
+                on_update(self._ended(req, {
                     "type": "abort", "message": f"{type(exc).__name__}: {exc}",
-                    "status_code": 500, "err_type": "InternalServerError"},
-                    len(req.prompt_ids), 0, weight_version=self.weight_version))
+                    "status_code": 500, "err_type": "InternalServerError"}))
             except Exception:
                 logger.exception("could not report a failed generation")
 
     def submit(self, req: GenRequest, on_update: Callable[[Update], None],
-               cancel: threading.Event | None = None) -> threading.Event:
-        """Queue ``req``; ``on_update`` runs on the worker thread. Returns its cancel flag
-        (``abort(req.rid)`` sets it until the request finishes)."""
-        flag = cancel or threading.Event()
-        self._live[req.rid] = flag
+               cancel: threading.Event) -> None:
+        """Queue ``req``; ``on_update`` runs on the worker thread. ``abort(req.rid)`` sets
+        ``cancel`` until the request finishes."""
+        self._live[req.rid] = cancel
 
         def report(upd: Update) -> None:
             if upd.finish is not None:
@@ -290,9 +274,8 @@ class Worker:
             on_update(upd)
 
         with self._cv:
-            self._waiting.append(_Job(req, report, flag))
+            self._waiting.append(_Job(req, report, cancel))
             self._cv.notify_all()
-        return flag
 
     async def stream(self, req: GenRequest) -> AsyncIterator[Update]:
         """Yield the cumulative updates of ``req`` on the running loop, ending at finish."""
@@ -316,13 +299,30 @@ class Worker:
         finally:
             cancel.set()
 
+    async def complete(self, req: GenRequest, on_final: Callable[[str, Update], None]
+                       ) -> Update:
+        """Run ``req`` to its end and return the final update, which ``on_final(rid, upd)``
+        sees first, on the worker thread."""
+        result, done = answer()
+        cancel = threading.Event()
+
+        def on_update(upd: Update) -> None:
+            if upd.finish is not None:
+                on_final(req.rid, upd)
+                done(upd)
+
+        self.submit(req, on_update, cancel)
+        try:
+            return cast(Update, await result)
+        finally:
+            cancel.set()  # the caller went away: the job stops at the next token
+
     @property
     def paused(self) -> PauseMode | None:
         return self._paused
 
     @property
     def swap_pending(self) -> bool:
-        """Whether new weights wait to be swapped in (for the running batch to end)."""
         return self._swap is not None
 
     @property
@@ -330,13 +330,17 @@ class Worker:
         """Requests queued and not admitted (parked ones included)."""
         return len(self._waiting)
 
-    def pause(self, mode: PauseMode) -> None:
-        """Stop stepping before the next step; in ``abort`` mode every request running or
-        queued now is cancelled. Returns at once."""
-        with self._cv:
-            self._paused = mode
+    def _poke(self) -> None:
+        with self._cv:  # reentrant: callers may hold it
             self._poked = True
             self._cv.notify_all()
+
+    def pause(self, mode: PauseMode) -> None:
+        """Stop stepping before the next step (``abort`` cancels every request running or
+        queued now). Returns at once."""
+        with self._cv:
+            self._paused = mode
+            self._poke()
         if mode == "abort":
             self.abort(None)
 
@@ -346,52 +350,44 @@ class Worker:
             self._cv.notify_all()
 
     def set_weight_version(self, version: str, *, abort_all: bool) -> None:
-        """Label the tokens sampled from now on ``version``; with ``abort_all`` every
-        request running or queued ends with ``finish_reason`` abort."""
+        """Label the tokens sampled from now on ``version``; ``abort_all`` ends every
+        request running or queued with ``finish_reason`` abort."""
         with self._cv:
             self.weight_version = version
         if abort_all:
             self.abort(None)
 
-    async def load_weights(self, prepared: PreparedWeights, version: str | None) -> int | None:
-        """Swap in ``prepared`` (and label tokens ``version`` from then, when given) at
-        the worker's next chance; return how many requests were held paused across the
-        swap, or None when the worker stopped first."""
-        result, done = _answer()
+    async def load_weights(self, runner: BatchRunner, version: str | None) -> int | None:
+        """Swap in ``runner``'s weights (labelled ``version`` when given) at the worker's next
+        chance; return how many requests were held paused across the swap, or None when
+        the worker stopped first."""
+        result, done = answer()
         with self._cv:
             if self._swap is not None:
                 raise RuntimeError("a weight swap is already pending")
-            self._swap = PendingSwap(prepared, version, done)
-            self._poked = True
-            self._cv.notify_all()
-        held: int | None = await result
-        return held
+            self._swap = _Swap(runner, version, done)
+            self._poke()
+        return cast("int | None", await result)
 
     async def flush_cache(self) -> bool:
         """Empty the prefix cache at the worker's next chance; False (and nothing done)
         when requests are running or waiting then."""
-        result, done = _answer()
+        result, done = answer()
         with self._cv:
             if self._busy or self._waiting:  # answered now: a held step cannot delay it
                 return False
             self._flushes.append(done)
-            self._poked = True
-            self._cv.notify_all()
+            self._poke()
         return bool(await result)
 
-    def abort(self, rid: str | None) -> int:
+    def abort(self, rid: str | None) -> None:
         """Cancel the running or queued requests named ``rid`` (a request's own rid, or
-        the base of its ``rid-i`` choices); every one when ``rid`` is None. Returns how
-        many were told; each ends with ``finish_reason`` abort at its next step."""
-        told = 0
+        the base of its ``rid-i`` choices), every one when None; each ends with
+        ``finish_reason`` abort at its next step (at once when paused)."""
         for name, flag in list(self._live.items()):
             if rid is None or name == rid or name.startswith(rid + "-"):
                 flag.set()
-                told += 1
-        with self._cv:  # a paused worker ends them now
-            self._poked = True
-            self._cv.notify_all()
-        return told
+        self._poke()
 
     def stopping(self, rid: str) -> bool:
         """Whether the unfinished request ``rid`` has been told to stop."""
