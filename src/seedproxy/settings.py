@@ -18,9 +18,9 @@ from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationError, field_validator, model_validator
-from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
+    InitSettingsSource,
     NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
@@ -218,7 +218,9 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, _Environment(settings_cls))
+        # The environment by ``env_values`` (pydantic-settings would read an alias
+        # without the prefix).
+        return (init_settings, InitSettingsSource(settings_cls, env_values()))
 
 
 def is_loopback(host: str) -> bool:
@@ -295,17 +297,6 @@ def unknown_env(environ: Mapping[str, str]) -> list[str]:
             line += f"; did you mean {ENV_PREFIX}{ALIASES.get(close[0], close[0]).upper()}?"
         lines.append(line)
     return lines
-
-
-class _Environment(PydanticBaseSettingsSource):
-    """The environment, by ``env_values`` (pydantic-settings would read an alias
-    without the prefix)."""
-
-    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        return None, field_name, False  # unused: __call__ reads every field at once
-
-    def __call__(self) -> dict[str, Any]:
-        return dict(env_values())
 
 
 def load_settings(flags: dict[str, Any], config_file: str | None = None) -> Settings:
