@@ -1,7 +1,6 @@
 """One error presenter per client protocol: every error body, in-stream error event and
-error answer is built here, from the error table (``errors``). An answer carries
-``Retry-After`` when its error's row gives one, and a 5xx that is seedproxy's own
-(``logged``) is logged here, once. The Messages routes (``MESSAGES_PATHS``, also under
+error answer is built here from the error table (``errors``), a 5xx of seedproxy's own
+(``logged``) logged here once. The Messages routes (``MESSAGES_PATHS``, also under
 ``/sessions/{id}``) answer in Anthropic's shape, every other route in OpenAI's.
 """
 
