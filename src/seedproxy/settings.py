@@ -300,11 +300,9 @@ def unknown_env(environ: Mapping[str, str]) -> list[str]:
 
 
 def load_settings(flags: dict[str, Any], config_file: str | None = None) -> Settings:
-    """Build settings from explicit flags over the environment over a TOML file over
-    the defaults (flags keyed by field name; None means unset).
-
-    Raises ``ConfigError`` with one readable line for any invalid value.
-    """
+    """Settings from explicit flags (keyed by field name; None: unset) over the
+    environment over a TOML file over the defaults; ``ConfigError`` with one readable
+    line for any invalid value."""
     file_values = _canonical(_read_toml(config_file)) if config_file else {}
     explicit = {k: v for k, v in flags.items() if v is not None}
     try:
@@ -328,6 +326,6 @@ def _read_toml(path: str) -> dict[str, Any]:
 
 def _first_error(exc: ValidationError) -> str:
     err = exc.errors()[0]
-    where = ".".join(str(p) for p in err.get("loc", ())) or "settings"
-    message = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
+    where = ".".join(map(str, err["loc"])) or "settings"
+    message = err["msg"].removeprefix("Value error, ")
     return f"{where}: {message}" if where != "settings" else message

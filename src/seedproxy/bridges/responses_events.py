@@ -157,8 +157,7 @@ class ResponsesEvents(ChunkWalker):
         self._created: Any = 0
         self._model: Any = None
         self._output: list[dict[str, Any]] = []
-        self._text: dict[str, Any] | None = None  # the open message item
-        self._text_index = -1
+        self._text: dict[str, Any] | None = None  # the message item, once opened
         self._reasoning: dict[str, Any] | None = None  # the reasoning item, once opened
         self._plan = plan_tools(body.get("tools"))
         self._calls: dict[int, tuple[int, dict[str, Any]]] = {}  # chat tool index -> (output, item)
@@ -225,17 +224,16 @@ class ResponsesEvents(ChunkWalker):
             self._text = {"id": f"msg_{self._id}", "type": "message", "role": "assistant",
                           "status": "in_progress",
                           "content": [dict(blank, logprobs=[]) if self._logprobs else dict(blank)]}
-            self._text_index = len(self._output)
             events.append(self._add(self._text, dict(self._text, content=[])))
             events.append(self._part("response.content_part.added", self._text,
-                                     self._text_index, part=blank))
+                                     len(self._output) - 1, part=blank))
         part = self._text["content"][0]
         part["text"] += piece
         logprobs = response_logprobs(choice) if self._logprobs else []
         if self._logprobs:
             part["logprobs"].extend(logprobs)
-        events.append(self._part("response.output_text.delta", self._text, self._text_index,
-                                 delta=piece, logprobs=logprobs))
+        events.append(self._part("response.output_text.delta", self._text,
+                                 self._output.index(self._text), delta=piece, logprobs=logprobs))
         return events
 
     def _on_call(self, call: dict[str, Any]) -> list[dict[str, Any]]:

@@ -10,13 +10,10 @@ __all__ = ["chat_logprobs", "completion_logprobs", "floats", "ids_json", "ints",
            "reasoning_tokens", "wants"]
 
 
-def wants(body: dict[str, Any], *keys: str) -> bool:
-    """Whether the client itself asked for any of ``keys`` (truthy, or 0 for ints)."""
-    for key in keys:
-        value = body.get(key)
-        if value is True or (isinstance(value, int) and not isinstance(value, bool)):
-            return True
-    return False
+def wants(body: dict[str, Any], key: str) -> bool:
+    """Whether the client itself asked for ``key``: true, or any int (0 too)."""
+    value = body.get(key)
+    return value is True or (isinstance(value, int) and not isinstance(value, bool))
 
 
 def reasoning_tokens(usage: dict[str, Any]) -> int:
