@@ -51,25 +51,19 @@ def delta_usage(usage: Any) -> dict[str, Any]:
     counts none), at most ``output_tokens``."""
     usage = usage if isinstance(usage, dict) else {}
     cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
-    return {
-        "input_tokens": int(usage.get("prompt_tokens") or 0),
-        "output_tokens": int(usage.get("completion_tokens") or 0),
-        "output_tokens_details": {"thinking_tokens": reasoning_tokens(usage)},
-        "cache_creation_input_tokens": 0,
-        "cache_read_input_tokens": int(cached),
-        "server_tool_use": None,
-    }
+    return {"input_tokens": int(usage.get("prompt_tokens") or 0),
+            "output_tokens": int(usage.get("completion_tokens") or 0),
+            "output_tokens_details": {"thinking_tokens": reasoning_tokens(usage)},
+            "cache_creation_input_tokens": 0, "cache_read_input_tokens": int(cached),
+            "server_tool_use": None}
 
 
 def message_usage(usage: Any) -> dict[str, Any]:
     """A Message's ``Usage``: the upstream's counts; prefix-cache hits are cache reads,
     and nothing is written to a cache Anthropic's way (``cache_creation`` zeros)."""
-    return {
-        **delta_usage(usage),
-        "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0},
-        "inference_geo": None,
-        "service_tier": "standard",
-    }
+    return {**delta_usage(usage),
+            "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0},
+            "inference_geo": None, "service_tier": "standard"}
 
 
 def stop_details(reason: str | None) -> dict[str, Any] | None:
@@ -103,7 +97,6 @@ class MessageEvents(ChunkWalker):
                        else f"upstream:{chunk.get('id')}")
         if self._model is None:
             self._model = chunk.get("model")
-        # usage: none yet (counts come with message_delta)
         return [{"type": "message_start", "message": self._envelope(None, None)},
                 {"type": "ping"}]
 

@@ -138,11 +138,8 @@ def chat_usage_to_responses(usage: Any) -> dict[str, Any] | None:
     if not isinstance(usage, dict):
         return None
     cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
-    reasoning = reasoning_tokens(usage)
-    return {
-        "input_tokens": usage.get("prompt_tokens", 0),
-        "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
-        "output_tokens": usage.get("completion_tokens", 0),
-        "output_tokens_details": {"reasoning_tokens": reasoning},
-        "total_tokens": usage.get("total_tokens", 0),
-    }
+    return {"input_tokens": usage.get("prompt_tokens", 0),
+            "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
+            "output_tokens": usage.get("completion_tokens", 0),
+            "output_tokens_details": {"reasoning_tokens": reasoning_tokens(usage)},
+            "total_tokens": usage.get("total_tokens", 0)}
