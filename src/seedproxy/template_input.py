@@ -168,14 +168,13 @@ def _content(content: Any, fmt: str, images: bool) -> Any:
         kind = part.get("type") if isinstance(part, dict) else None
         if kind in _TEXT_PARTS and isinstance(part.get("text"), str):
             parts.append({"type": "text", "text": part["text"]})
-            continue
-        if kind == "image_url" and images and fmt == "openai":
+        elif kind == "image_url" and images and fmt == "openai":
             parts.append({"type": "image"})  # the template writes its placeholder
-            continue
-        name = kind if isinstance(kind, str) else type(part).__name__
-        raise BadRequest(f"content parts of type {name!r} are not supported: in "
-                         "token-in-token-out mode the model takes text only (send text "
-                         "parts)", param="messages")
+        else:
+            name = kind if isinstance(kind, str) else type(part).__name__
+            raise BadRequest(f"content parts of type {name!r} are not supported: in "
+                             "token-in-token-out mode the model takes text only (send text "
+                             "parts)", param="messages")
     if fmt == "openai":
         return parts
     return " ".join(part["text"] for part in parts)
