@@ -25,9 +25,6 @@ from .nesting import too_deep
 __all__ = ["Forcing", "ToolChoiceError", "forcing_of", "parse_forced", "tool_defs",
            "tools_rendered"]
 
-_FREE = ("auto", "none")
-
-
 class ToolChoiceError(ValueError):
     """A bad ``tools`` or ``tool_choice``: a 400 naming ``param``."""
 
@@ -77,7 +74,7 @@ def _check_parameters(tool: dict[str, Any], i: int) -> None:
 
 def _chosen(choice: Any) -> str | None:
     """The named tool of a ``tool_choice`` object; None for auto/none/required."""
-    if choice is None or choice in (*_FREE, "required"):
+    if choice is None or choice in ("auto", "none", "required"):
         return None
     name = None
     if isinstance(choice, dict) and choice.get("type") == "function":
