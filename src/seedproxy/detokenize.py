@@ -4,15 +4,13 @@ proxy's token-in-token-out mode and the engine share.
 Invariants:
 - Text is released only when the decoded window does not end in U+FFFD (an incomplete
   UTF-8 sequence); the window keeps the ids since the release before last as context,
-  so tokenizers that decode a token differently at the start of a string (leading
-  spaces) agree with a whole decode. A stream and a whole answer feed ids one at a time.
+  so a token decoded differently at a string's start (leading spaces) agrees with a
+  whole decode.
 - The released text plus ``pending`` is the decoding of every id fed (``hidden`` ones
   aside); a window that does not extend its context falls back to a whole decode.
-- A token costs one decode of the window, two when it releases text.
 
-``tokenizers.decoders.DecodeStream`` releases the same pieces but exposes neither
-``pending`` nor a decode other than a ``tokenizers.Tokenizer``'s (mistral-common's, a
-slow tokenizer's).
+``tokenizers.decoders.DecodeStream`` exposes neither ``pending`` nor a decode other than
+a ``tokenizers.Tokenizer``'s (mistral-common's, a slow tokenizer's).
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """One error presenter per client protocol: every error body, in-stream error event and
-error answer is built here, from the error table (``errors``). An answer carries
-``Retry-After`` when its error's row gives one, and a 5xx that is seedproxy's own
-(``logged``) is logged here, once. The Messages routes (``MESSAGES_PATHS``, also under
+error answer is built here from the error table (``errors``), a 5xx of seedproxy's own
+(``logged``) logged here once. The Messages routes (``MESSAGES_PATHS``, also under
 ``/sessions/{id}``) answer in Anthropic's shape, every other route in OpenAI's.
 """
 
@@ -14,7 +13,7 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
-from .errors import SeedProxyError, anthropic_type
+from .errors import SeedProxyError, anthropic_type, error_body
 from .sse_frames import data_frame, typed_frame
 
 __all__ = ["ANTHROPIC", "MESSAGES_PATHS", "OPENAI", "RESPONSES", "ErrorPresenter", "errors_for",
@@ -65,9 +64,8 @@ class ResponsesErrors(ErrorPresenter):
     ``error``, numbered in its stream."""
 
     def body(self, exc: SeedProxyError) -> dict[str, Any]:
-        code = None if exc.code is None else str(exc.code)
-        return {"error": {"message": exc.message, "type": exc.error_type, "param": exc.param,
-                          "code": code}}
+        return error_body(exc.message, exc.error_type, param=exc.param,
+                          code=None if exc.code is None else str(exc.code))
 
 
 OPENAI = ErrorPresenter()

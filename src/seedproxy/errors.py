@@ -4,29 +4,7 @@
 Each class's attributes are its row: ``status_code``, ``error_type`` (OpenAI's
 ``type``), ``retry_after_s`` (a ``Retry-After`` header, where waiting helps) and
 ``logged`` (a 5xx that is seedproxy's own fault is logged where it is answered);
-Anthropic's ``type`` follows the status (``anthropic_type``). Hierarchy::
-
-    SeedProxyError            (500, never raised for a client's mistake)
-    ├── ConfigError           bad settings or command line (CLI exit 2)
-    ├── BadRequest            400: bad JSON, bad field
-    │   ├── PayloadTooLarge   413
-    │   ├── BodyTimeout       408: the body did not arrive in time
-    │   └── ModelNotFound     404: a model the upstream does not list
-    ├── AuthError             401: no or unknown key
-    │   └── Forbidden         403: a key that does not reach this session
-    ├── SessionNotFound       404
-    ├── UpstreamNotFound      404: a fleet route names a server not in the fleet
-    ├── Conflict              409: the fleet's state refuses the change
-    ├── OverCapacity          429
-    │   └── ParserBusy        429: too many large bodies wait for a parse worker
-    ├── WaitTimeout           504: a long poll (``?wait=true``) ran out of time
-    ├── StoreError            503: the session store failed
-    ├── ParserUnavailable     503: the worker parsing a large body died
-    ├── UpstreamLoop          508: a request came back to the proxy that sent it
-    └── UpstreamError         502 (or the upstream's own status)
-        ├── UpstreamUnavailable  503: no upstream could be reached (or every one failed)
-        ├── UpstreamTimeout      504
-        └── UpstreamBodyTooLarge 502: an answer (or one event) over its byte bound
+Anthropic's ``type`` follows the status (``anthropic_type``).
 """
 
 from __future__ import annotations
@@ -34,16 +12,15 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = ["AuthError", "BadRequest", "BatchNotFound", "BodyTimeout", "ClientClosed",
-           "ConfigError", "Conflict", "Forbidden", "ModelNotFound", "OverCapacity",
-           "ParserBusy", "ParserUnavailable", "PayloadTooLarge", "SeedProxyError",
-           "SessionNotFound", "StoreError", "UpstreamBodyTooLarge", "UpstreamError", "UpstreamLoop",
-           "UpstreamNotFound",
-           "UpstreamTimeout", "UpstreamUnavailable", "WaitTimeout", "anthropic_type",
-           "error_body"]
+           "ConfigError", "Conflict", "Forbidden", "ModelNotFound", "OverCapacity", "ParserBusy",
+           "ParserUnavailable", "PayloadTooLarge", "SeedProxyError", "SessionNotFound",
+           "StoreError", "UpstreamBodyTooLarge", "UpstreamError", "UpstreamLoop",
+           "UpstreamNotFound", "UpstreamTimeout", "UpstreamUnavailable", "WaitTimeout",
+           "anthropic_type", "error_body"]
 
 
 class SeedProxyError(Exception):
-    """Root of seedproxy's errors (its row: see the module docstring)."""
+    """The root: a 500, never raised for a client's mistake."""
 
     status_code, error_type = 500, "internal_error"
     retry_after_s: int | None = None
@@ -66,7 +43,7 @@ class SeedProxyError(Exception):
 
 
 class ConfigError(SeedProxyError):
-    """Invalid settings, flags or config file."""
+    """Invalid settings, flags or config file (CLI exit 2)."""
 
 
 class BadRequest(SeedProxyError):
@@ -92,6 +69,8 @@ class AuthError(SeedProxyError):
 
 
 class Forbidden(AuthError):
+    """A key that does not reach this session."""
+
     status_code, error_type = 403, "permission_error"
 
 
@@ -167,6 +146,8 @@ class UpstreamLoop(SeedProxyError):
 
 
 class UpstreamUnavailable(UpstreamError):
+    """No upstream could be reached (or every one failed)."""
+
     status_code = 503
 
 

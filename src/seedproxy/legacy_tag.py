@@ -2,10 +2,10 @@
 "triggers": [...], "at_least_one"}``): the shape token-in-token-out mode writes and the
 engine reads.
 
-``legacy_structures`` checks every field's type before anything is read (a
-``ValueError`` naming the field); a ``schema`` is returned as given, for each side to
-check. ``legacy_tag`` is SGLang's ``LegacyStructuralTagResponseFormat`` dumped, key
-order included, as ``to_sampling_params`` sends it under ``structural_tag``.
+``legacy_structures`` checks every field's type first (a ``ValueError`` naming it); a
+``schema`` is returned as given. ``legacy_tag`` is SGLang's
+``LegacyStructuralTagResponseFormat`` dumped (key order included) as
+``to_sampling_params`` sends it under ``structural_tag``.
 """
 
 from __future__ import annotations

@@ -18,16 +18,10 @@ def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
     """Whether ``value`` (parsed JSON) nests more than ``limit`` objects or arrays deep
     (iterative: any depth is measured without recursion)."""
     level: list[Any] = [value] if isinstance(value, _CONTAINERS) else []
-    depth = 1
-    while level:
-        if depth > limit:
-            return True
-        below: list[Any] = []
-        add = below.append
-        for item in level:
-            for child in item.values() if isinstance(item, dict) else item:
-                if isinstance(child, _CONTAINERS):
-                    add(child)
-        level = below
-        depth += 1
-    return False
+    for _ in range(limit):
+        if not level:
+            return False
+        level = [child for item in level
+                 for child in (item.values() if isinstance(item, dict) else item)
+                 if isinstance(child, _CONTAINERS)]
+    return bool(level)

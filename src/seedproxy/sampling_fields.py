@@ -1,24 +1,10 @@
 """Sampling fields of a request, checked: the rules the proxy's token-in-token-out mode
-and the engine share.
-
-Invariants:
-- A bad value is a ``BadRequest`` (400) naming its field, raised before any work on it.
-- Ranges are SGLang's (its messages too): ``frequency_penalty`` and
-  ``presence_penalty`` in [-2, 2], ``repetition_penalty`` in (0, 2]; ``logit_bias``
-  keys are ASCII token ids in the vocabulary, its values finite numbers.
-- A regex must compile with Python's ``re`` (its ``re.error``, ``OverflowError`` and
-  ``RecursionError`` are each a 400 here).
-- A field left out (or ``null``) is ``None``; each side applies its own default.
-
-``response_format`` is read as SGLang's chat route reads it (``format_of``):
-- ``text`` (or no ``response_format``) asks for nothing. ``json_object`` is the schema
-  ``{"type": "object"}``; ``json_schema`` needs ``json_schema.name`` (a string) and
-  ``json_schema.schema`` (an object), sent as ``json.dumps`` of the schema; both go under
-  the ``json_schema`` sampling field.
-- ``structural_tag`` goes under the ``structural_tag`` field as SGLang's chat route writes
-  it: xgrammar's ``format`` form (an object) as sent, the legacy form as
-  ``legacy_tag`` writes it.
-- Anything else is a ``BadRequest`` (400) naming ``response_format``.
+and the engine share. A bad value is a ``BadRequest`` (400) naming its field, raised
+before any work on it; a field left out (or ``null``) is ``None``, each side applying
+its own default. Ranges and messages are SGLang's: ``frequency_penalty`` and
+``presence_penalty`` in [-2, 2], ``repetition_penalty`` in (0, 2]; ``logit_bias`` keys
+are ASCII token ids in the vocabulary, its values finite numbers. A regex must compile
+with Python's ``re``.
 """
 
 from __future__ import annotations
@@ -127,8 +113,12 @@ def _refuse(message: str) -> BadRequest:
 
 
 def format_of(fmt: Any, where: str) -> Format | None:
-    """What ``fmt`` asks for; ``where`` ends the message refusing an unknown type
-    (``"in token-in-token-out mode"``, say)."""
+    """What ``response_format`` ``fmt`` asks for, read as SGLang's chat route reads it:
+    ``text`` (or none) nothing; ``json_object`` the schema ``{"type": "object"}``;
+    ``json_schema`` (with a string ``name`` and an object ``schema``) ``json.dumps`` of
+    the schema; ``structural_tag`` xgrammar's ``format`` form as sent, the legacy form as
+    ``legacy_tag`` writes it. Another type is a 400; ``where`` ends its message (``"in
+    token-in-token-out mode"``, say)."""
     if fmt is None:
         return None
     if not isinstance(fmt, dict) or not isinstance(fmt.get("type"), str):

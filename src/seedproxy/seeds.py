@@ -1,10 +1,7 @@
 """Seed derivation: pure functions of (identity, index), or of (identity, content key,
-occurrence) in the content-keyed mode.
-
-Invariant: ``derive_seed(identity, index)`` depends on nothing but its two arguments.
-No clock, no randomness, no process state. It matches AReaL's rule, so a rollout
-replayed through seedproxy or through AReaL's proxy samples with the same seeds.
-``content_key`` is likewise a pure function of a request body.
+occurrence) in the content-keyed mode; no clock, no randomness, no process state.
+``derive_seed`` is AReaL's rule, so a rollout replayed through seedproxy or AReaL's
+proxy samples with the same seeds.
 """
 
 from __future__ import annotations
@@ -20,10 +17,8 @@ MAX_SEED = 0x7FFFFFFF
 
 
 def derive_seed(identity: str, index: int) -> int:
-    """Return the 31-bit sampling seed of request ``index`` in rollout ``identity``.
-
-    Raises ``ValueError`` for a negative index and ``TypeError`` for a non-int one.
-    """
+    """The 31-bit sampling seed of request ``index`` (a non-negative int) in rollout
+    ``identity``."""
     if isinstance(index, bool) or not isinstance(index, int):
         raise TypeError(f"index must be an int, not {type(index).__name__}")
     if index < 0:
@@ -33,11 +28,9 @@ def derive_seed(identity: str, index: int) -> int:
 
 
 def choice_seeds(identity: str, index: int, n: int) -> list[int]:
-    """Return one seed per choice of an ``n``-choice request.
-
-    Choice 0 keeps ``derive_seed(identity, index)``, so ``n=1`` and ``n>1`` agree on
-    their first sample; choice ``i >= 1`` uses ``derive_seed(f"{identity}:{index}", i)``.
-    """
+    """One seed per choice of an ``n``-choice request: choice 0 keeps
+    ``derive_seed(identity, index)`` (``n=1`` and ``n>1`` agree on their first sample),
+    choice ``i >= 1`` is ``derive_seed(f"{identity}:{index}", i)``."""
     if n < 1:
         raise ValueError(f"n must be at least 1, got {n}")
     first = derive_seed(identity, index)
@@ -45,9 +38,8 @@ def choice_seeds(identity: str, index: int, n: int) -> list[int]:
 
 
 def client_choice_seeds(seed: int, n: int) -> list[int]:
-    """Return one seed per choice of an ``n``-choice request that brought its own
-    ``seed``: choice 0 keeps it, choice ``i >= 1`` uses ``derive_seed(str(seed), i)``
-    (the client's seed taken as the identity), so the choices differ and repeat."""
+    """The same for a request that brought its own ``seed``: choice 0 keeps it, choice
+    ``i >= 1`` is ``derive_seed(str(seed), i)``."""
     if n < 1:
         raise ValueError(f"n must be at least 1, got {n}")
     return [seed] + [derive_seed(str(seed), i) for i in range(1, n)]

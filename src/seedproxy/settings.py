@@ -18,9 +18,9 @@ from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationError, field_validator, model_validator
-from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
+    InitSettingsSource,
     NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
@@ -218,7 +218,9 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, _Environment(settings_cls))
+        # The environment by ``env_values`` (pydantic-settings would read an alias
+        # without the prefix).
+        return (init_settings, InitSettingsSource(settings_cls, env_values()))
 
 
 def is_loopback(host: str) -> bool:
@@ -297,23 +299,10 @@ def unknown_env(environ: Mapping[str, str]) -> list[str]:
     return lines
 
 
-class _Environment(PydanticBaseSettingsSource):
-    """The environment, by ``env_values`` (pydantic-settings would read an alias
-    without the prefix)."""
-
-    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        return None, field_name, False  # unused: __call__ reads every field at once
-
-    def __call__(self) -> dict[str, Any]:
-        return dict(env_values())
-
-
 def load_settings(flags: dict[str, Any], config_file: str | None = None) -> Settings:
-    """Build settings from explicit flags over the environment over a TOML file over
-    the defaults (flags keyed by field name; None means unset).
-
-    Raises ``ConfigError`` with one readable line for any invalid value.
-    """
+    """Settings from explicit flags (keyed by field name; None: unset) over the
+    environment over a TOML file over the defaults; ``ConfigError`` with one readable
+    line for any invalid value."""
     file_values = _canonical(_read_toml(config_file)) if config_file else {}
     explicit = {k: v for k, v in flags.items() if v is not None}
     try:
@@ -337,6 +326,6 @@ def _read_toml(path: str) -> dict[str, Any]:
 
 def _first_error(exc: ValidationError) -> str:
     err = exc.errors()[0]
-    where = ".".join(str(p) for p in err.get("loc", ())) or "settings"
-    message = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
+    where = ".".join(map(str, err["loc"])) or "settings"
+    message = err["msg"].removeprefix("Value error, ")
     return f"{where}: {message}" if where != "settings" else message

@@ -29,13 +29,9 @@ def typed_frame(payload: dict[str, Any]) -> bytes:
 
 
 async def split_events(chunks: AsyncIterator[bytes], max_event_bytes: int) -> AsyncIterator[bytes]:
-    """Yield each complete event (ending in a blank line) the moment it is complete.
-
-    Never waits for more than the current event: a chunk holding several events
-    yields them all at once, a partial event waits only for its own end. Linear: each
-    byte is scanned for a boundary once. An event growing past ``max_event_bytes``
-    raises ``UpstreamBodyTooLarge`` (a 502) instead of buffering on.
-    """
+    """Yield each event (ending in a blank line) the moment it is complete, never
+    waiting for more than the current one; each byte is scanned for a boundary once.
+    An event growing past ``max_event_bytes`` raises ``UpstreamBodyTooLarge`` (502)."""
     buffer = bytearray()
     carry_cr = False  # a chunk ended in "\r": its "\n" may open the next chunk
     async for chunk in chunks:

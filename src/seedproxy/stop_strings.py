@@ -23,12 +23,8 @@ def held_tail(text: str, stops: tuple[str, ...]) -> int:
 
 def first_stop(text: str, stops: tuple[str, ...], start: int = 0) -> tuple[int, str] | None:
     """Where the earliest of ``stops`` begins in ``text`` at or after ``start``, and which."""
-    best: tuple[int, str] | None = None
-    for stop in stops:
-        at = text.find(stop, start)
-        if at >= 0 and (best is None or at < best[0]):
-            best = (at, stop)
-    return best
+    hits = [(at, stop) for stop in stops if (at := text.find(stop, start)) >= 0]
+    return min(hits, key=lambda hit: hit[0], default=None)
 
 
 class StopTrim:
@@ -48,9 +44,8 @@ class StopTrim:
             self._stopped = True
             shown, self._buffer = self._buffer[:hit[0]], ""
             return shown
-        keep = held_tail(self._buffer, self._stops)
-        shown = self._buffer[: len(self._buffer) - keep]
-        self._buffer = self._buffer[len(self._buffer) - keep:]
+        cut = len(self._buffer) - held_tail(self._buffer, self._stops)
+        shown, self._buffer = self._buffer[:cut], self._buffer[cut:]
         return shown
 
     def finish(self) -> str:

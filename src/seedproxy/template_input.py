@@ -1,23 +1,18 @@
-"""What a chat request hands the chat template, prepared as SGLang's chat route does.
+"""What a chat request hands the chat template, prepared as SGLang's chat route does
+(SGLang 0.5.23 ``serving_chat.py`` / ``jinja_template_utils.py``). A bad field is a 400
+naming it, raised before the slot.
 
-Invariants (SGLang 0.5.23 ``serving_chat.py`` / ``jinja_template_utils.py``):
-- ``chat_template_kwargs`` reach the template as extra variables. They are a JSON
-  object of at most ``_MAX_KWARGS_BYTES`` whose keys are not ``apply_chat_template``'s
-  own parameters; anything else is a 400 naming the field, before the slot.
-- A top-level ``reasoning_effort`` (SGLang's levels, or a number from 0 to 0.99) is
-  the template's ``reasoning_effort`` unless the kwargs set one, and sets the kwargs'
-  ``thinking`` and ``enable_thinking`` it leaves unset to whether the effort is not
-  ``"none"``, as SGLang's request model does.
-- ``add_generation_prompt`` (default true) and ``continue_final_message`` are booleans;
-  continuing needs a final assistant message and an ``add_generation_prompt`` that was
-  not set true (transformers refuses both at once).
-- A template whose content format is "string" (no loop over ``message.content``) gets
-  text parts joined with a space; an "openai" one keeps the text parts as a list. A
-  media part is a 400, except an image of a vision model (``vision.py``) under an
-  "openai" template: it is kept in place as ``{"type": "image"}``.
-- ``rendered`` applies the template with those options; a template that cannot render
-  the messages (an error of the template or of an expression over a missing field) or
-  renders no text is a 400 naming ``messages``.
+- ``chat_template_kwargs`` reach the template as extra variables: a JSON object of at
+  most ``_MAX_KWARGS_BYTES`` that sets none of ``apply_chat_template``'s own parameters.
+- A top-level ``reasoning_effort`` (SGLang's levels, or a number from 0 to 0.99) is the
+  template's ``reasoning_effort`` and sets ``thinking`` and ``enable_thinking`` to
+  whether it is not ``"none"``, each where the kwargs leave it unset (SGLang's request
+  model).
+- Continuing (``continue_final_message``) needs a final assistant message and an
+  ``add_generation_prompt`` not set true (transformers refuses both at once).
+- A "string" template (no loop over ``message.content``) gets text parts joined with a
+  space, an "openai" one the list; a media part is a 400, except an image of a vision
+  model (``vision.py``) under an "openai" template, kept as ``{"type": "image"}``.
 - ``content: null`` is "", keys whose value is null are dropped, and a tool call's
   ``arguments`` string that holds a JSON object is parsed into it.
 """
@@ -111,7 +106,6 @@ def render_options(body: dict[str, Any], reserved: frozenset[str]) -> RenderOpti
 
 
 def _add_effort(effort: Any, kwargs: dict[str, Any]) -> None:
-    """A request's ``reasoning_effort`` into the template kwargs (see above)."""
     if effort is None:
         return
     level = isinstance(effort, str) and effort in _EFFORTS
@@ -174,41 +168,37 @@ def _content(content: Any, fmt: str, images: bool) -> Any:
         kind = part.get("type") if isinstance(part, dict) else None
         if kind in _TEXT_PARTS and isinstance(part.get("text"), str):
             parts.append({"type": "text", "text": part["text"]})
-            continue
-        if kind == "image_url" and images and fmt == "openai":
+        elif kind == "image_url" and images and fmt == "openai":
             parts.append({"type": "image"})  # the template writes its placeholder
-            continue
-        name = kind if isinstance(kind, str) else type(part).__name__
-        raise BadRequest(f"content parts of type {name!r} are not supported: in "
-                         "token-in-token-out mode the model takes text only (send text "
-                         "parts)", param="messages")
+        else:
+            name = kind if isinstance(kind, str) else type(part).__name__
+            raise BadRequest(f"content parts of type {name!r} are not supported: in "
+                             "token-in-token-out mode the model takes text only (send text "
+                             "parts)", param="messages")
     if fmt == "openai":
         return parts
     return " ".join(part["text"] for part in parts)
 
 
 def _arguments(raw: Any) -> Any:
-    if isinstance(raw, str):
-        try:
-            parsed = json.loads(raw)
-        except json.JSONDecodeError:
-            return raw
-        except (RecursionError, ValueError):  # too deep for json; an int over 4,300 digits
-            raise unreadable_arguments() from None
-        if too_deep(parsed):
-            raise unreadable_arguments()
-        return parsed if isinstance(parsed, dict) else raw
-    return raw
+    if not isinstance(raw, str):
+        return raw
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
+    except (RecursionError, ValueError):  # too deep for json; an int over 4,300 digits
+        raise unreadable_arguments() from None
+    if too_deep(parsed):
+        raise unreadable_arguments()
+    return parsed if isinstance(parsed, dict) else raw
 
 
-def _calls(calls: list[Any]) -> list[Any]:
-    out = []
-    for call in calls:
-        fn = call.get("function") if isinstance(call, dict) else None
-        if isinstance(fn, dict) and "arguments" in fn:
-            call = {**call, "function": {**fn, "arguments": _arguments(fn["arguments"])}}
-        out.append(call)
-    return out
+def _call(call: Any) -> Any:
+    fn = call.get("function") if isinstance(call, dict) else None
+    if isinstance(fn, dict) and "arguments" in fn:
+        return {**call, "function": {**fn, "arguments": _arguments(fn["arguments"])}}
+    return call
 
 
 def template_messages(messages: list[dict[str, Any]], fmt: str, *,
@@ -221,7 +211,7 @@ def template_messages(messages: list[dict[str, Any]], fmt: str, *,
         copy["content"] = _content(message.get("content"), fmt, images)
         calls = copy.get("tool_calls")
         if isinstance(calls, list):
-            copy["tool_calls"] = _calls(calls)
+            copy["tool_calls"] = [_call(call) for call in calls]
         out.append(copy)
     return out
 

@@ -1,22 +1,17 @@
 """A chat request's ``tools`` and ``tool_choice``, checked, and the grammar that forces a
-call, as SGLang's chat route builds them.
+call, as SGLang's chat route builds them (``serving_chat.py`` ``_validate_request``,
+``function_call/utils.py`` ``get_json_schema_constraint``).
 
-Invariants (SGLang's, read from ``serving_chat.py`` ``_validate_request`` and
-``function_call/utils.py`` ``get_json_schema_constraint`` / ``_get_tool_schema``):
-- ``tools`` is a list of ``{"type": "function", "function": {"name", "parameters"?}}``;
-  each ``parameters`` must be a valid JSON Schema (Draft 2020-12); ``tool_choice`` is
-  ``auto``, ``none``, ``required`` or ``{"type": "function", "function": {"name"}}``
-  naming one of the tools. Anything else is a ``ToolChoiceError`` naming the problem,
+- ``tools``: ``{"type": "function", "function": {"name", "parameters"?}}`` each, whose
+  ``parameters`` is a valid JSON Schema (Draft 2020-12); ``tool_choice``: ``auto``,
+  ``none``, ``required`` or one of the tools by name. Else a ``ToolChoiceError``,
   raised before any work.
 - ``required`` forces a JSON array (at least one item, at most one without
-  ``parallel_tool_calls``) of ``{"name": <one tool's name>, "parameters": <its
-  schema>}``; a named tool forces the same array over that tool only. The schema is
-  ``json.dumps`` of SGLang's dict, key order included, so the ``json_schema`` string
-  an upstream receives is the one SGLang's chat route would send.
-- ``parse_forced`` reads such an array back as (name, arguments JSON) pairs; anything
-  else is None (the text stays content, as on SGLang's route).
-- A forced call with another constraint (``response_format``, ``regex``, ``ebnf``,
-  ``json_schema``) is refused, as SGLang 0.5.23's ``to_sampling_params`` refuses it.
+  ``parallel_tool_calls``) of ``{"name", "parameters"}`` of the tools; a named tool, the
+  same over that tool alone. The schema is ``json.dumps`` of SGLang's dict, key order
+  included, so an upstream receives the ``json_schema`` string SGLang's route sends.
+- A forced call with another constraint is refused, as SGLang's ``to_sampling_params``
+  refuses it.
 """
 
 from __future__ import annotations
@@ -29,9 +24,6 @@ from .nesting import too_deep
 
 __all__ = ["Forcing", "ToolChoiceError", "forcing_of", "parse_forced", "tool_defs",
            "tools_rendered"]
-
-_FREE = ("auto", "none")
-
 
 class ToolChoiceError(ValueError):
     """A bad ``tools`` or ``tool_choice``: a 400 naming ``param``."""
@@ -82,7 +74,7 @@ def _check_parameters(tool: dict[str, Any], i: int) -> None:
 
 def _chosen(choice: Any) -> str | None:
     """The named tool of a ``tool_choice`` object; None for auto/none/required."""
-    if choice is None or choice in (*_FREE, "required"):
+    if choice is None or choice in ("auto", "none", "required"):
         return None
     name = None
     if isinstance(choice, dict) and choice.get("type") == "function":
@@ -138,17 +130,15 @@ def forcing_of(body: dict[str, Any]) -> Forcing | None:
         raise ToolChoiceError(f"Tool '{named[:64]}' not found in tools list.", "tool_choice")
     for i, tool in enumerate(tools):
         _check_parameters(tool, i)
-    parallel = body.get("parallel_tool_calls", True)
-    if parallel is None:
-        parallel = True
-    if not isinstance(parallel, bool):
+    parallel = body.get("parallel_tool_calls")
+    if parallel is not None and not isinstance(parallel, bool):
         raise ToolChoiceError("parallel_tool_calls must be a boolean", "parallel_tool_calls")
     if choice != "required" and named is None:
         return None
     items = (_tool_schema(tools[names.index(named)]) if named is not None
              else {"type": "object", "anyOf": [_tool_schema(t) for t in tools]})
     schema: dict[str, Any] = {"type": "array", "minItems": 1, "items": items}
-    if not parallel:
+    if parallel is False:
         schema["maxItems"] = 1
     defs = tool_defs(tools) if named is None else {}
     if defs:

@@ -1,12 +1,10 @@
 """Protocol bridges: the Responses and Anthropic Messages APIs to and from chat
 completions, for upstreams that serve only chat. Pure translation, no I/O.
 
-``as_chat`` is the one rule for which client requests go upstream as a chat completion
-instead, for live traffic (``pipeline.admission``) and for replay verification
-(``proxy.replay``), so a replay asks the upstream exactly what the live request did: a
-Messages request always goes as chat; a Responses request goes as chat in
-token-in-token-out mode (the proxy renders chat) or where the backend cannot seed its own
-``/v1/responses``. ``BadRequest`` names the first field a translation cannot carry.
+``as_chat`` is the one rule for which requests go upstream as chat, for live traffic
+(``pipeline.admission``) and replay verification (``proxy.replay``) alike: Messages
+always; Responses in token-in-token-out mode (the proxy renders chat) or where the
+backend cannot seed its own ``/v1/responses``.
 """
 
 from __future__ import annotations

@@ -5,44 +5,25 @@ conversation (system, text, images, tool_use / tool_result, tools, sampling fiel
 ``output_config.format`` as a JSON-schema ``response_format``); fields that change
 nothing a chat upstream can do (``metadata``, ``thinking``, ``output_config.effort``,
 ``context_management``, ``cache_control``, ``service_tier``) are accepted and left
-out. ``anthropic_events`` turns the chat answer back into a Message. Ids derive from
-the request's seed (``MessageIds``), never from a clock or randomness.
+out. ``anthropic_events`` turns the chat answer back into a Message.
 """
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import orjson
 
 from ..errors import BadRequest
-from ..nesting import too_deep
-from ..wire.shapes import reasoning_tokens
 
-__all__ = [
-    "MessageIds",
-    "STOP_REASONS",
-    "delta_usage",
-    "message_usage",
-    "stop_details",
-    "stop_reason",
-    "text_block",
-    "to_chat",
-    "tool_input",
-    "tool_use_block",
-]
+__all__ = ["STOP_REASONS", "to_chat"]
 
 _SAMPLING = ("temperature", "top_p", "top_k")
 _TOOL_CHOICES = {"auto": "auto", "any": "required", "none": "none"}
-STOP_REASONS = {
-    "stop": "end_turn",
-    "length": "max_tokens",
-    "tool_calls": "tool_use",
-    "function_call": "tool_use",
-    "content_filter": "refusal",
-}
+STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
+                "function_call": "tool_use", "content_filter": "refusal"}
 """Chat ``finish_reason`` -> Messages ``stop_reason`` (a matched stop sequence aside)."""
+
 
 def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     """The chat completion request for Messages ``body``; ``BadRequest`` names the
@@ -61,9 +42,7 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
         messages.extend(_message(message))
     chat: dict[str, Any] = {"model": body.get("model"), "messages": messages,
                             "max_tokens": max_tokens}
-    for key in _SAMPLING:
-        if body.get(key) is not None:
-            chat[key] = body[key]
+    chat.update({key: body[key] for key in _SAMPLING if body.get(key) is not None})
     stops = body.get("stop_sequences")
     if stops is not None:
         if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
@@ -106,12 +85,19 @@ def _block_kind(block: Any, param: str) -> str:
 def _system_text(system: Any) -> str:
     if system is None or isinstance(system, str):
         return system or ""
+    return "\n\n".join(_texts(system, "system", "system: only text blocks are supported"))
+
+
+def _texts(blocks: Any, param: str, refusal: str) -> list[str]:
+    """The texts of a list of text blocks; another block is a 400 (``refusal``, formatted
+    with the block's ``kind``)."""
     texts = []
-    for block in _list(system, "system"):
-        if _block_kind(block, "system") != "text" or not isinstance(block.get("text"), str):
-            raise BadRequest("system: only text blocks are supported", param="system")
+    for block in _list(blocks, param):
+        kind = _block_kind(block, param)
+        if kind != "text" or not isinstance(block.get("text"), str):
+            raise BadRequest(refusal.format(kind=kind), param=param)
         texts.append(block["text"])
-    return "\n\n".join(texts)
+    return texts
 
 
 def _message(message: Any) -> list[dict[str, Any]]:
@@ -146,18 +132,16 @@ def _message(message: Any) -> list[dict[str, Any]]:
         else:
             raise BadRequest(f"messages: unsupported {role} content block {kind!r}",
                              param="messages")
-    out: list[dict[str, Any]] = list(results)
     if role == "assistant":
         text = "".join(p["text"] for p in parts)
         if calls:
-            out.append({"role": "assistant", "content": text or None, "tool_calls": calls})
-        else:
-            out.append({"role": "assistant", "content": text})
-    elif parts:
-        texts_only = all(p["type"] == "text" for p in parts)
-        out.append({"role": "user",
-                    "content": "".join(p["text"] for p in parts) if texts_only else parts})
-    return out
+            return [{"role": role, "content": text or None, "tool_calls": calls}]
+        return [{"role": role, "content": text}]
+    if not parts:
+        return results
+    texts_only = all(p["type"] == "text" for p in parts)
+    return [*results, {"role": role,
+                       "content": "".join(p["text"] for p in parts) if texts_only else parts}]
 
 
 def _image_url(block: dict[str, Any]) -> str:
@@ -184,14 +168,8 @@ def _result(block: dict[str, Any]) -> dict[str, Any]:
     if content is None or isinstance(content, str):
         text = content or ""
     else:
-        texts = []
-        for part in _list(content, "messages"):
-            kind = _block_kind(part, "messages")
-            if kind != "text" or not isinstance(part.get("text"), str):
-                raise BadRequest(f"messages: unsupported tool_result block {kind!r}",
-                                 param="messages")
-            texts.append(part["text"])
-        text = "".join(texts)
+        text = "".join(_texts(content, "messages",
+                              "messages: unsupported tool_result block {kind!r}"))
     return {"role": "tool", "tool_call_id": block["tool_use_id"], "content": text}
 
 
@@ -219,93 +197,3 @@ def _tool_choice(choice: Any, chat: dict[str, Any]) -> None:
                          param="tool_choice")
     if isinstance(choice, dict) and choice.get("disable_parallel_tool_use") is True:
         chat["parallel_tool_calls"] = False
-
-
-class MessageIds:
-    """Ids of one answer: ``msg_...`` and ``toolu_...``, from the seed when there is one
-    (replays get the same ids), else from the upstream's own ids."""
-
-    def __init__(self, seed: int | None, upstream_id: Any, body: dict[str, Any]) -> None:
-        # The turn (how many messages came in) keeps ids distinct under a fixed seed.
-        turn = len(body.get("messages") or [])
-        basis = f"seed:{seed}:{turn}" if seed is not None else f"upstream:{upstream_id}"
-        self._basis = basis
-        self.message = "msg_" + _hex(basis, 24)
-
-    def tool(self, position: int) -> str:
-        return "toolu_" + _hex(f"{self._basis}:{position}", 24)
-
-
-def _hex(text: str, size: int) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:size]
-
-
-def tool_input(arguments: Any) -> dict[str, Any]:
-    """A tool call's JSON arguments as the ``input`` object; arguments that are not a
-    JSON object, or nest deeper than ``nesting.MAX_DEPTH`` (a model's broken output), are kept
-    whole under ``_raw_arguments``."""
-    if not isinstance(arguments, str) or not arguments.strip():
-        return {}
-    try:
-        parsed = orjson.loads(arguments)
-    except orjson.JSONDecodeError:
-        return {"_raw_arguments": arguments}
-    if not isinstance(parsed, dict) or too_deep(parsed):
-        return {"_raw_arguments": arguments}
-    return parsed
-
-
-def stop_reason(
-    finish_reason: Any, matched: Any, body: dict[str, Any]
-) -> tuple[str | None, str | None]:
-    """(stop_reason, stop_sequence) for a chat choice's finish."""
-    if finish_reason is None:
-        return None, None
-    stops = body.get("stop_sequences") or []
-    if finish_reason == "stop" and isinstance(matched, str) and matched in stops:
-        return "stop_sequence", matched
-    return STOP_REASONS.get(str(finish_reason), "end_turn"), None
-
-
-def delta_usage(usage: Any) -> dict[str, Any]:
-    """``message_delta``'s usage (``MessageDeltaUsage``): token counts, no server tools;
-    ``output_tokens_details.thinking_tokens`` the upstream's reasoning tokens (0 where it
-    counts none), at most ``output_tokens``."""
-    usage = usage if isinstance(usage, dict) else {}
-    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
-    return {
-        "input_tokens": int(usage.get("prompt_tokens") or 0),
-        "output_tokens": int(usage.get("completion_tokens") or 0),
-        "output_tokens_details": {"thinking_tokens": reasoning_tokens(usage)},
-        "cache_creation_input_tokens": 0,
-        "cache_read_input_tokens": int(cached),
-        "server_tool_use": None,
-    }
-
-
-def message_usage(usage: Any) -> dict[str, Any]:
-    """A Message's ``Usage``: the upstream's counts; prefix-cache hits are cache reads,
-    and nothing is written to a cache Anthropic's way (``cache_creation`` zeros)."""
-    return {
-        **delta_usage(usage),
-        "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0},
-        "inference_geo": None,
-        "service_tier": "standard",
-    }
-
-
-def stop_details(reason: str | None) -> dict[str, Any] | None:
-    """``stop_details``: a refusal's (with no category or explanation known), else null."""
-    if reason != "refusal":
-        return None
-    return {"type": "refusal", "category": None, "explanation": None}
-
-
-def text_block(text: str) -> dict[str, Any]:
-    return {"type": "text", "text": text, "citations": None}
-
-
-def tool_use_block(block_id: str, name: str, tool_input: dict[str, Any]) -> dict[str, Any]:
-    """A ``tool_use`` block; the model itself made the call (``caller: direct``)."""
-    return {"type": "tool_use", "id": block_id, "name": name, "input": tool_input,
-            "caller": {"type": "direct"}}

@@ -4,6 +4,7 @@ the events it streams."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["ChunkWalker", "whole_chunk"]
@@ -27,6 +28,11 @@ class ChunkWalker:
     """Walks choice 0 of each chunk (other choices are not shown): its non-empty
     reasoning, then its non-empty content, then its tool call deltas, then its finish."""
 
+    _on_reasoning: Callable[[str], list[dict[str, Any]]]
+    _on_text: Callable[[str, dict[str, Any]], list[dict[str, Any]]]
+    _on_call: Callable[[dict[str, Any]], list[dict[str, Any]]]
+    _on_finish: Callable[[dict[str, Any]], None]
+
     def _walk(self, chunk: dict[str, Any]) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = []
         for choice in chunk.get("choices") or []:
@@ -45,15 +51,3 @@ class ChunkWalker:
             if choice.get("finish_reason") is not None:
                 self._on_finish(choice)
         return events
-
-    def _on_reasoning(self, piece: str) -> list[dict[str, Any]]:
-        raise NotImplementedError
-
-    def _on_text(self, piece: str, choice: dict[str, Any]) -> list[dict[str, Any]]:
-        raise NotImplementedError
-
-    def _on_call(self, call: dict[str, Any]) -> list[dict[str, Any]]:
-        raise NotImplementedError
-
-    def _on_finish(self, choice: dict[str, Any]) -> None:
-        raise NotImplementedError

@@ -1,9 +1,7 @@
 """Responses API <-> chat completions, for upstreams whose /v1/responses drops ``seed``.
-
-Pure translation, no I/O. ``to_chat`` turns a Responses request into the chat request
-that carries the same conversation (instructions, messages, function and custom tool
-calls and their outputs, the tools as ``responses_tools`` renders them, sampling
-fields); ``responses_events`` turns the chat answer back into a Responses object.
+Pure translation, no I/O: ``to_chat`` is the chat request carrying the same
+conversation (the tools as ``responses_tools`` renders them); ``responses_events`` turns
+the chat answer back into a Responses object.
 """
 
 from __future__ import annotations
@@ -25,10 +23,8 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     """Return the chat completion request for Responses ``body``; ``BadRequest`` names
     the first field or input item the translation cannot carry."""
     if body.get("previous_response_id") is not None:
-        raise BadRequest(
-            "previous_response_id is not supported: send the whole conversation as input",
-            param="previous_response_id",
-        )
+        raise BadRequest("previous_response_id is not supported: send the whole conversation "
+                         "as input", param="previous_response_id")
     messages: list[dict[str, Any]] = []
     instructions = body.get("instructions")
     if isinstance(instructions, str) and instructions:
@@ -103,9 +99,7 @@ def _input_messages(items: Any) -> list[dict[str, Any]]:
             output = item.get("output")
             text = output if isinstance(output, str) else _text_of(output)
             messages.append({"role": "tool", "tool_call_id": item.get("call_id"), "content": text})
-        elif kind == "reasoning":
-            continue
-        else:
+        elif kind != "reasoning":
             raise BadRequest(f"unsupported input item type {kind!r}", param="input")
     return messages
 
@@ -144,11 +138,8 @@ def chat_usage_to_responses(usage: Any) -> dict[str, Any] | None:
     if not isinstance(usage, dict):
         return None
     cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
-    reasoning = reasoning_tokens(usage)
-    return {
-        "input_tokens": usage.get("prompt_tokens", 0),
-        "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
-        "output_tokens": usage.get("completion_tokens", 0),
-        "output_tokens_details": {"reasoning_tokens": reasoning},
-        "total_tokens": usage.get("total_tokens", 0),
-    }
+    return {"input_tokens": usage.get("prompt_tokens", 0),
+            "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
+            "output_tokens": usage.get("completion_tokens", 0),
+            "output_tokens_details": {"reasoning_tokens": reasoning_tokens(usage)},
+            "total_tokens": usage.get("total_tokens", 0)}

@@ -1,27 +1,17 @@
-"""Streamed chat chunks -> the Responses API's streaming events.
+"""Streamed chat chunks -> the Responses API's streaming events, as the openai SDK's
+``responses.stream`` accumulates them: ``response.created``, ``response.in_progress``;
+per output item ``output_item.added`` -> its deltas -> its done events ->
+``output_item.done`` (the upstream's ``reasoning_content`` first, as a reasoning item; a
+freeform call's whole input as one ``custom_tool_call_input.delta`` once the call is
+complete); last ``response.completed`` carrying the whole response. ``sequence_number``
+counts from 0, the ``error`` event of a failed stream included. ``to_response`` is what a
+whole answer's events add up to. Ids derive from the upstream's own ids, never from a
+clock or randomness.
 
-Emits what the openai SDK's ``client.responses.stream(...)`` accumulates:
-``response.created``, ``response.in_progress``, per message ``output_item.added`` ->
-``content_part.added`` -> ``output_text.delta``... -> ``output_text.done`` ->
-``content_part.done`` -> ``output_item.done``, per function call ``output_item.added``
--> ``function_call_arguments.delta``... -> ``.done`` -> ``output_item.done`` (a call to a
-freeform tool: ``output_item.added`` -> ``custom_tool_call_input.delta`` (the whole
-input, once the call is complete) -> ``.done`` -> ``output_item.done``), and last
-``response.completed`` carrying the whole response. The upstream's
-``reasoning_content`` comes first, as a reasoning item: ``output_item.added`` ->
-``reasoning_text.delta``... -> ``reasoning_text.done`` -> ``output_item.done``.
-``sequence_number`` counts from 0, the ``error`` event of a failed stream included.
-``to_response`` is the response the events of a whole answer add up to. Ids derive
-from the upstream's own ids, never from a clock or randomness.
-
-``envelope`` is the Responses object around a bridged answer: every field the
-published schemas require (OpenAI's ``Response``, Open Responses'
-``ResponseResource``), each with the value that holds for a request the proxy served
-through a chat upstream. ``completed_at`` comes from the caller. Settings the chat
-translation carries (``temperature``, ``top_p``, penalties, ``top_logprobs``, tools,
-``text.format``...) echo the request, with the OpenAI defaults where the request left
-them out; settings it does not carry show what was used instead: nothing stored
-(``store: false``), nothing run in the background, no truncation, no reasoning
+``envelope`` holds every field the published schemas require (OpenAI's ``Response``,
+Open Responses' ``ResponseResource``): settings the chat translation carries echo the
+request (OpenAI's defaults where it left them out); the others show what was used
+instead: nothing stored, nothing in the background, no truncation, no reasoning
 configuration, no tool-call cap.
 """
 
@@ -49,15 +39,18 @@ def _text_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def _tool(tool: Any) -> Any:
     """A function tool as the Response shows it: every field present."""
     if not isinstance(tool, dict) or tool.get("type") != "function":
         return tool  # namespace, custom and hosted tools: shown as the request gave them
-    strict = tool.get("strict")
+    parameters, strict = tool.get("parameters"), tool.get("strict")
     return {"type": "function", "name": tool.get("name"),
             "description": _text_or_none(tool.get("description")),
-            "parameters": tool.get("parameters") if isinstance(tool.get("parameters"), dict)
-            else None,
+            "parameters": parameters if isinstance(parameters, dict) else None,
             "strict": strict if isinstance(strict, bool) else None}
 
 
@@ -71,22 +64,17 @@ def _tool_choice(choice: Any) -> Any:
 
 def _text(body: dict[str, Any]) -> dict[str, Any]:
     """``text`` with its ``format`` whole (a JSON schema format names every field)."""
-    text = body.get("text")
-    given: dict[str, Any] = text if isinstance(text, dict) else {}
-    fmt = given.get("format")
-    kind = fmt.get("type") if isinstance(fmt, dict) else None
-    out: dict[str, Any] = {k: v for k, v in given.items() if k == "verbosity"}
-    if kind == "json_schema":
-        assert isinstance(fmt, dict)
+    given = _object(body.get("text"))
+    fmt = _object(given.get("format"))
+    out: dict[str, Any] = {"verbosity": given["verbosity"]} if "verbosity" in given else {}
+    if fmt.get("type") == "json_schema":
         schema = fmt.get("schema")
         out["format"] = {"type": "json_schema", "name": str(fmt.get("name") or ""),
                          "description": _text_or_none(fmt.get("description")),
                          "schema": schema if isinstance(schema, dict) else None,
                          "strict": fmt.get("strict") is True}
-    elif kind == "json_object":
-        out["format"] = {"type": "json_object"}
     else:
-        out["format"] = {"type": "text"}
+        out["format"] = {"type": "json_object" if fmt.get("type") == "json_object" else "text"}
     return out
 
 
@@ -143,24 +131,18 @@ def envelope(
     }
 
 
+def _logprob(entry: dict[str, Any]) -> dict[str, Any]:
+    return {"token": entry.get("token", ""), "bytes": entry.get("bytes") or [],
+            "logprob": entry.get("logprob", 0.0)}
+
+
 def response_logprobs(choice: dict[str, Any]) -> list[dict[str, Any]]:
     """Chat ``logprobs.content`` entries in the Responses ``output_text.logprobs`` shape."""
     block = choice.get("logprobs")
     content = block.get("content") if isinstance(block, dict) else None
-    out = []
-    for entry in content or []:
-        if isinstance(entry, dict):
-            out.append({
-                "token": entry.get("token", ""),
-                "bytes": entry.get("bytes") or [],
-                "logprob": entry.get("logprob", 0.0),
-                "top_logprobs": [
-                    {"token": t.get("token", ""), "bytes": t.get("bytes") or [],
-                     "logprob": t.get("logprob", 0.0)}
-                    for t in entry.get("top_logprobs") or [] if isinstance(t, dict)
-                ],
-            })
-    return out
+    return [{**_logprob(entry), "top_logprobs": [
+                _logprob(t) for t in entry.get("top_logprobs") or [] if isinstance(t, dict)]}
+            for entry in content or [] if isinstance(entry, dict)]
 
 
 class ResponsesEvents(ChunkWalker):
@@ -175,8 +157,7 @@ class ResponsesEvents(ChunkWalker):
         self._created: Any = 0
         self._model: Any = None
         self._output: list[dict[str, Any]] = []
-        self._text: dict[str, Any] | None = None  # the open message item
-        self._text_index = -1
+        self._text: dict[str, Any] | None = None  # the message item, once opened
         self._reasoning: dict[str, Any] | None = None  # the reasoning item, once opened
         self._plan = plan_tools(body.get("tools"))
         self._calls: dict[int, tuple[int, dict[str, Any]]] = {}  # chat tool index -> (output, item)
@@ -189,6 +170,18 @@ class ResponsesEvents(ChunkWalker):
         event = {"type": kind, "sequence_number": self._seq, **fields}
         self._seq += 1
         return event
+
+    def _part(self, kind: str, item: dict[str, Any], position: int,
+              **fields: Any) -> dict[str, Any]:
+        """An event on content part 0 of ``item``, at ``position`` in the output."""
+        return self._event(kind, item_id=item["id"], output_index=position, content_index=0,
+                           **fields)
+
+    def _add(self, item: dict[str, Any], shown: dict[str, Any]) -> dict[str, Any]:
+        """Append ``item`` to the output; its ``output_item.added`` event shows ``shown``."""
+        self._output.append(item)
+        return self._event("response.output_item.added", output_index=len(self._output) - 1,
+                           item=shown)
 
     def _envelope(self, status: str, completed_at: int | None = None) -> dict[str, Any]:
         return envelope(self._body, self._id or "resp_0", self._created, self._model, status=status,
@@ -215,46 +208,32 @@ class ResponsesEvents(ChunkWalker):
 
     def _on_reasoning(self, piece: str) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = []
-        if self._reasoning is None:
-            # the upstream's reasoning_content; no summary is made
+        if self._reasoning is None:  # the upstream's reasoning_content; no summary is made
             self._reasoning = {"id": f"rs_{self._id}", "type": "reasoning", "summary": [],
                                "content": [{"type": "reasoning_text", "text": ""}]}
-            self._output.append(self._reasoning)
-            added = dict(self._reasoning, content=[])
-            events.append(self._event("response.output_item.added",
-                                      output_index=len(self._output) - 1, item=added))
+            events.append(self._add(self._reasoning, dict(self._reasoning, content=[])))
         self._reasoning["content"][0]["text"] += piece
-        events.append(self._event("response.reasoning_text.delta", item_id=self._reasoning["id"],
-                                  output_index=self._output.index(self._reasoning),
-                                  content_index=0, delta=piece))
+        events.append(self._part("response.reasoning_text.delta", self._reasoning,
+                                 self._output.index(self._reasoning), delta=piece))
         return events
 
     def _on_text(self, piece: str, choice: dict[str, Any]) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = []
         if self._text is None:
-            self._text_index = len(self._output)
-            part: dict[str, Any] = {"type": "output_text", "text": "", "annotations": []}
-            if self._logprobs:
-                part["logprobs"] = []
+            blank = {"type": "output_text", "text": "", "annotations": []}
             self._text = {"id": f"msg_{self._id}", "type": "message", "role": "assistant",
-                          "status": "in_progress", "content": [part]}
-            self._output.append(self._text)
-            events.append(self._event("response.output_item.added",
-                                      output_index=self._text_index,
-                                      item=dict(self._text, content=[])))
-            events.append(self._event(
-                "response.content_part.added", item_id=self._text["id"],
-                output_index=self._text_index, content_index=0,
-                part={"type": "output_text", "text": "", "annotations": []},
-            ))
+                          "status": "in_progress",
+                          "content": [dict(blank, logprobs=[]) if self._logprobs else dict(blank)]}
+            events.append(self._add(self._text, dict(self._text, content=[])))
+            events.append(self._part("response.content_part.added", self._text,
+                                     len(self._output) - 1, part=blank))
         part = self._text["content"][0]
         part["text"] += piece
         logprobs = response_logprobs(choice) if self._logprobs else []
         if self._logprobs:
             part["logprobs"].extend(logprobs)
-        events.append(self._event("response.output_text.delta", item_id=self._text["id"],
-                                  output_index=self._text_index, content_index=0,
-                                  delta=piece, logprobs=logprobs))
+        events.append(self._part("response.output_text.delta", self._text,
+                                 self._output.index(self._text), delta=piece, logprobs=logprobs))
         return events
 
     def _on_call(self, call: dict[str, Any]) -> list[dict[str, Any]]:
@@ -266,9 +245,7 @@ class ResponsesEvents(ChunkWalker):
             item = call_output_item(self._plan, call_id, function.get("name") or "", "",
                                     "in_progress")
             self._calls[index] = (len(self._output), item)
-            self._output.append(item)
-            events.append(self._event("response.output_item.added",
-                                      output_index=len(self._output) - 1, item=dict(item)))
+            events.append(self._add(item, dict(item)))
         position, item = self._calls[index]
         if function.get("name") and not item["name"]:  # named after it was opened
             named = call_output_item(self._plan, item["call_id"], function["name"],
@@ -300,26 +277,17 @@ class ResponsesEvents(ChunkWalker):
 
     def finish(self) -> list[dict[str, Any]]:
         """Close every open item and complete the response; call once, at the end."""
-        events: list[dict[str, Any]] = []
-        if self._id is None:
-            events.extend(self.feed({}))
+        events = self.feed({}) if self._id is None else []
         for position, item in enumerate(self._output):
             if item["type"] == "reasoning":
-                events.append(self._event("response.reasoning_text.done", item_id=item["id"],
-                                          output_index=position, content_index=0,
-                                          text=item["content"][0]["text"]))
-                events.append(
-                    self._event("response.output_item.done", output_index=position, item=item)
-                )
-                continue
-            if item["type"] == "message":
+                events.append(self._part("response.reasoning_text.done", item, position,
+                                         text=item["content"][0]["text"]))
+            elif item["type"] == "message":
                 item["status"] = "completed"
                 part = item["content"][0]
-                events.append(self._event("response.output_text.done", item_id=item["id"],
-                                          output_index=position, content_index=0,
-                                          text=part["text"], logprobs=part.get("logprobs") or []))
-                events.append(self._event("response.content_part.done", item_id=item["id"],
-                                          output_index=position, content_index=0, part=part))
+                events.append(self._part("response.output_text.done", item, position,
+                                         text=part["text"], logprobs=part.get("logprobs") or []))
+                events.append(self._part("response.content_part.done", item, position, part=part))
             else:
                 events.extend(self._close_call(position, item))
             events.append(
@@ -342,8 +310,7 @@ class ResponsesEvents(ChunkWalker):
         ``incomplete`` response (a stream that failed), or None when nothing did."""
         if self._final is not None or self._id is None:
             return self._final
-        return envelope(self._body, self._id, self._created, self._model, status="incomplete",
-                        output=list(self._output), usage=self._usage)
+        return self._envelope("incomplete")
 
 
 def to_response(body: dict[str, Any], answer: dict[str, Any], completed_at: int) -> dict[str, Any]:

@@ -1,24 +1,15 @@
 """The Responses API's tools as a chat model sees them, and its calls back as items.
+Pure, no I/O; the policy is docs/routes.md's "Responses tools" table:
 
-Pure, no I/O. The policy (docs/routes.md, "Responses tools"):
-
-- ``function``: a chat function, as it is.
-- ``namespace``: each function (or custom tool) inside it is a chat function named
-  ``{namespace}__{name}`` (the namespace's trailing and the name's leading ``_``
-  trimmed, as Codex flattens one); the model's call to that name comes back as a
-  ``function_call`` (or ``custom_tool_call``) item with ``name`` and ``namespace``
-  apart, and a resent call with a ``namespace`` is flattened the same way, so a
-  resent history renders as it was sampled.
-- ``custom`` (freeform: the model writes raw text): a chat function with one string
-  parameter ``input``; its description says the input is free text and, when the tool
-  carries a grammar, quotes it (``syntax`` and ``definition``). The call is not
-  constrained by that grammar. It comes back as a ``custom_tool_call`` with ``input``
-  (the ``input`` string of the arguments; arguments that are not such an object, as
-  written); a resent ``custom_tool_call`` is the call with ``{"input": ...}``.
-- every other type (``web_search``, ``file_search``, ``code_interpreter``,
-  ``image_generation``, ``computer_use_preview``, ``mcp``, ``local_shell``...): a tool
-  the server would run, which this proxy cannot: left out of the prompt, and its type
-  named in the interaction's record (``left_out_tools``).
+- ``function``: as it is. ``namespace``: each function (or custom tool) inside it as a
+  chat function ``flat_name(namespace, name)``, its calls back with ``name`` and
+  ``namespace`` apart; a resent call is flattened the same way, so a resent history
+  renders as it was sampled.
+- ``custom`` (freeform): a chat function with one string parameter ``input`` (the
+  grammar quoted in its description, not enforced); its call comes back as a
+  ``custom_tool_call`` with that ``input``.
+- any other type is a tool the server would run: left out, and named in the record
+  (``left_out_tools``).
 """
 
 from __future__ import annotations
@@ -74,7 +65,6 @@ def plan_tools(tools: Any) -> ToolPlan:
         kind = tool.get("type") if isinstance(tool, dict) else None
         if not isinstance(kind, str):
             raise BadRequest("each tool must be an object with a string type", param="tools")
-        assert isinstance(tool, dict)
         if kind in ("function", "custom"):
             _add(plan, tool, None)
         elif kind == "namespace":
@@ -87,7 +77,6 @@ def plan_tools(tools: Any) -> ToolPlan:
                 if member_kind not in ("function", "custom"):
                     raise BadRequest("a namespace holds function and custom tools, "
                                      f"not {member_kind!r}", param="tools")
-                assert isinstance(member, dict)
                 _add(plan, member, namespace)
         elif kind not in plan.left_out:
             plan.left_out.append(kind)
@@ -106,8 +95,8 @@ def _add(plan: ToolPlan, tool: dict[str, Any], namespace: str | None) -> None:
                                    "properties": {_INPUT: {"type": "string"}},
                                    "required": [_INPUT], "additionalProperties": False}}
     else:
-        function = {k: tool[k] for k in ("description", "parameters", "strict") if k in tool}
-        function = {"name": chat_name, **function}
+        function = {"name": chat_name,
+                    **{k: tool[k] for k in ("description", "parameters", "strict") if k in tool}}
     plan.chat.append({"type": "function", "function": function})
     plan.calls[chat_name] = Target(name, namespace, custom)
 

@@ -1,8 +1,6 @@
-"""Upstream dialects: one class per kind of server (``kind.py``), holding how it takes a
-seed, gives back token ids and what else it serves.
-
-``BACKENDS`` maps every name of ``settings.BACKEND_NAMES`` to its class; a new kind is
-one module here, one entry below and its name there."""
+"""Upstream dialects: one class per kind of server (``kind.py``). ``BACKENDS`` maps every
+name of ``settings.BACKEND_NAMES`` to its class; a new kind is one module here, one
+entry below and its name there."""
 
 from __future__ import annotations
 

@@ -1,14 +1,11 @@
-"""Reading an answer that echoes a long prompt's ids without parsing the part known.
+"""Reading an answer that echoes a long prompt's ids without parsing the part known (a
+long rollout's prompt is mostly the prompt of a turn already recorded).
 
-A capturing chat request asks the upstream for its prompt ids, and a long rollout's
-prompt is tens of thousands of them, most the prompt of a turn already recorded.
-``loads_echoed`` takes the answer's bytes and that known prompt (``TokenIds``, whose
-JSON text is kept): where the answer's one ``"prompt_token_ids":[`` list starts with
-exactly the known text (then ``,`` or ``]``), that part is compared byte for byte
-and cut, and only the rest is parsed. The list then comes back as a ``TokenIds``
-(the known ids + the rest, checked as ``ints`` checks them). Anything else (no such
-list, several, other bytes, a rest that is not token ids) is a plain parse, so the
-result is always what ``orjson.loads`` and ``ints`` would give.
+Where the answer's one ``"prompt_token_ids":[`` list starts with exactly the known
+prompt's JSON text (then ``,`` or ``]``), that part is compared byte for byte and cut,
+only the rest parsed, and the list comes back as a ``TokenIds`` (the known ids + the
+rest, checked as ``ints`` checks them). Anything else is a plain parse: the result is
+always what ``orjson.loads`` and ``ints`` would give.
 """
 
 from __future__ import annotations
@@ -30,8 +27,7 @@ _MARK_JSON = orjson.dumps(_MARK)
 
 def loads_echoed(content: bytes, known: TokenIds | None) -> Any:
     """``orjson.loads(content)``, with the echoed prompt list as a ``TokenIds`` when
-    it starts with ``known``'s ids (see the module docstring). Raises what
-    ``orjson.loads`` raises."""
+    it starts with ``known``'s ids; raises what ``orjson.loads`` raises."""
     if known is None or not known.text:
         return orjson.loads(content)
     at = content.find(_KEY)

@@ -1,10 +1,9 @@
 """One class per upstream kind (``--backend``), holding all that tells kinds apart.
 
-A kind is a pure translator: it rewrites a client's body for its upstream (seed
-placement, token-id capture flags) and the upstream's answer back into what the client
-asked for, keeping the captured token ids aside. It does no I/O; sending is
-``UpstreamPool``'s job. Its class attributes say what else the upstream offers; callers
-ask them, never a kind's name. A new kind is one module and one entry in ``BACKENDS``.
+A kind is a pure translator (no I/O): a client's body for its upstream (seed
+placement, token-id capture flags), and the upstream's answer back as the client asked
+for it, the captured token ids kept aside. Its class attributes say what else the
+upstream offers; callers ask them, never a kind's name.
 """
 
 from __future__ import annotations

@@ -17,14 +17,9 @@ from .tracked import Tracker
 
 __all__ = ["SGLangBackend"]
 
-_GENERATE_LOGPROB_KEYS = (
-    "output_token_logprobs",
-    "input_token_logprobs",
-    "output_top_logprobs",
-    "input_top_logprobs",
-    "output_token_ids_logprobs",
-    "input_token_ids_logprobs",
-)
+_GENERATE_LOGPROB_KEYS = ("output_token_logprobs", "input_token_logprobs", "output_top_logprobs",
+                          "input_top_logprobs", "output_token_ids_logprobs",
+                          "input_token_ids_logprobs")
 _SGLEXT_IDS = {"x-sglext-return-input-ids": "1", "x-sglext-return-output-ids": "1"}
 
 
@@ -76,9 +71,8 @@ class SGLangBackend(Backend):
         keep_ids = wants(client_body, "return_token_ids")
         keep_prompt = keep_ids or wants(client_body, "return_prompt_token_ids")
         chat = endpoint is Endpoint.CHAT
-        keep_logprobs = (
-            wants(client_body, "logprobs") if chat else client_body.get("logprobs") is not None
-        )
+        keep_logprobs = (wants(client_body, "logprobs") if chat
+                         else client_body.get("logprobs") is not None)
         captured = Captured()
         for choice in answer.get("choices") or []:
             if not isinstance(choice, dict):
@@ -93,9 +87,8 @@ class SGLangBackend(Backend):
                 captured.prompt_token_ids = ints(prompt)
             ids_key = "response_token_ids" if "response_token_ids" in choice else "token_ids"
             logprobs = chat_logprobs(choice) if chat else completion_logprobs(choice)
-            record = ChoiceRecord.of(
-                ints(choice.get(ids_key)), logprobs, choice.get("finish_reason")
-            )
+            record = ChoiceRecord.of(ints(choice.get(ids_key)), logprobs,
+                                     choice.get("finish_reason"))
             record.take_versions(answer.get("metadata"))
             captured.choices.append(record)
             if not keep_prompt:
@@ -112,17 +105,14 @@ class SGLangBackend(Backend):
         return _OpenAIStream(endpoint, client_body)
 
 
-def _finish_generate(
-    client_body: dict[str, Any], answer: Any
-) -> tuple[Any, Captured]:
+def _finish_generate(client_body: dict[str, Any], answer: Any) -> tuple[Any, Captured]:
     items = answer if isinstance(answer, list) else [answer]
     captured = Captured(prompt_token_ids=ints(client_body.get("input_ids")))
-    keep = client_body.get("return_logprob") is True
-    keep_experts = client_body.get("return_routed_experts") is True
+    unasked = _unasked(client_body)
     for item in items:
         if isinstance(item, dict):
             captured.choices.append(_generate_choice(item))
-            _strip_generate(item, logprobs=not keep, experts=not keep_experts)
+            _strip(item, unasked)
     return answer, captured
 
 
@@ -130,11 +120,8 @@ def _generate_choice(item: dict[str, Any]) -> ChoiceRecord:
     meta = item.get("meta_info")
     meta = meta if isinstance(meta, dict) else {}
     entries = meta.get("output_token_logprobs")
-    logprobs = floats(
-        [e[0] for e in entries if isinstance(e, list) and e and e[0] is not None]
-        if isinstance(entries, list)
-        else []
-    )
+    logprobs = floats([e[0] for e in entries if isinstance(e, list) and e and e[0] is not None]
+                      if isinstance(entries, list) else [])
     finish = meta.get("finish_reason")
     reason = finish.get("type") if isinstance(finish, dict) else finish
     record = ChoiceRecord.of(ints(item.get("output_ids")), logprobs, reason)
@@ -147,30 +134,32 @@ def _generate_choice(item: dict[str, Any]) -> ChoiceRecord:
     return record
 
 
-def _strip_generate(item: dict[str, Any], *, logprobs: bool, experts: bool) -> None:
-    """Drop what the proxy asked for itself and the client did not."""
+def _unasked(client_body: dict[str, Any]) -> tuple[str, ...]:
+    """The ``meta_info`` keys the proxy asked for itself and the client did not."""
+    keys = () if client_body.get("return_logprob") is True else _GENERATE_LOGPROB_KEYS
+    return keys + (() if client_body.get("return_routed_experts") is True
+                   else ("routed_experts",))
+
+
+def _strip(item: dict[str, Any], keys: tuple[str, ...]) -> None:
     meta = item.get("meta_info")
     if isinstance(meta, dict):
-        if logprobs:
-            for key in _GENERATE_LOGPROB_KEYS:
-                meta.pop(key, None)
-        if experts:
-            meta.pop("routed_experts", None)
+        for key in keys:
+            meta.pop(key, None)
 
 
 class _GenerateStream:
     """/generate chunks are cumulative: the last chunk of each index holds everything."""
 
     def __init__(self, client_body: dict[str, Any]) -> None:
-        self._keep = client_body.get("return_logprob") is True
-        self._keep_experts = client_body.get("return_routed_experts") is True
+        self._unasked = _unasked(client_body)
         self._prompt = ints(client_body.get("input_ids"))
         self._last: dict[int, ChoiceRecord] = {}
 
     def feed(self, event: dict[str, Any]) -> dict[str, Any] | None:
         index = event.get("index", 0)
         self._last[index if isinstance(index, int) else 0] = _generate_choice(event)
-        _strip_generate(event, logprobs=not self._keep, experts=not self._keep_experts)
+        _strip(event, self._unasked)
         return event
 
     def result(self) -> Captured:

@@ -1,13 +1,12 @@
-"""Kinds whose whole answers and stream chunks are read by one walk: OpenAI's chat and
-completion shapes, ids and logprobs per choice (``VLLMBackend``, ``OpenAIBackend``).
+"""Kinds whose whole answers and stream chunks are read by one walk of OpenAI's chat and
+completion shapes (``VLLMBackend``, ``OpenAIBackend``).
 
-A kind that ``sends_token_ids`` (vLLM's ``return_token_ids``) puts them in
-``choices[].token_ids`` (per-chunk deltas when streaming) and the prompt's in
-``prompt_token_ids``: at the top of a chat answer (of its first chunk), in each
-completion choice. Otherwise each choice records its sampled tokens' logprobs, and
-token ids only where the server spells tokens as ``token_id:N`` (vLLM's
-``return_tokens_as_token_ids``) and every token of the choice is spelled so (a partial
-list would misalign with the logprobs). What the client did not ask for is stripped.
+A kind that ``sends_token_ids`` (vLLM's ``return_token_ids``) gets them in
+``choices[].token_ids`` (deltas when streaming) and the prompt's in
+``prompt_token_ids`` (atop a chat answer or its first chunk; in each completion
+choice). Otherwise a choice's ids are read only where the server spells every one of
+its tokens as ``token_id:N`` (vLLM's ``return_tokens_as_token_ids``): a partial list
+would misalign with the logprobs. What the client did not ask for is stripped.
 """
 
 from __future__ import annotations
@@ -23,10 +22,10 @@ from .kind import Backend
 __all__ = ["OpenAIBackend", "TrackedBackend", "Tracker", "VLLMBackend"]
 
 _TOKEN_ID = re.compile(r"token_id:(\d+)")
+_TRACKED = (Endpoint.CHAT, Endpoint.COMPLETIONS)
 
 
 class TrackedBackend(Backend):
-    tracked: ClassVar[tuple[Endpoint, ...]] = (Endpoint.CHAT, Endpoint.COMPLETIONS)
     sends_token_ids: ClassVar[bool] = False
     """Whether a capturing request gets the ids themselves (see the module docstring)."""
 
@@ -41,50 +40,41 @@ class TrackedBackend(Backend):
             body.setdefault("logprobs", True)
         elif capture and endpoint is Endpoint.COMPLETIONS and body.get("logprobs") is None:
             body["logprobs"] = 1
-        if capture and endpoint in self.tracked and self.sends_token_ids:
+        if capture and endpoint in _TRACKED and self.sends_token_ids:
             body["return_token_ids"] = True
         return UpstreamRequest(endpoint.value, body, dict(self._auth))
 
     def finish(
         self, endpoint: Endpoint, client_body: dict[str, Any], answer: Any
     ) -> tuple[Any, Captured]:
-        if endpoint not in self.tracked or not isinstance(answer, dict):
+        if endpoint not in _TRACKED or not isinstance(answer, dict):
             return answer, Captured()
         tracker = Tracker(endpoint, client_body, ids=self.sends_token_ids)
         tracker.feed(answer)
         return answer, tracker.result()
 
     def stream_capture(self, endpoint: Endpoint, client_body: dict[str, Any]) -> StreamCapture:
-        if endpoint not in self.tracked:
+        if endpoint not in _TRACKED:
             return super().stream_capture(endpoint, client_body)
         return Tracker(endpoint, client_body, ids=self.sends_token_ids)
 
 
 class VLLMBackend(TrackedBackend):
-    """vLLM: ``seed`` on chat, completions and responses; token ids from
-    ``return_token_ids`` (``vllm/entrypoints/openai/*/protocol.py``).
-
-    vLLM's Responses API honours ``seed`` itself, so Responses is forwarded as is; it has
-    no token-id flag, so nothing token-level is captured there. vLLM has no ``/generate``
-    in SGLang's shape: such a request is forwarded and vLLM's own error comes back.
-    Seeds only make vLLM bitwise reproducible with batch invariance on
-    (``VLLM_BATCH_INVARIANT=1``)."""
+    """vLLM: ``seed`` on chat, completions and responses (forwarded as is, nothing
+    token-level captured there); token ids from ``return_token_ids``. Its ``/generate``
+    is not SGLang's: such a request gets vLLM's own error. Seeds make vLLM bitwise
+    reproducible only with batch invariance on (``VLLM_BATCH_INVARIANT=1``)."""
 
     name: ClassVar[str] = "vllm"
     seeds_responses: ClassVar[bool] = True
     sends_token_ids: ClassVar[bool] = True
 
 
-
 class OpenAIBackend(TrackedBackend):
-    """Any OpenAI-compatible server: the seed goes in OpenAI's ``seed`` field, and what
-    is captured comes from logprobs alone (such a server returns no token ids). Whether
-    the same seed gives the same tokens is up to that server: OpenAI's own API calls
-    ``seed`` best effort. OpenAI's Responses API has no ``seed``, so Responses is not
-    seeded directly (``seeds_responses`` is False)."""
+    """Any OpenAI-compatible server: OpenAI's ``seed`` (best effort, as OpenAI's own
+    API calls it; none on its Responses API); captured from logprobs alone."""
 
     name: ClassVar[str] = "openai"
-
 
 
 class Tracker:
@@ -98,10 +88,8 @@ class Tracker:
         self._ids = ids
         self._spelled = spelled
         self._keep_ids = wants(client_body, "return_token_ids")
-        if self._chat:
-            self._keep_logprobs = wants(client_body, "logprobs")
-        else:
-            self._keep_logprobs = client_body.get("logprobs") is not None
+        self._keep_logprobs = (wants(client_body, "logprobs") if self._chat
+                               else client_body.get("logprobs") is not None)
         self._prompt: list[int] = []
         self._choices: dict[int, ChoiceRecord] = {}
         self._tokens: dict[int, list[str]] = {}
@@ -140,12 +128,11 @@ class Tracker:
             holder.pop("prompt_token_ids", None)
 
     def result(self) -> Captured:
-        choices = [self._choices[i] for i in sorted(self._choices)]
-        for index, record in zip(sorted(self._choices), choices, strict=True):
+        for index, record in self._choices.items():
             matches = [_TOKEN_ID.fullmatch(t) for t in self._tokens.get(index, [])]
             if matches and all(matches):
                 record.token_ids.extend(ints([int(m.group(1)) for m in matches if m]))
-        return Captured(self._prompt, choices)
+        return Captured(self._prompt, [self._choices[i] for i in sorted(self._choices)])
 
 
 def _tokens(choice: dict[str, Any], *, chat: bool) -> list[str]:

@@ -4,8 +4,7 @@ the event loop."""
 
 from __future__ import annotations
 
-from .gate import ImageGate, MediaRef, from_url, located
-from .policy import IMAGE_TYPES, CheckedImage, ImagePolicy, check_url, decode_image
+from .gate import ImageGate
+from .policy import CheckedImage, ImagePolicy, decode_image
 
-__all__ = ["IMAGE_TYPES", "CheckedImage", "ImageGate", "ImagePolicy", "MediaRef",
-           "check_url", "decode_image", "from_url", "located"]
+__all__ = ["CheckedImage", "ImageGate", "ImagePolicy", "decode_image"]

@@ -1,20 +1,17 @@
-"""The check every request's images pass before anything else is done with the body.
+"""The check every request's images pass before anything else is done with the body:
+``located`` finds its media, the policy (``policy.py``) refuses URLs it does not allow
+and too many images, and each image is decoded in a worker thread. A refusal is a
+``BadRequest`` raised before the request is seated (it uses no index).
 
-``ImageGate.check`` locates a body's media (``located``), refuses URLs the policy does
-not allow and too many images, and decodes each image (``policy.py``)
-in a worker thread, off the event loop. A refusal is a ``BadRequest`` raised before the
-request is seated: it uses no index, in the route's own error shape.
+Invariant: a request costs a hash of its images' text plus the decoding of new ones.
+An accepted image (the same base64 text, which an agent's history resends every turn)
+is known by that text's SHA-256 in a bounded LRU (of its facts, not its bytes).
 
-Invariant: cost per request is the new images' decoding. An image already accepted
-(the same base64 text, which an agent's history resends every turn) is known by the
-SHA-256 of that text in a bounded LRU (of its facts, not its bytes) and not decoded
-again: a request costs a hash of its images' text plus the decoding of new ones.
-
-``located`` finds media per client protocol, in prompt order: chat ``image_url`` parts (and
-``video_url`` / ``audio_url``, whose URLs an SGLang upstream fetches as well), Anthropic
-``image`` blocks (tool results' included), Responses ``input_image`` parts, and
-``/generate``'s ``image_data`` (with ``video_data`` and ``audio_data``). Shapes the protocol
-translators refuse are left to them; only what could reach an upstream is located.
+``located`` finds media per client protocol, in prompt order: chat ``image_url`` parts
+(and ``video_url`` / ``audio_url``, whose URLs an SGLang upstream fetches as well),
+Anthropic ``image`` blocks (tool results' included), Responses ``input_image`` parts,
+``/generate``'s ``image_data`` (and ``video_data``, ``audio_data``). Shapes the protocol
+translators refuse are left to them.
 """
 
 from __future__ import annotations
@@ -49,8 +46,6 @@ class ImageGate:
         """The body's images in prompt order, each checked; URLs an operator allowed
         are checked but not in the list (seedproxy holds none of their bytes)."""
         refs = located(endpoint, body)
-        if not refs:
-            return []
         images = [ref for ref in refs if ref.image]
         if len(images) > self.policy.max_images:
             raise BadRequest(f"{len(images)} images in one request; at most "
@@ -58,15 +53,13 @@ class ImageGate:
         for ref in refs:
             if ref.url is not None:
                 check_url(ref.url, self.policy, ref.param)
-        if not any(ref.payload is not None and ref.image for ref in refs):
-            return []
-        return await asyncio.to_thread(self._decoded, refs)
+        sent = [ref for ref in images if ref.payload is not None]
+        return await asyncio.to_thread(self._decoded, sent) if sent else []
 
     def _decoded(self, refs: list[MediaRef]) -> list[CheckedImage]:
         out = []
         for ref in refs:
-            if ref.payload is None or not ref.image:
-                continue
+            assert ref.payload is not None
             key = (hashlib.sha256(ref.payload.encode()).digest(), ref.declared)
             with self._lock:
                 known = self._known.get(key)
@@ -95,19 +88,6 @@ class MediaRef:
     """False for audio and video: only their URLs are checked."""
 
 
-def located(endpoint: Endpoint, body: dict[str, Any]) -> list[MediaRef]:
-    """Every medium of ``body``, in the order the prompt holds them."""
-    if endpoint is Endpoint.CHAT:
-        return list(_chat(body.get("messages")))
-    if endpoint is Endpoint.MESSAGES:
-        return list(_anthropic(body.get("messages")))
-    if endpoint is Endpoint.RESPONSES:
-        return list(_responses(body.get("input")))
-    if endpoint is Endpoint.GENERATE:
-        return list(_generate(body))
-    return []
-
-
 def from_url(url: Any, param: str, *, image: bool = True) -> MediaRef:
     """A URL string as a ``MediaRef``: a base64 data URL's payload, or the URL."""
     if not isinstance(url, str):
@@ -125,8 +105,8 @@ def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def _chat(messages: Any) -> Iterator[MediaRef]:
-    for message in _list(messages):
+def _chat(body: dict[str, Any]) -> Iterator[MediaRef]:
+    for message in _list(body.get("messages")):
         content = message.get("content") if isinstance(message, dict) else None
         for part in _list(content):
             kind = part.get("type") if isinstance(part, dict) else None
@@ -137,8 +117,8 @@ def _chat(messages: Any) -> Iterator[MediaRef]:
             yield from_url(url, "messages", image=kind == "image_url")
 
 
-def _anthropic(blocks_of: Any) -> Iterator[MediaRef]:
-    for message in _list(blocks_of):
+def _anthropic(body: dict[str, Any]) -> Iterator[MediaRef]:
+    for message in _list(body.get("messages")):
         content = message.get("content") if isinstance(message, dict) else None
         yield from _anthropic_blocks(content)
 
@@ -150,24 +130,22 @@ def _anthropic_blocks(content: Any) -> Iterator[MediaRef]:
             yield from _anthropic_blocks(block.get("content"))
         elif kind == "image":
             source = block.get("source")
-            source_type = source.get("type") if isinstance(source, dict) else None
-            if source_type == "base64":
-                assert isinstance(source, dict)
+            source = source if isinstance(source, dict) else {}
+            if source.get("type") == "base64":
                 data, media_type = source.get("data"), source.get("media_type")
                 if not isinstance(data, str) or not isinstance(media_type, str):
                     raise BadRequest("messages: a base64 image source needs string data and "
                                      "media_type", param="messages")
                 yield MediaRef("messages", payload=data, declared=media_type)
-            elif source_type == "url":
-                assert isinstance(source, dict)
+            elif source.get("type") == "url":
                 yield from_url(source.get("url"), "messages")
             else:
                 raise BadRequest("messages: an image needs a base64 or url source",
                                  param="messages")
 
 
-def _responses(items: Any) -> Iterator[MediaRef]:
-    for item in _list(items):
+def _responses(body: dict[str, Any]) -> Iterator[MediaRef]:
+    for item in _list(body.get("input")):
         if not isinstance(item, dict):
             continue
         for part in (*_list(item.get("content")), *_list(item.get("output"))):
@@ -198,3 +176,13 @@ def _generate_leaves(value: Any, param: str, *, image: bool) -> Iterator[MediaRe
             yield MediaRef(param, payload=value, image=image)
     else:
         raise BadRequest(f"{param} entries must be data: URLs or base64 strings", param=param)
+
+
+_LOCATORS = {Endpoint.CHAT: _chat, Endpoint.MESSAGES: _anthropic,
+             Endpoint.RESPONSES: _responses, Endpoint.GENERATE: _generate}
+
+
+def located(endpoint: Endpoint, body: dict[str, Any]) -> list[MediaRef]:
+    """Every medium of ``body``, in the order the prompt holds them."""
+    locate = _LOCATORS.get(endpoint)
+    return list(locate(body)) if locate is not None else []

@@ -1,17 +1,15 @@
 """What images a client may send: the operator's bounds, and the rule for URLs.
 
 Invariants:
-- seedproxy never fetches an image URL itself.
-- Only ``data:`` URLs and base64 sources carry an image by default. An ``http(s)://``
-  URL passes (as sent, to the upstream) only when its host is one of ``allowed_hosts``
-  and it names no user info; ``file://`` URLs, paths and every other scheme never pass,
-  since an SGLang upstream opens whatever it is sent (``get_image_bytes``).
-- ``decode_image`` accepts base64 that decodes to a whole PNG, JPEG, GIF or WebP image
-  within the byte and pixel bounds: the byte bound is checked before any decoding, the
-  pixel bound from the image's header before its pixels are decoded (a small file that
-  claims a huge canvas costs nothing), and an image is accepted only once all its
-  pixels decoded. Pillow's decoders and ``hashlib`` release the GIL, so ``ImageGate``
-  runs it in a thread.
+- seedproxy never fetches an image URL itself. Only ``data:`` URLs and base64 sources
+  carry an image by default; an ``http(s)://`` URL passes (as sent) only when its host
+  is one of ``allowed_hosts`` and it names no user info. ``file://`` URLs, paths and
+  other schemes never pass: an SGLang upstream opens whatever it is sent.
+- ``decode_image`` accepts base64 of a whole PNG, JPEG, GIF or WebP image within the
+  bounds: bytes checked before any decoding, pixels from the header before the pixels
+  are decoded (a small file claiming a huge canvas costs nothing), and the image
+  accepted only once all its pixels decoded. Pillow and ``hashlib`` release the GIL,
+  so ``ImageGate`` runs it in a thread.
 """
 
 from __future__ import annotations
@@ -38,8 +36,7 @@ backslashes, whitespace): a URL holding one never passes."""
 
 @dataclass(frozen=True, slots=True)
 class ImagePolicy:
-    """Bounds on a request's images (each checked before it is forwarded or rendered);
-    the defaults are the settings' (``--max-image-bytes`` and the rest)."""
+    """Bounds on a request's images (the settings' ``--max-image-bytes`` and the rest)."""
 
     max_bytes: int
     """Decoded bytes of one image at most (``--max-image-bytes``)."""
@@ -72,9 +69,8 @@ def check_url(url: str, policy: ImagePolicy, param: str) -> None:
 _FORMATS = {"PNG": "image/png", "JPEG": "image/jpeg", "GIF": "image/gif", "WEBP": "image/webp"}
 _ALIASES = {"image/jpg": "image/jpeg"}
 _BROKEN = (OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError)
-"""What Pillow raises for data that does not decode: OSError (truncated or broken data,
-no decoder for its mode), SyntaxError (a broken chunk), ValueError (bad parameters),
-EOFError (a frame past the end), DecompressionBombError (over Pillow's own bound)."""
+"""What Pillow raises for data that does not decode (truncated, a broken chunk, bad
+parameters, a frame past the end, over Pillow's own bound)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,12 +1,9 @@
-"""The shape of an upstream's successful answer, checked before anything reads it.
-
-Exactly what seedproxy (its capture walks, the fan-out merge, the Responses bridge) and
-an OpenAI SDK rely on, per dialect: OpenAI's chat and completion objects and their
-stream chunks, and SGLang's ``/generate`` items. An answer outside it raises
-``MalformedAnswer`` (a 502 naming the field); one inside it must never make the
-readers fail, so an exception there is seedproxy's own bug and surfaces as a 500.
-Values the readers take leniently (token ids, logprobs) are not checked here: a bad
-list is recorded as absent, never shortened.
+"""The shape of an upstream's successful answer, checked before anything reads it:
+exactly what seedproxy's readers and an OpenAI SDK rely on (OpenAI's chat and completion
+objects and chunks, SGLang's ``/generate`` items). An answer outside it is a
+``MalformedAnswer`` (a 502 naming the field); one inside it must never make the readers
+fail (an exception there is seedproxy's own bug, a 500). Values read leniently (token
+ids, logprobs) are not checked here: a bad list is recorded as absent.
 """
 
 from __future__ import annotations
@@ -76,11 +73,12 @@ def _object(value: Any, where: str) -> dict[str, Any]:
     return value
 
 
-def _optional(holder: dict[str, Any], key: str, kinds: tuple[type, ...], where: str) -> None:
-    value = holder.get(key)
-    if value is not None and (not isinstance(value, kinds) or isinstance(value, bool)):
-        names = " or ".join(k.__name__ for k in kinds)
-        raise _bad(f"{where}.{key}", f"{names} or null")
+def _optional(holder: dict[str, Any], where: str, **kinds: type) -> None:
+    """Each ``key=kind``: the value is a ``kind`` (not a bool) or null."""
+    for key, kind in kinds.items():
+        value = holder.get(key)
+        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+            raise _bad(f"{where}.{key}", f"{kind.__name__} or null")
 
 
 def _openai(answer: Any, *, chat: bool, chunk: bool) -> None:
@@ -88,43 +86,37 @@ def _openai(answer: Any, *, chat: bool, chunk: bool) -> None:
     choices = top.get("choices")
     if not isinstance(choices, list) and (choices is not None or not chunk):
         raise _bad("choices", "a list")
-    _optional(top, "usage", (dict,), "answer")
+    _optional(top, "answer", usage=dict)
     _usage(top.get("usage"))
-    _optional(top, "sglext", (dict,), "answer")
+    _optional(top, "answer", sglext=dict)
     for i, raw in enumerate(choices or []):
         where = f"choices[{i}]"
         choice = _object(raw, where)
-        _optional(choice, "index", (int,), where)
-        _optional(choice, "finish_reason", (str,), where)
-        _optional(choice, "logprobs", (dict,), where)
+        _optional(choice, where, index=int, finish_reason=str, logprobs=dict)
         if not chat:
-            _optional(choice, "text", (str,), where)
+            _optional(choice, where, text=str)
             continue
         key = "delta" if chunk else "message"
         if key not in choice and chunk:
             continue
         message = _object(choice.get(key), f"{where}.{key}")
-        _optional(message, "content", (str,), f"{where}.{key}")
-        _optional(message, "tool_calls", (list,), f"{where}.{key}")
+        _optional(message, f"{where}.{key}", content=str, tool_calls=list)
         for j, call in enumerate(message.get("tool_calls") or []):
             call_where = f"{where}.{key}.tool_calls[{j}]"
-            _optional(_object(call, call_where), "function", (dict,), call_where)
+            _optional(_object(call, call_where), call_where, function=dict)
 
 
 def _usage(usage: Any) -> None:
     """The counts the bridges and the fan-out merge read (ints or null)."""
     if not isinstance(usage, dict):
         return
-    for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
-        _optional(usage, key, (int,), "usage")
-    _optional(usage, "prompt_tokens_details", (dict,), "usage")
+    _optional(usage, "usage", prompt_tokens=int, completion_tokens=int, total_tokens=int,
+              prompt_tokens_details=dict)
     details = usage.get("prompt_tokens_details")
     if isinstance(details, dict):
-        _optional(details, "cached_tokens", (int,), "usage.prompt_tokens_details")
+        _optional(details, "usage.prompt_tokens_details", cached_tokens=int)
 
 
 def _generate_item(item: Any, where: str) -> None:
     holder = _object(item, where)
-    _optional(holder, "text", (str,), where)
-    _optional(holder, "meta_info", (dict,), where)
-    _optional(holder, "index", (int,), where)
+    _optional(holder, where, text=str, meta_info=dict, index=int)

@@ -10,13 +10,10 @@ __all__ = ["chat_logprobs", "completion_logprobs", "floats", "ids_json", "ints",
            "reasoning_tokens", "wants"]
 
 
-def wants(body: dict[str, Any], *keys: str) -> bool:
-    """Whether the client itself asked for any of ``keys`` (truthy, or 0 for ints)."""
-    for key in keys:
-        value = body.get(key)
-        if value is True or (isinstance(value, int) and not isinstance(value, bool)):
-            return True
-    return False
+def wants(body: dict[str, Any], key: str) -> bool:
+    """Whether the client itself asked for ``key``: true, or any int (0 too)."""
+    value = body.get(key)
+    return value is True or (isinstance(value, int) and not isinstance(value, bool))
 
 
 def reasoning_tokens(usage: dict[str, Any]) -> int:
@@ -45,15 +42,12 @@ _TEN_DIGITS = b"d" * 10
 
 def ints(value: Any) -> list[int]:
     """Token ids as sent, or [] when any entry is not one: an int (not a bool) from 0
-    to 2**31 - 1 (a recorded sequence is either whole or absent, never silently
-    shortened).
+    to 2**31 - 1 (a recorded sequence is whole or absent, never shortened).
 
-    Checked on the list's JSON text, a few C passes rather than a Python step per id
-    (an echoed prompt can hold millions): only ids leave nothing but digits and commas
-    inside the brackets (a sign, ``.``, ``e``, ``true``, ``null``, a quote or a
-    bracket is another kind), and the bound is compared only when some number has ten
-    digits or more. What JSON cannot carry as a number (an int over 64 bits, an int
-    subclass) is refused too.
+    Checked on the list's JSON text in a few C passes (an echoed prompt can hold
+    millions): only ids leave nothing but digits and commas inside the brackets, and
+    the bound is compared only when some number has ten digits. What JSON cannot carry
+    as a number (an int over 64 bits, an int subclass) is refused too.
     """
     return value if ids_json(value) is not None else []
 
