@@ -2,20 +2,18 @@
 
 Routing is rendezvous hashing on the session id, so a session keeps its server (and
 SGLang's prefix cache) while that server is healthy, and adding a server moves only
-the sessions that now rank it first (removing one, only the sessions it held). The
-list of servers changes at run time (``set_members``): a server that leaves drains,
-taking no new request, and is forgotten when its last one is done. Requests with no
-session go to the server with the fewest requests in flight (ties taken in turn).
-A request is retried on the next candidate only before any byte of its answer has
-reached the client: a streamed answer's first chunk is read here, before the reply is
-handed on, so a server that accepts a request and dies before its first token is
-failed over too. The body it resends is the same bytes, with the same seed, so
-deterministic servers give the same tokens.
+the sessions that now rank it first (removing one, only the sessions it held). Requests
+with no session go to the server with the fewest requests in flight (ties taken in turn).
+A request is retried on the next candidate only before any byte of its answer reached
+the client: a streamed answer's first chunk is read here, before the reply is handed
+on, so a server that dies before its first token is failed over too. The body resent
+is the same bytes, with the same seed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import time
@@ -32,7 +30,7 @@ from ..transport.failure import NoConnection, cause
 from ..transport.loop import LOOP_STATUS, LOOPED, is_loop
 from ..wire.types import UpstreamRequest
 from .state import PauseGate
-from .upstream import Abortable, Dispatch, Upstream, UpstreamReply, server_key
+from .upstream import Dispatch, Upstream, UpstreamReply, server_key
 
 __all__ = ["NoConnection", "UpstreamPool", "rendezvous_order"]
 
@@ -55,21 +53,14 @@ class UpstreamPool:
     request tests it, and its first answer ends the degradation.
     """
 
-    def __init__(
-        self,
-        urls: list[str],
-        client: UpstreamClient,
-        *,
-        max_failover: int = 2,
-        fails_before_down: int = 3,
-        probe_timeout_s: float = 2.0,
-        gate: PauseGate | None = None,
-    ) -> None:
+    def __init__(self, urls: list[str], client: UpstreamClient, *, max_failover: int = 2,
+                 fails_before_down: int = 3, probe_timeout_s: float = 2.0,
+                 gate: PauseGate | None = None) -> None:
         if not urls:
             raise ValueError("at least one upstream URL is required")
         self.upstreams = [Upstream(url.rstrip("/")) for url in urls]
-        """The servers, draining ones included; replaced (never changed in place) by
-        ``set_members``, so a loop over it that awaits still sees one list."""
+        """Draining ones included; replaced, never changed in place, so a loop over it
+        that awaits still sees one list."""
         self.client = client
         self.max_failover = max_failover
         self.fails_before_down = fails_before_down
@@ -79,8 +70,7 @@ class UpstreamPool:
         self._turn = 0
 
     def find(self, url: str) -> Upstream | None:
-        """The upstream that is the server at ``url``, however it is spelled
-        (``server_key``)."""
+        """The upstream at ``url``, however it is spelled (``server_key``)."""
         key = server_key(url)
         return next((u for u in self.upstreams if server_key(u.url) == key), None)
 
@@ -106,8 +96,11 @@ class UpstreamPool:
                 log.info("upstream %s joined the fleet", url)
         self.upstreams = kept
 
-    def _settle(self, upstream: Upstream) -> None:
-        """After one of ``upstream``'s requests is done: forget it if it drained."""
+    def _done(self, upstream: Upstream, broken: bool) -> None:
+        """One of ``upstream``'s requests is done: forget it if it drained."""
+        upstream.inflight -= 1
+        if broken:
+            self._failed(upstream)
         if upstream.draining and not upstream.inflight:
             self.upstreams = [u for u in self.upstreams if u is not upstream]
             log.info("upstream %s drained and left the fleet", upstream.url)
@@ -118,12 +111,10 @@ class UpstreamPool:
         serving = [u for u in self.upstreams if u.refused is None and not u.draining]
         if len(serving) <= 1:  # no ranking to do (nor hashing)
             return serving
-        if key is None:
-            count = len(serving)
-            turn = self._turn % count
-            self._turn = (turn + 1) % count
-            order = {id(u): (i - turn) % count for i, u in enumerate(serving)}
-            ranked = sorted(serving, key=lambda u: (u.inflight, order[id(u)]))
+        if key is None:  # fewest in flight, ties from the server whose turn it is
+            turn = self._turn % len(serving)
+            self._turn = (turn + 1) % len(serving)
+            ranked = sorted(serving[turn:] + serving[:turn], key=lambda u: u.inflight)
         else:
             ranked = rendezvous_order(key, serving, lambda u: u.url)
         return sorted(ranked, key=_standing)  # stable: the ranking within each standing
@@ -135,14 +126,12 @@ class UpstreamPool:
         """Send ``request``, failing over on connection errors, timeouts, 502 and 503.
 
         Returns the first other answer (any status); when ``stream`` its first chunk
-        has been read and the rest is unread. Raises ``UpstreamUnavailable`` (503)
-        when every server tried failed, or the single server's error: 503 when it
-        could not be reached (``NoConnection``: none of its connections came free
-        within the pool timeout), ``UpstreamTimeout`` (504), else ``UpstreamError``
-        (502). A timeout of either kind counts toward its degradation; only a server
-        that was reached counts as failed. While the fleet is paused it first waits at
-        the gate (``FleetPaused`` past its bound). ``dispatch`` is kept
-        naming the attempt being sent; once stopped, its error is raised instead.
+        has been read. Raises ``UpstreamUnavailable`` (503) when every server tried
+        failed, or the single server's error: ``NoConnection`` (503, none of its
+        connections came free), ``UpstreamTimeout`` (504), else ``UpstreamError`` (502).
+        A timeout of either kind counts toward degradation; only a server that was
+        reached counts as failed. Waits at the gate first while the fleet is paused.
+        ``dispatch`` names the attempt being sent; once stopped, its error is raised.
         """
         if self.gate is not None:
             await self.gate.admit()
@@ -172,29 +161,21 @@ class UpstreamPool:
                 last = exc
                 if isinstance(exc, UpstreamTimeout | NoConnection):
                     self._timed_out(upstream)
-                if isinstance(exc, NoConnection):  # never reached it: not its failure
-                    waited += time.perf_counter() - started
-                    if not final:
-                        self.failovers += 1
-                        log.warning("failing over from %s: %s", upstream.url, exc)
-                    continue
             else:
                 self._answered(upstream)
                 status = reply.response.status_code
-                if status not in _RETRYABLE_STATUS or (final and len(tried) == 1):
-                    if status not in _RETRYABLE_STATUS:
-                        self._succeeded(upstream)
-                    else:
-                        self._failed(upstream)
+                retryable = status in _RETRYABLE_STATUS
+                if not retryable or len(tried) == 1:
+                    (self._failed if retryable else self._succeeded)(upstream)
                     reply.waited_s = waited + time.perf_counter() - started
                     reply.failovers = attempt
                     return reply
                 await reply.aclose()
-                last = UpstreamError(
-                    f"upstream {upstream.url} answered {status}", status_code=status
-                )
+                last = UpstreamError(f"upstream {upstream.url} answered {status}",
+                                     status_code=status)
             waited += time.perf_counter() - started
-            self._failed(upstream)
+            if not isinstance(last, NoConnection):  # NoConnection: never reached it
+                self._failed(upstream)
             if not final:
                 self.failovers += 1
                 log.warning("failing over from %s: %s", upstream.url, last)
@@ -213,8 +194,7 @@ class UpstreamPool:
         error, a cancellation) the answer is closed and the count released here."""
         upstream.inflight += 1
         version = upstream.weight_version
-        release = Release(upstream, lambda: self._failed(upstream),
-                          done=lambda: self._settle(upstream))
+        release = Release(functools.partial(self._done, upstream))
         response: UpstreamResponse | None = None
         try:
             response = await self.client.post_stream(upstream.url, path, content, headers)
@@ -223,9 +203,8 @@ class UpstreamPool:
                 return UpstreamReply(upstream.url, response, dispatch_weight_version=version)
             await response.aread()
             release(broken=False)
-            return UpstreamReply(  # read and released
-                upstream.url, response, dispatch_weight_version=version, _closed=True
-            )
+            return UpstreamReply(upstream.url, response, dispatch_weight_version=version,
+                                 _closed=True)  # read and released
         except BaseException:
             try:
                 if response is not None:
@@ -256,7 +235,7 @@ class UpstreamPool:
         raise UpstreamUnavailable(
             f"no upstream answered {method} {path}: {type(last).__name__}")
 
-    async def abort(self, request: Abortable) -> None:
+    async def abort(self, request: UpstreamReply | Dispatch) -> None:
         """Ask the server that holds ``request`` to stop generating it (SGLang's
         ``/abort_request``), so a request nobody waits for frees its GPU. Best effort:
         a server that does not answer is logged, never raised."""
@@ -286,24 +265,19 @@ class UpstreamPool:
         try:
             response = await self.client.request("GET", upstream.url, "/health",
                                                  timeout=self.probe_timeout_s)
-            # Any answer below 500 means the server is up: an OpenAI-compatible
-            # server may have no /health route at all (404), SGLang answers 503 while sick.
+            # Below 500 is up: a server may have no /health (404); SGLang answers 503 sick.
             status = response.status_code
             reason = (LOOPED if is_loop(response) else None if status < 500
                       else f"/health answered {status}")
         except UpstreamError as exc:
             inner = cause(exc)
             reason = f"{type(inner).__name__}: {inner}" if str(inner) else type(inner).__name__
-        if reason is None:
-            self._succeeded(upstream)
-        else:
-            self._failed(upstream)
+        (self._succeeded if reason is None else self._failed)(upstream)
         return reason
 
     async def probe_forever(self, interval_s: float) -> None:
         """Probe every ``interval_s`` until cancelled, while there are two servers or
-        more (a lone server takes every request anyway); a probe's own bug is logged,
-        never allowed to end the loop (a dead loop would keep servers down for good)."""
+        more; a probe's own bug is logged, never ends the loop (servers would stay down)."""
         while True:
             await asyncio.sleep(interval_s)
             if len(self.upstreams) < 2:
