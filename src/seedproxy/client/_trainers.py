@@ -3,16 +3,9 @@
 Every converter takes trajectories exported with ``style="concat"`` and gives one row
 per branch (``_segments.py``): tokens the policy sampled have mask 1 and their recorded
 logprobs; prompt, tool-result and user tokens have mask 0 (logprob 0.0). Each row
-carries the rollout's reward and, where the format has a free slot, its link
-(``Segment.link``: session, branch, parent branch, compaction). The converters are pure
-(plain lists and dicts, no trainer imported); ``to_tinker_objects`` imports ``tinker``
-when called. Field names follow each project's source, quoted per function.
-
-Images (a vision rollout): each row's free-form slot carries the branch's images with
-the link (``Segment.link``: sha256, position and expanded count, base64 data), since
-turning them into a trainer's own multimodal inputs needs that trainer's processor;
-SkyRL's ``GeneratorOutput`` has no free slot, so ``to_skyrl`` refuses a rollout with
-images rather than drop them.
+carries the rollout's reward and, where the format has a free slot, its link and images
+(``Segment.link``). The converters are pure (plain lists and dicts, no trainer
+imported); field names follow each project's source, quoted per function.
 """
 
 from __future__ import annotations
@@ -159,17 +152,14 @@ def _positions(segs: list[Segment]) -> tuple[dict[str, int], dict[str, int]]:
     """(session -> its group's place among groups, session -> its place in its group),
     both in input order; a session in no group is a group of its own identity."""
     groups: dict[str, int] = {}
-    members: dict[str, list[str]] = {}
+    sizes: dict[str, int] = {}
     group_of: dict[str, int] = {}
     repetition: dict[str, int] = {}
     for s in segs:
-        if s.session_id in group_of:
-            continue
-        key = s.group_id or s.identity
-        groups.setdefault(key, len(groups))
-        members.setdefault(key, []).append(s.session_id)
-        group_of[s.session_id] = groups[key]
-        repetition[s.session_id] = len(members[key]) - 1
+        if s.session_id not in group_of:
+            key = s.group_id or s.identity
+            group_of[s.session_id] = groups.setdefault(key, len(groups))
+            repetition[s.session_id] = sizes[key] = sizes.get(key, -1) + 1
     return group_of, repetition
 
 

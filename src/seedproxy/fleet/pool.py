@@ -42,15 +42,13 @@ T = TypeVar("T")
 
 
 class UpstreamPool:
-    """Owns the upstream list and its health; thread-unsafe, event-loop-bound.
+    """Owns the upstream list and its health; event-loop-bound.
 
-    A server is taken out after ``fails_before_down`` consecutive failures (requests
-    or probes) and put back by the first success (a probe answering 200, or a request
-    that fell through to it). Down servers stay at the end of every candidate list,
-    so a request still reaches one when nothing else answers. A server whose last
-    ``fails_before_down`` requests timed out is degraded: after the healthy ones, down
-    ones last; with nothing of its own in flight it ranks as usual again, so the next
-    request tests it, and its first answer ends the degradation.
+    A server is down after ``fails_before_down`` consecutive failures (requests or
+    probes) and back at the first success. Down servers stay last in every candidate
+    list, so a request still reaches one when nothing else answers. A degraded server
+    (``Upstream.degraded``) ranks after the healthy ones, unless it has nothing in
+    flight: then the next request tests it.
     """
 
     def __init__(self, urls: list[str], client: UpstreamClient, *, max_failover: int = 2,
@@ -189,9 +187,9 @@ class UpstreamPool:
     async def _attempt(
         self, upstream: Upstream, path: str, content: bytes, headers: dict[str, str], stream: bool
     ) -> UpstreamReply:
-        """One try on one server. ``inflight`` counts it until its body is done: read
-        here, or (a stream) until the reply is closed. On every other way out (an
-        error, a cancellation) the answer is closed and the count released here."""
+        """One try on one server. ``inflight`` counts it until its body is read here, or
+        (a stream) until the reply is closed; on an error or a cancellation the answer
+        is closed and the count released here."""
         upstream.inflight += 1
         version = upstream.weight_version
         release = Release(functools.partial(self._done, upstream))
@@ -237,8 +235,7 @@ class UpstreamPool:
 
     async def abort(self, request: UpstreamReply | Dispatch) -> None:
         """Ask the server that holds ``request`` to stop generating it (SGLang's
-        ``/abort_request``), so a request nobody waits for frees its GPU. Best effort:
-        a server that does not answer is logged, never raised."""
+        ``/abort_request``); best effort: a failure is logged, never raised."""
         rid, upstream = request.rid, request.upstream
         if rid is None or upstream is None:
             return
@@ -250,15 +247,14 @@ class UpstreamPool:
                         type(cause(exc)).__name__)
 
     async def probe(self) -> dict[str, str | None]:
-        """Check every server's /health once; mark it up or down. Returns, per URL,
-        None for a server that is up, else why it is not."""
+        """Check every server's /health once, marking it up or down: per URL, None when
+        it is up, else why not."""
         upstreams = self.upstreams
         reasons = await asyncio.gather(*(self._probe_one(u) for u in upstreams))
         return {u.url: reason for u, reason in zip(upstreams, reasons, strict=True)}
 
     async def check(self, url: str) -> str | None:
-        """Probe ``url``'s /health as ``probe`` does, for a server not in the fleet:
-        None when it is up, else why not."""
+        """``probe`` for a server not in the fleet: None when it is up, else why not."""
         return await self._probe_one(Upstream(url))
 
     async def _probe_one(self, upstream: Upstream) -> str | None:
@@ -310,9 +306,8 @@ class UpstreamPool:
         upstream.failures += 1
         if upstream.healthy and upstream.failures >= self.fails_before_down:
             upstream.healthy = False
-            log.warning(
-                "upstream %s marked down after %d failures", upstream.url, upstream.failures
-            )
+            log.warning("upstream %s marked down after %d failures", upstream.url,
+                        upstream.failures)
 
 
 def _standing(upstream: Upstream) -> int:

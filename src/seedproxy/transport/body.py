@@ -3,8 +3,9 @@ or in chunks) over a ``ByteStream``; ``Body`` is the transport's, one answer on 
 ``Connection``. ``prime`` hands on a streamed answer only once its first chunk was read
 (so a server that dies before its first token is failed over).
 
-Invariants: a body read whole is at most its ``max_bytes`` (after any content-encoding
-is undone), else ``UpstreamBodyTooLarge``; the connection is released exactly once; a
+Invariants: a body read whole is at most its ``max_bytes``, before and after any
+content-encoding is undone (bounded output: no decompression bomb), else
+``UpstreamBodyTooLarge``; the connection is released exactly once; a
 transport failure while reading leaves ``Body`` mapped (``failure``): "failed while
 answering" before its first chunk was handed on, "broke off the stream" after.
 """
@@ -113,7 +114,6 @@ class Body:
         self.limit = max_bytes
         self._done = False
         self._head = conn.headers
-        """The answer's header lines as received."""
 
     async def _next(self) -> bool:
         """Wait until the connection holds bytes (True) or the body ended (False)."""
@@ -146,8 +146,7 @@ class Body:
         self._release()
 
     async def read_all(self) -> bytes:
-        """The rest of the body, decoded from its content-encoding (gzip, deflate), at most
-        ``limit`` bytes before and after decoding, else ``UpstreamBodyTooLarge``; then
+        """The rest of the body, decoded from its content-encoding (gzip, deflate); then
         the connection released."""
         conn = self._conn
         parts: list[bytes] = []
@@ -173,7 +172,7 @@ class Body:
                          if n.lower() == b"content-encoding"), None)
         if encoding not in _DECODED:
             return content
-        try:  # bounded output: no decompression bomb
+        try:
             decoded = _inflate(content, self.limit + 1, encoding)
         except zlib.error as exc:
             failure = httpx.DecodingError(str(exc))

@@ -49,7 +49,7 @@ class Connection(asyncio.Protocol):
         self.reset(expect_body=True)
 
     def reset(self, *, expect_body: bool) -> None:
-        """Ready the connection for the next request (``expect_body`` is False for HEAD)."""
+        """Ready for the next request (``expect_body`` is False for HEAD)."""
         self.parser = httptools.HttpResponseParser(self)
         self.expect_body = expect_body
         self.status = 0
@@ -224,16 +224,11 @@ class Route:
 
 @dataclass(frozen=True, slots=True)
 class Proxies:
-    """Forward proxies per upstream scheme, and the hosts that bypass them.
-
-    Read from ``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY`` and ``NO_PROXY`` (the
-    lowercase spellings win, as in curl). ``NO_PROXY`` entries are host names
-    (``example.com`` also covers its subdomains; a leading dot or ``*.`` means the same),
-    IP addresses, CIDR blocks, ``host:port``, or ``*`` for everything. Loopback upstreams
-    (``localhost``, 127.0.0.0/8, ``::1``) always go direct, as in Go's net/http: a proxy on
-    another host cannot reach this machine's loopback. Only ``http://`` proxies are
-    supported; any other scheme is refused with ``ConfigError`` when the client is built.
-    """
+    """Forward proxies per upstream scheme (``http://`` only, else ``ConfigError``), and
+    the hosts that bypass them: ``NO_PROXY`` entries are host names (``example.com``
+    covers its subdomains; a leading ``.`` or ``*.`` means the same), IP addresses, CIDR
+    blocks, ``host:port``, or ``*``. Loopback upstreams always go direct (a proxy on
+    another host cannot reach this machine's loopback)."""
 
     http: httpx.URL | None = None
     https: httpx.URL | None = None
@@ -254,7 +249,7 @@ class Proxies:
         )
 
     def for_url(self, url: httpx.URL) -> httpx.URL | None:
-        """The proxy for ``url``, or None to go direct."""
+        """The proxy for ``url`` (None: direct)."""
         proxy = self.https if url.scheme == "https" else self.http
         if proxy is None or _is_loopback(url.host) or self._bypass(url):
             return None

@@ -9,7 +9,8 @@ Invariants:
   call one of ``max_control_connections``, so the control plane still reaches a server
   whose proxied requests hold every connection;
 - a connection is reused only after its response was read to the end, both sides
-  allowed keep-alive, and it sat idle under ``idle_expiry_s`` (below uvicorn's 5 s);
+  allowed keep-alive, and it sat idle (one of at most ``max_idle`` per upstream) under
+  ``idle_expiry_s`` (below uvicorn's 5 s);
 - a request is re-sent on a fresh connection only when provably harmless: an idle
   connection found closed is never written to, and a reused one that closes without
   answering a byte is retried only for an idempotent method; a POST that may have
@@ -52,14 +53,9 @@ class Timeouts:
 
 
 class FastTransport:
-    """Event-loop bound; keeps at most ``max_idle`` idle connections per upstream and
-    opens at most ``max_connections`` proxied requests' connections to each upstream,
-    and ``max_control_connections`` others. Raises ``httpx.TransportError``s, which
-    ``LeanClient`` maps (``failure``).
-
+    """Event-loop bound; raises ``httpx.TransportError``s (``LeanClient`` maps them).
     ``verify``: True (the system's and certifi's CAs), False, a CA bundle path, or an
-    ``ssl.SSLContext``. ``proxies``: None reads the environment (see ``connection.Proxies``).
-    """
+    ``ssl.SSLContext``. ``proxies``: None reads the environment."""
 
     def __init__(
         self,
@@ -75,8 +71,7 @@ class FastTransport:
         self._idle: dict[tuple[str, str, int, str], list[Connection]] = {}
         self._max_idle = max_idle
         self._sizes = (max_control_connections, max_connections)
-        self._limits: dict[tuple[str, str, int, bool], asyncio.Semaphore] = {}
-        """Per upstream server and lane (proxied or not): one entry per server asked."""
+        self._limits: dict[tuple[str, str, int, bool], asyncio.Semaphore] = {}  # server, lane
         self._verify = verify
         self._ssl: ssl.SSLContext | None = None
         self.proxies = proxies if proxies is not None else Proxies.from_env()
@@ -98,9 +93,8 @@ class FastTransport:
         self, route: Route, method: str, data: bytes, timeouts: Timeouts, *,
         proxied: bool, name: str,
     ) -> UpstreamResponse:
-        """Send ``data``, a request whole (head from ``route.head(method)``, and body),
-        in the proxied requests' lane or the other one; ``name`` names the upstream
-        in the errors its body raises."""
+        """Send ``data``, a whole request (``request_bytes``), in the proxied requests'
+        lane or the other one; ``name`` names the upstream in its body's errors."""
         if self._closed:
             raise httpx.ConnectError("the upstream client is closed")
         lane = (*route.server, proxied)
