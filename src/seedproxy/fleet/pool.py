@@ -51,8 +51,10 @@ class UpstreamPool:
     flight: then the next request tests it.
     """
 
+    fails_before_down = 3
+    probe_timeout_s = 2.0
+
     def __init__(self, urls: list[str], client: UpstreamClient, *, max_failover: int = 2,
-                 fails_before_down: int = 3, probe_timeout_s: float = 2.0,
                  gate: PauseGate | None = None) -> None:
         if not urls:
             raise ValueError("at least one upstream URL is required")
@@ -61,8 +63,6 @@ class UpstreamPool:
         that awaits still sees one list."""
         self.client = client
         self.max_failover = max_failover
-        self.fails_before_down = fails_before_down
-        self.probe_timeout_s = probe_timeout_s
         self.failovers = 0
         self.gate = gate
         self._turn = 0

@@ -30,7 +30,6 @@ class UpstreamClient(Protocol):
     async def post_stream(self, server: str, path: str, content: bytes,
                           headers: Mapping[str, str]) -> UpstreamResponse:
         """A proxied request: POST ``content``; the answer's body is left unread."""
-        ...
 
     async def request(self, method: str, server: str, path: str = "", *,
                       content: bytes | None = None, json: Any = None,
@@ -38,7 +37,6 @@ class UpstreamClient(Protocol):
                       timeout: float | None = None, stream: bool = False) -> UpstreamResponse:
         """A control call (probe, abort, pause, weights...): its body read unless
         ``stream``; ``timeout`` replaces each of the client's."""
-        ...
 
     async def aclose(self) -> None: ...
 

@@ -157,7 +157,7 @@ class Connection(asyncio.Protocol):
             if timer is not None:
                 timer.cancel()
 
-    async def tunnel(self, request: bytes, timeout: float | None) -> None:
+    async def tunnel(self, request: bytes) -> None:
         """Send a CONNECT ``request`` and wait for the proxy's 2xx; raises
         ``httpx.ProxyError`` for any other answer."""
         assert self.transport is not None
@@ -166,7 +166,7 @@ class Connection(asyncio.Protocol):
         while b"\r\n\r\n" not in self.tunnel_head:
             if self.closed or len(self.tunnel_head) > _MAX_TUNNEL_HEAD:
                 raise httpx.ProxyError("the proxy closed or garbled its answer to CONNECT")
-            await self.wait(timeout)
+            await self.wait(None)  # bounded by the connect timeout
         head, _, rest = bytes(self.tunnel_head).partition(b"\r\n\r\n")
         self.tunnel_head = None
         line = head.split(b"\r\n", 1)[0]

@@ -163,7 +163,7 @@ class FastTransport:
                 )
                 if route.tunnel is not None:
                     assert context is not None and conn.transport is not None
-                    await conn.tunnel(route.tunnel, None)
+                    await conn.tunnel(route.tunnel)
                     tls = await loop.start_tls(
                         conn.transport, conn, context, server_hostname=route.tls_host
                     )
