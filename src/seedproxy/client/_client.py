@@ -9,10 +9,10 @@ seeded and recorded for that sample.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -155,12 +155,11 @@ class SeedProxyClient:
         timeout_s: float = 120.0,
         http: httpx.AsyncClient | None = None,
     ) -> None:
-        headers = {"authorization": f"Bearer {admin_key}"} if admin_key else {}
         self.timeout_s = timeout_s
         self._own_http = http is None
         self.http = http or httpx.AsyncClient(
             base_url=url.rstrip("/"),
-            headers=headers,
+            headers={"authorization": f"Bearer {admin_key}"} if admin_key else {},
             timeout=timeout_s,
             # Admin calls come in bursts with long rollouts between them; a connection
             # idle longer than the server's keep-alive (uvicorn: 5 s) may be closed
@@ -171,9 +170,7 @@ class SeedProxyClient:
     async def __aenter__(self) -> SeedProxyClient:
         return self
 
-    async def __aexit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    async def __aexit__(self, *_: object) -> None:
         await self.aclose()
 
     async def aclose(self) -> None:
@@ -184,10 +181,9 @@ class SeedProxyClient:
         self, method: str, path: str, body: dict[str, Any] | None = None,
         *, timeout_s: float | None = None,
     ) -> Any:
-        if timeout_s is None:
-            response = await self.http.request(method, path, json=body)
-        else:
-            response = await self.http.request(method, path, json=body, timeout=timeout_s)
+        response = await self.http.request(
+            method, path, json=body,
+            timeout=httpx.USE_CLIENT_DEFAULT if timeout_s is None else timeout_s)
         if response.is_success:
             return response.json() if response.content else None
         message, kind = response.text, None
@@ -203,8 +199,7 @@ class SeedProxyClient:
     ) -> Group:
         """k sessions replaying ``identity`` (identities ``{identity}:0..k-1`` when
         k > 1). Creating the same identity again makes new sessions with the same seeds."""
-        body: dict[str, Any] = {"identity": identity, "group_size": k}
-        return await self._group(body, metadata)
+        return await self._group({"identity": identity, "group_size": k}, metadata)
 
     async def resume(self, session_id: str, *, metadata: dict[str, Any] | None = None) -> Group:
         """One new session replaying ``session_id``'s record with its identity (so its
@@ -216,14 +211,11 @@ class SeedProxyClient:
                    metadata: dict[str, Any] | None = None) -> Group:
         """k sessions (identities ``{identity}:0..k-1`` when k > 1) that replay the first
         ``at`` interactions of ``session_id`` and sample with their own seeds from then."""
-        body: dict[str, Any] = {"identity": identity, "group_size": k,
-                                "fork": {"session": session_id, "at": at}}
-        return await self._group(body, metadata)
+        fork = {"session": session_id, "at": at}
+        return await self._group({"identity": identity, "group_size": k, "fork": fork}, metadata)
 
     async def _group(self, body: dict[str, Any], metadata: dict[str, Any] | None) -> Group:
-        if metadata is not None:
-            body["metadata"] = metadata
-        made = await self._call("POST", "/sessions", body)
+        made = await self._call("POST", "/sessions", _given(body, metadata=metadata))
         samples = [
             Sample(s["session_id"], s["identity"], s["api_key"], s["base_url"])
             for s in made["sessions"]
@@ -233,9 +225,7 @@ class SeedProxyClient:
     async def set_reward(
         self, session_id: str, reward: float, interaction_id: str | None = None
     ) -> None:
-        body: dict[str, Any] = {"reward": reward}
-        if interaction_id is not None:
-            body["interaction_id"] = interaction_id
+        body = _given({"reward": reward}, interaction_id=interaction_id)
         await self._call("POST", f"/sessions/{_quote(session_id)}/reward", body)
 
     async def end(self, session_id: str) -> None:
@@ -272,13 +262,10 @@ class SeedProxyClient:
         it is exported again after ``visibility_timeout_s``, 300 s by default).
         ``skip_abandoned`` leaves out sessions the proxy ended as abandoned (they leave
         later exports all the same)."""
-        body: dict[str, Any] = {"timeout_s": timeout_s, "style": style, "remove": remove}
-        if skip_abandoned:
-            body["skip_abandoned"] = True
-        for name, value in (("group_id", group_id), ("session_ids", session_ids),
-                            ("count", count), ("visibility_timeout_s", visibility_timeout_s)):
-            if value is not None:
-                body[name] = value
+        body = _given({"timeout_s": timeout_s, "style": style, "remove": remove},
+                      skip_abandoned=skip_abandoned or None, group_id=group_id,
+                      session_ids=session_ids, count=count,
+                      visibility_timeout_s=visibility_timeout_s)
         data = await self._call("POST", "/trajectories/export", body,
                                 timeout_s=self.export_timeout_s(timeout_s))
         batch = ExportBatch(data["batch_id"],
@@ -299,16 +286,17 @@ def _write_durably(trajectories: list[Trajectory], out: Target) -> None:
         write_jsonl(trajectories, handle)
         handle.flush()
         os.fsync(handle.fileno())
-    try:
+    with contextlib.suppress(OSError):  # the new file's directory entry
         fd = os.open(os.path.dirname(os.path.abspath(out)), os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)  # the new file's directory entry
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _given(body: dict[str, Any], **optional: Any) -> dict[str, Any]:
+    """``body`` and each of ``optional`` that is not None."""
+    return body | {name: value for name, value in optional.items() if value is not None}
 
 
 def _quote(session_id: str) -> str:

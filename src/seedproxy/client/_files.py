@@ -20,11 +20,9 @@ def write_jsonl(trajectories: Iterable[Trajectory], out: str | os.PathLike[str] 
     if isinstance(out, str | os.PathLike):
         with open(out, "wb") as handle:
             return write_jsonl(trajectories, handle)
-    written = 0
-    for trajectory in trajectories:
-        out.write(trajectory.to_json() + b"\n")
-        written += 1
-    return written
+    lines = [trajectory.to_json() + b"\n" for trajectory in trajectories]
+    out.writelines(lines)
+    return len(lines)
 
 
 def write_parquet(trajectories: Iterable[Trajectory], path: str | os.PathLike[str]) -> int:
@@ -48,14 +46,13 @@ def write_parquet(trajectories: Iterable[Trajectory], path: str | os.PathLike[st
         ("logprobs", pa.list_(pa.float32())),
         ("reward", pa.float64()),
     ])
-    rows: dict[str, list[Any]] = {name: [] for name in schema.names}
+    rows: list[dict[str, Any]] = []
     for t in trajectories:
         if t.style != "concat" or t.token_ids is None or t.loss_mask is None:
             why = t.concat_error.reason if t.concat_error else "not exported with style='concat'"
             raise ValueError(f"session {t.session_id!r} has no token sequence: {why}")
-        row = (t.session_id, t.identity, t.group_id, t.token_ids, t.loss_mask, t.logprobs,
-               t.reward)
-        for name, value in zip(schema.names, row, strict=True):
-            rows[name].append(value)
-    pq.write_table(pa.table(rows, schema=schema), path)
-    return len(rows["session_id"])
+        rows.append({"session_id": t.session_id, "identity": t.identity, "group_id": t.group_id,
+                     "input_ids": t.token_ids, "loss_mask": t.loss_mask,
+                     "logprobs": t.logprobs, "reward": t.reward})
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
+    return len(rows)

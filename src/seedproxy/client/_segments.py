@@ -75,10 +75,7 @@ class Segment:
 
 def segments(trajectories: Iterable[Trajectory]) -> list[Segment]:
     """Every trajectory's branches, in trajectory then branch order."""
-    out: list[Segment] = []
-    for trajectory in trajectories:
-        out += _of(trajectory)
-    return out
+    return [segment for trajectory in trajectories for segment in _of(trajectory)]
 
 
 def _of(trajectory: Trajectory) -> list[Segment]:

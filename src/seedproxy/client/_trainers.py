@@ -3,16 +3,9 @@
 Every converter takes trajectories exported with ``style="concat"`` and gives one row
 per branch (``_segments.py``): tokens the policy sampled have mask 1 and their recorded
 logprobs; prompt, tool-result and user tokens have mask 0 (logprob 0.0). Each row
-carries the rollout's reward and, where the format has a free slot, its link
-(``Segment.link``: session, branch, parent branch, compaction). The converters are pure
-(plain lists and dicts, no trainer imported); ``to_tinker_objects`` imports ``tinker``
-when called. Field names follow each project's source, quoted per function.
-
-Images (a vision rollout): each row's free-form slot carries the branch's images with
-the link (``Segment.link``: sha256, position and expanded count, base64 data), since
-turning them into a trainer's own multimodal inputs needs that trainer's processor;
-SkyRL's ``GeneratorOutput`` has no free slot, so ``to_skyrl`` refuses a rollout with
-images rather than drop them.
+carries the rollout's reward and, where the format has a free slot, its link and images
+(``Segment.link``). The converters are pure (plain lists and dicts, no trainer
+imported); field names follow each project's source, quoted per function.
 """
 
 from __future__ import annotations
@@ -34,16 +27,12 @@ def to_verl(trajectories: Iterable[Trajectory]) -> list[dict[str, Any]]:
     ``rollout_log_probs``), ``reward_score``, ``metrics`` and ``extra_fields`` (the
     link). ``AgentLoopOutput(**row)`` builds verl's object; a rollout with several
     branches gives verl the ordered list its agent loop may return."""
-    rows = []
-    for s in segments(trajectories):
-        p = s.prompt_length
-        rows.append({
-            "prompt_ids": s.token_ids[:p], "response_ids": s.token_ids[p:],
-            "response_mask": s.loss_mask[p:],
-            "response_logprobs": None if s.logprobs is None else s.logprobs[p:],
-            "reward_score": s.reward, "metrics": {}, "extra_fields": s.link(),
-        })
-    return rows
+    return [{
+        "prompt_ids": s.token_ids[:p], "response_ids": s.token_ids[p:],
+        "response_mask": s.loss_mask[p:],
+        "response_logprobs": None if s.logprobs is None else s.logprobs[p:],
+        "reward_score": s.reward, "metrics": {}, "extra_fields": s.link(),
+    } for s, p in _cut(segments(trajectories))]
 
 
 def to_slime(trajectories: Iterable[Trajectory]) -> list[dict[str, Any]]:
@@ -53,18 +42,14 @@ def to_slime(trajectories: Iterable[Trajectory]) -> list[dict[str, Any]]:
     slime checks), ``reward``, ``group_index`` (the group's place in the input),
     ``index`` (the row's), ``session_id``, ``status`` and ``metadata`` (the link).
     ``Sample.from_dict(row)`` builds slime's object."""
-    rows = []
     groups, _ = _positions(segs := segments(trajectories))
-    for index, s in enumerate(segs):
-        p = s.prompt_length
-        rows.append({
-            "group_index": groups[s.session_id], "index": index, "tokens": s.token_ids,
-            "response_length": len(s.token_ids) - p, "loss_mask": s.loss_mask[p:],
-            "rollout_log_probs": None if s.logprobs is None else s.logprobs[p:],
-            "reward": s.reward, "status": "completed", "session_id": s.session_id,
-            "metadata": s.link(),
-        })
-    return rows
+    return [{
+        "group_index": groups[s.session_id], "index": index, "tokens": s.token_ids,
+        "response_length": len(s.token_ids) - p, "loss_mask": s.loss_mask[p:],
+        "rollout_log_probs": None if s.logprobs is None else s.logprobs[p:],
+        "reward": s.reward, "status": "completed", "session_id": s.session_id,
+        "metadata": s.link(),
+    } for index, (s, p) in enumerate(_cut(segs))]
 
 
 def to_trl(trajectories: Iterable[Trajectory]) -> dict[str, list[Any]]:
@@ -75,17 +60,12 @@ def to_trl(trajectories: Iterable[Trajectory]) -> dict[str, list[Any]]:
     ``reward`` and ``rollout`` (the link), TRL forwards to the reward functions, one
     value per completion. TRL groups completions by position (``num_generations``
     per prompt): a rollout with several branches adds one completion per branch."""
-    out: dict[str, list[Any]] = {"prompt_ids": [], "completion_ids": [], "logprobs": [],
-                                 "env_mask": [], "reward": [], "rollout": []}
-    for s in segments(trajectories):
-        p = s.prompt_length
-        out["prompt_ids"].append(s.token_ids[:p])
-        out["completion_ids"].append(s.token_ids[p:])
-        out["logprobs"].append(_logprobs(s)[p:])
-        out["env_mask"].append(s.loss_mask[p:])
-        out["reward"].append(s.reward)
-        out["rollout"].append(s.link())
-    return out
+    cut = _cut(segments(trajectories))
+    return {"prompt_ids": [s.token_ids[:p] for s, p in cut],
+            "completion_ids": [s.token_ids[p:] for s, p in cut],
+            "logprobs": [_logprobs(s)[p:] for s, p in cut],
+            "env_mask": [s.loss_mask[p:] for s, p in cut],
+            "reward": [s.reward for s, _ in cut], "rollout": [s.link() for s, _ in cut]}
 
 
 def to_skyrl(trajectories: Iterable[Trajectory]) -> dict[str, Any]:
@@ -107,8 +87,7 @@ def to_skyrl(trajectories: Iterable[Trajectory]) -> dict[str, Any]:
         "stop_reasons": None, "rollout_metrics": None, "rollout_logprobs": [],
         "trajectory_ids": [], "is_last_step": [], "sampling_masks": None,
     }
-    for s in segs:
-        p = s.prompt_length
+    for s, p in _cut(segs):
         out["prompt_token_ids"].append(s.token_ids[:p])
         out["response_ids"].append(s.token_ids[p:])
         out["rewards"].append(_reward(s))
@@ -159,18 +138,20 @@ def _positions(segs: list[Segment]) -> tuple[dict[str, int], dict[str, int]]:
     """(session -> its group's place among groups, session -> its place in its group),
     both in input order; a session in no group is a group of its own identity."""
     groups: dict[str, int] = {}
-    members: dict[str, list[str]] = {}
+    sizes: dict[str, int] = {}
     group_of: dict[str, int] = {}
     repetition: dict[str, int] = {}
     for s in segs:
-        if s.session_id in group_of:
-            continue
-        key = s.group_id or s.identity
-        groups.setdefault(key, len(groups))
-        members.setdefault(key, []).append(s.session_id)
-        group_of[s.session_id] = groups[key]
-        repetition[s.session_id] = len(members[key]) - 1
+        if s.session_id not in group_of:
+            key = s.group_id or s.identity
+            group_of[s.session_id] = groups.setdefault(key, len(groups))
+            repetition[s.session_id] = sizes[key] = sizes.get(key, -1) + 1
     return group_of, repetition
+
+
+def _cut(segs: list[Segment]) -> list[tuple[Segment, int]]:
+    """Each segment with its ``prompt_length``."""
+    return [(s, s.prompt_length) for s in segs]
 
 
 def _logprobs(s: Segment) -> list[float]:

@@ -1,6 +1,5 @@
-"""The fleet board: the fleet's shared control state (paused, mode, abort epoch, the
-weight version last set, the upstreams added or removed at run time), one per fleet,
-whatever the number of proxy replicas.
+"""The fleet board: the fleet's shared control state (``state.FleetState``), one per
+fleet, whatever the number of proxy replicas.
 
 Invariants:
 - Every write returns the whole state after it, with ``seq`` one higher; ``board``
@@ -8,17 +7,12 @@ Invariants:
   reader keeps the newest state by ``(board, seq)`` and never goes back to an older one.
 - ``abort_epoch`` only grows on one board: each pause in ``abort`` mode, and each
   weight-version change that aborts, adds one before any server is told.
-- ``LocalBoard`` is one process's state (memory and SQLite stores), with no I/O.
-  ``RedisBoard`` (``redis_board.py``) shares it between the replicas of a Redis store
-  and publishes each write; ``follow`` applies what others write until cancelled.
-  The state and the board's protocol live in ``state.py``, which both boards
-  import: ``redis_board`` never imports this module back.
-- The weight-sync lock (``begin_sync``/``end_sync``) admits one ``/fleet/update_weights``
-  at a time per fleet: the local board's is this process's (claimed with no await
-  between the check and the claim, so the event loop makes it atomic), the Redis
-  board's one key set with NX and an expiry, so a replica that died mid-sync frees it.
-- ``stop_session`` tells every replica (this one included) to stop a session's requests
-  in flight; it is a message, not state: a replica that was not listening misses it,
+- ``LocalBoard`` is one process's state (memory and SQLite stores), with no I/O;
+  ``RedisBoard`` shares it between the replicas of a Redis store.
+- The weight-sync lock admits one ``/fleet/update_weights`` at a time per fleet: the
+  local board's is claimed with no await between the check and the claim (atomic on the
+  event loop); the Redis board's expires, so a replica that died mid-sync frees it.
+- ``stop_session`` is a message, not state: a replica that was not listening misses it,
   and those requests then end as they would have, finding no session to record in.
 """
 
@@ -42,8 +36,7 @@ class LocalBoard:
 
     def __init__(self) -> None:
         self._state = FleetState(board="local")
-        self._sync: tuple[str, str] | None = None
-        """(token, what) of the weight sync in progress."""
+        self._sync: tuple[str, str] | None = None  # (token, what) of the sync in progress
 
     def _write(self, **changes: object) -> FleetState:
         self._state = replace(self._state, seq=self._state.seq + 1, **changes)  # type: ignore[arg-type]

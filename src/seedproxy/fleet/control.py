@@ -1,33 +1,16 @@
-"""The fleet's control plane: pause and continue, weight versions, and the preflight.
+"""The fleet's control plane: pause and continue, weight versions, membership, and the
+preflight.
 
 Invariants:
-- The fleet's state (paused, mode, abort epoch, last version set) lives on its board
-  (``board.py``): the process's own for memory and SQLite stores, shared by every
-  replica of a Redis store. Each change is written to the board first, then applied
-  to this process's ``PauseGate``; other replicas apply it as it is published.
-- Pausing writes the board and closes the gate (new requests wait there, see
-  ``state.py``) before any server is paused; in ``abort`` mode the board's abort epoch
-  moves first, so a replica that sees an aborted answer finds the move on the board
-  (``refresh``) even before the publication reached it. Continuing tells every server
-  first, then opens the board and the gate. A board that cannot be written is a 503
-  and no server is told.
-- Pause, continue and weight-version changes go to every upstream; each server's answer
-  is reported, and a server that did not take the change is named, never hidden.
-- The weight version a server reports (``/get_server_info``) or was told
-  (``/update_weight_version``, here or through another replica's board write) is kept
-  on its ``Upstream``, which the pool reads at dispatch.
-- ``waiting`` (requests held at the gate) is per replica.
-- A weight sync (``update_weights``) is pause, load on every server, record the version,
-  continue, one step after another: a step that fails on any server ends the sync there,
-  with the fleet still paused, so nothing runs on mixed weights until the admin retries
-  or continues. Each server is told the version with its weights, so the version it
-  reports is always that of the weights it holds. One sync runs at a time per fleet (the
-  board's lock, every replica of a Redis store included): another one meanwhile is a
-  409 naming the sync in progress, and nothing is told to any server for it.
-- Membership is board state too (``members_of``): every replica follows the servers
-  added and removed at run time (``join``, ``leave``), a replica started later included.
-  A server joins only once it passes the preflight (``joining.py``) and reports the
-  fleet's weight version; one that leaves drains on each replica (``pool.py``).
+- Each change is written to the fleet's board (``board.py``) first, then applied to
+  this process's ``PauseGate``; other replicas apply it as it is published. A board
+  that cannot be written is a 503 and no server is told.
+- Changes go to every upstream; each server's answer is reported, and a server that
+  did not take the change is named, never hidden.
+- The weight version a server reports or was told (here or through another replica's
+  board write) is kept on its ``Upstream``, which the pool reads at dispatch.
+- Membership is board state too (``members_of``), followed by every replica, one
+  started later included.
 - Every fan-out and inspection works on one snapshot of the list of servers, so a
   change of membership while it awaits never mismatches servers and answers.
 """
@@ -44,10 +27,9 @@ from typing import Any
 from ..errors import BadRequest, Conflict, StoreError, UpstreamError, UpstreamNotFound
 from ..transport.failure import cause
 from ..transport.loop import LOOPED
-from .board import FleetBoard, FleetState, LocalBoard
-from .joining import join_refusal
+from .board import FleetBoard, FleetState
 from .pool import UpstreamPool
-from .server_report import UpstreamReport, read_server_info
+from .server_report import UpstreamReport, join_refusal, read_server_info
 from .state import PauseGate, PauseMode
 from .upstream import Upstream
 
@@ -70,27 +52,26 @@ class FleetControl:
     """Fans control calls out to every upstream and keeps what they report."""
 
     def __init__(self, pool: UpstreamPool, gate: PauseGate, *, server_info: bool, enforce: bool,
-                 timeout_s: float = 5.0, board: FleetBoard | None = None) -> None:
-        """``server_info``: the upstreams answer ``/get_server_info``
-        (``Backend.reports_server_info``)."""
+                 board: FleetBoard) -> None:
+        """``server_info``: the upstreams answer ``/get_server_info``."""
         self.pool = pool
         self._startup = [u.url for u in pool.upstreams]
         """This replica's ``--upstream`` list, which the board's membership amends."""
         self.gate = gate
-        self.board: FleetBoard = board if board is not None else LocalBoard()
+        self.board = board
         self._state = FleetState()
         self._version: str | None = None
         """The board's weight version last applied to the upstreams."""
         self.server_info = server_info
         self.enforce = enforce
-        self.timeout_s = timeout_s
+        self.timeout_s = 5.0
         self.load_timeout_s = 600.0
         """How long a server may take to load weights (or join an NCCL transfer)."""
 
     async def inspect(self) -> list[UpstreamReport]:
         """Read every server's ``/get_server_info`` (where ``server_info``) and report. With
-        ``enforce``, a server with findings is refused (no request goes to it) until a
-        later inspection finds it clean; one that could not be checked keeps its state."""
+        ``enforce``, a server with findings is refused until a later inspection finds it
+        clean; one that could not be checked keeps its state."""
         upstreams = self.pool.upstreams
         reports = await asyncio.gather(*(self._inspect_one(u) for u in upstreams))
         for upstream, report in zip(upstreams, reports, strict=True):
@@ -103,8 +84,7 @@ class FleetControl:
         return list(reports)
 
     async def inspect_forever(self, interval_s: float) -> None:
-        """Inspect every ``interval_s`` until cancelled. A failed inspection is logged;
-        it never ends the loop."""
+        """Inspect every ``interval_s`` until cancelled; a failure is logged, never ends it."""
         while True:
             await asyncio.sleep(interval_s)
             try:
@@ -146,12 +126,9 @@ class FleetControl:
         return known.pop() if len(known) == 1 else None
 
     async def join(self, url: str) -> tuple[UpstreamReport, bool]:
-        """Add ``url`` to the fleet on every replica, once it passes the preflight
-        and reports the fleet's weight version (``Conflict`` otherwise, naming every
-        reason; ``UpstreamUnavailable`` when it cannot be reached). A server already in
-        the fleet under another spelling of its URL (``server_key``: ``localhost`` or
-        ``127.0.0.1``, a default port, a trailing ``/``) is that member. Returns its
-        report and whether it joined now (False: it was serving already)."""
+        """Add ``url`` to the fleet on every replica once ``join_refusal`` passes it. A
+        server already in the fleet under another spelling (``server_key``) is that
+        member. Returns its report and whether it joined now (False: it was serving)."""
         current = self.pool.find(url)
         if current is not None and not current.draining:
             return await self._inspect_one(current), False
@@ -175,16 +152,15 @@ class FleetControl:
         return report, True
 
     async def leave(self, url: str) -> Upstream:
-        """Take ``url`` out of the fleet on every replica: it drains (no new request;
-        those it holds finish, or fail over with the same seed) and is then forgotten.
-        ``UpstreamNotFound`` for a server not in the fleet, ``Conflict`` for the last
-        one serving. Returns it, draining (already forgotten when it held nothing)."""
+        """Take ``url`` out of the fleet on every replica: it drains, then is forgotten.
+        ``UpstreamNotFound`` for a server not in the fleet, ``Conflict`` for the last one
+        serving. Returns it, draining (already forgotten when it held nothing)."""
         upstream = self.pool.find(url)
         if upstream is None:
             raise UpstreamNotFound(f"{url} is not one of the fleet's upstreams", param="url")
         if upstream.draining:
             return upstream
-        if not any(not u.draining for u in self.pool.upstreams if u is not upstream):
+        if all(u.draining for u in self.pool.upstreams if u is not upstream):
             raise Conflict(f"{url} is the fleet's last upstream: add another one first",
                            param="url", code="last_upstream")
         self.apply(await self.board.set_member(upstream.url, False))
@@ -208,7 +184,9 @@ class FleetControl:
         await self.board.follow(self.apply, stop)
 
     async def pause(self, mode: PauseMode) -> list[dict[str, Any]]:
-        """Hold new requests on every replica, then pause every server in ``mode``."""
+        """Hold new requests on every replica, then pause every server in ``mode``. In
+        ``abort`` mode the board's epoch moves first, so a replica that sees an aborted
+        answer finds the move on the board (``refresh``) before its publication."""
         self.apply(await self.board.pause(mode))
         return await self.fan_out("/pause_generation", {"mode": mode}, self.pool.upstreams)
 
@@ -225,20 +203,17 @@ class FleetControl:
             self.apply(await self.board.abort())
         upstreams = self.pool.upstreams
         results = await self.fan_out("/update_weight_version", body, upstreams)
-        taken = False
-        for upstream, result in zip(upstreams, results, strict=True):
-            if result["ok"]:
-                upstream.weight_version = version
-                taken = True
-        if taken:  # set here per server: applying it below changes no upstream here
+        if any(_took(version, upstreams, results)):
             await self._record_version(version)
         return results
 
     async def update_weights(self, model_path: str, version: str, mode: PauseMode,
                              load_format: str | None) -> WeightSync:
-        """Pause in ``mode``, load ``model_path`` on every server (concurrently), record
-        ``version``, continue; stop at the first step that fails on any server.
-        ``Conflict`` when another sync holds the fleet's lock (nothing is sent)."""
+        """Pause in ``mode``, load ``model_path`` on every server (concurrently, each told
+        ``version`` with its weights), record ``version``, continue. A step that fails on
+        any server ends the sync there, still paused, so nothing runs on mixed weights
+        until the admin retries or continues. ``Conflict`` when another sync holds the
+        fleet's lock (nothing is sent)."""
         token = uuid.uuid4().hex
         what = f"version {version!r} from {model_path!r}"
         ttl_s = self.load_timeout_s + 4 * self.timeout_s + 60.0  # pause + load + continue
@@ -266,10 +241,7 @@ class FleetControl:
         upstreams = self.pool.upstreams
         loads = await self.fan_out("/update_weights_from_disk", body, upstreams,
                                     timeout_s=self.load_timeout_s, answers=True)
-        for upstream, result in zip(upstreams, loads, strict=True):
-            if result["ok"]:
-                upstream.weight_version = version
-        if not all(r["ok"] for r in loads):
+        if not all(_took(version, upstreams, loads)):
             return WeightSync(False, "load", loads)
         await self._record_version(version)
         resumed = await self.resume()
@@ -301,8 +273,7 @@ class FleetControl:
                 result["rank_offset"] = sent["rank_offset"]
         version = body.get("weight_version")
         if isinstance(version, str) and all(r["ok"] for r in results):
-            for upstream in upstreams:
-                upstream.weight_version = version
+            _took(version, upstreams, results)
             await self._record_version(version)
         return results
 
@@ -321,27 +292,34 @@ class FleetControl:
         bodies = body if isinstance(body, list) else [body] * len(upstreams)
 
         async def one(upstream: Upstream, sent: dict[str, Any]) -> dict[str, Any]:
+            result: dict[str, Any] = {"url": upstream.url, "ok": False, "status": None}
+            answer = None
             try:
                 response = await self.pool.client.request(
                     "POST", upstream.url, path, json=sent, timeout=timeout_s or self.timeout_s
                 )
             except UpstreamError as exc:
-                result: dict[str, Any] = {"url": upstream.url, "ok": False, "status": None,
-                                          "error": f"unreachable: {type(cause(exc)).__name__}"}
-                return {**result, "answer": None} if answers else result
-            ok = response.status_code == 200
-            result = {"url": upstream.url, "ok": ok, "status": response.status_code,
-                      "error": None if ok else response.text[:500]}
-            if answers:
-                try:
-                    result["answer"] = response.json()
-                except ValueError:
-                    result["answer"] = None
-                if ok and isinstance(result["answer"], dict) and \
-                        result["answer"].get("success") is False:
-                    result["ok"], result["error"] = False, str(
-                        result["answer"].get("message"))[:500]
-            return result
+                result["error"] = f"unreachable: {type(cause(exc)).__name__}"
+            else:
+                ok = response.status_code == 200
+                result.update(ok=ok, status=response.status_code,
+                              error=None if ok else response.text[:500])
+                if answers:
+                    try:
+                        answer = response.json()
+                    except ValueError:
+                        pass
+                    if ok and isinstance(answer, dict) and answer.get("success") is False:
+                        result.update(ok=False, error=str(answer.get("message"))[:500])
+            return {**result, "answer": answer} if answers else result
 
         return list(await asyncio.gather(
             *(one(u, b) for u, b in zip(upstreams, bodies, strict=True))))
+
+
+def _took(version: str, upstreams: list[Upstream], results: list[dict[str, Any]]) -> list[bool]:
+    """Put each upstream whose result is ok on ``version``; return the results' oks."""
+    for upstream, result in zip(upstreams, results, strict=True):
+        if result["ok"]:
+            upstream.weight_version = version
+    return [r["ok"] for r in results]

@@ -2,20 +2,18 @@
 
 Routing is rendezvous hashing on the session id, so a session keeps its server (and
 SGLang's prefix cache) while that server is healthy, and adding a server moves only
-the sessions that now rank it first (removing one, only the sessions it held). The
-list of servers changes at run time (``set_members``): a server that leaves drains,
-taking no new request, and is forgotten when its last one is done. Requests with no
-session go to the server with the fewest requests in flight (ties taken in turn).
-A request is retried on the next candidate only before any byte of its answer has
-reached the client: a streamed answer's first chunk is read here, before the reply is
-handed on, so a server that accepts a request and dies before its first token is
-failed over too. The body it resends is the same bytes, with the same seed, so
-deterministic servers give the same tokens.
+the sessions that now rank it first (removing one, only the sessions it held). Requests
+with no session go to the server with the fewest requests in flight (ties taken in turn).
+A request is retried on the next candidate only before any byte of its answer reached
+the client: a streamed answer's first chunk is read here, before the reply is handed
+on, so a server that dies before its first token is failed over too. The body resent
+is the same bytes, with the same seed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import time
@@ -32,7 +30,7 @@ from ..transport.failure import NoConnection, cause
 from ..transport.loop import LOOP_STATUS, LOOPED, is_loop
 from ..wire.types import UpstreamRequest
 from .state import PauseGate
-from .upstream import Abortable, Dispatch, Upstream, UpstreamReply, server_key
+from .upstream import Dispatch, Upstream, UpstreamReply, server_key
 
 __all__ = ["NoConnection", "UpstreamPool", "rendezvous_order"]
 
@@ -44,43 +42,33 @@ T = TypeVar("T")
 
 
 class UpstreamPool:
-    """Owns the upstream list and its health; thread-unsafe, event-loop-bound.
+    """Owns the upstream list and its health; event-loop-bound.
 
-    A server is taken out after ``fails_before_down`` consecutive failures (requests
-    or probes) and put back by the first success (a probe answering 200, or a request
-    that fell through to it). Down servers stay at the end of every candidate list,
-    so a request still reaches one when nothing else answers. A server whose last
-    ``fails_before_down`` requests timed out is degraded: after the healthy ones, down
-    ones last; with nothing of its own in flight it ranks as usual again, so the next
-    request tests it, and its first answer ends the degradation.
+    A server is down after ``fails_before_down`` consecutive failures (requests or
+    probes) and back at the first success. Down servers stay last in every candidate
+    list, so a request still reaches one when nothing else answers. A degraded server
+    (``Upstream.degraded``) ranks after the healthy ones, unless it has nothing in
+    flight: then the next request tests it.
     """
 
-    def __init__(
-        self,
-        urls: list[str],
-        client: UpstreamClient,
-        *,
-        max_failover: int = 2,
-        fails_before_down: int = 3,
-        probe_timeout_s: float = 2.0,
-        gate: PauseGate | None = None,
-    ) -> None:
+    fails_before_down = 3
+    probe_timeout_s = 2.0
+
+    def __init__(self, urls: list[str], client: UpstreamClient, *, max_failover: int = 2,
+                 gate: PauseGate | None = None) -> None:
         if not urls:
             raise ValueError("at least one upstream URL is required")
         self.upstreams = [Upstream(url.rstrip("/")) for url in urls]
-        """The servers, draining ones included; replaced (never changed in place) by
-        ``set_members``, so a loop over it that awaits still sees one list."""
+        """Draining ones included; replaced, never changed in place, so a loop over it
+        that awaits still sees one list."""
         self.client = client
         self.max_failover = max_failover
-        self.fails_before_down = fails_before_down
-        self.probe_timeout_s = probe_timeout_s
         self.failovers = 0
         self.gate = gate
         self._turn = 0
 
     def find(self, url: str) -> Upstream | None:
-        """The upstream that is the server at ``url``, however it is spelled
-        (``server_key``)."""
+        """The upstream at ``url``, however it is spelled (``server_key``)."""
         key = server_key(url)
         return next((u for u in self.upstreams if server_key(u.url) == key), None)
 
@@ -106,8 +94,11 @@ class UpstreamPool:
                 log.info("upstream %s joined the fleet", url)
         self.upstreams = kept
 
-    def _settle(self, upstream: Upstream) -> None:
-        """After one of ``upstream``'s requests is done: forget it if it drained."""
+    def _done(self, upstream: Upstream, broken: bool) -> None:
+        """One of ``upstream``'s requests is done: forget it if it drained."""
+        upstream.inflight -= 1
+        if broken:
+            self._failed(upstream)
         if upstream.draining and not upstream.inflight:
             self.upstreams = [u for u in self.upstreams if u is not upstream]
             log.info("upstream %s drained and left the fleet", upstream.url)
@@ -118,12 +109,10 @@ class UpstreamPool:
         serving = [u for u in self.upstreams if u.refused is None and not u.draining]
         if len(serving) <= 1:  # no ranking to do (nor hashing)
             return serving
-        if key is None:
-            count = len(serving)
-            turn = self._turn % count
-            self._turn = (turn + 1) % count
-            order = {id(u): (i - turn) % count for i, u in enumerate(serving)}
-            ranked = sorted(serving, key=lambda u: (u.inflight, order[id(u)]))
+        if key is None:  # fewest in flight, ties from the server whose turn it is
+            turn = self._turn % len(serving)
+            self._turn = (turn + 1) % len(serving)
+            ranked = sorted(serving[turn:] + serving[:turn], key=lambda u: u.inflight)
         else:
             ranked = rendezvous_order(key, serving, lambda u: u.url)
         return sorted(ranked, key=_standing)  # stable: the ranking within each standing
@@ -135,14 +124,12 @@ class UpstreamPool:
         """Send ``request``, failing over on connection errors, timeouts, 502 and 503.
 
         Returns the first other answer (any status); when ``stream`` its first chunk
-        has been read and the rest is unread. Raises ``UpstreamUnavailable`` (503)
-        when every server tried failed, or the single server's error: 503 when it
-        could not be reached (``NoConnection``: none of its connections came free
-        within the pool timeout), ``UpstreamTimeout`` (504), else ``UpstreamError``
-        (502). A timeout of either kind counts toward its degradation; only a server
-        that was reached counts as failed. While the fleet is paused it first waits at
-        the gate (``FleetPaused`` past its bound). ``dispatch`` is kept
-        naming the attempt being sent; once stopped, its error is raised instead.
+        has been read. Raises ``UpstreamUnavailable`` (503) when every server tried
+        failed, or the single server's error: ``NoConnection`` (503, none of its
+        connections came free), ``UpstreamTimeout`` (504), else ``UpstreamError`` (502).
+        A timeout of either kind counts toward degradation; only a server that was
+        reached counts as failed. Waits at the gate first while the fleet is paused.
+        ``dispatch`` names the attempt being sent; once stopped, its error is raised.
         """
         if self.gate is not None:
             await self.gate.admit()
@@ -172,29 +159,21 @@ class UpstreamPool:
                 last = exc
                 if isinstance(exc, UpstreamTimeout | NoConnection):
                     self._timed_out(upstream)
-                if isinstance(exc, NoConnection):  # never reached it: not its failure
-                    waited += time.perf_counter() - started
-                    if not final:
-                        self.failovers += 1
-                        log.warning("failing over from %s: %s", upstream.url, exc)
-                    continue
             else:
                 self._answered(upstream)
                 status = reply.response.status_code
-                if status not in _RETRYABLE_STATUS or (final and len(tried) == 1):
-                    if status not in _RETRYABLE_STATUS:
-                        self._succeeded(upstream)
-                    else:
-                        self._failed(upstream)
+                retryable = status in _RETRYABLE_STATUS
+                if not retryable or len(tried) == 1:
+                    (self._failed if retryable else self._succeeded)(upstream)
                     reply.waited_s = waited + time.perf_counter() - started
                     reply.failovers = attempt
                     return reply
                 await reply.aclose()
-                last = UpstreamError(
-                    f"upstream {upstream.url} answered {status}", status_code=status
-                )
+                last = UpstreamError(f"upstream {upstream.url} answered {status}",
+                                     status_code=status)
             waited += time.perf_counter() - started
-            self._failed(upstream)
+            if not isinstance(last, NoConnection):  # NoConnection: never reached it
+                self._failed(upstream)
             if not final:
                 self.failovers += 1
                 log.warning("failing over from %s: %s", upstream.url, last)
@@ -208,13 +187,12 @@ class UpstreamPool:
     async def _attempt(
         self, upstream: Upstream, path: str, content: bytes, headers: dict[str, str], stream: bool
     ) -> UpstreamReply:
-        """One try on one server. ``inflight`` counts it until its body is done: read
-        here, or (a stream) until the reply is closed. On every other way out (an
-        error, a cancellation) the answer is closed and the count released here."""
+        """One try on one server. ``inflight`` counts it until its body is read here, or
+        (a stream) until the reply is closed; on an error or a cancellation the answer
+        is closed and the count released here."""
         upstream.inflight += 1
         version = upstream.weight_version
-        release = Release(upstream, lambda: self._failed(upstream),
-                          done=lambda: self._settle(upstream))
+        release = Release(functools.partial(self._done, upstream))
         response: UpstreamResponse | None = None
         try:
             response = await self.client.post_stream(upstream.url, path, content, headers)
@@ -223,9 +201,8 @@ class UpstreamPool:
                 return UpstreamReply(upstream.url, response, dispatch_weight_version=version)
             await response.aread()
             release(broken=False)
-            return UpstreamReply(  # read and released
-                upstream.url, response, dispatch_weight_version=version, _closed=True
-            )
+            return UpstreamReply(upstream.url, response, dispatch_weight_version=version,
+                                 _closed=True)  # read and released
         except BaseException:
             try:
                 if response is not None:
@@ -256,10 +233,9 @@ class UpstreamPool:
         raise UpstreamUnavailable(
             f"no upstream answered {method} {path}: {type(last).__name__}")
 
-    async def abort(self, request: Abortable) -> None:
+    async def abort(self, request: UpstreamReply | Dispatch) -> None:
         """Ask the server that holds ``request`` to stop generating it (SGLang's
-        ``/abort_request``), so a request nobody waits for frees its GPU. Best effort:
-        a server that does not answer is logged, never raised."""
+        ``/abort_request``); best effort: a failure is logged, never raised."""
         rid, upstream = request.rid, request.upstream
         if rid is None or upstream is None:
             return
@@ -271,39 +247,33 @@ class UpstreamPool:
                         type(cause(exc)).__name__)
 
     async def probe(self) -> dict[str, str | None]:
-        """Check every server's /health once; mark it up or down. Returns, per URL,
-        None for a server that is up, else why it is not."""
+        """Check every server's /health once, marking it up or down: per URL, None when
+        it is up, else why not."""
         upstreams = self.upstreams
         reasons = await asyncio.gather(*(self._probe_one(u) for u in upstreams))
         return {u.url: reason for u, reason in zip(upstreams, reasons, strict=True)}
 
     async def check(self, url: str) -> str | None:
-        """Probe ``url``'s /health as ``probe`` does, for a server not in the fleet:
-        None when it is up, else why not."""
+        """``probe`` for a server not in the fleet: None when it is up, else why not."""
         return await self._probe_one(Upstream(url))
 
     async def _probe_one(self, upstream: Upstream) -> str | None:
         try:
             response = await self.client.request("GET", upstream.url, "/health",
                                                  timeout=self.probe_timeout_s)
-            # Any answer below 500 means the server is up: an OpenAI-compatible
-            # server may have no /health route at all (404), SGLang answers 503 while sick.
+            # Below 500 is up: a server may have no /health (404); SGLang answers 503 sick.
             status = response.status_code
             reason = (LOOPED if is_loop(response) else None if status < 500
                       else f"/health answered {status}")
         except UpstreamError as exc:
             inner = cause(exc)
             reason = f"{type(inner).__name__}: {inner}" if str(inner) else type(inner).__name__
-        if reason is None:
-            self._succeeded(upstream)
-        else:
-            self._failed(upstream)
+        (self._succeeded if reason is None else self._failed)(upstream)
         return reason
 
     async def probe_forever(self, interval_s: float) -> None:
         """Probe every ``interval_s`` until cancelled, while there are two servers or
-        more (a lone server takes every request anyway); a probe's own bug is logged,
-        never allowed to end the loop (a dead loop would keep servers down for good)."""
+        more; a probe's own bug is logged, never ends the loop (servers would stay down)."""
         while True:
             await asyncio.sleep(interval_s)
             if len(self.upstreams) < 2:
@@ -336,9 +306,8 @@ class UpstreamPool:
         upstream.failures += 1
         if upstream.healthy and upstream.failures >= self.fails_before_down:
             upstream.healthy = False
-            log.warning(
-                "upstream %s marked down after %d failures", upstream.url, upstream.failures
-            )
+            log.warning("upstream %s marked down after %d failures", upstream.url,
+                        upstream.failures)
 
 
 def _standing(upstream: Upstream) -> int:

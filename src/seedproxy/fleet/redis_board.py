@@ -1,19 +1,19 @@
 """The fleet board on the Redis store: one hash, ``{p}fleet``, and a pub/sub channel of
-the same name, on the store's connection and under its key prefix. Membership changes
-are fields of the same hash (``member:<url>``), so they travel with every state.
+the same name, on the store's connection and under its key prefix; membership changes
+are fields of the hash (``member:<url>``: 1 added at run time, 0 removed).
 
 Invariants:
 - Every write is one Lua script (the store's deadline guard included): it changes the
   hash, adds one to ``seq``, and publishes the whole hash, so replicas receive states
   in the order Redis made them.
-- ``follow`` reads the whole hash each time its subscription is (re)made: a state
+- ``follow`` reads the whole hash each time its subscription is (re)made, so a state
   published while a replica was not listening is never lost to it. Sessions to stop go
-  on a second channel, ``{p}fleet:stop`` (one session id per message).
+  on ``{p}fleet:stop`` (one session id per message).
 - The weight-sync lock is one key, ``{p}fleet:sync``, set with NX and an expiry to
   ``{token, what}``; only the token that set it deletes it (one Lua script).
 - An outage never ends ``follow``: it logs, waits (0.1 s doubling to 5 s) and
-  subscribes again; meanwhile the replica keeps the last state it knew. A write or a
-  read during an outage is a ``StoreError`` (503), never a hang past the store's timeout.
+  subscribes again, keeping the last state it knew. A write or a read during an outage
+  is a ``StoreError`` (503), never a hang past the store's timeout.
 """
 
 from __future__ import annotations
@@ -37,30 +37,15 @@ __all__ = ["RedisBoard"]
 log = logging.getLogger("seedproxy.fleet")
 
 _MEMBER = "member:"
-"""Hash fields ``member:<url>``: 1 for an upstream added at run time, 0 removed."""
 _MIN_BACKOFF_S = 0.1
 _MAX_BACKOFF_S = 5.0
 
-# KEYS: the state hash ; ARGV: channel, op, value, board id (the guard adds a deadline)
+# KEYS: the state hash ; ARGV: channel, board id, '1' to move the epoch, then field and
+# value pairs to set (the guard appends a deadline)
 _WRITE = """
-redis.call('HSETNX', KEYS[1], 'board', ARGV[4])
-local op = ARGV[2]
-if op == 'pause' then
-  redis.call('HSET', KEYS[1], 'paused', '1', 'mode', ARGV[3])
-  if ARGV[3] == 'abort' then redis.call('HINCRBY', KEYS[1], 'epoch', 1) end
-elseif op == 'resume' then
-  redis.call('HSET', KEYS[1], 'paused', '0', 'mode', '')
-elseif op == 'abort' then
-  redis.call('HINCRBY', KEYS[1], 'epoch', 1)
-elseif op == 'version' then
-  redis.call('HSET', KEYS[1], 'version', ARGV[3])
-elseif op == 'join' then
-  redis.call('HSET', KEYS[1], 'member:' .. ARGV[3], '1')
-elseif op == 'leave' then
-  redis.call('HSET', KEYS[1], 'member:' .. ARGV[3], '0')
-else
-  return redis.error_reply('unknown fleet board operation ' .. op)
-end
+redis.call('HSETNX', KEYS[1], 'board', ARGV[2])
+if ARGV[3] == '1' then redis.call('HINCRBY', KEYS[1], 'epoch', 1) end
+for i = 4, #ARGV - 2, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
 redis.call('HINCRBY', KEYS[1], 'seq', 1)
 local state = redis.call('HGETALL', KEYS[1])
 redis.call('PUBLISH', ARGV[1], cjson.encode(state))
@@ -82,39 +67,36 @@ class RedisBoard:
         self._key = store.key_prefix + "fleet"
         self._channel = self._key
         self._stops = self._key + ":stop"
-        self._id = uuid.uuid4().hex
-        """This board's lifetime, if this replica is the first to write it."""
+        self._id = uuid.uuid4().hex  # the board's lifetime, if this replica writes it first
         self._write = store.script(_WRITE)
         self._sync_key = self._key + ":sync"
         self._end_sync = store.script(_END_SYNC)
-        self._sync_values: dict[str, bytes] = {}
-        """This replica's syncs in progress: token -> the value that took the lock."""
+        self._sync_values: dict[str, bytes] = {}  # this replica's syncs: token -> lock value
 
     async def read(self) -> FleetState:
         raw = await self._store.run(self._store.client.hgetall(self._key))
         return _state({k.decode(): v.decode() for k, v in raw.items()})
 
-    async def _op(self, op: str, value: str = "") -> FleetState:
-        reply = await self._store.run(
-            self._write(keys=[self._key], args=[self._channel, op, value, self._id])
-        )
+    async def _op(self, *fields: str, abort: bool = False) -> FleetState:
+        args = [self._channel, self._id, "1" if abort else "0", *fields]
+        reply = await self._store.run(self._write(keys=[self._key], args=args))
         flat = [item.decode() for item in reply]
         return _state(dict(zip(flat[::2], flat[1::2], strict=True)))
 
     async def pause(self, mode: PauseMode) -> FleetState:
-        return await self._op("pause", mode)
+        return await self._op("paused", "1", "mode", mode, abort=mode == "abort")
 
     async def resume(self) -> FleetState:
-        return await self._op("resume")
+        return await self._op("paused", "0", "mode", "")
 
     async def abort(self) -> FleetState:
-        return await self._op("abort")
+        return await self._op(abort=True)
 
     async def set_weight_version(self, version: str) -> FleetState:
         return await self._op("version", version)
 
     async def set_member(self, url: str, active: bool) -> FleetState:
-        return await self._op("join" if active else "leave", url)
+        return await self._op(_MEMBER + url, "1" if active else "0")
 
     async def begin_sync(self, token: str, what: str, ttl_s: float) -> str | None:
         value = orjson.dumps({"token": token, "what": what})
@@ -203,9 +185,7 @@ def _state(fields: dict[str, str]) -> FleetState:
         epoch, seq = int(fields.get("epoch", "0")), int(fields.get("seq", "0"))
     except ValueError:
         epoch = seq = -1
-    if paused not in ("0", "1") or (mode is not None and mode not in PAUSE_MODES) or min(
-        epoch, seq
-    ) < 0:
+    if paused not in ("0", "1") or mode not in (None, *PAUSE_MODES) or min(epoch, seq) < 0:
         raise StoreError(f"the fleet board holds a state seedproxy did not write: {fields!r}"[:300])
     members = tuple(sorted(
         (name.removeprefix(_MEMBER), value == "1")
@@ -214,12 +194,6 @@ def _state(fields: dict[str, str]) -> FleetState:
     if any(fields[_MEMBER + url] not in ("0", "1") for url, _ in members):
         raise StoreError(
             f"the fleet board holds a member seedproxy did not write: {fields!r}"[:300])
-    return FleetState(
-        paused=paused == "1",
-        mode=mode,
-        abort_epoch=epoch,
-        weight_version=fields.get("version"),
-        members=members,
-        seq=seq,
-        board=fields.get("board"),
-    )
+    return FleetState(paused=paused == "1", mode=mode, abort_epoch=epoch,
+                      weight_version=fields.get("version"), members=members, seq=seq,
+                      board=fields.get("board"))

@@ -1,6 +1,6 @@
-"""What the proxy knows of one server (``UpstreamReport``), and reading it from the
-server's ``/get_server_info`` (``read_server_info``): the fleet's inspections, a server
-joining, and ``seedproxy doctor`` all fill one the same way.
+"""What the proxy knows of one server (``UpstreamReport``), read from its
+``/get_server_info`` (``read_server_info``) the same way by the fleet's inspections, a
+server joining, and ``seedproxy doctor``; and who may join the fleet (``join_refusal``).
 
 Invariants: ``deterministic`` is None until ``/get_server_info`` was read and parsed
 (``checked``), then True exactly when the preflight found nothing; a server that
@@ -12,13 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import UpstreamError
+from ..errors import Conflict, UpstreamError, UpstreamUnavailable
 from ..transport.client import UpstreamClient
 from ..transport.failure import cause
 from ..transport.loop import LOOPED, is_loop
 from .preflight import Finding, check_server_info
 
-__all__ = ["UpstreamReport", "read_server_info"]
+__all__ = ["UpstreamReport", "join_refusal", "read_server_info"]
 
 
 @dataclass(slots=True)
@@ -86,3 +86,37 @@ async def read_server_info(
     version = info.get("weight_version") if isinstance(info, dict) else None
     if isinstance(version, str):
         report.weight_version = version
+
+
+def join_refusal(report: UpstreamReport, *, server_info: bool, enforce: bool,
+                 fleet_version: str | None) -> None:
+    """Raise why the server ``report`` describes may not join; return when it may.
+
+    A URL that leads back to this proxy is a 409 (``upstream_loop``) and one that cannot
+    be reached a 503, whatever the preflight setting. With ``server_info`` (SGLang) its
+    ``/get_server_info`` must be readable and pass the preflight, unless it only warns
+    (not ``enforce``); and it must report the fleet's weight version, when the fleet has
+    one (other weights give other tokens for the same seed). A 409 names every reason.
+    """
+    if report.looped:
+        raise Conflict(f"{report.url} cannot join the fleet: {LOOPED}", param="url",
+                       code="upstream_loop")
+    if not report.up:
+        raise UpstreamUnavailable(f"{report.url} cannot join the fleet: {report.error}")
+    if not server_info:
+        return
+    reasons: list[str] = []
+    if enforce:
+        if not report.checked:
+            reasons.append(f"its determinism could not be checked ({report.error})")
+        reasons.extend(f"{f.problem}; fix: {f.fix}" for f in report.findings)
+    if fleet_version is not None and report.weight_version != fleet_version:
+        reported = "none" if report.weight_version is None else repr(report.weight_version)
+        reasons.append(f"it reports weight version {reported}, the fleet is on "
+                       f"{fleet_version!r}; fix: load that version's weights "
+                       "(/update_weights_from_disk with its weight_version), then add it")
+    if reasons:
+        code = "preflight_failed" if enforce and (report.findings or not report.checked) \
+            else "weight_version_mismatch"
+        raise Conflict(f"{report.url} cannot join the fleet: " + "; ".join(reasons),
+                       param="url", code=code)

@@ -1,16 +1,13 @@
-"""The fleet's state: the board's (``FleetState``) and its protocol, shared by
-``board.py`` (the local board and ``open_board``) and ``redis_board.py``: both import this
-module, neither the other's (``open_board`` imports ``redis_board`` when it needs it), so
-there is no cycle; and the pause gate, where new upstream-bound requests wait while the
-fleet is paused.
+"""The fleet's state: the board's (``FleetState``) and its protocol, imported by both
+boards (neither imports the other's module); and the pause gate, where new
+upstream-bound requests wait while the fleet is paused.
 
 Invariants of ``PauseGate``:
 - Open, ``admit`` returns at once (one attribute read on the hot path).
-- Closed, a request waits (it is not failed) until the gate opens, or ``timeout_s``
-  passes: then ``FleetPaused``, a 503 with ``Retry-After``.
-- The gate is event-loop bound, one per proxy process, and it mirrors the board's
-  ``FleetState``: ``FleetControl.apply`` is its only writer, so every replica on one
-  board holds and lets go together.
+- Closed, a request waits until the gate opens, or ``timeout_s`` passes: then
+  ``FleetPaused``, a 503 with ``Retry-After``.
+- One per proxy process, event-loop bound; it mirrors the board's ``FleetState``
+  (``FleetControl.apply`` is its only writer), so every replica holds and lets go together.
 """
 
 from __future__ import annotations
@@ -35,10 +32,9 @@ class FleetState:
     mode: PauseMode | None = None
     abort_epoch: int = 0
     weight_version: str | None = None
-    """The version last set through ``/fleet/weight_version`` (None: never)."""
+    """The version last set (None: never)."""
     members: tuple[tuple[str, bool], ...] = ()
-    """Upstream URLs added (True) or removed (False) at run time, sorted by URL; they
-    override every replica's ``--upstream`` list (``members_of``)."""
+    """Upstream URLs added (True) or removed (False) at run time, sorted by URL."""
     seq: int = 0
     board: str | None = None
 
@@ -46,9 +42,9 @@ class FleetState:
         return self.board != other.board or self.seq > other.seq
 
     def members_of(self, startup: list[str]) -> list[str]:
-        """The fleet's upstreams: ``startup`` (a replica's ``--upstream`` list) in its
-        order, then those added at run time by URL, less those removed. The same on
-        every replica started with the same list, whatever order changes arrived in."""
+        """``startup`` (a replica's ``--upstream`` list) in order, then those added at run
+        time by URL, less those removed: the same on every replica started with the same
+        list, whatever order changes arrived in."""
         told = dict(self.members)
         added = [url for url, active in self.members if active and url not in startup]
         return [url for url in startup if told.get(url, True)] + added
@@ -59,39 +55,31 @@ class FleetBoard(Protocol):
 
     async def pause(self, mode: PauseMode) -> FleetState:
         """Paused in ``mode``; in ``abort`` mode the epoch moves too."""
-        ...
 
     async def resume(self) -> FleetState: ...
 
     async def abort(self) -> FleetState:
         """Move the epoch: running requests are about to be aborted."""
-        ...
 
     async def set_weight_version(self, version: str) -> FleetState: ...
 
     async def set_member(self, url: str, active: bool) -> FleetState:
         """``url`` joins the fleet (``active``) or leaves it, on every replica."""
-        ...
 
     async def begin_sync(self, token: str, what: str, ttl_s: float) -> str | None:
-        """Take the fleet's weight-sync lock for ``token`` (``what`` describes the sync),
-        held at most ``ttl_s``: None when taken, else the ``what`` of the sync holding it.
-        Atomic on the board: of two concurrent callers exactly one gets None."""
-        ...
+        """Take the weight-sync lock for ``token`` (``what`` describes the sync) for at
+        most ``ttl_s``: None when taken, else the holder's ``what``. Atomic on the board."""
 
     async def end_sync(self, token: str) -> None:
         """Release the weight-sync lock if ``token`` still holds it."""
-        ...
 
     async def stop_session(self, session_id: str) -> None:
-        """Tell every follower to stop ``session_id``'s requests in flight."""
-        ...
+        """Tell every follower, this one included, to stop ``session_id``'s requests."""
 
     async def follow(self, apply: Callable[[FleetState], None],
                      stop: Callable[[str], None]) -> None:
         """Call ``apply`` with each state another writer makes, and ``stop`` with each
         session told to stop, until cancelled."""
-        ...
 
 
 class FleetPaused(UpstreamUnavailable):
@@ -106,8 +94,8 @@ class PauseGate:
         self.mode: PauseMode | None = None
         self.waiting = 0
         self.abort_epoch = 0
-        """Moves each time this process learns that the fleet's control plane (here
-        or on another replica) aborted running requests; compare it, never order it."""
+        """Moves each time this process learns that the fleet aborted running requests;
+        compare it, never order it."""
         self._fleet_epoch = 0
         self._open = asyncio.Event()
         self._open.set()
@@ -117,17 +105,16 @@ class PauseGate:
         return not self._open.is_set()
 
     def apply(self, paused: bool, mode: PauseMode | None, fleet_epoch: int) -> None:
-        """Take the fleet's state: closed with ``mode`` while ``paused``, else open.
-        ``abort_epoch`` moves when ``fleet_epoch`` (the board's count of aborts) differs
-        from the last one applied, so a board that restarted from nothing moves it too."""
+        """Closed with ``mode`` while ``paused``, else open. ``abort_epoch`` moves when
+        ``fleet_epoch`` (the board's) differs from the last one applied, so a board that
+        restarted from nothing moves it too."""
         if fleet_epoch != self._fleet_epoch:
             self._fleet_epoch = fleet_epoch
             self.abort_epoch += 1
+        self.mode = mode if paused else None
         if paused:
-            self.mode = mode
             self._open.clear()
         else:
-            self.mode = None
             self._open.set()
 
     async def admit(self) -> None:

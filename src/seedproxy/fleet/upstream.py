@@ -1,38 +1,33 @@
-"""The pool's records: one upstream server's state (``Upstream``), one answer a
-server gave (``UpstreamReply``), and where one request is being generated right now
-(``Dispatch``), so that it can be stopped.
-
-``server_key`` names the server a URL reaches, however it is spelled.
+"""The pool's records: one upstream server's state (``Upstream``), one answer a server
+gave (``UpstreamReply``), and where one request is being generated now (``Dispatch``).
 
 Invariants: an ``Upstream`` is changed only on the event loop (no lock), by the pool
-(with its ``transport.body.Release``) and the fleet's control plane. ``UpstreamReply.response``
-stays open (a stream being read) until ``aclose()``, which closes it once however often
-it is called.
+and the fleet's control plane. ``UpstreamReply.response`` stays open (a stream being
+read) until ``aclose()``, which closes it once however often it is called.
 """
 
 from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import SeedProxyError
 from ..transport.body import UpstreamResponse
 
-__all__ = ["Abortable", "Dispatch", "Upstream", "UpstreamReply", "server_key"]
+__all__ = ["Dispatch", "Upstream", "UpstreamReply", "server_key"]
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost."})
 
 
 def server_key(url: str) -> str:
-    """What identifies the server at ``url`` (a root URL, checked as ``--upstream`` is):
-    its scheme, its host (lower case; ``localhost`` and every loopback address, 127.0.0.0/8
-    and ``::1``, are one host), its port (the scheme's default when none is written) and
-    its path without a trailing ``/``. Two URLs with one key reach one server on this
-    machine; a server reached under two names of other hosts (a DNS name and its address)
-    is not recognised."""
+    """What identifies the server at root URL ``url``: scheme, host (lower case; localhost
+    and every loopback address are one host), port (the scheme's default when none is
+    written) and path without a trailing ``/``. Two URLs with one key reach one server;
+    one server under two names of another host (a DNS name and its address) is not
+    recognised."""
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     host = (parts.hostname or "").lower()
@@ -51,19 +46,17 @@ class Upstream:
     failures: int = 0
     inflight: int = 0
     weight_version: str | None = None
-    """The server's weight version as last reported or set (``FleetControl``)."""
+    """As last reported or set (``FleetControl``)."""
     refused: str | None = None
     """Why the determinism preflight refuses this server (None: it does not)."""
     timeouts: int = 0
-    """Requests to it in a row that timed out (its answer, or a free connection to
-    it, never came); any answer from it ends the run (a probe does not)."""
+    """Requests to it in a row that timed out (answer or free connection); any answer
+    from it ends the run (a probe does not)."""
     degraded: bool = False
-    """Its last ``fails_before_down`` requests all timed out, though it may answer
-    ``/health``: ranked after the others, and tried alone (one request at a time,
-    when none is in flight) until one is answered."""
+    """Its last ``fails_before_down`` requests timed out, though it may answer ``/health``:
+    ranked after the others, and tried alone until one is answered."""
     draining: bool = False
-    """Left the fleet: no new request goes to it, and it is forgotten once the
-    requests it holds are done (``UpstreamPool.set_members``)."""
+    """Left the fleet: takes no new request, forgotten once those it holds are done."""
 
 
 @dataclass(slots=True)
@@ -75,11 +68,11 @@ class UpstreamReply:
     waited_s: float = 0.0
     failovers: int = 0
     dispatch_weight_version: str | None = None
-    """The server's weight version known when the request was sent to it."""
+    """The server's weight version when the request was sent to it."""
     rid: str | None = None
     """The request's id on that server (SGLang's ``rid``), for ``/abort_request``."""
     parsed: tuple[Any] | None = None
-    """The answer's JSON, when a sender already parsed it (so it is parsed once)."""
+    """The answer's JSON, when a sender already parsed it (parsed once)."""
     _closed: bool = field(default=False, repr=False)
 
     async def aclose(self) -> None:
@@ -88,32 +81,19 @@ class UpstreamReply:
             await self.response.aclose()
 
 
-class Abortable(Protocol):
-    """Anything naming a request on a server: an ``UpstreamReply`` or a ``Dispatch``."""
-
-    @property
-    def upstream(self) -> str | None: ...
-
-    @property
-    def rid(self) -> str | None: ...
-
-
 @dataclass(slots=True)
 class Dispatch:
     """Where one upstream request is being generated right now.
 
-    Invariants:
-    - The pool writes ``upstream`` and ``rid`` before each attempt is sent (a failover moves
-      them); a resubmission after a fleet abort does too. So an abort sent to ``upstream``
-      for ``rid`` names the attempt that is running, or one that already ended (harmless).
-    - Once ``stop`` was called, no new attempt or resubmission is sent: the pool raises the
-      error given instead (the session was deleted, the client left).
+    Invariants: ``upstream`` and ``rid`` are written before each attempt (or resubmission
+    after a fleet abort) is sent, so an abort names the running attempt or one that
+    already ended (harmless). Once ``stop`` was called no new attempt or resubmission is
+    sent: the pool raises the error given instead.
     """
 
     upstream: str | None = None
     rid: str | None = None
     stopped: SeedProxyError | None = None
-    """Why no further attempt may be sent (None: it may)."""
 
     def stop(self, why: SeedProxyError) -> None:
         if self.stopped is None:

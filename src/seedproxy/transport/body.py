@@ -1,11 +1,11 @@
 """Upstream answers: ``UpstreamResponse`` (status, headers, and a body read once, whole
 or in chunks) over a ``ByteStream``; ``Body`` is the transport's, one answer on a
 ``Connection``. ``prime`` hands on a streamed answer only once its first chunk was read
-(so a server that dies before its first token is failed over); ``Release`` ends the
-attempt's ``inflight`` count once.
+(so a server that dies before its first token is failed over).
 
-Invariants: a body read whole is at most its ``max_bytes`` (after any content-encoding
-is undone), else ``UpstreamBodyTooLarge``; the connection is released exactly once; a
+Invariants: a body read whole is at most its ``max_bytes``, before and after any
+content-encoding is undone (bounded output: no decompression bomb), else
+``UpstreamBodyTooLarge``; the connection is released exactly once; a
 transport failure while reading leaves ``Body`` mapped (``failure``): "failed while
 answering" before its first chunk was handed on, "broke off the stream" after.
 """
@@ -13,7 +13,7 @@ answering" before its first chunk was handed on, "broke off the stream" after.
 from __future__ import annotations
 
 import zlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any, Protocol
 
 import httpx
@@ -53,7 +53,7 @@ class UpstreamResponse:
                  stream: ByteStream | None = None, *, content: bytes | None = None) -> None:
         self.status_code = status_code
         self._headers = headers
-        self.stream: ByteStream = stream if stream is not None else _Empty()
+        self.stream: ByteStream = stream if stream is not None else _empty()
         self._content = content
         self.is_closed = content is not None
 
@@ -98,15 +98,9 @@ class UpstreamResponse:
         await self.stream.aclose()
 
 
-class _Empty:
-    def __aiter__(self) -> _Empty:
-        return self
-
-    async def __anext__(self) -> bytes:
-        raise StopAsyncIteration
-
-    async def aclose(self) -> None:
-        pass
+async def _empty() -> AsyncGenerator[bytes, None]:
+    return
+    yield
 
 
 class Body:
@@ -120,7 +114,6 @@ class Body:
         self.limit = max_bytes
         self._done = False
         self._head = conn.headers
-        """The answer's header lines as received."""
 
     async def _next(self) -> bool:
         """Wait until the connection holds bytes (True) or the body ended (False)."""
@@ -153,8 +146,7 @@ class Body:
         self._release()
 
     async def read_all(self) -> bytes:
-        """The rest of the body, decoded from its content-encoding (gzip, deflate), at most
-        ``limit`` bytes before and after decoding, else ``UpstreamBodyTooLarge``; then
+        """The rest of the body, decoded from its content-encoding (gzip, deflate); then
         the connection released."""
         conn = self._conn
         parts: list[bytes] = []
@@ -180,7 +172,7 @@ class Body:
                          if n.lower() == b"content-encoding"), None)
         if encoding not in _DECODED:
             return content
-        try:  # bounded output: no decompression bomb
+        try:
             decoded = _inflate(content, self.limit + 1, encoding)
         except zlib.error as exc:
             failure = httpx.DecodingError(str(exc))
@@ -193,30 +185,16 @@ class Body:
         return UpstreamBodyTooLarge(f"upstream {self.url}: upstream answer over {self.limit} bytes")
 
 
-class Counted(Protocol):
-    inflight: int
-
-
 class Release:
-    """Ends one attempt's ``inflight`` count exactly once; a broken stream is
-    reported to ``on_broken``, and ``done`` is called after the count went down."""
+    """Calls ``done(broken)`` once (an attempt's end), however often it is called."""
 
-    def __init__(self, upstream: Counted, on_broken: Callable[[], None], *,
-                 done: Callable[[], None] | None = None) -> None:
-        self._upstream = upstream
-        self._on_broken = on_broken
-        self._on_done = done
-        self._done = False
+    def __init__(self, done: Callable[[bool], None]) -> None:
+        self._done: Callable[[bool], None] | None = done
 
     def __call__(self, *, broken: bool) -> None:
-        if self._done:
-            return
-        self._done = True
-        self._upstream.inflight -= 1
-        if broken:
-            self._on_broken()
-        if self._on_done is not None:
-            self._on_done()
+        done, self._done = self._done, None
+        if done is not None:
+            done(broken)
 
 
 async def prime(response: UpstreamResponse, release: Release) -> None:

@@ -1,12 +1,11 @@
-"""The seam between the proxy and its upstreams: ``UpstreamClient``, and ``LeanClient``,
-which implements it over ``FastTransport``.
+"""The seam between the proxy and its upstreams: ``UpstreamClient``, implemented by
+``LeanClient`` over ``FastTransport``.
 
-A call names its upstream (``server``, a root URL) and the path on it. Every call,
-proxied or not, carries the upstream key (``api_key``) when one is set and the proxy's
-hop mark (``hop``, ``loop.py``), with the client's timeouts and TLS settings, and no
-cookie jar (an upstream's cookies must never reach another client's request), no
-redirects. A transport failure leaves the seam only as an ``UpstreamError`` (``failure``:
-"unreachable" until the answer's head arrived, then as ``Body`` says).
+Every call names its upstream (``server``, a root URL) and path, and carries the upstream
+key (``api_key``) when set and the proxy's hop mark (``loop.py``); no cookie jar (an
+upstream's cookies must never reach another client's request), no redirects. A transport
+failure leaves the seam only as an ``UpstreamError`` (``failure``: "unreachable" until the
+answer's head arrived, then as ``Body`` says).
 """
 
 from __future__ import annotations
@@ -31,7 +30,6 @@ class UpstreamClient(Protocol):
     async def post_stream(self, server: str, path: str, content: bytes,
                           headers: Mapping[str, str]) -> UpstreamResponse:
         """A proxied request: POST ``content``; the answer's body is left unread."""
-        ...
 
     async def request(self, method: str, server: str, path: str = "", *,
                       content: bytes | None = None, json: Any = None,
@@ -39,7 +37,6 @@ class UpstreamClient(Protocol):
                       timeout: float | None = None, stream: bool = False) -> UpstreamResponse:
         """A control call (probe, abort, pause, weights...): its body read unless
         ``stream``; ``timeout`` replaces each of the client's."""
-        ...
 
     async def aclose(self) -> None: ...
 
@@ -107,18 +104,9 @@ def upstream_client(
     pool_timeout_s: float = 5.0,
     hop: str | None = None,
 ) -> LeanClient:
-    """The default upstream client: ``LeanClient`` over ``FastTransport``; proxies
-    from the environment unless given; ``api_key`` and ``hop`` sent on every request; at most
-    ``max_connections`` to each upstream, waited for ``pool_timeout_s``."""
-    return LeanClient(
-        api_key=api_key,
-        hop=hop,
-        timeouts=Timeouts(connect_timeout_s, read_timeout_s, pool_timeout_s),
-        transport=FastTransport(
-            max_connections=max_connections,
-            max_idle=256,
-            verify=verify,
-            proxies=proxies,
-            max_body_bytes=max_body_bytes,
-        ),
-    )
+    """``LeanClient`` over ``FastTransport``; proxies from the environment unless given;
+    at most ``max_connections`` to each upstream, waited for ``pool_timeout_s``."""
+    transport = FastTransport(max_connections=max_connections, verify=verify,
+                              proxies=proxies, max_body_bytes=max_body_bytes)
+    return LeanClient(api_key=api_key, hop=hop, transport=transport,
+                      timeouts=Timeouts(connect_timeout_s, read_timeout_s, pool_timeout_s))

@@ -1,14 +1,12 @@
-"""One HTTP/1.1 connection to an upstream (or to a forward proxy), parsed by httptools
-(uvicorn's parser), as an asyncio protocol; and the ``Route`` a request's connection takes:
-direct, through a plain-HTTP forward proxy (absolute-form request target), or through a
-CONNECT tunnel (https behind a proxy).
+"""One HTTP/1.1 connection to an upstream (or a forward proxy), parsed by httptools, as an
+asyncio protocol; and the ``Route`` a request takes: direct, through a plain-HTTP forward
+proxy (absolute-form target), or through a CONNECT tunnel (https behind a proxy).
 
-Invariants: one response at a time, the final one: interim 1xx answers (``100
-Continue``, ``103 Early Hints``) are skipped, at most ``MAX_INTERIM`` of them per
-request (more is a protocol error), so a pooled connection never holds an unread
-answer; ``received_any`` tells whether any byte came back
-since the last request was written (the transport's retry rule depends on it); reading
-pauses while more than ``HIGH_WATER`` bytes wait unread, so a slow reader bounds memory.
+Invariants: one response at a time, the final one: interim 1xx answers are skipped, at
+most ``MAX_INTERIM`` per request (more is a protocol error), so a pooled connection never
+holds an unread answer; ``received_any`` tells whether any byte came back since the last
+request was written (the retry rule depends on it); reading pauses while more than
+``HIGH_WATER`` bytes wait unread.
 """
 
 from __future__ import annotations
@@ -32,7 +30,6 @@ __all__ = ["Closed", "Connection", "HIGH_WATER", "MAX_INTERIM", "Proxies", "Rout
 
 HIGH_WATER = 256 * 1024
 MAX_INTERIM = 16
-"""Interim (1xx) answers skipped before one request's final answer."""
 _MAX_TUNNEL_HEAD = 16 * 1024
 
 
@@ -48,12 +45,11 @@ class Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.idle_since = 0.0
-        self.tunnel_head: bytearray | None = None
-        """While a CONNECT is pending: the proxy's answer so far."""
+        self.tunnel_head: bytearray | None = None  # while a CONNECT is pending
         self.reset(expect_body=True)
 
     def reset(self, *, expect_body: bool) -> None:
-        """Ready the connection for the next request (``expect_body`` is False for HEAD)."""
+        """Ready for the next request (``expect_body`` is False for HEAD)."""
         self.parser = httptools.HttpResponseParser(self)
         self.expect_body = expect_body
         self.status = 0
@@ -63,7 +59,6 @@ class Connection(asyncio.Protocol):
         self.received_any = False
         self.keep_alive = False
         self.interim = 0
-        """1xx answers skipped so far for this request."""
         self._in_interim = False
         self.error: BaseException | None = None
         self.chunks: collections.deque[bytes] = collections.deque()
@@ -71,7 +66,6 @@ class Connection(asyncio.Protocol):
         self.paused = False
         self.waiter: asyncio.Future[None] | None = None
 
-    # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
         sock = transport.get_extra_info("socket")
@@ -105,7 +99,6 @@ class Connection(asyncio.Protocol):
                 self.error = httpx.RemoteProtocolError("upstream closed the connection mid-answer")
         self._wake()
 
-    # httptools callbacks
     def on_header(self, name: bytes, value: bytes) -> None:
         self.headers.append((name, value))
 
@@ -138,7 +131,6 @@ class Connection(asyncio.Protocol):
         self.complete = True
         self.keep_alive = self.expect_body and self.parser.should_keep_alive()
 
-    # helpers
     def _framed(self) -> bool:
         names = {name.lower() for name, _ in self.headers}
         return b"content-length" in names or b"transfer-encoding" in names
@@ -165,7 +157,7 @@ class Connection(asyncio.Protocol):
             if timer is not None:
                 timer.cancel()
 
-    async def tunnel(self, request: bytes, timeout: float | None) -> None:
+    async def tunnel(self, request: bytes) -> None:
         """Send a CONNECT ``request`` and wait for the proxy's 2xx; raises
         ``httpx.ProxyError`` for any other answer."""
         assert self.transport is not None
@@ -174,13 +166,13 @@ class Connection(asyncio.Protocol):
         while b"\r\n\r\n" not in self.tunnel_head:
             if self.closed or len(self.tunnel_head) > _MAX_TUNNEL_HEAD:
                 raise httpx.ProxyError("the proxy closed or garbled its answer to CONNECT")
-            await self.wait(timeout)
+            await self.wait(None)  # bounded by the connect timeout
         head, _, rest = bytes(self.tunnel_head).partition(b"\r\n\r\n")
         self.tunnel_head = None
-        status_line = head.split(b"\r\n", 1)[0].split(b" ", 2)
-        if len(status_line) < 2 or not status_line[1].startswith(b"2") or rest:
-            line = head.split(b"\r\n", 1)[0].decode("latin-1")
-            raise httpx.ProxyError(f"the proxy refused the tunnel: {line!r}")
+        line = head.split(b"\r\n", 1)[0]
+        status = line.split(b" ", 2)
+        if len(status) < 2 or not status[1].startswith(b"2") or rest:
+            raise httpx.ProxyError(f"the proxy refused the tunnel: {line.decode('latin-1')!r}")
         self.received_any = False
 
     def take(self) -> bytes:
@@ -222,12 +214,9 @@ class Route:
     tunnel: bytes | None
     """A whole CONNECT request to send before TLS, when tunnelling through a proxy."""
     prefix: bytes
-    """The request head's first lines after the method: target, version, Host and any
-    Proxy-Authorization, each ending in CRLF."""
-
+    """The head after the method: target, version, Host, any Proxy-Authorization (CRLFs)."""
     server: tuple[str, str, int]
-    """The upstream itself (scheme, host, port), whatever carries its bytes: each has a
-    connection limit of its own."""
+    """The upstream itself (scheme, host, port): each has a connection limit of its own."""
 
     def head(self, method: str) -> bytes:
         return method.encode("ascii") + b" " + self.prefix
@@ -235,16 +224,11 @@ class Route:
 
 @dataclass(frozen=True, slots=True)
 class Proxies:
-    """Forward proxies per upstream scheme, and the hosts that bypass them.
-
-    Read from ``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY`` and ``NO_PROXY`` (the
-    lowercase spellings win, as in curl). ``NO_PROXY`` entries are host names
-    (``example.com`` also covers its subdomains; a leading dot or ``*.`` means the same),
-    IP addresses, CIDR blocks, ``host:port``, or ``*`` for everything. Loopback upstreams
-    (``localhost``, 127.0.0.0/8, ``::1``) always go direct, as in Go's net/http: a proxy on
-    another host cannot reach this machine's loopback. Only ``http://`` proxies are
-    supported; any other scheme is refused with ``ConfigError`` when the client is built.
-    """
+    """Forward proxies per upstream scheme (``http://`` only, else ``ConfigError``), and
+    the hosts that bypass them: ``NO_PROXY`` entries are host names (``example.com``
+    covers its subdomains; a leading ``.`` or ``*.`` means the same), IP addresses, CIDR
+    blocks, ``host:port``, or ``*``. Loopback upstreams always go direct (a proxy on
+    another host cannot reach this machine's loopback)."""
 
     http: httpx.URL | None = None
     https: httpx.URL | None = None
@@ -265,7 +249,7 @@ class Proxies:
         )
 
     def for_url(self, url: httpx.URL) -> httpx.URL | None:
-        """The proxy for ``url``, or None to go direct."""
+        """The proxy for ``url`` (None: direct)."""
         proxy = self.https if url.scheme == "https" else self.http
         if proxy is None or _is_loopback(url.host) or self._bypass(url):
             return None
@@ -274,15 +258,10 @@ class Proxies:
     def _bypass(self, url: httpx.URL) -> bool:
         host = url.host.lower()
         port = url.port or _DEFAULT_PORTS.get(url.scheme, 0)
-        for entry in self.no_proxy:
-            if entry == "*":
-                return True
-            entry_host, entry_port = _split_port(entry)
-            if entry_port is not None and entry_port != port:
-                continue
-            if _host_matches(host, entry_host):
-                return True
-        return False
+        entries = map(_split_port, self.no_proxy)
+        return "*" in self.no_proxy or any(
+            entry_port in (None, port) and _host_matches(host, entry_host)
+            for entry_host, entry_port in entries)
 
 
 def route_for(url: httpx.URL, proxies: Proxies) -> Route:

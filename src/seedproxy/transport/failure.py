@@ -1,15 +1,10 @@
-"""The one map from an upstream transport failure (an ``httpx.HTTPError`` raised
-inside the transport) to seedproxy's ``UpstreamError`` family, applied at the seam
-(``LeanClient``'s calls and ``Body``'s reads) and nowhere else.
-
-Invariants, wherever the failure happens (sending, reading, or mid-stream):
-- 503 ``NoConnection`` when no connection to the server came free in the pool timeout;
-- 504 ``UpstreamTimeout`` for any other timeout;
-- 503 ``UpstreamUnavailable`` for a server that could not be reached (a refused or
-  failed connect);
-- 502 ``UpstreamError`` for anything else (a server that broke its answer).
-The message names the upstream and, but for the first two, ``what`` happened; the
-transport's error is chained as ``__cause__`` (``cause``).
+"""The one map from an upstream transport failure (an ``httpx.HTTPError``) to
+seedproxy's ``UpstreamError`` family, applied at the seam (``LeanClient``'s calls and
+``Body``'s reads) and nowhere else, wherever the failure happens: 503 ``NoConnection``
+(no connection came free in the pool timeout), 504 ``UpstreamTimeout`` (any other
+timeout), 503 ``UpstreamUnavailable`` (a refused or failed connect), else 502
+``UpstreamError``. The message names the upstream and, but for the first two, ``what``
+happened; the transport's error is chained as ``__cause__`` (``cause``).
 """
 
 from __future__ import annotations

@@ -1,30 +1,22 @@
 """The transport below ``LeanClient``: HTTP/1.1 keep-alive over asyncio protocols,
-plain or TLS, direct or through a forward proxy (see ``connection.Proxies``).
-
-Why: httpcore's pool checks every pooled connection on every request (a poll per
-connection), so the proxy's cost grew with the number of upstream connections; this
-one takes an idle connection from a LIFO list in O(1).
+plain or TLS, direct or through a forward proxy (``connection.Proxies``).
 
 Invariants:
-- every request, http or https, holds a permit of its upstream from the moment it
-  asks for a connection until its body is read or closed: each upstream (scheme,
-  host, port) has its own, so one whose connections all hang never holds up a request
-  to another; a request that finds none free waits at most the ``pool`` timeout
-  (``httpx.PoolTimeout``). Proxied requests take one of
-  ``max_connections``; every other call (health, pause, weight version, abort) one of
-  ``max_control_connections`` apart, so the control plane still reaches a server
+- a request holds a permit of its upstream (scheme, host, port) from asking for a
+  connection until its body is read or closed, so one upstream whose connections all
+  hang never holds up another; none free within the ``pool`` timeout is
+  ``httpx.PoolTimeout``. Proxied requests take one of ``max_connections``, every other
+  call one of ``max_control_connections``, so the control plane still reaches a server
   whose proxied requests hold every connection;
 - a connection is reused only after its response was read to the end, both sides
-  allowed keep-alive, and it sat idle less than ``idle_expiry_s`` (below uvicorn's 5 s
-  keep-alive, so the server rarely closes a connection just as a request goes out);
-- a request is re-sent on a fresh connection only when that is provably harmless: an
-  idle connection found closed is never written to, and when a reused connection
-  closes without answering a byte, only an idempotent method (GET, HEAD, PUT,
-  DELETE, OPTIONS) is sent again. A POST that may have reached the server is never
-  sent twice by the transport: it fails with ``httpx.RemoteProtocolError``;
+  allowed keep-alive, and it sat idle (one of at most ``max_idle`` per upstream) under
+  ``idle_expiry_s`` (below uvicorn's 5 s);
+- a request is re-sent on a fresh connection only when provably harmless: an idle
+  connection found closed is never written to, and a reused one that closes without
+  answering a byte is retried only for an idempotent method; a POST that may have
+  reached the server fails with ``httpx.RemoteProtocolError``;
 - a body read whole (``UpstreamResponse.aread``) is at most ``max_body_bytes`` (after any
-  content-encoding is undone), else ``UpstreamBodyTooLarge``; streamed bodies are
-  bounded by their reader.
+  content-encoding is undone), else ``UpstreamBodyTooLarge``.
 """
 
 from __future__ import annotations
@@ -61,14 +53,9 @@ class Timeouts:
 
 
 class FastTransport:
-    """Event-loop bound; keeps at most ``max_idle`` idle connections per upstream and
-    opens at most ``max_connections`` proxied requests' connections to each upstream,
-    and ``max_control_connections`` others. Raises ``httpx.TransportError``s, which
-    ``LeanClient`` maps (``failure``).
-
+    """Event-loop bound; raises ``httpx.TransportError``s (``LeanClient`` maps them).
     ``verify``: True (the system's and certifi's CAs), False, a CA bundle path, or an
-    ``ssl.SSLContext``. ``proxies``: None reads the environment (see ``connection.Proxies``).
-    """
+    ``ssl.SSLContext``. ``proxies``: None reads the environment."""
 
     def __init__(
         self,
@@ -84,8 +71,7 @@ class FastTransport:
         self._idle: dict[tuple[str, str, int, str], list[Connection]] = {}
         self._max_idle = max_idle
         self._sizes = (max_control_connections, max_connections)
-        self._limits: dict[tuple[str, str, int, bool], asyncio.Semaphore] = {}
-        """Per upstream server and lane (proxied or not): one entry per server asked."""
+        self._limits: dict[tuple[str, str, int, bool], asyncio.Semaphore] = {}  # server, lane
         self._verify = verify
         self._ssl: ssl.SSLContext | None = None
         self.proxies = proxies if proxies is not None else Proxies.from_env()
@@ -107,9 +93,8 @@ class FastTransport:
         self, route: Route, method: str, data: bytes, timeouts: Timeouts, *,
         proxied: bool, name: str,
     ) -> UpstreamResponse:
-        """Send ``data``, a request whole (head from ``route.head(method)``, and body),
-        in the proxied requests' lane or the other one; ``name`` names the upstream
-        in the errors its body raises."""
+        """Send ``data``, a whole request (``request_bytes``), in the proxied requests'
+        lane or the other one; ``name`` names the upstream in its body's errors."""
         if self._closed:
             raise httpx.ConnectError("the upstream client is closed")
         lane = (*route.server, proxied)
@@ -139,15 +124,8 @@ class FastTransport:
             limit.release()
             raise
 
-    async def _exchange(
-        self,
-        route: Route,
-        conn: Connection,
-        data: bytes,
-        timeouts: Timeouts,
-        limit: asyncio.Semaphore,
-        name: str,
-    ) -> UpstreamResponse:
+    async def _exchange(self, route: Route, conn: Connection, data: bytes, timeouts: Timeouts,
+                        limit: asyncio.Semaphore, name: str) -> UpstreamResponse:
         assert conn.transport is not None
         conn.transport.write(data)
         read_timeout = timeouts.read
@@ -175,40 +153,30 @@ class FastTransport:
         where = f"{route.connect_host}:{route.connect_port}"
         context = self._ssl_context() if route.tls_host is not None else None
         conn: Connection | None = None
+        direct = route.tunnel is None
         try:
             async with asyncio.timeout(timeout):
-                if route.tunnel is None:
-                    _, conn = await loop.create_connection(
-                        lambda: Connection(loop),
-                        route.connect_host,
-                        route.connect_port,
-                        ssl=context,
-                        server_hostname=route.tls_host,
-                    )
-                else:
-                    assert context is not None
-                    _, conn = await loop.create_connection(
-                        lambda: Connection(loop), route.connect_host, route.connect_port
-                    )
-                    await conn.tunnel(route.tunnel, None)
-                    assert conn.transport is not None
+                _, conn = await loop.create_connection(
+                    lambda: Connection(loop), route.connect_host, route.connect_port,
+                    ssl=context if direct else None,
+                    server_hostname=route.tls_host if direct else None,
+                )
+                if route.tunnel is not None:
+                    assert context is not None and conn.transport is not None
+                    await conn.tunnel(route.tunnel)
                     tls = await loop.start_tls(
                         conn.transport, conn, context, server_hostname=route.tls_host
                     )
                     if tls is None:
                         raise httpx.ProxyError("TLS through the proxy's tunnel failed")
                     conn.transport = tls
-        except TimeoutError:
+        except (OSError, httpx.ProxyError) as exc:  # ssl.SSLError and TimeoutError are OSErrors
             if conn is not None:
                 conn.close()
-            raise httpx.ConnectTimeout(f"connecting to {where} timed out") from None
-        except httpx.ProxyError:
-            if conn is not None:
-                conn.close()
-            raise
-        except OSError as exc:  # ssl.SSLError (a failed verification) is one too
-            if conn is not None:
-                conn.close()
+            if isinstance(exc, TimeoutError):
+                raise httpx.ConnectTimeout(f"connecting to {where} timed out") from None
+            if isinstance(exc, httpx.ProxyError):
+                raise
             raise httpx.ConnectError(f"cannot connect to {where}: {exc}") from None
         conn.reset(expect_body=method != "HEAD")
         return conn
@@ -218,22 +186,17 @@ class FastTransport:
             verify = self._verify
             if isinstance(verify, ssl.SSLContext):
                 self._ssl = verify
-            elif verify is False:
-                context = ssl.create_default_context()
+                return verify
+            # honours SSL_CERT_FILE / _DIR
+            context = ssl.create_default_context(cafile=verify if isinstance(verify, str) else None)
+            if verify is False:
                 context.check_hostname = False
                 context.verify_mode = ssl.CERT_NONE
-                self._ssl = context
-            elif isinstance(verify, str):
-                self._ssl = ssl.create_default_context(cafile=verify)
-            else:
-                context = ssl.create_default_context()  # honours SSL_CERT_FILE / _DIR
-                try:
-                    import certifi
-                except ImportError:  # pragma: no cover - certifi comes with httpx
-                    pass
-                else:
-                    context.load_verify_locations(certifi.where())
-                self._ssl = context
+            elif verify is True:
+                import certifi  # comes with httpx
+
+                context.load_verify_locations(certifi.where())
+            self._ssl = context
         return self._ssl
 
     def _take_idle(self, key: tuple[str, str, int, str], method: str) -> Connection | None:

@@ -1,12 +1,10 @@
 """Loop detection: a proxy that reaches itself through one of its upstreams.
 
-Each proxy draws a random hop mark (``new_hop``) when it is built, and its upstream
-client sends it on every request (``HOP_HEADER``): proxied requests, probes, the
-fleet's control calls and a joining server's probe. A request that arrives carrying
-the proxy's own mark went out of it and came back, directly (its own URL as an
-upstream, in any spelling) or through anything that forwards headers; the proxy
-refuses it at once (``LOOP_STATUS``, with ``LOOP_HEADER``) without any upstream call,
-so a loop costs one extra hop, never a cascade.
+Each proxy draws a random hop mark (``new_hop``) and its upstream client sends it on
+every request (``HOP_HEADER``). A request that arrives carrying the proxy's own mark
+came back (directly, or through anything that forwards headers): the proxy refuses it
+at once (``LOOP_STATUS``, with ``LOOP_HEADER``) without any upstream call, so a loop
+costs one extra hop, never a cascade.
 
 Invariants: the mark is 128 random bits, never derived from anything a client sends,
 and only the proxy that drew it refuses it; ``is_loop`` recognises only that refusal.
@@ -22,11 +20,8 @@ from .body import UpstreamResponse
 __all__ = ["HOP_HEADER", "LOOP_HEADER", "LOOP_STATUS", "LOOPED", "is_loop", "new_hop"]
 
 HOP_HEADER = "x-seedproxy-hop"
-"""Carries the sending proxy's hop mark on every upstream request."""
 LOOP_HEADER = "x-seedproxy-loop"
-"""Set on the refusal of a request that came back to the proxy that sent it."""
-LOOP_STATUS = UpstreamLoop.status_code
-"""Loop Detected (RFC 5842)."""
+LOOP_STATUS = UpstreamLoop.status_code  # Loop Detected (RFC 5842)
 LOOPED = ("it leads back to this proxy (a request sent to it came back here carrying "
           "this proxy's own hop mark): an upstream must be a model server, not this "
           "proxy or anything that forwards to it")
