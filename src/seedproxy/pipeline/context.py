@@ -1,4 +1,4 @@
-"""The admitted request, set once by seating (``seating.py``) and read by every stage.
+"""The admitted request, set once by seating (``Admission._seat``) and read by every stage.
 
 Nothing writes it after seating: a stage's output is its own object (``call.py``,
 ``recorder.py``, ``observer.py``), built with the context and the only writer of its state.
@@ -43,7 +43,7 @@ class RequestContext:
     seeds: list[int]
     arrived: float
     seat: ContentSeat | None = None
-    """The content key and occurrence, in a content-keyed session (``seating.py``)."""
+    """The content key and occurrence, in a content-keyed session."""
     compacted_from: str | None = None
     """The interaction whose history this request's summary replaces (the client said)."""
     left_out_tools: list[str] | None = None
