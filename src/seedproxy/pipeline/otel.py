@@ -1,16 +1,9 @@
 """The OpenTelemetry tracer (``--otel``; the ``otel`` extra): one SERVER span per
-request, its steps as children, exported by OTLP over HTTP/protobuf.
-
-Configured by the standard environment, read once here: ``OTEL_SERVICE_NAME``
-(default ``seedproxy``), ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_TRACES_SAMPLER``,
-``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``,
-``..._HEADERS``, ``..._TIMEOUT``, ``..._COMPRESSION``, ``OTEL_BSP_*``. Only the
-``http/protobuf`` protocol is exported; another ``OTEL_EXPORTER_OTLP_*PROTOCOL`` is a
-``ConfigError``. Context travels as W3C trace context (``traceparent``,
-``tracestate``) whatever ``OTEL_PROPAGATORS`` says: it is what SGLang reads.
-
-Nothing is global: the provider is this tracer's (``trace.set_tracer_provider`` is
-never called), and ``close`` shuts it down, exporting what is queued.
+request, its steps as children, exported by OTLP over HTTP/protobuf (another
+``OTEL_EXPORTER_OTLP_*PROTOCOL`` is a ``ConfigError``), configured by the standard
+``OTEL_*`` environment. Context travels as W3C trace context whatever
+``OTEL_PROPAGATORS`` says: it is what SGLang reads. Nothing is global: the provider is
+this tracer's, and ``close`` shuts it down, exporting what is queued.
 """
 
 from __future__ import annotations

@@ -31,17 +31,13 @@ Snapshot = Callable[[], tuple[Any, Captured]]
 
 
 class Recorder:
-    """Reads the context and where the call ran (``call``); writes only its own state."""
-
     __slots__ = ("abandoned", "call", "ctx", "recorded", "recording", "status")
 
     def __init__(self, ctx: RequestContext, call: UpstreamCall) -> None:
         self.ctx = ctx
         self.call = call
-        self.status = 200
-        """What the record says; a stream sets it when the upstream fails mid-stream."""
-        self.abandoned = False
-        """The client left before its answer: whatever is recorded from now on says so."""
+        self.status = 200  # what the record says (a stream's failure sets it)
+        self.abandoned = False  # the client left: whatever is recorded from now on says so
         self.recording = False
         self.recorded = False
 
