@@ -75,19 +75,15 @@ class Parser:
                           ) -> tuple[dict[str, Any], Signed | None]:
         """``decode_signed(endpoint, raw, last)`` (``decode_body`` and no signature unless
         ``signs``); an offloaded body is checked whole in the worker, and not signed."""
-        if not self.offloads(len(raw)):
-            if not signs:
-                return decode_body(endpoint, raw), None
-            return decode_signed(endpoint, raw, last)
-        result = await self._run(parse_jobs.read_body, endpoint, raw, self._hold)
-        body: dict[str, Any] = parse_jobs.unpacked(result)
-        return body, None
+        if self.offloads(len(raw)):
+            result = await self._run(parse_jobs.read_body, endpoint, raw, self._hold)
+            return parse_jobs.unpacked(result), None
+        return decode_signed(endpoint, raw, last) if signs else (decode_body(endpoint, raw), None)
 
     async def answer(self, content: bytes, known: TokenIds | None = None, *,
                      echoes: bool = False) -> Any:
         """``loads_echoed(content, known)``; raises what it raises. Offloaded with
-        ``echoes`` (the backend reads an echoed prompt as a ``TokenIds``), an echoed
-        prompt of token ids comes back as one, checked in the worker."""
+        ``echoes``, an echoed prompt of token ids comes back as a ``TokenIds``."""
         if not self.offloads(len(content)):
             return loads_echoed(content, known)
         result = await self._run(parse_jobs.read_answer, content, known, echoes, self._hold)

@@ -1,11 +1,8 @@
 """The upstream side of a request: one ``Reader`` per way of asking the upstream.
 
-- ``PassthroughReader``: one request in the client's (or its bridge's) dialect; outside
-  a session its events pass as sent (the raw fast path), checked only for errors.
-- ``FanoutReader``: ``n > 1`` as n one-choice requests, merged.
-- ``TitoReader``: token-in-token-out, the prompt rendered here, each choice a
-  ``/generate`` (or token-prompt completions) request.
-- ``RecordReader``: a recorded interaction (a resumed session); nothing is sent.
+``PassthroughReader`` (the client's or its bridge's dialect), ``FanoutReader`` (``n >
+1`` as n one-choice requests), ``TitoReader`` (token-in-token-out), ``RecordReader`` (a
+recorded interaction: nothing is sent).
 
 A reader names its upstream requests (``requests``), takes their replies (``opened``),
 then gives the whole answer (``whole``) or its canonical chunks (``chunks``), already
