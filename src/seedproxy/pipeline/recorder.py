@@ -53,8 +53,7 @@ class Recorder:
         if ctx.session is None or ctx.slot is None or self.recorded:
             return
         self.recorded = self.recording = True
-        abandoned = self.abandoned
-        if abandoned:
+        if self.abandoned:
             status = CLIENT_CLOSED
         interaction = Interaction(
             interaction_id=ctx.interaction_id,
@@ -68,7 +67,7 @@ class Recorder:
             choices=captured.choices,
             latency_ms=round((time.perf_counter() - ctx.arrived) * 1000, 3),
             upstream=call.upstream,
-            abandoned=abandoned,
+            abandoned=self.abandoned,
             dispatch_weight_version=call.dispatch_weight_version,
             tito=captured.lineage,
             content_key=ctx.seat.key if ctx.seat is not None else None,

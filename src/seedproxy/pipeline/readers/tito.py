@@ -48,10 +48,8 @@ class TitoTurn:
     chat: dict[str, Any]
     prompt: Prompt
     sampling: Sampling
-    images: Sequence[CheckedImage] = ()
-    """The prompt's images in order, one placeholder each (``prompt.image_positions``)."""
-    image_records: list[dict[str, Any]] | None = None
-    """What the record keeps of them (``vision.image_records``); None without images."""
+    images: Sequence[CheckedImage] = ()  # in order, one placeholder each
+    image_records: list[dict[str, Any]] | None = None  # what the record keeps of them
 
 
 OFFLOAD_CHARS = 16_384
