@@ -90,26 +90,24 @@ class _OtelSpan(Span):
 
 
 class _OtelTrace(Trace):
-    __slots__ = ("_context", "_ended", "_propagator", "_span", "_tracer")
+    __slots__ = ("_context", "_root", "_tracer")
 
     def __init__(self, tracer: OtelApiTracer, propagator: TraceContextTextMapPropagator,
                  span: OtelSpan) -> None:
         self._tracer = tracer
-        self._propagator = propagator
-        self._span = span
+        self._root = _OtelSpan(span, propagator)
         self._context: Context = set_span_in_context(span)
-        self._ended = False
 
     def child(self, name: str) -> Span:
         kind = SpanKind.CLIENT if name == "upstream" else SpanKind.INTERNAL
         span = self._tracer.start_span(name, context=self._context, kind=kind)
-        return _OtelSpan(span, self._propagator)
+        return _OtelSpan(span, self._root._propagator)
 
     def end(self, status: int, attributes: Callable[[], Attributes] | None = None) -> None:
-        if self._ended:
+        root, span = self._root, self._root._span
+        if root._ended:
             return
-        self._ended = True
-        span = self._span
+        root._ended = True
         if attributes is not None:
             span.set_attributes(attributes())
         span.set_attribute("http.response.status_code", status)
