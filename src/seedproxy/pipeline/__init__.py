@@ -1,7 +1,6 @@
-"""The request pipeline: admit -> seat -> send -> read -> present.
+"""The request pipeline: admit -> seat -> send -> read -> present (``docs/pipeline.md``).
 
 Seating sets a frozen ``RequestContext``; each stage's output is its own object, its
 only writer (``call.py``, ``recorder.py``, ``observer.py``). ``Reader`` strategies ask the
-upstream, ``Presenter`` strategies answer the client. Nothing here imports ``proxy``
-(``tests/test_layers.py``). ``docs/pipeline.md`` walks a request hop by hop.
+upstream, ``Presenter`` strategies answer the client.
 """

@@ -1,22 +1,26 @@
 """The front half of every request, one ``Admission`` per client protocol, and ``run``.
 
-An admission reads and checks the body (its images too: ``media``),
-translates it, renders a token-in-token-out prompt (all before the slot: a 4xx here
-uses no index), seats the request (its ``RequestContext``), and picks
-its strategies: the ``Reader`` from the mode (passthrough, bridge, TITO) and ``n``,
-the ``Presenter`` from the client's protocol. The one way in is ``proxy.hot``'s
-``HotRoutes.answer``.
+An admission reads and checks the body (its images too: ``media``), translates it,
+renders a token-in-token-out prompt, seats the request (its ``RequestContext``), and
+picks its strategies: the ``Reader`` from the mode and ``n``, the ``Presenter`` from
+the client's protocol. The one way in is ``proxy.hot``'s ``HotRoutes.answer``.
 
-Refused requests: an error the proxy answers on a model route before the request
-reached an upstream (a bad body, a tool it cannot carry, a missing session or key, a
-full queue). Each is counted in ``/metrics`` (``seedproxy_refusals_total`` by route,
-status and reason) and, unless request logging is off, logged as one JSON line
-(``event: refused``) on the request log, with the error's message.
+Seating: everything that can refuse the request raises before the slot is taken (a 4xx
+uses no index, and a new session is created only when the request is sound); the slot
+is taken atomically, before any await on the upstream, in the same store operation
+that checks the session's view is current (a stale view comes back brought up to date,
+no index taken, and the request is checked again against it). In a session with
+``index_by == "content"``, the seeds derive from the content key and its occurrence
+number (``seeds.content_seeds``), not the arrival index, so concurrent siblings get the
+same seeds whatever their order; ``X-Request-Index`` still pins (the arrival rule's
+seed), and SDK retries reuse their first attempt's slot and occurrence.
 
-The reason is a bounded label, never the client's text: the error's ``code`` when it
-has one, else the first field of its ``param`` (``tools``, ``input``, ``messages``;
-at most ``_REASON_CHARS`` of ``[a-z0-9_]``), else its ``type``. A param outside that
-shape counts as ``other``.
+Refused requests (an error answered on a model route before an upstream saw the
+request) are counted in ``/metrics`` (``seedproxy_refusals_total`` by route, status
+and reason) and, unless request logging is off, logged as one JSON line (``event:
+refused``) with the error's message. The reason is a bounded label, never the client's
+text: the error's ``code``, else the first field of its ``param`` (at most
+``_REASON_CHARS`` of ``[a-z0-9_]``, else ``other``), else its ``type``.
 """
 
 from __future__ import annotations
@@ -45,11 +49,14 @@ from ..errors import (
     UpstreamError,
 )
 from ..media import CheckedImage
-from ..sessions import Interaction, NewSession, SessionRecord
+from ..seeds import choice_seeds, client_choice_seeds, content_key, content_seeds
+from ..sessions import NewSession, SessionRecord, Slot
 from ..sessions.cursor import SessionView
 from ..sessions.ids import check_id
+from ..sessions.record import Stale
+from ..settings import Settings
 from .call import UpstreamCall
-from .context import RequestContext
+from .context import ContentSeat, RequestContext
 from .departure import stop_when_client_leaves, unless_client_leaves
 from .headers import compacted_from, is_sdk_retry, pinned_index
 from .observer import Observer
@@ -60,11 +67,9 @@ from .readers.passthrough import PassthroughReader
 from .readers.record import RecordReader
 from .readers.tito import TitoReader, TitoTurn, prepare
 from .recorder import Recorder
-from .replaying import AsRecorded
-from .request import ClientRequest, client_request, read_body
-from .seating import seat
+from .request import ClientRequest, client_request, read_body, request_digest
 from .services import Services
-from .streaming import stream_response
+from .streaming import StreamResponse
 from .tracing import Trace
 
 __all__ = ["Admission", "Resolve", "reason_of", "run"]
@@ -121,17 +126,26 @@ class Admission:
             assert isinstance(seated, tuple)
             (ctx, chat, turn), recorded = seated, None
             call = UpstreamCall(ctx)
-            pinned = pinned_index(request.headers)
             if ctx.session is not None and ctx.session.replays and ctx.slot is not None:
                 recorded = await self.services.replays.lookup(
                     ctx.session, ctx.slot.index, ctx.interaction_id, ctx.client,
-                    pinned=pinned is not None, streamable=self.messages or chat is None)
+                    pinned=pinned_index(request.headers) is not None,
+                    streamable=self.messages or chat is None)
+            reader: Reader
             if recorded is not None:
                 ctx = ctx.replaying(recorded)
                 call = UpstreamCall(ctx)
                 self.services.metrics.replayed.inc()
-            reader, presenter = self._strategies(ctx, chat, turn, recorded)
+                reader = RecordReader(ctx, recorded, messages=self.messages)
+            else:
+                reader = self._reader(ctx, chat, turn)
             admitting.end()
+            presenter: Presenter
+            if self.messages:
+                presenter = MessagesPresenter(ctx.client.body, ctx.seeds[0] if ctx.seeds else None)
+            else:
+                presenter = ResponsesPresenter(ctx.client.body) if chat is not None else (
+                    OpenAIPresenter(endpoint))
             return await run(call, reader, presenter, request)
         except SeedProxyError as exc:
             observer = Observer(call.ctx, call) if call is not None else None
@@ -148,30 +162,53 @@ class Admission:
     async def _seat(self, request: Request, endpoint: Endpoint, raw: bytes,
                     session: SessionRecord | NewSession | None, arrived: float, trace: Trace,
                     *, check: bool) -> Seated | SessionView:
-        """Check the request against the session's view and seat it (``seating.py``):
-        the context with the chat request and turn it sends, or the view brought up to
-        date when it lacked records."""
-        view = self._view(session, trace)
-        parser = self.services.parser
+        """Check the request against the session's view and seat it (see the module):
+        the context with the chat request and turn it sends, or (with ``check``) the
+        view brought up to date when it lacked records."""
+        services = self.services
+        view = None
+        if isinstance(session, SessionRecord):  # this process's view: no store operation
+            with trace.child("store.view"):
+                view = services.sessions.cursors.keep(session)
+        parser = services.parser
         parse = parser.signed_body(endpoint, raw, view.last_sent() if view is not None else None,
                                    signs=session is not None)
         if parser.offloads(len(raw)):  # a client that leaves frees its parse slot
             parse = stop_when_client_leaves(parse, request.receive)
         body, signed = await parse
         client = client_request(endpoint, raw, body, signed)
-        images = await self.services.images.check(endpoint, body)
+        images = await services.images.check(endpoint, body)
         chat, turn = await self._translate(client, view, images)
         headers = request.headers
-        bridged = chat is not None and endpoint is Endpoint.RESPONSES
-        seated = await seat(self.services, client, session, pinned=pinned_index(headers),
-                            retry=is_sdk_retry(headers), arrived=arrived,
-                            compacted=compacted_from(headers), trace=trace, view=view,
-                            check=check,
-                            left_out_tools=(left_out_tools(client.body) or None) if bridged
-                            else None)
-        if isinstance(seated, SessionView):
-            return seated
-        return seated, chat, turn
+        pinned, retry, compacted = (pinned_index(headers), is_sdk_retry(headers),
+                                    compacted_from(headers))
+        left_out = ((left_out_tools(body) or None) if chat is not None
+                    and endpoint is Endpoint.RESPONSES else None)
+        fixed = _fixed_seed(services.settings, client, session)
+        if session is None:
+            seeds = [client.seed] if client.seed is not None else []
+            return RequestContext(services, client, None, None, seeds, arrived, trace=trace,
+                                  left_out_tools=left_out), chat, turn
+        if isinstance(session, NewSession):
+            session = await services.sessions.get_or_create(session.session_id)
+        if view is None:
+            view = services.sessions.cursors.keep(session)
+        digest = request_digest(endpoint, raw)
+        key = (content_key(endpoint.value, body)
+               if session.index_by == "content" and pinned is None else None)
+        with trace.child("store.allocate"):  # view check, index and occurrence: one atomic step
+            slot = await services.sessions.store.allocate(
+                session.session_id, digest=digest, retry=retry, pinned=pinned, content_key=key,
+                created_seq=session.created_seq, after=view.seq if check else None)
+        if isinstance(slot, Stale):
+            view.apply(slot.seq, slot.blobs)
+            return view
+        seat = (ContentSeat(key, slot.occurrence)
+                if key is not None and slot.occurrence is not None else None)
+        seeds = _seeds(services.settings, client, session, slot, seat, fixed)
+        return RequestContext(services, client, session, slot, seeds, arrived, seat=seat,
+                              compacted_from=compacted, trace=trace, view=view,
+                              left_out_tools=left_out), chat, turn
 
     def refused(self, endpoint: Endpoint, exc: SeedProxyError,
                 session: SessionRecord | NewSession | str | None, index: int | None = None
@@ -198,16 +235,6 @@ class Admission:
                        "detail": exc.message[:_DETAIL_CHARS]},
             ))
 
-    def _view(self, session: SessionRecord | NewSession | None,
-              trace: Trace) -> SessionView | None:
-        """This process's view of the session (None for a new session or none), with no
-        store operation: what the body is signed against, the turn is rendered from and
-        the record links into. Seating checks it is current (``seating.py``)."""
-        if not isinstance(session, SessionRecord):
-            return None
-        with trace.child("store.view"):
-            return self.services.sessions.cursors.keep(session)
-
     async def _translate(self, client: ClientRequest, view: SessionView | None,
                          images: Sequence[CheckedImage] = ()
                          ) -> tuple[dict[str, object] | None, TitoTurn | None]:
@@ -229,32 +256,50 @@ class Admission:
                              signed=client.signed if chat is None else None, images=images)
         return chat, turn
 
-    def _strategies(self, ctx: RequestContext, chat: dict[str, object] | None,
-                    turn: TitoTurn | None, recorded: Interaction | None = None
-                    ) -> tuple[Reader, Presenter]:
+    def _reader(self, ctx: RequestContext, chat: dict[str, object] | None,
+                turn: TitoTurn | None) -> Reader:
         client = ctx.client
-        presenter: Presenter
-        if self.messages:
-            presenter = MessagesPresenter(client.body, ctx.seeds[0] if ctx.seeds else None)
-        elif chat is not None:
-            presenter = ResponsesPresenter(client.body)
-        else:
-            presenter = OpenAIPresenter(client.endpoint)
-        if recorded is not None:
-            return RecordReader(ctx, recorded, messages=self.messages), AsRecorded(presenter)
-        reader: Reader
         inject = ctx.seeds[0] if ctx.seeds and self.services.settings.deterministic else None
         if turn is not None:
             assert self.services.tito is not None
-            reader = TitoReader(ctx, self.services.tito, turn,
-                                chat_client=client.endpoint is Endpoint.CHAT)
-        elif chat is not None:
-            reader = PassthroughReader(ctx, Endpoint.CHAT, dict(chat), inject, raw=False)
-        elif len(ctx.seeds) > 1:
-            reader = FanoutReader(ctx, client.endpoint, client.body)
-        else:
-            reader = PassthroughReader(ctx, client.endpoint, client.body, inject, raw=True)
-        return reader, presenter
+            return TitoReader(ctx, self.services.tito, turn,
+                              chat_client=client.endpoint is Endpoint.CHAT)
+        if chat is not None:
+            return PassthroughReader(ctx, Endpoint.CHAT, dict(chat), inject, raw=False)
+        if len(ctx.seeds) > 1:
+            return FanoutReader(ctx, client.endpoint, client.body)
+        return PassthroughReader(ctx, client.endpoint, client.body, inject, raw=True)
+
+
+def _fixed_seed(settings: Settings, client: ClientRequest,
+                session: SessionRecord | NewSession | None) -> int | None:
+    """The one seed every choice shares (the client's, the session's or ``--seed``), if
+    any; refused when it would make n > 1 choices identical."""
+    fixed = client.seed
+    if fixed is None and settings.deterministic and session is not None:
+        own = session.seed if isinstance(session, SessionRecord) else None
+        fixed = own if own is not None else settings.seed
+    if (settings.deterministic and client.n > 1 and fixed is not None and client.seed is None
+            and session is not None):
+        raise BadRequest(
+            f"a shared seed ({fixed}) with n={client.n} makes every choice identical; "
+            "drop `seed` and let seedproxy derive one per choice",
+            param="seed",
+        )
+    return fixed
+
+
+def _seeds(settings: Settings, client: ClientRequest, session: SessionRecord, slot: Slot,
+           seat: ContentSeat | None, fixed: int | None) -> list[int]:
+    if not settings.deterministic:
+        return [client.seed] if client.seed is not None else []
+    if client.seed is not None and client.n > 1:
+        return client_choice_seeds(client.seed, client.n)
+    if fixed is not None:
+        return [fixed]
+    if seat is not None:
+        return content_seeds(session.identity, seat.key, seat.occurrence, client.n)
+    return choice_seeds(session.identity, slot.index, client.n)
 
 
 async def run(call: UpstreamCall, reader: Reader, presenter: Presenter,
@@ -286,9 +331,9 @@ async def _respond(call: UpstreamCall, recorder: Recorder, observer: Observer, r
         if requests:
             reader.opened(await call.send_all(requests))
         if call.ctx.client.stream:
-            return stream_response(call, recorder, observer, reader, presenter.writer())
+            return StreamResponse(call, recorder, observer, reader, presenter.writer())
         answer, captured = await reader.whole()
-        shown = presenter.whole(answer)
+        shown = answer if call.ctx.replayed else presenter.whole(answer)  # replayed: as recorded
         call.end()
         await recorder.record(200, shown, captured)
         content = shown if isinstance(shown, bytes) else orjson.dumps(shown)

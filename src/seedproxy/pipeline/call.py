@@ -30,33 +30,24 @@ _PARAM_CHARS = 256
 
 
 class UpstreamAnswered(UpstreamError):
-    """An upstream answered with an error status; its body keeps the upstream's message,
-    type and param, and its status as ``code``."""
+    """An upstream answered with an error status: its message, type and param kept
+    (SGLang's flat shape, OpenAI's, FastAPI's), its status as ``code``."""
 
     def __init__(self, status: int, content: bytes) -> None:
-        message, self.error_type, param = _message(status, content)
+        try:
+            data = orjson.loads(content)
+        except orjson.JSONDecodeError:
+            data = None
+        inner: dict[str, Any] = {}
+        if isinstance(data, dict):
+            inner = data["error"] if isinstance(data.get("error"), dict) else data
+        message, param = inner.get("message") or inner.get("detail"), inner.get("param")
+        self.error_type = str(inner.get("type") or "upstream_error")
+        if not isinstance(message, str):
+            message = content.decode("utf-8", "replace")[:2000] or f"upstream answered {status}"
+        if not isinstance(param, str) or len(param) > _PARAM_CHARS:
+            param = None
         super().__init__(message, param=param, code=status, status_code=status)
-
-
-def _message(status: int, content: bytes) -> tuple[str, str, str | None]:
-    """An upstream error's message, type and param (SGLang's flat shape, OpenAI's,
-    FastAPI's)."""
-    try:
-        data = orjson.loads(content)
-    except orjson.JSONDecodeError:
-        data = None
-    message = param = None
-    error_type = "upstream_error"
-    if isinstance(data, dict):
-        inner: dict[str, Any] = data["error"] if isinstance(data.get("error"), dict) else data
-        message = inner.get("message") or inner.get("detail")
-        error_type = str(inner.get("type") or error_type)
-        param = inner.get("param")
-    if not isinstance(message, str):
-        message = content.decode("utf-8", "replace")[:2000] or f"upstream answered {status}"
-    if not isinstance(param, str) or len(param) > _PARAM_CHARS:
-        param = None
-    return message, error_type, param
 
 
 class UpstreamCall:
@@ -67,14 +58,11 @@ class UpstreamCall:
         self.ctx = ctx
         self.upstream: str | None = None
         self.dispatch_weight_version: str | None = None
-        self.upstream_s = 0.0
-        """Time spent waiting on the upstream (not the proxy's overhead)."""
-        self.dispatches: list[Dispatch] = []
-        """Where each upstream request is running; see ``inflight.py``."""
+        self.upstream_s = 0.0  # time spent waiting on the upstream
+        self.dispatches: list[Dispatch] = []  # where each request is running (inflight.py)
         self.replies: list[UpstreamReply] = []
         self.streaming = False
-        self._span: Span = NO_SPAN
-        """From the first send until the answer is read whole (``end``)."""
+        self._span: Span = NO_SPAN  # from the first send until the answer is read (end)
 
     @property
     def session_id(self) -> str | None:
@@ -135,15 +123,13 @@ class UpstreamCall:
 
     async def timed(self, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         """Yield upstream chunks, adding the time spent waiting for them."""
-        iterator = chunks.__aiter__()
+        iterator = aiter(chunks)
         while True:
             started = time.perf_counter()
-            try:
-                chunk = await iterator.__anext__()
-            except StopAsyncIteration:
-                self.upstream_s += time.perf_counter() - started
-                return
+            chunk = await anext(iterator, None)
             self.upstream_s += time.perf_counter() - started
+            if chunk is None:
+                return
             yield chunk
 
     def waited(self, seconds: float) -> None:

@@ -1,7 +1,5 @@
-"""The admitted request, set once by seating (``seating.py``) and read by every stage.
-
-Nothing writes it after seating: a stage's output is its own object (``call.py``,
-``recorder.py``, ``observer.py``), built with the context and the only writer of its state.
+"""The admitted request, set once by seating (``Admission._seat``) and read by every
+stage; a stage's output is its own object (``call.py``, ``recorder.py``, ``observer.py``).
 """
 
 from __future__ import annotations
@@ -43,7 +41,7 @@ class RequestContext:
     seeds: list[int]
     arrived: float
     seat: ContentSeat | None = None
-    """The content key and occurrence, in a content-keyed session (``seating.py``)."""
+    """The content key and occurrence, in a content-keyed session."""
     compacted_from: str | None = None
     """The interaction whose history this request's summary replaces (the client said)."""
     left_out_tools: list[str] | None = None
@@ -52,7 +50,6 @@ class RequestContext:
     """This process's view of the session, checked current when the request was seated;
     its record links into it without another store read, and joins it."""
     trace: Trace = NO_TRACE
-    """This request's trace (``tracing.py``); ended when the request is observed."""
     replayed: bool = False
     """Answered from a resumed session's source record (``replaying.py``): no upstream."""
 

@@ -2,19 +2,17 @@
 an SDK timeout). Streams have their own watcher (``streaming.py``).
 
 Invariants:
-- The request runs in the handler's own task. A request still running after
+- The request runs in the handler's own task. One still running after
   ``WATCH_AFTER_S`` gets one watcher task reading the ASGI channel (the body was read
-  whole, so the next message is ``http.disconnect``, at once if the client already
-  left); one answered sooner costs a timer and nothing else, and is recorded as
-  answered even if its client had left.
+  whole, so the next message is ``http.disconnect``); one answered sooner costs a
+  timer and nothing else, and is recorded as answered even if its client had left.
 - A client that left has its request stopped and aborted upstream (``InFlight.stop``),
   and is recorded once, as abandoned (499): with the server's partial answer when it
   could be aborted, or without one when nothing could and no record had begun (the
-  request is cancelled, which also closes the upstream connection) or when the request
-  was waiting to be sent again (a failover, a resubmission held by a pause).
+  request is cancelled, closing the upstream connection) or when the request was
+  waiting to be sent again (a failover, a resubmission held by a pause).
 - Work that is no request's call (a replay verification) is cancelled when its client
-  leaves (``stop_when_client_leaves``): its upstream requests are closed, and nothing
-  more is sent.
+  leaves (``stop_when_client_leaves``): nothing more is sent.
 """
 
 from __future__ import annotations
@@ -97,25 +95,23 @@ async def stop_when_client_leaves(work: Awaitable[T], receive: Receive) -> T:
     first cancels it, and ``ClientClosed`` is raised instead."""
     handler = asyncio.current_task()
     assert handler is not None
-    state = {"running": True, "left": False}
+    left = False
 
     async def watch() -> None:
+        nonlocal left
         await client_left(receive)
-        if state["running"]:  # never cancel the handler once ``work`` is over
-            state["left"] = True
-            handler.cancel()
+        left = True
+        handler.cancel()
 
     watcher = asyncio.get_running_loop().create_task(watch())
     try:
-        result = await work
-        state["running"] = False  # no await since ``work`` ended: the watcher saw nothing
-        return result
+        # no await between ``work``'s end and the watcher's cancel: it cannot fire after
+        return await work
     except asyncio.CancelledError:
-        if not state["left"]:
+        if not left:
             raise  # the handler itself was cancelled
         handler.uncancel()
         raise ClientClosed("the client closed the connection before the answer was "
                            "complete") from None
     finally:
-        state["running"] = False
         watcher.cancel()

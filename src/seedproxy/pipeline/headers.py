@@ -8,24 +8,17 @@ from starlette.datastructures import Headers
 
 from ..errors import BadRequest
 
-__all__ = ["COMPACTED_FROM", "ascii_count", "bearer_token", "client_key", "compacted_from",
-           "is_sdk_retry", "pinned_index"]
+__all__ = ["client_key", "compacted_from", "is_sdk_retry", "pinned_index"]
 
-COMPACTED_FROM = "x-seedproxy-compacted-from"
-
-RETRY_HEADER = "x-stainless-retry-count"
-
-
-def bearer_token(headers: Headers) -> str | None:
-    value = headers.get("authorization", "")
-    scheme, _, token = value.partition(" ")
-    return token.strip() or None if scheme.lower() == "bearer" else None
-
+_COMPACTED_FROM = "x-seedproxy-compacted-from"
 
 _MAX_DIGITS = 15
 
+_INTERACTION_ID = re.compile(r"[ic][0-9a-f]{1,16}(\.p?[0-9]{1,15})?")
+"""The ids seedproxy gives interactions: ``i{index}``, ``i{index}.p{k}``, ``c{key}.{n}``."""
 
-def ascii_count(value: str) -> int | None:
+
+def _count(value: str) -> int | None:
     """``value`` as a non-negative int of at most 15 ASCII digits, else None.
     (``str.isdigit`` also takes "²" and "١", which ``int`` then refuses or reads.)"""
     value = value.strip()
@@ -37,7 +30,9 @@ def ascii_count(value: str) -> int | None:
 def client_key(headers: Headers) -> str | None:
     """The key a client presents: ``Authorization: Bearer KEY``, else ``x-api-key: KEY``
     (how the anthropic SDKs and Claude Code send it)."""
-    return bearer_token(headers) or headers.get("x-api-key", "").strip() or None
+    scheme, _, token = headers.get("authorization", "").partition(" ")
+    bearer = token.strip() if scheme.lower() == "bearer" else ""
+    return bearer or headers.get("x-api-key", "").strip() or None
 
 
 def pinned_index(headers: Headers) -> int | None:
@@ -45,7 +40,7 @@ def pinned_index(headers: Headers) -> int | None:
     value = headers.get("x-request-index")
     if value is None:
         return None
-    index = ascii_count(value)
+    index = _count(value)
     if index is None:
         raise BadRequest(
             f"X-Request-Index must be a non-negative integer of at most {_MAX_DIGITS} ASCII digits",
@@ -57,26 +52,22 @@ def pinned_index(headers: Headers) -> int | None:
 def compacted_from(headers: Headers) -> str | None:
     """``x-seedproxy-compacted-from``: the interaction (``i19``, or its request index
     ``19``) whose history this request's summary replaces; a malformed one is a 400."""
-    value = headers.get(COMPACTED_FROM)
+    value = headers.get(_COMPACTED_FROM)
     if value is None:
         return None
-    index = ascii_count(value)
+    index = _count(value)
     if index is not None:
         return f"i{index}"
     value = value.strip()
     if not _INTERACTION_ID.fullmatch(value):
-        raise BadRequest(f"{COMPACTED_FROM} must be a request index or an interaction id "
-                         "(such as i19)", param=COMPACTED_FROM)
+        raise BadRequest(f"{_COMPACTED_FROM} must be a request index or an interaction id "
+                         "(such as i19)", param=_COMPACTED_FROM)
     return value
-
-
-_INTERACTION_ID = re.compile(r"[ic][0-9a-f]{1,16}(\.p?[0-9]{1,15})?")
-"""The ids seedproxy gives interactions: ``i{index}``, ``i{index}.p{k}``, ``c{key}.{n}``."""
 
 
 def is_sdk_retry(headers: Headers) -> bool:
     """Whether ``x-stainless-retry-count`` is >= 1; a malformed count is not a retry
     (the header is an SDK's hint, so it never fails a request)."""
-    value = headers.get(RETRY_HEADER)
-    count = ascii_count(value) if value is not None else None
+    value = headers.get("x-stainless-retry-count")
+    count = _count(value) if value is not None else None
     return count is not None and count >= 1

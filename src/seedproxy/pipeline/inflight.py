@@ -1,19 +1,15 @@
 """The requests in flight, by session, and how they are stopped: by
-``DELETE /sessions/{id}``, or because a non-streamed request's client left
-(``departure.py``).
+``DELETE /sessions/{id}``, or because a non-streamed request's client left.
 
 Invariants:
-- A call with a session is registered while ``admission.run`` runs it, and a
-  streamed one until its response ends (``streaming.py``): exactly as long as its
-  upstream replies are open.
+- A call with a session is registered exactly as long as its upstream replies are
+  open (``admission.run``; a stream until its response ends).
 - Stopping a call stops each of its ``Dispatch``es (no further attempt, failover or
   resubmission is sent) and asks each server holding one to abort it (SGLang's
-  ``/abort_request``). The server then ends the request with what it made so far, which
-  is recorded as any answer is; a server that cannot be asked keeps generating, and the
-  answer is recorded when it comes.
+  ``/abort_request``); the server's partial answer is recorded as any answer is.
 - The registry is per proxy process; ``delete_session`` also tells the other replicas
-  of a shared board (``FleetBoard.stop_session``), each of which stops its own
-  (``stop_soon``, in a task of its own so that the board's follower never waits).
+  of a shared board, each of which stops its own (``stop_soon``, in a task of its own
+  so that the board's follower never waits).
 """
 
 from __future__ import annotations
@@ -30,7 +26,7 @@ __all__ = ["InFlight"]
 
 
 class Call(Protocol):
-    """What the registry reads of a request's upstream call (``call.UpstreamCall``)."""
+    """What the registry reads of ``call.UpstreamCall``."""
 
     @property
     def session_id(self) -> str | None: ...

@@ -1,26 +1,22 @@
 """Large JSON bodies parsed off the event loop, in a pool of worker processes.
 
 orjson holds the GIL while it parses, so a 30 MB body parsed in a thread still stops
-every other request (``/healthz`` included). A body over ``threshold`` bytes (a client
-body, or an upstream's whole answer) is parsed by ``parse_jobs`` in a worker process,
-by the same functions as the in-loop path, so a refusal is the same status and
-message either way; the loop only unpickles the result and unpacks its int lists.
-Smaller bodies are parsed in the loop.
+every other request. A body over ``threshold`` bytes (a client body, or an upstream's
+whole answer) is parsed by ``parse_jobs`` in a worker process, by the same functions
+as the in-loop path, so a refusal is the same status and message either way.
 
 Invariants:
 - At most ``workers + queue`` callers wait on the pool at once; one more is refused
-  with 429 (``ParserBusy``) before it is handed over. A caller that stops waiting (its
-  client left: the handler is cancelled) gives its place back at once, even while the
-  worker still runs its body.
+  with 429 (``ParserBusy``). A caller that stops waiting (its client left) gives its
+  place back at once, even while the worker still runs its body.
 - A worker that dies fails every body in its pool with 503 (``ParserUnavailable``),
   and the next body starts a new pool: nothing waits on a dead process.
-- A body not parsed ``timeout_s`` after it was handed over (a stuck or stopped worker)
-  is a 503 too: the pool's workers are killed, failing its other bodies with a 503,
-  and the next body starts a new pool. A new pool is started (every worker up) before
-  any body is handed to it, so its start never counts against ``timeout_s``.
-- An upstream answer refused so is recorded with the error the client is shown
-  (``admission._respond``), as an upstream's own failure is; a client body is refused
-  before it is seated, using no index.
+- A body not parsed ``timeout_s`` after it was handed over is a 503 too: the pool's
+  workers are killed (failing its other bodies), and the next body starts a new pool.
+  A pool is started (every worker up) before any body is handed to it, so its start
+  never counts against ``timeout_s``.
+- An upstream answer refused so is recorded with the error the client is shown; a
+  client body is refused before it is seated, using no index.
 - The pool starts with the first large body (``spawn``: the proxy has threads) and
   ``close`` (the app's lifespan) stops it.
 """
@@ -55,9 +51,8 @@ class Parser:
                  timeout_s: float = 30.0, offloaded: Callable[[], None] = lambda: None,
                  hold: str | None = None) -> None:
         """``threshold``: bodies over this many bytes are offloaded (``None``: none);
-        ``timeout_s``: the most a body may take in a started pool; ``offloaded`` is
-        called once per offloaded body; ``hold`` is the workers' test seam
-        (``parse_jobs._wait``)."""
+        ``offloaded`` is called once per offloaded body; ``hold``: the workers' test
+        seam (``parse_jobs._wait``)."""
         self.threshold = threshold
         self.workers = workers
         self.queue = queue
@@ -65,8 +60,7 @@ class Parser:
         self._offloaded = offloaded
         self._hold = hold
         self._executor: ProcessPoolExecutor | None = None
-        self._started: asyncio.Future[Any] | None = None
-        """The current pool's start (every worker up), awaited by each body."""
+        self._started: asyncio.Future[Any] | None = None  # every worker up
         self._waiting = 0
 
     def offloads(self, size: int) -> bool:
@@ -81,19 +75,15 @@ class Parser:
                           ) -> tuple[dict[str, Any], Signed | None]:
         """``decode_signed(endpoint, raw, last)`` (``decode_body`` and no signature unless
         ``signs``); an offloaded body is checked whole in the worker, and not signed."""
-        if not self.offloads(len(raw)):
-            if not signs:
-                return decode_body(endpoint, raw), None
-            return decode_signed(endpoint, raw, last)
-        result = await self._run(parse_jobs.read_body, endpoint, raw, self._hold)
-        body: dict[str, Any] = parse_jobs.unpacked(result)
-        return body, None
+        if self.offloads(len(raw)):
+            result = await self._run(parse_jobs.read_body, endpoint, raw, self._hold)
+            return parse_jobs.unpacked(result), None
+        return decode_signed(endpoint, raw, last) if signs else (decode_body(endpoint, raw), None)
 
     async def answer(self, content: bytes, known: TokenIds | None = None, *,
                      echoes: bool = False) -> Any:
         """``loads_echoed(content, known)``; raises what it raises. Offloaded with
-        ``echoes`` (the backend reads an echoed prompt as a ``TokenIds``), an echoed
-        prompt of token ids comes back as one, checked in the worker."""
+        ``echoes``, an echoed prompt of token ids comes back as a ``TokenIds``."""
         if not self.offloads(len(content)):
             return loads_echoed(content, known)
         result = await self._run(parse_jobs.read_answer, content, known, echoes, self._hold)
@@ -153,17 +143,16 @@ class Parser:
 
     def _stuck(self, executor: ProcessPoolExecutor) -> ParserUnavailable:
         """Kill ``executor``'s workers (one is stuck past the bound) and drop it."""
-        if self._executor is executor:
-            for process in list(executor._processes.values()):
-                process.kill()  # SIGKILL: a stopped (SIGSTOP) process dies too
-        self._drop(executor)
+        self._drop(executor, kill=True)
         return ParserUnavailable(
             f"parsing this body took longer than {self.timeout_s:g} s "
             "(--offload-parse-timeout-s): the parse workers were restarted; retry the "
             "request")
 
-    def _drop(self, executor: ProcessPoolExecutor) -> None:
+    def _drop(self, executor: ProcessPoolExecutor, *, kill: bool = False) -> None:
         if self._executor is executor:
+            for process in list(executor._processes.values()) if kill else ():
+                process.kill()  # SIGKILL: a stopped (SIGSTOP) process dies too
             self._executor = self._started = None
             executor.shutdown(wait=False, cancel_futures=True)
 

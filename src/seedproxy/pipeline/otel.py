@@ -1,16 +1,9 @@
 """The OpenTelemetry tracer (``--otel``; the ``otel`` extra): one SERVER span per
-request, its steps as children, exported by OTLP over HTTP/protobuf.
-
-Configured by the standard environment, read once here: ``OTEL_SERVICE_NAME``
-(default ``seedproxy``), ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_TRACES_SAMPLER``,
-``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``,
-``..._HEADERS``, ``..._TIMEOUT``, ``..._COMPRESSION``, ``OTEL_BSP_*``. Only the
-``http/protobuf`` protocol is exported; another ``OTEL_EXPORTER_OTLP_*PROTOCOL`` is a
-``ConfigError``. Context travels as W3C trace context (``traceparent``,
-``tracestate``) whatever ``OTEL_PROPAGATORS`` says: it is what SGLang reads.
-
-Nothing is global: the provider is this tracer's (``trace.set_tracer_provider`` is
-never called), and ``close`` shuts it down, exporting what is queued.
+request, its steps as children, exported by OTLP over HTTP/protobuf (another
+``OTEL_EXPORTER_OTLP_*PROTOCOL`` is a ``ConfigError``), configured by the standard
+``OTEL_*`` environment. Context travels as W3C trace context whatever
+``OTEL_PROPAGATORS`` says: it is what SGLang reads. Nothing is global: the provider is
+this tracer's, and ``close`` shuts it down, exporting what is queued.
 """
 
 from __future__ import annotations
@@ -97,26 +90,24 @@ class _OtelSpan(Span):
 
 
 class _OtelTrace(Trace):
-    __slots__ = ("_context", "_ended", "_propagator", "_span", "_tracer")
+    __slots__ = ("_context", "_root", "_tracer")
 
     def __init__(self, tracer: OtelApiTracer, propagator: TraceContextTextMapPropagator,
                  span: OtelSpan) -> None:
         self._tracer = tracer
-        self._propagator = propagator
-        self._span = span
+        self._root = _OtelSpan(span, propagator)
         self._context: Context = set_span_in_context(span)
-        self._ended = False
 
     def child(self, name: str) -> Span:
         kind = SpanKind.CLIENT if name == "upstream" else SpanKind.INTERNAL
         span = self._tracer.start_span(name, context=self._context, kind=kind)
-        return _OtelSpan(span, self._propagator)
+        return _OtelSpan(span, self._root._propagator)
 
     def end(self, status: int, attributes: Callable[[], Attributes] | None = None) -> None:
-        if self._ended:
+        root, span = self._root, self._root._span
+        if root._ended:
             return
-        self._ended = True
-        span = self._span
+        root._ended = True
         if attributes is not None:
             span.set_attributes(attributes())
         span.set_attribute("http.response.status_code", status)

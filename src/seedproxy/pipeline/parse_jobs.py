@@ -1,16 +1,13 @@
 """What a parse worker process runs: a large body read by the same functions as the
-event loop's path, and its int lists handed back packed.
-
-Unpickling a list of millions of ints costs as much as parsing it, so each list of 64
-or more ints (exactly ``int``, within 64 bits) leaves the worker as an ``array('q')``
-with its path, and ``unpacked`` (in the loop) puts ``array.tolist()`` back in its place.
-An echoed prompt a backend reads as a ``TokenIds`` (``echo.packed``) crosses as one,
-checked by ``ints`` in the worker.
+event loop's path, its int lists handed back packed (unpickling millions of ints costs
+as much as parsing them): each list of 64 or more ints (exactly ``int``, within 64
+bits) crosses as an ``array('q')`` with its path, and ``unpacked`` (in the loop) puts
+``array.tolist()`` back. An echoed prompt read as a ``TokenIds`` crosses as one.
 
 Invariant: ``unpacked(read_body(e, raw))`` equals ``decode_body(e, raw)``, raising the
-same ``BadRequest``; ``unpacked(read_answer(c, k, True))`` equals
-``echo.packed(loads_echoed(c, k))`` (``False``: ``loads_echoed(c, k)``), and an answer
-that is not JSON comes back as ``Invalid``.
+same ``BadRequest``; ``unpacked(read_answer(c, k, echoes))`` equals
+``loads_echoed(c, k)`` (``echo.packed`` of it with ``echoes``); an answer that is not
+JSON comes back as ``Invalid``.
 """
 
 from __future__ import annotations
@@ -52,20 +49,17 @@ class Invalid:
 
 
 def ready() -> int:
-    """Nothing: run once per worker as a pool starts, so every worker is up (this
-    module imported) before any body is timed. Returns the worker's pid."""
+    """Run once per worker as a pool starts (every worker up before any body is timed)."""
     return os.getpid()
 
 
 def read_body(endpoint: Endpoint, raw: bytes, hold: str | None = None) -> Packed:
-    """``decode_body`` in the worker (its ``BadRequest`` crosses back as raised)."""
     _wait(hold)
     return _pack(decode_body(endpoint, raw))
 
 
 def read_answer(content: bytes, known: TokenIds | None, echoes: bool,
                 hold: str | None = None) -> Packed | Invalid:
-    """``loads_echoed`` in the worker; with ``echoes``, echoed prompts as ``TokenIds``."""
     _wait(hold)
     try:
         answer = loads_echoed(content, known)

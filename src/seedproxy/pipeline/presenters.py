@@ -1,8 +1,8 @@
 """The client side of a request: one ``Presenter`` per client protocol.
 
 A presenter owns its protocol's whole answer, its stream events (a ``Writer`` fed each
-canonical chunk a reader yields) and its terminator, each encoded in one place; its
-``errors`` (``error_presenters``) build its error bodies, answers and events. Readers
+canonical chunk a reader yields) and its terminator; its ``errors``
+(``error_presenters``) build its error bodies, answers and events. Readers
 yield OpenAI chunks (chat, completions, or ``/generate`` items); the OpenAI presenter
 shows them as they are, the Responses and Messages presenters translate chat chunks.
 """
@@ -60,44 +60,22 @@ class OpenAIPresenter(Presenter):
         self.endpoint = endpoint
 
     def writer(self) -> Writer:
-        return _OpenAIWriter(self.endpoint)
-
-
-class _OpenAIWriter:
-    def __init__(self, endpoint: Endpoint) -> None:
-        self._transcript = StreamTranscript(endpoint)
-
-    def feed(self, chunk: Chunk) -> list[bytes]:
-        if isinstance(chunk, bytes):
-            return [chunk]
-        self._transcript.add(chunk)
-        return [data_frame(chunk)]
-
-    def finish(self) -> list[bytes]:
-        return [DONE]
-
-    def result(self) -> Any:
-        return self._transcript.result()
-
-    def error(self, exc: SeedProxyError) -> bytes:
-        return OPENAI.event(exc)
+        return StreamTranscript(self.endpoint)
 
 
 class ResponsesPresenter(Presenter):
-    """OpenAI Responses, from chat answers and chunks; ``clock`` (Unix seconds) dates
-    ``completed_at``."""
+    """OpenAI Responses, from chat answers and chunks."""
 
     errors = RESPONSES
 
-    def __init__(self, body: dict[str, Any], clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, body: dict[str, Any]) -> None:
         self.body = body
-        self.clock = clock
 
     def whole(self, answer: Any) -> Any:
-        return to_response(self.body, answer, int(self.clock()))
+        return to_response(self.body, answer, int(time.time()))
 
     def writer(self) -> Writer:
-        events = ResponsesEvents(self.body, self.clock)
+        events = ResponsesEvents(self.body, time.time)
         return _Translating(events,
                             lambda exc: typed_frame(events.error(RESPONSES.body(exc)["error"])))
 
@@ -139,13 +117,11 @@ class _Translating:
 
 
 class StreamTranscript:
-    """Concatenates per-choice text (and tool-call fragments) from SSE events.
-
-    The record keeps ``{"object": "stream", "choices": [...], "usage": ...}``; the
-    client saw the same content split across events. A Responses stream (passed as an
-    upstream sent it) records the last Responses object its events carried: the
-    ``response.completed`` one when it ended well.
-    """
+    """The OpenAI writer. Its record concatenates per-choice text (and tool-call
+    fragments): ``{"object": "stream", "choices": [...], "usage": ...}``. A Responses
+    stream (passed as an upstream sent it) records the last Responses object its
+    events carried: the ``response.completed`` one when it ended well; ``/generate``
+    its last item."""
 
     def __init__(self, endpoint: Endpoint) -> None:
         self._endpoint = endpoint
@@ -155,43 +131,46 @@ class StreamTranscript:
         self._usage: Any = None
         self._last: Any = None
 
-    def add(self, event: Any) -> None:
-        if not isinstance(event, dict):
-            return
-        if self._endpoint is Endpoint.GENERATE:
-            self._last = event
-            return
-        if self._endpoint is Endpoint.RESPONSES:
-            if isinstance(event.get("response"), dict):
-                self._last = event["response"]
-            return
-        if event.get("usage") is not None:
-            self._usage = event["usage"]
-        for choice in event.get("choices") or []:
-            if not isinstance(choice, dict):
-                continue
-            index = choice.get("index", 0)
-            delta = choice.get("delta") if self._endpoint is Endpoint.CHAT else choice
-            if isinstance(delta, dict):
-                piece = delta.get("content" if self._endpoint is Endpoint.CHAT else "text")
-                if isinstance(piece, str):
-                    self._text.setdefault(index, []).append(piece)
-                if delta.get("tool_calls"):
-                    self._tools.setdefault(index, []).extend(delta["tool_calls"])
-            if choice.get("finish_reason") is not None:
-                self._finish[index] = choice["finish_reason"]
+    def feed(self, chunk: Chunk) -> list[bytes]:
+        if isinstance(chunk, bytes):
+            return [chunk]
+        endpoint = self._endpoint
+        if endpoint is Endpoint.GENERATE:
+            self._last = chunk
+        elif endpoint is Endpoint.RESPONSES:
+            if isinstance(chunk.get("response"), dict):
+                self._last = chunk["response"]
+        else:
+            if chunk.get("usage") is not None:
+                self._usage = chunk["usage"]
+            for choice in chunk.get("choices") or []:
+                if not isinstance(choice, dict):
+                    continue
+                index = choice.get("index", 0)
+                delta = choice.get("delta") if endpoint is Endpoint.CHAT else choice
+                if isinstance(delta, dict):
+                    piece = delta.get("content" if endpoint is Endpoint.CHAT else "text")
+                    if isinstance(piece, str):
+                        self._text.setdefault(index, []).append(piece)
+                    if delta.get("tool_calls"):
+                        self._tools.setdefault(index, []).extend(delta["tool_calls"])
+                if choice.get("finish_reason") is not None:
+                    self._finish[index] = choice["finish_reason"]
+        return [data_frame(chunk)]
+
+    def finish(self) -> list[bytes]:
+        return [DONE]
+
+    def error(self, exc: SeedProxyError) -> bytes:
+        return OPENAI.event(exc)
 
     def result(self) -> Any:
         if self._endpoint in (Endpoint.GENERATE, Endpoint.RESPONSES):
             return self._last
-        indices = sorted(set(self._text) | set(self._finish) | set(self._tools))
         choices = []
-        for i in indices:
-            choice: dict[str, Any] = {
-                "index": i,
-                "text": "".join(self._text.get(i, [])),
-                "finish_reason": self._finish.get(i),
-            }
+        for i in sorted(set(self._text) | set(self._finish) | set(self._tools)):
+            choice: dict[str, Any] = {"index": i, "text": "".join(self._text.get(i, [])),
+                                      "finish_reason": self._finish.get(i)}
             if i in self._tools:
                 choice["tool_calls"] = self._tools[i]
             choices.append(choice)

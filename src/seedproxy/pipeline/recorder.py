@@ -31,17 +31,13 @@ Snapshot = Callable[[], tuple[Any, Captured]]
 
 
 class Recorder:
-    """Reads the context and where the call ran (``call``); writes only its own state."""
-
     __slots__ = ("abandoned", "call", "ctx", "recorded", "recording", "status")
 
     def __init__(self, ctx: RequestContext, call: UpstreamCall) -> None:
         self.ctx = ctx
         self.call = call
-        self.status = 200
-        """What the record says; a stream sets it when the upstream fails mid-stream."""
-        self.abandoned = False
-        """The client left before its answer: whatever is recorded from now on says so."""
+        self.status = 200  # what the record says (a stream's failure sets it)
+        self.abandoned = False  # the client left: whatever is recorded from now on says so
         self.recording = False
         self.recorded = False
 
@@ -57,8 +53,7 @@ class Recorder:
         if ctx.session is None or ctx.slot is None or self.recorded:
             return
         self.recorded = self.recording = True
-        abandoned = self.abandoned
-        if abandoned:
+        if self.abandoned:
             status = CLIENT_CLOSED
         interaction = Interaction(
             interaction_id=ctx.interaction_id,
@@ -72,7 +67,7 @@ class Recorder:
             choices=captured.choices,
             latency_ms=round((time.perf_counter() - ctx.arrived) * 1000, 3),
             upstream=call.upstream,
-            abandoned=abandoned,
+            abandoned=self.abandoned,
             dispatch_weight_version=call.dispatch_weight_version,
             tito=captured.lineage,
             content_key=ctx.seat.key if ctx.seat is not None else None,

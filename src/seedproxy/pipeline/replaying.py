@@ -3,20 +3,17 @@
 A seated request of a session with ``replays`` is answered from the record when:
 - it is not pinned (``X-Request-Index``), and for a fork its index is below ``at``;
 - the source recorded a completed answer (status 200, not abandoned) under the same
-  interaction id (``i{index}``; in a content-keyed session, its content key and
-  occurrence) on the same endpoint;
-- the bodies match: ``replay_key`` (the canonical JSON of ``seeds.content_key``,
-  leaving out only ``REPLAY_IGNORED``: fields that change nothing the model samples);
+  interaction id on the same endpoint;
+- the bodies match (``replay_key``);
 - a stream can be answered in the client's protocol (not Responses);
-- in arrival mode, index ``i - 1`` was answered from the record before (``_chained``).
+- in arrival mode, index ``i - 1`` was answered from the record before.
 
-Otherwise it goes live; in arrival mode so does every later request, since each needs
-its predecessor replayed: a resumed session never jumps back into the record. The
-chain lives in the store's atomic ``occurrence`` numbering (shared by replicas): the
-request answered from the record at ``i`` numbers ``replay:{i}:mark`` under key
-``replay:{i}``; request ``i + 1`` numbers ``replay:{i}:probe`` under the same key and
-gets 1 only if that mark came first. Two store operations per request, whatever the
-history's length; the source's record is read once per process.
+Otherwise it goes live; in arrival mode so does every later request: a resumed
+session never jumps back into the record. The chain lives in the store's atomic
+``occurrence`` numbering (shared by replicas): the request answered from the record
+at ``i`` numbers ``replay:{i}:mark`` under key ``replay:{i}``; request ``i + 1``
+numbers ``replay:{i}:probe`` under the same key and gets 1 only if that mark came
+first. Two store operations per request; the source's record is read once per process.
 """
 
 from __future__ import annotations
@@ -27,10 +24,9 @@ from typing import Any
 from ..errors import SessionNotFound
 from ..seeds import content_key
 from ..sessions import Interaction, SessionRecord, SessionStore
-from .presenters import Presenter, Writer
 from .request import ClientRequest
 
-__all__ = ["REPLAY_IGNORED", "AsRecorded", "ReplayBook", "replay_key"]
+__all__ = ["REPLAY_IGNORED", "ReplayBook", "replay_key"]
 
 REPLAY_IGNORED = ("user", "metadata", "rid")
 """Body keys that do not have to match: tags for the client's own bookkeeping (Claude
@@ -93,19 +89,3 @@ class ReplayBook:
         if len(self._sources) > self._capacity:
             self._sources.popitem(last=False)
         return by_id
-
-
-class AsRecorded(Presenter):
-    """A presenter whose whole answer is the recorded one, shown as it was; streams and
-    errors are the client protocol's (``inner``)."""
-
-    def __init__(self, inner: Presenter) -> None:
-        self.inner = inner
-        self.errors = inner.errors
-
-    def whole(self, answer: Any) -> Any:
-        return answer
-
-    def writer(self) -> Writer:
-        return self.inner.writer()
-

@@ -1,7 +1,5 @@
-"""Reading and checking a client's body: only the fields the proxy itself relies on.
-
-Everything else is the upstream's to judge, so the body is never re-validated
-through a schema on the hot path.
+"""Reading and checking a client's body: only the fields the proxy itself relies on
+(the rest is the upstream's to judge: no schema on the hot path).
 """
 
 from __future__ import annotations
@@ -47,8 +45,8 @@ async def read_body(request: Request, limit: int) -> bytes:
     """Read the body, refusing more than ``limit`` bytes with 413. A client that
     leaves (or is cut off by ``protocol.py``'s body deadline) mid-body is a 408,
     answered to no one: nothing is forwarded."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > limit:
+    declared = request.headers.get("content-length", "")
+    if declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"request body over {limit} bytes")
     chunks: list[bytes] = []
     size = 0
@@ -160,12 +158,10 @@ def _check_depth(raw: bytes, body: dict[str, Any], known: tuple[str, int] | None
     many of its first items an accepted body held at the same place (not walked)."""
     if known is not None:
         field, count = known
-        if too_deep({**body, field: body[field][count:]}):
-            raise BadRequest(f"request body is nested more than {MAX_DEPTH} levels deep")
-        return
-    if raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:
-        return
-    if too_deep(body):
+        deep = too_deep({**body, field: body[field][count:]})
+    else:
+        deep = raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and too_deep(body)
+    if deep:
         raise BadRequest(f"request body is nested more than {MAX_DEPTH} levels deep")
 
 

@@ -6,19 +6,16 @@ Invariants:
 - Token-id requests resume (``input_ids``, one choice): SGLang's deterministic sampler
   hashes (seed, absolute position, token), so the continuation is the one an unpaused
   run gives on the same weights.
-- Non-streamed chat and completions (passthrough, no token ids to continue from) are
-  sent again whole, with the same seed: the same answer an unpaused run gives on the
-  same weights, or an answer wholly from the new weights. A stream that already began
-  cannot be taken back: it ends with ``finish_reason`` abort, as the server sent it, and
-  is recorded so. Text-prompt ``/generate`` is not resumed either.
+- Non-streamed chat and completions are sent again whole, with the same seed: the
+  answer an unpaused run gives on the same weights, or one wholly from the new weights.
+  A stream that already began ends with ``finish_reason`` abort, as the server sent it,
+  and is recorded so. Text-prompt ``/generate`` is not resumed either.
 - A request resumes only when the abort came from the fleet's control plane: the gate's
-  ``abort_epoch`` moved since the attempt was sent (a pause in ``abort`` mode, or a
-  weight-version change that aborts, through this replica or another on the same
-  board). An aborted answer whose epoch did not move here asks the board first (one
-  read, on that path only): the board's epoch moved before any server aborted, so an
-  answer that outran the board's publication is still resumed. Any other abort
-  reaches the client as sent, and a request whose ``Dispatch`` was stopped (its client
-  left, its session was deleted) is never resubmitted.
+  ``abort_epoch`` moved since the attempt was sent. An aborted answer whose epoch did
+  not move here asks the board first (one read, on that path only): the board's epoch
+  moved before any server aborted. Any other abort reaches the client as sent, and a
+  request whose ``Dispatch`` was stopped (its client left, its session was deleted) is
+  never resubmitted.
 - The stitched answer is SGLang's shape: ``output_ids``, ``text`` and logprobs
   concatenated, ``completion_tokens`` counted once, ``prompt_tokens`` the original, and
   ``weight_versions`` spans offset to absolute output positions, one span list per
@@ -44,15 +41,11 @@ from ..sse_frames import DONE, data_frame, event_json, split_events
 from ..transport.body import UpstreamResponse
 from .offload import Parser
 
-__all__ = ["ResumingSender", "new_rid", "resumable"]
+__all__ = ["ResumingSender"]
 
 log = logging.getLogger("seedproxy.request")
 
 _WHOLE = frozenset({"/v1/chat/completions", "/v1/completions"})
-
-
-def new_rid() -> str:
-    return f"seedproxy-{uuid.uuid4().hex}"
 
 
 def resumable(request: UpstreamRequest) -> bool:
@@ -102,23 +95,18 @@ class _Progress:
         """``item`` (one attempt's cumulative answer) as part of the whole answer."""
         if not self.ids:
             return item
-        out = dict(item)
-        ids = item.get("output_ids")
-        out["output_ids"] = self.ids + (ids if isinstance(ids, list) else [])
-        text = item.get("text")
-        out["text"] = self.text + (text if isinstance(text, str) else "")
-        meta = item.get("meta_info")
+        offset = len(self.ids)
+        ids, text, meta = item.get("output_ids"), item.get("text"), item.get("meta_info")
+        out = {**item, "output_ids": self.ids + (ids if isinstance(ids, list) else []),
+               "text": self.text + (text if isinstance(text, str) else "")}
         if isinstance(meta, dict):
-            meta = dict(meta)
-            meta["prompt_tokens"] = len(self.prompt)
-            done = meta.get("completion_tokens")
+            meta = out["meta_info"] = {**meta, "prompt_tokens": len(self.prompt)}
+            done, logprobs = meta.get("completion_tokens"), meta.get("output_token_logprobs")
             if type(done) is int:
-                meta["completion_tokens"] = len(self.ids) + done
-            logprobs = meta.get("output_token_logprobs")
+                meta["completion_tokens"] = offset + done
             if isinstance(logprobs, list):
                 meta["output_token_logprobs"] = self.logprobs + logprobs
             spans = meta.get("weight_versions")
-            offset = len(self.ids)
             if isinstance(spans, list):
                 meta["weight_versions"] = self.spans + [
                     {**s, "start": s["start"] + offset, "end": s["end"] + offset}
@@ -126,16 +114,15 @@ class _Progress:
                     if isinstance(s, dict) and type(s.get("start")) is int
                     and type(s.get("end")) is int
                 ]
-            out["meta_info"] = meta
         return out
 
     def absorb(self, whole: dict[str, Any]) -> None:
         """Take a shifted, aborted answer as the progress so far."""
-        ids = whole.get("output_ids")
-        self.ids = list(ids) if isinstance(ids, list) else self.ids
-        text = whole.get("text")
-        self.text = text if isinstance(text, str) else self.text
-        meta = whole.get("meta_info")
+        ids, text, meta = whole.get("output_ids"), whole.get("text"), whole.get("meta_info")
+        if isinstance(ids, list):
+            self.ids = list(ids)
+        if isinstance(text, str):
+            self.text = text
         if isinstance(meta, dict):
             if isinstance(meta.get("output_token_logprobs"), list):
                 self.logprobs = list(meta["output_token_logprobs"])
@@ -175,7 +162,7 @@ class ResumingSender:
     ) -> UpstreamReply:
         """``dispatch`` names each attempt as it is sent (see ``Dispatch``)."""
         if self.rids and "rid" not in request.body:
-            request.body["rid"] = new_rid()
+            request.body["rid"] = f"seedproxy-{uuid.uuid4().hex}"
         if not resumable(request):
             if stream or request.path not in _WHOLE:
                 return await self.pool.send(request, key=key, stream=stream, dispatch=dispatch)

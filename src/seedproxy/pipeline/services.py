@@ -33,12 +33,8 @@ class Services:
     metrics: Metrics
     inflight: InFlight
     replays: ReplayBook
-    """Resumed sessions' source records (``replaying.py``)."""
     parser: Parser
-    """Parses client bodies and upstream answers (large ones off the loop)."""
     images: ImageGate
-    """Checks every request's images before it is seated (``media``)."""
     tito: TitoMode | None = None
     """Token-in-token-out mode: chat, Responses and Messages render prompts here."""
     tracer: Tracer = field(default=NO_TRACER)
-    """Starts each request's trace (``tracing.py``): the no-op unless ``--otel``."""

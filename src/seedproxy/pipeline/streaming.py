@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
 from starlette.responses import Response
@@ -28,22 +28,9 @@ from .recorder import Recorder, Snapshot
 if TYPE_CHECKING:
     from .readers import Reader
 
-__all__ = ["StreamResponse", "stream_response"]
+__all__ = ["StreamResponse"]
 
 log = logging.getLogger("seedproxy.request")
-
-
-def stream_response(call: UpstreamCall, recorder: Recorder, observer: Observer,
-                    reader: Reader, writer: Writer) -> StreamResponse:
-    """The client's stream of ``reader``'s chunks, shown by ``writer``."""
-    headers = observer.headers()
-    headers["cache-control"] = "no-cache"
-
-    def snapshot() -> tuple[Any, Captured]:
-        return reader.recorded(writer.result()), reader.captured()
-
-    events = _events(call, recorder, reader, writer, snapshot)
-    return StreamResponse(events, call, recorder, observer, snapshot, headers=headers)
 
 
 async def _events(call: UpstreamCall, recorder: Recorder, reader: Reader, writer: Writer,
@@ -73,35 +60,21 @@ async def _events(call: UpstreamCall, recorder: Recorder, reader: Reader, writer
         raise
 
 
-async def _finish(call: UpstreamCall, recorder: Recorder, observer: Observer,
-                  snapshot: Snapshot, *, abandoned: bool) -> None:
-    """A stream is over: close its replies, then record (if not yet) and observe.
-    A stream the client left before its end is aborted on its servers too."""
-    unfinished = abandoned and not recorder.recorded
-    services = call.ctx.services
-    services.inflight.leave(call)
-    try:
-        await call.close(streamed=True)
-    finally:
-        try:
-            await recorder.finish(snapshot, unfinished=unfinished)
-        finally:
-            observer.observe(recorder.status)
-            if unfinished:
-                for reply in call.replies:
-                    await services.pool.abort(reply)
-
-
 class StreamResponse(Response):
-    def __init__(self, events: AsyncGenerator[bytes, None], call: UpstreamCall, recorder: Recorder,
-                 observer: Observer, snapshot: Snapshot, *, headers: Mapping[str, str]) -> None:
-        self.events = events
+    """The client's stream of ``reader``'s chunks, shown by ``writer``."""
+
+    def __init__(self, call: UpstreamCall, recorder: Recorder, observer: Observer,
+                 reader: Reader, writer: Writer) -> None:
+        def snapshot() -> tuple[Any, Captured]:
+            return reader.recorded(writer.result()), reader.captured()
+
+        self.events = _events(call, recorder, reader, writer, snapshot)
         self.call, self.recorder, self.observer = call, recorder, observer
         self.snapshot = snapshot
         self.status_code = 200
         self.media_type = "text/event-stream"
         self.background = None
-        self.init_headers(headers)
+        self.init_headers({**observer.headers(), "cache-control": "no-cache"})
         call.take_replies()  # last: nothing after this may fail before __call__ runs
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -152,5 +125,22 @@ class StreamResponse(Response):
                 if not completed and not left:
                     self.recorder.stream_failed(500)  # the events raised: our bug, logged above
                 # runs even when the events never started (the head could not be sent)
-                await _finish(self.call, self.recorder, self.observer, self.snapshot,
-                              abandoned=left and not completed)
+                await self._finish(abandoned=left and not completed)
+
+    async def _finish(self, *, abandoned: bool) -> None:
+        """Close the replies, then record (if not yet) and observe. A stream the client
+        left before its end is aborted on its servers too."""
+        call, recorder = self.call, self.recorder
+        unfinished = abandoned and not recorder.recorded
+        services = call.ctx.services
+        services.inflight.leave(call)
+        try:
+            await call.close(streamed=True)
+        finally:
+            try:
+                await recorder.finish(self.snapshot, unfinished=unfinished)
+            finally:
+                self.observer.observe(recorder.status)
+                if unfinished:
+                    for reply in call.replies:
+                        await services.pool.abort(reply)

@@ -1,7 +1,6 @@
 """The tracing seam: a ``Tracer`` starts one ``Trace`` per request, whose ``Span``\\ s
-time its steps. The classes here are the no-op (``--otel`` not given): each method does
-nothing and returns a shared stateless object. ``otel.py`` is the OpenTelemetry
-implementation, imported only when tracing is on (``tracers.py`` chooses).
+time its steps. The classes here are the no-op (``--otel`` not given); ``otel.py`` is
+the OpenTelemetry implementation, imported only when tracing is on (``tracers.py``).
 
 Invariants (every implementation):
 - A span's ``end`` and a trace's ``end`` may be called more than once: the first

@@ -1,17 +1,13 @@
-"""``n > 1`` as n one-choice upstream requests, one per contract seed.
+"""``n > 1`` as n one-choice upstream requests, one per contract seed (SGLang copies
+one seed to every choice, so its own ``n`` gives n identical samples).
 
-SGLang copies one seed to every choice, so its own ``n`` gives n identical samples.
-The proxy instead sends choice ``j`` alone with ``seeds[j]``, concurrently, and
-merges: a sub-answer's choice ``p`` (``p`` > 0 only for batched prompts) becomes
-choice ``p * n + j``, as OpenAI numbers them; ``usage`` counts the prompt once and
-sums the completions. Streams interleave as chunks arrive (parts whose chunks are
-all buffered take turns, one chunk each), each with its final ``index``; one usage
-chunk ends the merged stream. The request records ONE interaction with one
-``ChoiceRecord`` per choice, in index order.
-
-Each part is a ``PassthroughReader`` and its own stream loop; a pump forwards a
-part's chunks, or whatever ended it (an error event, a broken read, a bug), to the
-merge, which raises it: the first failure of any part fails the whole stream.
+Choice ``j`` is sent alone with ``seeds[j]``, concurrently, and merged: a sub-answer's
+choice ``p`` (``p`` > 0 only for batched prompts) becomes choice ``p * n + j``, as
+OpenAI numbers them; ``usage`` counts the prompt once and sums the completions.
+Streams interleave as chunks arrive (parts whose chunks are all buffered take turns),
+and one usage chunk ends the merged stream. ONE interaction is recorded, one
+``ChoiceRecord`` per choice in index order. Each part is a ``PassthroughReader``; the
+first failure of any part (an error event, a broken read, a bug) fails the whole.
 """
 
 from __future__ import annotations
@@ -24,13 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 from ...dialects import Captured, Endpoint, UpstreamRequest
 from ...fleet.upstream import UpstreamReply
+from . import Reader
 from .passthrough import PassthroughReader, stamp
 
 if TYPE_CHECKING:
     from ..call import UpstreamCall
     from ..context import RequestContext
 
-__all__ = ["FanoutReader", "merge_answers", "merge_captured", "one_choice", "sum_usage"]
+__all__ = ["FanoutReader", "one_choice"]
 
 
 def one_choice(endpoint: Endpoint, body: dict[str, Any]) -> dict[str, Any]:
@@ -45,12 +42,11 @@ def one_choice(endpoint: Endpoint, body: dict[str, Any]) -> dict[str, Any]:
     return single
 
 
-class FanoutReader:
+class FanoutReader(Reader):
     def __init__(self, ctx: RequestContext, endpoint: Endpoint, body: dict[str, Any]) -> None:
         single = one_choice(endpoint, body)
         self.endpoint = endpoint
         self.body = body
-        self.media_type = "application/json"
         self.parts = [PassthroughReader(ctx, endpoint, single, seed, raw=False, stamped=False)
                       for seed in ctx.seeds]
         self._basis = ctx.basis
@@ -63,16 +59,11 @@ class FanoutReader:
             part.opened([reply])
 
     async def whole(self) -> tuple[Any, Captured]:
-        answers: list[Any] = []
-        captured: list[Captured] = []
-        for part in self.parts:
-            answer, tokens = await part.whole()
-            answers.append(answer)
-            captured.append(tokens)
-        merged = merge_answers(self.endpoint, answers)
+        wholes = [await part.whole() for part in self.parts]
+        merged = merge_answers(self.endpoint, [answer for answer, _ in wholes])
         if self._basis is not None:
             stamp(self.endpoint, merged, self._basis, self.body)
-        return merged, merge_captured(captured)
+        return merged, merge_captured([captured for _, captured in wholes])
 
     async def chunks(self, call: UpstreamCall) -> AsyncIterator[dict[str, Any] | bytes]:
         """Interleave the parts' chunks as they arrive, renumbered; usage last."""
@@ -138,9 +129,6 @@ class FanoutReader:
     def captured(self) -> Captured:
         return merge_captured([part.captured() for part in self.parts])
 
-    def recorded(self, shown: Any) -> Any:
-        return shown
-
 
 def merge_answers(endpoint: Endpoint, answers: list[Any]) -> Any:
     """One answer from n one-choice answers, choices renumbered ``p * n + j``."""
@@ -174,16 +162,12 @@ def sum_usage(usages: list[Any]) -> Any:
     """The prompt counted once (every choice shares it), completion tokens summed."""
     if not usages or not all(isinstance(u, dict) for u in usages):
         return usages[0] if usages else None
-    counts = [u.get("completion_tokens") or 0 for u in usages] + [
-        usages[0].get("prompt_tokens") or 0
-    ]
-    if not all(type(c) is int for c in counts):
+    prompt = usages[0].get("prompt_tokens") or 0
+    completions = [u.get("completion_tokens") or 0 for u in usages]
+    if not all(type(c) is int for c in [prompt, *completions]):
         return usages[0]
-    total = dict(usages[0])
-    completion = sum(counts[:-1])
-    total["completion_tokens"] = completion
-    total["total_tokens"] = counts[-1] + completion
-    return total
+    completion = sum(completions)
+    return {**usages[0], "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
 def merge_captured(parts: list[Captured]) -> Captured:

@@ -1,16 +1,14 @@
 """One upstream request in the client's dialect (or a bridge's chat translation).
 
-In a session each event is parsed, checked (``check_chunk``: an error event or a
-malformed chunk raises), captured by the backend and stamped with the derived ids.
-Outside a session nothing is recorded, so events pass as sent (the raw fast path),
-parsed only when one may carry ``error``.
+In a session each event is parsed, checked (``check_chunk``), captured by the backend
+and stamped with the derived ids; outside one, events pass as sent (the raw fast
+path), parsed only when one may carry ``error``.
 
-The ids a client is shown derive from the request's basis (``RequestContext.basis``).
-Upstream ids are a request id or a clock (SGLang's chat ``id`` is its ``rid``; tool
-calls get a random ``call_`` id). In a session every one is replaced: the answer id
-by ``chatcmpl-``/``cmpl-`` + basis, a choice's tool calls by ``call_`` + a hash of
-(basis, choice, position), ``/generate``'s ``meta_info.id`` by the basis (unless the
-client named its own ``rid``). A replay of the same identity shows the same ids.
+In a session every upstream id (a request id or a clock) is replaced by one derived
+from ``RequestContext.basis``, so a replay shows the same ids: the answer id by
+``chatcmpl-``/``cmpl-`` + basis, tool calls by ``call_`` + a hash of (basis, choice,
+position), ``/generate``'s ``meta_info.id`` by the basis (unless the client named
+its own ``rid``).
 """
 
 from __future__ import annotations
@@ -21,20 +19,20 @@ from typing import TYPE_CHECKING, Any
 
 from ...dialects import Captured, Endpoint, StreamCapture, UpstreamRequest
 from ...fleet.upstream import UpstreamReply
-from ...sessions.token_ids import TokenIds
 from ...sse_frames import DONE, event_json, split_events
 from ...wire.answer_shape import check_answer, check_chunk, check_error
+from . import Reader
 
 if TYPE_CHECKING:
     from ..call import UpstreamCall
     from ..context import RequestContext
 
-__all__ = ["PassthroughReader", "call_id", "stamp"]
+__all__ = ["PassthroughReader", "stamp"]
 
 _DONE = DONE.strip()
 
 
-class PassthroughReader:
+class PassthroughReader(Reader):
     def __init__(self, ctx: RequestContext, endpoint: Endpoint, body: dict[str, Any],
                  seed: int | None, *, raw: bool, stamped: bool = True) -> None:
         """``body``: what is sent (a private copy is made); ``seed``: placed by the
@@ -43,7 +41,6 @@ class PassthroughReader:
         self.endpoint = endpoint
         self.body = body
         self.seed = seed
-        self.media_type = "application/json"
         self.reply: UpstreamReply | None = None
         services = ctx.services
         self._backend = services.backend
@@ -53,7 +50,11 @@ class PassthroughReader:
         self._raw = raw and not ctx.capture
         self._parser = services.parser
         self._echoes = ctx.capture and not ctx.client.stream and self._backend.echoes_prompt
-        self._echo = _echo_hint(ctx) if self._echoes else None
+        # the session's last prompt as this process saw it (no store operation): what
+        # the answer's echoed prompt ids most likely start with
+        view = ctx.services.sessions.cursors.peek(ctx.session) if (
+            self._echoes and ctx.session is not None) else None
+        self._echo = view.last_prompt() if view is not None else None
         self._tracker: StreamCapture | None = (
             self._backend.stream_capture(endpoint, body) if ctx.capture and ctx.client.stream
             else None)
@@ -70,8 +71,8 @@ class PassthroughReader:
     async def whole(self) -> tuple[Any, Captured]:
         reply = self.reply
         assert reply is not None
-        self.media_type = reply.response.headers.get("content-type", "application/json")
         if self._raw:
+            self.media_type = reply.response.headers.get("content-type", self.media_type)
             return reply.response.content, Captured()
         answer = await self._parser.reply_answer(reply)
         check_answer(self.endpoint, answer)
@@ -80,7 +81,6 @@ class PassthroughReader:
             answer, captured = self._backend.finish(self.endpoint, self.body, answer)
         if self._basis is not None:
             stamp(self.endpoint, answer, self._basis, self.body)
-        self.media_type = "application/json"
         return answer, captured
 
     async def chunks(self, call: UpstreamCall | None
@@ -115,24 +115,8 @@ class PassthroughReader:
     def captured(self) -> Captured:
         return self._tracker.result() if self._tracker is not None else Captured()
 
-    def recorded(self, shown: Any) -> Any:
-        return shown
-
-
-def _echo_hint(ctx: RequestContext) -> TokenIds | None:
-    """The last recorded prompt of the session, as this process last saw it (no store
-    operation): what the answer's echoed prompt ids most likely start with."""
-    if ctx.session is None:
-        return None
-    view = ctx.services.sessions.cursors.peek(ctx.session)
-    return view.last_prompt() if view is not None else None
-
 
 _PREFIX = {Endpoint.CHAT: "chatcmpl-", Endpoint.COMPLETIONS: "cmpl-"}
-
-
-def call_id(basis: str, choice: int, position: int) -> str:
-    return "call_" + hashlib.sha256(f"{basis}:{choice}:{position}".encode()).hexdigest()[:24]
 
 
 def stamp(endpoint: Endpoint, item: Any, basis: str, client_body: dict[str, Any]) -> None:
@@ -158,7 +142,7 @@ def stamp(endpoint: Endpoint, item: Any, basis: str, client_body: dict[str, Any]
         message = choice.get("message") or choice.get("delta")
         calls = message.get("tool_calls") if isinstance(message, dict) else None
         for k, call in enumerate(calls or []):
-            if isinstance(call, dict) and call.get("id"):
-                position = call.get("index", k)
-                call["id"] = call_id(basis, index if type(index) is int else 0,
-                                     position if type(position) is int else k)
+            if isinstance(call, dict) and call.get("id"):  # call_ + a hash of its place
+                at = call.get("index", k)
+                key = f"{basis}:{index if type(index) is int else 0}:{at if type(at) is int else k}"
+                call["id"] = "call_" + hashlib.sha256(key.encode()).hexdigest()[:24]

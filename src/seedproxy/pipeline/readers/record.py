@@ -1,11 +1,9 @@
 """A request answered from a recorded interaction (a resumed session): no upstream call.
 
 The whole answer is the recorded one. A stream is rebuilt from it as canonical chunks
-(one per part: reasoning, content, tool calls, finish, usage), which the client
-protocol's presenter shows as usual: chat and completions chunks from the recorded
-answer or stream transcript, ``/generate``'s last event, and for Messages the chat
-chunks that add up to the recorded Message again. The record gets the recorded
-answer, tokens, logprobs and lineage, with ``replayed`` set by the context.
+(one per part: reasoning, content, tool calls, finish, usage) that the client
+protocol's presenter shows as usual; for Messages, chat chunks that add up to the
+recorded Message again. The record gets the recorded answer, tokens and lineage.
 """
 
 from __future__ import annotations
@@ -18,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from ...bridges.anthropic import STOP_REASONS
-from ...dialects import Captured, Endpoint, UpstreamRequest
-from ...fleet.upstream import UpstreamReply
+from ...dialects import Captured, Endpoint
 from ...sessions import ChoiceRecord, Interaction
+from . import Reader
 
 if TYPE_CHECKING:
     from ..call import UpstreamCall
@@ -32,9 +30,7 @@ _FINISH = {reason: finish for finish, reason in reversed(STOP_REASONS.items())}
 """Messages ``stop_reason`` -> the chat ``finish_reason`` it came from."""
 
 
-class RecordReader:
-    media_type = "application/json"
-
+class RecordReader(Reader):
     def __init__(self, ctx: RequestContext, recorded: Interaction, *, messages: bool) -> None:
         """``messages``: the client speaks Anthropic's Messages (its record a Message)."""
         self._recorded = recorded
@@ -43,12 +39,6 @@ class RecordReader:
         self._body = ctx.client.body
         self._basis = ctx.basis or ""
         self._created = int(time.time())
-
-    def requests(self) -> list[UpstreamRequest]:
-        return []
-
-    def opened(self, replies: list[UpstreamReply]) -> None:
-        return None
 
     async def whole(self) -> tuple[Any, Captured]:
         return copy.deepcopy(self._recorded.response), self.captured()

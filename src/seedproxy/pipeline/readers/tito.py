@@ -1,13 +1,11 @@
 """Chat (and Responses, Messages) in token-in-token-out mode.
 
-The prompt is rendered from the session's recorded turns (``prepare``) before the slot
-is taken, so a message the template cannot render is a 400 that uses no index. Each
-choice is one ``/generate`` (or token-prompt completions) request with its contract
-seed. The sampled ids are decoded and parsed token by token on every path, so a
-streamed answer and a whole one carry the same message; the interaction records the
-prompt ids, the completion ids as sampled, their logprobs and the lineage (``tito``).
-Chunks are built here as chat chunks; the presenter shows them in the client's
-protocol. A chat client's record is the whole chat answer, streamed or not.
+The prompt is rendered (``prepare``) before the slot is taken, so a message the
+template cannot render is a 400 that uses no index. Each choice is one ``/generate``
+(or token-prompt completions) request with its contract seed. The sampled ids are
+decoded and parsed token by token on every path, so a streamed answer and a whole one
+carry the same message. Chunks are chat chunks; the presenter shows them in the
+client's protocol. A chat client's record is the whole chat answer, streamed or not.
 """
 
 from __future__ import annotations
@@ -34,6 +32,7 @@ from ...tito.lineage import FullRender, reply_key
 from ...tito.sampling import Sampling
 from ...tito.vision import image_records
 from ...wire.answer_shape import check_error
+from . import Reader
 
 if TYPE_CHECKING:
     from ..call import UpstreamCall
@@ -49,10 +48,8 @@ class TitoTurn:
     chat: dict[str, Any]
     prompt: Prompt
     sampling: Sampling
-    images: Sequence[CheckedImage] = ()
-    """The prompt's images in order, one placeholder each (``prompt.image_positions``)."""
-    image_records: list[dict[str, Any]] | None = None
-    """What the record keeps of them (``vision.image_records``); None without images."""
+    images: Sequence[CheckedImage] = ()  # in order, one placeholder each
+    image_records: list[dict[str, Any]] | None = None  # what the record keeps of them
 
 
 OFFLOAD_CHARS = 16_384
@@ -62,13 +59,11 @@ OFFLOAD_CHARS = 16_384
 async def prepare(mode: TitoMode, chat: dict[str, Any], view: SessionView | None, *,
                   offload_chars: int = OFFLOAD_CHARS, signed: Signed | None = None,
                   images: Sequence[CheckedImage] = ()) -> TitoTurn:
-    """Render the prompt (a 4xx here uses no index). The session's turns come from
-    this process's ``view`` of it (None: no session, or a new one with no history yet),
-    which seating checks is current (``seating.py``); a turn extending one renders only
-    what it adds, and a large full render (a brought history, a fork) runs on a worker
-    thread, so other sessions are not held up. ``signed``: ``chat``'s messages as
-    signed when its body was read (reused); ``images``: ``chat``'s, checked, in order
-    (each must be one placeholder of the prompt)."""
+    """Render the prompt from this process's ``view`` of the session (None: no
+    history), which seating checks is current; a turn extending one renders only what
+    it adds, a large full render (a brought history, a fork) runs on a worker thread.
+    ``signed``: ``chat``'s messages as signed when read (reused); ``images``: ``chat``'s,
+    checked, in order (each one placeholder of the prompt)."""
     if images and not mode.dialect.takes_images:
         raise BadRequest("this upstream's token prompts carry no images (token-in-token-out "
                          "takes images with --backend sglang)", param="messages")
@@ -119,9 +114,7 @@ class _Choice:
         return reply.message(self.call_ids)
 
 
-class TitoReader:
-    media_type = "application/json"
-
+class TitoReader(Reader):
     def __init__(self, ctx: RequestContext, mode: TitoMode, turn: TitoTurn, *,
                  chat_client: bool) -> None:
         """``chat_client``: the client spoke chat (its usage chunk only when asked, its
@@ -130,9 +123,8 @@ class TitoReader:
         self.turn = turn
         self.chat_client = chat_client
         self.model = turn.chat.get("model") or mode.model_name
+        # derived in a session (replays match); else random, as SGLang's are
         self.cid = "chatcmpl-" + (ctx.basis if ctx.basis is not None else uuid.uuid4().hex[:24])
-        """The derived id in a session (replays match); else a fresh random one, as
-        SGLang's request ids are, so no two requests outside a session share an id."""
         self.created = int(time.time())
         self.replies: list[UpstreamReply] = []
         self.choices: list[_Choice] = []
