@@ -42,8 +42,7 @@ from .fleet_routes import fleet_router
 from .hot import HotRoutes, ProxyApp
 from .logs import flush_logs
 from .replay import Verifier
-from .routes import PromptCounter, api_router
-from .server_routes import readiness_router, server_router, warn_if_no_upstream
+from .routes import PromptCounter, api_router, server_router, warn_if_no_upstream
 from .ui import TokenDecoder, ui_router
 
 if TYPE_CHECKING:
@@ -180,8 +179,7 @@ def _include_routes(app: FastAPI, parts: _Parts, prompt_counter: PromptCounter |
     app.include_router(admin_router(Admin(
         services.sessions, access, settings.deterministic, services.inflight,
         settings.abandon_after_s, clock)))
-    app.include_router(readiness_router(pool, store))
-    app.include_router(server_router(pool, fleet, access))
+    app.include_router(server_router(pool, fleet, access, store))
     app.include_router(fleet_router(
         fleet, Verifier(store, services.backend, pool, services.tito), access,
         engine_url=engine_url))

@@ -6,7 +6,6 @@ import logging
 import sys
 import threading
 import time
-from typing import Any
 
 import orjson
 
@@ -19,13 +18,10 @@ _REFUSAL_FIELDS = ("route", "reason", "detail")
 
 class _RequestFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        line: dict[str, Any] = {"event": record.getMessage()}
-        for key in _REQUEST_FIELDS:
-            line[key] = getattr(record, key, None)
-        for key in _REFUSAL_FIELDS:
-            value = getattr(record, key, None)
-            if value is not None:
-                line[key] = value
+        line = {"event": record.getMessage(),
+                **{key: getattr(record, key, None) for key in _REQUEST_FIELDS}}
+        line.update((key, value) for key in _REFUSAL_FIELDS
+                    if (value := getattr(record, key, None)) is not None)
         return orjson.dumps(line).decode()
 
 
