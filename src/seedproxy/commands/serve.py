@@ -194,11 +194,9 @@ def check_before_binding(settings: Settings) -> TitoMode | None:
 
 
 async def _open_and_close(settings: Settings) -> None:
-    store = open_store(settings.store)
-    await store.close()
-    client = upstream_client(read_timeout_s=settings.read_timeout_s,
-                             connect_timeout_s=settings.connect_timeout_s)
-    await client.aclose()
+    await open_store(settings.store).close()
+    await upstream_client(read_timeout_s=settings.read_timeout_s,
+                          connect_timeout_s=settings.connect_timeout_s).aclose()
 
 
 def bind(host: str, port: int) -> socket.socket:

@@ -53,10 +53,6 @@ class Admin:
     clock: Callable[[], float] = time.time
     exporting: asyncio.Lock = field(default_factory=asyncio.Lock)
 
-    @property
-    def store(self) -> SessionStore:
-        return self.sessions.store
-
 
 def admin_router(admin: Admin) -> APIRouter:
     router = APIRouter()
@@ -66,7 +62,7 @@ def admin_router(admin: Admin) -> APIRouter:
 
 
 def _session_routes(router: APIRouter, admin: Admin) -> None:
-    access, store = admin.access, admin.store
+    access, store = admin.access, admin.sessions.store
 
     @router.post("/sessions", status_code=201, openapi_extra=documented(CreateSessions))
     async def create_sessions(request: Request) -> JSONResponse:
@@ -115,7 +111,7 @@ def _session_routes(router: APIRouter, admin: Admin) -> None:
 
 
 def _session_change_routes(router: APIRouter, admin: Admin) -> None:
-    access, sessions, store = admin.access, admin.sessions, admin.store
+    access, sessions, store = admin.access, admin.sessions, admin.sessions.store
 
     @router.post("/sessions/{session_id}/reward", openapi_extra=documented(RewardRequest))
     async def set_reward(session_id: str, request: Request) -> dict[str, Any]:
@@ -162,7 +158,7 @@ def _trajectory_route(router: APIRouter, admin: Admin) -> None:
         check_id(session_id, param="session_id")
         record = await admin.access.require_session_reader(request, session_id)
         if not wait:
-            answer: Any = await trajectory(admin.store, record, style)
+            answer: Any = await trajectory(admin.sessions.store, record, style)
         elif not admin.access.may_export(request):
             raise Forbidden("wait=true takes the trajectory out of batch export: "
                             "that needs the admin key", param="wait")
@@ -177,7 +173,7 @@ async def _lease_when_ended(admin: Admin, session_id: str, timeout_s: float, sty
     """Wait (woken by the store) until the session has ended and no other export holds
     it, then lease it as a batch of one: its trajectory with ``batch_id``. Past
     ``timeout_s``, ``WaitTimeout`` (504) and nothing is taken."""
-    store, clock = admin.store, admin.clock
+    store, clock = admin.sessions.store, admin.clock
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     built: list[dict[str, Any]] = []
@@ -206,7 +202,7 @@ async def _lease_when_ended(admin: Admin, session_id: str, timeout_s: float, sty
 
 
 def _export_routes(router: APIRouter, admin: Admin) -> None:
-    access, store, clock = admin.access, admin.store, admin.clock
+    access, store, clock = admin.access, admin.sessions.store, admin.clock
 
     @router.post("/trajectories/export", openapi_extra=documented(ExportRequest))
     async def export(request: Request) -> Response:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -55,11 +55,10 @@ def api_router(hot: HotRoutes, access: Access, pool: UpstreamPool, services: Ser
                counter: PromptCounter | None = None) -> APIRouter:
     router = APIRouter()
 
-    def route(endpoint: Endpoint):  # type: ignore[no-untyped-def]
+    def route(endpoint: Endpoint) -> Callable[[Request], Awaitable[Response]]:
         async def handler(request: Request) -> Response:
             return await hot.answer(request, endpoint, request.path_params.get("session_id"))
 
-        handler.__name__ = endpoint.name.lower()
         return handler
 
     async def count_tokens(request: Request) -> Response:

@@ -192,11 +192,9 @@ class TokenDecoder:
         start = 0
         while start < len(ids):
             stop = next((b for b in range(start + 2, start + MAX_GLYPH_TOKENS + 1)
-                         if (start, b) in whole), None)
-            if stop is None:
-                start += 1
-                continue
-            out.append((start, stop, whole[(start, stop)]))
+                         if (start, b) in whole), start + 1)
+            if (start, stop) in whole:
+                out.append((start, stop, whole[(start, stop)]))
             start = stop
         return out
 
@@ -251,23 +249,21 @@ def turns_page(interactions: list[Interaction], offset: int, limit: int) -> dict
     branch = branch_of(interactions)[0] if is_tito(interactions) else {}
     turns = []
     for k, turn in enumerate(page, start=offset):
-        extends = (turn.tito or {}).get("extends")
+        tito = turn.tito or {}
+        extends = tito.get("extends")
         parent = extends.get("interaction_id") if isinstance(extends, dict) else None
         before = by_id.get(parent) if isinstance(parent, str) else None
         if before is None and k > 0:
             before = interactions[k - 1]
         skip = repeated(turn, before)
-        shown: dict[str, Any] = dict(turn.to_dict())
-        shown.pop("prompt_token_ids")
-        shown["prompt_tokens"] = len(turn.prompt_token_ids)
-        shown["turn"] = k
-        shown["messages_from"] = skip
+        shown = {**{key: value for key, value in turn.to_dict().items()
+                    if key != "prompt_token_ids"},
+                 "prompt_tokens": len(turn.prompt_token_ids), "turn": k, "messages_from": skip}
         if skip:
             name, messages = conversation(turn.request) or ("messages", [])
             shown["request"] = {**turn.request, name: messages[skip:]}
         if branch:
             shown["branch"] = branch.get(turn.interaction_id)
-        tito = turn.tito or {}
         if isinstance(tito.get("prompt"), dict):
             shown["prompt"] = tito["prompt"]
         turns.append(shown)
