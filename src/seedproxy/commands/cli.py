@@ -44,7 +44,6 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_server_commands(commands: argparse._SubParsersAction[_Parser]) -> None:
     serve = commands.add_parser(
         "serve", help="run the proxy (with the embedded engine if no --upstream)")
-    serve.add_argument("--config", help="a TOML config file")
     add_settings_flags(serve)
     sglang = commands.add_parser(
         "sglang-command", help="print the SGLang command line for deterministic inference")
@@ -60,7 +59,6 @@ def _add_server_commands(commands: argparse._SubParsersAction[_Parser]) -> None:
                         help="seconds to wait for /health")
     launch.add_argument("--python", default=sys.executable,
                         help="a Python that has sglang installed")
-    launch.add_argument("--config", help="a TOML config file")
     add_settings_flags(launch, exclude=_NOT_FOR_LAUNCH)
     engine = commands.add_parser(
         "engine", help="run the embedded CPU engine as an SGLang-compatible server")

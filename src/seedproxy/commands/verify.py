@@ -94,8 +94,7 @@ def verify_logprobs(url: str, engine: str | None, session: str, *,
             branches = [{"branch_id": "-", **data}]
         turns = _get(client, trajectory, method="GET")["interactions"]
         temperature = {t["interaction_id"]: _temperature(t.get("request")) for t in turns}
-        worst = 0.0
-        failed = 0
+        worst, failed = 0.0, 0
         for branch in branches:
             owners = _owners(branch["loss_mask"], branch["interaction_ids"])
             recomputed: dict[float, array[float]] = {}
@@ -107,14 +106,11 @@ def verify_logprobs(url: str, engine: str | None, session: str, *,
                 entries = forced["meta_info"]["input_token_logprobs"]
                 recomputed[temp] = array("f", [e[0] if e[0] is not None else 0.0
                                                for e in entries])
-            checked = bad = 0
-            for position, owner in owners.items():
-                logprob = branch["logprobs"][position]
-                checked += 1
-                diff = abs(recomputed[temperature.get(owner, 1.0)][position] - logprob)
-                worst = max(worst, diff)
-                bad += diff > tolerance
+            diffs = [abs(recomputed[temperature.get(owner, 1.0)][position]
+                         - branch["logprobs"][position]) for position, owner in owners.items()]
+            worst = max([worst, *diffs])
+            bad = sum(diff > tolerance for diff in diffs)
             failed += bad
-            print(f"branch {branch['branch_id']}: {checked} sampled tokens, "
-                  f"{checked - bad} match, max |diff| {worst:.3g}")
+            print(f"branch {branch['branch_id']}: {len(diffs)} sampled tokens, "
+                  f"{len(diffs) - bad} match, max |diff| {worst:.3g}")
     return 0 if failed == 0 else 1

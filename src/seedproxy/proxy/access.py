@@ -11,7 +11,7 @@ from __future__ import annotations
 import hmac
 from typing import TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 from starlette.requests import Request
 
 from ..errors import AuthError, Forbidden
@@ -20,7 +20,14 @@ from ..pipeline.request import read_model
 from ..sessions import NewSession, SessionManager, SessionRecord
 from ..sessions.ids import check_id, decode_header_id
 
-__all__ = ["Access", "named_session"]
+__all__ = ["Access", "AdminBody", "named_session"]
+
+
+class AdminBody(BaseModel):
+    """An admin route's body (OpenAI-route bodies are not modelled: ``request.py``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
 
 M = TypeVar("M", bound=BaseModel)
 

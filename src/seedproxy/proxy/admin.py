@@ -15,11 +15,12 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
+from pydantic import Field, StrictBool
 
 from ..errors import BatchNotFound, Forbidden, SessionNotFound, WaitTimeout
 from ..pipeline.inflight import InFlight
@@ -29,14 +30,53 @@ from ..sessions.export import Style, lease_batch, trajectory
 from ..sessions.ids import check_id, encode_id
 from ..sessions.manager import replay_options
 from ..sessions.store.base import View
-from .access import Access
-from .schemas import AckRequest, CreateSessions, ExportRequest, RewardRequest
+from .access import Access, AdminBody
 
 __all__ = ["Admin", "admin_router", "session_page"]
 
 MAX_PAGE = 500
 SEQ_MAX = 2**62
 """The largest ``cursor``/``since`` taken: sequence numbers and versions stay below."""
+
+
+class ForkFrom(AdminBody):
+    session: str = Field(min_length=1, max_length=256)
+    at: int = Field(ge=0, lt=2**53)
+
+
+class CreateSessions(AdminBody):
+    session_id: str | None = Field(default=None, min_length=1, max_length=256)
+    identity: str | None = Field(default=None, min_length=1, max_length=256)
+    group_size: int = Field(default=1, ge=1, le=4096)
+    metadata: dict[str, Any] | None = None
+    seed: int | None = Field(default=None, ge=-(2**63), lt=2**63)
+    index_by: Literal["arrival", "content"] | None = None
+    resume: str | None = Field(default=None, min_length=1, max_length=256)
+    """Replay this recorded session: matching requests are answered from its record."""
+    fork: ForkFrom | None = None
+    """Replay the first ``at`` interactions of ``session``, then sample with new seeds."""
+
+
+class RewardRequest(AdminBody):
+    reward: float = Field(allow_inf_nan=False)
+    interaction_id: str | None = None
+
+
+class ExportRequest(AdminBody):
+    session_ids: list[str] | None = None
+    group_id: str | None = None
+    count: int | None = Field(default=None, ge=1)
+    timeout_s: float = Field(default=0.0, ge=0, le=3600)
+    remove: StrictBool = False
+    style: Literal["individual", "concat"] = "individual"
+    visibility_timeout_s: float = Field(default=300.0, gt=0, le=86400)
+    """How long the batch stays leased without an ack before it is exported again."""
+    skip_abandoned: StrictBool = False
+    """Lease sessions ended as abandoned with the batch, but deliver none of them."""
+
+
+class AckRequest(AdminBody):
+    batch_id: str = Field(min_length=1, max_length=256)
 
 
 @dataclass(frozen=True)

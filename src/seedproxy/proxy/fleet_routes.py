@@ -17,11 +17,11 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, StrictBool, StrictInt, StrictStr, model_validator
 
 from ..errors import BadRequest, UpstreamError
 from ..fleet.control import FleetControl
@@ -29,20 +29,76 @@ from ..pipeline.departure import stop_when_client_leaves
 from ..pipeline.request import documented
 from ..sessions.ids import check_id
 from ..settings import MAX_URL_LENGTH, check_upstream_url
-from .access import Access
+from .access import Access, AdminBody
 from .replay import Verifier
-from .schemas import (
-    DestroyWeightsUpdateGroup,
-    FleetPause,
-    FleetUpdateWeights,
-    FleetUpstream,
-    FleetWeightVersion,
-    InitWeightsUpdateGroup,
-    UpdateWeightsFromDistributed,
-    UpdateWeightsFromTensor,
-)
 
 __all__ = ["fleet_router"]
+
+
+class FleetPause(AdminBody):
+    mode: Literal["abort", "in_place", "retract"] = "abort"
+
+
+class FleetUpstream(AdminBody):
+    url: StrictStr = Field(min_length=1, max_length=MAX_URL_LENGTH)
+
+
+class FleetWeightVersion(AdminBody):
+    version: str = Field(min_length=1, max_length=256)
+    abort_all_requests: StrictBool = False
+
+
+class FleetUpdateWeights(AdminBody):
+    model_path: StrictStr = Field(min_length=1, max_length=4096)
+    version: StrictStr = Field(min_length=1, max_length=256)
+    mode: Literal["abort", "in_place", "retract"] = "in_place"
+    load_format: StrictStr | None = Field(default=None, min_length=1, max_length=64)
+
+
+_GROUP = Field(default="weight_update_group", min_length=1, max_length=256)
+_NAMES = Field(max_length=100_000)
+
+
+class InitWeightsUpdateGroup(AdminBody):
+    """SGLang's ``InitWeightsUpdateGroupReqInput``, for the whole fleet: upstream ``i``
+    (in ``GET /fleet`` order) joins at ``rank_offset + i * rank_stride`` (``rank_stride``:
+    the ranks one server takes, its TP size)."""
+
+    master_address: StrictStr = Field(min_length=1, max_length=256)
+    master_port: StrictInt = Field(ge=1, le=65535)
+    rank_offset: StrictInt = Field(ge=0, le=1_000_000)
+    world_size: StrictInt = Field(ge=1, le=1_000_000)
+    group_name: StrictStr = _GROUP
+    backend: StrictStr = Field(default="nccl", min_length=1, max_length=64)
+    rank_stride: StrictInt = Field(default=1, ge=1, le=4096)
+
+
+class DestroyWeightsUpdateGroup(AdminBody):
+    group_name: StrictStr = _GROUP
+
+
+class UpdateWeightsFromDistributed(AdminBody):
+    names: list[StrictStr] = _NAMES
+    dtypes: list[StrictStr] = _NAMES
+    shapes: list[list[StrictInt]] = _NAMES
+    group_name: StrictStr = _GROUP
+    flush_cache: StrictBool = True
+    abort_all_requests: StrictBool = False
+    weight_version: StrictStr | None = Field(default=None, min_length=1, max_length=256)
+
+    @model_validator(mode="after")
+    def _one_entry_per_tensor(self) -> UpdateWeightsFromDistributed:
+        if not len(self.names) == len(self.dtypes) == len(self.shapes):
+            raise ValueError("names, dtypes and shapes must have one entry per tensor")
+        return self
+
+
+class UpdateWeightsFromTensor(AdminBody):
+    serialized_named_tensors: list[StrictStr] = Field(min_length=1, max_length=4096)
+    load_format: StrictStr | None = Field(default=None, min_length=1, max_length=64)
+    flush_cache: StrictBool = True
+    abort_all_requests: StrictBool = False
+    weight_version: StrictStr | None = Field(default=None, min_length=1, max_length=256)
 
 
 def fleet_router(fleet: FleetControl, verifier: Verifier, access: Access, *,

@@ -34,7 +34,7 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from ...errors import BadRequest, UpstreamError
 from ...fleet.pool import UpstreamPool
@@ -46,7 +46,7 @@ from ...sessions.ids import check_id
 from ...sessions.interaction import Interaction
 from ...sessions.store.base import SessionStore
 from ...transport.client import UpstreamClient
-from ..access import Access
+from ..access import Access, AdminBody
 
 __all__ = ["CSP", "MAX_GLYPH_TOKENS", "MAX_SPAN_DECODES", "MAX_TURNS_PAGE", "TokenDecoder",
            "turns_page", "ui_router"]
@@ -68,9 +68,7 @@ MAX_SPAN_DECODES = 1024
 """Candidate spans decoded per ``glyphs`` call; past them, tokens show one by one."""
 
 
-class DetokenizeRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class DetokenizeRequest(AdminBody):
     ids: list[int] = Field(max_length=MAX_DECODE_IDS)
     upstream: str | None = Field(default=None, max_length=2048)
     sequence: list[int] | None = Field(default=None, max_length=MAX_DECODE_IDS)
