@@ -73,15 +73,14 @@ def _opened(out: str) -> Iterator[tuple[BinaryIO, bool]]:
         fd = os.open(out, os.O_WRONLY | os.O_CREAT, 0o666)
     except OSError as exc:
         raise ConfigError(f"cannot write {out}: {exc.strerror}") from None
-    written = False
     with os.fdopen(fd, "wb") as handle:
         try:
             yield handle, stat.S_ISREG(os.fstat(fd).st_mode)
-            written = True
-        finally:
-            if not written and not existed:
+        except BaseException:
+            if not existed:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(out)
+            raise
 
 
 def _write(handle: BinaryIO, regular: bool, trajectories: list[Any], out: str) -> None:

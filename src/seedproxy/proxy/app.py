@@ -226,9 +226,8 @@ def _install_error_handlers(app: FastAPI) -> None:
         if first.get("type") == "json_invalid":  # its loc is a character offset, no field
             error = (first.get("ctx") or {}).get("error", "invalid JSON")
             return OPENAI.response(BadRequest(f"request body is not valid JSON: {error}"))
-        where = ".".join(
-            str(p) for p in first.get("loc", ())[1:] if p != "body"
-        ) or None  # loc starts with where the value was: body, query or path
+        # loc starts with where the value was: body, query or path
+        where = ".".join(str(p) for p in first.get("loc", ())[1:] if p != "body") or None
         message = str(first.get("msg", "invalid request"))
         return OPENAI.response(BadRequest(f"{where}: {message}" if where else message,
                                           param=where))
