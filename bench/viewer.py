@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
 
 from seedproxy.proxy import create_app  # noqa: E402
-from seedproxy.proxy.ui import routes as ui_routes  # noqa: E402
+from seedproxy.proxy import ui as ui_routes  # noqa: E402
 from seedproxy.sessions import SessionRecord, open_store  # noqa: E402
 from seedproxy.sessions.cursor import Cursors  # noqa: E402
 from seedproxy.sessions.interaction import ChoiceRecord, Interaction  # noqa: E402

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from seedproxy.commands.sglang import DETERMINISTIC_ATTENTION
+from seedproxy.commands.launch import DETERMINISTIC_ATTENTION
 from tests.helpers.procs import free_port, seedproxy_env
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import httpx
 
-from seedproxy.proxy.ui.decode import TokenDecoder
+from seedproxy.proxy.ui import TokenDecoder
 from seedproxy.transport.client import upstream_client
 from tests.conftest import Fake
 from tests.helpers.fake_sglang import VOCAB_BASE, detok

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from seedproxy.proxy.listing import session_page
+from seedproxy.proxy.admin import session_page
 from seedproxy.sessions import SessionRecord, SessionStore, open_store
 from seedproxy.sessions.eviction import Evictor
 from seedproxy.sessions.export import lease_batch

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from seedproxy.proxy.listing import session_page
+from seedproxy.proxy.admin import session_page
 from seedproxy.sessions import SessionRecord, SessionStore
 from seedproxy.sessions import selection as selection_module
 from seedproxy.sessions.export import lease_batch

@@ -1,4 +1,4 @@
-"""Which messages a turn added (``proxy/ui/turns.py``): the history it repeats from the
+"""Which messages a turn added (``proxy/ui``): the history it repeats from the
 turn it extends, pinned on small conversations."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from array import array
 from typing import Any
 
-from seedproxy.proxy.ui.turns import turns_page
+from seedproxy.proxy.ui import turns_page
 from seedproxy.sessions.interaction import ChoiceRecord, Interaction
 
 

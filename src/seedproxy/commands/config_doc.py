@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 import typing
 from collections.abc import Sequence
+from pathlib import Path
 
 import annotated_types
 from pydantic.fields import FieldInfo
@@ -54,18 +55,14 @@ max_open_sessions = 4096
 
 def _flags(name: str, info: FieldInfo) -> str:
     flag = flag_name(name)
-    if _base(info.annotation) is bool:
-        return f"`{flag}`, `--no-{flag[2:]}`"
-    return f"`{flag}`"
+    return f"`{flag}`, `--no-{flag[2:]}`" if _base(info.annotation) is bool else f"`{flag}`"
 
 
-def _default(name: str, info: FieldInfo) -> str:
+def _default(info: FieldInfo) -> str:
     value = info.get_default(call_default_factory=True)
     if value is None or value == []:
         return ""
-    if isinstance(value, bool):
-        return str(value).lower()
-    return str(value)
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _bounds(info: FieldInfo) -> str:
@@ -94,19 +91,17 @@ def render() -> str:
             "| --- | --- | --- | --- | --- |"]
     for name, info in Settings.model_fields.items():
         rows.append(f"| {_flags(name, info)} | `{ENV_PREFIX}{name.upper()}` | "
-                    f"{_cell(_default(name, info))} | {_cell(_bounds(info))} | "
+                    f"{_cell(_default(info))} | {_cell(_bounds(info))} | "
                     f"{_cell(info.description or '')} |")
     return "\n".join([INTRO, *rows, "", _legacy(), EXAMPLE]).rstrip("\n") + "\n"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    text = render()
     if args:
-        with open(args[0], "w", encoding="utf-8") as out:
-            out.write(text)
+        Path(args[0]).write_text(render(), encoding="utf-8")
     else:
-        sys.stdout.write(text)
+        sys.stdout.write(render())
     return 0
 
 

@@ -14,7 +14,7 @@ import os
 import stat
 import sys
 from collections.abc import Iterator
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 import httpx
 import orjson
@@ -44,22 +44,16 @@ def export_to_file(url: str, *, out: str, group: str | None, count: int | None,
     one trajectory per line, then acknowledge them. Fewer than ``count`` by the
     timeout: what came is still written and acknowledged, and the exit code is
     ``EXIT_SHORT``. One line on stderr sums the export up."""
-    body: dict[str, object] = {"timeout_s": timeout_s, "style": style}
-    if group:
-        body["group_id"] = group
-    if count is not None:
-        if count < 1:
-            raise ConfigError("--count must be at least 1")
-        body["count"] = count
-    if visibility_timeout_s is not None:
-        if not 0 < visibility_timeout_s <= 86400:
-            raise ConfigError("--visibility-timeout must be in (0, 86400] seconds")
-        body["visibility_timeout_s"] = visibility_timeout_s
-    if skip_abandoned:
-        body["skip_abandoned"] = True
-    headers = {"content-type": "application/json"}
-    if admin_key:
-        headers["authorization"] = f"Bearer {admin_key}"
+    if count is not None and count < 1:
+        raise ConfigError("--count must be at least 1")
+    if visibility_timeout_s is not None and not 0 < visibility_timeout_s <= 86400:
+        raise ConfigError("--visibility-timeout must be in (0, 86400] seconds")
+    optional = {"group_id": group or None, "count": count, "skip_abandoned": skip_abandoned or None,
+                "visibility_timeout_s": visibility_timeout_s}
+    body = {"timeout_s": timeout_s, "style": style,
+            **{k: v for k, v in optional.items() if v is not None}}
+    headers = {"content-type": "application/json",
+               **({"authorization": f"Bearer {admin_key}"} if admin_key else {})}
     with _opened(out) as (handle, regular):
         answer = _post(url, "/trajectories/export", body, headers, http_timeout_s(timeout_s))
         trajectories, batch_id = answer["trajectories"], answer["batch_id"]
@@ -79,15 +73,14 @@ def _opened(out: str) -> Iterator[tuple[BinaryIO, bool]]:
         fd = os.open(out, os.O_WRONLY | os.O_CREAT, 0o666)
     except OSError as exc:
         raise ConfigError(f"cannot write {out}: {exc.strerror}") from None
-    written = False
     with os.fdopen(fd, "wb") as handle:
         try:
             yield handle, stat.S_ISREG(os.fstat(fd).st_mode)
-            written = True
-        finally:
-            if not written and not existed:
+        except BaseException:
+            if not existed:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(out)
+            raise
 
 
 def _write(handle: BinaryIO, regular: bool, trajectories: list[Any], out: str) -> None:
@@ -146,7 +139,7 @@ def _s(n: object) -> str:
     return "" if n == 1 else "s"
 
 
-def _post(url: str, path: str, body: dict[str, object], headers: dict[str, str],
+def _post(url: str, path: str, body: dict[str, Any], headers: dict[str, str],
           timeout_s: float) -> dict[str, Any]:
     try:
         response = httpx.post(url.rstrip("/") + path, content=orjson.dumps(body),
@@ -156,8 +149,7 @@ def _post(url: str, path: str, body: dict[str, object], headers: dict[str, str],
         raise ConfigError(f"cannot {what} {url}: {type(exc).__name__}") from None
     if response.status_code != 200:
         raise ConfigError(f"{url}{path} answered {response.status_code}: {response.text[:200]}")
-    data: dict[str, Any] = response.json()
-    return data
+    return cast(dict[str, Any], response.json())
 
 
 def _fsync_dir(path: str) -> None:

@@ -1,5 +1,7 @@
 """``seedproxy launch``: one deterministic SGLang server per GPU (or per TP group),
-then the proxy in front of them, in this process.
+then the proxy in front of them, in this process. An attention backend that SGLang's
+``--enable-deterministic-inference`` refuses (not in ``DETERMINISTIC_ATTENTION``) is
+refused before anything starts.
 
 Each server runs in its own process group (a terminal's Ctrl-C reaches only the
 launcher, which stops them in order) with ``CUDA_VISIBLE_DEVICES`` set to its GPUs.
@@ -19,21 +21,56 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
 from ..errors import ConfigError
-from .sglang import check_attention_backend, sglang_args
 
-__all__ = ["LaunchPlan", "ServerSpec", "SGLangFleet", "launch", "parse_gpus", "plan_servers"]
+__all__ = ["DETERMINISTIC_ATTENTION", "LaunchPlan", "ServerSpec", "launch", "parse_gpus",
+           "plan_servers", "sglang_command"]
 
 log = logging.getLogger("seedproxy.launch")
 
 SERVER_HOST = "127.0.0.1"
+DETERMINISTIC_ATTENTION = ("fa3", "fa4", "flashinfer", "triton", "ascend", "intel_xpu")
+
+
+def sglang_args(model_path: str, *, attention_backend: str | None = None,
+                tp: int | None = None, host: str | None = None, port: int | None = None,
+                extra: Sequence[str] = ()) -> list[str]:
+    """The arguments after ``python -m sglang.launch_server``, in a fixed order:
+    model, determinism, attention backend, tp, host, port, then ``extra`` verbatim."""
+    if not model_path:
+        raise ConfigError("--model-path must not be empty")
+    if tp is not None and tp < 1:
+        raise ConfigError(f"--tp must be at least 1, got {tp}")
+    if port is not None and not 0 < port < 65536:
+        raise ConfigError(f"--port must be between 1 and 65535, got {port}")
+    if attention_backend is not None and attention_backend not in DETERMINISTIC_ATTENTION:
+        raise ConfigError(f"attention backend {attention_backend!r} is not supported by "
+                          "SGLang's deterministic inference; use one of "
+                          f"{', '.join(DETERMINISTIC_ATTENTION)} (or none, and SGLang picks one)")
+    args = ["--model-path", model_path, "--enable-deterministic-inference"]
+    for flag, value in (("--attention-backend", attention_backend), ("--tp", tp),
+                        ("--host", host), ("--port", port)):
+        if value is not None:
+            args += [flag, str(value)]
+    return args + list(extra)
+
+
+def sglang_command(args: Sequence[str], python: str = "python") -> list[str]:
+    return [python, "-m", "sglang.launch_server", *args]
+
+
+def warn_attention_backend(backend: str | None) -> None:
+    """After ``sglang_args`` checked it."""
+    if backend == "flashinfer":
+        print("seedproxy: warning: SGLang disables the radix (prefix) cache with "
+              "--attention-backend flashinfer in deterministic mode, so shared prefixes "
+              "are recomputed; fa3, fa4 and triton keep it", file=sys.stderr)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +109,7 @@ def parse_gpus(text: str) -> list[str]:
 
 def plan_servers(model_path: str, gpus: Sequence[str], *, tp: int = 1,
                  attention_backend: str | None = None, base_port: int = 30000,
-                 extra: Sequence[str] = (), python: str = sys.executable,
-                 free_port: Callable[[], int] | None = None) -> LaunchPlan:
+                 extra: Sequence[str] = (), python: str = sys.executable) -> LaunchPlan:
     """Group ``gpus`` in runs of ``tp`` (in order) and give each group a server on
     ``base_port + i`` (or a free port each when ``base_port`` is 0)."""
     if tp < 1:
@@ -82,82 +118,74 @@ def plan_servers(model_path: str, gpus: Sequence[str], *, tp: int = 1,
         raise ConfigError(f"--gpus lists {len(gpus)} GPUs, which is not a multiple of --tp {tp}")
     if not 0 <= base_port < 65536:
         raise ConfigError(f"--base-port must be between 0 and 65535, got {base_port}")
-    pick = free_port or _free_port
     servers = []
     for i in range(len(gpus) // tp):
-        port = pick() if base_port == 0 else base_port + i
+        port = _free_port() if base_port == 0 else base_port + i
         if port > 65535:
             raise ConfigError(f"--base-port {base_port} leaves no port for server {i}")
         args = sglang_args(model_path, attention_backend=attention_backend, tp=tp,
                            host=SERVER_HOST, port=port, extra=extra)
         group = tuple(gpus[i * tp : (i + 1) * tp])
-        servers.append(ServerSpec(group, port, (python, "-m", "sglang.launch_server", *args)))
+        servers.append(ServerSpec(group, port, tuple(sglang_command(args, python))))
     return LaunchPlan(tuple(servers))
 
 
-class SGLangFleet:
-    """``start`` -> ``wait_healthy`` -> ``stop``."""
-
-    def __init__(self, plan: LaunchPlan, *, env: dict[str, str] | None = None) -> None:
-        self.plan = plan
-        self._env = dict(os.environ if env is None else env)
-        self.procs: list[subprocess.Popen[bytes]] = []
-
-    def start(self) -> None:
-        for spec in self.plan.servers:
-            log.info("starting SGLang on GPUs %s: %s", ",".join(spec.gpus), " ".join(spec.argv))
-            self.procs.append(subprocess.Popen(
-                list(spec.argv), env=spec.env(self._env), start_new_session=True,
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None))
-
-    def wait_healthy(self, timeout_s: float, *, poll_s: float = 0.5) -> None:
-        """Return once every server's /health answers 200; raise ``ConfigError`` if
-        one exits first or ``timeout_s`` passes."""
-        deadline = time.monotonic() + timeout_s
-        waiting = dict(zip(self.plan.servers, self.procs, strict=True))
-        with httpx.Client(timeout=2.0) as client:
-            while waiting:
-                for spec, proc in list(waiting.items()):
-                    code = proc.poll()
-                    if code is not None:
-                        raise ConfigError(
-                            f"SGLang server on GPUs {','.join(spec.gpus)} exited with code "
-                            f"{code} before {spec.url}/health answered"
-                        )
-                    if _healthy(client, spec.url):
-                        log.info("SGLang on GPUs %s is ready at %s", ",".join(spec.gpus), spec.url)
-                        del waiting[spec]
-                if waiting and time.monotonic() > deadline:
-                    names = ", ".join(s.url for s in waiting)
-                    raise ConfigError(f"SGLang servers not healthy after {timeout_s:g}s: {names}")
-                if waiting:
-                    time.sleep(poll_s)
-
-    def stop(self, grace_s: float = 30.0) -> None:
-        """SIGTERM every server's process group, wait, then SIGKILL what is left."""
-        for proc in self.procs:
-            _signal_group(proc, signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                _signal_group(proc, signal.SIGKILL)
-                proc.wait()
-
-
-def launch(plan: LaunchPlan, serve: Callable[[list[str]], int], *, health_timeout_s: float,
-           env: dict[str, str] | None = None) -> int:
+def launch(plan: LaunchPlan, serve: Callable[[list[str]], int], *,
+           health_timeout_s: float) -> int:
     """Start ``plan``'s servers, wait for them, run ``serve(urls)``, and stop the
-    servers however it ends."""
-    fleet = SGLangFleet(plan, env=env)
-    with _sigterm_as_interrupt():
+    servers however it ends (SIGTERM meanwhile raises KeyboardInterrupt, so it does)."""
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for spec in plan.servers:
+            log.info("starting SGLang on GPUs %s: %s", ",".join(spec.gpus), " ".join(spec.argv))
+            procs.append(subprocess.Popen(
+                list(spec.argv), env=spec.env(dict(os.environ)), start_new_session=True,
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None))
+        _wait_healthy(dict(zip(plan.servers, procs, strict=True)), health_timeout_s)
+        return serve(plan.urls)
+    finally:
+        _stop(procs)
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _wait_healthy(waiting: dict[ServerSpec, subprocess.Popen[bytes]], timeout_s: float) -> None:
+    """Return once every server's /health answers 200; ``ConfigError`` if one exits
+    first or ``timeout_s`` passes."""
+    deadline = time.monotonic() + timeout_s
+    with httpx.Client(timeout=2.0) as client:
+        while waiting:
+            for spec, proc in list(waiting.items()):
+                code = proc.poll()
+                if code is not None:
+                    raise ConfigError(
+                        f"SGLang server on GPUs {','.join(spec.gpus)} exited with code "
+                        f"{code} before {spec.url}/health answered")
+                if _healthy(client, spec.url):
+                    log.info("SGLang on GPUs %s is ready at %s", ",".join(spec.gpus), spec.url)
+                    del waiting[spec]
+            if waiting and time.monotonic() > deadline:
+                names = ", ".join(s.url for s in waiting)
+                raise ConfigError(f"SGLang servers not healthy after {timeout_s:g}s: {names}")
+            if waiting:
+                time.sleep(0.5)
+
+
+def _stop(procs: list[subprocess.Popen[bytes]], grace_s: float = 30.0) -> None:
+    """SIGTERM every server's process group, wait, then SIGKILL what is left."""
+    for proc in procs:
+        _signal_group(proc, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for proc in procs:
         try:
-            fleet.start()
-            fleet.wait_healthy(health_timeout_s)
-            return serve(plan.urls)
-        finally:
-            fleet.stop()
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _signal_group(proc, signal.SIGKILL)
+            proc.wait()
 
 
 def require_sglang(python: str) -> None:
@@ -172,26 +200,6 @@ def require_sglang(python: str) -> None:
         raise ConfigError(f"sglang is not installed for {python}: on a GPU host, "
                           "pip install -e '.[sglang]' (or pass --python with a Python "
                           "that has sglang)")
-
-
-def warn_attention_backend(backend: str | None) -> None:
-    for warning in check_attention_backend(backend):
-        print(f"seedproxy: warning: {warning}", file=sys.stderr)
-
-
-@contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM raises KeyboardInterrupt while launching, so ``finally`` blocks (which
-    stop the servers) run."""
-
-    def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _healthy(client: httpx.Client, url: str) -> bool:

@@ -25,6 +25,8 @@ def flag_name(field: str) -> str:
 
 def add_settings_flags(parser: argparse.ArgumentParser, *,
                        exclude: Collection[str] = ()) -> None:
+    """``--config`` and every field's flag but those in ``exclude``."""
+    parser.add_argument("--config", help="a TOML config file")
     group = parser.add_argument_group(
         "settings", "each also SEEDPROXY_<NAME> in the environment, or <name> in --config")
     for name, info in Settings.model_fields.items():

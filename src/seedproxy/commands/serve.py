@@ -42,14 +42,11 @@ log = logging.getLogger("seedproxy")
 
 _T = TypeVar("_T")
 
-_ENGINE_EXTRA = "the embedded engine needs torch and transformers: pip install -e '.[engine]'"
-
 
 def serve(flags: dict[str, Any], config_file: str | None) -> int:
     """Run the proxy. Every setting is checked before the port is bound, and the port
-    before any engine loads. With the embedded engine (one process), the port answers
-    while the engine loads (``proxy/loading.py``); a failed load ends ``serve`` with
-    its error."""
+    before any engine loads; with the embedded engine in one process, the port answers
+    while it loads (``proxy/loading.py``)."""
     settings = load_settings(flags, config_file)
     tito = check_before_binding(settings)
     configure_logging()
@@ -98,11 +95,8 @@ def _serve_while_loading(settings: Settings, sock: socket.socket) -> int:
     in_thread(lambda: importlib.import_module("seedproxy.proxy.app"), name="seedproxy-imports")
     from ..proxy.loading import LoadingApp
 
-    server: uvicorn.Server | None = None
-
     def stop() -> None:
-        if server is not None:
-            server.should_exit = True
+        server.should_exit = True  # set below, before anything calls this
 
     gate = LoadingApp(loading, wait_s=settings.engine_load_wait_s, on_failure=stop)
     server = uvicorn.Server(uvicorn.Config(gate, **_uvicorn_options(settings)))
@@ -119,7 +113,7 @@ def _serve_while_loading(settings: Settings, sock: socket.socket) -> int:
 
 
 def in_thread(fn: Callable[[], _T], *, name: str) -> Future[_T]:
-    """Run ``fn`` on a daemon thread (an exiting process does not wait for it)."""
+    """``fn`` run on a daemon thread (an exiting process does not wait for it)."""
     future: Future[_T] = Future()
 
     def run() -> None:
@@ -135,8 +129,7 @@ def in_thread(fn: Callable[[], _T], *, name: str) -> Future[_T]:
 
 
 def _embedded(settings: Settings) -> tuple[_RunningEngine, Settings, TitoMode | None]:
-    """Load and start the embedded engine; the settings (and token-in-token-out mode)
-    that route the proxy to it."""
+    """The embedded engine started; the settings and token-in-token-out mode for it."""
     engine = _start_engine(settings.model, settings.engine_max_batch,
                            settings.engine_prefix_cache_mb)
     # The engine's own key: only this proxy may call it (pause, weight version).
@@ -169,32 +162,27 @@ def _run_workers(settings: Settings, sock: socket.socket,
     from ..proxy.factory import APP_FACTORY, export_settings
 
     sock.close()  # uvicorn's workers bind their own shared socket
-    upstreams = [engine.url] if engine is not None else settings.upstream
-    export_settings(settings.model_copy(update={"upstream": upstreams}),
-                    engine_url=engine.url if engine is not None else None)
+    url = engine.url if engine is not None else None
+    export_settings(settings.model_copy(update={"upstream": [url] if url else settings.upstream}),
+                    engine_url=url)
     uvicorn.run(APP_FACTORY, factory=True, workers=settings.workers,
                 **_uvicorn_options(settings))
     return 0
 
 
 def _uvicorn_options(settings: Settings) -> dict[str, Any]:
-    """A request head must arrive within ``client_timeout_s``, then its body within as
-    long again (``protocol.py`` reads it as uvicorn's keep-alive timeout, which also
-    closes idle connections)."""
+    """``protocol.py`` reads ``timeout_keep_alive`` as the head's and body's deadline."""
     return {"host": settings.host, "port": settings.port, "log_level": "warning",
             "timeout_graceful_shutdown": math.ceil(settings.graceful_shutdown_s),
             "http": guarded_http_protocol(), "timeout_keep_alive": settings.client_timeout_s}
 
 
 def check_before_binding(settings: Settings) -> TitoMode | None:
-    """Refuse (``ConfigError``) what ``create_app`` or the engine would refuse, before
-    binding: the store, the upstream client, the engine's model path, and
-    token-in-token-out (opened here for an upstream)."""
+    """``ConfigError`` for what ``create_app`` or the engine would refuse; the
+    token-in-token-out mode for an upstream (opened here)."""
     if settings.workers > 1 and settings.store.startswith("memory:"):
-        raise ConfigError(
-            f"--workers {settings.workers} needs a shared store (--store redis://...): "
-            "the memory store is single-process"
-        )
+        raise ConfigError(f"--workers {settings.workers} needs a shared store (--store "
+                          "redis://...): the memory store is single-process")
     asyncio.run(_open_and_close(settings))
     if not settings.upstream:
         if settings.model and not Path(settings.model).expanduser().exists():
@@ -206,26 +194,21 @@ def check_before_binding(settings: Settings) -> TitoMode | None:
 
 
 async def _open_and_close(settings: Settings) -> None:
-    store = open_store(settings.store)
-    await store.close()
-    client = upstream_client(read_timeout_s=settings.read_timeout_s,
-                             connect_timeout_s=settings.connect_timeout_s)
-    await client.aclose()
-
-
-_BACKLOG = 2048  # uvicorn's default
+    await open_store(settings.store).close()
+    await upstream_client(read_timeout_s=settings.read_timeout_s,
+                          connect_timeout_s=settings.connect_timeout_s).aclose()
 
 
 def bind(host: str, port: int) -> socket.socket:
-    """Bind and listen as uvicorn would (``SO_REUSEADDR``), so a client that connects
-    once seedproxy says it listens waits in the backlog, never refused; a port in use
-    or a foreign address is a ``ConfigError``."""
+    """Bind and listen as uvicorn would (``SO_REUSEADDR``, its backlog), so a client
+    that connects once seedproxy says it listens is never refused; ``ConfigError`` for a
+    port in use or a foreign address."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
-        sock.listen(_BACKLOG)
+        sock.listen(2048)
     except OSError as exc:
         sock.close()
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
@@ -252,17 +235,11 @@ def run_engine_only(host: str, port: int, model: str | None, max_batch: int | No
 
 @dataclass(frozen=True)
 class _RunningEngine:
-    handle: Any
+    url: str
+    stop: Callable[[], None]
     model: Any
     counter: Any
     api_key: str
-
-    @property
-    def url(self) -> str:
-        return str(self.handle.url)
-
-    def stop(self) -> None:
-        self.handle.stop()
 
 
 def _start_engine(model_path: str | None, max_batch: int, prefix_cache_mb: int
@@ -277,12 +254,13 @@ def _start_engine(model_path: str | None, max_batch: int, prefix_cache_mb: int
     api_key = secrets.token_urlsafe(32)  # per process: no other local process has it
     handle = engine_module.start_engine_thread(model, max_batch=max_batch,
                                                cache_mb=prefix_cache_mb, api_key=api_key)
-    return _RunningEngine(handle, model, prompt_counter(model), api_key)
+    return _RunningEngine(str(handle.url), handle.stop, model, prompt_counter(model), api_key)
 
 
 def _import_engine() -> Any:
     try:
         import seedproxy.engine as engine_module
     except ImportError as exc:
-        raise ConfigError(f"{_ENGINE_EXTRA} ({exc.msg})") from None
+        raise ConfigError("the embedded engine needs torch and transformers: pip install -e "
+                          f"'.[engine]' ({exc.msg})") from None
     return engine_module

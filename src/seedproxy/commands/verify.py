@@ -73,35 +73,28 @@ def _owners(mask: list[int], interaction_ids: list[str]) -> dict[int, str]:
     return owners
 
 
-def _through_proxy(client: httpx.Client, url: str) -> str:
-    """``url`` itself when its ``GET /fleet`` names an embedded engine."""
-    engine = _get(client, f"{url.rstrip('/')}/fleet", method="GET").get("engine")
-    if not isinstance(engine, str):
-        raise ConfigError(f"the proxy at {url} runs no embedded engine (it was started "
-                          "with --upstream): pass --engine with that server's root URL")
-    return url
-
-
 def verify_logprobs(url: str, engine: str | None, session: str, *,
                     admin_key: str | None = None, tolerance: float = 0.0) -> int:
     """Print one line per branch; return 0 when every sampled token matches."""
     headers = {"authorization": f"Bearer {admin_key}"} if admin_key else {}
     with httpx.Client(timeout=600, headers=headers) as client:
-        if engine is None:
-            engine = _through_proxy(client, url)
-        data = _get(client, f"{url.rstrip('/')}/sessions/{session}/trajectory",
-                    method="GET", params={"style": "concat"})
+        root = url.rstrip("/")
+        if engine is None:  # the proxy itself, when its GET /fleet names an embedded engine
+            if not isinstance(_get(client, f"{root}/fleet", method="GET").get("engine"), str):
+                raise ConfigError(f"the proxy at {url} runs no embedded engine (it was started "
+                                  "with --upstream): pass --engine with that server's root URL")
+            engine = url
+        trajectory = f"{root}/sessions/{session}/trajectory"
+        data = _get(client, trajectory, method="GET", params={"style": "concat"})
         branches = data.get("branches")
         if branches is None:
             if data.get("token_ids") is None:
                 raise ConfigError(f"session {session} has no exact token sequence: "
                                   f"{data.get('concat_error')}")
             branches = [{"branch_id": "-", **data}]
-        turns = _get(client, f"{url.rstrip('/')}/sessions/{session}/trajectory",
-                     method="GET")["interactions"]
+        turns = _get(client, trajectory, method="GET")["interactions"]
         temperature = {t["interaction_id"]: _temperature(t.get("request")) for t in turns}
-        worst = 0.0
-        failed = 0
+        worst, failed = 0.0, 0
         for branch in branches:
             owners = _owners(branch["loss_mask"], branch["interaction_ids"])
             recomputed: dict[float, array[float]] = {}
@@ -113,14 +106,11 @@ def verify_logprobs(url: str, engine: str | None, session: str, *,
                 entries = forced["meta_info"]["input_token_logprobs"]
                 recomputed[temp] = array("f", [e[0] if e[0] is not None else 0.0
                                                for e in entries])
-            checked = bad = 0
-            for position, owner in owners.items():
-                logprob = branch["logprobs"][position]
-                checked += 1
-                diff = abs(recomputed[temperature.get(owner, 1.0)][position] - logprob)
-                worst = max(worst, diff)
-                bad += diff > tolerance
+            diffs = [abs(recomputed[temperature.get(owner, 1.0)][position]
+                         - branch["logprobs"][position]) for position, owner in owners.items()]
+            worst = max([worst, *diffs])
+            bad = sum(diff > tolerance for diff in diffs)
             failed += bad
-            print(f"branch {branch['branch_id']}: {checked} sampled tokens, "
-                  f"{checked - bad} match, max |diff| {worst:.3g}")
+            print(f"branch {branch['branch_id']}: {len(diffs)} sampled tokens, "
+                  f"{len(diffs) - bad} match, max |diff| {worst:.3g}")
     return 0 if failed == 0 else 1

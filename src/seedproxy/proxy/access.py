@@ -11,7 +11,7 @@ from __future__ import annotations
 import hmac
 from typing import TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 from starlette.requests import Request
 
 from ..errors import AuthError, Forbidden
@@ -20,7 +20,14 @@ from ..pipeline.request import read_model
 from ..sessions import NewSession, SessionManager, SessionRecord
 from ..sessions.ids import check_id, decode_header_id
 
-__all__ = ["Access", "named_session"]
+__all__ = ["Access", "AdminBody", "named_session"]
+
+
+class AdminBody(BaseModel):
+    """An admin route's body (OpenAI-route bodies are not modelled: ``request.py``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -32,18 +39,15 @@ class Access:
         self.admin_key = admin_key
         self.max_body_bytes = max_body_bytes
 
-    def is_admin(self, request: Request) -> bool:
-        token = client_key(request.headers)
-        return bool(self.admin_key and token and _same(token, self.admin_key))
-
     def may_export(self, request: Request) -> bool:
-        """Whether this request may take trajectories out of batch export (admin acts)."""
-        return self.admin_key is None or self.is_admin(request)
+        """The admin key, or none set: what admin acts (such as taking exports) need."""
+        token = client_key(request.headers)
+        return self.admin_key is None or bool(token and _same(token, self.admin_key))
 
     async def require_admin(self, request: Request) -> None:
         """401 for no key or an unknown one; 403 for a session's key, which is valid
         but does not reach admin routes."""
-        if self.admin_key is None or self.is_admin(request):
+        if self.may_export(request):
             return
         token = client_key(request.headers)
         if token is None:
@@ -61,7 +65,7 @@ class Access:
 
     async def require_session_reader(self, request: Request, session_id: str) -> SessionRecord:
         """For admin reads of one session: the admin key, or that session's own key."""
-        if self.admin_key is None or self.is_admin(request):
+        if self.may_export(request):
             return await self.sessions.require(session_id)
         return await self._own_session(request, session_id)
 
@@ -79,7 +83,7 @@ class Access:
             owner = await self.sessions.find_by_key(token, cached=cached)
             if owner is not None and _same(owner.api_key, token):
                 return owner
-        if self.admin_key is None or self.is_admin(request):
+        if self.may_export(request):
             if named is None:
                 return None
             return await self.sessions.find(named, cached=cached) or NewSession(named)

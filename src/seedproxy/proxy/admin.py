@@ -1,6 +1,13 @@
-"""Session routes: create, inspect, reward, end, export, delete. Every route checks
-auth first, then reads its body (413 past ``--max-body-bytes``) and checks the path's
-session id (400)."""
+"""Session routes: create, inspect, list, reward, end, export, delete. Every route
+checks auth first, then reads its body (413 past ``--max-body-bytes``) and checks the
+path's session id (400).
+
+``GET /sessions`` answers a bounded page of session summaries, read from one of the
+store's indexes (creation order, group, identity), so it costs ``limit`` records (plus
+``offset``; a ``cursor``, the page before's ``next_cursor``, costs nothing) whatever the
+store holds. ``since`` (an earlier ``version``) answers ``{"version", "changed": false}``
+alone while nothing changed.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +15,12 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
+from pydantic import Field, StrictBool
 
 from ..errors import BatchNotFound, Forbidden, SessionNotFound, WaitTimeout
 from ..pipeline.inflight import InFlight
@@ -21,28 +29,61 @@ from ..sessions import SessionManager, SessionRecord, SessionStore
 from ..sessions.export import Style, lease_batch, trajectory
 from ..sessions.ids import check_id, encode_id
 from ..sessions.manager import replay_options
-from .access import Access
-from .listing import MAX_PAGE, SEQ_MAX, session_page
-from .schemas import AckRequest, CreateSessions, ExportRequest, RewardRequest
+from ..sessions.store.base import View
+from .access import Access, AdminBody
 
-__all__ = ["Admin", "admin_router"]
+__all__ = ["Admin", "admin_router", "session_page"]
 
-WAIT_DEFAULT_S = 60.0
-"""How long ``?wait=true`` waits for a session to end unless ``timeout_s`` says."""
-WAIT_MAX_S = 3600.0
-"""The longest ``timeout_s`` accepted (a 400 above it)."""
-VISIBILITY_DEFAULT_S = 300.0
-"""How long an export's batch stays leased without an ack, unless it says."""
-VISIBILITY_MAX_S = 86400.0
+MAX_PAGE = 500
+SEQ_MAX = 2**62
+"""The largest ``cursor``/``since`` taken: sequence numbers and versions stay below."""
+
+
+class ForkFrom(AdminBody):
+    session: str = Field(min_length=1, max_length=256)
+    at: int = Field(ge=0, lt=2**53)
+
+
+class CreateSessions(AdminBody):
+    session_id: str | None = Field(default=None, min_length=1, max_length=256)
+    identity: str | None = Field(default=None, min_length=1, max_length=256)
+    group_size: int = Field(default=1, ge=1, le=4096)
+    metadata: dict[str, Any] | None = None
+    seed: int | None = Field(default=None, ge=-(2**63), lt=2**63)
+    index_by: Literal["arrival", "content"] | None = None
+    resume: str | None = Field(default=None, min_length=1, max_length=256)
+    """Replay this recorded session: matching requests are answered from its record."""
+    fork: ForkFrom | None = None
+    """Replay the first ``at`` interactions of ``session``, then sample with new seeds."""
+
+
+class RewardRequest(AdminBody):
+    reward: float = Field(allow_inf_nan=False)
+    interaction_id: str | None = None
+
+
+class ExportRequest(AdminBody):
+    session_ids: list[str] | None = None
+    group_id: str | None = None
+    count: int | None = Field(default=None, ge=1)
+    timeout_s: float = Field(default=0.0, ge=0, le=3600)
+    remove: StrictBool = False
+    style: Literal["individual", "concat"] = "individual"
+    visibility_timeout_s: float = Field(default=300.0, gt=0, le=86400)
+    """How long the batch stays leased without an ack before it is exported again."""
+    skip_abandoned: StrictBool = False
+    """Lease sessions ended as abandoned with the batch, but deliver none of them."""
+
+
+class AckRequest(AdminBody):
+    batch_id: str = Field(min_length=1, max_length=256)
 
 
 @dataclass(frozen=True)
 class Admin:
-    """What the session routes share. ``abandon_after_s``: an open session a batch
-    export waits on, idle this long, is ended as abandoned (``sessions/selection.py``).
-    ``clock``: wall-clock seconds, for leases and idleness (a test seam).
-    ``exporting``: select + lease, one at a time per app (the store's lease is atomic
-    across apps: this only saves a replica racing itself)."""
+    """``abandon_after_s``: see ``sessions/selection.py``. ``clock``: wall-clock seconds,
+    for leases and idleness. ``exporting``: select + lease, one at a time per app (the
+    store's lease is atomic across apps: this only saves a replica racing itself)."""
 
     sessions: SessionManager
     access: Access
@@ -52,22 +93,16 @@ class Admin:
     clock: Callable[[], float] = time.time
     exporting: asyncio.Lock = field(default_factory=asyncio.Lock)
 
-    @property
-    def store(self) -> SessionStore:
-        return self.sessions.store
-
 
 def admin_router(admin: Admin) -> APIRouter:
     router = APIRouter()
-    _session_routes(router, admin)
-    _session_change_routes(router, admin)
-    _trajectory_route(router, admin)
-    _export_routes(router, admin)
+    for add in (_session_routes, _session_change_routes, _trajectory_route, _export_routes):
+        add(router, admin)
     return router
 
 
 def _session_routes(router: APIRouter, admin: Admin) -> None:
-    access, store = admin.access, admin.store
+    access, store = admin.access, admin.sessions.store
 
     @router.post("/sessions", status_code=201, openapi_extra=documented(CreateSessions))
     async def create_sessions(request: Request) -> JSONResponse:
@@ -116,7 +151,7 @@ def _session_routes(router: APIRouter, admin: Admin) -> None:
 
 
 def _session_change_routes(router: APIRouter, admin: Admin) -> None:
-    access, sessions, store = admin.access, admin.sessions, admin.store
+    access, sessions, store = admin.access, admin.sessions, admin.sessions.store
 
     @router.post("/sessions/{session_id}/reward", openapi_extra=documented(RewardRequest))
     async def set_reward(session_id: str, request: Request) -> dict[str, Any]:
@@ -154,24 +189,23 @@ def _trajectory_route(router: APIRouter, admin: Admin) -> None:
         session_id: str,
         request: Request,
         wait: bool = False,
-        timeout_s: float = Query(default=WAIT_DEFAULT_S, gt=0, le=WAIT_MAX_S),
+        timeout_s: float = Query(default=60.0, gt=0, le=3600.0),
         style: Style = "individual",
-        visibility_timeout_s: float = Query(
-            default=VISIBILITY_DEFAULT_S, gt=0, le=VISIBILITY_MAX_S),
+        visibility_timeout_s: float = Query(default=300.0, gt=0, le=86400.0),
     ) -> Response:
         """``wait=true`` (the admin's act): see ``_lease_when_ended``; acknowledged, the
         session is out of later batch exports."""
         check_id(session_id, param="session_id")
         record = await admin.access.require_session_reader(request, session_id)
         if not wait:
-            return Response(orjson.dumps(await trajectory(admin.store, record, style)),
-                            media_type="application/json")
-        if not admin.access.may_export(request):
+            answer: Any = await trajectory(admin.sessions.store, record, style)
+        elif not admin.access.may_export(request):
             raise Forbidden("wait=true takes the trajectory out of batch export: "
                             "that needs the admin key", param="wait")
-        leased = await _lease_when_ended(admin, session_id, timeout_s, style,
-                                         visibility_timeout_s)
-        return Response(orjson.dumps(leased), media_type="application/json")
+        else:
+            answer = await _lease_when_ended(admin, session_id, timeout_s, style,
+                                             visibility_timeout_s)
+        return Response(orjson.dumps(answer), media_type="application/json")
 
 
 async def _lease_when_ended(admin: Admin, session_id: str, timeout_s: float, style: Style,
@@ -179,7 +213,7 @@ async def _lease_when_ended(admin: Admin, session_id: str, timeout_s: float, sty
     """Wait (woken by the store) until the session has ended and no other export holds
     it, then lease it as a batch of one: its trajectory with ``batch_id``. Past
     ``timeout_s``, ``WaitTimeout`` (504) and nothing is taken."""
-    store, clock = admin.store, admin.clock
+    store, clock = admin.sessions.store, admin.clock
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     built: list[dict[str, Any]] = []
@@ -208,7 +242,7 @@ async def _lease_when_ended(admin: Admin, session_id: str, timeout_s: float, sty
 
 
 def _export_routes(router: APIRouter, admin: Admin) -> None:
-    access, store, clock = admin.access, admin.store, admin.clock
+    access, store, clock = admin.access, admin.sessions.store, admin.clock
 
     @router.post("/trajectories/export", openapi_extra=documented(ExportRequest))
     async def export(request: Request) -> Response:
@@ -259,3 +293,51 @@ def _waiting_on(waiting: list[SessionRecord], now: float,
              "abandoned_in_s": None if abandon_after_s is None else
              round(max(0.0, r.last_active_at + abandon_after_s - now), 1)}
             for r in waiting]
+
+
+async def session_page(store: SessionStore, *, group_id: str | None, identity: str | None,
+                       offset: int, limit: int, cursor: int | None = None,
+                       since: int | None = None) -> dict[str, Any]:
+    version = await store.version()  # before the page: a later change moves it again
+    if since is not None and since == version:
+        return {"version": version, "changed": False}
+    after = -1 if cursor is None else cursor
+    if identity is not None and group_id is not None:
+        # Both: one identity's few sessions, filtered by group.
+        every = await store.scan("identity", key=identity,
+                                 limit=await store.count("identity", key=identity))
+        matching = [r for r in every if r.group_id == group_id]
+        rest = [r for r in matching if r.created_seq > after]
+        records, more = rest[offset : offset + limit], len(rest) > offset + limit
+        total = len(matching)
+    else:
+        view: View = ("identity" if identity is not None
+                      else "group" if group_id is not None else "all")
+        key = identity if identity is not None else group_id
+        found = await store.scan(view, key=key, after=after, offset=offset, limit=limit + 1)
+        records, more = found[:limit], len(found) > limit
+        total = await store.count(view, key=key)
+    answer = {"sessions": [await _summary(store, r) for r in records], "total": total,
+              "next_offset": offset + len(records) if more and cursor is None else None,
+              "next_cursor": records[-1].created_seq if more else None, "version": version}
+    return answer if since is None else {**answer, "changed": True}
+
+
+async def _summary(store: SessionStore, record: SessionRecord) -> dict[str, Any]:
+    if record.interaction_count is None:  # stored before summaries were kept
+        interactions = await store.interactions(record.session_id)
+        last: dict[str, Any] = dict(interactions[-1].to_dict()) if interactions else {}
+        count, upstream, version = len(interactions), last.get("upstream"), last.get(
+            "weight_version")
+    else:
+        count = record.interaction_count
+        upstream, version = record.last_upstream, record.last_weight_version
+    summary: dict[str, Any] = {
+        "session_id": record.session_id, "identity": record.identity,
+        "group_id": record.group_id, "interactions": count,
+        # exported wins over ended: an exported session is ended or taken by name
+        "state": "exported" if record.exported else "ended" if record.ended else "open",
+        "reward": record.reward, "upstream": upstream, "metadata": record.metadata}
+    if version is not None:
+        summary["weight_version"] = version
+    return summary

@@ -42,10 +42,8 @@ from .fleet_routes import fleet_router
 from .hot import HotRoutes, ProxyApp
 from .logs import flush_logs
 from .replay import Verifier
-from .routes import PromptCounter, api_router
-from .server_routes import readiness_router, server_router, warn_if_no_upstream
+from .routes import PromptCounter, api_router, server_router, warn_if_no_upstream
 from .ui import TokenDecoder, ui_router
-from .weight_routes import weight_router
 
 if TYPE_CHECKING:
     from ..tito import TitoMode
@@ -59,11 +57,10 @@ def create_app(settings: Settings, *, upstreams: list[str] | None = None,
                prompt_counter: PromptCounter | None = None, engine_url: str | None = None,
                parse_hold: str | None = None, clock: Callable[[], float] = time.time,
                ) -> FastAPI:
-    """Build the proxy. ``upstreams`` overrides ``settings.upstream``; injected
-    ``store`` and ``client`` are not closed. ``tito``: token-in-token-out mode already
-    opened (else ``settings.token_in_token_out`` opens it here). ``prompt_counter``
-    enables count_tokens (default: the mode's renderer). ``engine_url``: the embedded
-    engine (``GET /fleet``). ``parse_hold``: a test seam (``parse_jobs._wait``).
+    """``upstreams`` overrides ``settings.upstream``; injected ``store`` and ``client``
+    are not closed. ``tito``: the token-in-token-out mode, if opened already.
+    ``prompt_counter`` enables count_tokens (default: the mode's). ``engine_url``: the
+    embedded engine (``GET /fleet``). ``parse_hold``: a test seam (``parse_jobs._wait``).
     ``clock``: wall-clock seconds, for export leases and idleness."""
     urls = upstreams if upstreams is not None else settings.upstream
     if not urls:
@@ -182,12 +179,10 @@ def _include_routes(app: FastAPI, parts: _Parts, prompt_counter: PromptCounter |
     app.include_router(admin_router(Admin(
         services.sessions, access, settings.deterministic, services.inflight,
         settings.abandon_after_s, clock)))
-    app.include_router(readiness_router(pool, store))
-    app.include_router(server_router(pool, fleet, access))
+    app.include_router(server_router(pool, fleet, access, store))
     app.include_router(fleet_router(
         fleet, Verifier(store, services.backend, pool, services.tito), access,
         engine_url=engine_url))
-    app.include_router(weight_router(fleet, access))
     app.include_router(ui_router(access, pool, TokenDecoder(parts.client), store))
 
     @app.get("/healthz")
@@ -231,9 +226,8 @@ def _install_error_handlers(app: FastAPI) -> None:
         if first.get("type") == "json_invalid":  # its loc is a character offset, no field
             error = (first.get("ctx") or {}).get("error", "invalid JSON")
             return OPENAI.response(BadRequest(f"request body is not valid JSON: {error}"))
-        where = ".".join(
-            str(p) for p in first.get("loc", ())[1:] if p != "body"
-        ) or None  # loc starts with where the value was: body, query or path
+        # loc starts with where the value was: body, query or path
+        where = ".".join(str(p) for p in first.get("loc", ())[1:] if p != "body") or None
         message = str(first.get("msg", "invalid request"))
         return OPENAI.response(BadRequest(f"{where}: {message}" if where else message,
                                           param=where))

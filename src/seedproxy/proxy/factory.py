@@ -9,36 +9,32 @@ import os
 
 from fastapi import FastAPI
 
-from ..settings import Settings, load_settings
+from ..settings import ENV_PREFIX, Settings, load_settings
 from .app import create_app
 from .logs import configure_logging
 
 __all__ = ["APP_FACTORY", "app_from_env", "export_settings", "settings_env"]
 
 APP_FACTORY = "seedproxy.proxy.factory:app_from_env"
-_PREFIX = "SEEDPROXY_"
 ENGINE_URL_VAR = "_SEEDPROXY_EMBEDDED_ENGINE"
 """The parent's embedded engine, for the workers' ``GET /fleet`` (not a setting)."""
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
     """``SEEDPROXY_*`` variables that rebuild exactly ``settings`` (None: unset)."""
-    env: dict[str, str] = {}
-    for name, value in settings.model_dump().items():
-        if value is None:
-            continue
+    def text(value: object) -> str:
         if isinstance(value, list):
-            value = ",".join(value)
-        elif isinstance(value, bool):
-            value = "true" if value else "false"
-        env[_PREFIX + name.upper()] = str(value)
-    return env
+            return ",".join(value)
+        return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+    return {ENV_PREFIX + name.upper(): text(value)
+            for name, value in settings.model_dump().items() if value is not None}
 
 
 def export_settings(settings: Settings, engine_url: str | None = None) -> None:
     """Put ``settings`` (and the embedded engine's URL) in this process's environment for
     its workers to inherit."""
-    for key in [k for k in os.environ if k.startswith(_PREFIX)]:
+    for key in [k for k in os.environ if k.startswith(ENV_PREFIX)]:
         del os.environ[key]
     os.environ.update(settings_env(settings))
     os.environ.pop(ENGINE_URL_VAR, None)

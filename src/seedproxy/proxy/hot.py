@@ -29,14 +29,6 @@ _SESSIONS = "/sessions/"
 _HOP = HOP_HEADER.encode()
 
 
-def _loop_refusal(path: str) -> Response:
-    """508 in the route's protocol shape."""
-    loop = UpstreamLoop("this request came back to the seedproxy that sent it upstream: one "
-                        "of its upstreams leads back to the proxy itself; remove it (DELETE "
-                        "/fleet/upstreams?url=...) or fix --upstream", code="upstream_loop")
-    return errors_for(path).response(loop, {LOOP_HEADER: "1"})
-
-
 class ProxyApp(FastAPI):
     """FastAPI, with ``hot`` (once set) answering its routes first; a request carrying
     ``hop`` (this proxy's own mark, ``transport.loop``) came back from an upstream and
@@ -46,12 +38,17 @@ class ProxyApp(FastAPI):
     hop: bytes | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        hot = self.hot
         if scope["type"] != "http":
             await super().__call__(scope, receive, send)
             return
-        if self.hop is not None and (_HOP, self.hop) in scope["headers"]:
-            await _loop_refusal(scope["path"])(scope, receive, send)
+        hot = self.hot
+        if self.hop is not None and (_HOP, self.hop) in scope["headers"]:  # 508
+            loop = UpstreamLoop("this request came back to the seedproxy that sent it upstream: "
+                                "one of its upstreams leads back to the proxy itself; remove it "
+                                "(DELETE /fleet/upstreams?url=...) or fix --upstream",
+                                code="upstream_loop")
+            refusal = errors_for(scope["path"]).response(loop, {LOOP_HEADER: "1"})
+            await refusal(scope, receive, send)
             return
         if hot is None or self.user_middleware or (matched := hot.match(scope)) is None:
             await self._answered(scope, receive, send)

@@ -107,13 +107,12 @@ class LoadingApp:
         try:
             app = await asyncio.wrap_future(self._load)
             await self._stack.enter_async_context(app.router.lifespan_context(app))
+            self._app = app
         except Exception as exc:  # kept and re-raised by the caller, with its traceback
             self.failure = exc
-            self._ready.set()
-            self._on_failure()
-            return
-        self._app = app
         self._ready.set()
+        if self.failure is not None:
+            self._on_failure()
 
 
 async def _json(send: Send, status: int, body: dict[str, Any]) -> None:

@@ -6,7 +6,6 @@ import logging
 import sys
 import threading
 import time
-from typing import Any
 
 import orjson
 
@@ -19,13 +18,10 @@ _REFUSAL_FIELDS = ("route", "reason", "detail")
 
 class _RequestFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        line: dict[str, Any] = {"event": record.getMessage()}
-        for key in _REQUEST_FIELDS:
-            line[key] = getattr(record, key, None)
-        for key in _REFUSAL_FIELDS:
-            value = getattr(record, key, None)
-            if value is not None:
-                line[key] = value
+        line = {"event": record.getMessage(),
+                **{key: getattr(record, key, None) for key in _REQUEST_FIELDS}}
+        line.update((key, value) for key in _REFUSAL_FIELDS
+                    if (value := getattr(record, key, None)) is not None)
         return orjson.dumps(line).decode()
 
 
@@ -40,16 +36,16 @@ class _CurrentStderr:
 
 
 class _BatchedHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    """Writes request lines in batches: one write per ``batch`` lines or per
-    ``interval_s``, whichever comes first. A daemon thread flushes a quiet tail;
+    """Writes request lines in batches: one write per ``_BATCH`` lines or per
+    ``_INTERVAL_S``, whichever comes first. A daemon thread flushes a quiet tail;
     ``close()`` and interpreter exit flush everything."""
 
-    def __init__(self, stream: _CurrentStderr, *, batch: int = 64,
-                 interval_s: float = 0.1) -> None:
-        super().__init__(stream)
+    _BATCH = 64
+    _INTERVAL_S = 0.1
+
+    def __init__(self) -> None:
+        super().__init__(_CurrentStderr())
         self._lines: list[str] = []
-        self._batch = batch
-        self._interval_s = interval_s
         self._last = time.monotonic()
         self._stop = threading.Event()
         threading.Thread(target=self._flush_quiet_tail, name="seedproxy-log", daemon=True).start()
@@ -59,8 +55,8 @@ class _BatchedHandler(logging.StreamHandler):  # type: ignore[type-arg]
             line = self.format(record)
             with self.lock:  # type: ignore[union-attr]
                 self._lines.append(line)
-                if len(self._lines) >= self._batch or (
-                        time.monotonic() - self._last >= self._interval_s):
+                if len(self._lines) >= self._BATCH or (
+                        time.monotonic() - self._last >= self._INTERVAL_S):
                     self._write()
         except Exception:  # noqa: BLE001
             self.handleError(record)
@@ -81,7 +77,7 @@ class _BatchedHandler(logging.StreamHandler):  # type: ignore[type-arg]
             self.stream.flush()
 
     def _flush_quiet_tail(self) -> None:
-        while not self._stop.wait(self._interval_s):
+        while not self._stop.wait(self._INTERVAL_S):
             self.flush()
 
     def close(self) -> None:
@@ -99,7 +95,7 @@ def configure_logging(level: str = "INFO") -> None:
     plain = logging.StreamHandler(_CurrentStderr())
     plain.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     plain.addFilter(lambda r: r.name != "seedproxy.request")
-    structured = _BatchedHandler(_CurrentStderr())
+    structured = _BatchedHandler()
     structured.setFormatter(_RequestFormatter())
     structured.addFilter(lambda r: r.name == "seedproxy.request")
     root.addHandler(plain)

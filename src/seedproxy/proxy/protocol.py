@@ -19,10 +19,13 @@ __all__ = ["GuardedH11", "guarded_http_protocol"]
 
 
 class _Deadlines:
-    """Mixin over a uvicorn HTTP protocol: both keep ``cycle`` (whose ``more_body``
-    drops when the body is complete), ``transport``, ``loop`` and
-    ``timeout_keep_alive``, and call ``on_response_complete``."""
+    """Mixin over a uvicorn HTTP protocol, which keeps these (``cycle.more_body`` drops
+    when the body is complete) and calls ``on_response_complete``."""
 
+    cycle: Any
+    transport: Any
+    loop: Any
+    timeout_keep_alive: Any
     _deadline: float | None = None
     """When the awaited head or body must be complete; None while answering."""
     _timer: asyncio.TimerHandle | None = None
@@ -38,19 +41,17 @@ class _Deadlines:
         super().data_received(data)  # type: ignore[misc]
         if self._deadline is None:
             return
-        cycle = _proto(self).cycle
         if self._awaiting_body:
-            if not cycle.more_body:
+            if not self.cycle.more_body:
                 self._deadline = None  # the body is complete
                 self._awaiting_body = False
-        elif cycle is not self._cycle_before:  # a new request's head is complete
-            self._awaiting_body = bool(cycle.more_body)
+        elif self.cycle is not self._cycle_before:  # a new request's head is complete
+            self._awaiting_body = bool(self.cycle.more_body)
             self._deadline = self._from_now() if self._awaiting_body else None
 
     def on_response_complete(self) -> None:
         super().on_response_complete()  # type: ignore[misc]
-        cycle = _proto(self).cycle
-        if cycle is None or cycle.response_complete:  # nothing pipelined
+        if self.cycle is None or self.cycle.response_complete:  # nothing pipelined
             self._await_head()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -61,35 +62,27 @@ class _Deadlines:
         super().connection_lost(exc)  # type: ignore[misc]
 
     def _from_now(self) -> float:
-        proto = _proto(self)
-        return float(proto.loop.time() + proto.timeout_keep_alive)
+        return float(self.loop.time() + self.timeout_keep_alive)
 
     def _await_head(self) -> None:
-        proto = _proto(self)
-        if proto.transport.is_closing():
+        if self.transport.is_closing():
             return
-        self._cycle_before = proto.cycle
+        self._cycle_before = self.cycle
         self._awaiting_body = False
         self._deadline = self._from_now()
         if self._timer is None:
-            self._timer = proto.loop.call_at(self._deadline, self._check)
+            self._timer = self.loop.call_at(self._deadline, self._check)
 
     def _check(self) -> None:
         self._timer = None
         deadline = self._deadline
         if deadline is None:
             return  # answering; the next _await_head schedules again
-        proto = _proto(self)
-        if proto.loop.time() < deadline:
-            self._timer = proto.loop.call_at(deadline, self._check)
-        elif not proto.transport.is_closing():
+        if self.loop.time() < deadline:
+            self._timer = self.loop.call_at(deadline, self._check)
+        elif not self.transport.is_closing():
             self._deadline = None
-            proto.transport.close()
-
-
-def _proto(mixin: _Deadlines) -> Any:
-    """The uvicorn protocol under the mixin, untyped: its attributes are uvicorn's."""
-    return mixin
+            self.transport.close()
 
 
 class GuardedH11(_Deadlines, H11Protocol):

@@ -10,13 +10,14 @@ Invariants:
 - The report names the first divergence (turn, choice, position, expected and got); a
   session verifies only when every compared interaction matched.
 - Interactions that were not a completed 200 answer are skipped and counted.
-- At most ``limit`` verifications run at a time (one per upstream); one more is
-  ``OverCapacity`` (429) before anything is read or sent.
+- At most one verification per upstream runs at a time; one more is ``OverCapacity``
+  (429) before anything is read or sent.
 """
 
 from __future__ import annotations
 
 from array import array
+from itertools import islice, zip_longest
 from typing import Any
 
 import orjson
@@ -36,40 +37,34 @@ __all__ = ["Verifier"]
 
 class Verifier:
     def __init__(self, store: SessionStore, backend: Backend, pool: UpstreamPool,
-                 tito: TitoMode | None = None, *, limit: int | None = None) -> None:
+                 tito: TitoMode | None = None) -> None:
         self.store = store
         self.backend = backend
         self.pool = pool
         self.tito = tito
-        self._limit = limit
         self._running = 0
-
-    @property
-    def limit(self) -> int:
-        return self._limit if self._limit is not None else len(self.pool.upstreams)
 
     async def verify(self, session_id: str) -> dict[str, Any]:
         """``{session_id, ok, checked, skipped, first_divergence}``."""
-        if self._running >= self.limit:
+        if self._running >= len(self.pool.upstreams):
             raise OverCapacity(f"{self._running} verifications are running (one per upstream "
                                "at a time); retry when one ends")
         self._running += 1  # no await since the check: the count never passes the limit
         try:
-            return await self._verify(session_id)
+            checked = skipped = 0
+            divergence = None
+            for interaction in await self.store.interactions(session_id):
+                if interaction.status != 200 or not interaction.choices:
+                    skipped += 1
+                    continue
+                divergence = await self._check(session_id, interaction)
+                checked += 1
+                if divergence is not None:
+                    break
         finally:
             self._running -= 1
-
-    async def _verify(self, session_id: str) -> dict[str, Any]:
-        checked = skipped = 0
-        for interaction in await self.store.interactions(session_id):
-            if interaction.status != 200 or not interaction.choices:
-                skipped += 1
-                continue
-            divergence = await self._check(session_id, interaction)
-            checked += 1
-            if divergence is not None:
-                return _report(session_id, checked, skipped, divergence)
-        return _report(session_id, checked, skipped, None)
+        return {"session_id": session_id, "ok": divergence is None, "checked": checked,
+                "skipped": skipped, "first_divergence": divergence}
 
     async def _check(self, session_id: str, interaction: Interaction) -> dict[str, Any] | None:
         endpoint = Endpoint(interaction.endpoint)
@@ -138,20 +133,11 @@ async def _answer(reply: UpstreamReply) -> tuple[str, Any]:
 
 def _first_divergence(expected: ChoiceRecord, got: ChoiceRecord) -> dict[str, Any] | None:
     want, have = expected.token_ids, got.token_ids
-    want_lp, have_lp = expected.logprobs, array("f", got.logprobs)
-    for position in range(max(len(want), len(have))):
-        token_want = want[position] if position < len(want) else None
-        token_have = have[position] if position < len(have) else None
-        lp_want = want_lp[position] if position < len(want_lp) else None
-        lp_have = have_lp[position] if position < len(have_lp) else None
+    columns = zip_longest(want, have, expected.logprobs, array("f", got.logprobs))
+    for position, (token_want, token_have, lp_want, lp_have) in islice(
+            enumerate(columns), max(len(want), len(have))):
         if token_want != token_have or lp_want != lp_have:
             return {"position": position,
                     "expected": {"token_id": token_want, "logprob": lp_want},
                     "got": {"token_id": token_have, "logprob": lp_have}}
     return None
-
-
-def _report(session_id: str, checked: int, skipped: int,
-            divergence: dict[str, Any] | None) -> dict[str, Any]:
-    return {"session_id": session_id, "ok": divergence is None, "checked": checked,
-            "skipped": skipped, "first_divergence": divergence}

@@ -1,12 +1,25 @@
 """The routes each also under ``/sessions/{session_id}``: the admission routes as
 FastAPI declares them (``hot.py`` answers them first), the model listing and Messages'
 ``count_tokens``; and ``HEAD /`` (Claude Code's probe). Every error on the Messages
-routes, auth included, comes in Anthropic's shape."""
+routes, auth included, comes in Anthropic's shape.
+
+SGLang's server routes are answered by the fleet: the health, info and token routes go
+to the least busy healthy server, whose answer is passed on as it came; ``/flush_cache``
+goes to every server, answered per server.
+- Bodies are bounded (413) and must be a JSON object (400) before anything is sent.
+- The health routes are open; the info and token routes need what ``/v1/models``
+  needs; ``/flush_cache`` needs the admin key.
+- ``/flush_cache`` is 200 when every server flushed; else 503 when one could not be
+  reached, else 400 (SGLang's answer when it does not flush).
+- ``/readyz`` (open) is 200 when some upstream answers and is neither degraded nor
+  draining, and the session store answers; else 503, with each one's reason.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -15,14 +28,19 @@ from fastapi.responses import JSONResponse, Response
 
 from ..bridges.anthropic import to_chat
 from ..dialects import Endpoint
-from ..errors import BadRequest, ModelNotFound, SessionNotFound, UpstreamError
+from ..errors import BadRequest, ModelNotFound, SessionNotFound, StoreError, UpstreamError
+from ..fleet.control import FleetControl
 from ..fleet.pool import UpstreamPool
 from ..pipeline.request import client_request, read_body
 from ..pipeline.services import Services
+from ..sessions import SessionStore
+from ..transport.body import UpstreamResponse
 from .access import Access
 from .hot import HotRoutes
 
-__all__ = ["PromptCounter", "api_router", "find_model"]
+__all__ = ["PromptCounter", "api_router", "find_model", "server_router", "warn_if_no_upstream"]
+
+log = logging.getLogger("seedproxy")
 
 PromptCounter = Callable[[dict[str, Any]], int]
 """Counts a chat body's prompt tokens as the upstream renders them; ``ValueError`` (or
@@ -37,11 +55,10 @@ def api_router(hot: HotRoutes, access: Access, pool: UpstreamPool, services: Ser
                counter: PromptCounter | None = None) -> APIRouter:
     router = APIRouter()
 
-    def route(endpoint: Endpoint):  # type: ignore[no-untyped-def]
+    def route(endpoint: Endpoint) -> Callable[[Request], Awaitable[Response]]:
         async def handler(request: Request) -> Response:
             return await hot.answer(request, endpoint, request.path_params.get("session_id"))
 
-        handler.__name__ = endpoint.name.lower()
         return handler
 
     async def count_tokens(request: Request) -> Response:
@@ -63,16 +80,13 @@ def api_router(hot: HotRoutes, access: Access, pool: UpstreamPool, services: Ser
 
     async def models(request: Request) -> Response:
         await access.session_for(request, request.path_params.get("session_id"))
-        upstream = await pool.get("/v1/models")
-        return Response(upstream.content, status_code=upstream.status_code,
-                        media_type=upstream.headers.get("content-type", "application/json"))
+        return _passed_on(await pool.get("/v1/models"), "application/json")
 
     async def model(request: Request) -> Response:
         await access.session_for(request, request.path_params.get("session_id"))
         upstream = await pool.get("/v1/models")
         if upstream.status_code != 200:
-            return Response(upstream.content, status_code=upstream.status_code,
-                            media_type=upstream.headers.get("content-type"))
+            return _passed_on(upstream)
         name = request.path_params["model"]
         card = find_model(upstream.content, name)
         if card is None:
@@ -113,3 +127,88 @@ def find_model(listing: bytes, name: str) -> dict[str, Any] | None:
     if name == "default":  # what the examples send: the model the upstream serves
         return next((card for card in cards if isinstance(card, dict)), None)
     return None
+
+
+_OPEN = ("/health", "/health_generate")
+_INFO = ("/get_model_info", "/get_server_info")
+_TOKENS = ("/tokenize", "/v1/tokenize", "/detokenize")
+
+
+def _passed_on(upstream: UpstreamResponse, media_type: str | None = None) -> Response:
+    return Response(upstream.content, status_code=upstream.status_code,
+                    media_type=upstream.headers.get("content-type", media_type))
+
+
+def server_router(pool: UpstreamPool, fleet: FleetControl, access: Access,
+                  store: SessionStore) -> APIRouter:
+    router = APIRouter()
+
+    async def open_route(request: Request) -> Response:
+        return _passed_on(await pool.get(request.url.path))
+
+    async def info_route(request: Request) -> Response:
+        await access.session_for(request, None)
+        return _passed_on(await pool.get(request.url.path))
+
+    async def token_route(request: Request) -> Response:
+        await access.session_for(request, None)
+        raw = await read_body(request, access.max_body_bytes)
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise BadRequest("the body is not valid JSON") from None
+        if not isinstance(body, dict):
+            raise BadRequest("the body must be a JSON object")
+        return _passed_on(await pool.get(request.url.path, method="POST", body=raw))
+
+    async def flush_cache(request: Request) -> JSONResponse:
+        await access.require_admin(request)
+        results = await fleet.fan_out("/flush_cache", {}, fleet.pool.upstreams)
+        if all(r["ok"] for r in results):
+            status = 200
+        else:
+            status = 503 if any(r["status"] is None for r in results) else 400
+        return JSONResponse({"success": status == 200, "upstreams": results},
+                            status_code=status)
+
+    for path in _OPEN:
+        router.add_api_route(path, open_route, methods=["GET"], name=path.strip("/"))
+    for path in _INFO:
+        router.add_api_route(path, info_route, methods=["GET"], name=path.strip("/"))
+    for path in _TOKENS:
+        router.add_api_route(path, token_route, methods=["POST"],
+                             name=path.strip("/").replace("/", "_"))
+    for method in ("GET", "POST"):  # one operation each: OpenAPI ids must be unique
+        router.add_api_route("/flush_cache", flush_cache, methods=[method],
+                             operation_id=f"flush_cache_{method.lower()}")
+
+    @router.get("/readyz")
+    async def readyz() -> JSONResponse:
+        probed = pool.upstreams  # the list probed, whatever joins or leaves meanwhile
+        reasons = await pool.probe()
+        upstreams = [
+            {"url": u.url, "up": reasons[u.url] is None, "degraded": u.degraded,
+             "reason": reasons[u.url]
+             or ("degraded: its recent requests all timed out" if u.degraded else None)
+             or ("draining: it left the fleet" if u.draining else None)}
+            for u in probed
+        ]
+        try:
+            await store.count_open()
+            stored: str | None = None
+        except StoreError as exc:
+            stored = exc.message
+        ready = stored is None and any(u["reason"] is None for u in upstreams)
+        body = {"ready": ready, "upstreams": upstreams,
+                "store": {"up": stored is None, "reason": stored}}
+        return JSONResponse(body, status_code=200 if ready else 503)
+
+    return router
+
+
+async def warn_if_no_upstream(pool: UpstreamPool) -> None:
+    """At start-up: one WARNING when no upstream answers."""
+    reasons = await pool.probe()
+    if all(reason is not None for reason in reasons.values()):
+        detail = "; ".join(f"{url}: {reason}" for url, reason in reasons.items())
+        log.warning("no upstream answers /health yet (requests will get 503): %s", detail)
