@@ -29,7 +29,7 @@ class Backend:
     reports_server_info: ClassVar[bool] = False
     """Whether the upstream answers SGLang's ``/get_server_info``: the fleet reads it for
     the determinism preflight (``preflight.py``) and the weight version, and a joining
-    server must pass both (``joining.py``)."""
+    server must pass both (``fleet/server_report.py``'s ``join_refusal``)."""
     names_requests: ClassVar[bool] = False
     """Whether the upstream takes a request id (``rid``) and aborts a request by it
     (``/abort_request``): each request sent is then named."""

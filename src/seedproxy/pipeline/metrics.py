@@ -42,7 +42,7 @@ class Metrics:
         self.refusals = Counter(
             "seedproxy_refusals",
             "Requests refused before reaching an upstream, by route, status and reason "
-            "(the error's code, param field or type: refusals.py).",
+            "(the error's code, param field or type: reason_of in pipeline/admission.py).",
             ["route", "status", "reason"], registry=registry)
         self.tito_prompts = Counter(
             "seedproxy_tito_prompts",
