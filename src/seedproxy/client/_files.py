@@ -20,9 +20,11 @@ def write_jsonl(trajectories: Iterable[Trajectory], out: str | os.PathLike[str] 
     if isinstance(out, str | os.PathLike):
         with open(out, "wb") as handle:
             return write_jsonl(trajectories, handle)
-    lines = [trajectory.to_json() + b"\n" for trajectory in trajectories]
-    out.writelines(lines)
-    return len(lines)
+    written = 0
+    for trajectory in trajectories:  # streamed: one trajectory in memory at a time
+        out.write(trajectory.to_json() + b"\n")
+        written += 1
+    return written
 
 
 def write_parquet(trajectories: Iterable[Trajectory], path: str | os.PathLike[str]) -> int:

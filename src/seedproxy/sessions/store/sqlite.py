@@ -220,11 +220,13 @@ class SqliteStore(SqliteFile):
     ) -> str | None:
         def work(db: sqlite3.Connection) -> str | None:
             record = self._require(db, session_id)
-            row = db.execute(
-                "SELECT interaction_id, data FROM interactions WHERE session_id = ? AND "
-                "coalesce(?, interaction_id) = interaction_id "
-                "ORDER BY request_index DESC, interaction_id DESC LIMIT 1",
-                (session_id, interaction_id),
+            row = db.execute(  # the newest, or the named one by its key (never a scan)
+                "SELECT interaction_id, data FROM interactions WHERE session_id = ? "
+                "ORDER BY request_index DESC, interaction_id DESC LIMIT 1"
+                if interaction_id is None else
+                "SELECT interaction_id, data FROM interactions "
+                "WHERE session_id = ? AND interaction_id = ?",
+                (session_id,) if interaction_id is None else (session_id, interaction_id),
             ).fetchone()
             if row is None and interaction_id is not None:
                 raise SessionNotFound(f"interaction {interaction_id!r} not found in {session_id!r}")
