@@ -128,41 +128,31 @@ class Glm45Parser(ToolParser):
     markers = (start, end, _KEY, _KEY_END, _VALUE, _VALUE_END)
 
     def __init__(self, tools: Sequence[Mapping[str, Any]] = ()) -> None:
-        """``tools``: the request's checked ``tools`` (their schemas type the values)."""
         super().__init__(tools)
         self._schemas = {t["function"]["name"]: schema_properties(
-            t["function"].get("parameters"))
-                         for t in tools}
+            t["function"].get("parameters")) for t in tools}
 
     def parse(self, captured: str) -> tuple[list[ToolCall], str]:
         return tagged_calls(captured, self.start, self._block)
 
-    def _block(self, rest: str) -> tuple[ToolCall | None, int]:
-        """The call just after an opening tag (it ends at the first closing one)."""
+    def _block(self, rest: str) -> tuple[list[ToolCall] | None, int]:
+        """The call after an opening tag; it ends at the first closing one."""
         close = rest.find(self.end)
-        if close < 0:
-            return None, len(rest)
-        return self._call(rest[:close]), close + len(self.end)
+        return (None, len(rest)) if close < 0 else (self._call(rest[:close]),
+                                                     close + len(self.end))
 
-    def _call(self, body: str) -> ToolCall | None:
-        """The call whose text (between the tags) is ``body``; None when it is not one."""
-        ends = [i for i in (body.find("\n"), body.find("\\n")) if i >= 0]
-        if not ends:
-            return None
-        cut = min(ends)
-        name = body[:cut]
-        schema = self._schemas.get(name)
+    def _call(self, body: str) -> list[ToolCall] | None:
+        """The call whose text between the tags is ``body``, or None."""
+        cut = min((i for i in (body.find("\n"), body.find("\\n")) if i >= 0), default=-1)
+        schema = self._schemas.get(body[:cut]) if cut >= 0 else None
         if schema is None:
             return None
-        arguments: dict[str, Any] = {}
-        for key, raw in _pairs(body, cut):
-            key = key.strip()
-            arguments[key] = argument_value(raw, value_type(schema.get(key)))
+        arguments = {key.strip(): argument_value(raw, value_type(schema.get(key.strip())))
+                     for key, raw in _pairs(body, cut)}
         try:
-            text = json.dumps(arguments, ensure_ascii=False)
+            return [ToolCall(body[:cut], json.dumps(arguments, ensure_ascii=False))]
         except (TypeError, ValueError):  # a Python literal JSON cannot hold (a set)
             return None
-        return ToolCall(name, text)
 
 
 def _pairs(body: str, pos: int) -> list[tuple[str, str]]:

@@ -48,7 +48,7 @@ class Llama3JsonParser(ToolParser):
         while True:
             at = skip_space(captured, pos)
             if captured.startswith(self.start, at):
-                at = skip_space(captured, at + len(self.start))
+                at += len(self.start)
             got = decode_at(captured, at)
             call = call_of(got[0], "parameters") if got is not None else None
             if got is None or call is None:

@@ -49,7 +49,7 @@ class MistralParser(ToolParser):
             name = captured[at:sep].strip() if sep >= 0 else ""
             if not name or any(c in name for c in "[]{}") or any(c.isspace() for c in name):
                 return calls, captured[pos:]
-            got = decode_at(captured, skip_space(captured, sep + len(self.args)))
+            got = decode_at(captured, sep + len(self.args))
             call = call_of({"name": name, "arguments": got[0]}) if got is not None else None
             if got is None or call is None:
                 return calls, captured[pos:]
