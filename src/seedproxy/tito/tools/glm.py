@@ -16,7 +16,6 @@ parses them::
   escaped string, then as a Python literal, else kept as text. A ``number`` that reads
   as a string is converted where it spells one. This is SGLang's order, quirks
   included (a ``string`` parameter written ``true`` comes back ``"True"``).
-- Text before, between and after the calls is content.
 """
 
 from __future__ import annotations
