@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..stop_strings import partial_tag
+from ..stop_strings import held_tail
 
 __all__ = ["MarkerGuard", "id_markers"]
 
@@ -40,7 +40,7 @@ class MarkerGuard:
 
     def __init__(self, by_id: Mapping[int, str]) -> None:
         self._by_id = dict(by_id)
-        self._texts = sorted(set(by_id.values()))
+        self._texts = tuple(sorted(set(by_id.values())))
         firsts = sorted({t[0] for t in self._texts})
         if len(firsts) > 32:
             raise ValueError("at most 32 distinct marker first characters")
@@ -67,6 +67,6 @@ class MarkerGuard:
         for marker in self._texts:
             if marker in text:
                 text = text.replace(marker, self._escape[marker[0]] + marker[1:])
-        keep = 0 if final else max(partial_tag(text, m) for m in self._texts)
+        keep = 0 if final else held_tail(text, self._texts)
         self._held = text[len(text) - keep:]
         return text[:len(text) - keep]

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Protocol
 
-from ..stop_strings import held_tail
+from ..stop_strings import first_stop, held_tail
 from .harmony import CALL, CHANNEL, END, MARKERS, MESSAGE, RETURN, START
 
 __all__ = ["REASONING_PARSERS", "HarmonyReasoning", "Held", "ReasoningParser", "ThinkParser"]
@@ -67,12 +67,6 @@ class ReasoningParser(Protocol):
     def finish(self) -> list[Part]: ...  # what is left once the completion has ended
 
 
-def _first(text: str, tags: tuple[str, ...]) -> tuple[int, str]:
-    """The earliest of ``tags`` in ``text`` (-1, "" when none is there)."""
-    found = [(at, tag) for tag in tags if (at := text.find(tag)) >= 0]
-    return min(found) if found else (-1, "")
-
-
 def _release(text: str, tags: tuple[str, ...]) -> tuple[str, str]:
     """``text`` less what may begin one of ``tags`` at its end, and that held tail."""
     cut = len(text) - held_tail(text, tags)
@@ -108,11 +102,12 @@ class ThinkParser:
                 self._state = "reasoning" if self.forced else "content"
         if self._state == "reasoning":
             # The reasoning ends at the close tag (dropped) or a tool start (kept).
-            end, tag = _first(self._buffer, self.markers()[1:])
-            if end < 0:
+            hit = first_stop(self._buffer, self.markers()[1:])
+            if hit is None:
                 text, self._buffer = _release(self._buffer, self.markers()[1:])
                 shown = self._reasoning.feed(text)
                 return [("reasoning", shown)] if shown else parts
+            end, tag = hit
             shown = self._reasoning.feed(self._buffer[:end])
             if shown:
                 parts.append(("reasoning", shown))
@@ -195,11 +190,12 @@ class HarmonyReasoning:
                 continue
             outside = self._where == "outside"
             tags = _OPENS if outside else _ENDS
-            at, tag = _first(self._buffer, tags)
-            if at < 0:
+            hit = first_stop(self._buffer, tags)
+            if hit is None:
                 text, self._buffer = _release(self._buffer, tags)
                 self._emit(parts, self._where, text)
                 return parts
+            at, tag = hit
             self._emit(parts, self._where, self._buffer[:at] + (
                 tag if self._where == "raw" else ""))
             self._buffer = self._buffer[at if outside else at + len(tag):]
