@@ -2,22 +2,14 @@
 
 A request *extends* turn t when its messages are t's messages, then an assistant
 message matching one of t's recorded replies, then at least one new message, with
-the same tools. Its prompt is then t's prompt ids + that choice's completion ids
-exactly as sampled (its end included: the end-of-turn, or harmony's ``<|return|>``
-or ``<|call|>``) + the ids of the new messages only. Otherwise it is a full
-render, and ``forked_from`` names the earlier turn sharing the longest message
-prefix. The template kwargs are part of the context key, so a turn whose kwargs
-differ from the earlier one's is a full render (a new branch). A request continuing
-its final assistant message (``continue_final_message``) records the messages before
-it; its reply is matched later as that message's content + the sampled content.
-The state read here is the session's recorded turns (a ``SessionView``'s, or whole
-interactions), so it is the same in every store.
-
-A rendered turn's ``tito["prompt"]`` is ``{"kind": "rendered", "reason": {"message",
-"what"}}`` (``rendered_reason``): ``message`` is the index (in the request) of the first
-message that no recorded turn continues, or None when the messages are not the cause.
-It is read against the recorded turn sharing the longest message prefix (the one
-``forked_from`` names), so it costs what that comparison cost already.
+the same context (tools, template kwargs). Its prompt is then t's prompt ids + that
+choice's completion ids exactly as sampled (its end included) + the ids of the new
+messages only. Otherwise it is a full render (a new branch), and ``forked_from``
+names the earlier turn sharing the longest message prefix, against which
+``rendered_reason`` says why. A request continuing its final assistant message
+(``continue_final_message``) records the messages before it; its reply is matched
+later as that message's content + the sampled content. Only the session's recorded
+turns are read, so this is the same in every store.
 """
 
 from __future__ import annotations
@@ -62,8 +54,6 @@ class RecordedTurn(Protocol):
     def tito(self) -> dict[str, Any] | None: ...
     @property
     def choices(self) -> list[ChoiceRecord]: ...
-    @property
-    def prompt_token_ids(self) -> Any: ...
     def prompt_ids(self) -> TokenIds: ...
 
 
@@ -77,19 +67,11 @@ class Prompt:
     message_keys: list[str]
     extends: dict[str, Any] | None = None
     forked_from: dict[str, Any] | None = None
-    prefix: str | None = None
-    """The continued final assistant message's text (``continue_final_message``)."""
+    prefix: str | None = None  # the continued final assistant message's text
     how: dict[str, Any] | None = None
-    """How it was made (the record's ``tito["prompt"]``): ``extended``, ``matched``
-    with the matchers that mapped the resent history, or ``rendered`` with the reason."""
-    image_positions: list[int] = field(default_factory=list)
-    """Where ``ids`` hold an image placeholder (a vision model's), in order."""
-
-
-def _replies(turn: RecordedTurn) -> list[dict[str, Any]]:
-    tito = turn.tito or {}
-    replies = tito.get("replies")
-    return replies if isinstance(replies, list) else []
+    """The record's ``tito["prompt"]``: ``extended``, ``matched`` (with the matchers that
+    mapped the resent history), or ``rendered`` (with the reason)."""
+    image_positions: list[int] = field(default_factory=list)  # placeholders in ``ids``
 
 
 def _reply_entry(reply: dict[str, Any]) -> str | None:
@@ -128,7 +110,8 @@ def _extends(turn: RecordedTurn, messages: list[dict[str, Any]], keys: list[str]
     fired = history_differences(earlier, keys[:size], allowed)
     if fired is None:
         return None
-    for choice, reply in enumerate(_replies(turn)):
+    replies = tito.get("replies")
+    for choice, reply in enumerate(replies if isinstance(replies, list) else []):
         if choice < len(turn.choices) and turn.choices[choice].token_ids:
             found = _matches(reply, messages[size], keys[size])
             if found is not None and found.issubset(allowed):
@@ -137,12 +120,8 @@ def _extends(turn: RecordedTurn, messages: list[dict[str, Any]], keys: list[str]
 
 
 def _common(a: list[str], b: list[str]) -> int:
-    size = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y and entry_key(x) != entry_key(y):
-            break
-        size += 1
-    return size
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False))
+                 if x != y and entry_key(x) != entry_key(y)), min(len(a), len(b)))
 
 
 @dataclass(slots=True)
@@ -210,19 +189,25 @@ def plan_prompt(renderer: Renderer, body: dict[str, Any], history: Sequence[Reco
         completion = turn.choices[choice].token_ids
         end = completion[-1] if completion and completion[-1] in renderer.end_ids else None
         reply, *new = messages_from(len((turn.tito or {})["messages"]))
+        system = None  # the first message when a system one (some templates write it late)
+        if sent and sent[0].get("role") == "system":
+            system = converted[0] if seen == 0 else template_messages(
+                sent[:1], fmt, images=images)[0]
         suffix = renderer.suffix_text(new, tools, end=end, options=options, reply=reply,
-                                      system=_system(sent, converted, seen, fmt, images))
-        if end is None:  # cut short: close a reasoning block it left open first
-            suffix = renderer.think_closing(turn.prompt_ids().ids[-_TAIL:], completion) + suffix
-        added = array("i", completion) + array("i", renderer.encode(suffix))
+                                      system=system)
         before = turn.prompt_ids()
-        ids = before.extended(added)
-        return Prompt(ids, _opens(suffix, options), context, recorded,
+        if end is None:  # cut short: close a reasoning block it left open first
+            suffix = renderer.think_closing(before.ids[-_TAIL:], completion) + suffix
+        added = array("i", completion) + array("i", renderer.encode(suffix))
+        # Image placeholders: the turn's own (its record's), then the new ids'.
+        vision = renderer.vision
+        positions = [int(image["position"]) for image in (turn.tito or {}).get("images") or []
+                     ] + vision.positions(added, len(before)) if vision else []
+        return Prompt(before.extended(added), _opens(suffix, options), context, recorded,
                       extends={"interaction_id": turn.interaction_id, "choice": choice},
                       prefix=prefix, how=(
                           {"kind": "matched", "matchers": sorted(fired)} if fired
-                          else {"kind": "extended"}),
-                      image_positions=_positions(renderer, turn, added, len(before)))
+                          else {"kind": "extended"}), image_positions=positions)
     best = max(
         ((_common(recorded, (t.tito or {}).get("messages") or []), t.request_index, t)
          for t in history if t.tito and t.status < 400),
@@ -234,27 +219,6 @@ def plan_prompt(renderer: Renderer, body: dict[str, Any], history: Sequence[Reco
                              None if best is None else (best[2].tito or {}), best[0] if best else 0)
     return FullRender(renderer, messages_from(0), tools, options, context, recorded, prefix,
                       forked, {"kind": "rendered", "reason": reason})
-
-
-def _positions(renderer: Renderer, turn: RecordedTurn, added: array[int],
-               offset: int) -> list[int]:
-    """The image placeholders of a prompt extending ``turn`` by ``added``: the turn's
-    own (its record's), then those ``added`` holds (only the new ids are scanned)."""
-    if renderer.vision is None:
-        return []
-    earlier = (turn.tito or {}).get("images") or []
-    return [int(image["position"]) for image in earlier] + renderer.vision.positions(
-        added, offset)
-
-
-def _system(sent: list[dict[str, Any]], converted: list[dict[str, Any]], seen: int,
-            fmt: str, images: bool) -> dict[str, Any] | None:
-    """The conversation's first message as the template gets it, when it is a system
-    message (the suffix's probe carries it: some templates write it at the latest user
-    message)."""
-    if not sent or sent[0].get("role") != "system":
-        return None
-    return converted[0] if seen == 0 else template_messages(sent[:1], fmt, images=images)[0]
 
 
 def _text(content: Any) -> str:

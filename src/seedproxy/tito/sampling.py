@@ -14,16 +14,8 @@ Structured output (``constraint_of``):
 - At most one constraint: ``regex``, ``ebnf``, ``json_schema`` or a ``response_format``
   other than ``text``; two are a 400 naming the second (SGLang: "Only one of regex,
   json_schema, or ebnf can be set").
-- ``response_format`` is kept as the kind asked (``json_object``, or ``json_schema`` with
-  its ``json_schema`` object), so each dialect maps it as its own chat route does:
-  SGLang turns ``json_object`` into the schema ``{"type": "object"}`` and a schema into
-  ``json.dumps(schema)``; vLLM's completions take ``response_format`` as its chat does.
-- A ``regex`` must compile with Python's ``re`` (``sampling_fields.check_regex``: a 400
-  naming it otherwise), so an upstream's refusal of it never uses an index.
-- ``structural_tag`` is sent as SGLang's chat route writes it: ``json.dumps`` of
-  its ``model_dump(by_alias=True)``; for the ``structures`` / ``triggers`` form that is
-  ``seedproxy.legacy_tag``'s text (schema null and at_least_one false when left out);
-  the ``format`` form (xgrammar's own) goes as sent. Other kinds are a 400.
+- ``response_format`` (read by ``sampling_fields.format_of``) is also kept as asked, so
+  each dialect maps it as its own chat route does.
 - A forcing ``tool_choice`` (``required`` or a named tool) is the tool parser's
   structural tag where it builds one (``tools.structural``), else the JSON schema of
   ``seedproxy.tool_choice``; with any other constraint it is a 400, as SGLang 0.5.23's
@@ -179,12 +171,10 @@ def sampling_of(body: dict[str, Any], stop_token_ids: tuple[int, ...], *,
     limit = _int(body, "max_completion_tokens", 1)
     if limit is None:
         limit = _int(body, "max_tokens", 1)
-    logprobs = body.get("logprobs")
-    if logprobs is not None and not isinstance(logprobs, bool):
-        raise BadRequest("logprobs must be a boolean", param="logprobs")
-    ignore_eos = body.get("ignore_eos")
-    if ignore_eos is not None and not isinstance(ignore_eos, bool):
-        raise BadRequest("ignore_eos must be a boolean", param="ignore_eos")
+    for key in ("logprobs", "ignore_eos"):
+        if body.get(key) is not None and not isinstance(body[key], bool):
+            raise BadRequest(f"{key} must be a boolean", param=key)
+    ignore_eos = bool(body.get("ignore_eos"))
     top = _int(body, "top_logprobs", 0) or 0
     if top > 20:
         raise BadRequest("top_logprobs must be at most 20", param="top_logprobs")
@@ -196,7 +186,7 @@ def sampling_of(body: dict[str, Any], stop_token_ids: tuple[int, ...], *,
         min_p=number(body, "min_p"),
         stop=stops,
         stop_token_ids=tuple(dict.fromkeys([*(() if ignore_eos else stop_token_ids), *extra])),
-        logprobs=bool(logprobs),
+        logprobs=bool(body.get("logprobs")),
         top_logprobs=top,
         frequency_penalty=frequency,
         presence_penalty=presence,
@@ -205,7 +195,7 @@ def sampling_of(body: dict[str, Any], stop_token_ids: tuple[int, ...], *,
         stop_regex=_stop_regex(body),
         constraint=constraint_of(body, forcing, tool_tag),
         forcing=forcing,
-        ignore_eos=bool(ignore_eos),
+        ignore_eos=ignore_eos,
         require_reasoning=reasoning,
     )
 
@@ -231,10 +221,7 @@ class Constraint:
         """The ``sampling_params`` key SGLang's chat route puts it under."""
         if self.field in _GRAMMARS:
             return self.field
-        if self.structural:
-            return "structural_tag"
-        if self.response_format is not None and (
-                self.response_format.get("type") == "structural_tag"):
+        if self.structural or (self.response_format or {}).get("type") == "structural_tag":
             return "structural_tag"
         return "json_schema"  # json_object, json_schema, a forced tool call
 
@@ -271,11 +258,6 @@ def _grammar(body: dict[str, Any]) -> Constraint | None:
     return Constraint(key, value)
 
 
-def _response_format(fmt: Any) -> Constraint | None:
-    asked = format_of(fmt, "in token-in-token-out mode")
-    return None if asked is None else Constraint("response_format", asked.source, asked.asked)
-
-
 def constraint_of(body: dict[str, Any], forcing: Forcing | None = None,
                   tool_tag: str | None = None) -> Constraint | None:
     """The one constraint ``body`` asks for (``forcing``: its forced tool call, checked;
@@ -283,7 +265,8 @@ def constraint_of(body: dict[str, Any], forcing: Forcing | None = None,
     ``BadRequest`` names a bad or second one. An ``auto`` tool tag gives way to the
     client's own constraint, as SGLang drops it then."""
     grammar = _grammar(body)
-    fmt = _response_format(body.get("response_format"))
+    given = format_of(body.get("response_format"), "in token-in-token-out mode")
+    fmt = None if given is None else Constraint("response_format", given.source, given.asked)
     if grammar is not None and fmt is not None:
         raise BadRequest("response_format cannot be combined with regex, ebnf or json_schema",
                          param="response_format")
