@@ -2,16 +2,14 @@
 
 A harmony turn is a run of messages, each ``[<|start|>assistant]<|channel|>HEADER
 <|message|>BODY`` closed by ``<|end|>`` (the message ends, the turn goes on),
-``<|call|>`` (a tool call: the turn ends) or ``<|return|>`` (the final answer: the
-turn ends). So the stop ids are ``<|return|>`` and ``<|call|>``, never ``<|end|>``.
+``<|call|>`` (a tool call) or ``<|return|>`` (the final answer). So the stop ids are
+``<|return|>`` and ``<|call|>``, never ``<|end|>``.
 
 The chat template writes an assistant turn sent back differently from how the model
-sampled it: it drops the analysis messages, writes the final message's end as
-``<|end|>`` (the model sampled ``<|return|>``) and a call's header in its own order.
-The model sampled the channel header after the generation prompt ``<|start|>assistant``
-itself, so the recorded completion holds it. History is never re-rendered in this
-mode: the next turn is the recorded prompt + the completion as sampled + the new
-messages as the template writes them after such a turn.
+sampled it (analysis dropped, ``<|end|>`` for ``<|return|>``, a call's header in its
+own order), and the recorded completion holds the channel header the model sampled
+after ``<|start|>assistant``: the next turn is the recorded prompt + the completion as
+sampled + the new messages as the template writes them after such a turn.
 """
 
 from __future__ import annotations

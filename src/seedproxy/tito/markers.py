@@ -25,13 +25,8 @@ _FIRST = 0xFDD0  # the 32 noncharacters U+FDD0..U+FDEF: never a tokenizer's text
 def id_markers(tokenizer: Any, texts: Iterable[str]) -> dict[int, str]:
     """The markers among ``texts`` that are one added token each (id -> text)."""
     added = tokenizer.get_added_vocab()
-    found: dict[int, str] = {}
-    for text in texts:
-        token = added.get(text)
-        if isinstance(token, int) and list(tokenizer.encode(
-                text, add_special_tokens=False)) == [token]:
-            found[token] = text
-    return found
+    return {added[text]: text for text in texts if isinstance(added.get(text), int)
+            and list(tokenizer.encode(text, add_special_tokens=False)) == [added[text]]}
 
 
 class MarkerGuard:

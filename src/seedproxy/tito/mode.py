@@ -16,7 +16,7 @@ from .facets import MATCHERS, matchers_of
 from .harmony import MARKERS as HARMONY_MARKERS
 from .lineage import FullRender, Prompt, RecordedTurn, plan_prompt
 from .markers import MarkerGuard, id_markers
-from .reasoning import REASONING_PARSERS, ReasoningParser, ThinkParser
+from .reasoning import REASONING_PARSERS, ThinkParser
 from .renderer import Renderer
 from .sampling import Sampling, checked_forcing, sampling_of
 from .template_check import check as check_template
@@ -69,17 +69,11 @@ class TitoMode:
         self._vocab_size = len(tok)  # the wrapper's len() costs a microsecond a request
         self._token_texts: dict[int, str] = {}  # bounded by the vocabulary
 
-    def prompt(self, body: dict[str, Any], history: Sequence[RecordedTurn], *,
-               known: Sequence[str] = ()) -> Prompt:
-        """The token prompt for chat ``body``; ``BadRequest`` before anything is sent."""
-        plan = self.plan(body, history, known=known)
-        return plan.run() if isinstance(plan, FullRender) else plan
-
     def plan(self, body: dict[str, Any], history: Sequence[RecordedTurn], *,
              known: Sequence[str] = ()) -> Prompt | FullRender:
-        """``prompt``, with a full render left to run (``FullRender.run`` may also raise
-        ``BadRequest``). ``known``: keys of its first messages, as a recorded turn sent
-        them (those were checked then)."""
+        """The token prompt for chat ``body``, or its full render left to run;
+        ``BadRequest`` (from ``FullRender.run`` too) before anything is sent. ``known``:
+        keys of its first messages, as a recorded turn sent them (checked then)."""
         for message in body["messages"][len(known):]:
             role = message.get("role")
             if not isinstance(role, str) or role not in _ROLES:  # a list is unhashable
@@ -103,7 +97,8 @@ class TitoMode:
     def count_prompt(self, body: dict[str, Any]) -> int:
         """The ids of chat ``body``'s prompt rendered whole, as a fresh session would
         send it (``/v1/messages/count_tokens``); ``BadRequest`` when it cannot render."""
-        return len(self.prompt(body, []).ids)
+        plan = self.plan(body, [])
+        return len((plan.run() if isinstance(plan, FullRender) else plan).ids)
 
     def sampling(self, body: dict[str, Any]) -> Sampling:
         return sampling_of(body, self.stop_token_ids, carries=self.dialect.carries,
@@ -115,9 +110,7 @@ class TitoMode:
                   sampling: Sampling | None = None) -> AssistantStream:
         """A fresh parser chain for one choice of ``body`` (``sampling``: its
         ``sampling(body)``, when the caller holds it already)."""
-        reasoning: ReasoningParser | None = None
-        if self._reasoning is not None:
-            reasoning = self._reasoning(opened=prompt.opens_reasoning)
+        reasoning = self._reasoning(opened=prompt.opens_reasoning) if self._reasoning else None
         if sampling is None:
             sampling = self.sampling(body)
         tools: ToolParser | None = None

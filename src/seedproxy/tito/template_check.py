@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 from difflib import SequenceMatcher
+from itertools import product
 from typing import Any
 
 from ..errors import BadRequest, ConfigError
@@ -42,28 +43,27 @@ _PROBE_CALL_ID = "call00000"  # 9 alphanumerics: Mistral's templates take no oth
 def check(renderer: Renderer) -> None:
     """Prove ``renderer``'s template renders incrementally; ``ConfigError`` names what
     breaks (at start-up, so each render here runs once)."""
-    for system in (None, _PROBE_SYSTEM):
+    follows = ({"role": "user", "content": "again"},
+               {"role": "tool", "tool_call_id": _PROBE_CALL_ID, "content": "42"})
+    for system, tools, follow in product((None, _PROBE_SYSTEM), (None, PROBE_TOOLS), follows):
         lead = [system] if system else []
-        for tools in (None, PROBE_TOOLS):
-            for follow in ({"role": "user", "content": "again"},
-                           {"role": "tool", "tool_call_id": _PROBE_CALL_ID, "content": "42"}):
-                first = [*lead, PROBE_USER]
-                reply = {"role": "assistant", "content": SENTINEL}
-                try:
-                    prompt = renderer.full_text(first, tools)
-                    whole = renderer.full_text([*first, reply, follow], tools)
-                    after = renderer.text_after([follow], tools, _DEFAULT, lead=lead)
-                    if follow["role"] == "user" and not after.startswith(renderer.eot_text):
-                        raise BadRequest("the chat template does not end an assistant turn "
-                                         f"with {renderer.eot_text!r}", param="messages")
-                except BadRequest as exc:
-                    if follow["role"] == "tool":
-                        continue  # a template without tool messages: tools are refused later
-                    raise ConfigError(f"the chat template cannot render incrementally: "
-                                      f"{exc.message}") from None
-                if follow["role"] == "tool" and renderer.turn_end(after) is None:
-                    continue  # no stop id opens a tool message: tool turns are refused later
-                _compare(renderer, prompt, whole, after, follow["role"], system)
+        first = [*lead, PROBE_USER]
+        reply = {"role": "assistant", "content": SENTINEL}
+        try:
+            prompt = renderer.full_text(first, tools)
+            whole = renderer.full_text([*first, reply, follow], tools)
+            after = renderer.text_after([follow], tools, _DEFAULT, lead=lead)
+            if follow["role"] == "user" and not after.startswith(renderer.eot_text):
+                raise BadRequest("the chat template does not end an assistant turn "
+                                 f"with {renderer.eot_text!r}", param="messages")
+        except BadRequest as exc:
+            if follow["role"] == "tool":
+                continue  # a template without tool messages: tools are refused later
+            raise ConfigError(f"the chat template cannot render incrementally: "
+                              f"{exc.message}") from None
+        if follow["role"] == "tool" and renderer.turn_end(after) is None:
+            continue  # no stop id opens a tool message: tool turns are refused later
+        _compare(renderer, prompt, whole, after, follow["role"], system)
     if renderer.harmony is not None:
         _check_call(renderer)
     if renderer.vision is not None:
@@ -190,6 +190,4 @@ def _pieces(renderer: Renderer, text: str) -> list[str]:
 def _think_opening(prompt: str) -> str:
     """The ``<think>`` opening (and the whitespace after it) that ends ``prompt``, or ""."""
     bare = prompt.rstrip()
-    if not bare.endswith(THINK):
-        return ""
-    return prompt[len(bare) - len(THINK):]
+    return prompt[len(bare) - len(THINK):] if bare.endswith(THINK) else ""

@@ -6,10 +6,8 @@ Invariants (SGLang 0.5.23 ``base_processor._expand_input_ids``; transformers'
 - The prompt sent upstream holds the template's own placeholder once per image: exactly
   one ``image_token`` id per image, in the order of ``image_data``. The server expands the
   i-th into that image's ``tokens``; the prompt ids as sent are what is recorded.
-- ``tokens(width, height)`` is the processor's count: the image resized by
-  ``smart_resize`` (both sides multiples of ``patch_size * merge_size``, its area within
-  ``min_pixels`` .. ``max_pixels``), in patches of ``patch_size``, merged
-  ``merge_size`` x ``merge_size``: 640x480 gives 391 with Qwen2.5-VL's configuration.
+- ``tokens(width, height)`` is the processor's count (640x480 gives 391 with
+  Qwen2.5-VL's configuration).
 - A model whose folder holds no ``preprocessor_config.json`` with these fields takes no
   images in token-in-token-out mode.
 """
@@ -27,8 +25,7 @@ from ..media import CheckedImage
 
 __all__ = ["IMAGE_TOKENS", "Vision", "image_records", "vision_of"]
 
-IMAGE_TOKENS = ("<|image_pad|>",)
-"""The image placeholders of the families served (Qwen2-VL, Qwen2.5-VL, Qwen3-VL)."""
+IMAGE_TOKENS = ("<|image_pad|>",)  # the placeholders of the families served
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,10 +58,9 @@ class Vision:
 
 def image_records(vision: Vision, images: Sequence[CheckedImage],
                   positions: Sequence[int]) -> list[dict[str, Any]]:
-    """What a record keeps of a prompt's images, in order: each one's ``sha256`` (of its
-    bytes: the image itself is stored once by it), type and size, the index of its
-    placeholder in the prompt ids as sent (``position``) and the ids it expands to
-    (``tokens``): the expanded prompt follows from these without a processor."""
+    """What a record keeps of a prompt's images, in order (the image itself is stored
+    once by its ``sha256``): with its placeholder's index in the prompt ids as sent and
+    the ids it expands to, the expanded prompt follows without a processor."""
     return [{"sha256": image.sha256, "media_type": image.media_type, "width": image.width,
              "height": image.height, "position": position,
              "tokens": vision.tokens(image.width, image.height)}
