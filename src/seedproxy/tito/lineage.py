@@ -244,22 +244,17 @@ def _opens(text: str, options: RenderOptions) -> bool:
     return text.rstrip().endswith("<think>")
 
 
-def _reply_record(sent: str, reasoning: str) -> dict[str, Any]:
-    key, _, facets = sent.partition("|")
-    return {"key": key, "reasoning": reasoning_key(reasoning), "facets": facets}
-
-
 def tito_record(prompt: Prompt, replies: list[tuple[str, str]],
                 images: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The interaction's ``tito`` field: keys for matching later turns, and lineage.
     ``replies`` holds (message entry, reasoning text) per choice; ``images`` the prompt's
     images (``vision.image_records``), kept only when it has any."""
-    extra = {"images": images} if images else {}
     return {
-        **extra,
+        **({"images": images} if images else {}),
         "context": prompt.context,
         "messages": prompt.message_keys,
-        "replies": [_reply_record(e, reasoning) for e, reasoning in replies],
+        "replies": [{"key": e.partition("|")[0], "reasoning": reasoning_key(reasoning),
+                     "facets": e.partition("|")[2]} for e, reasoning in replies],
         "extends": prompt.extends,
         "forked_from": prompt.forked_from,
         "prompt": prompt.how,

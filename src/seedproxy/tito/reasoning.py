@@ -22,7 +22,7 @@ completion cut off shows nothing.
 
 from __future__ import annotations
 
-from typing import ClassVar, Protocol
+from typing import ClassVar
 
 from ..stop_strings import first_stop, held_tail
 from .harmony import CALL, CHANNEL, END, MARKERS, MESSAGE, RETURN, START
@@ -52,19 +52,6 @@ class Held:
         body = text.rstrip()
         self._pending = text[len(body):]
         return body
-
-
-class ReasoningParser(Protocol):
-    """What every reasoning parser offers (one per answer choice)."""
-
-    def __init__(self, *, opened: bool = False) -> None: ...
-
-    @classmethod
-    def markers(cls) -> tuple[str, ...]: ...  # the tags it reads (kept in the decoded text)
-
-    def feed(self, text: str) -> list[Part]: ...  # the (kind, text) parts ``text`` completes
-
-    def finish(self) -> list[Part]: ...  # what is left once the completion has ended
 
 
 def _release(text: str, tags: tuple[str, ...]) -> tuple[str, str]:
@@ -216,6 +203,10 @@ class HarmonyReasoning:
         if text:
             parts.append((kind if kind == "reasoning" else "content", text))
 
+
+ReasoningParser = ThinkParser | HarmonyReasoning
+"""One per answer choice: ``markers()`` (the tags it reads, kept in the decoded text),
+``feed`` (the parts a piece of text completes) and ``finish`` (what is left at the end)."""
 
 REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
     "think": ThinkParser, "qwen3": Qwen3Parser, "qwen3-thinking": Qwen3ThinkingParser,

@@ -54,12 +54,8 @@ CARRIABLE = frozenset({
 """The optional fields a dialect may carry; each dialect says which in ``carries``."""
 
 _NEUTRAL: dict[str, tuple[Any, ...]] = {
-    "frequency_penalty": (0, 0.0),
-    "presence_penalty": (0, 0.0),
-    "repetition_penalty": (1, 1.0),
-    "logit_bias": ({},),
-    "stop_regex": ([],),
-    "response_format": ({"type": "text"},),
+    "frequency_penalty": (0, 0.0), "presence_penalty": (0, 0.0), "repetition_penalty": (1, 1.0),
+    "logit_bias": ({},), "stop_regex": ([],), "response_format": ({"type": "text"},),
     "tool_choice": ("auto", "none"),
 }
 """Values that ask for nothing (as does ``None``): a dialect that cannot carry a field
@@ -155,22 +151,14 @@ def sampling_of(body: dict[str, Any], stop_token_ids: tuple[int, ...], *,
     tool_tag = (_tool_tag(body, forcing, tool_parser, think) if "tool_choice" in carries
                 else None)
     stop = body.get("stop")
-    if stop is None:
-        stops: tuple[str, ...] = ()
-    elif isinstance(stop, str) and stop:  # "" would end the reply before its first token
-        stops = (stop,)
-    elif isinstance(stop, list) and len(stop) <= _MAX_STOPS and all(
-            isinstance(s, str) and s for s in stop):
-        stops = tuple(stop)
-    else:
-        raise BadRequest(
-            f"stop must be a non-empty string or up to {_MAX_STOPS} of them", param="stop"
-        )
+    stops = [stop] if isinstance(stop, str) else [] if stop is None else stop
+    if not isinstance(stops, list) or len(stops) > _MAX_STOPS or not all(
+            isinstance(s, str) and s for s in stops):  # "" would end the reply at once
+        raise BadRequest(f"stop must be a non-empty string or up to {_MAX_STOPS} of them",
+                         param="stop")
     extra = token_ids(body.get("stop_token_ids"), "stop_token_ids")
     frequency, presence, repetition = penalties(body)
-    limit = _int(body, "max_completion_tokens", 1)
-    if limit is None:
-        limit = _int(body, "max_tokens", 1)
+    limit = _int(body, "max_completion_tokens", 1) or _int(body, "max_tokens", 1)
     for key in ("logprobs", "ignore_eos"):
         if body.get(key) is not None and not isinstance(body[key], bool):
             raise BadRequest(f"{key} must be a boolean", param=key)
@@ -184,7 +172,7 @@ def sampling_of(body: dict[str, Any], stop_token_ids: tuple[int, ...], *,
         top_p=number(body, "top_p"),
         top_k=_int(body, "top_k", -1),
         min_p=number(body, "min_p"),
-        stop=stops,
+        stop=tuple(stops),
         stop_token_ids=tuple(dict.fromkeys([*(() if ignore_eos else stop_token_ids), *extra])),
         logprobs=bool(body.get("logprobs")),
         top_logprobs=top,

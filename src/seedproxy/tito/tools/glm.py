@@ -34,6 +34,8 @@ __all__ = ["Glm45Parser", "argument_value", "value_type"]
 _KEY, _KEY_END = "<arg_key>", "</arg_key>"
 _VALUE, _VALUE_END = "<arg_value>", "</arg_value>"
 _UNSET = object()
+_KINDS = ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"),
+          (list, "array"), (dict, "object"))
 
 
 def _literal(text: str) -> Any:
@@ -77,27 +79,15 @@ def value_type(schema: Any) -> str | None:
                 return next(t for t in found if t != "null")
             return "string" if "string" in found else found[0]
     if isinstance(schema.get("enum"), list):
-        kinds = {_enum_kind(v) for v in schema["enum"]}
+        kinds = {"null" if v is None else next((name for kind, name in _KINDS if isinstance(
+            v, kind)), "string") for v in schema["enum"]}
         return kinds.pop() if len(kinds) == 1 else "string"
     if isinstance(schema.get("allOf"), list):
-        for branch in schema["allOf"]:
-            found_type = value_type(branch)
-            if found_type and found_type != "string":
-                return found_type
-        return "string"
+        return next((t for t in map(value_type, schema["allOf"]) if t and t != "string"),
+                    "string")
     if "properties" in schema:
         return "object"
     return "array" if "items" in schema else None
-
-
-def _enum_kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    for kind, name in ((bool, "boolean"), (int, "integer"), (float, "number"),
-                       (str, "string"), (list, "array"), (dict, "object")):
-        if isinstance(value, kind):
-            return name
-    return "string"
 
 
 def argument_value(raw: str, kind: str | None) -> Any:
