@@ -96,9 +96,7 @@ class AssistantStream:
     def _route(self, text: str) -> list[Delta]:
         if not text:
             return []
-        if self._reasoning is None:
-            return self._parts([("content", text)])
-        return self._parts(self._reasoning.feed(text))
+        return self._parts(self._reasoning.feed(text) if self._reasoning else [("content", text)])
 
     def _parts(self, parts: list[tuple[str, str]]) -> list[Delta]:
         deltas: list[Delta] = []

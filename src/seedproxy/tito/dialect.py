@@ -178,8 +178,7 @@ class _GenerateReader(Reader):
         if not isinstance(top, list) or not all(isinstance(row, list) for row in top):
             raise MalformedAnswer("upstream answer: output_top_logprobs is not a list of lists")
         sample = self._sample
-        cumulative = meta.get("completion_tokens") == len(ids) or not sample.token_ids
-        if cumulative:
+        if meta.get("completion_tokens") == len(ids) or not sample.token_ids:  # cumulative
             new = ids[len(sample.token_ids):]
             sample.token_ids = list(ids)
             sample.logprobs = logprobs
@@ -197,8 +196,7 @@ class _GenerateReader(Reader):
         if isinstance(finish, dict):
             kind = finish.get("type")
             sample.finish = kind if isinstance(kind, str) else "stop"
-            matched = finish.get("matched")
-            sample.matched = _matched(matched)
+            sample.matched = _matched(finish.get("matched"))
         return new
 
 
@@ -255,7 +253,6 @@ class _CompletionsReader(Reader):
         reason = choice.get("finish_reason")
         if isinstance(reason, str):
             self._sample.finish = reason
-            stop = choice.get("stop_reason")
-            self._sample.matched = _matched(stop)
+            self._sample.matched = _matched(choice.get("stop_reason"))
         return new
 

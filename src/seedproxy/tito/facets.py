@@ -163,7 +163,8 @@ def _short(value: Any) -> str:
     return _digest(value, 4)
 
 
-def _arguments_facet(message: dict[str, Any]) -> str | None:
+def _arguments_facet(message: dict[str, Any]) -> list[str] | None:
+    """The raw arguments when any of them is not the compact JSON it is keyed as."""
     def changed(raw: str) -> bool:
         value = arguments_value(raw)
         if isinstance(value, str) and value == raw.strip():  # not JSON: keyed as text
@@ -172,7 +173,7 @@ def _arguments_facet(message: dict[str, Any]) -> str | None:
 
     raws = [fn["arguments"] for _, fn in _functions(message)
             if fn is not None and isinstance(fn.get("arguments"), str)]
-    return _short(raws) if any(changed(raw) for raw in raws) else None
+    return raws if any(changed(raw) for raw in raws) else None
 
 
 def _text(content: Any) -> str | None:
@@ -206,31 +207,18 @@ def _metadata(message: dict[str, Any]) -> list[Any]:
 
 def facets(message: dict[str, Any]) -> str:
     """The message's facets, ``""`` when no normalisation changed anything in it."""
-    out: list[str] = []
     arguments = _arguments_facet(message)
-    if arguments is not None:
-        out.append("a" + arguments)
     content = message.get("content")
-    normal = content_of(content)
-    if normal == "":
-        form = ("absent" if "content" not in message else "null" if content is None
-                else type(content).__name__ + str(len(content) if isinstance(content, list)
-                                                  else content == ""))
-        if form != "null":
-            out.append("n" + _short(form))
-    text = _text(content)
-    if text is not None and text != text.strip():
-        out.append("w" + _short(text))
-    if isinstance(content, list) and content and normal != "":
-        out.append("p" + _short([p.get("type") if isinstance(p, dict) else None
-                                 for p in content]))
-    reasoning = reasoning_of(message)
-    if reasoning:
-        out.append("r" + _short(reasoning))
-    metadata = _metadata(message)
-    if metadata:
-        out.append("m" + _short(metadata))
-    return ",".join(out)
+    normal, text = content_of(content), _text(content)
+    form = None if normal != "" else "absent" if "content" not in message else (
+        None if content is None else type(content).__name__ + str(
+            len(content) if isinstance(content, list) else content == ""))
+    found = [("a", arguments), ("n", form),
+             ("w", text if text is not None and text != text.strip() else None),
+             ("p", [p.get("type") if isinstance(p, dict) else None for p in content]
+              if isinstance(content, list) and content and normal != "" else None),
+             ("r", reasoning_of(message) or None), ("m", _metadata(message) or None)]
+    return ",".join(tag + _short(value) for tag, value in found if value is not None)
 
 
 def entry(message: dict[str, Any]) -> str:

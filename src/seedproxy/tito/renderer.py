@@ -13,8 +13,8 @@ Invariants:
   and ``</think>`` before it when it stopped inside a reasoning block
   (``think_closing``).
 - The probe carries the conversation's system message, so a template that writes it
-  (or the tools) at the latest user message only (Mistral Nemo's, Small 3.1's) writes it
-  again in the suffix of each new user message: nothing recorded is re-rendered.
+  (or the tools) at the latest user message only writes it again in each new user
+  message's suffix: the model sees it before every user message it answers.
 - Harmony: after a sampled tool call the suffix is what the template writes after a
   call to the same function (its tool message names it).
 - A request's ``RenderOptions`` (template kwargs, generation prompt, continuing the
@@ -99,11 +99,9 @@ class Renderer:
                  today: datetime.date | None = None, eos_ids: Sequence[int] = (),
                  vision: Vision | None = None) -> None:
         """``eos_ids``: the model's own end ids (its ``generation_config``: Llama 3.1's
-        ``<|eom_id|>`` and ``<|eot_id|>``), stop ids as SGLang makes them, next to the
-        template's end-of-turn and the tokenizer's eos. A turn that ends in any of them
-        is closed: the next turn's text follows it, less the template's end-of-turn.
-        ``vision``: the model takes images (``vision.py``), the template writing one
-        placeholder per image part."""
+        ``<|eom_id|>``), stop ids as SGLang makes them, next to the template's end-of-turn
+        and the tokenizer's eos: a turn ending in any of them is closed. ``vision``: the
+        model takes images, one placeholder per image part."""
         self.tokenizer = tokenizer
         self.vision = vision
         self.template = template if template is not None else tokenizer.chat_template

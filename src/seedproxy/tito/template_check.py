@@ -1,10 +1,8 @@
 """The start-up check: does a chat template render incrementally, and by which rule.
 
-Token-in-token-out never re-renders history: a turn's prompt is the previous prompt +
-the sampled completion + the template's text for the new messages
-(``Renderer.suffix_text``). ``check`` proves, on probe conversations with and without
-tools and a system message, that the template's full render of [user, assistant,
-user] (or tool) is that, up to one of these named rules:
+``check`` proves, on probe conversations with and without tools and a system message,
+that the template's full render of [user, assistant, user] (or tool) is the prompt +
+the reply + ``Renderer.suffix_text``, up to one of these named rules:
 
 - *reasoning*: a generation prompt that opens a think block (Qwen3-Thinking-2507,
   QwQ, DeepSeek-R1-Distill) may be missing from the full render, and an empty think
@@ -15,8 +13,7 @@ user] (or tool) is that, up to one of these named rules:
   one placeholder id in every render;
 - *latest user message* (Mistral Nemo, Small 3.1): the template writes the tools block
   (a run that opens and closes with special tokens) or the system message only at the
-  latest user message; the suffix of each new user message writes it again there, so
-  the model sees it before every user message it answers, and no recorded token moves.
+  latest user message, which each new user message's suffix writes again there.
 
 Anything else is a ``ConfigError`` whose one line names where the renders differ.
 """
@@ -71,9 +68,7 @@ def check(renderer: Renderer) -> None:
 
 
 def _check_images(renderer: Renderer) -> None:
-    """A vision model's template: the full render of [user with an image, assistant,
-    user with two images] is the prompt + reply + the suffix, and holds exactly one
-    placeholder id per image (SGLang expands exactly one per image, else re-tokenises)."""
+    """The *images* rule (SGLang expands exactly one id per image, else re-tokenises)."""
     assert renderer.vision is not None
     image = {"type": "image"}
     first = [{"role": "user", "content": [image, {"type": "text", "text": "ping"}]}]
@@ -95,9 +90,8 @@ def _check_images(renderer: Renderer) -> None:
 
 
 def _check_call(renderer: Renderer) -> None:
-    """Harmony: the full render of [user, assistant call, tool] must be the prompt + one
-    assistant message ending with ``<|call|>`` (the call the model samples in its own
-    form) + the suffix after a call."""
+    """The *harmony* rule for a call: [user, assistant call, tool] renders as the prompt +
+    one assistant message ending with ``<|call|>`` + the suffix after a call."""
     call = {"role": "assistant", "content": "", "tool_calls": [
         {"id": "call_0", "type": "function",
          "function": {"name": "probe", "arguments": {"x": "y"}}}]}

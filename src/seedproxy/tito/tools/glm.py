@@ -58,9 +58,7 @@ def _number(value: str) -> Any:
 
 
 def value_type(schema: Any) -> str | None:
-    """The type a JSON Schema gives its value, as SGLang infers it: ``type`` (the first
-    non-null of a list), then ``anyOf``/``oneOf``, ``enum``, ``allOf``, ``properties``
-    (object), ``items`` (array); None when it says nothing."""
+    """The type a JSON Schema gives its value, as SGLang infers it (None: it says none)."""
     if not isinstance(schema, dict):
         return None
     kind = schema.get("type")
