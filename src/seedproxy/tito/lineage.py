@@ -215,10 +215,10 @@ def plan_prompt(renderer: Renderer, body: dict[str, Any], history: Sequence[Reco
     )
     forked = ({"interaction_id": best[2].interaction_id, "messages": best[0]}
               if best is not None and best[0] > 0 else None)
-    reason = rendered_reason(sent, recorded, context, matchers,
-                             None if best is None else (best[2].tito or {}), best[0] if best else 0)
+    message, what = rendered_reason(sent, recorded, context, matchers, None if best is None
+                                    else (best[2].tito or {}), best[0] if best else 0)
     return FullRender(renderer, messages_from(0), tools, options, context, recorded, prefix,
-                      forked, {"kind": "rendered", "reason": reason})
+                      forked, {"kind": "rendered", "reason": {"message": message, "what": what}})
 
 
 def _text(content: Any) -> str:
@@ -263,40 +263,34 @@ def tito_record(prompt: Prompt, replies: list[tuple[str, str]],
 
 def rendered_reason(sent: list[dict[str, Any]], entries: list[str], context: str,
                     matchers: Collection[str], best: dict[str, Any] | None,
-                    common: int) -> dict[str, Any]:
-    """The reason for a full render of ``sent`` (its ``entries``), against ``best`` (the
-    ``tito`` of the recorded turn sharing the longest prefix, ``common`` messages)."""
+                    common: int) -> tuple[int | None, str]:
+    """Why ``sent`` (its ``entries``) is rendered in full, against ``best`` (the ``tito``
+    of the recorded turn sharing the longest prefix, ``common`` messages): the index of
+    the first message no recorded turn continues (None: not the messages), and what."""
     if best is None:
-        return {"message": None, "what": "first turn"}
+        return None, "first turn"
     earlier: list[str] = best.get("messages") or []
     if common == 0:
         if len(earlier) > 1 and len(entries) > 1 and entry_key(earlier[1]) == entry_key(
                 entries[1]):  # only the first message differs from the latest turn's
-            return {"message": 0, "what": f"the {sent[0].get('role')} message changed"}
-        return {"message": 0, "what": "a new conversation: its first message opens no "
-                                      "recorded turn"}
+            return 0, f"the {sent[0].get('role')} message changed"
+        return 0, "a new conversation: its first message opens no recorded turn"
     if best.get("context") != context and common >= min(len(earlier), len(entries)):
-        return {"message": None, "what": "the tools or template options changed"}
+        return None, "the tools or template options changed"
     if common < len(earlier) and common < len(entries):
-        return {"message": common, "what": _changed(sent[common], earlier[common],
-                                                     entries[common], matchers)}
+        return common, _changed(sent[common], earlier[common], entries[common], matchers)
     if common == len(entries) < len(earlier):
-        return {"message": common, "what": "the history stops inside a recorded turn's "
-                                           "(later messages left out)"}
+        return common, "the history stops inside a recorded turn's (later messages left out)"
     if common == len(earlier) < len(entries):
         role = sent[common].get("role")
         if role != "assistant":
-            return {"message": common, "what": f"a {role} message where the recorded "
-                                               "turn's reply comes"}
+            return common, f"a {role} message where the recorded turn's reply comes"
         for reply in best.get("replies") or []:
             recorded = _reply_entry(reply)
             if recorded is not None and differences(recorded, entries[common]) is not None:
-                return {"message": common, "what": _changed(
-                    sent[common], recorded, entries[common], matchers)}
-        return {"message": common, "what": "the assistant message is not a reply sampled "
-                                           "for the turn before it"}
-    return {"message": None, "what": "the same messages as a recorded turn (a request "
-                                     "sent again)"}
+                return common, _changed(sent[common], recorded, entries[common], matchers)
+        return common, "the assistant message is not a reply sampled for the turn before it"
+    return None, "the same messages as a recorded turn (a request sent again)"
 
 
 def _changed(message: dict[str, Any], recorded: str, sent: str,

@@ -193,16 +193,12 @@ _GRAMMARS = ("regex", "ebnf", "json_schema")
 
 @dataclass(frozen=True, slots=True)
 class Constraint:
-    field: str
-    """The request field that asked: ``regex``, ``ebnf``, ``json_schema``,
-    ``response_format`` or ``tool_choice``."""
-    source: str
-    """The grammar, or the JSON schema as SGLang's chat route writes it."""
+    field: str  # the request field that asked
+    source: str  # the grammar, or the JSON schema as SGLang's chat route writes it
     response_format: dict[str, Any] | None = None
     """For ``response_format``: ``{"type": "json_object"}``, ``{"type": "json_schema",
     "json_schema": {...as sent}}`` or the ``structural_tag`` object as sent."""
-    structural: bool = False
-    """A tool parser's structural tag for its calls (``tools.structural``)."""
+    structural: bool = False  # a tool parser's structural tag for its calls
 
     @property
     def param(self) -> str:

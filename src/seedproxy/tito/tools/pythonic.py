@@ -2,18 +2,16 @@
 search(query="x")]`` (Llama 3.2 and 4 prompted for it, and models trained on it), as
 SGLang's PythonicDetector parses it.
 
-- A list opens where ``[`` is followed at once by a name and ``(``; text before it is
-  content, and so is text after its matching ``]`` (brackets counted as SGLang counts
-  them, strings not excepted). Later lists in the same answer are read the same way.
+- A list opens where ``[`` is followed at once by a name and ``(``, and ends at its
+  matching ``]`` (brackets counted as SGLang counts them, strings not excepted).
 - A list is read with Python's own parser, never evaluated: it must be a list whose
   items are all calls. A call's function must be a plain name; its keyword arguments
-  must be literals (strings, numbers, booleans, ``None``, and lists and dicts of them),
-  written to JSON as SGLang writes them (``ensure_ascii=False``, no NaN or infinity).
-  A call with another argument, or a positional one, is left out, as SGLang leaves it
-  out; a list with no call left stays content, as with every parser here. A call to a
-  name missing from ``tools`` is still a call (SGLang drops it).
-- The model's text is bounded before parsing: a list over ``_MAX_LIST`` characters, or
-  nested past ``nesting.MAX_DEPTH`` brackets, is not a call.
+  must be literals, written to JSON as SGLang writes them (``ensure_ascii=False``, no
+  NaN or infinity). A call with another argument, or a positional one, is left out, as
+  SGLang leaves it out. A call to a name missing from ``tools`` is still a call (SGLang
+  drops it).
+- A list over ``_MAX_LIST`` characters, or nested past ``nesting.MAX_DEPTH`` brackets,
+  is not a call.
 """
 
 from __future__ import annotations

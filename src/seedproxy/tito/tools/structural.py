@@ -2,18 +2,16 @@
 chat route builds it (``FunctionCallParser.get_structure_constraint``).
 
 Invariants (read from SGLang's ``function_call_parser.py`` and ``serving_chat.py``):
-- A tag is built only for a parser whose SGLang detector has a call frame
-  (``ToolParser.frame``: its detector's ``structure_info``), only when there are tools
-  and ``tool_choice`` is not ``none``, and only in two cases: the call is forced
-  (``required`` or a named function: ``at_least_one`` true), or ``tool_choice`` is
-  ``auto`` (or left out) and some tool has ``function.strict: true`` (``at_least_one``
-  false).
+- A tag is built only for a parser with a call frame (``ToolParser.frame``: its
+  detector's ``structure_info``), only when there are tools and ``tool_choice`` is not
+  ``none``, and only when the call is forced (``required`` or a named function:
+  ``at_least_one`` true) or some tool has ``function.strict: true`` (``auto``:
+  ``at_least_one`` false).
 - One structure per tool, in ``tools`` order, over all the tools even for a named
   choice (SGLang passes every tool); its schema is the tool's ``parameters`` when the
-  tool is strict, else ``{}`` (any JSON); ``triggers`` is the frame's one trigger.
-- Tools whose ``$defs`` give one name two schemas get no tag (SGLang's builder
-  raises, and its route goes on without one: ``auto`` unconstrained, a named choice
-  the JSON array; ``required`` is a 400 already, in ``tool_choice``).
+  tool is strict, else ``{}`` (any JSON).
+- Tools whose ``$defs`` give one name two schemas get no tag (SGLang's builder raises,
+  and its route goes on without one).
 - The text is ``json.dumps`` of SGLang's ``LegacyStructuralTagResponseFormat``
   (``seedproxy.legacy_tag.legacy_tag_text``), key order included.
 """
