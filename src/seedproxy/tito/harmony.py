@@ -36,10 +36,8 @@ def harmony_of(tokenizer: Any, eot_text: str) -> tuple[int, int] | None:
     with ``<|end|>`` and every harmony marker is one token of the tokenizer; else None."""
     if eot_text != END:
         return None
-    ids: dict[str, int] = {}
-    for marker in MARKERS:
-        got = list(tokenizer.encode(marker, add_special_tokens=False))
-        if len(got) != 1:
-            return None
-        ids[marker] = int(got[0])
-    return ids[RETURN], ids[CALL]
+    ids = {marker: list(tokenizer.encode(marker, add_special_tokens=False))
+           for marker in MARKERS}
+    if any(len(got) != 1 for got in ids.values()):
+        return None
+    return int(ids[RETURN][0]), int(ids[CALL][0])

@@ -121,8 +121,8 @@ def _compare(renderer: Renderer, prompt: str, whole: str, after: str, role: str,
     tail = SENTINEL + after
     if whole == prompt + tail:
         return
-    opening = _think_opening(prompt)
-    if opening and whole == prompt[:-len(opening)] + tail:
+    bare = prompt.rstrip()  # a generation prompt's think opening, missing from ``whole``
+    if bare.endswith(THINK) and whole == bare[:-len(THINK)] + tail:
         return
     if renderer.harmony is not None and whole == prompt + FINAL_HEADER + tail:
         return  # the model samples the channel header itself
@@ -154,24 +154,22 @@ def _only_latest(renderer: Renderer, prompt: str, history: str, after: str,
     recorded prompt keeps it where it was written)."""
     ours, theirs = _pieces(renderer, prompt), _pieces(renderer, history)
     specials = set(renderer.special_texts)
+    text = system.get("content") if system else None
     moved = False
-    ops = SequenceMatcher(None, ours, theirs, autojunk=False).get_opcodes()
-    for tag, i1, i2, j1, j2 in ops:
+    for tag, i1, i2, j1, j2 in SequenceMatcher(None, ours, theirs, autojunk=False
+                                               ).get_opcodes():
+        run = ours[i1:i2]
         if tag == "equal":
             continue
-        run = ours[i1:i2]
+        moved = True
         if tag == "delete" and run[0] in specials and run[-1] in specials and (
                 "".join(run) in after):
-            moved = True
             continue
-        text = system.get("content") if system else None
-        if (tag == "replace" and i2 - i1 == 1 and j2 - j1 == 1 and isinstance(text, str)
+        if not (tag == "replace" and i2 - i1 == 1 and j2 - j1 == 1 and isinstance(text, str)
                 and text and run[0].startswith(text)
                 and (text in after or text not in history)
                 and run[0][len(text):].lstrip() == theirs[j1]):
-            moved = True
-            continue
-        return False
+            return False
     return moved
 
 
@@ -179,9 +177,3 @@ def _pieces(renderer: Renderer, text: str) -> list[str]:
     """``text`` split into special tokens' texts and the text runs between them."""
     pattern = "(" + "|".join(re.escape(t) for t in renderer.special_texts) + ")"
     return [piece for piece in re.split(pattern, text) if piece]
-
-
-def _think_opening(prompt: str) -> str:
-    """The ``<think>`` opening (and the whitespace after it) that ends ``prompt``, or ""."""
-    bare = prompt.rstrip()
-    return prompt[len(bare) - len(THINK):] if bare.endswith(THINK) else ""

@@ -108,8 +108,7 @@ def call_of(item: Any, args_key: str = "arguments") -> ToolCall | None:
     if not isinstance(item, dict) or not isinstance(item.get("name"), str) or not item["name"]:
         return None
     args = item.get(args_key, item.get("arguments", {}))
-    if isinstance(args, str):
-        args = loads(args)
+    args = loads(args) if isinstance(args, str) else args
     if not isinstance(args, dict):
         return None
     return ToolCall(item["name"], json.dumps(args, ensure_ascii=False))
@@ -117,8 +116,7 @@ def call_of(item: Any, args_key: str = "arguments") -> ToolCall | None:
 
 def openai_call_id(base: str, position: int) -> str:
     """``call_`` + 24 hex digits derived from ``base`` (the completion's id, choice)."""
-    digest = hashlib.sha256(f"{base}:{position}".encode()).hexdigest()[:24]
-    return f"call_{digest}"
+    return "call_" + hashlib.sha256(f"{base}:{position}".encode()).hexdigest()[:24]
 
 
 class ToolParser:
@@ -164,9 +162,8 @@ class ToolParser:
             shown, self._raw_marker = self._buffer[:at], self._buffer[at:at + size]
             self._captured, self._buffer = self._buffer[at + size:], ""
             return shown
-        keep = self._hold(self._buffer)
-        shown = self._buffer[: len(self._buffer) - keep]
-        self._buffer = self._buffer[len(self._buffer) - keep:]
+        cut = len(self._buffer) - self._hold(self._buffer)
+        shown, self._buffer = self._buffer[:cut], self._buffer[cut:]
         return shown
 
     def finish(self) -> tuple[str, list[ToolCall]]:

@@ -8,8 +8,7 @@ parses them::
     </tool_call>
 
 - A call ends at the first ``</tool_call>``; its name runs to the first newline (a real
-  one or the two characters ``\\n``) and must be one of the request's tools, else the
-  block is not a call (it stays content, with its tags).
+  one or the two characters ``\\n``) and must be one of the request's tools.
 - Each value is typed by that tool's JSON Schema for its key (``value_type``): a
   ``string`` parameter stays the text (or the JSON string it spells, its quotes
   stripped); any other, or an unknown key, is read as JSON, then as JSON inside an
