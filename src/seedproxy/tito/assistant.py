@@ -23,8 +23,7 @@ __all__ = ["AssistantStream", "Delta", "Reply"]
 
 @dataclass(frozen=True, slots=True)
 class Delta:
-    kind: str
-    """``content`` or ``reasoning_content``."""
+    kind: str  # ``content`` or ``reasoning_content``
     text: str
 
 

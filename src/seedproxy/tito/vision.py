@@ -40,14 +40,19 @@ class Vision:
     max_pixels: int
 
     def tokens(self, width: int, height: int) -> int:
-        """The ids one ``width`` x ``height`` image expands to."""
+        """The ids one ``width`` x ``height`` image expands to, resized by transformers'
+        ``smart_resize`` (its Pillow module: no torchvision needed)."""
         try:
-            resized_h, resized_w = _smart_resize(
-                height, width, self.patch_size * self.merge_size, self.min_pixels,
-                self.max_pixels)
+            from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
+        except ImportError:  # transformers < 5: the function lives in the processor's module
+            from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
+        try:
+            resized: tuple[int, int] = smart_resize(
+                height, width, factor=self.patch_size * self.merge_size,
+                min_pixels=self.min_pixels, max_pixels=self.max_pixels)
         except ValueError as exc:  # smart_resize's one refusal: an aspect ratio over 200
             raise BadRequest(f"an image of {width}x{height}: {exc}", param="messages") from None
-        return (resized_h // self.patch_size) * (resized_w // self.patch_size) // (
+        return (resized[0] // self.patch_size) * (resized[1] // self.patch_size) // (
             self.merge_size * self.merge_size)
 
     def positions(self, ids: Any, offset: int = 0) -> list[int]:
@@ -65,18 +70,6 @@ def image_records(vision: Vision, images: Sequence[CheckedImage],
              "height": image.height, "position": position,
              "tokens": vision.tokens(image.width, image.height)}
             for image, position in zip(images, positions, strict=True)]
-
-
-def _smart_resize(height: int, width: int, factor: int, min_pixels: int,
-                  max_pixels: int) -> tuple[int, int]:
-    """transformers' ``smart_resize`` (its Pillow module: no torchvision needed)."""
-    try:
-        from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
-    except ImportError:  # transformers < 5: the function lives in the processor's module
-        from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
-    resized: tuple[int, int] = smart_resize(height, width, factor=factor,
-                                            min_pixels=min_pixels, max_pixels=max_pixels)
-    return resized
 
 
 def vision_of(tokenizer: Any, template: str, folder: str | None) -> Vision | None:
