@@ -157,11 +157,10 @@ class FullRender:
 def plan_prompt(renderer: Renderer, body: dict[str, Any], history: Sequence[RecordedTurn],
                 options: RenderOptions | None = None, *, known: Sequence[str] = (),
                 matchers: Collection[str] = MATCHERS) -> Prompt | FullRender:
-    """The prompt for chat ``body`` given the session's earlier interactions: a turn
-    that extends one is built here (its cost is what it adds); else the full render
-    to run. ``known``: the message keys of the body's first messages, when a recorded
-    turn sent them byte for byte (only the messages past them are keyed here);
-    ``matchers``: the named matchers that may map a resent history (``facets.py``)."""
+    """The prompt for chat ``body`` given the session's earlier turns: one that extends
+    a turn is built here (its cost is what it adds); else the full render to run.
+    ``known``: the message keys of the body's first messages, when a recorded turn sent
+    them byte for byte (only the messages past them are keyed here)."""
     if options is None:
         options = render_options(body, renderer.reserved)
     sent: list[dict[str, Any]] = body["messages"]

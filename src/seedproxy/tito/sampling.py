@@ -246,8 +246,7 @@ def constraint_of(body: dict[str, Any], forcing: Forcing | None = None,
                   tool_tag: str | None = None) -> Constraint | None:
     """The one constraint ``body`` asks for (``forcing``: its forced tool call, checked;
     ``tool_tag``: the tool parser's structural tag for its calls, if it builds one);
-    ``BadRequest`` names a bad or second one. An ``auto`` tool tag gives way to the
-    client's own constraint, as SGLang drops it then."""
+    ``BadRequest`` names a bad or second one."""
     grammar = _grammar(body)
     given = format_of(body.get("response_format"), "in token-in-token-out mode")
     fmt = None if given is None else Constraint("response_format", given.source, given.asked)
