@@ -12,14 +12,5 @@ from .lineage import Prompt, tito_record
 from .mode import TitoMode, open_tito
 from .renderer import Renderer
 
-__all__ = [
-    "AssistantStream",
-    "Delta",
-    "Prompt",
-    "Renderer",
-    "Reply",
-    "Sample",
-    "TitoMode",
-    "open_tito",
-    "tito_record",
-]
+__all__ = ["AssistantStream", "Delta", "Prompt", "Renderer", "Reply", "Sample", "TitoMode",
+           "open_tito", "tito_record"]

@@ -23,8 +23,7 @@ __all__ = ["AssistantStream", "Delta", "Reply"]
 
 @dataclass(frozen=True, slots=True)
 class Delta:
-    kind: str
-    """``content`` or ``reasoning_content``."""
+    kind: str  # ``content`` or ``reasoning_content``
     text: str
 
 
@@ -52,7 +51,6 @@ class Reply:
         return message
 
 
-
 class AssistantStream:
     def __init__(self, decoder: IncrementalDecoder, reasoning: ReasoningParser | None,
                  tools: ToolParser | None, stops: tuple[str, ...] = (), *,
@@ -61,9 +59,9 @@ class AssistantStream:
         """``earlier_calls``: tool calls in the conversation before this answer (for a
         format whose ids count them); ``guard``: the markers read from token ids."""
         self._earlier_calls = earlier_calls
-        self._guard = guard
+        self._guard = guard or MarkerGuard({})
         self._decoder = decoder
-        self._stop = StopTrim(stops) if stops else None
+        self._stop = StopTrim(stops)
         self._reasoning = reasoning
         self._tools = tools
         self._content = Held(strip_leading=not continues)
@@ -78,54 +76,40 @@ class AssistantStream:
                                    self._earlier_calls)
 
     def feed(self, token_id: int) -> list[Delta]:
-        text = self._decoder.feed(token_id)
-        if self._guard is not None:
-            text = self._guard.feed(token_id, text)
-        return self._route(self._trim(text))
+        return self._route(self._stop.feed(self._guard.feed(token_id,
+                                                            self._decoder.feed(token_id))))
 
     def finish(self) -> list[Delta]:
-        text = self._decoder.finish()
-        if self._guard is not None:
-            text = self._guard.finish(text)
-        deltas = self._route(self._trim(text))
-        if self._stop is not None:
-            deltas += self._route(self._stop.finish())
+        deltas = self._route(self._stop.feed(self._guard.finish(self._decoder.finish())))
+        deltas += self._route(self._stop.finish())
         if self._reasoning is not None:
             deltas += self._parts(self._reasoning.finish())
         if self._tools is not None:
             rest, calls = self._tools.finish()
             deltas += self._show_content(rest)
-            guard = self._guard
-            self.reply.tool_calls = calls if guard is None else [
-                ToolCall(guard.restore(c.name), guard.restore(c.arguments)) for c in calls]
+            restore = self._guard.restore
+            self.reply.tool_calls = [ToolCall(restore(c.name), restore(c.arguments))
+                                     for c in calls]
         return deltas
-
-    def _trim(self, text: str) -> str:
-        return self._stop.feed(text) if self._stop is not None and text else text
 
     def _route(self, text: str) -> list[Delta]:
         if not text:
             return []
-        if self._reasoning is None:
-            return self._parts([("content", text)])
-        return self._parts(self._reasoning.feed(text))
+        return self._parts(self._reasoning.feed(text) if self._reasoning else [("content", text)])
 
     def _parts(self, parts: list[tuple[str, str]]) -> list[Delta]:
         deltas: list[Delta] = []
         for kind, text in parts:
             if kind == "reasoning":
-                text = self._guard.restore(text) if self._guard is not None else text
+                text = self._guard.restore(text)
                 self.reply.reasoning += text
                 deltas.append(Delta("reasoning_content", text))
             else:
-                shown = self._tools.feed(text) if self._tools is not None else text
-                deltas += self._show_content(shown)
+                deltas += self._show_content(self._tools.feed(text) if self._tools else text)
         return deltas
 
     def _show_content(self, text: str) -> list[Delta]:
-        shown = self._content.feed(text) if text else ""
-        if shown and self._guard is not None:
-            shown = self._guard.restore(shown)
+        shown = self._guard.restore(self._content.feed(text)) if text else ""
         if not shown:
             return []
         self.reply.content += shown

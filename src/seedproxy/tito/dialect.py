@@ -1,28 +1,22 @@
 """Token-prompt requests upstream, and reading the sampled ids back.
 
-- ``GenerateDialect`` (SGLang and the embedded engine): ``POST /generate`` with
-  ``input_ids``, ``sampling_params`` (the seed as ``sampling_seed``) and
-  ``return_logprob``. Streamed chunks are cumulative (SGLang's default); incremental
-  chunks are recognised by ``meta_info.completion_tokens``. Penalties, ``logit_bias``,
-  ``stop_regex`` and grammars keep their names in ``sampling_params``; a
-  ``response_format`` becomes ``json_schema`` (or ``structural_tag``) and a forcing
-  ``tool_choice`` its ``json_schema``, as SGLang's chat route writes them, and
-  with a reasoning parser a constrained request carries ``require_reasoning`` (the
-  chat route's flag: the grammar starts after the reasoning).
+- ``GenerateDialect`` (SGLang and the embedded engine): ``POST /generate``, the seed as
+  ``sampling_seed``. Streamed chunks are cumulative (SGLang's default); incremental
+  chunks are recognised by ``meta_info.completion_tokens``. Constraints go under the
+  ``sampling_params`` key SGLang's chat route writes (``Constraint.param``), and with
+  a reasoning parser a constrained request carries ``require_reasoning`` (the grammar
+  starts after the reasoning).
 - ``CompletionsDialect`` (vLLM, OpenAI-compatible servers that take token prompts):
-  ``POST /v1/completions`` with ``prompt`` as ids, ``seed``, ``return_token_ids``
-  and ``logprobs``. Penalties and ``logit_bias`` keep their names; ``response_format``
-  goes as is (vLLM's completions map it as its chat route does); ``regex`` / ``ebnf``
-  / ``json_schema`` become ``structured_outputs`` ``regex`` / ``grammar`` / ``json``
-  (vLLM >= 0.10.2; the ``guided_*`` fields were removed in 0.12.0). ``stop_regex`` has
-  no equivalent there, nor a forcing ``tool_choice`` (vLLM's chat route builds its own
+  ``POST /v1/completions`` with ``prompt`` as ids. ``response_format`` goes as is
+  (vLLM's completions map it as its chat route does); ``regex`` / ``ebnf`` /
+  ``json_schema`` become ``structured_outputs`` (vLLM >= 0.10.2). ``stop_regex`` has no
+  equivalent there, nor a forcing ``tool_choice`` (vLLM's chat route builds its own
   grammar for it, and reads the named tool's arguments bare).
 
 ``carries`` is each dialect's table of the optional fields it carries; any other is
-refused by ``sampling_of`` (a 400 naming it) before anything is sent.
-
-A reader checks the fields it reads and raises ``MalformedAnswer`` (a 502 naming the
-field) on an answer without the ids it promised; anything else it raises is a bug.
+refused by ``sampling_of`` (a 400 naming it) before anything is sent. A reader raises
+``MalformedAnswer`` (a 502 naming the field) on an answer without the ids it promised;
+anything else it raises is a bug.
 """
 
 from __future__ import annotations
@@ -95,9 +89,8 @@ class Dialect:
     takes_images: ClassVar[bool] = False
     """Whether a request carries the prompt's images (``request``'s ``images``)."""
 
-    def __init__(self, auth: dict[str, str], model: str | None = None) -> None:
+    def __init__(self, auth: dict[str, str]) -> None:
         self._auth = auth
-        self._model = model
 
     def request(self, ids: TokenIds, sampling: Sampling, seed: int | None,
                 stream: bool, model: Any, images: Sequence[str] = ()) -> UpstreamRequest:
@@ -130,23 +123,14 @@ class Reader:
 
 def _sampling_fields(sampling: Sampling, out: dict[str, Any], seed_key: str,
                      seed: int | None) -> None:
-    """The fields both dialects name alike, and the seed as ``seed_key``."""
-    for key in ("temperature", "top_p", "top_k", "min_p"):
-        value = getattr(sampling, key)
-        if value is not None:
-            out[key] = value
-    if sampling.stop:
-        out["stop"] = list(sampling.stop)
-    if sampling.ignore_eos:
-        out["ignore_eos"] = True
-    if seed is not None:
-        out[seed_key] = seed
-    for key in ("frequency_penalty", "presence_penalty", "repetition_penalty"):
-        value = getattr(sampling, key)
-        if value is not None:
-            out[key] = value
-    if sampling.logit_bias:
-        out["logit_bias"] = {str(i): bias for i, bias in sampling.logit_bias}
+    """The fields both dialects name alike (those set), and the seed as ``seed_key``."""
+    fields = {key: getattr(sampling, key) for key in ("temperature", "top_p", "top_k", "min_p")}
+    fields.update(stop=list(sampling.stop) or None, ignore_eos=sampling.ignore_eos or None)
+    fields[seed_key] = seed
+    fields.update((key, getattr(sampling, key)) for key in (
+        "frequency_penalty", "presence_penalty", "repetition_penalty"))
+    fields["logit_bias"] = {str(i): bias for i, bias in sampling.logit_bias} or None
+    out.update((key, value) for key, value in fields.items() if value is not None)
 
 
 class GenerateDialect(Dialect):
@@ -194,8 +178,7 @@ class _GenerateReader(Reader):
         if not isinstance(top, list) or not all(isinstance(row, list) for row in top):
             raise MalformedAnswer("upstream answer: output_top_logprobs is not a list of lists")
         sample = self._sample
-        cumulative = meta.get("completion_tokens") == len(ids) or not sample.token_ids
-        if cumulative:
+        if meta.get("completion_tokens") == len(ids) or not sample.token_ids:  # cumulative
             new = ids[len(sample.token_ids):]
             sample.token_ids = list(ids)
             sample.logprobs = logprobs
@@ -213,8 +196,7 @@ class _GenerateReader(Reader):
         if isinstance(finish, dict):
             kind = finish.get("type")
             sample.finish = kind if isinstance(kind, str) else "stop"
-            matched = finish.get("matched")
-            sample.matched = _matched(matched)
+            sample.matched = _matched(finish.get("matched"))
         return new
 
 
@@ -233,10 +215,10 @@ class CompletionsDialect(Dialect):
             "logprobs": max(1, sampling.top_logprobs), "skip_special_tokens": False,
             "include_stop_str_in_output": True, "stream": stream,
             "stop_token_ids": list(sampling.stop_token_ids),
+            # Always: null (no max_tokens asked) is "up to the context" in vLLM, as on its
+            # chat route; left out, /v1/completions stops at 16.
+            "max_tokens": sampling.max_new_tokens,
         }
-        # Always: null (no max_tokens asked) is "up to the context" in vLLM, as on its chat
-        # route; left out, /v1/completions stops at 16.
-        body["max_tokens"] = sampling.max_new_tokens
         _sampling_fields(sampling, body, "seed", seed)
         constraint = sampling.constraint
         if constraint is not None and constraint.response_format is not None:
@@ -271,7 +253,6 @@ class _CompletionsReader(Reader):
         reason = choice.get("finish_reason")
         if isinstance(reason, str):
             self._sample.finish = reason
-            stop = choice.get("stop_reason")
-            self._sample.matched = _matched(stop)
+            self._sample.matched = _matched(choice.get("stop_reason"))
         return new
 

@@ -6,34 +6,18 @@ re-dumped with sorted keys), ids and reasoning left out. Everything else the tem
 could render is in the key: several content parts (each text part's text, any other
 part whole) and every other field with a value (null, ``[]`` and ``{}`` are no value,
 as SDKs re-send ``refusal: null``), so an earlier message that gained a part or a field
-no longer matches, and the request is rendered in full (a new branch, or the 400 a
-fresh session gives). Reasoning is checked on its own and only when the client sent it
-back (agents commonly drop it). Arguments that are not JSON are keyed as text;
-arguments that are JSON but nest deeper than ``nesting.MAX_DEPTH`` (or past ``json``'s
-recursion limit), or hold an integer past Python's digit limit, are a 400 (before any
-index is taken).
+no longer matches, and the request is rendered in full. Reasoning is checked on its
+own and only when the client sent it back (agents commonly drop it). Arguments that
+are not JSON are keyed as text; arguments that are JSON but nest deeper than
+``nesting.MAX_DEPTH`` (or past ``json``'s limits) are a 400 (before any index is taken).
 
-Each normalisation is a named matcher (what a key ignores, recorded so that a matched
-turn says why), and each is provably the same conversation to the model:
-
-- ``tool_arguments_json``: a tool call's arguments re-serialised (spacing, key order,
-  escapes) to the same JSON value;
-- ``content_null_empty``: empty content as ``null``, ``""``, ``[]`` or no key;
-- ``content_whitespace``: content differing only in leading or trailing whitespace;
-- ``content_parts``: text sent as a string or as one text part;
-- ``reasoning_dropped``: a reply's reasoning left out when the harness resends it (the
-  sampled tokens hold it; a reasoning text sent back is compared, never ignored);
-- ``harness_metadata``: the harness's own ids (message, tool call), ``cache_control``
-  and other fields of a text part, and fields with no value, none of which the
-  template renders.
-
-A changed tool result, user message, system prompt, tool or argument value changes the
-key itself: no matcher maps it. Next to its key a message records its *facets*: for
-each matcher whose normalisation changed something in it, a one-letter tag and a short
-digest of what it changed (``entry``: ``key``, or ``key|facets`` when there are some).
-Two entries with one key are the same message to the template; ``differences`` names
-the matchers whose facets differ. An entry reads in O(its length): the cost of a turn
-stays what it adds.
+Each normalisation is a named matcher (``MATCHERS``; docs/tito.md says what each
+ignores), and each is provably the same conversation to the model. Next to its key a
+message records its *facets*: for each matcher whose normalisation changed something
+in it, a one-letter tag (``_TAGS``) and a short digest of what it changed (``entry``:
+``key``, or ``key|facets``). Two entries with one key are the same message to the
+template; ``differences`` names the matchers whose facets differ. An entry reads in
+O(its length): the cost of a turn stays what it adds.
 """
 
 from __future__ import annotations
@@ -111,17 +95,11 @@ def arguments_value(raw: Any) -> Any:
     return value
 
 
-def _calls(calls: Any) -> list[Any]:
-    if not isinstance(calls, list):
-        return []
-    out = []
-    for call in calls:
-        fn = call.get("function") if isinstance(call, dict) else None
-        if isinstance(fn, dict):
-            out.append([fn.get("name"), arguments_value(fn.get("arguments"))])
-        else:
-            out.append(call)
-    return out
+def _functions(message: dict[str, Any]) -> list[tuple[Any, Any]]:
+    """Each tool call, and its ``function`` (None when that is not an object)."""
+    calls = message.get("tool_calls")
+    return [(c, c.get("function") if isinstance(c, dict) and isinstance(
+        c.get("function"), dict) else None) for c in calls] if isinstance(calls, list) else []
 
 
 def message_key(message: dict[str, Any]) -> str:
@@ -130,8 +108,9 @@ def message_key(message: dict[str, Any]) -> str:
     earlier keep matching."""
     content, extra = content_of(message.get("content")), _fields(message)
     text = content if isinstance(content, str) else ""
-    keyed: list[Any] = [message.get("role"), text, _calls(message.get("tool_calls")),
-                        message.get("name")]
+    calls = [[fn.get("name"), arguments_value(fn.get("arguments"))] if fn is not None
+             else call for call, fn in _functions(message)]
+    keyed: list[Any] = [message.get("role"), text, calls, message.get("name")]
     if isinstance(content, list) or extra:
         keyed.append({"parts": content if isinstance(content, list) else None,
                       "fields": extra})
@@ -184,34 +163,17 @@ def _short(value: Any) -> str:
     return _digest(value, 4)
 
 
-def _compact(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
-def _raw_arguments(message: dict[str, Any]) -> list[str]:
-    calls = message.get("tool_calls")
-    if not isinstance(calls, list):
-        return []
-    out = []
-    for call in calls:
-        fn = call.get("function") if isinstance(call, dict) else None
-        raw = fn.get("arguments") if isinstance(fn, dict) else None
-        if isinstance(raw, str):
-            out.append(raw)
-    return out
-
-
-def _arguments_facet(message: dict[str, Any]) -> str | None:
-    raws = _raw_arguments(message)
-    for raw in raws:
+def _arguments_facet(message: dict[str, Any]) -> list[str] | None:
+    """The raw arguments when any of them is not the compact JSON it is keyed as."""
+    def changed(raw: str) -> bool:
         value = arguments_value(raw)
         if isinstance(value, str) and value == raw.strip():  # not JSON: keyed as text
-            if raw != value:
-                return _short(raws)
-            continue
-        if raw != _compact(value):
-            return _short(raws)
-    return None
+            return raw != value
+        return raw != json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+    raws = [fn["arguments"] for _, fn in _functions(message)
+            if fn is not None and isinstance(fn.get("arguments"), str)]
+    return raws if any(changed(raw) for raw in raws) else None
 
 
 def _text(content: Any) -> str | None:
@@ -245,31 +207,18 @@ def _metadata(message: dict[str, Any]) -> list[Any]:
 
 def facets(message: dict[str, Any]) -> str:
     """The message's facets, ``""`` when no normalisation changed anything in it."""
-    out: list[str] = []
     arguments = _arguments_facet(message)
-    if arguments is not None:
-        out.append("a" + arguments)
     content = message.get("content")
-    normal = content_of(content)
-    if normal == "":
-        form = ("absent" if "content" not in message else "null" if content is None
-                else type(content).__name__ + str(len(content) if isinstance(content, list)
-                                                  else content == ""))
-        if form != "null":
-            out.append("n" + _short(form))
-    text = _text(content)
-    if text is not None and text != text.strip():
-        out.append("w" + _short(text))
-    if isinstance(content, list) and content and normal != "":
-        out.append("p" + _short([p.get("type") if isinstance(p, dict) else None
-                                 for p in content]))
-    reasoning = reasoning_of(message)
-    if reasoning:
-        out.append("r" + _short(reasoning))
-    metadata = _metadata(message)
-    if metadata:
-        out.append("m" + _short(metadata))
-    return ",".join(out)
+    normal, text = content_of(content), _text(content)
+    form = None if normal != "" else "absent" if "content" not in message else (
+        None if content is None else type(content).__name__ + str(
+            len(content) if isinstance(content, list) else content == ""))
+    found = [("a", arguments), ("n", form),
+             ("w", text if text is not None and text != text.strip() else None),
+             ("p", [p.get("type") if isinstance(p, dict) else None for p in content]
+              if isinstance(content, list) and content and normal != "" else None),
+             ("r", reasoning_of(message) or None), ("m", _metadata(message) or None)]
+    return ",".join(tag + _short(value) for tag, value in found if value is not None)
 
 
 def entry(message: dict[str, Any]) -> str:

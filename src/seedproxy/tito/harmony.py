@@ -2,16 +2,14 @@
 
 A harmony turn is a run of messages, each ``[<|start|>assistant]<|channel|>HEADER
 <|message|>BODY`` closed by ``<|end|>`` (the message ends, the turn goes on),
-``<|call|>`` (a tool call: the turn ends) or ``<|return|>`` (the final answer: the
-turn ends). So the stop ids are ``<|return|>`` and ``<|call|>``, never ``<|end|>``.
+``<|call|>`` (a tool call) or ``<|return|>`` (the final answer). So the stop ids are
+``<|return|>`` and ``<|call|>``, never ``<|end|>``.
 
 The chat template writes an assistant turn sent back differently from how the model
-sampled it: it drops the analysis messages, writes the final message's end as
-``<|end|>`` (the model sampled ``<|return|>``) and a call's header in its own order.
-The model sampled the channel header after the generation prompt ``<|start|>assistant``
-itself, so the recorded completion holds it. History is never re-rendered in this
-mode: the next turn is the recorded prompt + the completion as sampled + the new
-messages as the template writes them after such a turn.
+sampled it (analysis dropped, ``<|end|>`` for ``<|return|>``, a call's header in its
+own order), and the recorded completion holds the channel header the model sampled
+after ``<|start|>assistant``: the next turn is the recorded prompt + the completion as
+sampled + the new messages as the template writes them after such a turn.
 """
 
 from __future__ import annotations
@@ -38,10 +36,8 @@ def harmony_of(tokenizer: Any, eot_text: str) -> tuple[int, int] | None:
     with ``<|end|>`` and every harmony marker is one token of the tokenizer; else None."""
     if eot_text != END:
         return None
-    ids: dict[str, int] = {}
-    for marker in MARKERS:
-        got = list(tokenizer.encode(marker, add_special_tokens=False))
-        if len(got) != 1:
-            return None
-        ids[marker] = int(got[0])
-    return ids[RETURN], ids[CALL]
+    ids = {marker: list(tokenizer.encode(marker, add_special_tokens=False))
+           for marker in MARKERS}
+    if any(len(got) != 1 for got in ids.values()):
+        return None
+    return int(ids[RETURN][0]), int(ids[CALL][0])

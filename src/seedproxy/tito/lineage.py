@@ -2,22 +2,14 @@
 
 A request *extends* turn t when its messages are t's messages, then an assistant
 message matching one of t's recorded replies, then at least one new message, with
-the same tools. Its prompt is then t's prompt ids + that choice's completion ids
-exactly as sampled (its end included: the end-of-turn, or harmony's ``<|return|>``
-or ``<|call|>``) + the ids of the new messages only. Otherwise it is a full
-render, and ``forked_from`` names the earlier turn sharing the longest message
-prefix. The template kwargs are part of the context key, so a turn whose kwargs
-differ from the earlier one's is a full render (a new branch). A request continuing
-its final assistant message (``continue_final_message``) records the messages before
-it; its reply is matched later as that message's content + the sampled content.
-The state read here is the session's recorded turns (a ``SessionView``'s, or whole
-interactions), so it is the same in every store.
-
-A rendered turn's ``tito["prompt"]`` is ``{"kind": "rendered", "reason": {"message",
-"what"}}`` (``rendered_reason``): ``message`` is the index (in the request) of the first
-message that no recorded turn continues, or None when the messages are not the cause.
-It is read against the recorded turn sharing the longest message prefix (the one
-``forked_from`` names), so it costs what that comparison cost already.
+the same context (tools, template kwargs). Its prompt is then t's prompt ids + that
+choice's completion ids exactly as sampled (its end included) + the ids of the new
+messages only. Otherwise it is a full render (a new branch), and ``forked_from``
+names the earlier turn sharing the longest message prefix, against which
+``rendered_reason`` says why. A request continuing its final assistant message
+(``continue_final_message``) records the messages before it; its reply is matched
+later as that message's content + the sampled content. Only the session's recorded
+turns are read, so this is the same in every store.
 """
 
 from __future__ import annotations
@@ -62,8 +54,6 @@ class RecordedTurn(Protocol):
     def tito(self) -> dict[str, Any] | None: ...
     @property
     def choices(self) -> list[ChoiceRecord]: ...
-    @property
-    def prompt_token_ids(self) -> Any: ...
     def prompt_ids(self) -> TokenIds: ...
 
 
@@ -77,19 +67,11 @@ class Prompt:
     message_keys: list[str]
     extends: dict[str, Any] | None = None
     forked_from: dict[str, Any] | None = None
-    prefix: str | None = None
-    """The continued final assistant message's text (``continue_final_message``)."""
+    prefix: str | None = None  # the continued final assistant message's text
     how: dict[str, Any] | None = None
-    """How it was made (the record's ``tito["prompt"]``): ``extended``, ``matched``
-    with the matchers that mapped the resent history, or ``rendered`` with the reason."""
-    image_positions: list[int] = field(default_factory=list)
-    """Where ``ids`` hold an image placeholder (a vision model's), in order."""
-
-
-def _replies(turn: RecordedTurn) -> list[dict[str, Any]]:
-    tito = turn.tito or {}
-    replies = tito.get("replies")
-    return replies if isinstance(replies, list) else []
+    """The record's ``tito["prompt"]``: ``extended``, ``matched`` (with the matchers that
+    mapped the resent history), or ``rendered`` (with the reason)."""
+    image_positions: list[int] = field(default_factory=list)  # placeholders in ``ids``
 
 
 def _reply_entry(reply: dict[str, Any]) -> str | None:
@@ -128,7 +110,8 @@ def _extends(turn: RecordedTurn, messages: list[dict[str, Any]], keys: list[str]
     fired = history_differences(earlier, keys[:size], allowed)
     if fired is None:
         return None
-    for choice, reply in enumerate(_replies(turn)):
+    replies = tito.get("replies")
+    for choice, reply in enumerate(replies if isinstance(replies, list) else []):
         if choice < len(turn.choices) and turn.choices[choice].token_ids:
             found = _matches(reply, messages[size], keys[size])
             if found is not None and found.issubset(allowed):
@@ -137,12 +120,8 @@ def _extends(turn: RecordedTurn, messages: list[dict[str, Any]], keys: list[str]
 
 
 def _common(a: list[str], b: list[str]) -> int:
-    size = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y and entry_key(x) != entry_key(y):
-            break
-        size += 1
-    return size
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False))
+                 if x != y and entry_key(x) != entry_key(y)), min(len(a), len(b)))
 
 
 @dataclass(slots=True)
@@ -178,11 +157,10 @@ class FullRender:
 def plan_prompt(renderer: Renderer, body: dict[str, Any], history: Sequence[RecordedTurn],
                 options: RenderOptions | None = None, *, known: Sequence[str] = (),
                 matchers: Collection[str] = MATCHERS) -> Prompt | FullRender:
-    """The prompt for chat ``body`` given the session's earlier interactions: a turn
-    that extends one is built here (its cost is what it adds); else the full render
-    to run. ``known``: the message keys of the body's first messages, when a recorded
-    turn sent them byte for byte (only the messages past them are keyed here);
-    ``matchers``: the named matchers that may map a resent history (``facets.py``)."""
+    """The prompt for chat ``body`` given the session's earlier turns: one that extends
+    a turn is built here (its cost is what it adds); else the full render to run.
+    ``known``: the message keys of the body's first messages, when a recorded turn sent
+    them byte for byte (only the messages past them are keyed here)."""
     if options is None:
         options = render_options(body, renderer.reserved)
     sent: list[dict[str, Any]] = body["messages"]
@@ -210,19 +188,25 @@ def plan_prompt(renderer: Renderer, body: dict[str, Any], history: Sequence[Reco
         completion = turn.choices[choice].token_ids
         end = completion[-1] if completion and completion[-1] in renderer.end_ids else None
         reply, *new = messages_from(len((turn.tito or {})["messages"]))
+        system = None  # the first message when a system one (some templates write it late)
+        if sent and sent[0].get("role") == "system":
+            system = converted[0] if seen == 0 else template_messages(
+                sent[:1], fmt, images=images)[0]
         suffix = renderer.suffix_text(new, tools, end=end, options=options, reply=reply,
-                                      system=_system(sent, converted, seen, fmt, images))
-        if end is None:  # cut short: close a reasoning block it left open first
-            suffix = renderer.think_closing(turn.prompt_ids().ids[-_TAIL:], completion) + suffix
-        added = array("i", completion) + array("i", renderer.encode(suffix))
+                                      system=system)
         before = turn.prompt_ids()
-        ids = before.extended(added)
-        return Prompt(ids, _opens(suffix, options), context, recorded,
+        if end is None:  # cut short: close a reasoning block it left open first
+            suffix = renderer.think_closing(before.ids[-_TAIL:], completion) + suffix
+        added = array("i", completion) + array("i", renderer.encode(suffix))
+        # Image placeholders: the turn's own (its record's), then the new ids'.
+        vision = renderer.vision
+        positions = [int(image["position"]) for image in (turn.tito or {}).get("images") or []
+                     ] + vision.positions(added, len(before)) if vision else []
+        return Prompt(before.extended(added), _opens(suffix, options), context, recorded,
                       extends={"interaction_id": turn.interaction_id, "choice": choice},
                       prefix=prefix, how=(
                           {"kind": "matched", "matchers": sorted(fired)} if fired
-                          else {"kind": "extended"}),
-                      image_positions=_positions(renderer, turn, added, len(before)))
+                          else {"kind": "extended"}), image_positions=positions)
     best = max(
         ((_common(recorded, (t.tito or {}).get("messages") or []), t.request_index, t)
          for t in history if t.tito and t.status < 400),
@@ -230,31 +214,10 @@ def plan_prompt(renderer: Renderer, body: dict[str, Any], history: Sequence[Reco
     )
     forked = ({"interaction_id": best[2].interaction_id, "messages": best[0]}
               if best is not None and best[0] > 0 else None)
-    reason = rendered_reason(sent, recorded, context, matchers,
-                             None if best is None else (best[2].tito or {}), best[0] if best else 0)
+    message, what = rendered_reason(sent, recorded, context, matchers, None if best is None
+                                    else (best[2].tito or {}), best[0] if best else 0)
     return FullRender(renderer, messages_from(0), tools, options, context, recorded, prefix,
-                      forked, {"kind": "rendered", "reason": reason})
-
-
-def _positions(renderer: Renderer, turn: RecordedTurn, added: array[int],
-               offset: int) -> list[int]:
-    """The image placeholders of a prompt extending ``turn`` by ``added``: the turn's
-    own (its record's), then those ``added`` holds (only the new ids are scanned)."""
-    if renderer.vision is None:
-        return []
-    earlier = (turn.tito or {}).get("images") or []
-    return [int(image["position"]) for image in earlier] + renderer.vision.positions(
-        added, offset)
-
-
-def _system(sent: list[dict[str, Any]], converted: list[dict[str, Any]], seen: int,
-            fmt: str, images: bool) -> dict[str, Any] | None:
-    """The conversation's first message as the template gets it, when it is a system
-    message (the suffix's probe carries it: some templates write it at the latest user
-    message)."""
-    if not sent or sent[0].get("role") != "system":
-        return None
-    return converted[0] if seen == 0 else template_messages(sent[:1], fmt, images=images)[0]
+                      forked, {"kind": "rendered", "reason": {"message": message, "what": what}})
 
 
 def _text(content: Any) -> str:
@@ -280,22 +243,17 @@ def _opens(text: str, options: RenderOptions) -> bool:
     return text.rstrip().endswith("<think>")
 
 
-def _reply_record(sent: str, reasoning: str) -> dict[str, Any]:
-    key, _, facets = sent.partition("|")
-    return {"key": key, "reasoning": reasoning_key(reasoning), "facets": facets}
-
-
 def tito_record(prompt: Prompt, replies: list[tuple[str, str]],
                 images: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The interaction's ``tito`` field: keys for matching later turns, and lineage.
     ``replies`` holds (message entry, reasoning text) per choice; ``images`` the prompt's
     images (``vision.image_records``), kept only when it has any."""
-    extra = {"images": images} if images else {}
     return {
-        **extra,
+        **({"images": images} if images else {}),
         "context": prompt.context,
         "messages": prompt.message_keys,
-        "replies": [_reply_record(e, reasoning) for e, reasoning in replies],
+        "replies": [{"key": e.partition("|")[0], "reasoning": reasoning_key(reasoning),
+                     "facets": e.partition("|")[2]} for e, reasoning in replies],
         "extends": prompt.extends,
         "forked_from": prompt.forked_from,
         "prompt": prompt.how,
@@ -304,40 +262,34 @@ def tito_record(prompt: Prompt, replies: list[tuple[str, str]],
 
 def rendered_reason(sent: list[dict[str, Any]], entries: list[str], context: str,
                     matchers: Collection[str], best: dict[str, Any] | None,
-                    common: int) -> dict[str, Any]:
-    """The reason for a full render of ``sent`` (its ``entries``), against ``best`` (the
-    ``tito`` of the recorded turn sharing the longest prefix, ``common`` messages)."""
+                    common: int) -> tuple[int | None, str]:
+    """Why ``sent`` (its ``entries``) is rendered in full, against ``best`` (the ``tito``
+    of the recorded turn sharing the longest prefix, ``common`` messages): the index of
+    the first message no recorded turn continues (None: not the messages), and what."""
     if best is None:
-        return {"message": None, "what": "first turn"}
+        return None, "first turn"
     earlier: list[str] = best.get("messages") or []
     if common == 0:
         if len(earlier) > 1 and len(entries) > 1 and entry_key(earlier[1]) == entry_key(
                 entries[1]):  # only the first message differs from the latest turn's
-            return {"message": 0, "what": f"the {sent[0].get('role')} message changed"}
-        return {"message": 0, "what": "a new conversation: its first message opens no "
-                                      "recorded turn"}
+            return 0, f"the {sent[0].get('role')} message changed"
+        return 0, "a new conversation: its first message opens no recorded turn"
     if best.get("context") != context and common >= min(len(earlier), len(entries)):
-        return {"message": None, "what": "the tools or template options changed"}
+        return None, "the tools or template options changed"
     if common < len(earlier) and common < len(entries):
-        return {"message": common, "what": _changed(sent[common], earlier[common],
-                                                     entries[common], matchers)}
+        return common, _changed(sent[common], earlier[common], entries[common], matchers)
     if common == len(entries) < len(earlier):
-        return {"message": common, "what": "the history stops inside a recorded turn's "
-                                           "(later messages left out)"}
+        return common, "the history stops inside a recorded turn's (later messages left out)"
     if common == len(earlier) < len(entries):
         role = sent[common].get("role")
         if role != "assistant":
-            return {"message": common, "what": f"a {role} message where the recorded "
-                                               "turn's reply comes"}
+            return common, f"a {role} message where the recorded turn's reply comes"
         for reply in best.get("replies") or []:
             recorded = _reply_entry(reply)
             if recorded is not None and differences(recorded, entries[common]) is not None:
-                return {"message": common, "what": _changed(
-                    sent[common], recorded, entries[common], matchers)}
-        return {"message": common, "what": "the assistant message is not a reply sampled "
-                                           "for the turn before it"}
-    return {"message": None, "what": "the same messages as a recorded turn (a request "
-                                     "sent again)"}
+                return common, _changed(sent[common], recorded, entries[common], matchers)
+        return common, "the assistant message is not a reply sampled for the turn before it"
+    return None, "the same messages as a recorded turn (a request sent again)"
 
 
 def _changed(message: dict[str, Any], recorded: str, sent: str,

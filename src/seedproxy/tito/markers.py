@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..stop_strings import partial_tag
+from ..stop_strings import held_tail
 
 __all__ = ["MarkerGuard", "id_markers"]
 
@@ -25,13 +25,8 @@ _FIRST = 0xFDD0  # the 32 noncharacters U+FDD0..U+FDEF: never a tokenizer's text
 def id_markers(tokenizer: Any, texts: Iterable[str]) -> dict[int, str]:
     """The markers among ``texts`` that are one added token each (id -> text)."""
     added = tokenizer.get_added_vocab()
-    found: dict[int, str] = {}
-    for text in texts:
-        token = added.get(text)
-        if isinstance(token, int) and list(tokenizer.encode(
-                text, add_special_tokens=False)) == [token]:
-            found[token] = text
-    return found
+    return {added[text]: text for text in texts if isinstance(added.get(text), int)
+            and list(tokenizer.encode(text, add_special_tokens=False)) == [added[text]]}
 
 
 class MarkerGuard:
@@ -40,7 +35,7 @@ class MarkerGuard:
 
     def __init__(self, by_id: Mapping[int, str]) -> None:
         self._by_id = dict(by_id)
-        self._texts = sorted(set(by_id.values()))
+        self._texts = tuple(sorted(set(by_id.values())))
         firsts = sorted({t[0] for t in self._texts})
         if len(firsts) > 32:
             raise ValueError("at most 32 distinct marker first characters")
@@ -67,6 +62,6 @@ class MarkerGuard:
         for marker in self._texts:
             if marker in text:
                 text = text.replace(marker, self._escape[marker[0]] + marker[1:])
-        keep = 0 if final else max(partial_tag(text, m) for m in self._texts)
+        keep = 0 if final else held_tail(text, self._texts)
         self._held = text[len(text) - keep:]
         return text[:len(text) - keep]

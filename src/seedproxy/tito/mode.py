@@ -4,7 +4,7 @@ upstream dialect, built and checked once at start-up."""
 from __future__ import annotations
 
 import datetime
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from ..detokenize import IncrementalDecoder, decoder_of
@@ -16,7 +16,7 @@ from .facets import MATCHERS, matchers_of
 from .harmony import MARKERS as HARMONY_MARKERS
 from .lineage import FullRender, Prompt, RecordedTurn, plan_prompt
 from .markers import MarkerGuard, id_markers
-from .reasoning import REASONING_PARSERS, ReasoningParser, ThinkParser
+from .reasoning import REASONING_PARSERS, ThinkParser
 from .renderer import Renderer
 from .sampling import Sampling, checked_forcing, sampling_of
 from .template_check import check as check_template
@@ -39,11 +39,8 @@ class TitoMode:
                  structural_tags: bool = True, matchers: frozenset[str] = frozenset(MATCHERS)
                  ) -> None:
         """``structural_tags``: whether tool calls get the parser's structural tag (as on
-        SGLang; not in front of the embedded engine, whose llguidance tags force no call):
-        without them a forced call is the JSON array, and a strict ``auto`` call is left
-        free. The model's own end ids (its ``generation_config``) are the renderer's
-        (``Renderer``'s ``eos_ids``). ``matchers``: the named matchers that may map a
-        resent history onto the recorded turns (``facets.py``)."""
+        SGLang; not in front of the embedded engine, whose llguidance tags force no call).
+        ``matchers``: those that may map a resent history onto the recorded turns."""
         self.renderer = renderer
         self.matchers = matchers
         self.dialect = dialect
@@ -51,41 +48,32 @@ class TitoMode:
         self._tool_parser = TOOL_PARSERS[tool_parser] if tool_parser else None
         self._tagged_parser = self._tool_parser if structural_tags else None
         self._reasoning = REASONING_PARSERS[reasoning_parser] if reasoning_parser else None
+        think = self._reasoning if self._reasoning is not None and issubclass(
+            self._reasoning, ThinkParser) else None
         # The think tags a structural tag leaves free (harmony's channels are none).
-        self._think = (self._reasoning.open_tag, self._reasoning.close_tag) if (
-            self._reasoning is not None and issubclass(self._reasoning, ThinkParser)) else ()
+        self._think = (think.open_tag, think.close_tag) if think else ()
         tok = renderer.tokenizer
         self.stop_token_ids = renderer.stop_token_ids
-        tags = {*_PARSER_TAGS, *(self._tool_parser.markers if self._tool_parser else ()),
-                *(self._reasoning.markers() if self._reasoning else ()),
-                *(HARMONY_MARKERS if renderer.harmony else ())}
-        keep = _ids_of(tok, tags)
-        kept_stops = _ids_of(tok, self._tool_parser.kept_stops if self._tool_parser else ())
+        tool = self._tool_parser or ToolParser
+        keep = _ids_of(tok, {*_PARSER_TAGS, *tool.markers,
+                             *(self._reasoning.markers() if self._reasoning else ()),
+                             *(HARMONY_MARKERS if renderer.harmony else ())})
         # An end of turn is never text, special to the tokenizer or not (Gemma's
         # <end_of_turn> is an ordinary added token), unless the tool parser reads it.
         self.hidden = (frozenset(int(i) for i in tok.all_special_ids) - keep) | (
-            frozenset(self.stop_token_ids) - kept_stops)
-        tool_start = self._reasoning.tool_start if self._reasoning is not None and issubclass(
-            self._reasoning, ThinkParser) else ""
-        self._marker_ids = id_markers(tok, [
-            *(self._tool_parser.markers if self._tool_parser else ()),
-            *((tool_start,) if tool_start else ())])
+            frozenset(self.stop_token_ids) - _ids_of(tok, tool.kept_stops))
+        self._marker_ids = id_markers(tok, [*tool.markers, *(
+            (think.tool_start,) if think and think.tool_start else ())])
         """Parser markers that are one added token: read from ids (``markers``)."""
         self._decode = decoder_of(tok)
         self._vocab_size = len(tok)  # the wrapper's len() costs a microsecond a request
         self._token_texts: dict[int, str] = {}  # bounded by the vocabulary
 
-    def prompt(self, body: dict[str, Any], history: Sequence[RecordedTurn], *,
-               known: Sequence[str] = ()) -> Prompt:
-        """The token prompt for chat ``body``; ``BadRequest`` before anything is sent."""
-        plan = self.plan(body, history, known=known)
-        return plan.run() if isinstance(plan, FullRender) else plan
-
     def plan(self, body: dict[str, Any], history: Sequence[RecordedTurn], *,
              known: Sequence[str] = ()) -> Prompt | FullRender:
-        """``prompt``, with a full render left to run (``FullRender.run`` may also raise
-        ``BadRequest``). ``known``: keys of its first messages, as a recorded turn sent
-        them (those were checked then)."""
+        """The token prompt for chat ``body``, or its full render left to run;
+        ``BadRequest`` (from ``FullRender.run`` too) before anything is sent. ``known``:
+        keys of its first messages, as a recorded turn sent them (checked then)."""
         for message in body["messages"][len(known):]:
             role = message.get("role")
             if not isinstance(role, str) or role not in _ROLES:  # a list is unhashable
@@ -109,7 +97,8 @@ class TitoMode:
     def count_prompt(self, body: dict[str, Any]) -> int:
         """The ids of chat ``body``'s prompt rendered whole, as a fresh session would
         send it (``/v1/messages/count_tokens``); ``BadRequest`` when it cannot render."""
-        return len(self.prompt(body, []).ids)
+        plan = self.plan(body, [])
+        return len((plan.run() if isinstance(plan, FullRender) else plan).ids)
 
     def sampling(self, body: dict[str, Any]) -> Sampling:
         return sampling_of(body, self.stop_token_ids, carries=self.dialect.carries,
@@ -121,9 +110,7 @@ class TitoMode:
                   sampling: Sampling | None = None) -> AssistantStream:
         """A fresh parser chain for one choice of ``body`` (``sampling``: its
         ``sampling(body)``, when the caller holds it already)."""
-        reasoning: ReasoningParser | None = None
-        if self._reasoning is not None:
-            reasoning = self._reasoning(opened=prompt.opens_reasoning)
+        reasoning = self._reasoning(opened=prompt.opens_reasoning) if self._reasoning else None
         if sampling is None:
             sampling = self.sampling(body)
         tools: ToolParser | None = None
@@ -134,10 +121,12 @@ class TitoMode:
                 body.get("tool_choice") != "none"):
             tools = self._tool_parser(body["tools"])
         decoder = IncrementalDecoder(self._decode, self.hidden)
-        earlier = _earlier_calls(body["messages"]) if tools is not None and tools.numbered else 0
+        earlier = sum(len(m["tool_calls"]) for m in body["messages"] if isinstance(m, dict)
+                      and m.get("role") == "assistant" and isinstance(m.get("tool_calls"), list)
+                      ) if tools is not None and tools.numbered else 0
         return AssistantStream(decoder, reasoning, tools, sampling.stop,
                                continues=prompt.prefix is not None, earlier_calls=earlier,
-                               guard=MarkerGuard(self._marker_ids) if self._marker_ids else None)
+                               guard=MarkerGuard(self._marker_ids))
 
     def token_text(self, token_id: int) -> str:
         """One token's text as ``tokenizer.decode([token_id])`` gives it (cached)."""
@@ -155,13 +144,6 @@ def _ids_of(tok: Any, tokens: Any) -> frozenset[int]:
                      if isinstance(i, int) and i != tok.unk_token_id)
 
 
-def _earlier_calls(messages: list[Any]) -> int:
-    """The tool calls of the assistant messages in a history (read only for a format
-    whose call ids count them)."""
-    return sum(len(m["tool_calls"]) for m in messages if isinstance(m, dict)
-               and m.get("role") == "assistant" and isinstance(m.get("tool_calls"), list))
-
-
 def open_tito(*, dialect: Dialect, tokenizer_path: str | None,
               tokenizer: Any = None, chat_template: str | None, tool_parser: str | None,
               reasoning_parser: str | None, model_name: str | None = None,
@@ -169,12 +151,12 @@ def open_tito(*, dialect: Dialect, tokenizer_path: str | None,
               matchers: str = "default") -> TitoMode:
     """Load and check everything; ``ConfigError`` (one line, exit 2) on any problem.
     ``dialect``: the upstream kind's (``Backend.tito``)."""
-    if tool_parser is not None and tool_parser not in TOOL_PARSERS:
-        raise ConfigError(f"unknown --tool-parser {tool_parser!r}; choose one of "
-                          + ", ".join(sorted(TOOL_PARSERS)))
-    if reasoning_parser is not None and reasoning_parser not in REASONING_PARSERS:
-        raise ConfigError(f"unknown --reasoning-parser {reasoning_parser!r}; choose one of "
-                          + ", ".join(sorted(REASONING_PARSERS)))
+    named: list[tuple[str, str | None, Collection[str]]] = [
+        ("tool", tool_parser, TOOL_PARSERS), ("reasoning", reasoning_parser, REASONING_PARSERS)]
+    for kind, name, known in named:
+        if name is not None and name not in known:
+            raise ConfigError(f"unknown --{kind}-parser {name!r}; choose one of "
+                              + ", ".join(sorted(known)))
     eos_ids: tuple[int, ...] = ()
     if tokenizer is None:
         if tokenizer_path is None:

@@ -12,14 +12,11 @@ Invariants:
   completion cut short (no stop id) gets the template's text from its end-of-turn on,
   and ``</think>`` before it when it stopped inside a reasoning block
   (``think_closing``).
-- ``template_check.check`` (run once at start-up) proves the template composes this
-  way, or composes by one of the named rules.
 - The probe carries the conversation's system message, so a template that writes it
-  (or the tools) at the latest user message only (Mistral Nemo's, Small 3.1's) writes it
-  again in the suffix of each new user message: nothing recorded is re-rendered.
-- Harmony stops on ``<|return|>`` and ``<|call|>``; ``<|end|>`` ends a message only.
-  After a sampled tool call the suffix is what the template writes after a call to the
-  same function (its tool message names it).
+  (or the tools) at the latest user message only writes it again in each new user
+  message's suffix: the model sees it before every user message it answers.
+- Harmony: after a sampled tool call the suffix is what the template writes after a
+  call to the same function (its tool message names it).
 - A request's ``RenderOptions`` (template kwargs, generation prompt, continuing the
   final message) apply to the full render and to the suffix alike.
 - With ``today`` set, a template's ``strftime_now`` formats that date (at midnight)
@@ -45,18 +42,10 @@ SENTINEL = "\u2063SEEDPROXY-ASSISTANT-TURN\u2063"
 THINK = "<think>"
 THINK_END = "</think>"
 PROBE_USER = {"role": "user", "content": "ping"}
-PROBE_TOOLS = [{
-    "type": "function",
-    "function": {
-        "name": "probe", "description": "a probe",
-        "parameters": {"type": "object", "properties": {"x": {"type": "string"}}},
-    },
-}]
-
-
+PROBE_TOOLS = [{"type": "function", "function": {
+    "name": "probe", "description": "a probe",
+    "parameters": {"type": "object", "properties": {"x": {"type": "string"}}}}}]
 _DEFAULT = RenderOptions()
-
-
 _CODES = "aAbBcdHIjmMpSUwWyYZz"
 
 
@@ -110,11 +99,9 @@ class Renderer:
                  today: datetime.date | None = None, eos_ids: Sequence[int] = (),
                  vision: Vision | None = None) -> None:
         """``eos_ids``: the model's own end ids (its ``generation_config``: Llama 3.1's
-        ``<|eom_id|>`` and ``<|eot_id|>``), stop ids as SGLang makes them, next to the
-        template's end-of-turn and the tokenizer's eos. A turn that ends in any of them
-        is closed: the next turn's text follows it, less the template's end-of-turn.
-        ``vision``: the model takes images (``vision.py``), the template writing one
-        placeholder per image part."""
+        ``<|eom_id|>``), stop ids as SGLang makes them, next to the template's end-of-turn
+        and the tokenizer's eos: a turn ending in any of them is closed. ``vision``: the
+        model takes images, one placeholder per image part."""
         self.tokenizer = tokenizer
         self.vision = vision
         self.template = template if template is not None else tokenizer.chat_template
@@ -127,7 +114,8 @@ class Renderer:
              | {str(t) for t in getattr(tokenizer, "added_tokens_encoder", {})}) - {""},
             key=len, reverse=True))
         """The special and added tokens' texts, longest first."""
-        self._encode = encoder_of(tokenizer)
+        self.encode = encoder_of(tokenizer)
+        """``tokenizer.encode(text, add_special_tokens=False)``."""
         self.content_format = content_format(self.template)
         self.reserved = reserved_names(tokenizer)
         self.eot_text, self.eot_id = self._find_end_of_turn()
@@ -143,10 +131,6 @@ class Renderer:
         completion ending in one needs no end-of-turn before the next messages."""
         self._stop_texts = {i: str(tokenizer.decode([i], skip_special_tokens=False))
                             for i in sorted(self.end_ids)}
-
-    def encode(self, text: str) -> list[int]:
-        """``tokenizer.encode(text, add_special_tokens=False)``."""
-        return self._encode(text)
 
     def full_text(self, messages: list[dict[str, Any]], tools: list[Any] | None,
                   options: RenderOptions = _DEFAULT) -> str:

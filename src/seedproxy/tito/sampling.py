@@ -14,16 +14,8 @@ Structured output (``constraint_of``):
 - At most one constraint: ``regex``, ``ebnf``, ``json_schema`` or a ``response_format``
   other than ``text``; two are a 400 naming the second (SGLang: "Only one of regex,
   json_schema, or ebnf can be set").
-- ``response_format`` is kept as the kind asked (``json_object``, or ``json_schema`` with
-  its ``json_schema`` object), so each dialect maps it as its own chat route does:
-  SGLang turns ``json_object`` into the schema ``{"type": "object"}`` and a schema into
-  ``json.dumps(schema)``; vLLM's completions take ``response_format`` as its chat does.
-- A ``regex`` must compile with Python's ``re`` (``sampling_fields.check_regex``: a 400
-  naming it otherwise), so an upstream's refusal of it never uses an index.
-- ``structural_tag`` is sent as SGLang's chat route writes it: ``json.dumps`` of
-  its ``model_dump(by_alias=True)``; for the ``structures`` / ``triggers`` form that is
-  ``seedproxy.legacy_tag``'s text (schema null and at_least_one false when left out);
-  the ``format`` form (xgrammar's own) goes as sent. Other kinds are a 400.
+- ``response_format`` (read by ``sampling_fields.format_of``) is also kept as asked, so
+  each dialect maps it as its own chat route does.
 - A forcing ``tool_choice`` (``required`` or a named tool) is the tool parser's
   structural tag where it builds one (``tools.structural``), else the JSON schema of
   ``seedproxy.tool_choice``; with any other constraint it is a 400, as SGLang 0.5.23's
@@ -62,12 +54,8 @@ CARRIABLE = frozenset({
 """The optional fields a dialect may carry; each dialect says which in ``carries``."""
 
 _NEUTRAL: dict[str, tuple[Any, ...]] = {
-    "frequency_penalty": (0, 0.0),
-    "presence_penalty": (0, 0.0),
-    "repetition_penalty": (1, 1.0),
-    "logit_bias": ({},),
-    "stop_regex": ([],),
-    "response_format": ({"type": "text"},),
+    "frequency_penalty": (0, 0.0), "presence_penalty": (0, 0.0), "repetition_penalty": (1, 1.0),
+    "logit_bias": ({},), "stop_regex": ([],), "response_format": ({"type": "text"},),
     "tool_choice": ("auto", "none"),
 }
 """Values that ask for nothing (as does ``None``): a dialect that cannot carry a field
@@ -163,28 +151,18 @@ def sampling_of(body: dict[str, Any], stop_token_ids: tuple[int, ...], *,
     tool_tag = (_tool_tag(body, forcing, tool_parser, think) if "tool_choice" in carries
                 else None)
     stop = body.get("stop")
-    if stop is None:
-        stops: tuple[str, ...] = ()
-    elif isinstance(stop, str) and stop:  # "" would end the reply before its first token
-        stops = (stop,)
-    elif isinstance(stop, list) and len(stop) <= _MAX_STOPS and all(
-            isinstance(s, str) and s for s in stop):
-        stops = tuple(stop)
-    else:
-        raise BadRequest(
-            f"stop must be a non-empty string or up to {_MAX_STOPS} of them", param="stop"
-        )
+    stops = [stop] if isinstance(stop, str) else [] if stop is None else stop
+    if not isinstance(stops, list) or len(stops) > _MAX_STOPS or not all(
+            isinstance(s, str) and s for s in stops):  # "" would end the reply at once
+        raise BadRequest(f"stop must be a non-empty string or up to {_MAX_STOPS} of them",
+                         param="stop")
     extra = token_ids(body.get("stop_token_ids"), "stop_token_ids")
     frequency, presence, repetition = penalties(body)
-    limit = _int(body, "max_completion_tokens", 1)
-    if limit is None:
-        limit = _int(body, "max_tokens", 1)
-    logprobs = body.get("logprobs")
-    if logprobs is not None and not isinstance(logprobs, bool):
-        raise BadRequest("logprobs must be a boolean", param="logprobs")
-    ignore_eos = body.get("ignore_eos")
-    if ignore_eos is not None and not isinstance(ignore_eos, bool):
-        raise BadRequest("ignore_eos must be a boolean", param="ignore_eos")
+    limit = _int(body, "max_completion_tokens", 1) or _int(body, "max_tokens", 1)
+    for key in ("logprobs", "ignore_eos"):
+        if body.get(key) is not None and not isinstance(body[key], bool):
+            raise BadRequest(f"{key} must be a boolean", param=key)
+    ignore_eos = bool(body.get("ignore_eos"))
     top = _int(body, "top_logprobs", 0) or 0
     if top > 20:
         raise BadRequest("top_logprobs must be at most 20", param="top_logprobs")
@@ -194,9 +172,9 @@ def sampling_of(body: dict[str, Any], stop_token_ids: tuple[int, ...], *,
         top_p=number(body, "top_p"),
         top_k=_int(body, "top_k", -1),
         min_p=number(body, "min_p"),
-        stop=stops,
+        stop=tuple(stops),
         stop_token_ids=tuple(dict.fromkeys([*(() if ignore_eos else stop_token_ids), *extra])),
-        logprobs=bool(logprobs),
+        logprobs=bool(body.get("logprobs")),
         top_logprobs=top,
         frequency_penalty=frequency,
         presence_penalty=presence,
@@ -205,7 +183,7 @@ def sampling_of(body: dict[str, Any], stop_token_ids: tuple[int, ...], *,
         stop_regex=_stop_regex(body),
         constraint=constraint_of(body, forcing, tool_tag),
         forcing=forcing,
-        ignore_eos=bool(ignore_eos),
+        ignore_eos=ignore_eos,
         require_reasoning=reasoning,
     )
 
@@ -215,26 +193,19 @@ _GRAMMARS = ("regex", "ebnf", "json_schema")
 
 @dataclass(frozen=True, slots=True)
 class Constraint:
-    field: str
-    """The request field that asked: ``regex``, ``ebnf``, ``json_schema``,
-    ``response_format`` or ``tool_choice``."""
-    source: str
-    """The grammar, or the JSON schema as SGLang's chat route writes it."""
+    field: str  # the request field that asked
+    source: str  # the grammar, or the JSON schema as SGLang's chat route writes it
     response_format: dict[str, Any] | None = None
     """For ``response_format``: ``{"type": "json_object"}``, ``{"type": "json_schema",
     "json_schema": {...as sent}}`` or the ``structural_tag`` object as sent."""
-    structural: bool = False
-    """A tool parser's structural tag for its calls (``tools.structural``)."""
+    structural: bool = False  # a tool parser's structural tag for its calls
 
     @property
     def param(self) -> str:
         """The ``sampling_params`` key SGLang's chat route puts it under."""
         if self.field in _GRAMMARS:
             return self.field
-        if self.structural:
-            return "structural_tag"
-        if self.response_format is not None and (
-                self.response_format.get("type") == "structural_tag"):
+        if self.structural or (self.response_format or {}).get("type") == "structural_tag":
             return "structural_tag"
         return "json_schema"  # json_object, json_schema, a forced tool call
 
@@ -271,19 +242,14 @@ def _grammar(body: dict[str, Any]) -> Constraint | None:
     return Constraint(key, value)
 
 
-def _response_format(fmt: Any) -> Constraint | None:
-    asked = format_of(fmt, "in token-in-token-out mode")
-    return None if asked is None else Constraint("response_format", asked.source, asked.asked)
-
-
 def constraint_of(body: dict[str, Any], forcing: Forcing | None = None,
                   tool_tag: str | None = None) -> Constraint | None:
     """The one constraint ``body`` asks for (``forcing``: its forced tool call, checked;
     ``tool_tag``: the tool parser's structural tag for its calls, if it builds one);
-    ``BadRequest`` names a bad or second one. An ``auto`` tool tag gives way to the
-    client's own constraint, as SGLang drops it then."""
+    ``BadRequest`` names a bad or second one."""
     grammar = _grammar(body)
-    fmt = _response_format(body.get("response_format"))
+    given = format_of(body.get("response_format"), "in token-in-token-out mode")
+    fmt = None if given is None else Constraint("response_format", given.source, given.asked)
     if grammar is not None and fmt is not None:
         raise BadRequest("response_format cannot be combined with regex, ebnf or json_schema",
                          param="response_format")

@@ -1,10 +1,8 @@
 """The start-up check: does a chat template render incrementally, and by which rule.
 
-Token-in-token-out never re-renders history: a turn's prompt is the previous prompt +
-the sampled completion + the template's text for the new messages
-(``Renderer.suffix_text``). ``check`` proves, on probe conversations with and without
-tools and a system message, that the template's full render of [user, assistant,
-user] (or tool) is that, up to one of these named rules:
+``check`` proves, on probe conversations with and without tools and a system message,
+that the template's full render of [user, assistant, user] (or tool) is the prompt +
+the reply + ``Renderer.suffix_text``, up to one of these named rules:
 
 - *reasoning*: a generation prompt that opens a think block (Qwen3-Thinking-2507,
   QwQ, DeepSeek-R1-Distill) may be missing from the full render, and an empty think
@@ -15,8 +13,7 @@ user] (or tool) is that, up to one of these named rules:
   one placeholder id in every render;
 - *latest user message* (Mistral Nemo, Small 3.1): the template writes the tools block
   (a run that opens and closes with special tokens) or the system message only at the
-  latest user message; the suffix of each new user message writes it again there, so
-  the model sees it before every user message it answers, and no recorded token moves.
+  latest user message, which each new user message's suffix writes again there.
 
 Anything else is a ``ConfigError`` whose one line names where the renders differ.
 """
@@ -25,6 +22,7 @@ from __future__ import annotations
 
 import re
 from difflib import SequenceMatcher
+from itertools import product
 from typing import Any
 
 from ..errors import BadRequest, ConfigError
@@ -42,28 +40,27 @@ _PROBE_CALL_ID = "call00000"  # 9 alphanumerics: Mistral's templates take no oth
 def check(renderer: Renderer) -> None:
     """Prove ``renderer``'s template renders incrementally; ``ConfigError`` names what
     breaks (at start-up, so each render here runs once)."""
-    for system in (None, _PROBE_SYSTEM):
+    follows = ({"role": "user", "content": "again"},
+               {"role": "tool", "tool_call_id": _PROBE_CALL_ID, "content": "42"})
+    for system, tools, follow in product((None, _PROBE_SYSTEM), (None, PROBE_TOOLS), follows):
         lead = [system] if system else []
-        for tools in (None, PROBE_TOOLS):
-            for follow in ({"role": "user", "content": "again"},
-                           {"role": "tool", "tool_call_id": _PROBE_CALL_ID, "content": "42"}):
-                first = [*lead, PROBE_USER]
-                reply = {"role": "assistant", "content": SENTINEL}
-                try:
-                    prompt = renderer.full_text(first, tools)
-                    whole = renderer.full_text([*first, reply, follow], tools)
-                    after = renderer.text_after([follow], tools, _DEFAULT, lead=lead)
-                    if follow["role"] == "user" and not after.startswith(renderer.eot_text):
-                        raise BadRequest("the chat template does not end an assistant turn "
-                                         f"with {renderer.eot_text!r}", param="messages")
-                except BadRequest as exc:
-                    if follow["role"] == "tool":
-                        continue  # a template without tool messages: tools are refused later
-                    raise ConfigError(f"the chat template cannot render incrementally: "
-                                      f"{exc.message}") from None
-                if follow["role"] == "tool" and renderer.turn_end(after) is None:
-                    continue  # no stop id opens a tool message: tool turns are refused later
-                _compare(renderer, prompt, whole, after, follow["role"], system)
+        first = [*lead, PROBE_USER]
+        reply = {"role": "assistant", "content": SENTINEL}
+        try:
+            prompt = renderer.full_text(first, tools)
+            whole = renderer.full_text([*first, reply, follow], tools)
+            after = renderer.text_after([follow], tools, _DEFAULT, lead=lead)
+            if follow["role"] == "user" and not after.startswith(renderer.eot_text):
+                raise BadRequest("the chat template does not end an assistant turn "
+                                 f"with {renderer.eot_text!r}", param="messages")
+        except BadRequest as exc:
+            if follow["role"] == "tool":
+                continue  # a template without tool messages: tools are refused later
+            raise ConfigError(f"the chat template cannot render incrementally: "
+                              f"{exc.message}") from None
+        if follow["role"] == "tool" and renderer.turn_end(after) is None:
+            continue  # no stop id opens a tool message: tool turns are refused later
+        _compare(renderer, prompt, whole, after, follow["role"], system)
     if renderer.harmony is not None:
         _check_call(renderer)
     if renderer.vision is not None:
@@ -71,9 +68,7 @@ def check(renderer: Renderer) -> None:
 
 
 def _check_images(renderer: Renderer) -> None:
-    """A vision model's template: the full render of [user with an image, assistant,
-    user with two images] is the prompt + reply + the suffix, and holds exactly one
-    placeholder id per image (SGLang expands exactly one per image, else re-tokenises)."""
+    """The *images* rule (SGLang expands exactly one id per image, else re-tokenises)."""
     assert renderer.vision is not None
     image = {"type": "image"}
     first = [{"role": "user", "content": [image, {"type": "text", "text": "ping"}]}]
@@ -95,9 +90,8 @@ def _check_images(renderer: Renderer) -> None:
 
 
 def _check_call(renderer: Renderer) -> None:
-    """Harmony: the full render of [user, assistant call, tool] must be the prompt + one
-    assistant message ending with ``<|call|>`` (the call the model samples in its own
-    form) + the suffix after a call."""
+    """The *harmony* rule for a call: [user, assistant call, tool] renders as the prompt +
+    one assistant message ending with ``<|call|>`` + the suffix after a call."""
     call = {"role": "assistant", "content": "", "tool_calls": [
         {"id": "call_0", "type": "function",
          "function": {"name": "probe", "arguments": {"x": "y"}}}]}
@@ -127,8 +121,8 @@ def _compare(renderer: Renderer, prompt: str, whole: str, after: str, role: str,
     tail = SENTINEL + after
     if whole == prompt + tail:
         return
-    opening = _think_opening(prompt)
-    if opening and whole == prompt[:-len(opening)] + tail:
+    bare = prompt.rstrip()  # a generation prompt's think opening, missing from ``whole``
+    if bare.endswith(THINK) and whole == bare[:-len(THINK)] + tail:
         return
     if renderer.harmony is not None and whole == prompt + FINAL_HEADER + tail:
         return  # the model samples the channel header itself
@@ -160,24 +154,22 @@ def _only_latest(renderer: Renderer, prompt: str, history: str, after: str,
     recorded prompt keeps it where it was written)."""
     ours, theirs = _pieces(renderer, prompt), _pieces(renderer, history)
     specials = set(renderer.special_texts)
+    text = system.get("content") if system else None
     moved = False
-    ops = SequenceMatcher(None, ours, theirs, autojunk=False).get_opcodes()
-    for tag, i1, i2, j1, j2 in ops:
+    for tag, i1, i2, j1, j2 in SequenceMatcher(None, ours, theirs, autojunk=False
+                                               ).get_opcodes():
+        run = ours[i1:i2]
         if tag == "equal":
             continue
-        run = ours[i1:i2]
+        moved = True
         if tag == "delete" and run[0] in specials and run[-1] in specials and (
                 "".join(run) in after):
-            moved = True
             continue
-        text = system.get("content") if system else None
-        if (tag == "replace" and i2 - i1 == 1 and j2 - j1 == 1 and isinstance(text, str)
+        if not (tag == "replace" and i2 - i1 == 1 and j2 - j1 == 1 and isinstance(text, str)
                 and text and run[0].startswith(text)
                 and (text in after or text not in history)
                 and run[0][len(text):].lstrip() == theirs[j1]):
-            moved = True
-            continue
-        return False
+            return False
     return moved
 
 
@@ -185,11 +177,3 @@ def _pieces(renderer: Renderer, text: str) -> list[str]:
     """``text`` split into special tokens' texts and the text runs between them."""
     pattern = "(" + "|".join(re.escape(t) for t in renderer.special_texts) + ")"
     return [piece for piece in re.split(pattern, text) if piece]
-
-
-def _think_opening(prompt: str) -> str:
-    """The ``<think>`` opening (and the whitespace after it) that ends ``prompt``, or ""."""
-    bare = prompt.rstrip()
-    if not bare.endswith(THINK):
-        return ""
-    return prompt[len(bare) - len(THINK):]

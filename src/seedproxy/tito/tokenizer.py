@@ -36,14 +36,12 @@ def load_tokenizer(path: str) -> Any:
         raise ConfigError(f"{_EXTRA} ({exc.msg})") from None
     if not target.exists():
         raise ConfigError(f"tokenizer not found: {path}")
+    if target.is_file() and target.suffix.lower() != ".gguf":
+        raise ConfigError(f"--tokenizer must be a model folder or a .gguf file: {path}")
     try:
         if target.is_file():
-            if target.suffix.lower() != ".gguf":
-                raise ConfigError(f"--tokenizer must be a model folder or a .gguf file: {path}")
             return AutoTokenizer.from_pretrained(str(target.parent), gguf_file=target.name)
         return AutoTokenizer.from_pretrained(str(target))
-    except ConfigError:
-        raise
     except Exception as exc:  # transformers raises many kinds; all mean "not loadable"
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(f"cannot load a tokenizer from {path}: {first}") from None

@@ -1,24 +1,10 @@
-"""Tool-call parsers by the names of SGLang's ``--tool-call-parser`` (each format in its
-own module under ``tools``; ``tools.base`` says what they all keep).
+"""Tool-call parsers by the names of SGLang's ``--tool-call-parser``, one format per
+module under ``tools`` (adding one is its module and an entry here).
 
-| name | format |
-| --- | --- |
-| ``hermes``, ``qwen``, ``qwen25`` | ``<tool_call>{"name", "arguments"}</tool_call>`` |
-| ``llama3`` (``llama3-json``) | ``{"name", "parameters"}``, ``<|python_tag|>`` |
-| ``mistral`` | ``[TOOL_CALLS][{...}]`` or ``[TOOL_CALLS]name[ARGS]{...}`` |
-| ``deepseekv3``, ``deepseekv31`` | ``<｜tool▁calls▁begin｜>`` sections |
-| ``kimi_k2`` | ``<|tool_calls_section_begin|>`` sections |
-| ``glm45``, ``glm`` | ``<tool_call>NAME`` + ``<arg_key>``/``<arg_value>`` pairs |
-| ``gpt-oss`` | ``<|channel|>commentary to=functions.NAME ...<|call|>`` |
-| ``pythonic`` | ``[name(key=literal, ...), ...]`` |
-
-Each parser's ``structural_tag`` is the constraint SGLang's chat route puts on its
-calls (``tools.structural``): a forcing ``tool_choice`` (``required``, a named
-function), or ``auto`` with a strict tool. A forced call through a parser that builds
-no tag, or with no ``--tool-parser``, is the JSON array, read by ``ForcedCallParser``
-as SGLang's chat route reads a forced call (``seedproxy.tool_choice.parse_forced``):
-the whole reply, anything else being content exactly as generated.
-Adding a format is its module and one entry here.
+A forced call through a parser that builds no structural tag (``tools.structural``), or
+with no ``--tool-parser``, is the JSON array, read by ``ForcedCallParser`` as SGLang's
+chat route reads a forced call (``seedproxy.tool_choice.parse_forced``): the whole
+reply, anything else being content exactly as generated.
 """
 
 from __future__ import annotations

@@ -6,10 +6,8 @@ Invariants (SGLang 0.5.23 ``base_processor._expand_input_ids``; transformers'
 - The prompt sent upstream holds the template's own placeholder once per image: exactly
   one ``image_token`` id per image, in the order of ``image_data``. The server expands the
   i-th into that image's ``tokens``; the prompt ids as sent are what is recorded.
-- ``tokens(width, height)`` is the processor's count: the image resized by
-  ``smart_resize`` (both sides multiples of ``patch_size * merge_size``, its area within
-  ``min_pixels`` .. ``max_pixels``), in patches of ``patch_size``, merged
-  ``merge_size`` x ``merge_size``: 640x480 gives 391 with Qwen2.5-VL's configuration.
+- ``tokens(width, height)`` is the processor's count (640x480 gives 391 with
+  Qwen2.5-VL's configuration).
 - A model whose folder holds no ``preprocessor_config.json`` with these fields takes no
   images in token-in-token-out mode.
 """
@@ -27,8 +25,7 @@ from ..media import CheckedImage
 
 __all__ = ["IMAGE_TOKENS", "Vision", "image_records", "vision_of"]
 
-IMAGE_TOKENS = ("<|image_pad|>",)
-"""The image placeholders of the families served (Qwen2-VL, Qwen2.5-VL, Qwen3-VL)."""
+IMAGE_TOKENS = ("<|image_pad|>",)  # the placeholders of the families served
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,14 +40,19 @@ class Vision:
     max_pixels: int
 
     def tokens(self, width: int, height: int) -> int:
-        """The ids one ``width`` x ``height`` image expands to."""
+        """The ids one ``width`` x ``height`` image expands to, resized by transformers'
+        ``smart_resize`` (its Pillow module: no torchvision needed)."""
         try:
-            resized_h, resized_w = _smart_resize(
-                height, width, self.patch_size * self.merge_size, self.min_pixels,
-                self.max_pixels)
+            from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
+        except ImportError:  # transformers < 5: the function lives in the processor's module
+            from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
+        try:
+            resized: tuple[int, int] = smart_resize(
+                height, width, factor=self.patch_size * self.merge_size,
+                min_pixels=self.min_pixels, max_pixels=self.max_pixels)
         except ValueError as exc:  # smart_resize's one refusal: an aspect ratio over 200
             raise BadRequest(f"an image of {width}x{height}: {exc}", param="messages") from None
-        return (resized_h // self.patch_size) * (resized_w // self.patch_size) // (
+        return (resized[0] // self.patch_size) * (resized[1] // self.patch_size) // (
             self.merge_size * self.merge_size)
 
     def positions(self, ids: Any, offset: int = 0) -> list[int]:
@@ -61,26 +63,13 @@ class Vision:
 
 def image_records(vision: Vision, images: Sequence[CheckedImage],
                   positions: Sequence[int]) -> list[dict[str, Any]]:
-    """What a record keeps of a prompt's images, in order: each one's ``sha256`` (of its
-    bytes: the image itself is stored once by it), type and size, the index of its
-    placeholder in the prompt ids as sent (``position``) and the ids it expands to
-    (``tokens``): the expanded prompt follows from these without a processor."""
+    """What a record keeps of a prompt's images, in order (the image itself is stored
+    once by its ``sha256``): with its placeholder's index in the prompt ids as sent and
+    the ids it expands to, the expanded prompt follows without a processor."""
     return [{"sha256": image.sha256, "media_type": image.media_type, "width": image.width,
              "height": image.height, "position": position,
              "tokens": vision.tokens(image.width, image.height)}
             for image, position in zip(images, positions, strict=True)]
-
-
-def _smart_resize(height: int, width: int, factor: int, min_pixels: int,
-                  max_pixels: int) -> tuple[int, int]:
-    """transformers' ``smart_resize`` (its Pillow module: no torchvision needed)."""
-    try:
-        from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
-    except ImportError:  # transformers < 5: the function lives in the processor's module
-        from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
-    resized: tuple[int, int] = smart_resize(height, width, factor=factor,
-                                            min_pixels=min_pixels, max_pixels=max_pixels)
-    return resized
 
 
 def vision_of(tokenizer: Any, template: str, folder: str | None) -> Vision | None:

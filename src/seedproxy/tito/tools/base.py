@@ -1,12 +1,10 @@
 """What every tool-call format shares: the streaming shell and JSON decoding.
 
-A parser streams content until its start marker, then captures everything to the end
-of the completion and parses it once (``parse``). What lies outside the calls (text
-before the marker, between calls, after the last one, a block that is not a call) is
-content, as SGLang's streaming detectors show it. A capture holding no call at all is
-content exactly as generated: never an error. JSON that Python's ``json`` refuses (past
-its recursion limit, an integer over 4,300 digits) or nested deeper than
-``nesting.MAX_DEPTH`` is not a call. Streaming and whole input give the same result.
+A parser streams content until its start marker, then captures to the end of the
+completion and parses it once (``parse``). Text outside the calls (and a block that is
+no call) is content, as SGLang's streaming detectors show it; a capture holding no call
+is content exactly as generated, never an error. JSON that ``json`` refuses or nested
+deeper than ``nesting.MAX_DEPTH`` is not a call. Streaming and whole input agree.
 """
 
 from __future__ import annotations
@@ -21,9 +19,8 @@ from ...nesting import too_deep
 from ...stop_strings import partial_tag
 from .structural import CallFrame, ToolAsk, frame_tag
 
-__all__ = ["ToolCall", "ToolParser", "call_of", "decode_at", "loads", "marked_calls",
-           "openai_call_id", "schema_properties", "skip_space",
-           "tagged_calls"]
+__all__ = ["ToolCall", "ToolParser", "call_of", "decode_at", "loads", "openai_call_id",
+           "schema_properties", "skip_space", "tagged_calls"]
 
 _DECODER = json.JSONDecoder()
 
@@ -31,24 +28,23 @@ _DECODER = json.JSONDecoder()
 @dataclass(frozen=True, slots=True)
 class ToolCall:
     name: str
-    arguments: str
-    """A JSON object, as text."""
+    arguments: str  # a JSON object, as text
 
 
 def decode_at(text: str, pos: int) -> tuple[Any, int] | None:
-    """The JSON value starting at ``text[pos]`` and the index after it, or None when
-    there is none we keep (invalid, too deep, an integer past Python's digit limit)."""
+    """The JSON value after any spaces at ``text[pos]`` and the index after it, or None
+    (invalid, too deep, an integer past Python's digit limit)."""
     try:
-        value, end = _DECODER.raw_decode(text, pos)
+        value, end = _DECODER.raw_decode(text, skip_space(text, pos))
     except (RecursionError, ValueError):  # JSONDecodeError is a ValueError
         return None
     return None if too_deep(value) else (value, end)
 
 
 def loads(text: str, default: Any = None) -> Any:
-    """The JSON value that is the whole of ``text`` (whitespace around it allowed), or
-    ``default`` (see ``decode_at``)."""
-    got = decode_at(text, skip_space(text, 0))
+    """The JSON value that is the whole of ``text`` (spaces around it allowed), or
+    ``default``."""
+    got = decode_at(text, 0)
     return got[0] if got is not None and not text[got[1]:].strip() else default
 
 
@@ -58,58 +54,34 @@ def skip_space(text: str, pos: int) -> int:
     return pos
 
 
-def marked_calls(captured: str, call_begin: str, section_end: str,
-                 read_call: Callable[[str, int], tuple[ToolCall, int] | None]
-                 ) -> tuple[list[ToolCall], str]:
-    """Calls each opened by ``call_begin`` (``read_call(text, where its body starts)``
-    gives the call and where it ends), one after another with space between, until one
-    does not read; then an optional ``section_end``. Returns the calls and the rest."""
-    calls: list[ToolCall] = []
-    pos = 0
-    while True:
-        at = skip_space(captured, pos)
-        found = read_call(captured, at + len(call_begin)) if captured.startswith(
-            call_begin, at) else None
-        if found is None:
-            break
-        call, pos = found
-        calls.append(call)
-    at = skip_space(captured, pos)
-    if captured.startswith(section_end, at):
-        pos = at + len(section_end)
-    return calls, captured[pos:]
-
-
 def tagged_calls(captured: str, start: str,
-                 take: Callable[[str], tuple[ToolCall | None, int]],
+                 take: Callable[[str], tuple[list[ToolCall] | None, int]],
                  find: Callable[[str], tuple[int, int] | None] | None = None
                  ) -> tuple[list[ToolCall], str]:
     """Blocks each opened by a start tag (``captured`` begins just after the first one,
-    ``start``): ``take(the text after a start)`` gives the block's call (None: it is no
-    call) and where the block ends; ``find(text)`` gives where the next start tag is and
-    its length (None: none; by default ``start`` itself). A block that is no call stays
-    content, its tag included, as does the text between and after the blocks. Returns
-    the calls and that content."""
+    ``start``): ``take(the text after a start)`` gives the block's calls (None: it is no
+    call, and stays content, its tag included) and where the block ends; ``find(text)``
+    gives the next start tag's index and length (None: none; by default ``start``).
+    Text between and after the blocks is content. Returns the calls and that content."""
     def plain(text: str) -> tuple[int, int] | None:
         at = text.find(start)
         return None if at < 0 else (at, len(start))
 
-    locate = find if find is not None else plain
     calls: list[ToolCall] = []
     outside: list[str] = []
     marker, rest = start, captured
     while True:
-        call, stop = take(rest)
-        if call is None:
+        found, stop = take(rest)
+        if found is None:
             outside.append(marker + rest[:stop])
         else:
-            calls.append(call)
+            calls += found
         rest = rest[stop:]
-        found = locate(rest)
-        if found is None:
+        where = (find or plain)(rest)
+        if where is None:
             outside.append(rest)
             return calls, "".join(outside)
-        at, size = found
+        at, size = where
         outside.append(rest[:at])
         marker, rest = rest[at:at + size], rest[at + size:]
 
@@ -136,8 +108,7 @@ def call_of(item: Any, args_key: str = "arguments") -> ToolCall | None:
     if not isinstance(item, dict) or not isinstance(item.get("name"), str) or not item["name"]:
         return None
     args = item.get(args_key, item.get("arguments", {}))
-    if isinstance(args, str):
-        args = loads(args)
+    args = loads(args) if isinstance(args, str) else args
     if not isinstance(args, dict):
         return None
     return ToolCall(item["name"], json.dumps(args, ensure_ascii=False))
@@ -145,8 +116,7 @@ def call_of(item: Any, args_key: str = "arguments") -> ToolCall | None:
 
 def openai_call_id(base: str, position: int) -> str:
     """``call_`` + 24 hex digits derived from ``base`` (the completion's id, choice)."""
-    digest = hashlib.sha256(f"{base}:{position}".encode()).hexdigest()[:24]
-    return f"call_{digest}"
+    return "call_" + hashlib.sha256(f"{base}:{position}".encode()).hexdigest()[:24]
 
 
 class ToolParser:
@@ -156,18 +126,14 @@ class ToolParser:
     markers: ClassVar[tuple[str, ...]] = ()
     """Special tokens of the format, kept in the decoded text for the parser."""
     kept_stops: ClassVar[tuple[str, ...]] = ()
-    """Stop tokens a call ends with, kept in the decoded text for the parser (SGLang
-    keeps gpt-oss's ``<|call|>``; other stop ids are never text)."""
+    """Stop tokens kept as text for the parser (SGLang keeps gpt-oss's ``<|call|>``)."""
     numbered: ClassVar[bool] = False
-    """Whether call ids count the conversation's earlier calls (``call_id``'s
-    ``earlier``; counted only for such a format)."""
+    """Whether call ids count the conversation's earlier calls (``call_id``'s ``earlier``)."""
     frame: ClassVar[CallFrame | None] = None
-    """How SGLang's detector of the same name frames a call in its structural tag; None
-    where it builds none (a forced call is then the JSON array)."""
+    """How SGLang's detector frames a call in its structural tag; None: it builds none."""
 
     def __init__(self, tools: Sequence[Mapping[str, Any]] = ()) -> None:
-        """``tools``: the request's checked ``tools`` (read by a format that types its
-        arguments by their schemas; one parser per answer)."""
+        """``tools``: the request's checked ``tools``; one parser per answer."""
         self._buffer = ""
         self._captured: str | None = None
         self._raw_marker = ""
@@ -180,9 +146,8 @@ class ToolParser:
 
     @classmethod
     def structural_tag(cls, ask: ToolAsk) -> str | None:
-        """The ``structural_tag`` text SGLang's chat route constrains the calls ``ask``
-        describes with, for this format, or None where it sends none (a forced call
-        then takes the JSON array). A format with a model-native tag overrides this."""
+        """The ``structural_tag`` SGLang's chat route constrains ``ask``'s calls with, or
+        None where it sends none (a forced call then takes the JSON array)."""
         return frame_tag(cls.frame, ask) if cls.frame else None
 
     def feed(self, text: str) -> str:
@@ -197,20 +162,16 @@ class ToolParser:
             shown, self._raw_marker = self._buffer[:at], self._buffer[at:at + size]
             self._captured, self._buffer = self._buffer[at + size:], ""
             return shown
-        keep = self._hold(self._buffer)
-        shown = self._buffer[: len(self._buffer) - keep]
-        self._buffer = self._buffer[len(self._buffer) - keep:]
+        cut = len(self._buffer) - self._hold(self._buffer)
+        shown, self._buffer = self._buffer[:cut], self._buffer[cut:]
         return shown
 
     def finish(self) -> tuple[str, list[ToolCall]]:
         """(content left to show, the calls); no call at all comes back as content."""
         if self._captured is None:
-            rest, self._buffer = self._buffer, ""
-            return rest, []
+            return self._buffer, []
         calls, outside = self.parse(self._captured)
-        if not calls:
-            return self._raw_marker + self._captured, []
-        return outside, calls
+        return (outside, calls) if calls else (self._raw_marker + self._captured, [])
 
     def _find_start(self, text: str) -> tuple[int, int] | None:
         """Where the calls start and the marker's length there."""

@@ -6,14 +6,15 @@ SGLang's DeepSeekV3Detector and DeepSeekV31Detector parse them.
   then ``<｜tool▁calls▁end｜>``.
 - V3.1: the same section with ``<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>``.
 
-Text after the section is content.
+Calls follow one another until one does not read; what follows them (and the
+section's end) is content.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
 
-from .base import ToolCall, ToolParser, call_of, decode_at, marked_calls, skip_space
+from .base import ToolCall, ToolParser, call_of, decode_at, skip_space
 from .structural import CallFrame
 
 __all__ = ["DeepSeekV3Parser", "DeepSeekV31Parser"]
@@ -33,7 +34,18 @@ class DeepSeekV31Parser(ToolParser):
     frame = CallFrame(CALL_BEGIN, SEP, CALL_END, CALL_BEGIN)
 
     def parse(self, captured: str) -> tuple[list[ToolCall], str]:
-        return marked_calls(captured, CALL_BEGIN, CALLS_END, self._call)
+        calls: list[ToolCall] = []
+        pos = 0
+        while captured.startswith(CALL_BEGIN, at := skip_space(captured, pos)):
+            found = self._call(captured, at + len(CALL_BEGIN))
+            if found is None:
+                break
+            calls.append(found[0])
+            pos = found[1]
+        at = skip_space(captured, pos)
+        if captured.startswith(CALLS_END, at):
+            pos = at + len(CALLS_END)
+        return calls, captured[pos:]
 
     def _header(self, text: str, at: int) -> tuple[str, int] | None:
         """The call's name and where its JSON starts: ``NAME<｜tool▁sep｜>``."""
@@ -44,11 +56,8 @@ class DeepSeekV31Parser(ToolParser):
     def _call(self, text: str, at: int) -> tuple[ToolCall, int] | None:
         """The call whose header starts at ``at``, and the index after its end tag."""
         header = self._header(text, at)
-        if header is None:
-            return None
-        name, body = header
-        got = decode_at(text, skip_space(text, body))
-        call = call_of({"name": name, "arguments": got[0]}) if got is not None else None
+        got = decode_at(text, header[1]) if header else None
+        call = call_of({"name": header[0], "arguments": got[0]}) if header and got else None
         if got is None or call is None:
             return None
         end = skip_space(text, got[1])

@@ -8,15 +8,13 @@ parses them::
     </tool_call>
 
 - A call ends at the first ``</tool_call>``; its name runs to the first newline (a real
-  one or the two characters ``\\n``) and must be one of the request's tools, else the
-  block is not a call (it stays content, with its tags).
+  one or the two characters ``\\n``) and must be one of the request's tools.
 - Each value is typed by that tool's JSON Schema for its key (``value_type``): a
   ``string`` parameter stays the text (or the JSON string it spells, its quotes
   stripped); any other, or an unknown key, is read as JSON, then as JSON inside an
   escaped string, then as a Python literal, else kept as text. A ``number`` that reads
   as a string is converted where it spells one. This is SGLang's order, quirks
   included (a ``string`` parameter written ``true`` comes back ``"True"``).
-- Text before, between and after the calls is content.
 """
 
 from __future__ import annotations
@@ -35,6 +33,8 @@ __all__ = ["Glm45Parser", "argument_value", "value_type"]
 _KEY, _KEY_END = "<arg_key>", "</arg_key>"
 _VALUE, _VALUE_END = "<arg_value>", "</arg_value>"
 _UNSET = object()
+_KINDS = ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"),
+          (list, "array"), (dict, "object"))
 
 
 def _literal(text: str) -> Any:
@@ -57,9 +57,7 @@ def _number(value: str) -> Any:
 
 
 def value_type(schema: Any) -> str | None:
-    """The type a JSON Schema gives its value, as SGLang infers it: ``type`` (the first
-    non-null of a list), then ``anyOf``/``oneOf``, ``enum``, ``allOf``, ``properties``
-    (object), ``items`` (array); None when it says nothing."""
+    """The type a JSON Schema gives its value, as SGLang infers it (None: it says none)."""
     if not isinstance(schema, dict):
         return None
     kind = schema.get("type")
@@ -78,27 +76,15 @@ def value_type(schema: Any) -> str | None:
                 return next(t for t in found if t != "null")
             return "string" if "string" in found else found[0]
     if isinstance(schema.get("enum"), list):
-        kinds = {_enum_kind(v) for v in schema["enum"]}
+        kinds = {"null" if v is None else next((name for kind, name in _KINDS if isinstance(
+            v, kind)), "string") for v in schema["enum"]}
         return kinds.pop() if len(kinds) == 1 else "string"
     if isinstance(schema.get("allOf"), list):
-        for branch in schema["allOf"]:
-            found_type = value_type(branch)
-            if found_type and found_type != "string":
-                return found_type
-        return "string"
+        return next((t for t in map(value_type, schema["allOf"]) if t and t != "string"),
+                    "string")
     if "properties" in schema:
         return "object"
     return "array" if "items" in schema else None
-
-
-def _enum_kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    for kind, name in ((bool, "boolean"), (int, "integer"), (float, "number"),
-                       (str, "string"), (list, "array"), (dict, "object")):
-        if isinstance(value, kind):
-            return name
-    return "string"
 
 
 def argument_value(raw: str, kind: str | None) -> Any:
@@ -128,41 +114,31 @@ class Glm45Parser(ToolParser):
     markers = (start, end, _KEY, _KEY_END, _VALUE, _VALUE_END)
 
     def __init__(self, tools: Sequence[Mapping[str, Any]] = ()) -> None:
-        """``tools``: the request's checked ``tools`` (their schemas type the values)."""
         super().__init__(tools)
         self._schemas = {t["function"]["name"]: schema_properties(
-            t["function"].get("parameters"))
-                         for t in tools}
+            t["function"].get("parameters")) for t in tools}
 
     def parse(self, captured: str) -> tuple[list[ToolCall], str]:
         return tagged_calls(captured, self.start, self._block)
 
-    def _block(self, rest: str) -> tuple[ToolCall | None, int]:
-        """The call just after an opening tag (it ends at the first closing one)."""
+    def _block(self, rest: str) -> tuple[list[ToolCall] | None, int]:
+        """The call after an opening tag; it ends at the first closing one."""
         close = rest.find(self.end)
-        if close < 0:
-            return None, len(rest)
-        return self._call(rest[:close]), close + len(self.end)
+        return (None, len(rest)) if close < 0 else (self._call(rest[:close]),
+                                                     close + len(self.end))
 
-    def _call(self, body: str) -> ToolCall | None:
-        """The call whose text (between the tags) is ``body``; None when it is not one."""
-        ends = [i for i in (body.find("\n"), body.find("\\n")) if i >= 0]
-        if not ends:
-            return None
-        cut = min(ends)
-        name = body[:cut]
-        schema = self._schemas.get(name)
+    def _call(self, body: str) -> list[ToolCall] | None:
+        """The call whose text between the tags is ``body``, or None."""
+        cut = min((i for i in (body.find("\n"), body.find("\\n")) if i >= 0), default=-1)
+        schema = self._schemas.get(body[:cut]) if cut >= 0 else None
         if schema is None:
             return None
-        arguments: dict[str, Any] = {}
-        for key, raw in _pairs(body, cut):
-            key = key.strip()
-            arguments[key] = argument_value(raw, value_type(schema.get(key)))
+        arguments = {key.strip(): argument_value(raw, value_type(schema.get(key.strip())))
+                     for key, raw in _pairs(body, cut)}
         try:
-            text = json.dumps(arguments, ensure_ascii=False)
+            return [ToolCall(body[:cut], json.dumps(arguments, ensure_ascii=False))]
         except (TypeError, ValueError):  # a Python literal JSON cannot hold (a set)
             return None
-        return ToolCall(name, text)
 
 
 def _pairs(body: str, pos: int) -> list[tuple[str, str]]:

@@ -1,9 +1,8 @@
 """``gpt-oss``: harmony tool calls, as SGLang 0.5.23's GptOssDetector reads them:
 ``[<|start|>assistant]<|channel|>commentary to=functions.NAME <|constrain|>json
-<|message|>{...}<|call|>``. The name is the part after the last dot; arguments that
-are empty are ``{}``. The ``gpt-oss`` reasoning parser passes such a message on
-whole (markers included) and shows only the bodies of the others, so what is left
-around the calls is the final answer and any preamble. A block that is not a call
+<|message|>{...}<|call|>``. The name is the part after the last dot; empty arguments
+are ``{}``. The ``gpt-oss`` reasoning parser passes such a message on whole, so what
+is around the calls is the final answer and any preamble. A block that is not a call
 (another header order, JSON that does not parse) stays in the content as written.
 """
 
@@ -42,15 +41,13 @@ class GptOssParser(ToolParser):
         return tagged_calls(captured, self._raw_marker, _call, self._find_start)
 
 
-def _call(text: str) -> tuple[ToolCall | None, int]:
+def _call(text: str) -> tuple[list[ToolCall] | None, int]:
     """The call whose header ends the marker at ``text``'s start, and where its block
     ends (after ``<|call|>``, else the end)."""
     end = text.find(CALL)
-    stop = len(text) if end < 0 else end + len(CALL)
-    head = _HEAD.match(text, 0, len(text) if end < 0 else end)
-    if head is None:
-        return None, stop
-    body = text[head.end():len(text) if end < 0 else end]
-    arguments = loads(body) if body.strip() else {}
-    name = head.group(1).rsplit(".", 1)[-1]
-    return call_of({"name": name, "arguments": arguments}), stop
+    body_end = len(text) if end < 0 else end
+    head = _HEAD.match(text, 0, body_end)
+    body = text[head.end():body_end] if head else ""
+    call = call_of({"name": head.group(1).rsplit(".", 1)[-1],
+                    "arguments": loads(body) if body.strip() else {}}) if head else None
+    return [call] if call else None, len(text) if end < 0 else end + len(CALL)

@@ -1,10 +1,7 @@
 """``hermes`` / ``qwen`` / ``qwen25``: ``<tool_call>{"name", "arguments"}</tool_call>``,
 repeated (Qwen2.5, Qwen3, Hermes), as SGLang's HermesDetector and Qwen25Detector
-stream it.
-
-Each call's JSON is decoded string-aware, so ``</tool_call>`` inside an argument
-string is part of the argument. Text between and after the calls is content; so is a
-block whose JSON is not a call (kept whole, with its tags).
+stream it. The JSON is decoded string-aware (``</tool_call>`` inside an argument string
+is the argument's); a block whose JSON is not a call stays content, tags included.
 """
 
 from __future__ import annotations
@@ -24,15 +21,14 @@ class HermesParser(ToolParser):
     def parse(self, captured: str) -> tuple[list[ToolCall], str]:
         return tagged_calls(captured, self.start, self._block)
 
-    def _block(self, rest: str) -> tuple[ToolCall | None, int]:
-        """The call just after an opening tag and where its block ends."""
-        got = decode_at(rest, skip_space(rest, 0))
+    def _block(self, rest: str) -> tuple[list[ToolCall] | None, int]:
+        got = decode_at(rest, 0)
         call = call_of(got[0]) if got is not None else None
         if got is None or call is None:
             close = rest.find(self.end)
             return None, len(rest) if close < 0 else close + len(self.end)
         stop = skip_space(rest, got[1])
-        return call, stop + len(self.end) if rest.startswith(self.end, stop) else got[1]
+        return [call], stop + len(self.end) if rest.startswith(self.end, stop) else got[1]
 
 
 class Qwen25Parser(HermesParser):

@@ -5,31 +5,19 @@
 - ``ID`` is ``functions.NAME:N`` or ``NAME:N`` (the call is NAME's), or a bare counter
   ``N``: the call is then the only tool's, or, among several, the tool whose schema's
   properties best match the arguments' keys (shared keys less extra keys, at least
-  0; the first best one), else no one's. Any other id (``weird@id``,
-  ``get_weather`` without ``:N``) is no call.
-- A call that does not read is skipped; the calls around it still count. Several
-  sections may follow one another: text between and after them is content.
+  0; the first best one), else no one's. Any other id is no call.
+- A call that does not read is skipped; the calls around it still count. Text between
+  and after sections is content.
 - Call ids are ``functions.NAME:K`` with K counting the conversation's calls (earlier
   turns' first), as SGLang gives them and Kimi's template expects.
 
-Its structural tag is Kimi K2's native one, as SGLang asks xgrammar 0.2.7 for it
-(``get_kimi_structural_tag``; ``kimi_tag``):
-- Sent for a forced call and for ``auto`` with a strict tool (as every tag:
-  ``structural``), with reasoning ``disabled``: SGLang asks for the reasoning block only
-  with no ``--reasoning-parser``, and then its thinking mode is off.
-- Each call: ``<|tool_call_begin|>functions.NAME:``, a ``\\d+`` index,
-  ``<|tool_call_argument_begin|>``, the arguments' JSON, ``<|tool_call_end|>``.
-- The arguments' schema: for a forced call, a tool's ``parameters`` when it is strict
-  (``true`` when it has none), else ``{"type": "object"}`` (SGLang's override); for
-  ``auto``, ``true`` (any JSON) for ``strict: false`` or no ``parameters``, else the
-  ``parameters``.
-- ``required``: the section around one or more calls (one without
-  ``parallel_tool_calls``); a named function: the section around that one call;
-  ``auto``: free text whose trigger is the section begin, the text excluding
-  ``<think>``, ``</think>`` and ``<|tool_call_begin|>`` (less the reasoning parser's
-  tags).
-- The text is ``json.dumps`` of the pydantic ``model_dump(by_alias=True)``: every
-  format with its defaults, in field order.
+Its structural tag (``kimi_tag``) is Kimi K2's native one, as SGLang asks xgrammar 0.2.7
+for it (``get_kimi_structural_tag``), sent when any tag is (``structural``), with
+reasoning ``disabled``: SGLang asks for the reasoning block only with no
+``--reasoning-parser``, and then its thinking mode is off. A forced call's schema is
+``{"type": "object"}`` for a tool that is not strict (SGLang's override). The text is
+``json.dumps`` of the pydantic ``model_dump(by_alias=True)``: every format with its
+defaults, in field order.
 """
 
 from __future__ import annotations
@@ -39,7 +27,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .base import ToolCall, ToolParser, call_of, decode_at, schema_properties, skip_space
+from .base import ToolCall, ToolParser, call_of, decode_at, schema_properties, tagged_calls
 from .structural import ToolAsk, strict_tools
 
 __all__ = ["KimiK2Parser", "kimi_tag"]
@@ -59,7 +47,6 @@ class KimiK2Parser(ToolParser):
     numbered = True
 
     def __init__(self, tools: Sequence[Mapping[str, Any]] = ()) -> None:
-        """``tools``: the request's checked ``tools`` (a bare counter id names one)."""
         super().__init__(tools)
         self._tools = [(t["function"]["name"], set(schema_properties(
             t["function"].get("parameters")))) for t in tools]
@@ -73,23 +60,14 @@ class KimiK2Parser(ToolParser):
         return kimi_tag(ask)
 
     def parse(self, captured: str) -> tuple[list[ToolCall], str]:
-        calls: list[ToolCall] = []
-        outside: list[str] = []
-        rest = captured  # just after a section's opening marker
-        while True:
-            end = rest.find(SECTION_END)
-            section = rest if end < 0 else rest[:end]
-            found = (self._call(piece) for piece in section.split(CALL_BEGIN)[1:])
-            calls += [call for call in found if call is not None]
-            if end < 0:
-                return calls, "".join(outside)
-            rest = rest[end + len(SECTION_END):]
-            at = rest.find(SECTION_BEGIN)
-            if at < 0:
-                outside.append(rest)
-                return calls, "".join(outside)
-            outside.append(rest[:at])
-            rest = rest[at + len(SECTION_BEGIN):]
+        return tagged_calls(captured, SECTION_BEGIN, self._section)
+
+    def _section(self, rest: str) -> tuple[list[ToolCall], int]:
+        """The calls of the section ``rest`` opens and where it ends."""
+        end = rest.find(SECTION_END)
+        section, stop = (rest, len(rest)) if end < 0 else (rest[:end], end + len(SECTION_END))
+        found = (self._call(piece) for piece in section.split(CALL_BEGIN)[1:])
+        return [c for c in found if c is not None], stop
 
     def _call(self, piece: str) -> ToolCall | None:
         """The call in ``piece`` (what follows one ``<|tool_call_begin|>``), or None."""
@@ -97,9 +75,9 @@ class KimiK2Parser(ToolParser):
         ident = piece[:args].strip() if args >= 0 else ""
         if not ident or any(c.isspace() or c in "<|" for c in ident):
             return None
-        got = decode_at(piece, skip_space(piece, args + len(ARGS_BEGIN)))
-        if got is None or not isinstance(got[0], dict) or not piece.startswith(
-                CALL_END, skip_space(piece, got[1])):
+        got = decode_at(piece, args + len(ARGS_BEGIN))
+        if got is None or not isinstance(got[0], dict) or not piece[got[1]:].lstrip(
+                ).startswith(CALL_END):
             return None
         named = _ID.fullmatch(ident)
         name = named.group(1) if named else (
@@ -154,18 +132,14 @@ def kimi_tag(ask: ToolAsk) -> str | None:
     flags = strict_tools(ask.tools)
     if not ask.tools or not (ask.forced or any(flags)):
         return None
-    chosen = [(t, s) for t, s in zip(ask.tools, flags, strict=True)
-              if ask.named is None or t["function"]["name"] == ask.named]
     calls = [_call(t["function"]["name"], _schema(t["function"], s, ask.forced))
-             for t, s in chosen]
+             for t, s in zip(ask.tools, flags, strict=True)
+             if ask.named is None or t["function"]["name"] == ask.named]
     fmt: dict[str, Any]
-    if ask.named is not None:
-        fmt = {"type": "sequence", "elements": [_const(SECTION_BEGIN), calls[0],
-                                                _const(SECTION_END)]}
-    elif ask.forced:
-        fmt = {"type": "sequence", "elements": [_const(SECTION_BEGIN),
-                                                _calls(calls, ask.parallel),
-                                                _const(SECTION_END)]}
+    if ask.forced:  # a named function (forced) is the section around its one call
+        fmt = {"type": "sequence", "elements": [
+            _const(SECTION_BEGIN), calls[0] if ask.named is not None else _calls(
+                calls, ask.parallel), _const(SECTION_END)]}
     else:
         section = {"type": "tag", "begin": SECTION_BEGIN,
                    "content": _calls(calls, ask.parallel), "end": SECTION_END}

@@ -6,9 +6,6 @@ content.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
-
 from ...stop_strings import partial_tag
 from .base import ToolCall, ToolParser, call_of, decode_at, skip_space
 from .structural import CallFrame
@@ -21,10 +18,7 @@ class Llama3JsonParser(ToolParser):
     markers = (start,)
     frame = CallFrame('<|python_tag|>{"name":"', '", "arguments":', "}", start)
 
-    def __init__(self, tools: Sequence[Mapping[str, Any]] = ()) -> None:
-        super().__init__(tools)
-        self._content = False
-        """Set once the reply began as text: only the tag can open calls then."""
+    _content = False  # set once the reply began as text: only the tag opens calls then
 
     def _find_start(self, text: str) -> tuple[int, int] | None:
         at = text.find(self.start)
@@ -48,7 +42,7 @@ class Llama3JsonParser(ToolParser):
         while True:
             at = skip_space(captured, pos)
             if captured.startswith(self.start, at):
-                at = skip_space(captured, at + len(self.start))
+                at += len(self.start)
             got = decode_at(captured, at)
             call = call_of(got[0], "parameters") if got is not None else None
             if got is None or call is None:

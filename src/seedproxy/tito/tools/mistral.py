@@ -21,11 +21,8 @@ _ALPHABET = string.ascii_letters + string.digits
 def mistral_call_id(base: str, position: int) -> str:
     """9 characters of [A-Za-z0-9] derived from ``base`` and ``position``."""
     number = int.from_bytes(hashlib.sha256(f"{base}:{position}".encode()).digest()[:8], "big")
-    chars = []
-    for _ in range(9):
-        number, digit = divmod(number, len(_ALPHABET))
-        chars.append(_ALPHABET[digit])
-    return "".join(chars)
+    size = len(_ALPHABET)
+    return "".join(_ALPHABET[number // size ** k % size] for k in range(9))
 
 
 class MistralParser(ToolParser):
@@ -47,9 +44,8 @@ class MistralParser(ToolParser):
         while True:
             sep = captured.find(self.args, at)
             name = captured[at:sep].strip() if sep >= 0 else ""
-            if not name or any(c in name for c in "[]{}") or any(c.isspace() for c in name):
-                return calls, captured[pos:]
-            got = decode_at(captured, skip_space(captured, sep + len(self.args)))
+            named = name and not any(c in "[]{}" or c.isspace() for c in name)
+            got = decode_at(captured, sep + len(self.args)) if named else None
             call = call_of({"name": name, "arguments": got[0]}) if got is not None else None
             if got is None or call is None:
                 return calls, captured[pos:]
@@ -58,7 +54,7 @@ class MistralParser(ToolParser):
             at = skip_space(captured, pos)
             if not captured.startswith(self.start, at):
                 return calls, captured[pos:]
-            at = skip_space(captured, at + len(self.start))
+            at += len(self.start)
 
     def _array(self, captured: str, at: int) -> tuple[list[ToolCall], str]:
         got = decode_at(captured, at)

@@ -2,18 +2,16 @@
 search(query="x")]`` (Llama 3.2 and 4 prompted for it, and models trained on it), as
 SGLang's PythonicDetector parses it.
 
-- A list opens where ``[`` is followed at once by a name and ``(``; text before it is
-  content, and so is text after its matching ``]`` (brackets counted as SGLang counts
-  them, strings not excepted). Later lists in the same answer are read the same way.
+- A list opens where ``[`` is followed at once by a name and ``(``, and ends at its
+  matching ``]`` (brackets counted as SGLang counts them, strings not excepted).
 - A list is read with Python's own parser, never evaluated: it must be a list whose
   items are all calls. A call's function must be a plain name; its keyword arguments
-  must be literals (strings, numbers, booleans, ``None``, and lists and dicts of them),
-  written to JSON as SGLang writes them (``ensure_ascii=False``, no NaN or infinity).
-  A call with another argument, or a positional one, is left out, as SGLang leaves it
-  out; a list with no call left stays content, as with every parser here. A call to a
-  name missing from ``tools`` is still a call (SGLang drops it).
-- The model's text is bounded before parsing: a list over ``_MAX_LIST`` characters, or
-  nested past ``nesting.MAX_DEPTH`` brackets, is not a call.
+  must be literals, written to JSON as SGLang writes them (``ensure_ascii=False``, no
+  NaN or infinity). A call with another argument, or a positional one, is left out, as
+  SGLang leaves it out. A call to a name missing from ``tools`` is still a call (SGLang
+  drops it).
+- A list over ``_MAX_LIST`` characters, or nested past ``nesting.MAX_DEPTH`` brackets,
+  is not a call.
 """
 
 from __future__ import annotations
@@ -25,7 +23,7 @@ import warnings
 from typing import Any
 
 from ...nesting import MAX_DEPTH
-from .base import ToolCall, ToolParser
+from .base import ToolCall, ToolParser, tagged_calls
 
 __all__ = ["PythonicParser"]
 
@@ -46,42 +44,20 @@ class PythonicParser(ToolParser):
         return len(text) - partial.start() if partial else 0
 
     def parse(self, captured: str) -> tuple[list[ToolCall], str]:
-        calls: list[ToolCall] = []
-        outside: list[str] = []
-        rest = "[" + captured
-        while True:
-            end = _closing(rest)
-            if end is None:
-                outside.append(rest)
-                break
-            block, rest = rest[:end + 1], rest[end + 1:]
-            got = _calls(block)
-            if got:
-                calls += got
-            else:
-                outside.append(block)
-            found = _OPEN.search(rest)
-            if found is None:
-                outside.append(rest)
-                break
-            outside.append(rest[:found.start()])
-            rest = rest[found.start():]
-        return calls, "".join(outside)
+        return tagged_calls(captured, "[", _block, self._find_start)
 
 
-def _closing(text: str) -> int | None:
-    """The index of the ``]`` that closes ``text[0]``, or None (unclosed, too deep)."""
-    depth = 0
-    for at, char in enumerate(text):
-        if char == "[":
-            depth += 1
-            if depth > MAX_DEPTH:
-                return None
-        elif char == "]":
-            depth -= 1
-            if depth == 0:
-                return at
-    return None
+def _block(rest: str) -> tuple[list[ToolCall] | None, int]:
+    """The calls of the list a ``[`` before ``rest`` opens (None: it is not a list of
+    calls), and where its matching ``]`` ends it (unclosed or too deep: the end)."""
+    depth = 1
+    for at, char in enumerate(rest):
+        depth += (char == "[") - (char == "]")
+        if depth > MAX_DEPTH:
+            break
+        if depth == 0:
+            return _calls("[" + rest[:at + 1]) or None, at + 1
+    return None, len(rest)
 
 
 def _calls(block: str) -> list[ToolCall]:
@@ -103,10 +79,11 @@ def _calls(block: str) -> list[ToolCall]:
         return []
     calls: list[ToolCall] = []
     for call in body.elts:
-        if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Name) or call.args:
-            continue  # positional arguments: SGLang's pattern reads keywords only
+        if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Name) or call.args or (
+                any(k.arg is None for k in call.keywords)):
+            continue  # positional arguments, ``**mapping``: SGLang reads keywords only
         try:
-            arguments = {_keyword(k): _literal(k.value, 0) for k in call.keywords}
+            arguments = {k.arg: _literal(k.value, 0) for k in call.keywords}
             text = json.dumps(arguments, ensure_ascii=False, allow_nan=False)
         except ValueError:
             continue
@@ -114,29 +91,21 @@ def _calls(block: str) -> list[ToolCall]:
     return calls
 
 
-def _keyword(keyword: ast.keyword) -> str:
-    if keyword.arg is None:  # ``**mapping``
-        raise ValueError("not a keyword argument")
-    return keyword.arg
-
-
 def _literal(node: ast.expr, depth: int) -> Any:
     """A JSON value from a literal node; ``ValueError`` for anything else."""
     if depth > MAX_DEPTH:
         raise ValueError("nested too deeply")
-    if isinstance(node, ast.Constant):
-        if node.value is None or isinstance(node.value, str | int | float):
-            return node.value
-        raise ValueError("a constant with no JSON form")
+    if isinstance(node, ast.Constant) and (
+            node.value is None or isinstance(node.value, str | int | float)):
+        return node.value
     if isinstance(node, ast.List):
         return [_literal(item, depth + 1) for item in node.elts]
     if isinstance(node, ast.Dict):
         out: dict[str, Any] = {}
         for key, value in zip(node.keys, node.values, strict=True):
-            if not isinstance(key, ast.Constant) or not (
-                    key.value is None or isinstance(key.value, str | int | float)):
+            if not isinstance(key, ast.Constant):
                 raise ValueError("a dict key with no JSON form")
-            out[json.dumps(key.value) if not isinstance(key.value, str) else key.value] = (
-                _literal(value, depth + 1))
+            name = _literal(key, depth)
+            out[name if isinstance(name, str) else json.dumps(name)] = _literal(value, depth + 1)
         return out
     raise ValueError("arguments must be literals")

@@ -2,19 +2,16 @@
 chat route builds it (``FunctionCallParser.get_structure_constraint``).
 
 Invariants (read from SGLang's ``function_call_parser.py`` and ``serving_chat.py``):
-- A tag is built only for a parser whose SGLang detector has a call frame
-  (``ToolParser.frame``: its detector's ``structure_info``), only when there are tools
-  and ``tool_choice`` is not ``none``, and only in two cases: the call is forced
-  (``required`` or a named function: ``at_least_one`` true), or ``tool_choice`` is
-  ``auto`` (or left out) and some tool has ``function.strict: true`` (``at_least_one``
-  false). A forced call through a parser with no frame keeps the JSON-array grammar
-  (``seedproxy.tool_choice``), as SGLang falls back to it.
+- A tag is built only for a parser with a call frame (``ToolParser.frame``: its
+  detector's ``structure_info``), only when there are tools and ``tool_choice`` is not
+  ``none``, and only when the call is forced (``required`` or a named function:
+  ``at_least_one`` true) or some tool has ``function.strict: true`` (``auto``:
+  ``at_least_one`` false).
 - One structure per tool, in ``tools`` order, over all the tools even for a named
   choice (SGLang passes every tool); its schema is the tool's ``parameters`` when the
-  tool is strict, else ``{}`` (any JSON); ``triggers`` is the frame's one trigger.
-- Tools whose ``$defs`` give one name two schemas get no tag (SGLang's builder
-  raises, and its route goes on without one: ``auto`` unconstrained, a named choice
-  the JSON array; ``required`` is a 400 already, in ``tool_choice``).
+  tool is strict, else ``{}`` (any JSON).
+- Tools whose ``$defs`` give one name two schemas get no tag (SGLang's builder raises,
+  and its route goes on without one).
 - The text is ``json.dumps`` of SGLang's ``LegacyStructuralTagResponseFormat``
   (``seedproxy.legacy_tag.legacy_tag_text``), key order included.
 """
@@ -35,14 +32,10 @@ __all__ = ["CallFrame", "ToolAsk", "frame_tag", "strict_tools"]
 class ToolAsk:
     """What a request asks of its tool calls, as the tag builders read it."""
 
-    tools: list[Any]
-    """The request's ``tools``, checked by ``tool_choice.forcing_of``."""
-    forced: bool
-    """``required`` or a named function."""
-    named: str | None = None
-    """The named function, if one."""
-    parallel: bool = True
-    """``parallel_tool_calls`` (null is true)."""
+    tools: list[Any]  # checked by ``tool_choice.forcing_of``
+    forced: bool  # ``required`` or a named function
+    named: str | None = None  # the named function, if one
+    parallel: bool = True  # ``parallel_tool_calls`` (null is true)
     think: tuple[str, ...] = ()
     """The ``--reasoning-parser``'s open and close tags: SGLang lets them through free
     text when a reasoning parser owns the reasoning (``strip_structural_tag_excludes``)."""
@@ -56,11 +49,7 @@ class CallFrame:
     before: str
     after: str
     end: str
-    trigger: str
-    """The text that starts a call in free text (the grammar's trigger)."""
-
-    def begin(self, name: str) -> str:
-        return self.before + name + self.after
+    trigger: str  # the text that starts a call in free text
 
 
 def strict_tools(tools: list[Any]) -> list[bool]:
@@ -86,7 +75,7 @@ def frame_tag(frame: CallFrame, ask: ToolAsk) -> str | None:
         tool_defs(tools)
     except ToolChoiceError:
         return None  # SGLang's builder refuses the tools, and it sends no tag
-    structures = [(frame.begin(tool["function"]["name"]),
+    structures = [(frame.before + tool["function"]["name"] + frame.after,
                    (tool["function"].get("parameters") or {}) if strict else {}, frame.end)
                   for tool, strict in zip(tools, flags, strict=True)]
     return legacy_tag_text(structures, [frame.trigger], ask.forced)
