@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,16 @@ def test_eight_multi_turn_agents_run_with_rewards_through_export(
     lines = out.read_bytes().splitlines()
     assert lines == [orjson.dumps(t.raw, option=orjson.OPT_SORT_KEYS) for t in exported]
     assert Trajectory.from_json(orjson.loads(lines[3])) == exported[3]
+    handle, written_before = io.BytesIO(), []
+
+    def one_at_a_time() -> Iterator[Trajectory]:  # an export streamed to disk
+        for t in exported:
+            written_before.append(handle.getvalue().count(b"\n"))
+            yield t
+
+    assert write_jsonl(one_at_a_time(), handle) == 8
+    assert written_before == list(range(8))  # each line is out before the next is read
+    assert handle.getvalue().splitlines() == lines
 
 
 def test_a_group_replayed_under_the_same_identity_gets_the_same_tokens(

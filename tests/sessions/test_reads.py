@@ -22,7 +22,7 @@ from seedproxy.sessions.eviction import Evictor
 from seedproxy.sessions.export import lease_batch
 from seedproxy.sessions.store.changes import Watch
 from seedproxy.sessions.store.sqlite import SqliteStore
-from seedproxy.sessions.store.sqlite_core import IDLE_QUERY, PAGE_QUERIES
+from seedproxy.sessions.store.sqlite_core import IDLE_QUERY, PAGE_QUERIES, REWARD_QUERIES
 from tests.sessions.test_stores import Opener, exported, interaction, rec
 
 WAIT_S = 30.0
@@ -254,6 +254,18 @@ def test_each_sqlite_read_uses_an_index(tmp_path: Path) -> None:
         plan = " | ".join(row[3] for row in db.execute("EXPLAIN QUERY PLAN " + sql, args))
         assert "USING" in plan and "INDEX" in plan, (name, plan)
         assert "TEMP B-TREE" not in plan, (name, plan)  # no sort of what was read
+    db.close()
+
+
+def test_a_named_reward_finds_its_interaction_by_key_not_by_reading_the_history(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "plan.db"
+    SqliteStore(str(path))
+    db = sqlite3.connect(path)
+    sql = REWARD_QUERIES["named"]
+    plan = " | ".join(row[3] for row in db.execute("EXPLAIN QUERY PLAN " + sql, [None, None]))
+    assert "interaction_id=?" in plan and "TEMP B-TREE" not in plan, plan
     db.close()
 
 

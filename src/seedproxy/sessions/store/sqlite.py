@@ -29,7 +29,7 @@ from ..interaction import Interaction
 from ..record import Recorded, SessionRecord, Slot, Stale, apply_summary
 from .base import RETRY_MEMORY, over_capacity
 from .leases import BATCH_KEEP_S, Batch
-from .sqlite_core import SqliteFile
+from .sqlite_core import REWARD_QUERIES, SqliteFile
 from .sqlite_open import open_file
 
 __all__ = ["SqliteStore"]
@@ -220,12 +220,8 @@ class SqliteStore(SqliteFile):
     ) -> str | None:
         def work(db: sqlite3.Connection) -> str | None:
             record = self._require(db, session_id)
-            row = db.execute(  # the newest, or the named one by its key (never a scan)
-                "SELECT interaction_id, data FROM interactions WHERE session_id = ? "
-                "ORDER BY request_index DESC, interaction_id DESC LIMIT 1"
-                if interaction_id is None else
-                "SELECT interaction_id, data FROM interactions "
-                "WHERE session_id = ? AND interaction_id = ?",
+            row = db.execute(
+                REWARD_QUERIES["latest"] if interaction_id is None else REWARD_QUERIES["named"],
                 (session_id,) if interaction_id is None else (session_id, interaction_id),
             ).fetchone()
             if row is None and interaction_id is not None:

@@ -46,6 +46,14 @@ PAGE_QUERIES = {
     for seq in ["ended_seq" if view == "ready" else "created_seq"]}
 """One statement per view (tests check each reads an index)."""
 
+REWARD_QUERIES = {
+    "latest": ("SELECT interaction_id, data FROM interactions WHERE session_id = ? "
+               "ORDER BY request_index DESC, interaction_id DESC LIMIT 1"),
+    "named": ("SELECT interaction_id, data FROM interactions "
+              "WHERE session_id = ? AND interaction_id = ?"),
+}
+"""The interaction a reward goes to: the newest, or the named one by its key."""
+
 IDLE_QUERY = ("SELECT record FROM sessions WHERE last_active_at <= ? "
               "ORDER BY last_active_at LIMIT ?")
 
